@@ -1,0 +1,56 @@
+"""The ``treeopt`` command: sub-commands are registered by the modules of this package.
+
+Every sub-command prints JSON on stdout (or writes it to ``--out``), shows progress on stderr, and
+turns a :class:`~treeopt.errors.TreeoptError` into one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from treeopt.errors import TreeoptError
+
+_MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every sub-command registered."""
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="treeopt",
+        description="Design, price, export and verify static speculation trees.",
+    )
+    parser.add_argument("--version", action="version", version=f"treeopt {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``treeopt`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TreeoptError as exc:
+        print(f"treeopt {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"treeopt {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _version() -> str:
+    from treeopt import __version__
+
+    return __version__

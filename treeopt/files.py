@@ -1,0 +1,77 @@
+"""Versioned files: atomic writes and format-tag checks shared by every reader and writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from treeopt.errors import TreeoptError
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
+
+    A reader never sees a half-written file: either the old content or the new.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Parse a JSON file; a missing or malformed file raises a TreeoptError naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TreeoptError(f"{p}: no such file") from None
+    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
+        raise TreeoptError(f"{p}: cannot read as text ({exc.__class__.__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TreeoptError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def check_format(obj: Any, expected: str, source: str) -> dict[str, Any]:
+    """Return ``obj`` if it is a dict whose ``format`` tag equals ``expected``.
+
+    >>> check_format({"format": "treeopt.growth/1"}, "treeopt.growth/1", "g.json")
+    {'format': 'treeopt.growth/1'}
+    """
+    if not isinstance(obj, dict):
+        raise TreeoptError(f"{source}: expected a JSON object with format {expected!r}")
+    tag = obj.get("format")
+    if tag is None:
+        raise TreeoptError(f"{source}: missing 'format' tag (expected {expected!r})")
+    if tag != expected:
+        raise TreeoptError(f"{source}: format is {tag!r}, expected {expected!r}")
+    return obj
+
+
+def read_tagged_json(path: str | os.PathLike[str], expected: str) -> dict[str, Any]:
+    """Read a JSON file and check its format tag."""
+    return check_format(read_json(path), expected, str(path))

@@ -1,0 +1,167 @@
+"""RankTrace: per calibration position and draft head, the rank of the base model's greedy token.
+
+``ranks[t, k]`` is the rank of the true token x_{t+2+k} among head k's candidates at position t
+(head k fed what it would see during decoding if the path so far were correct), or -1 when that
+token is not within the recorded top-k. Under greedy verification this array is an exact
+substrate for simulating any static tree (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.errors import TreeoptError
+from treeopt.files import atomic_write
+
+TRACE_FORMAT = "treeopt.trace/1"
+MISS = -1
+
+
+@dataclass(frozen=True, eq=False)
+class RankTrace:
+    """Ranks of the true tokens, int16 ``[positions, heads]``, with JSON-serialisable meta.
+
+    >>> tr = RankTrace(np.array([[0, 1], [2, -1]], dtype=np.int16), {"top_k": 4})
+    >>> tr.positions, tr.heads, tr.top_k
+    (2, 2, 4)
+    """
+
+    ranks: npt.NDArray[np.int16]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        r = np.asarray(self.ranks)
+        if r.ndim != 2:
+            raise TreeoptError(f"rank trace: ranks must be 2-D [positions, heads], got shape {r.shape}")
+        if not np.issubdtype(r.dtype, np.integer):
+            raise TreeoptError(f"rank trace: ranks must be integers, got dtype {r.dtype}")
+        if r.size and int(r.min()) < MISS:
+            raise TreeoptError(f"rank trace: rank {int(r.min())} is below -1 (the 'missed' sentinel)")
+        if r.size and int(r.max()) > np.iinfo(np.int16).max:
+            raise TreeoptError("rank trace: ranks exceed the int16 range")
+        r = np.ascontiguousarray(r, dtype=np.int16)
+        r.setflags(write=False)
+        object.__setattr__(self, "ranks", r)
+        json.dumps(self.meta)  # meta must be JSON-serialisable; fail early, not at save time
+
+    @property
+    def positions(self) -> int:
+        return int(self.ranks.shape[0])
+
+    @property
+    def heads(self) -> int:
+        return int(self.ranks.shape[1])
+
+    @property
+    def top_k(self) -> int:
+        """Recorded top-k: from meta, else one more than the largest rank seen."""
+        k = self.meta.get("top_k")
+        if k is not None:
+            return int(k)
+        return int(self.ranks.max()) + 1 if self.ranks.size else 0
+
+    @property
+    def head_kind(self) -> str | None:
+        return self.meta.get("head_kind")
+
+    def require(self, *, heads: int, source: str = "rank trace") -> None:
+        """Raise unless the trace is non-empty and has at least ``heads`` heads."""
+        if self.positions == 0:
+            raise TreeoptError(f"{source}: the trace is empty (0 positions)")
+        if self.heads < heads:
+            raise TreeoptError(
+                f"{source}: the trace has {self.heads} heads but the tree needs depth {heads}"
+            )
+
+    def split(self, fraction: float, *, seed: int = 0) -> tuple[RankTrace, RankTrace]:
+        """Split positions at random into two traces (for held-out evaluation)."""
+        if not 0.0 < fraction < 1.0:
+            raise TreeoptError(f"split fraction must be in (0, 1), got {fraction}")
+        order = np.random.default_rng(seed).permutation(self.positions)
+        cut = int(round(fraction * self.positions))
+        a, b = np.sort(order[:cut]), np.sort(order[cut:])
+        return (RankTrace(self.ranks[a], dict(self.meta)), RankTrace(self.ranks[b], dict(self.meta)))
+
+    # ----- files --------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write a ``.npz`` (no pickled objects) atomically."""
+        meta = {"format": TRACE_FORMAT, **self.meta}
+        meta.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez_compressed(fh, ranks=self.ranks, meta=np.array(json.dumps(meta)))
+
+        return atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RankTrace:
+        """Read a ``.npz`` written by :meth:`save`; never unpickles."""
+        p = Path(path)
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                files = set(z.files)
+                if not {"ranks", "meta"} <= files:
+                    raise TreeoptError(
+                        f"{p}: not a rank trace (needs arrays 'ranks' and 'meta', has {sorted(files)})"
+                    )
+                ranks, meta_raw = z["ranks"], z["meta"]
+        except FileNotFoundError:
+            raise TreeoptError(f"{p}: no such file") from None
+        except (ValueError, OSError) as exc:
+            if isinstance(exc, TreeoptError):
+                raise
+            raise TreeoptError(f"{p}: not a readable .npz rank trace ({exc})") from None
+        try:
+            meta = json.loads(str(meta_raw))
+        except json.JSONDecodeError:
+            raise TreeoptError(f"{p}: 'meta' is not a JSON string") from None
+        if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
+            tag = meta.get("format") if isinstance(meta, dict) else None
+            raise TreeoptError(f"{p}: format is {tag!r}, expected {TRACE_FORMAT!r}")
+        if ranks.dtype != np.int16:
+            raise TreeoptError(f"{p}: 'ranks' has dtype {ranks.dtype}, expected int16")
+        if ranks.ndim != 2:
+            raise TreeoptError(f"{p}: 'ranks' has shape {ranks.shape}, expected [positions, heads]")
+        meta.pop("format")
+        try:
+            return cls(ranks, meta)
+        except TreeoptError as exc:
+            raise TreeoptError(f"{p}: {exc}") from None
+
+
+def merge_traces(traces: Sequence[RankTrace]) -> RankTrace:
+    """Concatenate shards along positions; head counts and top-k must agree.
+
+    >>> a = RankTrace(np.zeros((2, 3), np.int16), {"top_k": 8, "sequences": 1})
+    >>> merge_traces([a, a]).positions, merge_traces([a, a]).meta["sequences"]
+    (4, 2)
+    """
+    if not traces:
+        raise TreeoptError("merge: no traces given")
+    first = traces[0]
+    for i, t in enumerate(traces[1:], start=1):
+        if t.heads != first.heads:
+            raise TreeoptError(f"merge: shard {i} has {t.heads} heads, shard 0 has {first.heads}")
+        if t.meta.get("top_k") != first.meta.get("top_k"):
+            raise TreeoptError(
+                f"merge: shard {i} recorded top-{t.meta.get('top_k')}, "
+                f"shard 0 top-{first.meta.get('top_k')}"
+            )
+        if t.meta.get("head_kind") != first.meta.get("head_kind"):
+            raise TreeoptError("merge: shards come from different head kinds")
+    meta = {k: v for k, v in first.meta.items() if k not in ("shard", "created")}
+    for key in ("sequences", "tokens"):
+        if all(key in t.meta for t in traces):
+            meta[key] = sum(int(t.meta[key]) for t in traces)
+    meta["merged_shards"] = len(traces)
+    return RankTrace(np.concatenate([t.ranks for t in traces], axis=0), meta)
