@@ -1,0 +1,217 @@
+"""Grow the trees that maximise expected accepted length, every size at once.
+
+Because a child's value never exceeds its parent's, adding nodes in decreasing value order (ties:
+shallower first, then lexicographic path) gives, for every n, a tree T_n of maximal E[L] among
+trees of n nodes under the same caps. The sequence T_1 ⊂ T_2 ⊂ … is one growth order.
+
+Engine-shape constraints:
+- ``contiguous``: the children of every node have ranks 0 … m-1 (the Hydra reference code). A rank
+  becomes a candidate once its left sibling is in the tree; greedy is exact when values decrease
+  with rank, as head accuracies do.
+- ``uniform``: level-uniform trees (vLLM's drafter): every node at depth l-1 has the same c_l
+  children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.uniform`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.errors import TreeoptError
+from treeopt.files import read_tagged_json, write_json
+from treeopt.trace import RankTrace
+from treeopt.tree import Path, Tree, canonical_key
+from treeopt.value import METHODS, Method, Source, accuracy_table, independent_value, prefix_counts
+
+GROWTH_FORMAT = "treeopt.growth/1"
+CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "uniform")
+Constraint = Literal["none", "contiguous", "uniform"]
+
+
+@dataclass(frozen=True, eq=False)
+class Growth:
+    """A growth order and the E[L] of each prefix; for ``uniform``, the best tree per size."""
+
+    method: str
+    constraint: str
+    order: tuple[Path, ...]  # nested families: T_n = first n paths
+    expected_accept_length: npt.NDArray[np.float64]  # [max_nodes + 1]: E[L] of T_0 … T_N
+    caps: dict[str, int]
+    uniform: tuple[tuple[int, ...], ...] = ()  # uniform family: branching vector of T_n, n ≥ 1
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_nodes(self) -> int:
+        return int(self.expected_accept_length.shape[0]) - 1
+
+    def tree(self, n: int) -> Tree:
+        """The best tree with at most ``n`` nodes (exactly ``n`` for nested families)."""
+        if not 0 <= n <= self.max_nodes:
+            raise TreeoptError(f"tree size {n} is outside this growth's 0 … {self.max_nodes}")
+        if self.constraint == "uniform":
+            return uniform_tree(self.uniform[n - 1]) if n else Tree(())
+        return Tree.from_choices(self.order[:n])
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": GROWTH_FORMAT,
+            "method": self.method,
+            "constraint": self.constraint,
+            "caps": self.caps,
+            "order": [list(p) for p in self.order],
+            "expected_accept_length": [round(float(x), 12) for x in self.expected_accept_length],
+        }
+        if self.constraint == "uniform":
+            doc["branching"] = [list(b) for b in self.uniform]
+        doc["meta"] = self.meta
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Growth:
+        return cls.from_json(read_tagged_json(path, GROWTH_FORMAT), source=str(path))
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], *, source: str = "growth") -> Growth:
+        try:
+            order = tuple(tuple(int(r) for r in p) for p in doc["order"])
+            ell = np.asarray(doc["expected_accept_length"], dtype=np.float64)
+            growth = cls(str(doc["method"]), str(doc.get("constraint", "none")), order, ell,
+                         dict(doc.get("caps", {})),
+                         tuple(tuple(int(c) for c in b) for b in doc.get("branching", [])),
+                         dict(doc.get("meta", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TreeoptError(f"{source}: malformed growth file ({exc!r})") from None
+        if growth.constraint != "uniform" and len(order) != growth.max_nodes:
+            raise TreeoptError(f"{source}: {len(order)} nodes in 'order' but "
+                               f"{len(ell)} E[L] values (expected one more than nodes)")
+        if growth.constraint == "uniform" and len(growth.uniform) != growth.max_nodes:
+            raise TreeoptError(f"{source}: 'branching' needs one entry per size")
+        if growth.constraint != "uniform":
+            Tree.from_choices(order)  # prefix-closed and valid, or a TreeoptError naming the path
+        return growth
+
+
+def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | None = None,
+         max_rank: int | None = None, constraint: Constraint = "none") -> Growth:
+    """Grow trees of 1 … ``max_nodes`` nodes maximising E[L] under ``method``.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
+    >>> g = grow(tr, method="empirical", max_nodes=4)
+    >>> g.order, g.expected_accept_length.tolist()
+    (((0,), (0, 0), (1,), (0, 1)), [1.0, 1.75, 2.25, 2.5, 2.75])
+    """
+    if method not in METHODS:
+        raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if constraint not in CONSTRAINTS:
+        raise TreeoptError(f"unknown constraint {constraint!r}; choose one of {', '.join(CONSTRAINTS)}")
+    if max_nodes < 1:
+        raise TreeoptError(f"--max-nodes must be at least 1, got {max_nodes}")
+    heads, top_k = _shape(source)
+    caps = {"max_nodes": max_nodes, "max_depth": min(max_depth or heads, heads),
+            "max_rank": min(max_rank or top_k, top_k)}
+    if caps["max_depth"] < 1 or caps["max_rank"] < 1:
+        raise TreeoptError(f"--max-depth and --max-rank must be at least 1, got {caps}")
+    meta = _provenance(source)
+    if constraint == "uniform":
+        from treeopt.uniform import grow_uniform
+
+        vectors, ell = grow_uniform(source, method=method, **caps)
+        return Growth(method, constraint, (), ell, caps, vectors, meta)
+    value, scale = _value_function(source, method, caps)
+    order, values = best_first(value, max_nodes=max_nodes, max_depth=caps["max_depth"],
+                               max_rank=caps["max_rank"], contiguous=constraint == "contiguous")
+    ell = 1.0 + np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))]) / scale
+    if len(order) < max_nodes:
+        meta["exhausted"] = (f"only {len(order)} nodes have a non-zero acceptance probability "
+                             "under the caps; larger trees cannot raise E[L]")
+    return Growth(method, constraint, tuple(order), ell, caps, (), meta)
+
+
+def best_first(value: Callable[[Path], float], *, max_nodes: int, max_depth: int, max_rank: int,
+               contiguous: bool = False) -> tuple[list[Path], list[float]]:
+    """Add frontier nodes in decreasing ``value`` (ties: shallower, then lexicographic)."""
+    heap: list[tuple[float, int, Path]] = []
+
+    def push(paths: Iterable[Path]) -> None:
+        for p in paths:
+            v = value(p)
+            if v > 0:
+                heapq.heappush(heap, (-v, len(p), p))
+
+    push([(0,)] if contiguous else [(r,) for r in range(max_rank)])
+    order: list[Path] = []
+    values: list[float] = []
+    while heap and len(order) < max_nodes:
+        neg, _, path = heapq.heappop(heap)
+        order.append(path)
+        values.append(-neg)
+        if contiguous:
+            sibling = [path[:-1] + (path[-1] + 1,)] if path[-1] + 1 < max_rank else []
+            child = [path + (0,)] if len(path) < max_depth else []
+            push(sibling + child)
+        elif len(path) < max_depth:
+            push(path + (r,) for r in range(max_rank))
+    return order, values
+
+
+def _value_function(source: Source, method: str,
+                    caps: dict[str, int]) -> tuple[Callable[[Path], float], float]:
+    """``value(path)`` and the scale that turns summed values into probabilities."""
+    if method == "independent":
+        marginal = accuracy_table(source).marginal
+        return (lambda p: independent_value(marginal, p)), 1.0
+    if not isinstance(source, RankTrace):
+        raise TreeoptError("the empirical method needs a rank trace (--trace), "
+                           "not an accuracy table; use --method independent")
+    if source.positions == 0:
+        raise TreeoptError("the rank trace is empty (0 positions)")
+    counts = prefix_counts(source, max_depth=caps["max_depth"], max_rank=caps["max_rank"])
+    return (lambda p: counts.get(p, 0)), float(source.positions)
+
+
+def uniform_tree(branching: Iterable[int]) -> Tree:
+    """The level-uniform tree in which every depth-(l-1) node has ``branching[l]`` children.
+
+    >>> uniform_tree([2, 1]).paths
+    ((0,), (1,), (0, 0), (1, 0))
+    """
+    level: list[Path] = [()]
+    paths: list[Path] = []
+    for c in branching:
+        level = [p + (r,) for p in level for r in range(int(c))]
+        paths.extend(level)
+    return Tree(tuple(sorted(paths, key=canonical_key)))
+
+
+def _shape(source: Source) -> tuple[int, int]:
+    if isinstance(source, RankTrace):
+        if source.positions == 0:
+            raise TreeoptError("the rank trace is empty (0 positions)")
+        return source.heads, max(source.top_k, 1)
+    return source.heads, source.top_k
+
+
+def _provenance(source: Source) -> dict[str, Any]:
+    from treeopt import __version__
+
+    meta: dict[str, Any] = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            "treeopt_version": __version__}
+    if isinstance(source, RankTrace):
+        meta.update({"source": "rank trace", "positions": source.positions,
+                     "trace_meta": dict(source.meta)})
+        if source.head_kind:
+            meta["head_kind"] = source.head_kind
+    else:
+        meta.update({"source": source.source,
+                     "counts": None if source.counts is None else source.counts.tolist()})
+    return meta

@@ -1,0 +1,129 @@
+"""Simulate greedy speculative decoding of a static tree on a rank trace, exactly.
+
+At position t the node with rank path (r_1 … r_k) is accepted iff ρ_1(t) … ρ_k(t) = r_1 … r_k, so
+``accept_length(t) = 1 + max{k : (ρ_1(t) … ρ_k(t)) ∈ T}`` (the 1 is the base model's own token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.errors import TreeoptError
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+
+def walk(tree: Tree, trace: RankTrace) -> Iterator[npt.NDArray[np.int64]]:
+    """Follow every position down the tree; yield, per depth, the token index each position
+    reached there (-1 where its walk ended earlier). Loops over depth, never over positions."""
+    trace.require(heads=tree.depth, source="simulate")
+    table = tree.child_table  # [n+1, max_rank+1]: token index of child of token i with rank r
+    token = np.zeros(trace.positions, dtype=np.int64)  # current accepted token, 0 = root
+    alive = np.ones(trace.positions, dtype=bool)
+    for d in range(tree.depth):
+        rank = trace.ranks[:, d].astype(np.int64)
+        ok = alive & (rank >= 0) & (rank < table.shape[1])
+        child = np.full(trace.positions, -1, dtype=np.int64)
+        child[ok] = table[token[ok], rank[ok]]
+        alive = child >= 0
+        token = np.where(alive, child, 0)
+        yield child
+        if not alive.any():
+            break
+
+
+def accept_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64]:
+    """Accepted tokens per step (1 … depth+1) at every trace position.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [-1, 0]], np.int16))
+    >>> accept_lengths(Tree.from_choices([[0], [1], [0, 0]]), tr).tolist()
+    [3, 2, 2, 1, 1]
+    """
+    length = np.ones(trace.positions, dtype=np.int64)
+    for reached in walk(tree, trace):
+        length += reached >= 0
+    return length
+
+
+def node_visits(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64]:
+    """Positions at which each node is accepted, in canonical node order.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [-1, 0]], np.int16))
+    >>> node_visits(Tree.from_choices([[0], [1], [0, 0]]), tr).tolist()
+    [2, 1, 1]
+    """
+    visits = np.zeros(tree.num_tokens, dtype=np.int64)
+    for reached in walk(tree, trace):
+        visits += np.bincount(reached[reached >= 0], minlength=tree.num_tokens)
+    return visits[1:]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Acceptance of a tree on a trace: mean, standard error and histogram of accept lengths."""
+
+    mean_accept_length: float
+    stderr: float
+    histogram: tuple[int, ...]  # histogram[L] = positions with accept length L (index 0 unused)
+    positions: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mean_accept_length": self.mean_accept_length,
+            "stderr": self.stderr,
+            "histogram": list(self.histogram),
+            "positions": self.positions,
+        }
+
+
+def simulate(tree: Tree, trace: RankTrace) -> Simulation:
+    """Simulate ``tree`` on every position of ``trace``.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [-1, 0]], np.int16))
+    >>> s = simulate(Tree.from_choices([[0], [1], [0, 0]]), tr)
+    >>> s.mean_accept_length, s.histogram
+    (1.8, (0, 2, 2, 1))
+    """
+    lengths = accept_lengths(tree, trace)
+    n = lengths.size
+    std = float(lengths.std(ddof=1)) if n > 1 else 0.0
+    hist = np.bincount(lengths, minlength=tree.depth + 2)
+    return Simulation(float(lengths.mean()), std / np.sqrt(n), tuple(int(c) for c in hist), n)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """E[L] of the same tree on the trace it was grown on and on held-out positions."""
+
+    calibration: Simulation
+    held_out: Simulation
+
+    @property
+    def gap(self) -> float:
+        """Calibration E[L] minus held-out E[L]: how much the tree overfits (positive = optimistic)."""
+        return self.calibration.mean_accept_length - self.held_out.mean_accept_length
+
+    @property
+    def relative_gap(self) -> float:
+        return self.gap / self.held_out.mean_accept_length
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calibration": self.calibration.to_json(),
+            "held_out": self.held_out.to_json(),
+            "gap": self.gap,
+            "relative_gap": self.relative_gap,
+        }
+
+
+def held_out(tree: Tree, calibration: RankTrace, evaluation: RankTrace) -> HeldOut:
+    """Evaluate ``tree`` (grown on ``calibration``) on ``calibration`` and on ``evaluation``."""
+    if evaluation.heads < tree.depth:
+        raise TreeoptError(
+            f"held-out trace has {evaluation.heads} heads but the tree needs {tree.depth}")
+    return HeldOut(simulate(tree, calibration), simulate(tree, evaluation))

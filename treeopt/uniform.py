@@ -1,0 +1,86 @@
+"""Level-uniform trees (vLLM's tree drafter): a search over per-level branching factors.
+
+A uniform tree is given by a branching vector (c_1 … c_D): every node at depth l-1 has the c_l
+children ranked 0 … c_l-1, so depth l holds c_1·…·c_l nodes. A path of depth l is accepted iff
+ρ_j < c_j for every j ≤ l, hence
+
+    E[L] = 1 + Σ_l P(ρ_1 < c_1, …, ρ_l < c_l)
+
+which is a product of cumulative accuracies under the independence model and a count over the
+trace under the empirical model. The family is not nested, so every vector within the caps is
+scored (depth-first, sharing work between vectors with a common prefix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.errors import TreeoptError
+from treeopt.trace import RankTrace
+from treeopt.value import Source, accuracy_table
+
+# level_probability(prefix_state, level, c) -> (probability of acceptance through this level, state)
+LevelFn = Callable[[object, int, int], tuple[float, object]]
+
+
+def grow_uniform(source: Source, *, method: str, max_nodes: int, max_depth: int,
+                 max_rank: int) -> tuple[tuple[tuple[int, ...], ...], npt.NDArray[np.float64]]:
+    """Best branching vector and its E[L] for every size 1 … max_nodes (at most that many nodes).
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
+    >>> vectors, ell = grow_uniform(tr, method="empirical", max_nodes=4, max_depth=2, max_rank=2)
+    >>> vectors, ell.tolist()
+    (((1,), (1, 1), (1, 2), (2, 1)), [1.0, 1.75, 2.25, 2.5, 2.75])
+    """
+    level = _independent(source) if method == "independent" else _empirical(source, max_rank)
+    best_ell = np.full(max_nodes + 1, -np.inf)
+    best_ell[0] = 1.0
+    best_vec: list[tuple[int, ...]] = [()] * (max_nodes + 1)
+
+    def visit(prefix: tuple[int, ...], state: object, width: int, used: int, ell: float) -> None:
+        depth = len(prefix)
+        for c in range(1, max_rank + 1):
+            size = used + width * c
+            if size > max_nodes:
+                break
+            p, child_state = level(state, depth, c)
+            vec, value = prefix + (c,), ell + p
+            if value > best_ell[size] + 1e-15:
+                best_ell[size], best_vec[size] = value, vec
+            if p > 0 and depth + 1 < max_depth:
+                visit(vec, child_state, width * c, size, value)
+
+    visit((), None, 1, 0, 1.0)
+    # the best tree with at most n nodes: carry the running best forward (ties keep the smaller)
+    for n in range(1, max_nodes + 1):
+        if best_ell[n] <= best_ell[n - 1] + 1e-15:
+            best_ell[n], best_vec[n] = best_ell[n - 1], best_vec[n - 1]
+    return tuple(best_vec[1:]), best_ell
+
+
+def _independent(source: Source) -> LevelFn:
+    cumulative = accuracy_table(source).cumulative  # [heads, top_k]
+
+    def level(state: object, depth: int, c: int) -> tuple[float, object]:
+        prob = (1.0 if state is None else float(state)) * float(cumulative[depth, c - 1])
+        return prob, prob
+
+    return level
+
+
+def _empirical(source: Source, max_rank: int) -> LevelFn:
+    if not isinstance(source, RankTrace):
+        raise TreeoptError("the empirical method needs a rank trace, not an accuracy table")
+    clipped = np.where(source.ranks < 0, max_rank, np.minimum(source.ranks, max_rank))
+    rows, weights = np.unique(clipped, axis=0, return_counts=True)  # compress equal rank rows
+    total = float(source.positions)
+
+    def level(state: object, depth: int, c: int) -> tuple[float, object]:
+        idx = np.arange(rows.shape[0]) if state is None else state
+        kept = idx[rows[idx, depth] < c]  # type: ignore[index]
+        return float(weights[kept].sum()) / total, kept
+
+    return level

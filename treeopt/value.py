@@ -1,0 +1,104 @@
+"""The two acceptance models: the probability that a tree node is accepted at a step.
+
+- ``independent`` (Medusa's model): the product of the marginal top-i accuracies along the path;
+  needs only an :class:`~treeopt.accuracy.AccuracyTable`.
+- ``empirical``: the fraction of trace positions whose rank prefix equals the path; exact under
+  greedy verification, for independent and sequentially dependent (Hydra) heads alike.
+
+In both, a child's value never exceeds its parent's, and E[L](T) = 1 + Σ_{node ∈ T} value(node).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.accuracy import AccuracyTable
+from treeopt.errors import TreeoptError
+from treeopt.simulate import accept_lengths, node_visits
+from treeopt.trace import RankTrace
+from treeopt.tree import Path, Tree
+
+Method = Literal["independent", "empirical"]
+Source = RankTrace | AccuracyTable
+METHODS: tuple[str, ...] = ("independent", "empirical")
+
+
+def accuracy_table(source: Source) -> AccuracyTable:
+    """The accuracy table of ``source`` (computed from the trace when given one)."""
+    return source if isinstance(source, AccuracyTable) else AccuracyTable.from_trace(source)
+
+
+def independent_value(marginal: npt.NDArray[np.float64], path: Path) -> float:
+    """Product of per-depth marginal accuracies along ``path`` (0 beyond the table).
+
+    >>> independent_value(np.array([[0.5, 0.2], [0.4, 0.1]]), (0, 1))
+    0.05
+    """
+    value = 1.0
+    for depth, rank in enumerate(path):
+        if depth >= marginal.shape[0] or rank >= marginal.shape[1]:
+            return 0.0
+        value *= float(marginal[depth, rank])
+    return value
+
+
+def prefix_counts(trace: RankTrace, *, max_depth: int, max_rank: int) -> dict[Path, int]:
+    """Positions whose rank prefix equals each path (depth ≤ max_depth, ranks < max_rank).
+
+    Vectorised per depth: positions are grouped by their prefix with ``np.unique``.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
+    >>> prefix_counts(tr, max_depth=2, max_rank=4)
+    {(0,): 3, (1,): 1, (0, 0): 2, (0, 1): 1, (1, 0): 1}
+    """
+    counts: dict[Path, int] = {}
+    group_paths: list[Path] = [()]
+    group = np.zeros(trace.positions, dtype=np.int64)  # prefix id of each live position
+    live = np.arange(trace.positions)
+    for d in range(min(max_depth, trace.heads)):
+        rank = trace.ranks[live, d].astype(np.int64)
+        ok = (rank >= 0) & (rank < max_rank)
+        live, key = live[ok], group[ok] * max_rank + rank[ok]
+        if live.size == 0:
+            break
+        uniq, group, cnt = np.unique(key, return_inverse=True, return_counts=True)
+        group_paths = [group_paths[u // max_rank] + (int(u % max_rank),) for u in uniq.tolist()]
+        counts.update(zip(group_paths, cnt.tolist()))
+    return counts
+
+
+def node_probabilities(tree: Tree, source: Source, *, method: Method) -> npt.NDArray[np.float64]:
+    """P(node accepted) for every node of ``tree`` under ``method``, in canonical order."""
+    if method == "independent":
+        marginal = accuracy_table(source).marginal
+        return np.array([independent_value(marginal, p) for p in tree.paths], dtype=np.float64)
+    if method == "empirical":
+        trace = _require_trace(source, method)
+        trace.require(heads=tree.depth, source="empirical model")
+        return node_visits(tree, trace) / trace.positions
+    raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def expected_accept_length(tree: Tree, source: Source, *, method: Method) -> float:
+    """E[L](T) = 1 + Σ_{node ∈ T} P(node accepted).
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [-1, 0]], np.int16))
+    >>> t = Tree.from_choices([[0], [1], [0, 0]])
+    >>> round(expected_accept_length(t, tr, method="empirical"), 12)
+    1.8
+    """
+    if method == "empirical":
+        trace = _require_trace(source, method)
+        return float(accept_lengths(tree, trace).mean())
+    return 1.0 + float(node_probabilities(tree, source, method=method).sum())
+
+
+def _require_trace(source: Source, method: str) -> RankTrace:
+    if not isinstance(source, RankTrace):
+        raise TreeoptError(
+            f"the {method} model needs a rank trace (--trace), not an accuracy table; "
+            "use --method independent with accuracy tables")
+    return source
