@@ -75,13 +75,14 @@ class AccuracyTable:
         if trace.positions == 0:
             raise TreeoptError("accuracy table: the rank trace is empty (0 positions)")
         k = top_k or max(trace.top_k, 1)
-        r = trace.ranks.astype(np.int64)  # [positions, heads]
-        hits = (r[:, :, None] == np.arange(k)[None, None, :])  # [positions, heads, k]
-        marginal = hits.mean(axis=0)
-        top1_so_far = np.cumprod(np.concatenate(
-            [np.ones((r.shape[0], 1), bool), r[:, :-1] == 0], axis=1), axis=1).astype(bool)
+        r = trace.ranks  # [positions, heads]
+        marginal = _rank_histogram(r, k) / trace.positions
+        # rows where every earlier head ranked 0: a running product over heads
+        top1_so_far = np.ones_like(r, dtype=bool)
+        top1_so_far[:, 1:] = np.logical_and.accumulate(r[:, :-1] == 0, axis=1)
         cond_counts = top1_so_far.sum(axis=0)  # [heads]
-        cond_hits = (hits & top1_so_far[:, :, None]).sum(axis=0)
+        cond_hits = np.stack([_rank_histogram(r[top1_so_far[:, h], h:h + 1], k)[0]
+                              for h in range(trace.heads)])
         conditional = cond_hits / np.maximum(cond_counts, 1)[:, None]
         counts = np.full(trace.heads, trace.positions, dtype=np.int64)
         return cls(marginal, counts, conditional, cond_counts.astype(np.int64), "rank trace")
@@ -189,6 +190,15 @@ def _validate_probabilities(a: npt.NDArray[np.float64], source: str, *, kind: st
     if (a < -_TOLERANCE).any() or (a > 1 + _TOLERANCE).any():
         k, i = np.argwhere((a < -_TOLERANCE) | (a > 1 + _TOLERANCE))[0]
         raise TreeoptError(f"{source}: head {k + 1} top{i + 1} accuracy {a[k, i]} is outside [0, 1]")
+
+
+def _rank_histogram(ranks: npt.NDArray[np.int16], k: int) -> npt.NDArray[np.float64]:
+    """``[heads, k]`` counts of each rank 0..k-1 per column (misses and ranks ≥ k ignored)."""
+    out = np.zeros((ranks.shape[1], k), dtype=np.float64)
+    for h in range(ranks.shape[1]):
+        col = ranks[:, h]
+        out[h] = np.bincount(col[(col >= 0) & (col < k)], minlength=k)[:k]
+    return out
 
 
 def _rounded(a: npt.NDArray[np.float64]) -> list[list[float]]:

@@ -24,6 +24,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) ->
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp, target)
     finally:
         if tmp.exists():
@@ -36,9 +39,37 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def dumps(obj: Any, indent: int = 0) -> str:
+    """JSON with one key per line, but short lists of numbers (paths, rows) kept on one line.
+
+    >>> print(dumps({"order": [[0], [0, 0]], "caps": {"max_nodes": 2}}))
+    {
+     "order": [[0], [0, 0]],
+     "caps": {
+      "max_nodes": 2
+     }
+    }
+    """
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{pad}{json.dumps(str(k))}: {dumps(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    if isinstance(obj, list) and obj and not _is_flat(obj):
+        items = [f"{pad}{dumps(v, indent + 1)}" for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+    return json.dumps(obj)
+
+
+def _is_flat(values: list[Any]) -> bool:
+    """Scalars, or lists of scalars: printed on one line."""
+    return all(not isinstance(v, (dict, list)) or
+               (isinstance(v, list) and all(not isinstance(x, (dict, list)) for x in v))
+               for v in values)
+
+
 def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as indented JSON to ``path`` atomically."""
-    return write_text_atomic(path, json.dumps(obj, indent=1) + "\n")
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    return write_text_atomic(path, dumps(obj) + "\n")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
+from treeopt.simulate import accept_lengths, node_visits
 from treeopt.trace import RankTrace
 from treeopt.tree import Path, Tree, canonical_key
 from treeopt.value import METHODS, Method, Source, accuracy_table, independent_value, prefix_counts
@@ -58,6 +59,27 @@ class Growth:
         if self.constraint == "uniform":
             return uniform_tree(self.uniform[n - 1]) if n else Tree(())
         return Tree.from_choices(self.order[:n])
+
+    def evaluate(self, trace: RankTrace) -> npt.NDArray[np.float64]:
+        """Empirical E[L] of T_0 … T_N on another trace (held-out evaluation).
+
+        A node's acceptance does not depend on which other nodes are in the tree, so one
+        simulation of the largest tree gives every prefix: 1 + cumulative node probabilities.
+        """
+        if self.constraint == "uniform":
+            cache: dict[tuple[int, ...], float] = {}
+            values = [1.0]
+            for vec in self.uniform:
+                if vec not in cache:
+                    cache[vec] = float(accept_lengths(uniform_tree(vec), trace).mean())
+                values.append(cache[vec])
+            return np.asarray(values)
+        full = self.tree(self.max_nodes)
+        trace.require(heads=full.depth, source="held-out trace")
+        prob = node_visits(full, trace) / trace.positions  # canonical order of `full`
+        index = {p: i for i, p in enumerate(full.paths)}
+        in_order = prob[[index[p] for p in self.order]]
+        return 1.0 + np.concatenate([[0.0], np.cumsum(in_order)])
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

@@ -35,7 +35,8 @@ def grow_uniform(source: Source, *, method: str, max_nodes: int, max_depth: int,
     >>> vectors, ell.tolist()
     (((1,), (1, 1), (1, 2), (2, 1)), [1.0, 1.75, 2.25, 2.5, 2.75])
     """
-    level = _independent(source) if method == "independent" else _empirical(source, max_rank)
+    level = (_independent(source) if method == "independent"
+             else _empirical(source, max_rank=max_rank, max_depth=max_depth))
     best_ell = np.full(max_nodes + 1, -np.inf)
     best_ell[0] = 1.0
     best_vec: list[tuple[int, ...]] = [()] * (max_nodes + 1)
@@ -71,11 +72,10 @@ def _independent(source: Source) -> LevelFn:
     return level
 
 
-def _empirical(source: Source, max_rank: int) -> LevelFn:
+def _empirical(source: Source, *, max_rank: int, max_depth: int) -> LevelFn:
     if not isinstance(source, RankTrace):
         raise TreeoptError("the empirical method needs a rank trace, not an accuracy table")
-    clipped = np.where(source.ranks < 0, max_rank, np.minimum(source.ranks, max_rank))
-    rows, weights = np.unique(clipped, axis=0, return_counts=True)  # compress equal rank rows
+    rows, weights = _compressed_rows(source, max_rank=max_rank, depth=min(max_depth, source.heads))
     total = float(source.positions)
 
     def level(state: object, depth: int, c: int) -> tuple[float, object]:
@@ -84,3 +84,21 @@ def _empirical(source: Source, max_rank: int) -> LevelFn:
         return float(weights[kept].sum()) / total, kept
 
     return level
+
+
+def _compressed_rows(trace: RankTrace, *, max_rank: int,
+                     depth: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Distinct rows of the first ``depth`` ranks (clipped to 0..max_rank, max_rank = missed)
+    and how many positions share each: far fewer rows than positions."""
+    base = max_rank + 1
+    clipped = np.where(trace.ranks[:, :depth] < 0, max_rank,
+                       np.minimum(trace.ranks[:, :depth], max_rank)).astype(np.int64)
+    if depth * np.log2(base) > 62:  # keys would overflow int64: compare rows directly
+        rows, weights = np.unique(clipped, axis=0, return_counts=True)
+        return rows, weights
+    key = np.zeros(trace.positions, dtype=np.int64)
+    for h in range(depth):
+        key = key * base + clipped[:, h]
+    uniq, weights = np.unique(key, return_counts=True)
+    rows = np.stack([(uniq // base ** (depth - 1 - h)) % base for h in range(depth)], axis=1)
+    return rows, weights

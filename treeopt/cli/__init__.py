@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TreeoptError as exc:
         print(f"treeopt {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"treeopt {args.command}: interrupted", file=sys.stderr)
         return 130

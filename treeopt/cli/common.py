@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from treeopt.errors import TreeoptError
-from treeopt.files import write_json
+from treeopt.files import dumps, write_json
 
 
 def emit(obj: Any, out: str | None) -> int:
@@ -17,8 +16,7 @@ def emit(obj: Any, out: str | None) -> int:
         write_json(out, obj)
         print(f"wrote {out}", file=sys.stderr)
     else:
-        json.dump(obj, sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(dumps(obj) + "\n")
     return 0
 
 

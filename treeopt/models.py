@@ -1,0 +1,109 @@
+"""Base models and their heads: loading from a local directory, device and dtype, shape checks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeopt.errors import TreeoptError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where and how to load a base model; CLI flags map one-to-one onto these fields."""
+
+    path: str
+    device: str = "cpu"
+    dtype: str = "float32"
+    device_map: str | None = None
+    trust_remote_code: bool = False
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``"bfloat16"`` → ``torch.bfloat16``; unknown names raise a TreeoptError."""
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise TreeoptError(f"--dtype {name!r} is unknown; expected one of {sorted(DTYPES)}") from None
+
+
+def load_model(spec: ModelSpec) -> tuple[Any, Any]:
+    """The causal LM (eval mode, frozen) and its tokenizer (None when the directory has none)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(spec.path)
+    if not (path / "config.json").exists():
+        raise TreeoptError(f"--model {spec.path}: no config.json (a local Hugging Face model "
+                           f"directory is expected)")
+    kwargs: dict[str, Any] = {"dtype": parse_dtype(spec.dtype), "local_files_only": True,
+                              "trust_remote_code": spec.trust_remote_code}
+    if spec.device_map:
+        kwargs["device_map"] = spec.device_map
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError, KeyError) as exc:
+        raise TreeoptError(f"--model {spec.path}: cannot load ({exc})") from None
+    if not spec.device_map:
+        model.to(spec.device)
+    model.eval().requires_grad_(False)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True,
+                                                  trust_remote_code=spec.trust_remote_code)
+    except (OSError, ValueError, KeyError, TypeError):
+        tokenizer = None
+    return model, tokenizer
+
+
+def architecture(model: Any) -> str:
+    """The architecture name a user would recognise (``LlamaForCausalLM``)."""
+    archs = getattr(getattr(model, "config", None), "architectures", None)
+    return archs[0] if archs else type(model).__name__
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Device of the model's input embeddings (where input ids must go)."""
+    return model.get_input_embeddings().weight.device
+
+
+def model_dims(model: Any) -> tuple[int, int]:
+    """``(hidden_size, vocab_size)`` read from the LM head's weight."""
+    vocab, hidden = model.get_output_embeddings().weight.shape
+    return int(hidden), int(vocab)
+
+
+def context_length(model: Any) -> int | None:
+    """Longest sequence the model supports (``max_position_embeddings``), None if unknown."""
+    n = getattr(model.config, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+def check_context(model: Any, length: int, *, what: str) -> None:
+    """Raise when ``length`` tokens do not fit the model's context."""
+    limit = context_length(model)
+    if limit is not None and length > limit:
+        raise TreeoptError(f"{what} needs {length} positions but the model's context is {limit} "
+                           f"(max_position_embeddings)")
+
+
+def load_heads_for(model: Any, directory: str | os.PathLike[str]) -> Any:
+    """Heads from ``directory`` wired to ``model``'s LM head and embeddings, on its device/dtype."""
+    from treeopt.heads_io import check_heads_match, load_heads, read_heads_config
+
+    hidden, vocab = model_dims(model)
+    if (Path(directory) / "heads.json").exists():  # check before building anything
+        check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
+                          source=str(directory))
+    heads = load_heads(directory, lm_head=model.get_output_embeddings(),
+                       embeddings=model.get_input_embeddings())
+    check_heads_match(heads.config, hidden_size=hidden, vocab_size=vocab, source=str(directory))
+    weight = model.get_output_embeddings().weight
+    return heads.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
+
