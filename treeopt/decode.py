@@ -24,8 +24,13 @@ from treeopt.errors import TreeoptError
 from treeopt.heads import top_candidates
 from treeopt.models import check_context, model_device
 from treeopt.tree import Tree
-from treeopt.tree_forward import (check_tree_support, compact_cache, forward_with_cache,
-                                  new_cache, tree_forward)
+from treeopt.tree_forward import (
+    check_tree_support,
+    compact_cache,
+    forward_with_cache,
+    new_cache,
+    tree_forward,
+)
 
 MODES = ("greedy", "typical")
 
@@ -57,8 +62,11 @@ class DecodeConfig:
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(tree: Tree) -> dict[str, Any]:
-    """Per-depth drafting plan: parents with children, each node's parent row and rank."""
+def _plan(tree: Tree, device: str) -> dict[str, Any]:
+    """Index tensors for drafting and acceptance, per depth, cached per tree and device."""
+    def t(a: Any) -> torch.Tensor:
+        return torch.tensor(np.asarray(a).tolist(), dtype=torch.long, device=device)
+
     paths_tok = np.zeros((tree.num_tokens, tree.depth + 1), dtype=np.int64)  # root…self
     for i, p in enumerate(tree.parents.tolist()):
         paths_tok[i + 1] = paths_tok[p + 1]
@@ -66,41 +74,38 @@ def _plan(tree: Tree) -> dict[str, Any]:
     levels = []
     for d in range(1, tree.depth + 1):
         nodes = np.flatnonzero(tree.depths == d)
-        parent_tok = tree.parents[nodes] + 1  # token index of each node's parent
-        parents, row = np.unique(parent_tok, return_inverse=True)
-        levels.append({"nodes": nodes + 1, "parents": parents, "row": row,
-                       "ranks": tree.ranks[nodes], "depth": d})
-    return {"paths": paths_tok, "levels": levels, "parent": np.asarray([-1, *tree.parents + 1])}
+        parents, row = np.unique(tree.parents[nodes] + 1, return_inverse=True)
+        levels.append({"depth": d, "nodes": t(nodes + 1), "row": t(row),
+                       "ranks": t(tree.ranks[nodes]), "prev": t(paths_tok[parents, :d])})
+    return {"levels": levels, "parent": t([-1, *(tree.parents + 1).tolist()]),
+            "depths": t(tree.depths - 1), "ranks": t(tree.ranks),
+            "rows": t(tree.retrieve_indices.reshape(-1, tree.depth + 1))}
 
 
 def draft(heads: Any, tree: Tree, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
     """Tree tokens ``[1, n+1]`` (root first) drafted from ``hidden`` ``[1, 1, d]`` at the root."""
-    plan, width = _plan(tree), tree.max_rank + 1
+    plan, width = _plan(tree, str(root.device)), tree.max_rank + 1
     tokens = root.new_zeros(1, tree.num_tokens)
     tokens[0, 0] = root
     if tree.size == 0:
         return tokens
     if heads.config.kind == "medusa":
         cand = top_candidates(heads(hidden)[:, 0, 0], width)  # [K, R]
-        depths = torch.as_tensor(tree.depths - 1, device=root.device)
-        tokens[0, 1:] = cand[depths, torch.as_tensor(tree.ranks, device=root.device)]
+        tokens[0, 1:] = cand[plan["depths"], plan["ranks"]]
         return tokens
     for lv in plan["levels"]:
-        d = lv["depth"]
-        parents = torch.as_tensor(lv["parents"], device=root.device)
-        prev = tokens[0, torch.as_tensor(plan["paths"][lv["parents"], :d], device=root.device)]
-        logits = heads.head_logits(d - 1, hidden.expand(1, len(parents), -1), prev[None])
+        prev = tokens[0, lv["prev"]]  # [parents, depth]: root … parent
+        logits = heads.head_logits(lv["depth"] - 1, hidden.expand(1, prev.shape[0], -1), prev[None])
         cand = top_candidates(logits[0], width)  # [parents, R]
-        row = torch.as_tensor(lv["row"], device=root.device)
-        tokens[0, torch.as_tensor(lv["nodes"], device=root.device)] = cand[
-            row, torch.as_tensor(lv["ranks"], device=root.device)]
+        tokens[0, lv["nodes"]] = cand[lv["row"], lv["ranks"]]
     return tokens
 
 
 def accept(tree: Tree, tokens: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig,
            generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Accepted token indices (root first) and the next root, from verify logits ``[n+1, V]``."""
-    parent = torch.as_tensor(_plan(tree)["parent"], device=logits.device)
+    plan = _plan(tree, str(logits.device))
+    parent = plan["parent"]
     tok = tokens[0]
     if cfg.mode == "greedy":
         ok = tok[1:] == logits.argmax(-1)[parent[1:]]
@@ -116,14 +121,16 @@ def accept(tree: Tree, tokens: torch.Tensor, logits: torch.Tensor, cfg: DecodeCo
     if tree.size == 0:
         path = torch.zeros(1, dtype=torch.long, device=logits.device)
     else:
-        path = _best_path(tree, ok, score, typical=cfg.mode == "typical")
+        path = _best_path(plan["rows"], ok, score, typical=cfg.mode == "typical")
     return path, choose(logits[path[-1]], cfg, generator)
 
 
-def _best_path(tree: Tree, ok: torch.Tensor, score: torch.Tensor, *, typical: bool,
+def _best_path(rows: torch.Tensor, ok: torch.Tensor, score: torch.Tensor, *, typical: bool,
                ) -> torch.Tensor:
-    """The longest accepted root-to-node path (typical: ties by log-likelihood)."""
-    rows = torch.as_tensor(tree.retrieve_indices, device=ok.device)  # [leaves, depth+1]
+    """The longest accepted root-to-node path (typical: ties by log-likelihood).
+
+    ``rows`` ``[leaves, depth+1]``: the tree's retrieve indices; ``ok``, ``score`` ``[n+1]``.
+    """
     passed = torch.where(rows >= 0, ok[rows.clamp_min(0)], False).long().cumprod(-1)
     length = passed.sum(-1)  # [leaves]
     if typical:

@@ -26,7 +26,7 @@ def tree_mask(tree: Tree, past: int, *, dtype: torch.dtype, device: torch.device
     """
     q = tree.num_tokens
     visible = torch.ones(q, past + q, dtype=torch.bool, device=device)
-    visible[:, past:] = torch.as_tensor(tree.attention_mask, device=device)
+    visible[:, past:] = torch.tensor(tree.attention_mask.tolist(), device=device)
     return causal_to_additive(visible, dtype=dtype)[None, None]
 
 
@@ -63,7 +63,7 @@ def tree_forward(model: Any, tokens: torch.Tensor, tree: Tree, *, cache: Any, pa
     dtype = model.get_input_embeddings().weight.dtype
     if not dtype.is_floating_point:
         dtype = torch.float32
-    offsets = torch.as_tensor(tree.position_offsets, device=device)
+    offsets = torch.tensor(tree.position_offsets.tolist(), device=device)
     mask = tree_mask(tree, past, dtype=dtype, device=device)
     return forward_with_cache(model, tokens, cache=cache, position_ids=(past + offsets)[None],
                               attention_mask=mask)

@@ -1,0 +1,82 @@
+"""Shared fixtures: tiny Llama models built from a config (never downloaded) and the gpu marker."""
+
+from __future__ import annotations
+
+import pytest
+
+TEXTS = [
+    "def add(a, b):\n    return a + b\n",
+    "for i in range(10):\n    print(i * i)\n",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "import numpy as np\nx = np.zeros((3, 4))\nprint(x.shape)\n",
+    "while True:\n    line = input()\n    if not line:\n        break\n",
+    "the quick brown fox jumps over the lazy dog\n",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def tiny_llama(*, vocab: int = 256, hidden: int = 64, layers: int = 2, seed: int = 0,
+               dtype=None, context: int = 512):
+    """A tiny random Llama causal LM (eval mode) built from a config in the test itself."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=context, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    if dtype is not None:
+        model.to(dtype)
+    return model
+
+
+def tiny_tokenizer(vocab: int = 256):
+    """A byte-level BPE tokenizer trained here on a few lines (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(TEXTS * 4, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny Llama model directory with a tokenizer: ``from_pretrained`` loads it offline."""
+    tok = tiny_tokenizer(320)
+    model = tiny_llama(vocab=len(tok), seed=0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def prompts_file(tmp_path_factory):
+    """A JSONL prompts file with a ``prompt`` field."""
+    import json
+
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": t[:24]}) + "\n" for t in TEXTS))
+    return path
