@@ -64,10 +64,24 @@ def prefix_counts(trace: RankTrace, *, max_depth: int, max_rank: int) -> dict[Pa
         live, key = live[ok], group[ok] * max_rank + rank[ok]
         if live.size == 0:
             break
-        uniq, group, cnt = np.unique(key, return_inverse=True, return_counts=True)
+        uniq, group, cnt = _group(key, space=len(group_paths) * max_rank)
         group_paths = [group_paths[u // max_rank] + (int(u % max_rank),) for u in uniq.tolist()]
-        counts.update(zip(group_paths, cnt.tolist()))
+        counts.update(zip(group_paths, cnt.tolist(), strict=True))
     return counts
+
+
+def _group(key: npt.NDArray[np.int64], *, space: int) -> tuple[npt.NDArray[np.int64], ...]:
+    """Distinct keys, each key's group index, and group sizes (``np.unique`` semantics).
+
+    When the key space is small a histogram replaces the sort: O(n) instead of O(n log n).
+    """
+    if space > 4 * key.size + 1024:
+        return tuple(np.unique(key, return_inverse=True, return_counts=True))
+    hist = np.bincount(key, minlength=space)
+    present = np.flatnonzero(hist)
+    ids = np.full(space, -1, dtype=np.int64)
+    ids[present] = np.arange(present.size)
+    return present, ids[key], hist[present]
 
 
 def node_probabilities(tree: Tree, source: Source, *, method: Method) -> npt.NDArray[np.float64]:

@@ -87,7 +87,6 @@ def cmd_accuracies(args: argparse.Namespace) -> int:
 
 def cmd_grow(args: argparse.Namespace) -> int:
     source = _load_source(args)
-    print(f"growing {args.method} trees up to {args.max_nodes} nodes…", file=sys.stderr)
     growth = grow(source, method=args.method, max_nodes=args.max_nodes, max_depth=args.max_depth,
                   max_rank=args.max_rank, constraint=args.constraint)
     doc: dict[str, Any] = growth.to_json()
@@ -96,7 +95,8 @@ def cmd_grow(args: argparse.Namespace) -> int:
         doc["held_out"] = {"trace": args.held_out,
                            "expected_accept_length": [round(float(x), 12) for x in held],
                            "gap": [round(float(a - b), 12) for a, b in
-                                   zip(growth.expected_accept_length, held)]}
+                                   zip(growth.expected_accept_length, held, strict=True)]}
+    print(f"grew {args.method} trees of 1 … {growth.max_nodes} nodes", file=sys.stderr)
     if "exhausted" in growth.meta:
         print(f"note: {growth.meta['exhausted']}", file=sys.stderr)
     return emit(doc, args.out)
