@@ -1,0 +1,177 @@
+"""Calibration runs: prompts → greedy continuations → one teacher-forced rank pass → RankTrace.
+
+Work is cut into chunks of ``batch_size`` prompts. Shard i of n takes chunks i, i+n, …; each
+finished chunk is saved atomically under ``.<out>.parts/``, so an interrupted run resumes where it
+stopped, and the output appears only when complete (then the parts are removed). Re-running a
+finished shard returns its file. Shard outputs are ``<stem>.shard-i-of-n.npz``; join them with
+:func:`treeopt.merge_traces` (``treeopt trace merge``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from treeopt.errors import TreeoptError
+from treeopt.files import write_json
+from treeopt.models import check_context
+from treeopt.ranks import greedy_continuations, rank_batch
+from treeopt.trace import RankTrace, merge_traces
+
+TARGETS = ("greedy", "texts")
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """Options of a calibration run; CLI flags map one-to-one onto these fields.
+
+    ``source="texts"``: the prompts are the user's own texts, the base model's argmax at each
+    position stands in for its greedy continuation (an approximation; nothing is generated).
+    """
+
+    top_k: int = 16
+    max_new_tokens: int = 128
+    batch_size: int = 8
+    source: str = "greedy"
+    shard: int = 0
+    num_shards: int = 1
+    eos_token_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in TARGETS:
+            raise TreeoptError(f"calibration source {self.source!r} is unknown; expected {TARGETS}")
+        if not 1 <= self.top_k <= np.iinfo(np.int16).max:
+            raise TreeoptError(f"--top-k must be in 1 … 32767, got {self.top_k}")
+        if self.batch_size < 1 or self.max_new_tokens < 1:
+            raise TreeoptError("--batch-size and --max-new-tokens must be ≥ 1")
+        if not 0 <= self.shard < self.num_shards:
+            raise TreeoptError(f"--shard {self.shard}/{self.num_shards}: need 0 ≤ i < n")
+
+
+def parse_shard(text: str | None, env: dict[str, str] | None = None) -> tuple[int, int]:
+    """``"i/n"``; else torchrun's RANK and WORLD_SIZE; else ``(0, 1)``.
+
+    >>> parse_shard("1/4"), parse_shard(None, {"RANK": "2", "WORLD_SIZE": "3"}), parse_shard(None, {})
+    ((1, 4), (2, 3), (0, 1))
+    """
+    env = dict(os.environ) if env is None else env
+    if text is None:
+        if "RANK" in env and "WORLD_SIZE" in env:
+            text = f"{env['RANK']}/{env['WORLD_SIZE']}"
+        else:
+            return 0, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise TreeoptError(f"--shard {text!r}: expected i/n such as 0/4") from None
+    if not 0 <= i < n:
+        raise TreeoptError(f"--shard {text!r}: need 0 ≤ i < n")
+    return i, n
+
+
+def shard_path(out: str | os.PathLike[str], shard: int, num_shards: int) -> Path:
+    """Where shard i of n writes: ``T.npz`` itself for one shard, else ``T.shard-i-of-n.npz``.
+
+    >>> shard_path("runs/T.npz", 1, 4).as_posix()
+    'runs/T.shard-1-of-4.npz'
+    """
+    p = Path(out)
+    return p if num_shards == 1 else p.with_name(f"{p.stem}.shard-{shard}-of-{num_shards}{p.suffix}")
+
+
+def calibrate(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
+              out: str | os.PathLike[str], *, config: CalibrateConfig = CalibrateConfig(),
+              meta: dict[str, Any] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> tuple[RankTrace, Path]:
+    """Run (or resume) this shard's calibration and write its trace; return it and its path."""
+    target = shard_path(out, config.shard, config.num_shards)
+    fingerprint = _fingerprint(heads, prompts, config, meta or {})
+    if target.exists():
+        done = RankTrace.load(target)
+        if done.meta.get("fingerprint") != fingerprint:
+            raise TreeoptError(f"{target}: exists from a different calibration run; remove it or "
+                               f"choose another --out")
+        return done, target
+    chunks = list(range(config.shard, _num_chunks(len(prompts), config), config.num_shards))
+    parts = _parts_dir(target, fingerprint)
+    for n, c in enumerate(chunks):
+        part = parts / f"chunk-{c:06d}.npz"
+        if not part.exists():
+            lo = c * config.batch_size
+            _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config).save(part)
+        if progress is not None:
+            progress(n + 1, len(chunks))
+    traces = [RankTrace.load(parts / f"chunk-{c:06d}.npz") for c in chunks]
+    trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint})
+    trace.save(target)
+    shutil.rmtree(parts, ignore_errors=True)
+    return RankTrace.load(target), target
+
+
+def _num_chunks(n: int, config: CalibrateConfig) -> int:
+    return -(-n // config.batch_size)
+
+
+def _parts_dir(target: Path, fingerprint: str) -> Path:
+    parts = target.with_name(f".{target.name}.parts")
+    stamp = parts / "run.json"
+    if parts.exists() and stamp.exists():
+        old = json.loads(stamp.read_text()).get("fingerprint")
+        if old != fingerprint:  # left over from another run: its chunks are not ours
+            shutil.rmtree(parts)
+    if not stamp.exists():
+        write_json(stamp, {"fingerprint": fingerprint})
+    return parts
+
+
+def _run_chunk(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
+               config: CalibrateConfig) -> RankTrace:
+    K = heads.config.num_heads
+    if config.source == "greedy":
+        longest = max(len(p) for p in prompts)
+        check_context(model, longest + config.max_new_tokens,
+                      what=f"a prompt of {longest} tokens plus --max-new-tokens "
+                           f"{config.max_new_tokens}")
+        seqs = greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
+                                    eos_token_id=config.eos_token_id)
+        starts = [len(p) - 1 for p in prompts]
+        ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k)
+    else:
+        check_context(model, max(len(p) for p in prompts), what="the longest text")
+        seqs, starts = list(prompts), [0] * len(prompts)
+        ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k, targets="argmax")
+    tokens = sum(len(s) for s in seqs)
+    arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
+    return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens})
+
+
+def _finish(traces: list[RankTrace], heads: Any, config: CalibrateConfig,
+            meta: dict[str, Any]) -> RankTrace:
+    from treeopt import __version__
+
+    K = heads.config.num_heads
+    merged = (merge_traces(traces) if traces
+              else RankTrace(np.zeros((0, K), np.int16), {"sequences": 0, "tokens": 0}))
+    return RankTrace(merged.ranks, {
+        **meta, "head_kind": heads.config.kind, "num_heads": K, "top_k": config.top_k,
+        "source": config.source, "max_new_tokens": config.max_new_tokens,
+        "sequences": int(merged.meta.get("sequences", 0)),
+        "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,
+        "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}"})
+
+
+def _fingerprint(heads: Any, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
+                 meta: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([asdict(config), heads.config.to_dict(), meta], sort_keys=True).encode())
+    for p in prompts:
+        h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
+    return h.hexdigest()[:16]

@@ -1,0 +1,128 @@
+"""Rank traces from a model and its heads in one teacher-forced pass (see DESIGN.md).
+
+At position t the sequence is verified up to x_t and the base model's greedy token x_{t+1} is the
+tree's root. Head k (0-based) proposes x_{t+2+k}: Medusa heads read h_t only, Hydra head k reads
+h_t and x_{t+1} … x_{t+1+k}. ``ranks[t, k]`` is the rank of x_{t+2+k} among head k's logits
+(descending, ties by token id), or -1 beyond the recorded top-k. Positions run from the last
+prompt token to the last one where every head has a target; the tail of K positions is dropped.
+
+With ``targets="argmax"`` (a user's own texts) the stream x is replaced by the base model's
+argmax at each position, an approximation of the greedy continuation: h_t still reads the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from treeopt.heads import rank_of
+from treeopt.models import model_device
+from treeopt.tree_forward import forward_with_cache, new_cache
+
+
+def positions_range(length: int, start: int, num_heads: int) -> range:
+    """Recorded positions t of a sequence of ``length`` tokens whose root is at ``start + 1``.
+
+    >>> positions_range(10, 3, 4)
+    range(3, 5)
+    """
+    return range(start, max(start, length - 1 - num_heads))
+
+
+def _stream(model: Any, ids: torch.Tensor, targets: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states ``[b, T, d]`` and the token stream the heads are ranked against ``[b, T]``."""
+    keep = 0 if targets == "argmax" else 1  # skip the LM head over positions when unused
+    out = model(input_ids=ids, use_cache=False, output_hidden_states=True, logits_to_keep=keep)
+    hidden = out.hidden_states[-1]
+    if targets == "tokens":
+        return hidden, ids
+    greedy = out.logits.argmax(-1)  # [b, T]: the base model's next token after each position
+    return hidden, torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
+
+
+def rank_batch(model: Any, heads: Any, sequences: Sequence[Sequence[int]], starts: Sequence[int],
+               *, top_k: int, targets: str = "tokens") -> list[npt.NDArray[np.int16]]:
+    """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass."""
+    K, device = heads.config.num_heads, model_device(model)
+    T = max(len(s) for s in sequences)
+    ids = torch.zeros(len(sequences), T, dtype=torch.long, device=device)  # right-padded
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(list(s), device=device)
+    with torch.inference_mode():
+        hidden, z = _stream(model, ids, targets)  # [b, T, d], [b, T]
+        if heads.config.kind == "hydra":
+            hidden = heads.prefix(hidden)[0]
+        n = T - 1 - K  # positions t = 0 … T-2-K have all K targets
+        if n <= 0:
+            return [np.zeros((0, K), np.int16) for _ in sequences]
+        ranks = torch.empty(len(sequences), n, K, dtype=torch.int16, device=device)
+        for k in range(K):
+            h = hidden[:, :n]  # [b, n, d]
+            prev = z[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]: x_{t+1} … x_{t+1+k}
+            logits = heads.head_logits(k, h, prev)  # [b, n, V]
+            r = rank_of(logits, z[:, 2 + k: 2 + k + n])
+            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
+    ranks_np = ranks.cpu().numpy()
+    return [ranks_np[i, positions_range(len(s), st, K)]
+            for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]
+
+
+def reference_ranks(model: Any, heads: Any, sequence: Sequence[int], start: int, *,
+                    top_k: int) -> npt.NDArray[np.int16]:
+    """Slow, readable reference: one position and one head at a time, ranks by a stable sort."""
+    K, device = heads.config.num_heads, model_device(model)
+    ids = torch.tensor([list(sequence)], device=device)
+    out = np.full((len(positions_range(len(sequence), start, K)), K), -1, dtype=np.int16)
+    with torch.inference_mode():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+        if heads.config.kind == "hydra":
+            hidden = heads.prefix(hidden)[0]
+        for row, t in enumerate(positions_range(len(sequence), start, K)):
+            for k in range(K):
+                prev = ids[:, t + 1: t + 2 + k][None]  # [1, 1, k+1]
+                logits = heads.head_logits(k, hidden[:, t: t + 1], prev)[0, 0]  # [V]
+                order = torch.sort(logits, descending=True, stable=True).indices.tolist()
+                rank = order.index(int(sequence[t + 2 + k]))
+                out[row, k] = rank if rank < top_k else -1
+    return out
+
+
+def greedy_continuations(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+                         eos_token_id: int | None = None) -> list[list[int]]:
+    """Prompt + greedy continuation of each prompt: one batch, left-padded, with a KV cache.
+
+    A sequence stops after its first EOS; the others run to ``max_new_tokens``.
+    """
+    device = model_device(model)
+    b, P = len(prompts), max(len(p) for p in prompts)
+    ids = torch.zeros(b, P, dtype=torch.long, device=device)
+    mask = torch.zeros(b, P, dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, P - len(p):] = torch.tensor(list(p), device=device)
+        mask[i, P - len(p):] = 1
+    cache, new = new_cache(model), []
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)  # [b, P]
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            logits, _ = forward_with_cache(model, ids, cache=cache, position_ids=pos,
+                                           attention_mask=mask)
+            ids = logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
+            new.append(ids[:, 0])
+            if eos_token_id is not None:
+                done |= ids[:, 0] == eos_token_id
+                if bool(done.all()):
+                    break
+            mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)
+            pos = pos[:, -1:] + 1
+    gen = torch.stack(new, dim=1).tolist()  # [b, steps]
+    out = []
+    for p, g in zip(prompts, gen, strict=True):
+        if eos_token_id is not None and eos_token_id in g:
+            g = g[: g.index(eos_token_id) + 1]
+        out.append([*p, *g])
+    return out
