@@ -1,0 +1,238 @@
+"""Measured verify-step latency: b sequences, each verifying q tree tokens against an s-token cache.
+
+The model is a Hugging Face causal LM driven through its public ``forward`` with a 4D float
+attention mask ``[b, 1, q, s+q]`` (the cache fully visible, the tree part from
+:attr:`treeopt.Tree.attention_mask`; a chain stands for any q-token tree, since the cost depends
+on q only), ``position_ids`` and a cache filled with random keys and values (weights and cache
+contents do not change latency). Two methods:
+
+- ``eager``: a ``DynamicCache`` cropped back to s after every call, as in Hugging Face decoding
+  (it concatenates the cache each step, so long contexts pay a copy that in-place engines avoid);
+- ``cuda-graphs``: one CUDA graph per q, captured once and replayed; each keeps its own cache copy.
+
+For every (b, s), the q values are measured interleaved (see :mod:`profiling.timing`), and the
+table is written after each (b, s) group, so an interrupted sweep resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from profiling.table import LatencyRecord, LatencyTable
+from profiling.timing import (
+    TORCH_DTYPES,
+    Call,
+    free_memory,
+    interleaved,
+    is_out_of_memory,
+    oom_message,
+    summarize,
+)
+from roofline.config import ModelConfig
+from treeopt.errors import TreeoptError
+from treeopt.tree import Tree
+
+METHODS = ("eager", "cuda-graphs")
+
+
+def device_label(device: str) -> str:
+    """``cpu`` or ``cuda:<name>`` — what a latency table is matched on."""
+    if device.startswith("cuda"):
+        return f"cuda:{torch.cuda.get_device_name(torch.device(device))}"
+    return "cpu"
+
+
+def check_device(device: str, dtype: str) -> None:
+    """Raise a TreeoptError for an unusable ``--device`` or ``--dtype``."""
+    if dtype not in TORCH_DTYPES:
+        raise TreeoptError(f"--dtype: unknown dtype {dtype!r}; choose one of {', '.join(TORCH_DTYPES)}")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise TreeoptError(f"--device {device}: CUDA is not available on this machine")
+    elif device != "cpu":
+        raise TreeoptError(f"--device: expected cpu or cuda[:N], got {device!r}")
+
+
+def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str | None = None,
+                seed: int = 0) -> torch.nn.Module:
+    """The model with real weights from ``weights_dir``, else random weights from ``cfg``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch_dtype = TORCH_DTYPES[dtype]
+    if weights_dir is not None:
+        model = AutoModelForCausalLM.from_pretrained(weights_dir, dtype=torch_dtype,
+                                                     local_files_only=True).to(device)
+    else:
+        hf = cfg.to_hf()
+        config = AutoConfig.for_model(hf.pop("model_type"), **hf)
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    return model.eval()
+
+
+def tree_mask(batch: int, context: int, tokens: int, *, dtype: torch.dtype,
+              device: str) -> torch.Tensor:
+    """Float mask ``[b, 1, q, s+q]``: 0 where visible, the dtype's minimum elsewhere.
+
+    >>> m = tree_mask(1, 2, 3, dtype=torch.float32, device="cpu")
+    >>> (m[0, 0] == 0).int().tolist()
+    [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    """
+    tree = torch.tensor(Tree.chain(tokens - 1).attention_mask.tolist(), device=device)  # [q, q]
+    visible = torch.cat([torch.ones(tokens, context, dtype=torch.bool, device=device), tree], 1)
+    mask = torch.zeros(tokens, context + tokens, dtype=dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask.expand(batch, 1, tokens, context + tokens)
+
+
+def random_cache(model: torch.nn.Module, cfg: ModelConfig, batch: int, context: int):
+    """A ``DynamicCache`` holding ``context`` random keys and values per layer."""
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=model.config)
+    except TypeError:  # transformers releases before caches took a config
+        cache = DynamicCache()
+    p = next(model.parameters())
+    for layer in range(cfg.num_layers):
+        shape = (batch, cfg.num_kv_heads, context, cfg.head_dim)  # [b, kv heads, s, head_dim]
+        cache.update(torch.randn(shape, dtype=p.dtype, device=p.device),
+                     torch.randn(shape, dtype=p.dtype, device=p.device), layer)
+    return cache
+
+
+def _inputs(cfg: ModelConfig, batch: int, context: int, tokens: int, device: str,
+            dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    offsets = torch.tensor(Tree.chain(tokens - 1).position_offsets.tolist(), device=device)
+    return {"input_ids": torch.randint(0, cfg.vocab_size, (batch, tokens), device=device),
+            "attention_mask": tree_mask(batch, context, tokens, dtype=dtype, device=device),
+            "position_ids": (context + offsets).expand(batch, tokens)}
+
+
+def _eager_calls(model, cfg, batch, context, tokens, device) -> dict[int, Call]:
+    cache = random_cache(model, cfg, batch, context)
+    dtype = next(model.parameters()).dtype
+    calls = {}
+    for q in tokens:
+        inputs = _inputs(cfg, batch, context, q, device, dtype)
+        calls[q] = Call(run=lambda i=inputs: model(**i, past_key_values=cache, use_cache=True),
+                        reset=lambda q=q: cache.crop(-q))
+    return calls
+
+
+def _graph_call(model, cfg, batch, context, q, device) -> Call:
+    cache = random_cache(model, cfg, batch, context)
+    layers = getattr(cache, "layers", None)
+    keep = ([(x.keys, x.values) for x in layers] if layers is not None
+            else list(zip(cache.key_cache, cache.value_cache, strict=True)))  # inputs the graph reads
+    inputs = _inputs(cfg, batch, context, q, device, next(model.parameters()).dtype)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            model(**inputs, past_key_values=cache, use_cache=True)
+            cache.crop(-q)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model(**inputs, past_key_values=cache, use_cache=True)
+    graph.keep = (keep, cache, inputs)  # the captured addresses stay alive with the graph
+    return Call(run=graph.replay)
+
+
+def measure_group(model: torch.nn.Module, cfg: ModelConfig, *, batch: int, context: int,
+                  tokens: Sequence[int], repeats: int, warmup: int, device: str,
+                  method: str = "eager") -> list[LatencyRecord]:
+    """Records for every q of one (b, s): measured, or the out-of-memory that stopped it."""
+    errors: dict[int, str] = {}
+    try:
+        if method == "eager":
+            calls = _eager_calls(model, cfg, batch, context, tokens, device)
+        else:
+            calls = {}
+            for q in tokens:
+                try:
+                    calls[q] = _graph_call(model, cfg, batch, context, q, device)
+                except RuntimeError as exc:
+                    if not is_out_of_memory(exc):
+                        raise
+                    errors[q] = oom_message(exc)
+                    free_memory(device)
+        times = interleaved(calls, repeats=repeats, warmup=warmup, device=device) if calls else {}
+    except RuntimeError as exc:
+        if not is_out_of_memory(exc):
+            raise
+        free_memory(device)
+        return [LatencyRecord(batch, context, q, error=oom_message(exc)) for q in tokens]
+    times = {**times, **errors}
+    return [_record(batch, context, q, times[q]) for q in tokens]
+
+
+def _record(batch: int, context: int, q: int, ms: list[float] | str) -> LatencyRecord:
+    if isinstance(ms, str):
+        return LatencyRecord(batch, context, q, error=ms)
+    median, p10, p90 = summarize(ms)
+    return LatencyRecord(batch, context, q, median, p10, p90, len(ms))
+
+
+def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str = "cpu",
+                   dtype: str = "fp32", batch: Sequence[int], context: Sequence[int],
+                   tokens: Sequence[int], repeats: int = 20, warmup: int = 3,
+                   method: str = "eager", weights_dir: str | None = None,
+                   log: Callable[[str], None] | None = None) -> LatencyTable:
+    """Sweep batch × context × tokens, appending to ``out``; points already in it are skipped."""
+    check_device(device, dtype)
+    if method not in METHODS:
+        raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if method == "cuda-graphs" and not device.startswith("cuda"):
+        raise TreeoptError("--cuda-graphs needs --device cuda")
+    if repeats < 1 or warmup < 0:
+        raise TreeoptError(f"--repeats must be ≥ 1 and --warmup ≥ 0, got {repeats}, {warmup}")
+    cfg.check_positions(max(context), max(tokens))
+    label = device_label(device)
+    table = _resume(out, cfg, dtype, label, method)
+    done = {k for k, r in table.by_key().items()}
+    model = build_model(cfg, device=device, dtype=dtype, weights_dir=weights_dir)
+    say = log or (lambda line: print(line, file=sys.stderr))
+    with torch.inference_mode():
+        for b in batch:
+            for s in context:
+                todo = [q for q in tokens if (b, s, q) not in done]
+                if not todo:
+                    continue
+                records = measure_group(model, cfg, batch=b, context=s, tokens=todo,
+                                        repeats=repeats, warmup=warmup, device=device,
+                                        method=method)
+                table = table.with_records(records)
+                table.save(out)
+                say(f"batch {b} context {s}: " + ", ".join(_brief(r) for r in records))
+    return table
+
+
+def _resume(out: str | os.PathLike[str], cfg: ModelConfig, dtype: str, label: str,
+            method: str) -> LatencyTable:
+    existing = LatencyTable.load_if_exists(out)
+    if existing is None:
+        import transformers
+
+        meta = {"method": method, "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        return LatencyTable(label, dtype, cfg, (), meta)
+    existing.check_matches(model=cfg, dtype=dtype, device=label,
+                           source=f"{Path(out)} (resuming; use another --out for a new sweep)")
+    if existing.meta.get("method", "eager") != method:
+        raise TreeoptError(f"{out}: measured with method {existing.meta.get('method')!r}, not "
+                           f"{method!r}; use another --out")
+    return existing
+
+
+def _brief(r: LatencyRecord) -> str:
+    return f"q={r.tokens} {r.error}" if r.error else f"q={r.tokens} {r.ms_median:.3f} ms"
