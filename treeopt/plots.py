@@ -1,0 +1,151 @@
+"""Plotly figures of heads, trees and growth curves. Pure functions: data in, figure out.
+
+Used by the Streamlit pages; they never compute, only pass library results here and render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
+
+from treeopt.accuracy import AccuracyTable
+from treeopt.tree import Tree
+
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
+ACCURACY_KINDS: tuple[str, ...] = ("marginal", "cumulative", "conditional")
+
+
+def accuracy_heatmap(table: AccuracyTable, *, kind: str = "marginal", title: str = "",
+                     max_rank: int = 10) -> go.Figure:
+    """Head × rank heatmap of ``kind`` accuracies (percent), counts in the hover."""
+    if kind == "conditional" and table.conditional is None:
+        values = np.full_like(table.marginal, np.nan)
+    else:
+        values = {"marginal": table.marginal, "cumulative": table.cumulative,
+                  "conditional": table.conditional}[kind]
+    values = np.asarray(values)[:, :max_rank] * 100
+    counts = table.conditional_counts if kind == "conditional" else table.counts
+    heads = [f"head {k + 1}" for k in range(table.heads)]
+    ranks = [f"top{i + 1}" if kind == "cumulative" else f"rank {i}" for i in range(values.shape[1])]
+    hover = [[f"{heads[k]}, {ranks[i]}: {values[k, i]:.2f}%"
+              + ("" if counts is None else f"<br>n = {int(counts[k]):,}")
+              for i in range(values.shape[1])] for k in range(values.shape[0])]
+    fig = go.Figure(go.Heatmap(z=values, x=ranks, y=heads, colorscale="Viridis", zmin=0,
+                               zmax=100, text=np.round(values, 1), texttemplate="%{text}",
+                               hovertext=hover, hoverinfo="text",
+                               colorbar=dict(title="accuracy (%)")))
+    fig.update_layout(title=title or f"{kind.capitalize()} accuracy per head and rank",
+                      xaxis_title="candidate rank" if kind != "cumulative" else "top-i",
+                      yaxis_title="draft head", yaxis_autorange="reversed", **_LAYOUT)
+    return fig
+
+
+def growth_curves(curves: Mapping[str, npt.ArrayLike], *,
+                  points: Mapping[str, tuple[int, float]] | None = None,
+                  title: str = "Expected accepted length vs tree size") -> go.Figure:
+    """E[L]-vs-size curves (index = number of nodes), plus single trees as labelled points."""
+    fig = go.Figure()
+    for name, values in curves.items():
+        y = np.asarray(values, dtype=float)
+        fig.add_trace(go.Scatter(x=np.arange(y.size), y=y, mode="lines", name=name,
+                                 hovertemplate="%{x} nodes: E[L] = %{y:.4f}<extra>" + name
+                                 + "</extra>"))
+    for name, (size, ell) in (points or {}).items():
+        fig.add_trace(go.Scatter(x=[size], y=[ell], mode="markers+text", name=name,
+                                 text=[name], textposition="top center",
+                                 marker=dict(size=12, symbol="diamond")))
+    fig.update_layout(title=title, xaxis_title="tree size (nodes, root excluded)",
+                      yaxis_title="E[L] (tokens per step)", **_LAYOUT)
+    return fig
+
+
+def gap_curve(calibration: npt.ArrayLike, held_out: npt.ArrayLike) -> go.Figure:
+    """Calibration minus held-out E[L] per size: how much the grown trees overfit."""
+    cal, held = np.asarray(calibration, float), np.asarray(held_out, float)
+    n = min(cal.size, held.size)
+    fig = go.Figure(go.Scatter(x=np.arange(n), y=cal[:n] - held[:n], mode="lines",
+                               name="gap", hovertemplate="%{x} nodes: gap %{y:.4f}<extra></extra>"))
+    fig.add_hline(y=0, line_dash="dot", line_color="grey")
+    fig.update_layout(title="Held-out gap: E[L] on the calibration trace minus E[L] held out",
+                      xaxis_title="tree size (nodes)", yaxis_title="gap (tokens per step)",
+                      **_LAYOUT)
+    return fig
+
+
+def tree_figure(tree: Tree, probabilities: Sequence[float] | None = None, *,
+                title: str = "") -> go.Figure:
+    """Interactive drawing: depth down the page, colour and size by acceptance probability."""
+    xy = np.stack([tidy_x(tree), -tree.position_offsets.astype(float)], axis=1)
+    prob = np.concatenate([[1.0], np.asarray(probabilities if probabilities is not None
+                                             else np.full(tree.size, np.nan), dtype=float)])
+    edge_x, edge_y = [], []
+    for i, parent in enumerate(tree.parents.tolist()):
+        edge_x += [xy[parent + 1, 0], xy[i + 1, 0], None]
+        edge_y += [xy[parent + 1, 1], xy[i + 1, 1], None]
+    labels = ["root (base model token)"] + [
+        f"path {list(p)}<br>depth {len(p)}, rank {p[-1]}<br>P(accepted) = {prob[i + 1]:.4f}"
+        for i, p in enumerate(tree.paths)]
+    finite = np.nan_to_num(prob, nan=0.5)
+    fig = go.Figure([
+        go.Scatter(x=edge_x, y=edge_y, mode="lines", line=dict(color="#bbb", width=1),
+                   hoverinfo="skip", showlegend=False),
+        go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="markers", hovertext=labels, hoverinfo="text",
+                   showlegend=False,
+                   marker=dict(size=8 + 22 * np.sqrt(finite), color=finite, colorscale="Viridis",
+                               cmin=0, cmax=1, line=dict(color="#333", width=0.5),
+                               colorbar=dict(title="P(accepted)"))),
+    ])
+    fig.update_layout(title=title or f"Tree of {tree.size} nodes, depth {tree.depth}",
+                      xaxis=dict(visible=False), yaxis=dict(title="depth", tickvals=
+                      -np.arange(tree.depth + 1), ticktext=[str(d) for d in range(tree.depth + 1)]),
+                      **{**_LAYOUT, "height": 460})
+    return fig
+
+
+def tidy_x(tree: Tree) -> npt.NDArray[np.float64]:
+    """x of each token (root first): leaves evenly spaced in depth-first rank order, every
+    parent centred over its children — a networkx post-order walk of the tree.
+
+    >>> tidy_x(Tree.from_choices([[0], [1], [0, 0], [0, 1]])).tolist()
+    [1.25, 0.5, 2.0, 0.0, 1.0]
+    """
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    graph.add_node(0)
+    # canonical order inserts siblings in rank order, so the walk visits them left to right
+    graph.add_edges_from((int(p) + 1, i + 1) for i, p in enumerate(tree.parents.tolist()))
+    x = np.zeros(tree.num_tokens)
+    next_leaf = 0.0
+    for token in nx.dfs_postorder_nodes(graph, 0):
+        kids = list(graph.successors(token))
+        if kids:
+            x[token] = float(np.mean(x[kids]))
+        else:
+            x[token], next_leaf = next_leaf, next_leaf + 1.0
+    return x
+
+
+def widths_figure(widths: Mapping[str, Sequence[int]]) -> go.Figure:
+    """Nodes per depth, one bar group per tree."""
+    fig = go.Figure([go.Bar(x=list(range(1, len(w) + 1)), y=list(w), name=name)
+                     for name, w in widths.items()])
+    fig.update_layout(title="Width per depth", xaxis_title="depth (draft head)",
+                      yaxis_title="nodes", barmode="group", **_LAYOUT)
+    return fig
+
+
+def accept_histogram(histograms: Mapping[str, Sequence[int]]) -> go.Figure:
+    """Accepted-length histograms (index = accepted tokens per step), as shares of steps."""
+    fig = go.Figure()
+    for name, hist in histograms.items():
+        h = np.asarray(hist, dtype=float)
+        share = h / max(h.sum(), 1.0) * 100
+        fig.add_trace(go.Bar(x=np.arange(h.size)[1:], y=share[1:], name=name,
+                             hovertemplate="%{x} tokens: %{y:.1f}% of steps<extra></extra>"))
+    fig.update_layout(title="Accepted tokens per step", xaxis_title="accepted tokens per step",
+                      yaxis_title="share of steps (%)", barmode="group", **_LAYOUT)
+    return fig
