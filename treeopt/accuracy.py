@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,17 @@ def read_accuracies(path: str | os.PathLike[str]) -> AccuracyTable:
     except (UnicodeDecodeError, IsADirectoryError):
         raise TreeoptError(f"{p}: not a text CSV file") from None
     return _from_csv(text, str(p))
+
+
+def parse_accuracies(text: str, *, source: str) -> AccuracyTable:
+    """Parse accuracy-table text: JSON when ``source`` ends in .json, else CSV."""
+    if source.lower().endswith(".json"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TreeoptError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return _from_json(obj, source)
+    return _from_csv(text, source)
 
 
 def _from_csv(text: str, source: str) -> AccuracyTable:

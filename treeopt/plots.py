@@ -149,3 +149,12 @@ def accept_histogram(histograms: Mapping[str, Sequence[int]]) -> go.Figure:
     fig.update_layout(title="Accepted tokens per step", xaxis_title="accepted tokens per step",
                       yaxis_title="share of steps (%)", barmode="group", **_LAYOUT)
     return fig
+
+
+def time_split(seconds: Mapping[str, float]) -> go.Figure:
+    """Where a decoding run's step time went (drafting, verification, bookkeeping)."""
+    fig = go.Figure(go.Bar(x=list(seconds), y=[v * 1e3 for v in seconds.values()],
+                           hovertemplate="%{x}: %{y:.1f} ms<extra></extra>"))
+    fig.update_layout(title="Time per phase over the whole run", xaxis_title="phase",
+                      yaxis_title="time (ms)", **_LAYOUT)
+    return fig

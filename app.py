@@ -1,0 +1,17 @@
+"""treeopt workbench: `streamlit run app.py`. Navigation only; every page lives in app_pages/."""
+
+import streamlit as st
+
+st.set_page_config(page_title="treeopt — speculation tree workbench", page_icon="🌳",
+                   layout="wide")
+
+PAGES = [
+    st.Page("app_pages/data.py", title="Data", icon="📂", default=True),
+    st.Page("app_pages/heads.py", title="Heads", icon="🎯"),
+    st.Page("app_pages/trees.py", title="Trees", icon="🌳"),
+    st.Page("app_pages/hardware.py", title="Hardware", icon="⚙️"),
+    st.Page("app_pages/export.py", title="Export", icon="📦"),
+    st.Page("app_pages/verify.py", title="Verify", icon="✅"),
+]
+
+st.navigation(PAGES).run()

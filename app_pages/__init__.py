@@ -1,0 +1,1 @@
+"""Streamlit pages of the treeopt app: widgets → library call → render, nothing else."""

@@ -1,0 +1,63 @@
+"""Data: the shipped demo, an uploaded trace or accuracy table, or a calibration run."""
+
+import streamlit as st
+
+from app_pages.state import current_dataset, demo_dataset, set_dataset, show_error
+from treeopt.workbench import calibrate_local, dataset_from_upload
+
+st.title("Data")
+st.write("Every page works on the acceptance statistics chosen here: rank traces (exact "
+         "simulation of greedy verification) or accuracy tables (Medusa's independence model).")
+choice = st.radio("Source", ["Shipped demo", "Upload a file", "Calibrate a local model"],
+                  horizontal=True, key="data_source")
+
+if choice == "Shipped demo":
+    try:
+        set_dataset(demo_dataset())
+    except Exception as exc:  # noqa: BLE001 — shown in the page
+        show_error(exc)
+elif choice == "Upload a file":
+    upload = st.file_uploader("Rank trace (.npz) or accuracy table (.csv: head,top1,…,topK; "
+                              ".json)", type=["npz", "csv", "json"], key="data_upload")
+    if upload is not None:
+        try:
+            set_dataset(dataset_from_upload(upload.name, upload.getvalue()))
+            st.success(f"Loaded {upload.name}.")
+        except Exception as exc:  # noqa: BLE001
+            show_error(exc)
+else:
+    with st.form("calibrate"):
+        model_dir = st.text_input("Base model directory (Hugging Face format)")
+        heads_dir = st.text_input("Draft heads directory")
+        prompts = st.text_input("Prompts file (JSONL with a 'prompt' field, or plain text)")
+        c1, c2, c3 = st.columns(3)
+        top_k = c1.number_input("Recorded top-k", 1, 1000, 16)
+        new_tokens = c2.number_input("Greedy tokens per prompt", 8, 4096, 128)
+        out = c3.text_input("Write the trace to", "calibration.npz")
+        run = st.form_submit_button("Calibrate")
+    if run:
+        bar = st.progress(0.0, text="Calibrating…")
+        try:
+            dataset = calibrate_local(model_dir, heads_dir, prompts, out=out, top_k=int(top_k),
+                                      max_new_tokens=int(new_tokens),
+                                      progress=lambda i, n: bar.progress(i / n,
+                                                                         text=f"batch {i}/{n}"))
+            set_dataset(dataset)
+            st.success(f"Wrote {out}.")
+        except Exception as exc:  # noqa: BLE001
+            show_error(exc)
+
+try:
+    data = current_dataset()
+except Exception as exc:  # noqa: BLE001
+    show_error(exc)
+    st.stop()
+st.subheader(data.name)
+if data.description:
+    st.caption(data.description)
+for label, source in data.sources.items():
+    held = data.held_out.get(label)
+    st.markdown(f"- **{label}**: {source.heads} heads"
+                + (f", {source.positions:,} calibration positions" if data.has_trace(label)
+                   else ", accuracy table")
+                + (f"; held-out trace of {held.positions:,} positions" if held else ""))

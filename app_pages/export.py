@@ -1,0 +1,44 @@
+"""Export: the chosen tree in every engine format, each engine's constraints checked."""
+
+import streamlit as st
+
+from app_pages.state import TREE_KEY, current_dataset, show_error
+from treeopt.formats import FORMATS, engine_problems, export
+from treeopt.grow import grow
+
+st.title("Export")
+chosen = st.session_state.get(TREE_KEY)
+if chosen is None:  # nothing chosen on the Trees page yet: the empirical 64-node tree
+    data = current_dataset()
+    label = next(iter(data.sources))
+    method = "empirical" if data.has_trace(label) else "independent"
+    try:
+        tree = grow(data.sources[label], method=method, max_nodes=64).tree(64)
+    except Exception as exc:  # noqa: BLE001
+        show_error(exc)
+        st.stop()
+    chosen = (tree, f"{label} · {method} · none · {tree.size} nodes", label)
+tree, description, _ = chosen
+st.caption(f"Tree: {description} — choose another on the Trees page.")
+num_heads = st.number_input("Draft heads the engine serves", min_value=1, max_value=64,
+                            value=max(tree.depth, 1), key="export_heads")
+draft = st.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
+                 key="export_draft")
+
+NAMES = {"medusa": "Medusa reference code", "hydra": "Hydra reference code",
+         "trtllm": "TensorRT-LLM run script", "trtllm-yaml": "TensorRT-LLM LLM-API YAML",
+         "triton": "TensorRT-LLM Triton backend", "vllm": "vLLM", "growmap": "Sequoia growmap",
+         "paths": "leaf paths", "json": "treeopt tree file"}
+EXT = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": "json"}
+for tab, fmt in zip(st.tabs([NAMES[f] for f in FORMATS]), FORMATS, strict=True):
+    with tab:
+        problems = engine_problems(tree, fmt, num_heads=int(num_heads))
+        if problems:
+            st.warning("This engine cannot run this tree: " + "; ".join(problems))
+            continue
+        text = export(tree, fmt, num_heads=int(num_heads), draft=draft)
+        st.success("Constraints checked: the engine can read this tree as it is.")
+        st.code(text, language="yaml" if fmt == "trtllm-yaml" else "json", wrap_lines=True)
+        st.download_button(f"Download {NAMES[fmt]}", text,
+                           file_name=f"tree_{tree.size}_{fmt}.{EXT.get(fmt, 'txt')}",
+                           key=f"dl_{fmt}")

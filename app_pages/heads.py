@@ -1,0 +1,28 @@
+"""Heads: accuracy heatmaps (head × rank), side by side for every head kind in the data."""
+
+import streamlit as st
+
+from app_pages.state import current_dataset, show_error
+from treeopt import plots
+
+st.title("Heads")
+data = current_dataset()
+kind = st.radio("Accuracy", plots.ACCURACY_KINDS, horizontal=True, key="heads_kind",
+                help="marginal: P(true token is the head's i-th candidate); cumulative: top-i; "
+                     "conditional: given every earlier head ranked it first")
+max_rank = st.slider("Ranks shown", 2, 32, 10, key="heads_ranks")
+columns = st.columns(len(data.sources))
+for column, (label, _) in zip(columns, data.sources.items(), strict=True):
+    try:
+        table = data.table(label)
+    except Exception as exc:  # noqa: BLE001
+        with column:
+            show_error(exc)
+        continue
+    with column:
+        st.subheader(label)
+        st.plotly_chart(plots.accuracy_heatmap(table, kind=kind, max_rank=max_rank,
+                                               title=f"{label}: {kind} accuracy (%)"),
+                        use_container_width=True)
+        if table.counts is not None:
+            st.caption(f"{int(table.counts[0]):,} positions per head")

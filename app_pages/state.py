@@ -1,0 +1,44 @@
+"""The app's session state and cached loaders: the only place pages keep anything between runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from treeopt.errors import TreeoptError
+from treeopt.workbench import Dataset
+
+DATASET_KEY = "dataset"
+TREE_KEY = "chosen_tree"
+
+
+@st.cache_resource(show_spinner="Loading the demo…")
+def demo() -> Any:
+    """The shipped demo (model, heads, traces, growths), loaded once per server."""
+    from treeopt.demo import load
+
+    return load()
+
+
+@st.cache_resource(show_spinner=False)
+def demo_dataset() -> Dataset:
+    from treeopt.demo import demo_dataset as build
+
+    return build(demo())
+
+
+def current_dataset() -> Dataset:
+    """The dataset chosen on the Data page; the demo until the user picks another."""
+    chosen = st.session_state.get(DATASET_KEY)
+    return chosen if chosen is not None else demo_dataset()
+
+
+def set_dataset(dataset: Dataset | None) -> None:
+    st.session_state[DATASET_KEY] = dataset
+
+
+def show_error(exc: Exception) -> None:
+    """A user-facing error in the page, never a traceback."""
+    message = str(exc) if isinstance(exc, TreeoptError) else f"{exc.__class__.__name__}: {exc}"
+    st.error(message, icon="⚠️")

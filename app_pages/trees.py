@@ -1,0 +1,75 @@
+"""Trees: grow, compare E[L]-vs-size curves, draw the chosen tree, see the held-out gap."""
+
+import streamlit as st
+
+from app_pages.state import TREE_KEY, current_dataset, show_error
+from treeopt import plots
+from treeopt.grow import CONSTRAINTS
+from treeopt.workbench import growth_pair, imported_tree_point, view_tree
+
+st.title("Trees")
+data = current_dataset()
+left, right = st.columns([1, 3])
+with left:
+    label = st.selectbox("Heads", list(data.sources), key="trees_label")
+    source = data.sources[label]
+    methods = ["empirical", "independent"] if data.has_trace(label) else ["independent"]
+    method = st.radio("Acceptance model", methods, horizontal=True, key="trees_method",
+                      help="empirical: exact under greedy verification, from the rank trace; "
+                           "independent: Medusa's product of per-head accuracies")
+    max_nodes = st.slider("Largest tree (nodes)", 8, 256, 128, step=8, key="trees_max")
+    size = st.slider("Chosen tree size", 1, max_nodes, min(64, max_nodes), key="trees_size")
+    max_depth = st.slider("Max depth", 1, source.heads, source.heads, key="trees_depth")
+    max_rank = st.slider("Max rank", 1, 32, 10, key="trees_rank")
+    constraint = st.selectbox("Engine constraint", CONSTRAINTS, key="trees_constraint",
+                              help="contiguous: Hydra reference code; uniform: vLLM")
+    pasted = st.text_area("Compare a tree (paste a choices list in any engine form)",
+                          key="trees_pasted", placeholder="[[0], [0, 0], [1], [0, 1]]")
+
+try:
+    growths = growth_pair(source, max_nodes=max_nodes, max_depth=max_depth, max_rank=max_rank,
+                          constraint=constraint)
+    others = {f"{other} · {m}": g.expected_accept_length
+              for other in data.sources if other != label and data.has_trace(other)
+              for m, g in growth_pair(data.sources[other], max_nodes=max_nodes,
+                                      max_depth=max_depth, max_rank=max_rank,
+                                      constraint=constraint).items() if m == "empirical"}
+    growth = growths[method]
+    size = min(size, growth.max_nodes)
+    tree = growth.tree(size)
+    view = view_tree(tree, source, method=method)
+    points = {}
+    if pasted.strip():
+        pasted_tree, pasted_ell = imported_tree_point(pasted, source, method=method)
+        points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
+except Exception as exc:  # noqa: BLE001 — every failure is shown in the page
+    show_error(exc)
+    st.stop()
+
+st.session_state[TREE_KEY] = (tree, f"{label} · {method} · {constraint} · {tree.size} nodes",
+                              label)
+with right:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("E[L] of the chosen tree", f"{view.expected_accept_length:.4f}")
+    c2.metric("Nodes / depth", f"{tree.size} / {tree.depth}")
+    c3.metric("Tokens verified per step", f"{tree.num_tokens}")
+    curves = {f"{label} · {m}": g.expected_accept_length for m, g in growths.items()}
+    st.plotly_chart(plots.growth_curves({**curves, **others}, points=points),
+                    use_container_width=True)
+    st.plotly_chart(plots.tree_figure(tree, view.probabilities,
+                                      title=f"{label}: {method} tree of {tree.size} nodes "
+                                            f"(E[L] = {view.expected_accept_length:.3f})"),
+                    use_container_width=True)
+    w1, w2 = st.columns(2)
+    w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
+                    use_container_width=True)
+    held = data.held_out.get(label)
+    if held is not None:
+        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length, growth.evaluate(held)),
+                        use_container_width=True)
+    else:
+        w2.info("No held-out trace for these heads: the gap between calibration and held-out "
+                "E[L] cannot be shown. Trees grown on few positions overfit them.")
+    st.caption("E[L] weights every calibration position equally; real decoding starts steps at "
+               "only some positions, and typical acceptance or sampling accept more than one "
+               "path — measure those on the Verify page.")

@@ -1,0 +1,70 @@
+"""Verify: decode live with the tree and compare with autoregressive decoding and the prediction."""
+
+import html
+
+import streamlit as st
+
+from app_pages.state import TREE_KEY, demo, show_error
+from treeopt import plots
+from treeopt.grow import grow
+from treeopt.live import live_run
+
+st.title("Verify")
+st.write("Decode one prompt with the tree and without it, through the same loop. Under greedy "
+         "verification the two outputs must be identical; each highlighted piece is what one "
+         "step accepted.")
+try:
+    bundle = demo()
+except Exception as exc:  # noqa: BLE001
+    show_error(exc)
+    st.stop()
+
+kinds = list(bundle.heads)
+chosen = st.session_state.get(TREE_KEY)
+default_kind = chosen[2] if chosen and chosen[2] in kinds else kinds[0]
+c1, c2, c3 = st.columns(3)
+kind = c1.selectbox("Demo heads", kinds, index=kinds.index(default_kind), key="verify_kind")
+mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verify_mode")
+new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
+if chosen and chosen[2] == kind:
+    tree, description = chosen[0], chosen[1]
+else:
+    tree = grow(bundle.traces[kind], method="empirical", max_nodes=64).tree(64)
+    description = f"{kind} · empirical · 64 nodes"
+st.caption(f"Tree: {description}. Choose another on the Trees page.")
+prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")
+
+if st.button("Run live verification", type="primary", key="verify_run"):
+    with st.spinner("Decoding with the tree and autoregressively…"):
+        try:
+            run = live_run(bundle.model, bundle.tokenizer, bundle.heads[kind], tree, prompt,
+                           max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind])
+        except Exception as exc:  # noqa: BLE001
+            show_error(exc)
+            st.stop()
+    m = st.columns(4)
+    m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
+                help=f"± {run.stderr:.3f} (standard error over {len(run.accept_lengths)} steps)")
+    if run.predicted_accept_length is not None:
+        rel = (run.mean_accept_length / run.predicted_accept_length - 1) * 100
+        m[1].metric("Predicted E[L] (calibration trace)", f"{run.predicted_accept_length:.3f}",
+                    delta=f"{rel:+.1f}% measured vs predicted", delta_color="off")
+    m[2].metric("Tree decoding", f"{run.tree_tokens_per_s:.0f} tokens/s",
+                delta=f"{run.tree_tokens_per_s / run.autoregressive_tokens_per_s:.2f}× "
+                      "autoregressive")
+    m[3].metric("Autoregressive", f"{run.autoregressive_tokens_per_s:.0f} tokens/s")
+    if run.outputs_match is True:
+        st.success("Lossless: the tree's output equals plain greedy decoding token for token.")
+    elif run.outputs_match is False:
+        st.error("The outputs differ: greedy tree decoding should be lossless — please report it.")
+    else:
+        st.info("Typical acceptance trades exactness for longer accepted paths; outputs may differ.")
+    colours = ["#dbeafe", "#fde68a"]
+    spans = "".join(f'<span style="background:{colours[i % 2]}" title="step {i}">'
+                    f"{html.escape(piece)}</span>" for i, piece in enumerate(run.segments))
+    st.markdown(f'<pre style="white-space:pre-wrap">{html.escape(prompt)}{spans}</pre>',
+                unsafe_allow_html=True)
+    left, right = st.columns(2)
+    left.plotly_chart(plots.accept_histogram({"measured": run.histogram}),
+                      use_container_width=True)
+    right.plotly_chart(plots.time_split(run.time_split), use_container_width=True)

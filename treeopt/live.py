@@ -1,0 +1,66 @@
+"""One live comparison for the app's Verify page: tree vs autoregressive decoding of one prompt,
+with the text split into the tokens each step accepted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from treeopt.errors import TreeoptError
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """Both decodings of one prompt and what the page shows about them."""
+
+    segments: tuple[str, ...]  # the tree decoding's text, one piece per step (first: prefill)
+    autoregressive_text: str
+    accept_lengths: tuple[int, ...]
+    histogram: tuple[int, ...]
+    mean_accept_length: float
+    stderr: float
+    tree_tokens_per_s: float
+    autoregressive_tokens_per_s: float
+    outputs_match: bool | None  # None under typical acceptance (outputs may differ by design)
+    predicted_accept_length: float | None
+    time_split: dict[str, float]  # seconds spent drafting, verifying, bookkeeping
+
+
+def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
+             max_new_tokens: int = 128, mode: str = "greedy",
+             trace: RankTrace | None = None) -> LiveRun:
+    """Decode ``prompt`` with ``tree`` and autoregressively (after a short warm-up of each)."""
+    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.simulate import simulate
+    from treeopt.verify import check_tree_for
+
+    if not prompt.strip():
+        raise TreeoptError("the prompt is empty")
+    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source="tree")
+    ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode,
+                          eos_token_id=getattr(tokenizer, "eos_token_id", None))
+    warm = DecodeConfig(max_new_tokens=4, mode=mode)
+    generate(model, heads, tree, ids, config=warm)
+    autoregressive(model, ids, config=warm)
+    spec = generate(model, heads, tree, ids, config=config)
+    base = autoregressive(model, ids, config=config)
+    stats = spec.stats
+    bounds, pieces = 1, [spec.tokens[:1]]
+    for n in stats.accept_lengths:
+        pieces.append(spec.tokens[bounds:bounds + n])
+        bounds += n
+    segments = tuple(tokenizer.decode(list(p)) for p in pieces if p)
+    predicted = simulate(tree, trace).mean_accept_length if trace is not None else None
+    return LiveRun(
+        segments=segments, autoregressive_text=tokenizer.decode(list(base.tokens)),
+        accept_lengths=stats.accept_lengths, histogram=tuple(stats.histogram),
+        mean_accept_length=stats.mean_accept_length, stderr=stats.stderr,
+        tree_tokens_per_s=stats.tokens_per_s,
+        autoregressive_tokens_per_s=base.stats.tokens_per_s,
+        outputs_match=(spec.tokens == base.tokens) if mode == "greedy" else None,
+        predicted_accept_length=predicted,
+        time_split={"drafting": stats.draft_s, "verification": stats.verify_s,
+                    "bookkeeping": stats.bookkeeping_s})
