@@ -19,6 +19,7 @@ from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
 LATENCY_FORMAT = "treeopt.latency/1"
+DRAFT_FORMAT = "treeopt.draft-latency/1"
 Key = tuple[int, int, int]
 
 
@@ -90,6 +91,10 @@ class LatencyTable:
     def by_key(self) -> dict[Key, LatencyRecord]:
         return {r.key: r for r in self.records}
 
+    def points(self) -> list[tuple[int, int, int, float]]:
+        """``(batch, context, tokens, seconds)`` of every measured (not failed) record."""
+        return [(r.batch, r.context, r.tokens, r.ms_median / 1e3) for r in self.records if r.ok]
+
     def with_records(self, records: list[LatencyRecord]) -> LatencyTable:
         """A table with ``records`` added (replacing any record of the same key)."""
         merged = self.by_key()
@@ -142,3 +147,14 @@ def _opt_float(value: Any) -> float | None:
 def _shape(cfg: ModelConfig) -> str:
     return (f"hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads}/"
             f"{cfg.num_kv_heads} heads, vocab {cfg.vocab_size}")
+
+
+def load_draft_latency(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a draft-latency file (see :mod:`profiling.drafting`), checking its tag and fields."""
+    doc = read_tagged_json(path, DRAFT_FORMAT)
+    heads = doc.get("heads")
+    if not isinstance(heads, dict) or heads.get("kind") not in ("medusa", "hydra"):
+        raise TreeoptError(f"{path}: 'heads' must be an object whose kind is medusa or hydra")
+    if not isinstance(doc.get("records"), list):
+        raise TreeoptError(f"{path}: missing 'records'")
+    return doc

@@ -2,9 +2,11 @@
 
 Model: ``t(b, s, q) = overhead + Σ_class R_class(b, s, q) / efficiency_class``, where R is the
 class's pure roofline time. It is linear in ``x_class = 1 / efficiency_class`` and the overhead, so
-the fit is a least-squares problem in relative error, solved exactly under the physical bounds
-``efficiency ≤ 1`` (no kernel beats the roofline) and ``overhead ≥ 0`` by enumerating active sets
-(four unknowns, sixteen sets). The error of the fit is reported beside the unfitted roofline's.
+the fit is a least-squares problem in relative error, solved exactly under the bounds
+``efficiency ≤ 100`` and ``overhead ≥ 0`` by enumerating active sets (four unknowns, sixteen
+sets). An efficiency above 1 does not mean a kernel beat the hardware: it means the row's peaks
+are not that class's real ceiling (a tiny model's weights staying in CPU cache while the bandwidth
+is DRAM's). The error of the fit is reported beside the unfitted roofline's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from roofline.sweep import roofline
 from treeopt.errors import TreeoptError
 
 Point = tuple[int, int, int, float]  # batch, context, tokens, measured seconds
+MIN_SCALE = 0.01  # time multiplier = 1 / efficiency; efficiency ≤ 100
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,11 @@ def fit_efficiency(cfg: ModelConfig, hardware: Hardware, points: Sequence[Point]
     measured = np.array([p[3] for p in points], dtype=np.float64)
     if np.any(measured <= 0):
         raise TreeoptError("measured latencies must be positive")
-    # x = 1 + z with z ≥ 0; unknowns [z_matmul, z_attention, z_elementwise, overhead] ≥ 0
+    # x = MIN_SCALE + z, z ≥ 0; unknowns [z_matmul, z_attention, z_elementwise, overhead] ≥ 0
     design = np.column_stack([raw, np.ones(len(points))]) / measured[:, None]
-    target = (measured - raw.sum(axis=1)) / measured
+    target = (measured - MIN_SCALE * raw.sum(axis=1)) / measured
     solution = _nnls(design, target)
-    scale = 1.0 + solution[:3]
+    scale = MIN_SCALE + solution[:3]
     eff = Efficiency(*(float(1.0 / x) for x in scale), overhead_s=float(solution[3]))
     fitted = raw @ scale + solution[3]
     before = _errors(raw.sum(axis=1), measured)

@@ -83,7 +83,10 @@ class Precision:
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achieved fraction of the roofline per operator class, and a fixed per-step overhead."""
+    """Achieved fraction of the roofline per operator class, and a fixed per-step overhead.
+
+    Time of an operator = roofline time / efficiency of its class; 1 is the pure roofline.
+    """
 
     matmul: float = 1.0
     attention: float = 1.0
@@ -92,8 +95,8 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         for name in OP_CLASSES:
-            if not 0 < getattr(self, name) <= 1:
-                raise TreeoptError(f"efficiency {name} must be in (0, 1], got {getattr(self, name)}")
+            if not 0 < getattr(self, name) <= 100:
+                raise TreeoptError(f"efficiency {name} must be in (0, 100], got {getattr(self, name)}")
         if self.overhead_s < 0:
             raise TreeoptError(f"efficiency overhead_s must be ≥ 0, got {self.overhead_s}")
 

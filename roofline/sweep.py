@@ -23,6 +23,7 @@ from roofline.model import (
     operators,
 )
 from treeopt.errors import TreeoptError
+from treeopt.files import check_format
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +60,11 @@ class Roofline:
                                f"{list(self.batch)} × {list(self.context)} × {list(self.tokens)}"
                                ) from None
         return float(self.total_s[ib, ic, iq])
+
+    def points(self) -> list[tuple[int, int, int, float]]:
+        """``(batch, context, tokens, seconds)`` of every swept point."""
+        return [(b, s, q, float(self.total_s[ib, ic, iq])) for ib, b in enumerate(self.batch)
+                for ic, s in enumerate(self.context) for iq, q in enumerate(self.tokens)]
 
     def records(self) -> list[dict[str, Any]]:
         """One record per (b, s, q): every operator's flops, bytes, intensity, bound, time."""
@@ -126,3 +132,13 @@ def roofline(cfg: ModelConfig, hardware: Hardware, *, batch: Sequence[int],
     total = op_s.sum(axis=0) + efficiency.overhead_s
     return Roofline(cfg, hardware, precision, efficiency, attention, tuple(map(int, batch)),
                     tuple(map(int, context)), tuple(map(int, tokens)), ops, op_s, class_raw, total)
+
+
+def read_roofline_points(doc: dict[str, Any], *, source: str) -> list[tuple[int, int, int, float]]:
+    """``(batch, context, tokens, seconds)`` from a saved roofline document."""
+    check_format(doc, ROOFLINE_FORMAT, source)
+    try:
+        return [(int(r["batch"]), int(r["context"]), int(r["tokens"]), float(r["time_s"]))
+                for r in doc["records"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TreeoptError(f"{source}: malformed roofline records ({exc!r})") from None

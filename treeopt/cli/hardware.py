@@ -1,0 +1,285 @@
+"""Hardware sub-commands: ``profile`` (and ``profile device``, ``profile draft``), ``roofline``,
+``select``. Each handler parses flags, calls the library, and writes JSON; no computation here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from treeopt.cli.common import add_out, emit, int_list, require
+from treeopt.errors import TreeoptError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="measure verify-step latency over batch × context × tokens",
+                       description="Measure verify-step latency; 'profile device' and 'profile "
+                       "draft' measure the device's peaks and the draft heads' cost.")
+    _add_model(p)
+    _add_device(p)
+    _add_grid(p, tokens=True)
+    p.add_argument("--repeats", type=int, default=20, help="timed repeats per point (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls per point first")
+    p.add_argument("--cuda-graphs", action="store_true", help="replay one CUDA graph per q")
+    p.add_argument("--out", metavar="FILE", help="latency table; an existing one is resumed")
+    p.set_defaults(func=cmd_profile)
+    forms = p.add_subparsers(dest="form", metavar="{device,draft}")
+
+    d = forms.add_parser("device", help="achieved matmul FLOP/s and memory bandwidth")
+    d.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    d.add_argument("--dtype", type=_names, metavar="LIST",
+                   help="matmul dtypes (default bf16,fp32 on CUDA, fp32 on CPU)")
+    d.add_argument("--matmul-size", type=int, metavar="N", help="n of the n×n matmul")
+    d.add_argument("--copy-mib", type=int, metavar="MIB", help="size of the copied buffer")
+    d.add_argument("--repeats", type=int, default=10)
+    add_out(d)
+    d.set_defaults(func=cmd_profile_device)
+
+    d = forms.add_parser("draft", help="the draft heads' own latency per step")
+    _add_model(d)
+    _add_device(d)
+    d.add_argument("--kind", choices=("medusa", "hydra"), required=True)
+    d.add_argument("--heads", type=int, required=True, metavar="K", help="number of heads")
+    d.add_argument("--layers", type=int, default=1, help="layers per head (default 1)")
+    d.add_argument("--batch", type=int_list("--batch"), required=True, metavar="LIST")
+    d.add_argument("--nodes", type=int_list("--nodes"), default=[1, 2, 4, 8, 16, 32],
+                   metavar="LIST", help="Hydra: nodes expanded per depth (default 1,…,32)")
+    d.add_argument("--repeats", type=int, default=20)
+    d.add_argument("--warmup", type=int, default=3)
+    d.add_argument("--out", metavar="FILE", required=True)
+    d.set_defaults(func=cmd_profile_draft)
+
+    p = sub.add_parser("roofline", help="predicted step latency from FLOPs and bytes per operator")
+    _add_model(p)
+    _add_precision(p)
+    _add_grid(p, tokens=True)
+    p.add_argument("--fit", metavar="LATENCY", help="fit efficiencies to this latency table")
+    p.add_argument("--totals", action="store_true", help="step totals only, no operators")
+    add_out(p)
+    p.set_defaults(func=cmd_roofline)
+
+    p = sub.add_parser("select", help="the throughput-optimal tree per batch size and context")
+    p.add_argument("--growth", required=True, metavar="G.json")
+    p.add_argument("--latency", metavar="L.json", help="a measured latency table")
+    p.add_argument("--roofline", metavar="R.json", help="a saved roofline")
+    _add_model(p, required=False)
+    _add_precision(p, required=False)
+    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
+    p.add_argument("--context", type=int_list("--context"), metavar="LIST")
+    p.add_argument("--draft-latency", metavar="D.json", help="measured draft-heads cost")
+    p.add_argument("--draft-kind", choices=("medusa", "hydra"), help="predict the heads' cost")
+    p.add_argument("--draft-heads", type=int, metavar="K")
+    p.add_argument("--draft-layers", type=int, default=1)
+    p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
+                   help="depth caps to scan (default: all, when drafting grows with depth)")
+    add_out(p)
+    p.set_defaults(func=cmd_select)
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _add_model(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--model", metavar="DIR", help="a local model directory (its config.json)")
+    g.add_argument("--config", metavar="FILE", help="a bare config.json (random weights)")
+    g.add_argument("--preset", metavar="NAME", help="a named model preset (random weights)")
+    p.set_defaults(model_required=required)
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="default bf16 on CUDA, fp32 on CPU")
+
+
+def _add_precision(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--hardware", required=required, metavar="NAME|FILE",
+                   help="a row of data/hardware/gpus.csv or a hardware JSON")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="compute dtype (bf16)")
+    p.add_argument("--weight-dtype", metavar="DT", help="weights' dtype (default: --dtype)")
+    p.add_argument("--kv-dtype", metavar="DT", help="KV cache dtype (default: --dtype)")
+    p.add_argument("--attention", choices=("fused", "eager"), default="fused")
+
+
+def _add_grid(p: argparse.ArgumentParser, *, tokens: bool) -> None:
+    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
+    p.add_argument("--context", type=int_list("--context"), metavar="LIST")
+    if tokens:
+        p.add_argument("--tokens", type=int_list("--tokens"), metavar="LIST",
+                       help="tree tokens q = nodes + 1")
+
+
+def _model(args: argparse.Namespace, *, need: bool = True) -> Any:
+    from roofline.config import load_config, preset
+
+    if args.preset:
+        return preset(args.preset)
+    if args.config or args.model:
+        return load_config(args.config or args.model)
+    require(not need, "give the model: --model DIR, --config FILE or --preset NAME")
+    return None
+
+
+def _need_grid(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        require(getattr(args, name) is not None, f"--{name} is required (comma-separated list)")
+
+
+def _dtype(args: argparse.Namespace) -> str:
+    return args.dtype or ("bf16" if str(getattr(args, "device", "")).startswith("cuda") else "fp32")
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from profiling.verify import profile_verify
+
+    cfg = _model(args)
+    _need_grid(args, "batch", "context", "tokens")
+    require(bool(args.out), "--out is required: the latency table is written as points finish")
+    table = profile_verify(cfg, out=args.out, device=args.device, dtype=_dtype(args),
+                           batch=args.batch, context=args.context, tokens=args.tokens,
+                           repeats=args.repeats, warmup=args.warmup,
+                           method="cuda-graphs" if args.cuda_graphs else "eager",
+                           weights_dir=args.model)
+    failed = sum(1 for r in table.records if not r.ok)
+    print(f"wrote {args.out}: {len(table.records)} points, {failed} failed", file=sys.stderr)
+    return 0
+
+
+def cmd_profile_device(args: argparse.Namespace) -> int:
+    from profiling.device import measure_device
+
+    dtypes = args.dtype or (["bf16", "fp32"] if args.device.startswith("cuda") else ["fp32"])
+    return emit(measure_device(device=args.device, dtypes=dtypes, matmul_size=args.matmul_size,
+                               copy_mib=args.copy_mib, repeats=args.repeats), args.out)
+
+
+def cmd_profile_draft(args: argparse.Namespace) -> int:
+    from profiling.drafting import profile_draft
+    from treeopt.heads import HeadsConfig
+
+    cfg = _model(args)
+    heads = HeadsConfig(kind=args.kind, num_heads=args.heads, hidden_size=cfg.hidden_size,
+                        vocab_size=cfg.vocab_size, num_layers=args.layers)
+    doc = profile_draft(heads, out=args.out, device=args.device, dtype=_dtype(args),
+                        batch=args.batch, nodes=args.nodes, repeats=args.repeats,
+                        warmup=args.warmup)
+    print(f"wrote {args.out}: {len(doc['records'])} points", file=sys.stderr)
+    return 0
+
+
+def _precision(args: argparse.Namespace) -> Any:
+    from roofline.model import Precision
+
+    return Precision.from_dtypes(args.dtype or "bf16", weight=args.weight_dtype, kv=args.kv_dtype)
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from profiling.table import LatencyTable
+    from roofline import fit_efficiency, load_hardware, roofline
+
+    cfg, hw, precision = _model(args), load_hardware(args.hardware), _precision(args)
+    _need_grid(args, "batch", "context", "tokens")
+    fit = None
+    if args.fit:
+        table = LatencyTable.load(args.fit)
+        table.check_matches(model=cfg, dtype=precision.compute, source=args.fit)
+        fit = fit_efficiency(cfg, hw, table.points(), precision=precision,
+                             attention=args.attention)
+    r = roofline(cfg, hw, batch=args.batch, context=args.context, tokens=args.tokens,
+                 precision=precision, attention=args.attention,
+                 **({"efficiency": fit.efficiency} if fit else {}))
+    doc = r.to_json()
+    if args.totals:
+        doc["records"] = [{k: v for k, v in rec.items() if k != "operators"}
+                          for rec in doc["records"]]
+    if fit is not None:
+        doc["fit"] = {"latency_table": args.fit, **fit.to_json()}
+    return emit(doc, args.out)
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    from treeopt.grow import Growth
+    from treeopt.select import schedule, select
+
+    growth = Growth.load(args.growth)
+    verify, draft, grid = _latency_source(args, growth)
+    batch, context = args.batch or grid[0], args.context or grid[1]
+    result = select(growth, verify, batch=batch, context=context, draft=draft,
+                    depth_caps=args.max_depths)
+    result["schedules"] = [schedule(result, context=s) for s in context]
+    return emit(result, args.out)
+
+
+def _latency_source(args: argparse.Namespace, growth: Any) -> tuple[Any, Any, tuple]:
+    """(StepLatency, DraftCost, (swept batches, swept contexts)) from the select flags."""
+    from treeopt.select import StepLatency
+
+    sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
+    require(len(sources) == 1, "give exactly one of --latency L, --roofline R or --hardware NAME "
+            "(with --preset or --config)")
+    cfg = _model(args, need=bool(args.hardware))
+    if args.latency:
+        from profiling.table import LatencyTable
+
+        table = LatencyTable.load(args.latency)
+        table.check_matches(model=cfg, dtype=args.dtype, source=args.latency)
+        points = table.points()
+        verify = StepLatency.from_points(points, args.latency, device=table.device,
+                                         dtype=table.dtype, model=table.model.name)
+    elif args.roofline:
+        verify, points = _saved_roofline(args, cfg)
+    else:
+        from roofline import load_hardware, roofline
+
+        _need_grid(args, "batch", "context")
+        r = roofline(cfg, load_hardware(args.hardware), batch=args.batch, context=args.context,
+                     tokens=list(range(1, growth.max_nodes + 2)), precision=_precision(args),
+                     attention=args.attention)
+        points = r.points()
+        verify = StepLatency.from_points(points, f"roofline on {r.hardware.name}",
+                                         dtype=r.precision.compute, model=cfg.name)
+    grid = (sorted({p[0] for p in points}), sorted({p[1] for p in points}))
+    return verify, _draft(args, cfg), grid
+
+
+def _saved_roofline(args: argparse.Namespace, cfg: Any) -> tuple[Any, list]:
+    from roofline.config import ModelConfig
+    from roofline.sweep import read_roofline_points
+    from treeopt.files import read_json
+    from treeopt.select import StepLatency
+
+    doc = read_json(args.roofline)
+    points = read_roofline_points(doc, source=args.roofline)
+    if cfg is not None and not ModelConfig(**doc["model"]).same_shape(cfg):
+        raise TreeoptError(f"{args.roofline}: a roofline of model {doc['model']['name']!r}, "
+                           f"not {cfg.name!r}")
+    if args.dtype and doc.get("dtype") != args.dtype:
+        raise TreeoptError(f"{args.roofline}: a roofline in {doc.get('dtype')}, not {args.dtype}")
+    return StepLatency.from_points(points, args.roofline, dtype=doc.get("dtype"),
+                                   model=doc["model"]["name"]), points
+
+
+def _draft(args: argparse.Namespace, cfg: Any) -> Any:
+    from treeopt.select import NO_DRAFT, DraftCost, draft_from_measurements
+
+    if args.draft_latency:
+        from profiling.table import load_draft_latency
+
+        require(not args.draft_kind, "give --draft-latency or --draft-kind, not both")
+        return draft_from_measurements(load_draft_latency(args.draft_latency),
+                                       source=args.draft_latency)
+    if not args.draft_kind:
+        return NO_DRAFT
+    require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),
+            "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
+            "(--preset/--config) and --draft-heads K")
+    from roofline import load_hardware
+    from roofline.draft import DraftSpec, draft_seconds
+
+    spec = DraftSpec(args.draft_kind, args.draft_heads, cfg.hidden_size, cfg.vocab_size,
+                     args.draft_layers)
+    hw, precision = load_hardware(args.hardware), _precision(args)
+    return DraftCost(args.draft_kind, f"roofline on {hw.name}",
+                     lambda b, e: draft_seconds(spec, hw, batch=b, expanded=e, precision=precision))
