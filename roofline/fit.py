@@ -85,6 +85,9 @@ def _nnls(a: Array, y: Array) -> Array:
     >>> _nnls(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([2.0, -1.0])).tolist()
     [2.0, 0.0]
     """
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    a = a / norms  # equilibrate columns (seconds and 1/seconds differ by orders of magnitude)
     n = a.shape[1]
     best, best_cost = np.zeros(n), float(np.sum(y * y))
     for size in range(1, n + 1):
@@ -98,7 +101,7 @@ def _nnls(a: Array, y: Array) -> Array:
             cost = float(np.sum((a @ x - y) ** 2))
             if cost < best_cost - 1e-15:
                 best, best_cost = x, cost
-    return best
+    return best / norms
 
 
 __all__ = ["OP_CLASSES", "Fit", "fit_efficiency"]

@@ -1,0 +1,147 @@
+"""Profiler on the CPU with a tiny config: real timings, resume, out-of-memory, heads, device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from profiling.device import measure_device
+from profiling.drafting import profile_draft
+from profiling.table import LatencyRecord, LatencyTable, load_draft_latency
+from profiling.timing import Call, interleaved
+from profiling.verify import _inputs, build_model, profile_verify, random_cache
+from roofline import Hardware, ModelConfig, preset
+from treeopt.errors import TreeoptError
+
+TINY = preset("tiny")
+GRID = {"batch": [1, 2], "context": [16, 64], "tokens": [1, 4]}
+
+
+def test_verify_step_matches_a_full_forward():
+    """The profiled call (cache + 4D tree mask + positions) is a real verify step."""
+    from transformers import DynamicCache
+
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    ids = torch.randint(0, TINY.vocab_size, (2, 10))
+    with torch.inference_mode():
+        full = model(input_ids=ids).logits  # [b, 10, V]
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :6], past_key_values=cache, use_cache=True)
+        inputs = _inputs(TINY, 2, 6, 4, "cpu", torch.float32)
+        inputs["input_ids"] = ids[:, 6:]
+        step = model(**inputs, past_key_values=cache, use_cache=True).logits
+        assert cache.get_seq_length() == 10
+        cache.crop(-4)
+        assert cache.get_seq_length() == 6
+    torch.testing.assert_close(step, full[:, 6:], rtol=1e-4, atol=1e-4)
+
+
+def test_random_cache_has_the_context_length():
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    assert random_cache(model, TINY, 3, 17).get_seq_length() == 17
+
+
+def test_profile_on_cpu_writes_every_point_with_spread(tmp_path):
+    out = tmp_path / "lat.json"
+    table = profile_verify(TINY, out=out, **GRID, repeats=5, warmup=1, log=lambda _: None)
+    assert [r.key for r in table.records] == [(b, s, q) for b in (1, 2) for s in (16, 64)
+                                              for q in (1, 4)]
+    for r in table.records:
+        assert r.ok and r.repeats == 5 and 0 < r.ms_p10 <= r.ms_median <= r.ms_p90
+        assert r.spread == pytest.approx((r.ms_p90 - r.ms_p10) / r.ms_median, abs=1e-6)
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "treeopt.latency/1" and doc["device"] == "cpu"
+    assert doc["dtype"] == "fp32" and doc["model"]["hidden_size"] == 64
+    assert set(doc["records"][0]) == {"batch", "context", "tokens", "ms_median", "ms_p10",
+                                      "ms_p90", "repeats", "spread"}
+    assert LatencyTable.load(out).points() == table.points()
+
+
+def test_interrupted_sweep_keeps_its_points_and_resumes(tmp_path):
+    out = tmp_path / "lat.json"
+    lines: list[str] = []
+
+    def stop_after_first_group(line: str) -> None:
+        lines.append(line)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        profile_verify(TINY, out=out, **GRID, repeats=2, warmup=0, log=stop_after_first_group)
+    assert [r.key for r in LatencyTable.load(out).records] == [(1, 16, 1), (1, 16, 4)]
+    resumed: list[str] = []
+    table = profile_verify(TINY, out=out, **GRID, repeats=2, warmup=0, log=resumed.append)
+    assert len(table.records) == 8
+    assert len(resumed) == 3  # the finished group is not measured again
+    assert not any(line.startswith("batch 1 context 16") for line in resumed)
+
+
+def test_resume_refuses_a_different_model_or_dtype(tmp_path):
+    out = tmp_path / "lat.json"
+    profile_verify(TINY, out=out, batch=[1], context=[8], tokens=[1], repeats=1, warmup=0,
+                   log=lambda _: None)
+    other = ModelConfig(**{**TINY.to_json(), "num_layers": 3})
+    with pytest.raises(TreeoptError, match="measured for model 'tiny'.*2 layers"):
+        profile_verify(other, out=out, batch=[1], context=[8], tokens=[1], repeats=1)
+    with pytest.raises(TreeoptError, match="measured in fp32, not bf16"):
+        profile_verify(TINY, out=out, dtype="bf16", batch=[1], context=[8], tokens=[1])
+
+
+def test_bad_sweeps_are_refused(tmp_path):
+    with pytest.raises(TreeoptError, match="context 4090 \\+ 8 tree tokens exceeds tiny"):
+        profile_verify(TINY, out=tmp_path / "x.json", batch=[1], context=[4090], tokens=[8])
+    if not torch.cuda.is_available():
+        with pytest.raises(TreeoptError, match="--device cuda: CUDA is not available"):
+            profile_verify(TINY, out=tmp_path / "x.json", device="cuda", batch=[1], context=[8],
+                           tokens=[1])
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_out_of_memory_stops_one_configuration_only():
+    def explode() -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    times = interleaved({"ok": Call(run=lambda: sum(range(100))), "big": Call(run=explode)},
+                        repeats=3, warmup=0, device="cpu")
+    assert len(times["ok"]) == 3
+    assert times["big"] == "out of memory: CUDA out of memory. Tried to allocate 80.00 GiB"
+    rec = LatencyRecord(8, 4096, 64, error=times["big"])
+    assert rec.to_json() == {"batch": 8, "context": 4096, "tokens": 64, "error": times["big"]}
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_draft_heads_latency(tmp_path, kind):
+    from treeopt.heads import HeadsConfig
+
+    cfg = HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
+                      vocab_size=TINY.vocab_size)
+    out = tmp_path / "draft.json"
+    doc = profile_draft(cfg, out=out, batch=[1, 2], nodes=[1, 4], repeats=3, warmup=1)
+    keys = [(r["batch"], r["head"], r["nodes"]) for r in doc["records"]]
+    if kind == "medusa":
+        assert keys == [(1, None, 1), (2, None, 1)]
+    else:
+        assert keys == [(b, k, m) for b in (1, 2) for k in (0, 1) for m in (1, 4)]
+    assert all(r["ms_median"] > 0 and r["repeats"] == 3 for r in doc["records"])
+    assert load_draft_latency(out)["heads"]["kind"] == kind
+
+
+def test_device_micro_benchmarks_make_a_hardware_row(tmp_path):
+    doc = measure_device(device="cpu", dtypes=["fp32"], matmul_size=128, copy_mib=4, repeats=3,
+                         warmup=1)
+    hw = Hardware.from_json(doc, source="measured")
+    assert hw.tflops_fp32 > 0 and hw.bandwidth_gbs > 0 and hw.tflops_bf16 == hw.tflops_fp32
+    assert [m["name"] for m in doc["measurements"]] == ["matmul_fp32", "copy"]
+    assert doc["measurements"][0]["unit"] == "TFLOP/s"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("method", ["eager", "cuda-graphs"])
+def test_profile_on_cuda(tmp_path, method):
+    table = profile_verify(TINY, out=tmp_path / "lat.json", device="cuda", dtype="bf16",
+                           batch=[1, 4], context=[128], tokens=[1, 8], repeats=5, warmup=2,
+                           method=method, log=lambda _: None)
+    assert table.device.startswith("cuda:") and all(r.ok for r in table.records)
+    assert table.meta["method"] == method
