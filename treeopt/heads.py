@@ -102,7 +102,8 @@ class _Heads(nn.Module):
 
     def project(self, k: int, z: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of head k from its final hidden ``z`` ``[..., d]`` → ``[..., V]``."""
-        return self.base_lm_head(z) if self.proj is None else self.proj[k](z)
+        proj = self.base_lm_head if self.proj is None else self.proj[k]
+        return proj(z.to(proj.weight.dtype))
 
 
 class MedusaHeads(_Heads):

@@ -1,0 +1,193 @@
+"""Live tree decoding: tree-forward logits, cache compaction, lossless greedy decoding, errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+from treeopt import Tree, TreeoptError  # noqa: E402
+from treeopt.decode import DecodeConfig, autoregressive, generate  # noqa: E402
+from treeopt.ranks import greedy_continuations  # noqa: E402
+from treeopt.train import TrainConfig, train_heads  # noqa: E402
+from treeopt.tree_forward import (  # noqa: E402
+    check_tree_support,
+    compact_cache,
+    forward_with_cache,
+    new_cache,
+    tree_forward,
+)
+
+MEDUSA_63 = [  # Medusa's mc_sim_7b_63
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],
+    [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2],
+    [3, 0], [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4],
+    [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0], [1, 3], [0, 0, 7],
+    [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2], [2, 0, 0], [3, 1],
+    [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1],
+    [1, 6], [0, 7, 0],
+]
+TREES = {
+    "one-node": Tree.chain(1),
+    "chain": Tree.chain(4),
+    "wide": Tree.from_choices([[i] for i in range(10)] + [[0, j] for j in range(3)]),
+    "medusa-63": Tree.from_choices(MEDUSA_63),
+}
+
+
+@pytest.fixture(scope="module")
+def peaked():
+    """A tiny Llama with a sharpened LM head, so that greedy text is predictable and heads learn."""
+    model = tiny_llama(vocab=256, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 256, (5,), generator=gen).tolist() for _ in range(16)]
+    return model, greedy_continuations(model, prompts, max_new_tokens=48), prompts
+
+
+@pytest.fixture(scope="module")
+def trained(peaked):
+    model, seqs, _ = peaked
+    out = {}
+    for kind, prefix in (("medusa", False), ("hydra", True)):
+        cfg = TrainConfig(kind=kind, num_heads=4, steps=40, batch_size=8, seq_len=48, lr=3e-3,
+                          prefix_attention=prefix)
+        out[kind] = train_heads(model, seqs, cfg)[0]
+    return out
+
+
+def test_tree_forward_logits_equal_sequential_logits(peaked):
+    model = peaked[0]
+    tree = Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+    prefix = [5, 9, 11, 200, 17]
+    tokens = torch.tensor([[7, 30, 31, 40, 41, 42, 50]])
+    with torch.no_grad():
+        cache = new_cache(model)
+        forward_with_cache(model, torch.tensor([prefix]), cache=cache,
+                           position_ids=torch.arange(5)[None])
+        logits, hidden = tree_forward(model, tokens, tree, cache=cache, past=5)
+        for i in range(tree.num_tokens):
+            path = [j for j in range(tree.num_tokens) if tree.attention_mask[i, j]]
+            seq = torch.tensor([prefix + tokens[0, path].tolist()])
+            ref = model(input_ids=seq, output_hidden_states=True)
+            torch.testing.assert_close(logits[0, i], ref.logits[0, -1], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(hidden[0, i], ref.hidden_states[-1][0, -1],
+                                       atol=1e-5, rtol=1e-5)
+
+
+def test_compacted_cache_continues_like_a_fresh_forward(peaked):
+    model = peaked[0]
+    tree = Tree.from_choices([[0], [1], [1, 0]])
+    with torch.no_grad():
+        cache = new_cache(model)
+        forward_with_cache(model, torch.tensor([[5, 6, 7]]), cache=cache,
+                           position_ids=torch.arange(3)[None])
+        tree_forward(model, torch.tensor([[8, 20, 21, 22]]), tree, cache=cache, past=3)
+        compact_cache(cache, 3, torch.tensor([0, 2, 3]))  # root, [1], [1, 0]
+        assert cache.get_seq_length() == 6
+        nxt, _ = forward_with_cache(model, torch.tensor([[99]]), cache=cache,
+                                    position_ids=torch.tensor([[6]]))
+        ref = model(input_ids=torch.tensor([[5, 6, 7, 8, 21, 22, 99]])).logits
+    torch.testing.assert_close(nxt[0, -1], ref[0, -1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_greedy_tree_decoding_is_lossless(peaked, trained, kind, name):
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=32)
+    accepted = []
+    for prompt in prompts[:2]:
+        ar = autoregressive(model, prompt, config=cfg)
+        got = generate(model, trained[kind], TREES[name], prompt, config=cfg)
+        assert got.tokens == ar.tokens
+        assert got.stats.tokens == 32 and sum(got.stats.histogram) == got.stats.steps
+        accepted.extend(got.stats.accept_lengths)
+    assert max(accepted) <= TREES[name].depth + 1
+    if name != "one-node":
+        assert max(accepted) >= 3  # the heads really were accepted, not just the root
+
+
+def test_typical_acceptance_at_low_temperature_is_greedy(peaked, trained):
+    model, _, prompts = peaked
+    greedy = autoregressive(model, prompts[0], config=DecodeConfig(max_new_tokens=30))
+    typical = generate(model, trained["medusa"], TREES["wide"], prompts[0],
+                       config=DecodeConfig(max_new_tokens=30, mode="typical", temperature=1e-3))
+    assert typical.tokens == greedy.tokens
+
+
+def test_typical_acceptance_samples_reproducibly(peaked, trained):
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=30, mode="typical", temperature=0.8, seed=7)
+    a = generate(model, trained["hydra"], TREES["medusa-63"], prompts[1], config=cfg)
+    b = generate(model, trained["hydra"], TREES["medusa-63"], prompts[1], config=cfg)
+    assert a.tokens == b.tokens and len(a.tokens) == 30
+    assert a.stats.mean_accept_length >= 1.0
+
+
+def test_eos_stops_both_loops_at_the_same_token(peaked, trained):
+    model, _, prompts = peaked
+    ar = autoregressive(model, prompts[0], config=DecodeConfig(max_new_tokens=30))
+    eos = ar.tokens[12]
+    cfg = DecodeConfig(max_new_tokens=30, eos_token_id=eos)
+    stop = ar.tokens.index(eos) + 1
+    got = generate(model, trained["medusa"], TREES["chain"], prompts[0], config=cfg)
+    assert got.tokens == ar.tokens[:stop]
+
+
+def test_tree_deeper_than_heads_is_rejected(peaked, trained):
+    with pytest.raises(TreeoptError, match="depth 5 but there are only 4 heads"):
+        generate(peaked[0], trained["medusa"], Tree.chain(5), [1, 2, 3])
+
+
+def test_prompt_longer_than_context_is_rejected(trained):
+    model = tiny_llama(vocab=256, context=32)
+    with pytest.raises(TreeoptError, match="context is 32"):
+        generate(model, trained["medusa"], Tree.chain(2), list(range(3, 30)),
+                 config=DecodeConfig(max_new_tokens=8))
+
+
+class NoMaskLM(torch.nn.Module):
+    """A causal LM whose forward refuses 4D masks (like an attention kernel without them)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, *, attention_mask=None, **kwargs):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            raise ValueError("attention_mask must be 2-D")
+        return self.inner(attention_mask=attention_mask, **kwargs)
+
+
+def test_model_rejecting_4d_masks_is_named(peaked):
+    wrapped = NoMaskLM(peaked[0])
+    wrapped.config = copy.deepcopy(peaked[0].config)
+    wrapped.config.architectures = ["NoMaskForCausalLM"]
+    with pytest.raises(TreeoptError, match="NoMaskForCausalLM: its forward rejects a 4D"):
+        check_tree_support(wrapped)
+
+
+def test_qwen2_decodes_losslessly():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    seqs = greedy_continuations(model, [[5, 6, 7], [9, 10, 11]], max_new_tokens=32)
+    heads = train_heads(model, seqs, TrainConfig(num_heads=3, steps=10, seq_len=32))[0]
+    cfg_d = DecodeConfig(max_new_tokens=24)
+    assert (generate(model, heads, TREES["wide"], [5, 6, 7], config=cfg_d).tokens
+            == autoregressive(model, [5, 6, 7], config=cfg_d).tokens)

@@ -1,0 +1,138 @@
+"""Head training by self-distillation with the base model frozen.
+
+Head k at position t learns the base model's own next-token distribution at position t+1+k (the
+teacher loss the Hydra++ recipe found best): a soft cross-entropy, weighted λ_k = decay^k
+(0.8^k by default), summed over heads. AdamW, linear warm-up then a cosine schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from treeopt.errors import TreeoptError
+from treeopt.heads import HeadsConfig, build_heads
+from treeopt.models import model_device, model_dims
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Head shape and optimiser settings; CLI flags map one-to-one onto these fields."""
+
+    kind: str = "medusa"
+    num_heads: int = 4
+    num_layers: int = 1
+    share_lm_head: bool = False
+    prefix_attention: bool = False
+    steps: int = 200
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 10
+    decay: float = 0.8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len"):
+            if getattr(self, name) < 1:
+                raise TreeoptError(f"--{name.replace('_', '-')} must be ≥ 1")
+        if self.seq_len < self.num_heads + 2:
+            raise TreeoptError(f"--seq-len {self.seq_len} leaves no targets for "
+                               f"{self.num_heads} heads (needs ≥ {self.num_heads + 2})")
+
+    def heads_config(self, hidden_size: int, vocab_size: int) -> HeadsConfig:
+        return HeadsConfig(kind=self.kind, num_heads=self.num_heads, hidden_size=hidden_size,
+                           vocab_size=vocab_size, num_layers=self.num_layers,
+                           share_lm_head=self.share_lm_head,
+                           prefix_attention=self.prefix_attention)
+
+
+def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
+    """The sequences concatenated and cut into rows of ``seq_len`` tokens ``[rows, seq_len]``.
+
+    >>> windows([[1, 2, 3], [4, 5, 6, 7]], 3).tolist()
+    [[1, 2, 3], [4, 5, 6]]
+    """
+    flat = [t for s in sequences for t in s]
+    if len(flat) < seq_len:
+        raise TreeoptError(f"the training data has {len(flat)} tokens, fewer than --seq-len "
+                           f"{seq_len}")
+    rows = len(flat) // seq_len
+    return torch.tensor(flat[: rows * seq_len]).view(rows, seq_len)
+
+
+def distill_loss(model: Any, heads: Any, ids: torch.Tensor, *, decay: float = 0.8,
+                 ) -> tuple[torch.Tensor, list[float], list[float]]:
+    """Weighted teacher loss on a batch ``[b, T]``; also each head's loss and top-1 agreement."""
+    K, T = heads.config.num_heads, ids.shape[1]
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
+        teacher = torch.softmax(out.logits.float(), dim=-1)  # [b, T, V]
+        hidden = out.hidden_states[-1].float()  # [b, T, d]
+    if heads.config.kind == "hydra":
+        hidden = heads.prefix(hidden)[0]
+    total = hidden.new_zeros(())
+    losses, agree = [], []
+    for k in range(K):
+        n = T - 1 - k  # positions t whose target distribution (at t+1+k) exists
+        prev = ids[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]
+        logits = heads.head_logits(k, hidden[:, :n], prev).float()  # [b, n, V]
+        target = teacher[:, 1 + k: 1 + k + n]
+        loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        total = total + decay**k * loss
+        losses.append(float(loss.detach()))
+        agree.append(float((logits.argmax(-1) == target.argmax(-1)).float().mean()))
+    return total, losses, agree
+
+
+def _schedule(cfg: TrainConfig) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        span = max(1, cfg.steps - cfg.warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - cfg.warmup) / span)))
+
+    return factor
+
+
+def train_heads(model: Any, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
+                heads: Any = None,
+                progress: Callable[[int, int, float], None] | None = None,
+                ) -> tuple[Any, list[dict[str, Any]]]:
+    """Train (new or given) heads on ``sequences`` of token ids; return them and a loss history."""
+    torch.manual_seed(config.seed)
+    device = model_device(model)
+    if heads is None:
+        hidden, vocab = model_dims(model)
+        heads = build_heads(config.heads_config(hidden, vocab),
+                            lm_head=model.get_output_embeddings(),
+                            embeddings=model.get_input_embeddings())
+        heads.to(device=device)  # own weights stay float32; shared base modules are untouched
+    model.requires_grad_(False)
+    data = windows(sequences, config.seq_len).to(device)
+    params = [p for p in heads.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
+    gen = torch.Generator().manual_seed(config.seed)
+    history: list[dict[str, Any]] = []
+    heads.train()
+    for step in range(config.steps):
+        rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
+        loss, per_head, agree = distill_loss(model, heads, data[rows.to(device)],
+                                             decay=config.decay)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        history.append({"step": step + 1, "loss": float(loss.detach()), "head_loss": per_head,
+                        "top1_agreement": agree, "lr": sched.get_last_lr()[0]})
+        if progress is not None:
+            progress(step + 1, config.steps, float(loss.detach()))
+    return heads.eval(), history
