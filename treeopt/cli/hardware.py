@@ -143,7 +143,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
                            method="cuda-graphs" if args.cuda_graphs else "eager",
                            weights_dir=args.model)
     failed = sum(1 for r in table.records if not r.ok)
+    noisy = sum(1 for r in table.records if r.ok and r.spread is not None and r.spread > 0.2)
     print(f"wrote {args.out}: {len(table.records)} points, {failed} failed", file=sys.stderr)
+    if noisy:
+        print(f"warning: {noisy} points spread more than 20% between repeats (p90 − p10 over the "
+              "median); the device is busy or throttling — re-run them with more --repeats",
+              file=sys.stderr)
     return 0
 
 
