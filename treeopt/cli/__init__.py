@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from treeopt.errors import TreeoptError
 
-_MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware")
+_MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware", "treeopt.cli.demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,60 @@
+"""``treeopt demo``: build the shipped demo (``build``) and show what a demo holds (``info``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from treeopt.cli.common import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="build or inspect the demo model, heads, traces and growths")
+    demo_sub = p.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
+
+    b = demo_sub.add_parser("build", help="train the demo from the Python standard library")
+    b.add_argument("--out", default="data/demo", metavar="DIR",
+                   help="where the demo goes (replaced only when the build finishes)")
+    b.add_argument("--budget-minutes", type=float, default=20.0, metavar="M",
+                   help="time budget that sizes the model and step counts (under 2: a tiny "
+                        "pipeline check)")
+    b.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: torch's own choice)")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    b.set_defaults(func=cmd_build)
+
+    i = demo_sub.add_parser("info", help="headline numbers and file locations of a demo")
+    i.add_argument("--demo-dir", metavar="DIR", help="default: the shipped data/demo")
+    i.add_argument("--out", metavar="FILE", help="write the JSON here instead of stdout")
+    i.set_defaults(func=cmd_info)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    import sys
+
+    import torch
+
+    from treeopt.demo.build import build_demo, summary
+    from treeopt.demo.config import plan
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed)
+    manifest = build_demo(args.out, config, show_progress=not args.no_progress
+                          and sys.stderr.isatty())
+    return emit(summary(manifest), None)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from treeopt.demo.build import summary
+    from treeopt.demo.layout import KINDS, demo_paths
+    from treeopt.demo.load import read_manifest
+
+    paths = demo_paths(args.demo_dir)
+    doc = summary(read_manifest(paths))
+    doc["paths"] = {"model": str(paths.model), "prompts": str(paths.prompts()),
+                    **{f"{k}_heads": str(paths.heads(k)) for k in KINDS},
+                    **{f"{k}_trace": str(paths.trace(k)) for k in KINDS},
+                    **{f"{k}_growth": str(paths.growth(k)) for k in KINDS}}
+    return emit(doc, args.out)

@@ -1,0 +1,144 @@
+"""The demo's base model: a small Llama trained from scratch on the train part.
+
+AdamW, linear warm-up then cosine decay to a tenth of the peak rate; random windows of the token
+stream drawn from a seeded generator, so a run is reproducible on the same machine and thread count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from treeopt.errors import TreeoptError
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """Shape of the base model and its training schedule."""
+
+    hidden_size: int = 192
+    num_layers: int = 4
+    num_heads: int = 3
+    num_kv_heads: int = 3
+    intermediate_size: int = 512
+    max_positions: int = 512
+    seq_len: int = 384
+    batch_size: int = 8
+    steps: int = 400
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise TreeoptError(f"base model: hidden {self.hidden_size}, heads {self.num_heads}, "
+                               f"kv heads {self.num_kv_heads} do not divide")
+        if self.seq_len > self.max_positions:
+            raise TreeoptError(f"base model: seq_len {self.seq_len} exceeds max_positions "
+                               f"{self.max_positions}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def llama_config(self, vocab_size: int) -> Any:
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            vocab_size=vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads,
+            max_position_embeddings=self.max_positions, rms_norm_eps=1e-5, rope_theta=10000.0,
+            tie_word_embeddings=True, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+            pad_token_id=PAD_ID, architectures=["LlamaForCausalLM"])
+
+
+def new_model(cfg: BaseConfig, vocab_size: int, *, seed: int) -> Any:
+    """A freshly initialised ``LlamaForCausalLM`` (float32, train mode)."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg.llama_config(vocab_size)).train()
+
+
+def windows(stream: npt.NDArray[np.int32], *, seq_len: int, count: int,
+            generator: torch.Generator) -> torch.Tensor:
+    """``count`` random windows of ``seq_len`` tokens from ``stream`` ``[count, seq_len]``."""
+    if len(stream) <= seq_len:
+        raise TreeoptError(f"the token stream has {len(stream)} tokens, not more than the "
+                           f"window of {seq_len}")
+    starts = torch.randint(len(stream) - seq_len, (count,), generator=generator)
+    data = torch.from_numpy(stream.astype(np.int64))
+    return torch.stack([data[s: s + seq_len] for s in starts.tolist()])
+
+
+def lr_factor(step: int, cfg: BaseConfig) -> float:
+    """Warm-up then cosine decay to 0.1 of the peak.
+
+    >>> [round(lr_factor(s, BaseConfig(steps=10, warmup=2)), 3) for s in (0, 1, 2, 10)]
+    [0.5, 1.0, 1.0, 0.1]
+    """
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    done = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, seed: int,
+               device: str = "cpu", snapshot_step: int | None = None,
+               progress: Callable[[int, float], None] | None = None,
+               ) -> tuple[list[float], dict[str, torch.Tensor] | None]:
+    """Train in place; return the loss per step and, if asked, a state snapshot at one step."""
+    model.to(device).train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": rest, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(0.9, 0.95), fused=False)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    gen = torch.Generator().manual_seed(seed)
+    losses, snapshot = [], None
+    for step in range(cfg.steps):
+        if snapshot_step is not None and step == snapshot_step:
+            snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        ids = windows(stream, seq_len=cfg.seq_len, count=cfg.batch_size, generator=gen).to(device)
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if progress is not None:
+            progress(step + 1, losses[-1])
+    model.eval().requires_grad_(False)
+    return losses, snapshot
+
+
+def heldout_loss(model: Any, stream: npt.NDArray[np.int32], *, seq_len: int,
+                 max_windows: int = 64) -> dict[str, float]:
+    """Mean next-token cross-entropy (nats) over consecutive windows of the held-out stream."""
+    device = model.get_input_embeddings().weight.device
+    rows = min(max_windows, len(stream) // seq_len)
+    if rows < 1:
+        raise TreeoptError(f"the held-out stream has {len(stream)} tokens, fewer than one window")
+    data = torch.from_numpy(stream[: rows * seq_len].astype(np.int64)).view(rows, seq_len)
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for batch in data.split(8):
+            batch = batch.to(device)
+            logits = model(input_ids=batch).logits[:, :-1].float()  # [b, T-1, V]
+            nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(),
+                                                    reduction="sum")
+            total, count = total + float(nll), count + batch[:, 1:].numel()
+    return {"loss": total / count, "perplexity": math.exp(total / count), "tokens": count}

@@ -1,0 +1,146 @@
+"""``treeopt demo build``: corpus → tokenizer → base model → heads → traces → growths → checks.
+
+Everything is built in a work directory beside the output (``.<name>.building``); each stage
+records its result there, so an interrupted build resumes at the stage it stopped in, and the
+output directory is replaced only when the whole demo is finished. Nothing half-written is ever
+visible under ``--out``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from treeopt.demo import stages
+from treeopt.demo.config import DemoConfig
+from treeopt.demo.layout import DEMO_FORMAT, DemoPaths
+from treeopt.errors import TreeoptError
+from treeopt.files import read_json, write_json
+
+Log = Callable[[str], None]
+
+
+def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
+               show_progress: bool = False) -> dict[str, Any]:
+    """Build the demo described by ``config`` into ``out``; return its manifest."""
+    import torch
+
+    say = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    target = Path(out)
+    work = _workdir(target, config)
+    paths = DemoPaths(work)
+    torch.manual_seed(config.seed)
+    ctx = stages.Context(config, paths, work / ".stages", say, show_progress)
+    results: dict[str, Any] = {}
+    for name, fn in stages.PIPELINE:
+        results[name] = _stage(ctx, name, fn)
+    manifest = _manifest(config, paths, results)
+    write_json(paths.manifest, manifest)
+    _publish(work, target)
+    say(f"demo ready in {target} ({manifest['size_bytes'] / 2**20:.1f} MiB)")
+    return manifest
+
+
+def _workdir(target: Path, config: DemoConfig) -> Path:
+    """The work directory; one left by a different configuration is started afresh."""
+    work = target.parent / f".{target.name}.building"
+    stamp = work / ".stages" / "config.json"
+    if work.exists() and (not stamp.exists() or read_json(stamp) != _jsonable(config)):
+        shutil.rmtree(work)
+    if not stamp.exists():
+        write_json(stamp, _jsonable(config))
+    return work
+
+
+def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[str, Any]],
+           ) -> dict[str, Any]:
+    """Run a stage unless its record exists; the record carries the stage's seconds."""
+    record = ctx.scratch / f"{name}.json"
+    if record.exists():
+        ctx.log(f"[{name}] done earlier, reusing")
+        return read_json(record)
+    ctx.log(f"[{name}] …")
+    start = time.perf_counter()
+    result = fn(ctx)
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    write_json(record, result)
+    ctx.log(f"[{name}] {result['seconds']:.1f} s")
+    return result
+
+
+def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> dict[str, Any]:
+    import tokenizers
+    import torch
+    import transformers
+
+    from treeopt import __version__
+
+    files = _files(paths.root)
+    return {
+        "format": DEMO_FORMAT,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": (f"treeopt demo build --budget-minutes {config.budget_minutes:g} "
+                    f"--device {config.device} --seed {config.seed}"),
+        "config": _jsonable(config),
+        "environment": {"treeopt": __version__, "python": platform.python_version(),
+                        "torch": torch.__version__, "transformers": transformers.__version__,
+                        "tokenizers": tokenizers.__version__, "platform": platform.platform(),
+                        "threads": torch.get_num_threads()},
+        **{name: {k: v for k, v in r.items() if k != "seconds"} for name, r in results.items()},
+        "timings_s": {name: r["seconds"] for name, r in results.items()},
+        "build_seconds": round(sum(r["seconds"] for r in results.values()), 1),
+        "files": files,
+        "size_bytes": sum(f["bytes"] for f in files),
+    }
+
+
+def _files(root: Path) -> list[dict[str, Any]]:
+    """Every shipped file (hidden scratch excluded): relative path, size and sha256."""
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if p.is_file() and not any(part.startswith(".") for part in rel.parts):
+            if rel.as_posix() == "manifest.json":
+                continue
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            out.append({"path": rel.as_posix(), "bytes": p.stat().st_size, "sha256": digest})
+    return out
+
+
+def _publish(work: Path, target: Path) -> None:
+    """Drop the scratch records and swap the finished work directory into place."""
+    shutil.rmtree(work / ".stages", ignore_errors=True)
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(work, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _jsonable(config: DemoConfig) -> Any:
+    return json.loads(json.dumps(asdict(config)))
+
+
+def summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers of a manifest (``treeopt demo info``)."""
+    try:
+        q = manifest["quality"]
+        return {
+            "heldout_loss": manifest["base"]["heldout"]["loss"],
+            "parameters": manifest["base"]["parameters"],
+            "expected_accept_length": manifest["growth"]["expected_accept_length"],
+            "live": q["live"], "repetition_8gram": q["repetition_8gram"],
+            "build_seconds": manifest["build_seconds"], "size_bytes": manifest["size_bytes"],
+        }
+    except KeyError as exc:
+        raise TreeoptError(f"demo manifest lacks {exc}; rebuild the demo") from None

@@ -1,0 +1,108 @@
+"""What a demo build makes, sized to a time budget: typed settings and named presets.
+
+The plan is a pure function of the budget and the device (throughputs are fixed planning figures,
+not measurements), so the same command plans the same build everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from treeopt.demo.base import BaseConfig
+from treeopt.errors import TreeoptError
+
+# Planning throughputs (training tokens per second) of the base-model presets below: a shared
+# 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
+_THROUGHPUT = {"cpu": 1600.0, "cuda": 60000.0}
+_BASE_SHARE, _HEAD_SHARE = 0.55, 0.1  # of the budget: base training, each head kind
+_HEAD_COST = 1.5  # a head-training token costs about 1.5 base-training tokens (K vocab projections)
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Every setting of a demo build; the manifest records it."""
+
+    seed: int = 0
+    device: str = "cpu"
+    budget_minutes: float = 20.0
+    max_files: int | None = None  # a deterministic subset of the corpus (tests)
+    vocab_size: int = 4096
+    base: BaseConfig = field(default_factory=BaseConfig)
+    num_heads: int = 4
+    head_steps: int = 150
+    head_batch: int = 8
+    head_seq_len: int = 128
+    head_lr: float = 2e-3
+    calibration_prompts: int = 192
+    heldout_prompts: int = 16
+    prompt_tokens: tuple[int, int] = (24, 64)
+    max_new_tokens: int = 256
+    calibration_batch: int = 16
+    top_k: int = 16
+    max_nodes: int = 128
+    eval_sizes: tuple[int, ...] = (16, 64)
+    latency_context: tuple[int, ...] = (64, 320)
+    latency_tokens: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    latency_repeats: int = 10
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise TreeoptError(f"--device {self.device!r}: expected cpu or cuda")
+        if self.budget_minutes <= 0:
+            raise TreeoptError(f"--budget-minutes must be positive, got {self.budget_minutes}")
+        if max(self.eval_sizes) > self.max_nodes:
+            raise TreeoptError(f"evaluation sizes {self.eval_sizes} exceed max_nodes "
+                               f"{self.max_nodes}")
+        need = self.prompt_tokens[1] + self.max_new_tokens + max(self.eval_sizes) + 1
+        if need > self.base.max_positions:
+            raise TreeoptError(f"prompts of {self.prompt_tokens[1]} tokens, {self.max_new_tokens} "
+                               f"new tokens and a tree need {need} positions, more than "
+                               f"{self.base.max_positions}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> DemoConfig:
+        doc = dict(doc)
+        doc["base"] = BaseConfig(**doc["base"])
+        for key in ("prompt_tokens", "eval_sizes", "latency_context", "latency_tokens"):
+            doc[key] = tuple(doc[key])
+        return cls(**doc)
+
+
+TINY = DemoConfig(
+    budget_minutes=0.1, max_files=40, vocab_size=320,
+    base=BaseConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                    intermediate_size=64, max_positions=128, seq_len=64, batch_size=4, steps=6,
+                    warmup=2),
+    num_heads=2, head_steps=3, head_batch=2, head_seq_len=32, calibration_prompts=4,
+    heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24, calibration_batch=4, top_k=8,
+    max_nodes=16, eval_sizes=(4,), latency_context=(16,), latency_tokens=(1, 4),
+    latency_repeats=2)
+
+
+def plan(*, budget_minutes: float = 20.0, device: str = "cpu", seed: int = 0) -> DemoConfig:
+    """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
+
+    >>> c = plan(budget_minutes=20)
+    >>> c.base.hidden_size, c.base.steps, c.head_steps
+    (192, 343, 125)
+    >>> plan(budget_minutes=0.5).base.hidden_size  # too little time: the tiny test build
+    32
+    """
+    if device not in _THROUGHPUT:
+        raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
+    if budget_minutes < 2:
+        return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
+    base = BaseConfig() if device == "cpu" else BaseConfig(
+        hidden_size=384, num_layers=6, num_heads=6, num_kv_heads=2, intermediate_size=1024,
+        batch_size=32)
+    seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
+    steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
+    base = replace(base, steps=steps, warmup=max(5, steps // 20))
+    head_tokens = 8 * 128  # head_batch × head_seq_len
+    head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / head_tokens))
+    return DemoConfig(seed=seed, device=device, budget_minutes=budget_minutes, base=base,
+                      head_steps=head_steps)

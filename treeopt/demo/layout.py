@@ -1,0 +1,80 @@
+"""Where each part of a demo directory lives; pure paths, importable without torch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from treeopt.errors import TreeoptError
+
+DEMO_FORMAT = "treeopt.demo/1"
+KINDS = ("medusa", "hydra")
+ENV_VAR = "TREEOPT_DEMO"
+
+
+def default_root() -> Path:
+    """``$TREEOPT_DEMO`` if set, else ``data/demo`` of the repository treeopt runs from."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "data" / "demo"
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """The files of a demo directory (see docs/demo.md).
+
+    >>> p = DemoPaths(Path("data/demo"))
+    >>> p.heads("hydra").as_posix(), p.trace("medusa").as_posix(), p.growth("hydra").as_posix()
+    ('data/demo/heads/hydra', 'data/demo/traces/medusa.npz', 'data/demo/growth/hydra.json')
+    """
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def model(self) -> Path:
+        """The base model directory (config, fp16 weights, tokenizer)."""
+        return self.root / "model"
+
+    def heads(self, kind: str) -> Path:
+        return self.root / "heads" / _kind(kind)
+
+    def trace(self, kind: str, *, heldout: bool = False) -> Path:
+        """The calibration rank trace of ``kind`` (or the one on the held-out prompts)."""
+        return self.root / "traces" / f"{_kind(kind)}{'-heldout' if heldout else ''}.npz"
+
+    def growth(self, kind: str, *, method: str = "empirical") -> Path:
+        suffix = "" if method == "empirical" else f"-{method}"
+        return self.root / "growth" / f"{_kind(kind)}{suffix}.json"
+
+    def prompts(self, part: str = "heldout") -> Path:
+        """Prompts JSONL: ``heldout`` (verification) or ``calibration``."""
+        if part not in ("heldout", "calibration"):
+            raise TreeoptError(f"demo prompts {part!r}: expected heldout or calibration")
+        return self.root / "prompts" / f"{part}.jsonl"
+
+    def latency(self, device: str = "cpu") -> Path:
+        return self.root / "latency" / f"{device}.json"
+
+    def require(self) -> DemoPaths:
+        """Raise a TreeoptError unless the directory holds a built demo."""
+        if not self.manifest.exists():
+            raise TreeoptError(f"{self.root}: no demo here (no manifest.json); build one with "
+                               f"`treeopt demo build --out {self.root}`")
+        return self
+
+
+def demo_paths(root: str | os.PathLike[str] | None = None) -> DemoPaths:
+    """Paths of the demo at ``root`` (default: the shipped one), checked to exist."""
+    return DemoPaths(Path(root) if root is not None else default_root()).require()
+
+
+def _kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise TreeoptError(f"demo head kind {kind!r} is unknown; expected one of {KINDS}")
+    return kind

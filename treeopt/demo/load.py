@@ -1,0 +1,83 @@
+"""Loading a built demo in one call: model, tokenizer, heads, traces, growths and prompts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths, demo_paths
+from treeopt.errors import TreeoptError
+from treeopt.files import read_tagged_json
+from treeopt.grow import Growth
+from treeopt.trace import RankTrace
+
+
+@dataclass(frozen=True, eq=False)
+class Demo:
+    """A loaded demo. ``heads``, ``traces``, ``heldout_traces`` and ``growths`` are keyed by
+    head kind (``medusa``, ``hydra``); ``prompts`` are the held-out prompt texts."""
+
+    paths: DemoPaths
+    manifest: dict[str, Any]
+    model: Any
+    tokenizer: Any
+    heads: dict[str, Any]
+    traces: dict[str, RankTrace]
+    heldout_traces: dict[str, RankTrace]
+    growths: dict[str, Growth]
+    prompts: list[str]
+
+    @property
+    def latency(self) -> Path | None:
+        """The latency table measured where the demo was built, if there is one."""
+        found = sorted((self.paths.root / "latency").glob("*.json"))
+        return found[0] if found else None
+
+
+def read_manifest(paths: DemoPaths) -> dict[str, Any]:
+    """The manifest, checked: format tag, and every listed file present with its size."""
+    manifest = read_tagged_json(paths.require().manifest, DEMO_FORMAT)
+    for entry in manifest.get("files", []):
+        p = paths.root / entry["path"]
+        if not p.is_file() or p.stat().st_size != entry["bytes"]:
+            raise TreeoptError(f"{paths.root}: {entry['path']} is missing or has changed since "
+                               f"the build; rebuild with `treeopt demo build`")
+    return manifest
+
+
+def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
+         dtype: str = "float32", with_model: bool = True) -> Demo:
+    """The demo at ``root`` (default: the shipped ``data/demo``), loaded.
+
+    ``with_model=False`` skips the model, tokenizer and heads (traces and growths only, no torch).
+    """
+    from treeopt.prompts import read_texts
+
+    paths = demo_paths(root)
+    manifest = read_manifest(paths)
+    model = tokenizer = None
+    heads: dict[str, Any] = {}
+    if with_model:
+        from treeopt.models import ModelSpec, load_heads_for, load_model
+
+        model, tokenizer = load_model(ModelSpec(path=str(paths.model), device=device,
+                                                dtype=dtype))
+        heads = {kind: load_heads_for(model, paths.heads(kind)) for kind in KINDS}
+    return Demo(
+        paths=paths, manifest=manifest, model=model, tokenizer=tokenizer, heads=heads,
+        traces={kind: RankTrace.load(paths.trace(kind)) for kind in KINDS},
+        heldout_traces={kind: RankTrace.load(paths.trace(kind, heldout=True)) for kind in KINDS},
+        growths={kind: Growth.load(paths.growth(kind)) for kind in KINDS},
+        prompts=read_texts([paths.prompts("heldout")]))
+
+
+def demo_dataset(demo: Demo) -> Any:
+    """The demo's calibration traces (with their held-out twins) as a workbench Dataset."""
+    from treeopt.workbench import Dataset
+
+    positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
+    return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),
+                   description=f"shipped demo: rank traces of its Medusa and Hydra heads "
+                               f"(positions: {positions})")

@@ -1,0 +1,268 @@
+"""The stages of a demo build, in order; each returns the JSON record the manifest keeps."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from treeopt.demo.config import DemoConfig
+from treeopt.demo.corpus import Corpus, load_corpus
+from treeopt.demo.layout import KINDS, DemoPaths
+
+SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
+
+
+@dataclass
+class Context:
+    """What the stages share: settings, output paths, scratch space, log; loaded lazily."""
+
+    config: DemoConfig
+    paths: DemoPaths
+    scratch: Path
+    log: Callable[[str], None]
+    show_progress: bool = False
+
+    @cached_property
+    def corpus(self) -> Corpus:
+        return load_corpus(max_files=self.config.max_files)
+
+    @cached_property
+    def tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.paths.model), local_files_only=True)
+
+    def stream(self, part: str) -> np.ndarray:
+        """The token stream of a corpus part, cached in the scratch space."""
+        from treeopt.demo.tokenizer import encode_stream
+
+        path = self.scratch / f"stream-{part}.npy"
+        if not path.exists():
+            np.save(path, encode_stream(self.tokenizer, [f.text for f in self.corpus.part(part)]))
+        return np.load(path)
+
+    def prompt_ids(self, part: str) -> list[list[int]]:
+        from treeopt.prompts import encode, read_texts
+
+        return encode(self.tokenizer, read_texts([self.paths.prompts(part)]))
+
+    @cached_property
+    def model(self) -> Any:
+        """The shipped base model as shipped: the 16-bit weights, computed in float32."""
+        from treeopt.models import ModelSpec, load_model
+
+        return load_model(ModelSpec(path=str(self.paths.model), device=self.config.device))[0]
+
+    def heads(self, kind: str) -> Any:
+        from treeopt.models import load_heads_for
+
+        return load_heads_for(self.model, self.paths.heads(kind))
+
+    def bar(self, total: int, desc: str) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, leave=False, disable=not self.show_progress,
+                    dynamic_ncols=True)
+
+
+def corpus_and_tokenizer(ctx: Context) -> dict[str, Any]:
+    from treeopt.demo.tokenizer import train_tokenizer
+
+    tok = train_tokenizer([f.text for f in ctx.corpus.train], vocab_size=ctx.config.vocab_size)
+    tok.save_pretrained(str(ctx.paths.model))
+    ctx.__dict__.pop("tokenizer", None)
+    counts = {part: int(len(ctx.stream(part))) for part in ("train", "calibration", "heldout")}
+    return {"corpus": ctx.corpus.summary(), "vocab_size": len(tok), "tokens": counts}
+
+
+def prompts(ctx: Context) -> dict[str, Any]:
+    from treeopt.demo.prompts import sample_prompts, write_prompts
+
+    c, out = ctx.config, {}
+    for part, count, seed in (("calibration", c.calibration_prompts, c.seed + 11),
+                              ("heldout", c.heldout_prompts, c.seed + 12)):
+        found = sample_prompts(ctx.corpus.part(part), ctx.tokenizer, count=count,
+                               min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
+                               seed=seed)
+        write_prompts(ctx.paths.prompts(part), found)
+        out[part] = {"count": len(found), "file": ctx.paths.prompts(part).name}
+    return out
+
+
+def base_model(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from treeopt.demo.base import heldout_loss, new_model, train_base
+    from treeopt.demo.quality import greedy_repetition
+
+    c = ctx.config
+    model = new_model(c.base, len(ctx.tokenizer), seed=c.seed)
+    bar = ctx.bar(c.base.steps, "base model")
+
+    def tick(step: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}")
+        if step % max(1, c.base.steps // 10) == 0:
+            ctx.log(f"  base step {step}/{c.base.steps} loss {loss:.3f}")
+
+    early = max(1, c.base.steps // 40)
+    losses, snapshot = train_base(model, ctx.stream("train"), c.base, seed=c.seed,
+                                  device=c.device, snapshot_step=early, progress=tick)
+    bar.close()
+    model.to(torch.float16).save_pretrained(str(ctx.paths.model))
+    ctx.__dict__.pop("model", None)
+    heldout = heldout_loss(ctx.model, ctx.stream("heldout"), seq_len=c.base.seq_len)
+    model.to(torch.float32).load_state_dict(snapshot)  # the looping reference: barely trained
+    looping = greedy_repetition(model.eval(), ctx.prompt_ids("heldout"),
+                                max_new_tokens=c.max_new_tokens)
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "train_tokens": c.base.steps * c.base.tokens_per_step,
+            "loss_first": losses[0], "loss_last_10": float(np.mean(losses[-10:])),
+            "heldout": heldout, "looping_reference": {"step": early,
+                                                      "repetition_8gram": looping}}
+
+
+def heads(ctx: Context) -> dict[str, Any]:
+    import torch
+
+    from treeopt.heads_io import save_heads
+    from treeopt.train import TrainConfig, train_heads
+
+    c, out = ctx.config, {}
+    rows = _head_windows(ctx.stream("train"), c)
+    for i, kind in enumerate(KINDS):
+        cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=1, share_lm_head=True,
+                          steps=c.head_steps, batch_size=c.head_batch, seq_len=c.head_seq_len,
+                          lr=c.head_lr, warmup=max(1, c.head_steps // 20), seed=c.seed + 1 + i)
+        bar = ctx.bar(c.head_steps, f"{kind} heads")
+        trained, history = train_heads(ctx.model, rows, cfg,
+                                       progress=lambda s, n, loss, bar=bar: bar.update(1))
+        bar.close()
+        half = copy.deepcopy(trained).to(torch.float16)
+        save_heads(half, ctx.paths.heads(kind), meta={"training": {**cfg.__dict__},
+                                                      "data": "demo train part"})
+        last = history[-max(1, len(history) // 10):]
+        out[kind] = {"steps": c.head_steps, "tokens": c.head_steps * c.head_batch * c.head_seq_len,
+                     "loss_last": float(np.mean([h["loss"] for h in last])),
+                     "top1_agreement": np.mean([h["top1_agreement"] for h in last], 0).tolist()}
+        ctx.log(f"  {kind}: top-1 agreement per head {out[kind]['top1_agreement']}")
+    return out
+
+
+def _head_windows(stream: np.ndarray, c: DemoConfig) -> list[list[int]]:
+    """Random windows of the train stream, enough for every head step (seeded)."""
+    rng = np.random.default_rng(c.seed + 3)
+    count = min(2 * c.head_steps * c.head_batch, len(stream) // c.head_seq_len)
+    starts = np.sort(rng.integers(0, len(stream) - c.head_seq_len, count))
+    return [stream[s: s + c.head_seq_len].tolist() for s in starts]
+
+
+def traces(ctx: Context) -> dict[str, Any]:
+    from treeopt.calibrate import CalibrateConfig, calibrate
+
+    c, out = ctx.config, {}
+    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                          batch_size=c.calibration_batch)
+    for kind in KINDS:
+        heads = ctx.heads(kind)
+        for part in ("calibration", "heldout"):
+            prompts = ctx.prompt_ids(part)
+            bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
+            trace, _ = calibrate(ctx.model, heads, prompts,
+                                 ctx.paths.trace(kind, heldout=part == "heldout"), config=cal,
+                                 meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+                                 progress=lambda i, n, bar=bar: bar.update(1))
+            bar.close()
+            out.setdefault(kind, {})[part] = {"positions": trace.positions,
+                                              "sequences": int(trace.meta["sequences"])}
+    return out
+
+
+def growths(ctx: Context) -> dict[str, Any]:
+    from treeopt.grow import grow
+    from treeopt.trace import RankTrace
+
+    c, ell, held = ctx.config, {}, {}
+    for kind in KINDS:
+        trace = RankTrace.load(ctx.paths.trace(kind))
+        for method in ("empirical", "independent"):
+            g = grow(trace, method=method, max_nodes=c.max_nodes)
+            g.save(ctx.paths.growth(kind, method=method))
+            if method == "empirical":
+                test = g.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
+                ell[kind] = {n: float(g.expected_accept_length[n]) for n in SIZES
+                             if n <= g.max_nodes}
+                held[kind] = {n: float(test[n]) for n in SIZES if n <= g.max_nodes}
+    return {"max_nodes": c.max_nodes, "expected_accept_length": ell,
+            "heldout_expected_accept_length": held}
+
+
+def quality(ctx: Context) -> dict[str, Any]:
+    from treeopt.demo.quality import autoregressive_run, live_run, rows_per_sequence, walk_mean
+    from treeopt.grow import Growth
+    from treeopt.trace import RankTrace
+
+    c = ctx.config
+    prompt_ids = ctx.prompt_ids("heldout")
+    reference, ar = autoregressive_run(ctx.model, prompt_ids, max_new_tokens=c.max_new_tokens)
+    live: dict[str, Any] = {}
+    for kind in KINDS:
+        heads, growth = ctx.heads(kind), Growth.load(ctx.paths.growth(kind))
+        cal = RankTrace.load(ctx.paths.trace(kind))
+        for n in c.eval_sizes:
+            tree = growth.tree(min(n, growth.max_nodes))
+            run = live_run(ctx.model, heads, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
+                           reference=reference)
+            walk = walk_mean(tree, cal, rows_per_sequence=rows_per_sequence(cal))
+            run["predicted"] = {"position_mean": float(growth.expected_accept_length[tree.size]),
+                                "step_walk": walk}
+            run["fidelity"] = run["mean_accept_length"] / walk - 1.0
+            live.setdefault(kind, {})[str(n)] = run
+            ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
+                    f"{walk:.3f} ({run['fidelity']:+.1%}), {run['seconds_median']:.2f} s, "
+                    f"lossless {run['lossless_prompts']}")
+    return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
+            "heldout_text_repetition_8gram": _text_repetition(ctx, prompt_ids), "live": live}
+
+
+def _text_repetition(ctx: Context, prompt_ids: list[list[int]]) -> float:
+    """8-gram repetition of the real held-out text that follows each prompt (same length)."""
+    from treeopt.demo.quality import repetition_share
+
+    stream, n, shares = ctx.stream("heldout").tolist(), ctx.config.max_new_tokens, []
+    for p in prompt_ids:
+        for i in range(len(stream) - len(p)):
+            if stream[i: i + len(p)] == p:
+                shares.append(repetition_share(stream[i + len(p): i + len(p) + n]))
+                break
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+def latency(ctx: Context) -> dict[str, Any]:
+    try:
+        from profiling.verify import profile_verify
+        from roofline.config import load_config
+    except ImportError as exc:
+        return {"skipped": f"the profiler is not available ({exc})"}
+    c = ctx.config
+    table = profile_verify(load_config(ctx.paths.model), out=ctx.paths.latency(c.device),
+                           device=c.device, dtype="fp32", batch=[1],
+                           context=list(c.latency_context), tokens=list(c.latency_tokens),
+                           repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
+                           log=lambda line: ctx.log(f"  {line}"))
+    return {"device": table.device, "file": ctx.paths.latency(c.device).name,
+            "records": len(table.records)}
+
+
+PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
+    ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
+    ("heads", heads), ("traces", traces), ("growth", growths), ("quality", quality),
+    ("latency", latency))
+
+
