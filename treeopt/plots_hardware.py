@@ -1,0 +1,96 @@
+"""Plotly figures of latency, rooflines and throughput-optimal selection. Pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
+
+
+def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops: float,
+                    bandwidth: float, title: str) -> go.Figure:
+    """Operators of one (b, s, q) step as points on intensity × attained FLOP/s, with the roofs.
+
+    ``records`` is one entry of :meth:`roofline.Roofline.records`; FLOP/s attained = flops / time.
+    """
+    ops = [o for o in records["operators"] if o["intensity"] and o["time_s"] > 0]
+    x = np.array([o["intensity"] for o in ops])
+    y = np.array([o["flops"] / o["time_s"] for o in ops]) / 1e12
+    lo, hi = min(x.min(initial=1.0), 0.1) / 2, max(x.max(initial=1.0), peak_flops / bandwidth) * 4
+    grid = np.geomspace(lo, hi, 200)
+    fig = go.Figure([
+        go.Scatter(x=grid, y=np.minimum(peak_flops, grid * bandwidth) / 1e12, mode="lines",
+                   name="matmul roof", line=dict(color="black")),
+        go.Scatter(x=grid, y=np.minimum(vector_flops, grid * bandwidth) / 1e12, mode="lines",
+                   name="vector roof", line=dict(color="grey", dash="dash")),
+        go.Scatter(x=x, y=y, mode="markers", name="operators",
+                   marker=dict(size=10 + 20 * np.sqrt([o["time_s"] / records["time_s"]
+                                                       for o in ops]),
+                               color=["#d62728" if o["bound"] == "memory" else "#1f77b4"
+                                      for o in ops]),
+                   hovertext=[f"{o['name']} ×{o['count']} ({o['class']})<br>"
+                              f"{o['flops'] / 1e9:.3g} GFLOP, {o['bytes'] / 1e6:.3g} MB<br>"
+                              f"intensity {o['intensity']:.3g} FLOP/B, {o['bound']}-bound<br>"
+                              f"{o['time_s'] * 1e6:.1f} µs" for o in ops], hoverinfo="text"),
+    ])
+    ridge = peak_flops / bandwidth
+    fig.add_vline(x=ridge, line_dash="dot", annotation_text=f"ridge {ridge:.0f} FLOP/B")
+    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log",
+                      xaxis_title="operational intensity (FLOP/byte)",
+                      yaxis_title="attained TFLOP/s", **_LAYOUT)
+    return fig
+
+
+def latency_figure(points: Sequence[tuple[int, int, int, float]], *, title: str) -> go.Figure:
+    """Verify-step latency vs tokens per step, one line per (batch, context)."""
+    fig = go.Figure()
+    keys = sorted({(b, s) for b, s, _, _ in points})
+    for b, s in keys:
+        row = sorted((q, t) for bb, ss, q, t in points if (bb, ss) == (b, s))
+        fig.add_trace(go.Scatter(x=[q for q, _ in row], y=[t * 1e3 for _, t in row],
+                                 mode="lines+markers", name=f"b={b}, s={s}"))
+    fig.update_layout(title=title, xaxis_type="log", xaxis_title="tokens verified per step (q)",
+                      yaxis_title="step latency (ms)", **_LAYOUT)
+    return fig
+
+
+def throughput_curves(selection: dict[str, Any], *, context: int) -> go.Figure:
+    """Predicted tokens/s vs tree size, one curve per batch size, best sizes marked."""
+    fig = go.Figure()
+    for p in (p for p in selection["points"] if p["context"] == context):
+        curve = p["curve"]
+        fig.add_trace(go.Scatter(x=curve["size"], y=curve["tokens_per_s"], mode="lines",
+                                 name=f"batch {p['batch']}"))
+        fig.add_trace(go.Scatter(x=[p["best_size"]], y=[p["tokens_per_s"]], mode="markers",
+                                 marker=dict(size=11, symbol="star"), showlegend=False,
+                                 hovertext=f"batch {p['batch']}: best {p['best_size']} nodes, "
+                                           f"{p['speedup']:.2f}× autoregressive",
+                                 hoverinfo="text"))
+    fig.update_layout(title=f"Predicted throughput vs tree size (context {context})",
+                      xaxis_title="tree size (nodes; 0 = autoregressive)",
+                      yaxis_title="tokens/s (all sequences)", yaxis_type="log", **_LAYOUT)
+    return fig
+
+
+def best_size_heatmap(selection: dict[str, Any]) -> go.Figure:
+    """Best tree size over (batch, context); 0 means speculation does not pay."""
+    batch = sorted({p["batch"] for p in selection["points"]})
+    context = sorted({p["context"] for p in selection["points"]})
+    size = np.zeros((len(context), len(batch)))
+    speed = np.zeros_like(size)
+    for p in selection["points"]:
+        i, j = context.index(p["context"]), batch.index(p["batch"])
+        size[i, j], speed[i, j] = p["best_size"], p["speedup"]
+    text = [[f"{int(size[i, j])}<br>{speed[i, j]:.2f}×" for j in range(len(batch))]
+            for i in range(len(context))]
+    fig = go.Figure(go.Heatmap(z=size, x=[str(b) for b in batch], y=[str(s) for s in context],
+                               text=text, texttemplate="%{text}", colorscale="Blues",
+                               colorbar=dict(title="best size (nodes)"),
+                               hovertemplate="batch %{x}, context %{y}: %{z} nodes<extra></extra>"))
+    fig.update_layout(title="Best tree size (and speed-up over autoregressive)",
+                      xaxis_title="batch size", yaxis_title="context length (tokens)", **_LAYOUT)
+    return fig

@@ -1,0 +1,63 @@
+"""Price grown trees on hardware: selection on a roofline or on a measured latency table.
+
+The one place that joins a Growth with a latency source and a drafting cost; the Hardware page
+calls it (numpy only: the roofline and the latency table need no torch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from treeopt.grow import Growth
+from treeopt.select import NO_DRAFT, DraftCost, StepLatency, schedule, select
+
+
+def roofline_draft(kind: str | None, *, num_heads: int, model: Any, hardware: Any,
+                   precision: Any) -> DraftCost:
+    """Predicted cost of ``num_heads`` draft heads of ``kind`` on ``hardware`` (none if no kind)."""
+    if not kind:
+        return NO_DRAFT
+    from roofline.draft import DraftSpec, draft_seconds
+
+    spec = DraftSpec(kind, num_heads, model.hidden_size, model.vocab_size)
+    return DraftCost(kind, f"roofline on {hardware.name}",
+                     lambda b, e: draft_seconds(spec, hardware, batch=b, expanded=e,
+                                                precision=precision))
+
+
+def roofline_selection(growth: Growth, *, model: Any, hardware: Any, batch: Sequence[int],
+                       context: Sequence[int], precision: Any = None,
+                       draft_kind: str | None = None, draft_heads: int = 0) -> dict[str, Any]:
+    """Best tree per (b, s) with the verify step predicted by the roofline of ``model``."""
+    from roofline import roofline
+    from roofline.model import BF16
+
+    precision = precision or BF16
+    r = roofline(model, hardware, batch=batch, context=context,
+                 tokens=list(range(1, growth.max_nodes + 2)), precision=precision)
+    verify = StepLatency.from_points(r.points(), f"roofline on {hardware.name}",
+                                     dtype=precision.compute, model=model.name)
+    draft = roofline_draft(draft_kind, num_heads=draft_heads or model_heads(growth),
+                           model=model, hardware=hardware, precision=precision)
+    result = select(growth, verify, batch=batch, context=context, draft=draft)
+    result["schedules"] = [schedule(result, context=s) for s in context]
+    return result
+
+
+def table_selection(growth: Growth, table: Any, *, draft: DraftCost = NO_DRAFT,
+                    source: str = "latency table") -> dict[str, Any]:
+    """Best tree per measured (b, s) of a :class:`profiling.LatencyTable`."""
+    points = table.points()
+    verify = StepLatency.from_points(points, source, device=table.device, dtype=table.dtype,
+                                     model=table.model.name)
+    batch = sorted({p[0] for p in points})
+    context = sorted({p[1] for p in points})
+    result = select(growth, verify, batch=batch, context=context, draft=draft)
+    result["schedules"] = [schedule(result, context=s) for s in context]
+    return result
+
+
+def model_heads(growth: Growth) -> int:
+    """Heads a growth needs: its depth cap."""
+    return int(growth.caps.get("max_depth", 1))
