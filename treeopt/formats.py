@@ -180,13 +180,13 @@ def parse_tree(text: str, *, fmt: str | None = None, source: str = "tree") -> Tr
         raise TreeoptError(f"{source}: empty; expected a choices list such as [[0], [0, 0], [1]]")
     try:
         choices = _choices_from_text(text, fmt=fmt)
+        if fmt == "paths":
+            choices = _prefixes(choices)
     except (ValueError, SyntaxError, TypeError, KeyError) as exc:
         if isinstance(exc, TreeoptError):
             raise TreeoptError(f"{source}: {exc}") from None
         raise TreeoptError(f"{source}: not a tree in any known form ({exc.__class__.__name__}: "
                            f"{exc}); expected e.g. [[0], [0, 0], [1]]") from None
-    if fmt == "paths":
-        choices = sorted({tuple(p[:d]) for p in choices for d in range(1, len(p) + 1)})
     try:
         return Tree.from_choices(choices)
     except TreeoptError as exc:
@@ -207,6 +207,16 @@ def _choices_from_text(text: str, *, fmt: str | None) -> list[Any]:
         return _from_json_object(json.loads(text))
     value = _literal(re.sub(r"^[A-Za-z_]\w*\s*=\s*", "", text))  # allow `name = [[0], ...]`
     return value
+
+
+def _prefixes(leaves: list[Any]) -> list[list[Any]]:
+    """Every prefix of every leaf path, each once, in first-seen order."""
+    out: dict[tuple[Any, ...], None] = {}
+    for leaf in leaves:
+        if not isinstance(leaf, (list, tuple)) or len(leaf) == 0:
+            raise TreeoptError(f"leaf path {leaf!r} is not a non-empty list of ranks")
+        out.update(dict.fromkeys(tuple(leaf[:d]) for d in range(1, len(leaf) + 1)))
+    return [list(p) for p in out]
 
 
 def _literal(text: str) -> list[Any]:
@@ -262,7 +272,11 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
     if '"treeopt.growth/1"' in text:
         from treeopt.grow import Growth
 
-        growth = Growth.from_json(json.loads(text), source=str(p))
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TreeoptError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        growth = Growth.from_json(doc, source=str(p))
         if size is None:
             raise TreeoptError(f"{p}: a growth file holds trees of 1..{growth.max_nodes} nodes; "
                                "pick one with --size N")

@@ -119,8 +119,22 @@ class Growth:
         if growth.constraint == "uniform" and len(growth.uniform) != growth.max_nodes:
             raise TreeoptError(f"{source}: 'branching' needs one entry per size")
         if growth.constraint != "uniform":
-            Tree.from_choices(order)  # prefix-closed and valid, or a TreeoptError naming the path
+            _check_order(doc["order"], source)
         return growth
+
+
+def _check_order(order: list[Any], source: str) -> None:
+    """Every prefix of ``order`` must be a tree: valid paths, each after its parent."""
+    try:
+        Tree.from_choices(order)  # integer ranks, no duplicates, prefix-closed
+    except TreeoptError as exc:
+        raise TreeoptError(f"{source}: {exc}") from None
+    seen: set[Path] = set()
+    for p in map(tuple, order):
+        if len(p) > 1 and p[:-1] not in seen:
+            raise TreeoptError(f"{source}: 'order' lists {list(p)} before its parent "
+                               f"{list(p[:-1])}; every prefix of the order must be a tree")
+        seen.add(p)
 
 
 def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | None = None,
@@ -139,8 +153,9 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
     if max_nodes < 1:
         raise TreeoptError(f"--max-nodes must be at least 1, got {max_nodes}")
     heads, top_k = _shape(source)
-    caps = {"max_nodes": max_nodes, "max_depth": min(max_depth or heads, heads),
-            "max_rank": min(max_rank or top_k, top_k)}
+    caps = {"max_nodes": max_nodes,
+            "max_depth": heads if max_depth is None else min(max_depth, heads),
+            "max_rank": top_k if max_rank is None else min(max_rank, top_k)}
     if caps["max_depth"] < 1 or caps["max_rank"] < 1:
         raise TreeoptError(f"--max-depth and --max-rank must be at least 1, got {caps}")
     meta = _provenance(source)

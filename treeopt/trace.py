@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,7 +52,12 @@ class RankTrace:
         r = np.ascontiguousarray(r, dtype=np.int16)
         r.setflags(write=False)
         object.__setattr__(self, "ranks", r)
-        json.dumps(self.meta)  # meta must be JSON-serialisable; fail early, not at save time
+        if not isinstance(self.meta, dict):
+            raise TreeoptError(f"rank trace: meta must be a dict, got {type(self.meta).__name__}")
+        try:  # meta must be JSON-serialisable; fail early, not at save time
+            json.dumps(self.meta)
+        except (TypeError, ValueError) as exc:
+            raise TreeoptError(f"rank trace: meta is not JSON-serialisable ({exc})") from None
 
     @property
     def positions(self) -> int:
@@ -108,7 +114,11 @@ class RankTrace:
         """Read a ``.npz`` written by :meth:`save`; never unpickles."""
         p = Path(path)
         try:
-            with np.load(p, allow_pickle=False) as z:
+            loaded = np.load(p, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise TreeoptError(f"{p}: a single .npy array, not a .npz rank trace "
+                                   "(needs arrays 'ranks' and 'meta')")
+            with loaded as z:
                 files = set(z.files)
                 if not {"ranks", "meta"} <= files:
                     raise TreeoptError(
@@ -117,7 +127,7 @@ class RankTrace:
                 ranks, meta_raw = z["ranks"], z["meta"]
         except FileNotFoundError:
             raise TreeoptError(f"{p}: no such file") from None
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
             if isinstance(exc, TreeoptError):
                 raise
             raise TreeoptError(f"{p}: not a readable .npz rank trace ({exc})") from None

@@ -9,6 +9,7 @@ by depth, then path) is token index i + 1 in every derived array.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,9 @@ class Tree:
     paths: tuple[Path, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.paths, tuple):
+            raise TreeoptError(f"Tree(paths) needs a tuple of paths, got {type(self.paths).__name__}")
+        object.__setattr__(self, "paths", tuple(_as_path(p) for p in self.paths))
         seen: set[Path] = set()
         for p in self.paths:
             if p in seen:
@@ -61,8 +65,10 @@ class Tree:
         for p in self.paths:
             if len(p) > 1 and p[:-1] not in seen:
                 raise TreeoptError(f"tree path {list(p)} has no parent {list(p[:-1])} in the tree")
-        if list(self.paths) != sorted(self.paths, key=canonical_key):
-            raise TreeoptError("Tree(paths) must be in canonical order; use Tree.from_choices")
+        for a, b in itertools.pairwise(self.paths):
+            if canonical_key(b) < canonical_key(a):
+                raise TreeoptError(f"Tree(paths) must be in canonical order (by depth, then path), "
+                                   f"but {list(b)} comes after {list(a)}; use Tree.from_choices")
 
     # ----- construction -------------------------------------------------------------------
     @classmethod
@@ -90,6 +96,8 @@ class Tree:
         paths: list[Path] = []
         n_children: dict[int, int] = {}
         for i, raw in enumerate(parents):
+            if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)):
+                raise TreeoptError(f"parent array entry {i} is {raw!r}: parents must be integers")
             p = int(raw)
             if p < -1 or p >= i:
                 raise TreeoptError(

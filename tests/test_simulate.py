@@ -1,0 +1,133 @@
+"""Simulation and the two acceptance models: exact values on a hand-made trace, and properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
+from treeopt.simulate import accept_lengths, held_out, node_visits, simulate
+from treeopt.value import expected_accept_length, node_probabilities, prefix_counts
+
+ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
+TRACE = RankTrace(np.array(ROWS, np.int16))
+T7 = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+
+
+def test_accept_lengths_exact():
+    # t0 000 -> (0)(0,0)(0,0,0): 4    t1 001 -> (0)(0,0): 3    t2 010 -> (0)(0,1): 3
+    # t3 1 0 -1 -> (1)(1,0): 3        t4 0 -1 0 -> (0): 2      t5 200 -> (2), no (2,0): 2
+    # t6 -1 -> root only: 1           t7 000 -> 4
+    assert accept_lengths(T7, TRACE).tolist() == [4, 3, 3, 3, 2, 2, 1, 4]
+    assert node_visits(T7, TRACE).tolist() == [5, 1, 1, 3, 1, 1, 2]  # canonical node order
+
+
+def test_simulate_exact():
+    s = simulate(T7, TRACE)
+    assert s.mean_accept_length == 2.75  # 22 / 8
+    assert s.histogram == (0, 1, 2, 3, 2)
+    assert s.positions == 8
+    # squared deviations from 2.75: 1.5625 + 3 * 0.0625 + 2 * 0.5625 + 3.0625 + 1.5625 = 7.5
+    assert abs(s.stderr - math.sqrt(7.5 / 7) / math.sqrt(8)) < 1e-15
+    assert s.to_json() == {"mean_accept_length": 2.75, "stderr": s.stderr,
+                           "histogram": [0, 1, 2, 3, 2], "positions": 8}
+
+
+def test_simulate_empty_tree_chain_and_one_position():
+    empty = simulate(Tree(()), TRACE)
+    assert (empty.mean_accept_length, empty.histogram, empty.stderr) == (1.0, (0, 8), 0.0)
+    chain = simulate(Tree.chain(3), TRACE)
+    assert accept_lengths(Tree.chain(3), TRACE).tolist() == [4, 3, 2, 1, 2, 1, 1, 4]
+    assert chain.mean_accept_length == 2.25 and chain.histogram == (0, 3, 2, 1, 2)
+    one = simulate(Tree.chain(1), RankTrace(np.array([[0]], np.int16)))
+    assert (one.mean_accept_length, one.stderr, one.histogram) == (2.0, 0.0, (0, 0, 1))
+
+
+def test_ranks_beyond_the_tree_are_misses():
+    tr = RankTrace(np.array([[7, 0], [1, 9], [-1, -1]], np.int16))
+    assert accept_lengths(Tree.from_choices([[0], [1], [1, 0]]), tr).tolist() == [1, 2, 1]
+
+
+def test_expected_accept_length_both_models():
+    assert expected_accept_length(T7, TRACE, method="empirical") == 2.75
+    # independent: 1 + .625 + .125 + .125 + .625*.75 + .625*.125 + .125*.75 + .625*.75*.75
+    assert expected_accept_length(T7, TRACE, method="independent") == 2.8671875
+    assert node_probabilities(T7, TRACE, method="empirical").tolist() == [
+        5 / 8, 1 / 8, 1 / 8, 3 / 8, 1 / 8, 1 / 8, 2 / 8]
+    assert node_probabilities(T7, TRACE, method="independent").tolist() == [
+        0.625, 0.125, 0.125, 0.46875, 0.078125, 0.09375, 0.3515625]
+    table = AccuracyTable(np.array([[0.5, 0.25], [0.5, 0.25]]))
+    # a path deeper than the table or a rank beyond its top-k is worth 0
+    t = Tree.from_choices([[0], [1], [2], [0, 1], [0, 1, 0]])
+    assert expected_accept_length(t, table, method="independent") == 1 + 0.5 + 0.25 + 0.125
+
+
+def test_expected_accept_length_errors():
+    table = AccuracyTable(np.array([[0.5]]))
+    with pytest.raises(TreeoptError, match="the empirical model needs a rank trace"):
+        expected_accept_length(Tree.chain(1), table, method="empirical")
+    with pytest.raises(TreeoptError, match="unknown method 'typical'"):
+        node_probabilities(Tree.chain(1), TRACE, method="typical")
+    with pytest.raises(TreeoptError, match="empirical model: the trace has 3 heads but the tree "
+                                           "needs depth 4"):
+        node_probabilities(Tree.chain(4), TRACE, method="empirical")
+
+
+def test_prefix_counts_exact():
+    assert prefix_counts(TRACE, max_depth=3, max_rank=3) == {
+        (0,): 5, (1,): 1, (2,): 1, (0, 0): 3, (0, 1): 1, (1, 0): 1, (2, 0): 1,
+        (0, 0, 0): 2, (0, 0, 1): 1, (0, 1, 0): 1, (2, 0, 0): 1}
+    assert prefix_counts(TRACE, max_depth=2, max_rank=1) == {(0,): 5, (0, 0): 3}
+    assert prefix_counts(TRACE, max_depth=9, max_rank=2) == {
+        (0,): 5, (1,): 1, (0, 0): 3, (0, 1): 1, (1, 0): 1, (0, 0, 0): 2, (0, 0, 1): 1, (0, 1, 0): 1}
+
+
+def test_held_out_exact():
+    evaluation = RankTrace(np.array([[0, 0, 0], [1, 1, 1]], np.int16))
+    h = held_out(T7, TRACE, evaluation)
+    assert h.calibration.mean_accept_length == 2.75
+    assert h.held_out.mean_accept_length == 3.0  # lengths 4 and 2
+    assert h.gap == -0.25 and h.relative_gap == -0.25 / 3
+    doc = h.to_json()
+    assert doc["gap"] == -0.25 and doc["held_out"]["histogram"] == [0, 0, 1, 0, 1]
+    with pytest.raises(TreeoptError, match="held-out trace has 2 heads but the tree needs 3"):
+        held_out(T7, TRACE, RankTrace(np.zeros((2, 2), np.int16)))
+
+
+# ----- properties ---------------------------------------------------------------------------------
+@st.composite
+def trace_and_tree(draw):
+    heads = draw(st.integers(1, 4))
+    row = st.lists(st.integers(-1, 4), min_size=heads, max_size=heads)
+    rows = draw(st.lists(row, min_size=1, max_size=24))
+    raw = draw(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=heads), max_size=8))
+    tree = Tree.from_choices(sorted({tuple(p[:d]) for p in raw for d in range(1, len(p) + 1)}))
+    return RankTrace(np.array(rows, np.int16).reshape(len(rows), heads)), tree
+
+
+def reference_accept_length(tree: Tree, row: list[int]) -> int:
+    """1 + the longest rank prefix of ``row`` that is a node of ``tree`` (a plain loop)."""
+    k = 0
+    while k < len(row) and tuple(row[:k + 1]) in tree:
+        k += 1
+    return 1 + k
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace_and_tree())
+def test_simulation_matches_the_definition(case):
+    tr, tree = case
+    lengths = accept_lengths(tree, tr)
+    assert lengths.tolist() == [reference_accept_length(tree, row) for row in tr.ranks.tolist()]
+    s = simulate(tree, tr)
+    visits = node_visits(tree, tr)
+    # E[L](T) = 1 + sum over nodes of P(node accepted), on the same trace
+    assert abs(s.mean_accept_length - (1 + visits.sum() / tr.positions)) < 1e-12
+    assert abs(s.mean_accept_length - expected_accept_length(tree, tr, method="empirical")) < 1e-12
+    assert sum(s.histogram) == tr.positions and len(s.histogram) == tree.depth + 2
+    counts = prefix_counts(tr, max_depth=tree.depth, max_rank=max(tree.max_rank + 1, 1))
+    assert visits.tolist() == [counts.get(p, 0) for p in tree.paths]
