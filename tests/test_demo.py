@@ -1,0 +1,213 @@
+"""The demo pipeline: a tiny build end to end (seconds), resumption, loading, and the shipped demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from treeopt.demo import DEMO_FORMAT, KINDS, demo_paths
+from treeopt.demo.config import TINY, plan
+from treeopt.demo.corpus import load_corpus, part_of
+from treeopt.errors import TreeoptError
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+@pytest.fixture(scope="module")
+def tiny_demo(tmp_path_factory):
+    """A tiny demo built into a temporary directory: the whole pipeline in seconds."""
+    import torch
+
+    from treeopt.demo.build import build_demo
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    logs: list[str] = []
+    manifest = build_demo(out, TINY, log=logs.append)
+    return out, manifest, logs
+
+
+def test_tiny_build_writes_every_artifact(tiny_demo):
+    out, manifest, _ = tiny_demo
+    paths = demo_paths(out)
+    for p in (paths.manifest, paths.model / "config.json", paths.model / "model.safetensors",
+              paths.model / "tokenizer.json", paths.prompts("heldout"),
+              paths.prompts("calibration"), paths.latency("cpu")):
+        assert p.is_file(), p
+    for kind in KINDS:
+        for p in (paths.heads(kind) / "heads.json", paths.heads(kind) / "heads.safetensors",
+                  paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
+                  paths.growth(kind, method="independent")):
+            assert p.is_file(), p
+    assert not any(p.name.startswith(".") for p in out.parent.iterdir())  # no work dir left
+    listed = {f["path"] for f in manifest["files"]}
+    assert "model/model.safetensors" in listed and "traces/hydra.npz" in listed
+
+
+def test_tiny_manifest_is_valid(tiny_demo):
+    out, manifest, _ = tiny_demo
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk["format"] == DEMO_FORMAT == manifest["format"]
+    assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
+    assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "heads", "traces",
+                                         "growth", "quality", "latency"}
+    assert on_disk["base"]["heldout"]["loss"] > 0
+    assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
+    for kind in KINDS:
+        run = on_disk["quality"]["live"][kind]["4"]
+        assert run["lossless"] is True
+        assert run["mean_accept_length"] >= 1
+
+
+def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from treeopt.grow import Growth
+    from treeopt.trace import RankTrace
+
+    out, _, _ = tiny_demo
+    paths = demo_paths(out)
+    model = AutoModelForCausalLM.from_pretrained(paths.model, local_files_only=True)
+    assert model.config.architectures == ["LlamaForCausalLM"]
+    assert model.get_input_embeddings().weight.dtype in (torch.float16, torch.float32)
+    assert len(AutoTokenizer.from_pretrained(paths.model, local_files_only=True)) == 320
+    for kind in KINDS:
+        trace = RankTrace.load(paths.trace(kind))
+        assert trace.head_kind == kind and trace.heads == TINY.num_heads
+        assert trace.positions == 4 * (TINY.max_new_tokens - TINY.num_heads)
+        assert Growth.load(paths.growth(kind)).max_nodes <= TINY.max_nodes
+
+
+def test_load_returns_everything(tiny_demo):
+    from treeopt.demo import demo_dataset, load
+
+    out, _, _ = tiny_demo
+    demo = load(out)
+    assert set(demo.heads) == set(demo.traces) == set(demo.growths) == set(KINDS)
+    assert len(demo.prompts) == TINY.heldout_prompts
+    assert demo.tokenizer(demo.prompts[0])["input_ids"]
+    assert demo.latency is not None and demo.latency.name == "cpu.json"
+    assert set(demo_dataset(demo).sources) == set(KINDS)
+    light = load(out, with_model=False)
+    assert light.model is None and light.heads == {}
+
+
+def test_tiny_tree_decoding_is_lossless(tiny_demo):
+    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.demo import load
+
+    demo = load(tiny_demo[0])
+    prompt = demo.tokenizer(demo.prompts[0])["input_ids"]
+    cfg = DecodeConfig(max_new_tokens=20)
+    want = autoregressive(demo.model, prompt, config=cfg).tokens
+    for kind in KINDS:
+        tree = demo.growths[kind].tree(demo.growths[kind].max_nodes)
+        assert generate(demo.model, demo.heads[kind], tree, prompt, config=cfg).tokens == want
+
+
+def test_interrupted_build_resumes_and_never_publishes_half(tmp_path, monkeypatch):
+    import torch
+
+    from treeopt.demo import build, stages
+
+    torch.set_num_threads(1)
+    cfg = replace(TINY, seed=3)
+    out = tmp_path / "demo"
+
+    def boom(ctx):
+        raise KeyboardInterrupt
+
+    pipeline = tuple((n, boom if n == "heads" else f) for n, f in stages.PIPELINE)
+    monkeypatch.setattr(stages, "PIPELINE", pipeline)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, cfg, log=lambda s: None)
+    assert not out.exists()
+    assert (tmp_path / ".demo.building" / ".stages" / "base.json").exists()
+    monkeypatch.undo()
+    logs: list[str] = []
+    manifest = build.build_demo(out, cfg, log=logs.append)
+    assert "[base] done earlier, reusing" in logs and "[heads] …" in logs
+    assert manifest["config"]["seed"] == 3 and (out / "manifest.json").exists()
+
+
+def test_corpus_split_is_deterministic_and_disjoint():
+    a, b = load_corpus(max_files=40), load_corpus(max_files=40)
+    assert a.fingerprint() == b.fingerprint()
+    names = [{f.path for f in a.part(p)} for p in ("train", "calibration", "heldout")]
+    assert not (names[0] & names[1] or names[0] & names[2] or names[1] & names[2])
+    for path in names[1]:
+        assert part_of(path, calibration=0.08, heldout=0.08) == "calibration"
+    with pytest.raises(TreeoptError, match="unknown"):
+        a.part("test")
+
+
+def test_plan_sizes_to_the_budget():
+    small, large = plan(budget_minutes=10), plan(budget_minutes=40)
+    assert large.base.steps > small.base.steps and large.head_steps > small.head_steps
+    assert plan(budget_minutes=1).base == TINY.base
+    with pytest.raises(TreeoptError, match="--device"):
+        plan(device="tpu")
+
+
+def test_cli_info_and_missing_demo(tiny_demo, tmp_path, capsys):
+    from treeopt.cli import main
+
+    assert main(["demo", "info", "--demo-dir", str(tiny_demo[0])]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["paths"]["hydra_trace"].endswith("traces/hydra.npz")
+    assert main(["demo", "info", "--demo-dir", str(tmp_path)]) == 2
+    assert "no demo here" in capsys.readouterr().err
+
+
+def test_import_needs_no_torch():
+    code = "import treeopt.demo, sys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ----- the shipped demo ---------------------------------------------------------------------
+shipped = pytest.mark.skipif(not (SHIPPED / "manifest.json").exists(),
+                             reason="no shipped demo in data/demo")
+
+
+@shipped
+def test_shipped_demo_loads_and_meets_the_quality_bar():
+    from treeopt.demo import load
+
+    demo = load()
+    m = demo.manifest
+    ell = m["growth"]["expected_accept_length"]
+    for n in ("16", "64"):
+        assert ell["hydra"][n] > ell["medusa"][n]
+    for kind in KINDS:
+        for run in m["quality"]["live"][kind].values():
+            assert run["lossless"] is True
+    assert m["quality"]["repetition_8gram"] < 0.5 < m["base"]["looping_reference"][
+        "repetition_8gram"]
+    assert m["size_bytes"] < 20 * 2**20
+    assert min(t.positions for t in demo.traces.values()) >= 20_000
+
+
+@shipped
+def test_shipped_greedy_tree_decoding_is_lossless():
+    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.demo import load
+
+    demo = load()
+    cfg = DecodeConfig(max_new_tokens=48)
+    for prompt in demo.prompts[:2]:
+        ids = demo.tokenizer(prompt)["input_ids"]
+        want = autoregressive(demo.model, ids, config=cfg).tokens
+        for kind in KINDS:
+            got = generate(demo.model, demo.heads[kind], demo.growths[kind].tree(16), ids,
+                           config=cfg)
+            assert got.tokens == want
+            assert got.stats.mean_accept_length > 1.0
+
+
