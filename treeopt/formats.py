@@ -42,6 +42,8 @@ def engine_problems(tree: Tree, fmt: str, *, num_heads: int | None = None) -> li
     ['Hydra expands the children of every node as ranks 0..m-1, but (2,) is there without (1,)']
     """
     problems = []
+    if tree.size == 0 and fmt != "json":
+        problems.append("the tree is empty: every engine needs at least one draft node")
     if num_heads is not None and tree.depth > num_heads and fmt not in ("paths", "json"):
         problems.append(f"the tree is {tree.depth} deep but there are only {num_heads} heads")
     if fmt in ("medusa", "hydra") and tree.max_rank >= MEDUSA_TOPK:

@@ -176,13 +176,20 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
 
 def best_first(value: Callable[[Path], float], *, max_nodes: int, max_depth: int, max_rank: int,
                contiguous: bool = False) -> tuple[list[Path], list[float]]:
-    """Add frontier nodes in decreasing ``value`` (ties: shallower, then lexicographic)."""
+    """Add frontier nodes in decreasing ``value`` (ties: shallower, then lexicographic).
+
+    Nodes worth nothing are left out, except, under ``contiguous``, a rank that a more valuable
+    later sibling can only be reached through (it comes after every valued node).
+    """
     heap: list[tuple[float, int, Path]] = []
+
+    def bridges(p: Path) -> bool:
+        return any(value(p[:-1] + (r,)) > 0 for r in range(p[-1] + 1, max_rank))
 
     def push(paths: Iterable[Path]) -> None:
         for p in paths:
             v = value(p)
-            if v > 0:
+            if v > 0 or (contiguous and bridges(p)):
                 heapq.heappush(heap, (-v, len(p), p))
 
     push([(0,)] if contiguous else [(r,) for r in range(max_rank)])

@@ -9,17 +9,25 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from treeopt.errors import TreeoptError
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware", "treeopt.cli.demo")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit status 2, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command registered."""
     import importlib
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="treeopt",
         description="Design, price, export and verify static speculation trees.",
     )
