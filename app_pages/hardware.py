@@ -6,7 +6,7 @@ from app_pages.state import current_dataset, demo, show_error
 from roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt import plots_hardware as hw_plots
 from treeopt.grow import grow
-from treeopt.pricing import roofline_selection, table_selection
+from treeopt.pricing import demo_latency_selection, roofline_selection
 
 st.title("Hardware")
 st.write("tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b)): a bigger tree accepts "
@@ -65,19 +65,16 @@ st.caption(f"E[L] from the {label} {method} growth on '{data.name}'; verify late
 
 st.header("Measured latency")
 try:
-    bundle = demo()
-    table = bundle.latency
+    measured = demo_latency_selection(demo())
 except Exception as exc:  # noqa: BLE001
     show_error(exc)
-    table = None
-if table is None:
-    st.info("The demo ships no latency table. Measure one with `treeopt profile`.")
+    measured = None
+if measured is None:
+    st.info("No measured latency table here. Measure one with `treeopt profile`.")
 else:
-    st.plotly_chart(hw_plots.latency_figure(
+    table, demo_sel = measured
+    left, right = st.columns(2)
+    left.plotly_chart(hw_plots.latency_figure(
         table.points(), title=f"Demo model, measured on {table.device} ({table.dtype})"),
         use_container_width=True)
-    demo_sel = table_selection(grow(bundle.traces[next(iter(bundle.traces))],
-                                    method="empirical", max_nodes=max(r.tokens for r in
-                                                                      table.records) - 1),
-                               table, source=f"demo latency table ({table.device})")
-    st.plotly_chart(hw_plots.best_size_heatmap(demo_sel), use_container_width=True)
+    right.plotly_chart(hw_plots.best_size_heatmap(demo_sel), use_container_width=True)

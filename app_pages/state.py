@@ -16,14 +16,14 @@ TREE_KEY = "chosen_tree"
 @st.cache_resource(show_spinner="Loading the demo…")
 def demo() -> Any:
     """The shipped demo (model, heads, traces, growths), loaded once per server."""
-    from treeopt.demo import load
+    from treeopt.demo.load import load
 
     return load()
 
 
 @st.cache_resource(show_spinner=False)
 def demo_dataset() -> Dataset:
-    from treeopt.demo import demo_dataset as build
+    from treeopt.demo.load import demo_dataset as build
 
     return build(demo())
 

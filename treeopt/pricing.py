@@ -58,6 +58,23 @@ def table_selection(growth: Growth, table: Any, *, draft: DraftCost = NO_DRAFT,
     return result
 
 
+def demo_latency_selection(demo: Any) -> tuple[Any, dict[str, Any]] | None:
+    """The demo's measured latency table and, on it, the best tree of its first head kind."""
+    if demo.latency is None:
+        return None
+    from profiling.table import LatencyTable
+
+    table = LatencyTable.load(demo.latency)
+    kind = next(iter(demo.traces))
+    largest = max(r.tokens for r in table.records if r.ok) - 1  # q = nodes + root
+    growth = demo.growths[kind]
+    if growth.max_nodes > largest:
+        from treeopt.grow import grow
+
+        growth = grow(demo.traces[kind], method="empirical", max_nodes=largest)
+    return table, table_selection(growth, table, source=f"demo latency table ({table.device})")
+
+
 def model_heads(growth: Growth) -> int:
     """Heads a growth needs: its depth cap."""
     return int(growth.caps.get("max_depth", 1))
