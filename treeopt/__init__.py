@@ -1,21 +1,52 @@
 """treeopt: design, price, export and verify static speculation trees for draft-head decoding.
 
-``import treeopt`` needs numpy only; torch, transformers and streamlit load where they are used.
+``import treeopt`` needs numpy only; torch, transformers and streamlit load where they are used
+(:mod:`treeopt.heads`, :mod:`treeopt.calibrate`, :mod:`treeopt.decode`, the app).
+
+>>> import treeopt
+>>> trace = treeopt.RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
+>>> growth = treeopt.grow(trace, method="empirical", max_nodes=3)
+>>> growth.tree(3).paths, round(float(growth.expected_accept_length[3]), 4)
+(((0,), (1,), (0, 0)), 2.5)
+>>> treeopt.export(growth.tree(3), "medusa")
+'[[0], [1], [0, 0]]'
 """
+
+import numpy as np  # noqa: F401  (used by the doctest above)
 
 from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.errors import TreeoptError
+from treeopt.formats import engine_problems, export, load_tree_arg, parse_tree
+from treeopt.grow import Growth, grow, uniform_tree
+from treeopt.select import schedule, select
+from treeopt.simulate import Simulation, accept_lengths, held_out, simulate
 from treeopt.trace import RankTrace, merge_traces
 from treeopt.tree import Tree
+from treeopt.value import expected_accept_length, node_probabilities
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccuracyTable",
+    "Growth",
     "RankTrace",
+    "Simulation",
     "Tree",
     "TreeoptError",
+    "accept_lengths",
+    "engine_problems",
+    "expected_accept_length",
+    "export",
+    "grow",
+    "held_out",
+    "load_tree_arg",
     "merge_traces",
+    "node_probabilities",
+    "parse_tree",
     "read_accuracies",
+    "schedule",
+    "select",
+    "simulate",
+    "uniform_tree",
     "__version__",
 ]
