@@ -8,13 +8,14 @@ given, predicts the mean accepted length (E[L]) that the measurement is compared
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from treeopt.decode import DecodeConfig, autoregressive, generate
-from treeopt.decode_stats import combine
 from treeopt.errors import TreeoptError
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from treeopt.decode import DecodeConfig
 
 VERIFY_FORMAT = "treeopt.verify/1"
 
@@ -25,8 +26,8 @@ def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None
     if tree.size == 0:
         raise TreeoptError(f"{source}: the tree is empty")
     if tree.depth > num_heads:
-        raise TreeoptError(f"{source}: the tree has depth {tree.depth} but the heads number "
-                           f"{num_heads}")
+        raise TreeoptError(f"{source}: the tree has depth {tree.depth} but there are only "
+                           f"{num_heads} heads")
     if trace is not None:
         if tree.depth > trace.heads:
             raise TreeoptError(f"{source}: the tree has depth {tree.depth} but the trace "
@@ -40,6 +41,9 @@ def verify(model: Any, heads: Any, tree: Tree, prompts: Sequence[Sequence[int]],
            config: DecodeConfig | None = None, trace: RankTrace | None = None,
            ) -> dict[str, Any]:
     """Decode every prompt with the tree and autoregressively; return the report (JSON-ready)."""
+    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.decode_stats import combine
+
     config = config or DecodeConfig()
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
     if trace is not None and trace.head_kind not in (None, heads.config.kind):

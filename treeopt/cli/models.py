@@ -85,22 +85,17 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
                                 trust_remote_code=args.trust_remote_code))
 
 
-def _prompts(args: argparse.Namespace, tokenizer: Any, attr: str = "prompts") -> list[list[int]]:
-    from treeopt.prompts import encode, read_texts
-
-    paths = getattr(args, attr)
-    return encode(tokenizer, read_texts(paths), source=" ".join(paths))
-
-
 def cmd_train_heads(args: argparse.Namespace) -> int:
     from treeopt.heads_io import save_heads
+    from treeopt.prompts import encode, read_texts
     from treeopt.ranks import greedy_continuations
     from treeopt.train import TrainConfig, train_heads
 
     fields = {k: getattr(args, k) for k in TrainConfig().__dict__ if k != "kind"}
     cfg = TrainConfig(kind=args.kind, **fields)
+    texts = read_texts(args.data)
     model, tok = _load(args)
-    data = _prompts(args, tok, "data")
+    data = encode(tok, texts, source=" ".join(args.data))
     if args.generate > 0:
         data = greedy_continuations(model, data, max_new_tokens=args.generate)
     bar = progress(total=cfg.steps, desc="train-heads")
@@ -123,15 +118,17 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from treeopt.calibrate import CalibrateConfig, calibrate, parse_shard
     from treeopt.models import load_heads_for
+    from treeopt.prompts import encode, read_texts
 
     shard, num_shards = parse_shard(args.shard)
+    texts = read_texts(args.prompts)
     model, tok = _load(args)
     heads = load_heads_for(model, args.heads)
     cfg = CalibrateConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens,
                           batch_size=args.batch_size, source="texts" if args.texts else "greedy",
                           shard=shard, num_shards=num_shards,
                           eos_token_id=getattr(tok, "eos_token_id", None))
-    prompts = _prompts(args, tok)
+    prompts = encode(tok, texts, source=" ".join(args.prompts))
     bar = progress(desc=f"calibrate {shard}/{num_shards}", unit="batch")
 
     def report(done: int, total: int) -> None:
@@ -151,19 +148,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decode import DecodeConfig
     from treeopt.formats import load_tree_arg
     from treeopt.models import load_heads_for
+    from treeopt.prompts import encode, read_texts
     from treeopt.trace import RankTrace
     from treeopt.verify import check_tree_for, verify
 
     tree = load_tree_arg(args.tree, size=args.size)
     trace = RankTrace.load(args.trace) if args.trace else None
+    if trace is not None:  # fail before loading a model
+        check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)
+    texts = read_texts(args.prompts)
     model, tok = _load(args)
     heads = load_heads_for(model, args.heads)
-    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
+    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source=args.tree)
     cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
                        temperature=args.temperature, posterior_threshold=args.posterior_threshold,
                        posterior_alpha=args.posterior_alpha, seed=args.seed,
                        eos_token_id=getattr(tok, "eos_token_id", None))
-    report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace)
+    prompts = encode(tok, texts, source=" ".join(args.prompts))
+    report = verify(model, heads, tree, prompts, config=cfg, trace=trace)
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
                    "dtype": args.dtype})
     return emit(report, args.out)

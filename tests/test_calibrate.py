@@ -1,0 +1,157 @@
+"""Calibration: one-pass rank traces equal a slow reference; resume, shards, merge, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+import treeopt.calibrate as calibrate_module  # noqa: E402
+from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
+from treeopt.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
+from treeopt.decode import DecodeConfig, autoregressive  # noqa: E402
+from treeopt.heads import HeadsConfig, build_heads  # noqa: E402
+from treeopt.ranks import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
+
+V, D = 256, 64
+PROMPTS = [[1, 5, 17, 33], [1, 9, 100, 3, 4, 200, 7], [1, 44], [1, 8, 8, 8, 9], [1, 250, 3]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = tiny_llama(vocab=V, hidden=D, seed=1)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(10)
+    return m
+
+
+def _heads(model, kind, **options):
+    torch.manual_seed(2)
+    cfg = HeadsConfig(kind=kind, num_heads=4, hidden_size=D, vocab_size=V, **options)
+    heads = build_heads(cfg, lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    with torch.no_grad():
+        for p in heads.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    return heads.eval()
+
+
+@pytest.fixture(scope="module")
+def seqs(model):
+    return greedy_continuations(model, PROMPTS, max_new_tokens=24)
+
+
+def test_greedy_continuations_equal_plain_greedy_decoding(model, seqs):
+    for p, s in zip(PROMPTS, seqs, strict=True):
+        ar = autoregressive(model, p, config=DecodeConfig(max_new_tokens=24))
+        assert tuple(s[len(p):]) == ar.tokens
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("medusa", {}), ("medusa", {"num_layers": 2, "share_lm_head": True}),
+    ("hydra", {}), ("hydra", {"num_layers": 2, "prefix_attention": True}),
+])
+def test_rank_trace_equals_the_slow_reference(model, seqs, kind, options):
+    heads = _heads(model, kind, **options)
+    starts = [len(p) - 1 for p in PROMPTS]
+    fast = rank_batch(model, heads, seqs, starts, top_k=20)
+    for s, st, got in zip(seqs, starts, fast, strict=True):
+        want = reference_ranks(model, heads, s, st, top_k=20)
+        assert got.dtype == np.int16 and got.shape == want.shape == (24 - 4, 4)
+        np.testing.assert_array_equal(got, want)
+    ranks = np.concatenate(fast)
+    assert ranks.shape == (sum(24 - 4 for _ in PROMPTS), 4)  # the last K positions are dropped
+    assert (ranks == -1).any() and (ranks == 0).any()
+
+
+def test_texts_mode_equals_greedy_mode_on_greedy_text(model, seqs):
+    heads = _heads(model, "hydra")
+    greedy = rank_batch(model, heads, seqs, [len(p) - 1 for p in PROMPTS], top_k=20)
+    texts = rank_batch(model, heads, seqs, [0] * len(seqs), top_k=20, targets="argmax")
+    for p, g, t in zip(PROMPTS, greedy, texts, strict=True):
+        np.testing.assert_array_equal(t[len(p) - 1:], g)
+
+
+def test_calibrate_writes_a_trace_with_meta(model, tmp_path):
+    heads = _heads(model, "medusa")
+    cfg = CalibrateConfig(top_k=8, max_new_tokens=16, batch_size=2)
+    trace, path = calibrate(model, heads, PROMPTS, tmp_path / "t.npz", config=cfg,
+                            meta={"model": "tiny", "prompts": "inline"})
+    assert path == tmp_path / "t.npz"
+    assert trace.positions == 5 * (16 - 4) and trace.heads == 4
+    m = trace.meta
+    assert (m["head_kind"], m["top_k"], m["model"], m["sequences"], m["positions"]) == (
+        "medusa", 8, "tiny", 5, 60)
+    assert m["tokens"] == sum(len(p) + 16 for p in PROMPTS)
+    assert not (tmp_path / ".t.npz.parts").exists()
+
+
+def test_interrupted_calibration_resumes(model, tmp_path, monkeypatch):
+    heads = _heads(model, "hydra")
+    cfg = CalibrateConfig(top_k=8, max_new_tokens=12, batch_size=2)
+    whole, _ = calibrate(model, heads, PROMPTS, tmp_path / "whole.npz", config=cfg)
+
+    def interrupt(done, total):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "t.npz"
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(model, heads, PROMPTS, out, config=cfg, progress=interrupt)
+    assert not out.exists()  # a half-done run is never visible as the output
+    assert len(list((tmp_path / ".t.npz.parts").glob("chunk-*.npz"))) == 2
+    ran = []
+    real = calibrate_module._run_chunk
+    monkeypatch.setattr(calibrate_module, "_run_chunk",
+                        lambda *a, **k: ran.append(1) or real(*a, **k))
+    trace, _ = calibrate(model, heads, PROMPTS, out, config=cfg)
+    assert len(ran) == 1  # only the third chunk ran again
+    np.testing.assert_array_equal(trace.ranks, whole.ranks)
+    ran.clear()
+    again, _ = calibrate(model, heads, PROMPTS, out, config=cfg)  # finished: skipped
+    assert not ran and np.array_equal(again.ranks, whole.ranks)
+
+
+def test_shards_merge_to_the_whole(model, tmp_path):
+    heads = _heads(model, "medusa")
+    whole, _ = calibrate(model, heads, PROMPTS, tmp_path / "w.npz",
+                         config=CalibrateConfig(top_k=8, max_new_tokens=12, batch_size=1))
+    parts = []
+    for i in range(2):
+        cfg = CalibrateConfig(top_k=8, max_new_tokens=12, batch_size=1, shard=i, num_shards=2)
+        trace, path = calibrate(model, heads, PROMPTS, tmp_path / "t.npz", config=cfg)
+        assert path == shard_path(tmp_path / "t.npz", i, 2) and trace.meta["shard"] == f"{i}/2"
+        parts.append(trace)
+    merged = merge_traces(parts)
+    assert merged.meta["sequences"] == 5
+    rows = sorted(map(tuple, merged.ranks.tolist()))
+    assert rows == sorted(map(tuple, whole.ranks.tolist()))
+
+
+def test_finished_file_from_another_run_is_not_overwritten(model, tmp_path):
+    heads = _heads(model, "medusa")
+    out = tmp_path / "t.npz"
+    calibrate(model, heads, PROMPTS, out, config=CalibrateConfig(top_k=8, max_new_tokens=8))
+    before = out.read_bytes()
+    with pytest.raises(TreeoptError, match="exists from a different calibration run"):
+        calibrate(model, heads, PROMPTS, out, config=CalibrateConfig(top_k=4, max_new_tokens=8))
+    assert out.read_bytes() == before
+    assert RankTrace.load(out).top_k == 8
+
+
+def test_prompt_longer_than_context_is_rejected(tmp_path):
+    small = tiny_llama(vocab=V, hidden=D, context=32)
+    heads = _heads(small, "medusa")
+    with pytest.raises(TreeoptError, match="context is 32"):
+        calibrate(small, heads, [list(range(3, 30))], tmp_path / "t.npz",
+                  config=CalibrateConfig(max_new_tokens=8))
+
+
+def test_bad_config():
+    with pytest.raises(TreeoptError, match="--shard 2/2"):
+        CalibrateConfig(shard=2, num_shards=2)
+    with pytest.raises(TreeoptError, match="expected i/n"):
+        calibrate_module.parse_shard("two")

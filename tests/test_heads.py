@@ -1,0 +1,186 @@
+"""Draft heads: shapes, initial equality with the LM head, ranking rule, checkpoints, Medusa import."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+from treeopt import TreeoptError  # noqa: E402
+from treeopt.heads import HeadsConfig, build_heads, rank_of, top_candidates  # noqa: E402
+from treeopt.heads_io import import_medusa, load_heads, save_heads  # noqa: E402
+from treeopt.models import load_heads_for  # noqa: E402
+
+D, V = 64, 256
+
+
+def _perturb(heads, seed=0):
+    """Give every trainable weight a random value so that round trips test real numbers."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in heads.parameters():
+            if p.requires_grad:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return heads.eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab=V, hidden=D)
+
+
+def test_interface_shapes(model):
+    medusa = build_heads(HeadsConfig(kind="medusa", num_heads=3, hidden_size=D, vocab_size=V))
+    assert medusa(torch.zeros(2, 5, D)).shape == (3, 2, 5, V)
+    hydra = build_heads(HeadsConfig(kind="hydra", num_heads=3, hidden_size=D, vocab_size=V,
+                                    num_layers=2))
+    prev = torch.zeros(2, 5, 3, dtype=torch.long)
+    assert hydra.head_logits(2, torch.zeros(2, 5, D), prev).shape == (2, 5, V)
+    with pytest.raises(TreeoptError, match="needs 3 previous tokens"):
+        hydra.head_logits(2, torch.zeros(2, 5, D), prev[..., :2])
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("share", [False, True])
+def test_untrained_heads_equal_the_lm_head(model, kind, share):
+    cfg = HeadsConfig(kind=kind, num_heads=3, hidden_size=D, vocab_size=V, num_layers=2,
+                      share_lm_head=share)
+    heads = build_heads(cfg, lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    h = torch.randn(1, 4, D)
+    with torch.no_grad():
+        want = model.lm_head(h)
+        for k in range(3):
+            got = heads.head_logits(k, h, torch.randint(0, V, (1, 4, k + 1)))
+            assert torch.equal(got, want)
+
+
+def test_hydra_heads_read_the_path_tokens(model):
+    cfg = HeadsConfig(kind="hydra", num_heads=2, hidden_size=D, vocab_size=V)
+    heads = _perturb(build_heads(cfg, lm_head=model.lm_head, embeddings=model.model.embed_tokens))
+    h = torch.randn(1, 1, D)
+    with torch.no_grad():
+        a = heads.head_logits(1, h, torch.tensor([[[5, 6]]]))
+        b = heads.head_logits(1, h, torch.tensor([[[5, 7]]]))
+    assert not torch.equal(a, b)
+
+
+def test_rank_and_candidates_break_ties_by_token_id():
+    logits = torch.tensor([1.0, 3.0, 1.0, 3.0, 0.0, 1.0])
+    order = top_candidates(logits, 6).tolist()
+    assert order == [1, 3, 0, 2, 5, 4]
+    assert [int(rank_of(logits, torch.tensor(t))) for t in order] == [0, 1, 2, 3, 4, 5]
+
+
+def test_base_shape_mismatch_is_rejected(model):
+    cfg = HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=V)
+    with pytest.raises(TreeoptError, match="does not match the base model's lm_head"):
+        build_heads(cfg, lm_head=model.lm_head)
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(TreeoptError, match="head kind 'eagle' is unknown"):
+        HeadsConfig(kind="eagle", num_heads=2, hidden_size=8, vocab_size=8)
+    with pytest.raises(TreeoptError, match="prefix_attention applies to Hydra"):
+        HeadsConfig(kind="medusa", num_heads=2, hidden_size=8, vocab_size=8,
+                    prefix_attention=True)
+
+
+@pytest.mark.parametrize("options", [
+    {"kind": "medusa", "num_layers": 1},
+    {"kind": "medusa", "num_layers": 2, "share_lm_head": True},
+    {"kind": "hydra", "num_layers": 2},
+    {"kind": "hydra", "num_layers": 1, "share_lm_head": True, "prefix_attention": True},
+])
+def test_checkpoint_round_trip(model, tmp_path, options):
+    cfg = HeadsConfig(num_heads=3, hidden_size=D, vocab_size=V, **options)
+    heads = _perturb(build_heads(cfg, lm_head=model.lm_head, embeddings=model.model.embed_tokens))
+    save_heads(heads, tmp_path / "h")
+    assert sorted(p.name for p in (tmp_path / "h").iterdir()) == ["heads.json", "heads.safetensors"]
+    back = load_heads_for(model, tmp_path / "h")
+    assert back.config == cfg
+    h, prev = torch.randn(2, 3, D), torch.randint(0, V, (2, 3, 3))
+    with torch.no_grad():
+        if cfg.prefix_attention:
+            assert torch.equal(heads.prefix(h)[0], back.prefix(h)[0])
+        for k in range(3):
+            assert torch.equal(heads.head_logits(k, h, prev[..., : k + 1]),
+                               back.head_logits(k, h, prev[..., : k + 1]))
+
+
+def test_shared_heads_need_the_base_model(model, tmp_path):
+    cfg = HeadsConfig(kind="medusa", num_heads=2, hidden_size=D, vocab_size=V, share_lm_head=True)
+    save_heads(build_heads(cfg, lm_head=model.lm_head), tmp_path)
+    with pytest.raises(TreeoptError, match="share the base model's LM head"):
+        load_heads(tmp_path)
+
+
+def test_heads_for_another_model_are_rejected(tmp_path):
+    small = tiny_llama(vocab=128, hidden=32)
+    cfg = HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=128)
+    save_heads(build_heads(cfg), tmp_path)
+    with pytest.raises(TreeoptError, match="heads have hidden size 32 and vocabulary 128, "
+                                           "the model has hidden size 64 and vocabulary 256"):
+        load_heads_for(tiny_llama(vocab=V, hidden=D), tmp_path)
+    assert load_heads_for(small, tmp_path).config == cfg
+
+
+class _MedusaResBlock(torch.nn.Module):
+    """Medusa's published ResBlock, reproduced to fabricate a checkpoint in its layout."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, hidden)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x):
+        return x + self.act(self.linear(x))
+
+
+def _medusa_reference(num_heads, num_layers):
+    torch.manual_seed(5)
+    return torch.nn.ModuleList(
+        torch.nn.Sequential(*[_MedusaResBlock(D) for _ in range(num_layers)],
+                            torch.nn.Linear(D, V, bias=False))
+        for _ in range(num_heads)).eval()
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_import_medusa_published_layout(tmp_path, suffix):
+    ref = _medusa_reference(num_heads=3, num_layers=2)
+    state = ref.state_dict()
+    assert "0.1.linear.weight" in state and "2.2.weight" in state  # the published key names
+    if suffix == ".pt":
+        torch.save(state, tmp_path / "medusa_lm_head.pt")
+    else:
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in state.items()},
+                  str(tmp_path / "medusa_lm_head.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"medusa_num_heads": 3, "medusa_num_layers": 2, "base_model_name_or_path": "x"}))
+    heads = load_heads(tmp_path)
+    assert heads.config == HeadsConfig(kind="medusa", num_heads=3, hidden_size=D, vocab_size=V,
+                                       num_layers=2)
+    h = torch.randn(1, 4, D)
+    with torch.no_grad():
+        assert torch.equal(heads(h), torch.stack([head(h) for head in ref]))
+
+
+class Payload:
+    """Not a tensor: weights_only loading must refuse it."""
+
+
+def test_medusa_pt_with_arbitrary_objects_is_refused(tmp_path):
+    torch.save({"0.1.weight": Payload()}, tmp_path / "medusa_lm_head.pt")
+    (tmp_path / "config.json").write_text('{"medusa_num_heads": 1, "medusa_num_layers": 1}')
+    with pytest.raises(TreeoptError, match="not loadable with weights_only=True"):
+        import_medusa(tmp_path)
+
+
+def test_not_a_heads_directory(tmp_path):
+    with pytest.raises(TreeoptError, match="not a heads checkpoint"):
+        load_heads(tmp_path)

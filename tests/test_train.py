@@ -1,0 +1,68 @@
+"""Head training by self-distillation: the loss falls, the base stays frozen, λ_k = 0.8^k."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+from treeopt import TreeoptError  # noqa: E402
+from treeopt.heads import HeadsConfig, build_heads  # noqa: E402
+from treeopt.ranks import greedy_continuations  # noqa: E402
+from treeopt.train import TrainConfig, distill_loss, train_heads, windows  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model = tiny_llama(vocab=256, seed=4)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(3, 256, (4,), generator=gen).tolist() for _ in range(12)]
+    return model, greedy_continuations(model, prompts, max_new_tokens=40)
+
+
+def test_loss_is_the_decayed_sum_of_head_losses(setup):
+    model, seqs = setup
+    heads = build_heads(HeadsConfig(kind="hydra", num_heads=3, hidden_size=64, vocab_size=256),
+                        lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    total, per_head, agree = distill_loss(model, heads, windows(seqs, 32)[:4], decay=0.8)
+    assert len(per_head) == len(agree) == 3
+    assert float(total.detach()) == pytest.approx(sum(0.8**k * x for k, x in enumerate(per_head)),
+                                         rel=1e-6)
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("medusa", {}), ("medusa", {"share_lm_head": True}), ("hydra", {"prefix_attention": True}),
+])
+def test_training_lowers_the_loss_and_leaves_the_base_frozen(setup, kind, options):
+    model, seqs = setup
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = TrainConfig(kind=kind, num_heads=3, steps=40, batch_size=8, seq_len=40, lr=3e-3,
+                      **options)
+    seen = []
+    heads, history = train_heads(model, seqs, cfg, progress=lambda s, n, loss: seen.append(s))
+    assert seen == list(range(1, 41)) and len(history) == 40
+    first = sum(h["loss"] for h in history[:5]) / 5
+    last = sum(h["loss"] for h in history[-5:]) / 5
+    assert last < 0.9 * first
+    assert history[-1]["lr"] < 1e-4  # the cosine schedule has decayed
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert not heads.training
+    if options.get("prefix_attention"):
+        assert heads.prefix_layer.out.weight.abs().sum() > 0  # the prefix layer learned
+
+
+def test_too_little_data(setup):
+    with pytest.raises(TreeoptError, match="fewer than --seq-len 64"):
+        windows([[1, 2, 3]], 64)
+
+
+def test_bad_config():
+    with pytest.raises(TreeoptError, match="--seq-len 4 leaves no targets for 4 heads"):
+        TrainConfig(num_heads=4, seq_len=4)
+    with pytest.raises(TreeoptError, match="--steps must be"):
+        TrainConfig(steps=0)
