@@ -155,3 +155,25 @@ def test_bad_config():
         CalibrateConfig(shard=2, num_shards=2)
     with pytest.raises(TreeoptError, match="expected i/n"):
         calibrate_module.parse_shard("two")
+
+
+def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
+    """The rank trace is an exact substrate: walking it reproduces every decoding step."""
+    from treeopt import Tree
+    from treeopt.decode import generate
+    from treeopt.train import TrainConfig, train_heads
+    from treeopt.verify import stepwise_accept_lengths
+
+    model = tiny_llama(vocab=V, hidden=D, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    heads = train_heads(model, greedy_continuations(model, PROMPTS, max_new_tokens=40),
+                        TrainConfig(kind="hydra", num_heads=3, steps=30, seq_len=32, lr=3e-3))[0]
+    tree = Tree.from_choices([[0], [1], [0, 0], [1, 0], [0, 0, 0], [0, 1]])
+    for i, prompt in enumerate(PROMPTS):
+        trace, _ = calibrate(model, heads, [prompt], tmp_path / f"{i}.npz",
+                             config=CalibrateConfig(top_k=8, max_new_tokens=32))
+        walk = stepwise_accept_lengths(tree, trace).tolist()
+        live = generate(model, heads, tree, prompt, config=DecodeConfig(max_new_tokens=32))
+        assert list(live.stats.accept_lengths[: len(walk)]) == walk
+        assert max(walk) > 1

@@ -150,7 +150,8 @@ def _run_chunk(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
         ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k, targets="argmax")
     tokens = sum(len(s) for s in seqs)
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
-    return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens})
+    return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
+                           "sequence_positions": [len(r) for r in ranks]})
 
 
 def _finish(traces: list[RankTrace], heads: Any, config: CalibrateConfig,
@@ -165,7 +166,8 @@ def _finish(traces: list[RankTrace], heads: Any, config: CalibrateConfig,
         "source": config.source, "max_new_tokens": config.max_new_tokens,
         "sequences": int(merged.meta.get("sequences", 0)),
         "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,
-        "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}"})
+        "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}",
+        "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]]})
 
 
 def _fingerprint(heads: Any, prompts: Sequence[Sequence[int]], config: CalibrateConfig,

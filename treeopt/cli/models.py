@@ -181,6 +181,10 @@ def cmd_trace_merge(args: argparse.Namespace) -> int:
     merged = merge_traces(traces)
     meta = {k: v for k, v in merged.meta.items() if k != "fingerprint"}
     meta["positions"] = merged.positions
+    if all("sequence_positions" in t.meta for t in traces):  # per-sequence, in shard order
+        meta["sequence_positions"] = [n for t in traces for n in t.meta["sequence_positions"]]
+    else:
+        meta.pop("sequence_positions", None)
     RankTrace(merged.ranks, meta).save(args.out)
     print(f"wrote {args.out}", file=sys.stderr)
     return emit({"trace": args.out, "positions": merged.positions, "shards": len(traces)}, None)
