@@ -4,7 +4,10 @@
 (``treeopt demo build`` makes them; see docs/demo.md). Importing this package needs numpy only.
 """
 
-from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths, demo_paths
+from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths, demo_defaults, demo_paths
 from treeopt.demo.load import Demo, demo_dataset, load
 
-__all__ = ["DEMO_FORMAT", "KINDS", "Demo", "DemoPaths", "demo_dataset", "demo_paths", "load"]
+__all__ = [
+    "DEMO_FORMAT", "KINDS", "Demo", "DemoPaths", "demo_dataset", "demo_defaults", "demo_paths",
+    "load",
+]

@@ -78,3 +78,20 @@ def _kind(kind: str) -> str:
     if kind not in KINDS:
         raise TreeoptError(f"demo head kind {kind!r} is unknown; expected one of {KINDS}")
     return kind
+
+
+def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = None,
+                  ) -> dict[str, str]:
+    """What ``--demo [KIND]`` stands for in other sub-commands: flag name → path.
+
+    A sub-command fills each flag the user left unset: ``--model``, ``--heads``, ``--trace``,
+    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, ``--latency``.
+    """
+    p = demo_paths(root)
+    found = sorted((p.root / "latency").glob("*.json"))
+    doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
+           "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
+           "prompts": str(p.prompts("heldout"))}
+    if found:
+        doc["latency"] = str(found[0])
+    return doc
