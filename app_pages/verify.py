@@ -28,9 +28,10 @@ mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verif
 new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
 if chosen and chosen[2] == kind:
     tree, description = chosen[0], chosen[1]
-else:
-    tree = grow(bundle.traces[kind], method="empirical", max_nodes=64).tree(64)
-    description = f"{kind} · empirical · 64 nodes"
+else:  # nothing chosen on the Trees page for these heads: the empirical tree of (up to) 64 nodes
+    growth = grow(bundle.traces[kind], method="empirical", max_nodes=64)
+    tree = growth.tree(min(64, growth.max_nodes))
+    description = f"{kind} · empirical · {tree.size} nodes"
 st.caption(f"Tree: {description}. Choose another on the Trees page.")
 prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")
 
@@ -45,10 +46,14 @@ if st.button("Run live verification", type="primary", key="verify_run"):
     m = st.columns(4)
     m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
                 help=f"± {run.stderr:.3f} (standard error over {len(run.accept_lengths)} steps)")
-    if run.predicted_accept_length is not None:
-        rel = (run.mean_accept_length / run.predicted_accept_length - 1) * 100
-        m[1].metric("Predicted E[L] (calibration trace)", f"{run.predicted_accept_length:.3f}",
-                    delta=f"{rel:+.1f}% measured vs predicted", delta_color="off")
+    predicted = run.predicted_per_step or run.predicted_accept_length
+    if predicted is not None:
+        rel = (run.mean_accept_length / predicted - 1) * 100
+        m[1].metric("Predicted (calibration trace, per step)", f"{predicted:.3f}",
+                    delta=f"{rel:+.1f}% measured vs predicted", delta_color="off",
+                    help=f"position-weighted E[L]: {run.predicted_accept_length:.3f}; decoding "
+                         "starts steps only at some positions, so the per-step walk of the "
+                         "trace is the prediction to compare with")
     m[2].metric("Tree decoding", f"{run.tree_tokens_per_s:.0f} tokens/s",
                 delta=f"{run.tree_tokens_per_s / run.autoregressive_tokens_per_s:.2f}× "
                       "autoregressive")
@@ -66,5 +71,5 @@ if st.button("Run live verification", type="primary", key="verify_run"):
                 unsafe_allow_html=True)
     left, right = st.columns(2)
     left.plotly_chart(plots.accept_histogram({"measured": run.histogram}),
-                      use_container_width=True)
-    right.plotly_chart(plots.time_split(run.time_split), use_container_width=True)
+                      width="stretch")
+    right.plotly_chart(plots.time_split(run.time_split), width="stretch")

@@ -24,9 +24,8 @@ from treeopt.decode import DecodeConfig, autoregressive, generate
 from treeopt.decode_stats import combine
 from treeopt.grow import grow
 from treeopt.ranks import greedy_continuations
-from treeopt.simulate import simulate
+from treeopt.simulate import simulate, step_lengths
 from treeopt.train import TrainConfig, train_heads
-from treeopt.verify import stepwise_accept_lengths
 
 
 def build_model(args, device):
@@ -88,7 +87,7 @@ def main() -> None:
             stats = combine([r.stats for r in runs])
             same = all(r.tokens == a.tokens for r, a in zip(runs, ar, strict=True))
             pred = simulate(tree, trace)
-            step_pred = float(stepwise_accept_lengths(tree, trace).mean())
+            step_pred = float(step_lengths(tree, trace).mean())
             measured = stats.mean_accept_length
             rel = (measured - pred.mean_accept_length) / pred.mean_accept_length
             split = stats.to_dict()["seconds_split"]

@@ -161,8 +161,8 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
     """The rank trace is an exact substrate: walking it reproduces every decoding step."""
     from treeopt import Tree
     from treeopt.decode import generate
+    from treeopt.simulate import step_lengths
     from treeopt.train import TrainConfig, train_heads
-    from treeopt.verify import stepwise_accept_lengths
 
     model = tiny_llama(vocab=V, hidden=D, seed=3)
     with torch.no_grad():
@@ -173,7 +173,7 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
     for i, prompt in enumerate(PROMPTS):
         trace, _ = calibrate(model, heads, [prompt], tmp_path / f"{i}.npz",
                              config=CalibrateConfig(top_k=8, max_new_tokens=32))
-        walk = stepwise_accept_lengths(tree, trace).tolist()
+        walk = step_lengths(tree, trace).tolist()
         live = generate(model, heads, tree, prompt, config=DecodeConfig(max_new_tokens=32))
         assert list(live.stats.accept_lengths[: len(walk)]) == walk
         assert max(walk) > 1

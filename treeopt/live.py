@@ -24,7 +24,8 @@ class LiveRun:
     tree_tokens_per_s: float
     autoregressive_tokens_per_s: float
     outputs_match: bool | None  # None under typical acceptance (outputs may differ by design)
-    predicted_accept_length: float | None
+    predicted_accept_length: float | None  # position-weighted E[L] of the calibration trace
+    predicted_per_step: float | None  # the calibration trace walked as decoding steps through it
     time_split: dict[str, float]  # seconds spent drafting, verifying, bookkeeping
 
 
@@ -53,7 +54,11 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
         pieces.append(spec.tokens[bounds:bounds + n])
         bounds += n
     segments = tuple(tokenizer.decode(list(p)) for p in pieces if p)
-    predicted = simulate(tree, trace).mean_accept_length if trace is not None else None
+    predicted = per_step = None
+    if trace is not None:
+        predicted = simulate(tree, trace).mean_accept_length
+        if "sequence_positions" in trace.meta:
+            per_step = simulate(tree, trace, per_step=True).mean_accept_length
     return LiveRun(
         segments=segments, autoregressive_text=tokenizer.decode(list(base.tokens)),
         accept_lengths=stats.accept_lengths, histogram=tuple(stats.histogram),
@@ -61,6 +66,6 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
         tree_tokens_per_s=stats.tokens_per_s,
         autoregressive_tokens_per_s=base.stats.tokens_per_s,
         outputs_match=(spec.tokens == base.tokens) if mode == "greedy" else None,
-        predicted_accept_length=predicted,
+        predicted_accept_length=predicted, predicted_per_step=per_step,
         time_split={"drafting": stats.draft_s, "verification": stats.verify_s,
                     "bookkeeping": stats.bookkeeping_s})

@@ -173,5 +173,9 @@ def merge_traces(traces: Sequence[RankTrace]) -> RankTrace:
     for key in ("sequences", "tokens"):
         if all(key in t.meta for t in traces):
             meta[key] = sum(int(t.meta[key]) for t in traces)
+    if all("sequence_positions" in t.meta for t in traces):  # per sequence, in shard order
+        meta["sequence_positions"] = [n for t in traces for n in t.meta["sequence_positions"]]
+    else:
+        meta.pop("sequence_positions", None)
     meta["merged_shards"] = len(traces)
     return RankTrace(np.concatenate([t.ranks for t in traces], axis=0), meta)

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
 from treeopt.trace import RankTrace
@@ -79,43 +78,16 @@ def verify(model: Any, heads: Any, tree: Tree, prompts: Sequence[Sequence[int]],
 
 
 def _prediction(tree: Tree, trace: RankTrace, measured: float) -> dict[str, Any]:
-    from treeopt.simulate import simulate
+    from treeopt.simulate import simulate, step_lengths
 
     sim = simulate(tree, trace)
     predicted = float(sim.mean_accept_length)
     out = {"mean_accept_length": predicted, "stderr": float(sim.stderr),
            "trace_positions": trace.positions, "measured": measured,
            "relative_difference": (measured - predicted) / predicted}
-    steps = stepwise_accept_lengths(tree, trace)
+    steps = step_lengths(tree, trace)
     if steps is not None:
         per_step = float(np.mean(steps))
         out["per_step"] = {"mean_accept_length": per_step, "steps": int(steps.size),
                            "relative_difference": (measured - per_step) / per_step}
     return out
-
-
-def stepwise_accept_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
-    """Accepted lengths of the steps greedy decoding really takes along each trace sequence.
-
-    A step starts at a position, accepts L tokens and the next starts L positions later, so steps
-    skip positions that a position-weighted E[L] counts. Needs ``sequence_positions`` in the meta
-    (None without it).
-
-    >>> tr = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
-    >>> stepwise_accept_lengths(Tree.chain(1), tr).tolist()
-    [2, 1, 2]
-    """
-    from treeopt.simulate import accept_lengths
-
-    counts = trace.meta.get("sequence_positions")
-    if not counts or sum(counts) != trace.positions:
-        return None
-    lengths = accept_lengths(tree, trace)
-    steps, start = [], 0
-    for n in counts:
-        t = 0
-        while t < n:  # a loop over steps, not over positions
-            steps.append(int(lengths[start + t]))
-            t += steps[-1]
-        start += n
-    return np.asarray(steps, dtype=np.int64)

@@ -106,7 +106,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format)
     trace = RankTrace.load(args.trace)
     trace.require(heads=tree.depth, source=args.trace)
-    return emit(simulate(tree, trace).to_json(), args.out)
+    doc = simulate(tree, trace).to_json()
+    if "sequence_positions" in trace.meta:  # where decoding's steps really start
+        doc["per_step"] = simulate(tree, trace, per_step=True).to_json()
+    return emit(doc, args.out)
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="texts: JSONL with a 'prompt' field, text files or folders")
     p.add_argument("--generate", type=int, default=0, metavar="N",
                    help="extend each text with N greedy tokens of the base model first")
-    from treeopt.train import TrainConfig
+    from treeopt.train_config import TrainConfig
 
     for name, default in TrainConfig().__dict__.items():
         if name == "kind":
@@ -181,10 +181,6 @@ def cmd_trace_merge(args: argparse.Namespace) -> int:
     merged = merge_traces(traces)
     meta = {k: v for k, v in merged.meta.items() if k != "fingerprint"}
     meta["positions"] = merged.positions
-    if all("sequence_positions" in t.meta for t in traces):  # per-sequence, in shard order
-        meta["sequence_positions"] = [n for t in traces for n in t.meta["sequence_positions"]]
-    else:
-        meta.pop("sequence_positions", None)
     RankTrace(merged.ranks, meta).save(args.out)
     print(f"wrote {args.out}", file=sys.stderr)
     return emit({"trace": args.out, "positions": merged.positions, "shards": len(traces)}, None)
