@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = demo_sub.add_parser("build", help="train the demo from the Python standard library")
     b.add_argument("--out", default="data/demo", metavar="DIR",
                    help="where the demo goes (replaced only when the build finishes)")
-    b.add_argument("--budget-minutes", type=float, default=20.0, metavar="M",
+    b.add_argument("--budget-minutes", type=float, default=30.0, metavar="M",
                    help="time budget that sizes the model and step counts (under 2: a tiny "
                         "pipeline check)")
     b.add_argument("--device", choices=("cpu", "cuda"), default="cpu")

@@ -23,16 +23,16 @@ from treeopt.errors import TreeoptError
 class BaseConfig:
     """Shape of the base model and its training schedule."""
 
-    hidden_size: int = 192
+    hidden_size: int = 128
     num_layers: int = 4
-    num_heads: int = 3
-    num_kv_heads: int = 3
-    intermediate_size: int = 512
+    num_heads: int = 2
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
     max_positions: int = 512
     seq_len: int = 384
     batch_size: int = 8
     steps: int = 400
-    lr: float = 3e-3
+    lr: float = 5e-3
     warmup: int = 20
     weight_decay: float = 0.1
 

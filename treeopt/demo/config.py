@@ -14,7 +14,7 @@ from treeopt.errors import TreeoptError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
-_THROUGHPUT = {"cpu": 1600.0, "cuda": 60000.0}
+_THROUGHPUT = {"cpu": 2500.0, "cuda": 60000.0}
 _BASE_SHARE, _HEAD_SHARE = 0.55, 0.1  # of the budget: base training, each head kind
 _HEAD_COST = 1.5  # a head-training token costs about 1.5 base-training tokens (K vocab projections)
 
@@ -25,7 +25,7 @@ class DemoConfig:
 
     seed: int = 0
     device: str = "cpu"
-    budget_minutes: float = 20.0
+    budget_minutes: float = 30.0
     max_files: int | None = None  # a deterministic subset of the corpus (tests)
     vocab_size: int = 4096
     base: BaseConfig = field(default_factory=BaseConfig)
@@ -83,12 +83,12 @@ TINY = DemoConfig(
     latency_repeats=2)
 
 
-def plan(*, budget_minutes: float = 20.0, device: str = "cpu", seed: int = 0) -> DemoConfig:
+def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) -> DemoConfig:
     """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
 
-    >>> c = plan(budget_minutes=20)
+    >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
-    (192, 343, 125)
+    (128, 805, 292)
     >>> plan(budget_minutes=0.5).base.hidden_size  # too little time: the tiny test build
     32
     """
@@ -98,7 +98,7 @@ def plan(*, budget_minutes: float = 20.0, device: str = "cpu", seed: int = 0) ->
         return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
     base = BaseConfig() if device == "cpu" else BaseConfig(
         hidden_size=384, num_layers=6, num_heads=6, num_kv_heads=2, intermediate_size=1024,
-        batch_size=32)
+        batch_size=32, lr=2e-3)
     seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))

@@ -47,15 +47,17 @@ def sample_prompts(files: Sequence[SourceFile], tokenizer: Any, *, count: int, m
 
 
 def _whole_lines(lines: Sequence[str], tokenizer: Any, max_tokens: int) -> str | None:
-    """The longest run of whole lines from the start whose encoding fits ``max_tokens``."""
-    text = ""
+    """The longest run of whole lines from the start that fits ``max_tokens`` and ends inside
+    code: its last line and the line after it are not blank (no prompt ends at a gap)."""
+    taken: list[str] = []
     for line in lines:
-        if not line.endswith("\n"):
+        if not line.endswith("\n") or len(tokenizer("".join(taken) + line)["input_ids"]) > max_tokens:
             break
-        if len(tokenizer(text + line)["input_ids"]) > max_tokens:
-            break
-        text += line
-    return text or None
+        taken.append(line)
+    while taken and (not taken[-1].strip() or len(lines) <= len(taken)
+                     or not lines[len(taken)].strip()):
+        taken.pop()
+    return "".join(taken) or None
 
 
 def write_prompts(path: str | os.PathLike[str], prompts: Sequence[dict[str, Any]]) -> Path:
