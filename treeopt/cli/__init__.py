@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from treeopt.cli.demo_flags import add_demo_flags, expand_demo
 from treeopt.errors import TreeoptError
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware", "treeopt.cli.demo")
@@ -41,12 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    add_demo_flags(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``treeopt`` console script."""
     parser = build_parser()
+    try:
+        argv = expand_demo(sys.argv[1:] if argv is None else argv, parser)
+    except TreeoptError as exc:
+        print(f"treeopt: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

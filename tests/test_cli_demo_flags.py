@@ -1,0 +1,61 @@
+"""``--demo [KIND]`` fills the flags a sub-command takes and the user left out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from treeopt.cli import build_parser, main
+from treeopt.cli.demo_flags import expand_demo
+
+
+@pytest.fixture()
+def fake_demo(tmp_path, monkeypatch):
+    """A demo directory with a manifest and a latency table (paths are all expand_demo needs)."""
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "treeopt.demo/1"}))
+    (tmp_path / "latency").mkdir()
+    (tmp_path / "latency" / "cpu.json").write_text("{}")
+    monkeypatch.setenv("TREEOPT_DEMO", str(tmp_path))
+    from treeopt.demo.layout import DemoPaths
+
+    return DemoPaths(tmp_path)
+
+
+def test_grow_gets_the_trace_and_the_held_out_trace(fake_demo):
+    argv = expand_demo(["grow", "--demo", "--max-nodes", "4"], build_parser())
+    assert argv == ["grow", "--demo", "--max-nodes", "4",
+                    "--trace", str(fake_demo.trace("hydra")),
+                    "--held-out", str(fake_demo.trace("hydra", heldout=True))]
+
+
+def test_a_given_flag_and_its_exclusive_partners_are_left_alone(fake_demo):
+    argv = expand_demo(["grow", "--demo", "medusa", "--accuracies", "a.csv", "--max-nodes", "4"],
+                       build_parser())
+    assert "--trace" not in argv  # --accuracies given: the exclusive --trace is not added
+    assert argv[-2:] == ["--held-out", str(fake_demo.trace("medusa", heldout=True))]
+
+
+def test_verify_gets_model_heads_trace_and_prompts(fake_demo):
+    argv = expand_demo(["verify", "--demo", "medusa", "--tree", "t.json"], build_parser())
+    added = dict(zip(argv[5::2], argv[6::2], strict=True))
+    assert added == {"--model": str(fake_demo.model), "--heads": str(fake_demo.heads("medusa")),
+                     "--trace": str(fake_demo.trace("medusa")),
+                     "--prompts": str(fake_demo.prompts("heldout"))}
+
+
+def test_select_gets_the_model_growth_and_measured_latency(fake_demo):
+    argv = expand_demo(["select", "--demo"], build_parser())
+    assert argv[2:] == ["--model", str(fake_demo.model), "--growth", str(fake_demo.growth("hydra")),
+                        "--latency", str(fake_demo.root / "latency" / "cpu.json")]
+
+
+def test_without_demo_nothing_changes(fake_demo):
+    assert expand_demo(["grow", "--max-nodes", "4"], build_parser()) == ["grow", "--max-nodes", "4"]
+
+
+def test_missing_demo_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TREEOPT_DEMO", str(tmp_path / "nowhere"))
+    assert main(["grow", "--demo", "--max-nodes", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no demo here" in err[0]

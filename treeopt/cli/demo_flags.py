@@ -1,0 +1,67 @@
+"""``--demo [medusa|hydra]`` on every sub-command that takes a model, heads, trace, growth,
+prompts or latency table: the flags the user left out are filled with the shipped demo's files.
+
+The filling happens on the command line itself, before parsing, so required flags, mutually
+exclusive groups and every sub-command's own validation stay exactly as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+KINDS = ("medusa", "hydra")
+# demo_defaults key -> the flag it fills
+FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
+         "growth": "--growth", "prompts": "--prompts", "latency": "--latency"}
+LIST_FLAGS = {"--prompts"}  # nargs="+" flags take the path as one more value
+
+
+def add_demo_flags(sub: argparse._SubParsersAction) -> None:
+    """Give ``--demo`` to every sub-command that has at least one fillable flag."""
+    for name, parser in sub.choices.items():
+        if _options(parser) & set(FLAGS.values()):
+            parser.add_argument("--demo", nargs="?", const="hydra", choices=KINDS,
+                                metavar="KIND", help="use the shipped demo's files for the "
+                                "model/heads/trace/… flags not given (KIND: medusa or hydra, "
+                                "default hydra)")
+            parser.set_defaults(_demo_parser=name)
+
+
+def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``argv`` with the demo's paths appended for the fillable flags it does not give."""
+    args = list(argv)
+    if "--demo" not in args:
+        return args
+    i = args.index("--demo")
+    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KINDS else "hydra"
+    command = next((a for a in args if not a.startswith("-")), None)
+    sub = _subparsers(parser).get(command or "")
+    if sub is None:
+        return args
+    from treeopt.demo.layout import demo_defaults
+
+    given = set(args)
+    blocked = {flag for group in sub._mutually_exclusive_groups  # noqa: SLF001
+               if given & _group_options(group) for flag in _group_options(group)}
+    extra: list[str] = []
+    for key, path in demo_defaults(kind).items():
+        flag = FLAGS[key]
+        if flag in _options(sub) and flag not in given and flag not in blocked:
+            extra += [flag, path]
+    return args + extra
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for action in parser._actions for s in action.option_strings}  # noqa: SLF001
+
+
+def _group_options(group: argparse._MutuallyExclusiveGroup) -> set[str]:
+    return {s for action in group._group_actions for s in action.option_strings}  # noqa: SLF001
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
