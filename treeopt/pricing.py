@@ -14,13 +14,13 @@ from treeopt.select import NO_DRAFT, DraftCost, StepLatency, schedule, select
 
 
 def roofline_draft(kind: str | None, *, num_heads: int, model: Any, hardware: Any,
-                   precision: Any) -> DraftCost:
+                   precision: Any, num_layers: int = 1) -> DraftCost:
     """Predicted cost of ``num_heads`` draft heads of ``kind`` on ``hardware`` (none if no kind)."""
     if not kind:
         return NO_DRAFT
     from roofline.draft import DraftSpec, draft_seconds
 
-    spec = DraftSpec(kind, num_heads, model.hidden_size, model.vocab_size)
+    spec = DraftSpec(kind, num_heads, model.hidden_size, model.vocab_size, num_layers)
     return DraftCost(kind, f"roofline on {hardware.name}",
                      lambda b, e: draft_seconds(spec, hardware, batch=b, expanded=e,
                                                 precision=precision))
@@ -30,19 +30,30 @@ def roofline_selection(growth: Growth, *, model: Any, hardware: Any, batch: Sequ
                        context: Sequence[int], precision: Any = None,
                        draft_kind: str | None = None, draft_heads: int = 0) -> dict[str, Any]:
     """Best tree per (b, s) with the verify step predicted by the roofline of ``model``."""
-    from roofline import roofline
     from roofline.model import BF16
 
     precision = precision or BF16
-    r = roofline(model, hardware, batch=batch, context=context,
-                 tokens=list(range(1, growth.max_nodes + 2)), precision=precision)
-    verify = StepLatency.from_points(r.points(), f"roofline on {hardware.name}",
-                                     dtype=precision.compute, model=model.name)
+    verify, _ = roofline_latency(growth, model=model, hardware=hardware, batch=batch,
+                                 context=context, precision=precision)
     draft = roofline_draft(draft_kind, num_heads=draft_heads or model_heads(growth),
                            model=model, hardware=hardware, precision=precision)
     result = select(growth, verify, batch=batch, context=context, draft=draft)
     result["schedules"] = [schedule(result, context=s) for s in context]
     return result
+
+
+def roofline_latency(growth: Growth, *, model: Any, hardware: Any, batch: Sequence[int],
+                     context: Sequence[int], precision: Any,
+                     attention: str = "fused") -> tuple[StepLatency, list[tuple[int, int, int, float]]]:
+    """Verify-step latency predicted for every tree size of ``growth`` (q = 1 … N+1), and its points."""
+    from roofline import roofline
+
+    r = roofline(model, hardware, batch=batch, context=context,
+                 tokens=list(range(1, growth.max_nodes + 2)), precision=precision,
+                 attention=attention)
+    points = r.points()
+    return StepLatency.from_points(points, f"roofline on {hardware.name}",
+                                   dtype=precision.compute, model=model.name), points
 
 
 def table_selection(growth: Growth, table: Any, *, draft: DraftCost = NO_DRAFT,

@@ -236,15 +236,13 @@ def _latency_source(args: argparse.Namespace, growth: Any) -> tuple[Any, Any, tu
     elif args.roofline:
         verify, points = _saved_roofline(args, cfg)
     else:
-        from roofline import load_hardware, roofline
+        from roofline import load_hardware
+        from treeopt.pricing import roofline_latency
 
         _need_grid(args, "batch", "context")
-        r = roofline(cfg, load_hardware(args.hardware), batch=args.batch, context=args.context,
-                     tokens=list(range(1, growth.max_nodes + 2)), precision=_precision(args),
-                     attention=args.attention)
-        points = r.points()
-        verify = StepLatency.from_points(points, f"roofline on {r.hardware.name}",
-                                         dtype=r.precision.compute, model=cfg.name)
+        verify, points = roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
+                                          batch=args.batch, context=args.context,
+                                          precision=_precision(args), attention=args.attention)
     grid = (sorted({p[0] for p in points}), sorted({p[1] for p in points}))
     return verify, _draft(args, cfg), grid
 
@@ -267,7 +265,7 @@ def _saved_roofline(args: argparse.Namespace, cfg: Any) -> tuple[Any, list]:
 
 
 def _draft(args: argparse.Namespace, cfg: Any) -> Any:
-    from treeopt.select import NO_DRAFT, DraftCost, draft_from_measurements
+    from treeopt.select import NO_DRAFT, draft_from_measurements
 
     if args.draft_latency:
         from profiling.table import load_draft_latency
@@ -281,10 +279,8 @@ def _draft(args: argparse.Namespace, cfg: Any) -> Any:
             "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
             "(--preset/--config) and --draft-heads K")
     from roofline import load_hardware
-    from roofline.draft import DraftSpec, draft_seconds
+    from treeopt.pricing import roofline_draft
 
-    spec = DraftSpec(args.draft_kind, args.draft_heads, cfg.hidden_size, cfg.vocab_size,
-                     args.draft_layers)
-    hw, precision = load_hardware(args.hardware), _precision(args)
-    return DraftCost(args.draft_kind, f"roofline on {hw.name}",
-                     lambda b, e: draft_seconds(spec, hw, batch=b, expanded=e, precision=precision))
+    return roofline_draft(args.draft_kind, num_heads=args.draft_heads, model=cfg,
+                          hardware=load_hardware(args.hardware), precision=_precision(args),
+                          num_layers=args.draft_layers)
