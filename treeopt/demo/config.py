@@ -14,7 +14,7 @@ from treeopt.errors import TreeoptError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
-_THROUGHPUT = {"cpu": 2500.0, "cuda": 60000.0}
+_THROUGHPUT = {"cpu": 4000.0, "cuda": 60000.0}
 _BASE_SHARE, _HEAD_SHARE = 0.55, 0.1  # of the budget: base training, each head kind
 _HEAD_COST = 1.5  # a head-training token costs about 1.5 base-training tokens (K vocab projections)
 
@@ -34,8 +34,8 @@ class DemoConfig:
     head_batch: int = 8
     head_seq_len: int = 128
     head_lr: float = 2e-3
-    calibration_prompts: int = 192
-    heldout_prompts: int = 16
+    calibration_prompts: int = 320
+    heldout_prompts: int = 48
     prompt_tokens: tuple[int, int] = (24, 64)
     max_new_tokens: int = 256
     calibration_batch: int = 16
@@ -88,7 +88,7 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) ->
 
     >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
-    (128, 805, 292)
+    (128, 1289, 468)
     >>> plan(budget_minutes=0.5).base.hidden_size  # too little time: the tiny test build
     32
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -215,33 +216,41 @@ def quality(ctx: Context) -> dict[str, Any]:
     for kind in KINDS:
         heads, growth = ctx.heads(kind), Growth.load(ctx.paths.growth(kind))
         cal = RankTrace.load(ctx.paths.trace(kind))
+        held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
         for n in c.eval_sizes:
             tree = growth.tree(min(n, growth.max_nodes))
             run = live_run(ctx.model, heads, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
                            reference=reference)
             walk = walk_mean(tree, cal, rows_per_sequence=rows_per_sequence(cal))
             run["predicted"] = {"position_mean": float(growth.expected_accept_length[tree.size]),
-                                "step_walk": walk}
+                                "step_walk": walk,
+                                "heldout_trace_step_walk": walk_mean(
+                                    tree, held, rows_per_sequence=rows_per_sequence(held))}
             run["fidelity"] = run["mean_accept_length"] / walk - 1.0
             live.setdefault(kind, {})[str(n)] = run
             ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
                     f"{walk:.3f} ({run['fidelity']:+.1%}), {run['seconds_median']:.2f} s, "
                     f"lossless {run['lossless_prompts']}")
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
-            "heldout_text_repetition_8gram": _text_repetition(ctx, prompt_ids), "live": live}
+            "heldout_text_repetition_8gram": _text_repetition(ctx), "live": live}
 
 
-def _text_repetition(ctx: Context, prompt_ids: list[list[int]]) -> float:
+def _text_repetition(ctx: Context) -> float:
     """8-gram repetition of the real held-out text that follows each prompt (same length)."""
     from treeopt.demo.quality import repetition_share
 
-    stream, n, shares = ctx.stream("heldout").tolist(), ctx.config.max_new_tokens, []
-    for p in prompt_ids:
-        for i in range(len(stream) - len(p)):
-            if stream[i: i + len(p)] == p:
-                shares.append(repetition_share(stream[i + len(p): i + len(p) + n]))
-                break
-    return float(np.mean(shares)) if shares else float("nan")
+    files = {f.path: f.text for f in ctx.corpus.heldout}
+    shares = []
+    for row in read_jsonl(ctx.paths.prompts("heldout")):
+        lines = files[row["source"]].splitlines(keepends=True)
+        after = "".join(lines[row["line"] - 1:])[len(row["prompt"]):]
+        ids = ctx.tokenizer(after)["input_ids"][: ctx.config.max_new_tokens]
+        shares.append(repetition_share(ids))
+    return float(np.mean(shares))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def latency(ctx: Context) -> dict[str, Any]:
