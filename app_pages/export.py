@@ -13,25 +13,31 @@ if chosen is None:  # nothing chosen on the Trees page yet: the empirical 64-nod
     label = next(iter(data.sources))
     method = "empirical" if data.has_trace(label) else "independent"
     try:
-        tree = grow(data.sources[label], method=method, max_nodes=64).tree(64)
+        growth = grow(data.sources[label], method=method, max_nodes=64)
+        tree = growth.tree(min(64, growth.max_nodes))
     except Exception as exc:  # noqa: BLE001
         show_error(exc)
         st.stop()
     chosen = (tree, f"{label} · {method} · none · {tree.size} nodes", label)
 tree, description, _ = chosen
 st.caption(f"Tree: {description} — choose another on the Trees page.")
-num_heads = st.number_input("Draft heads the engine serves", min_value=1, max_value=64,
+c1, c2, _ = st.columns([1, 1, 2])
+num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
                             value=max(tree.depth, 1), key="export_heads")
-draft = st.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
+draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
                  key="export_draft")
 
 NAMES = {"medusa": "Medusa reference code", "hydra": "Hydra reference code",
          "trtllm": "TensorRT-LLM run script", "trtllm-yaml": "TensorRT-LLM LLM-API YAML",
          "triton": "TensorRT-LLM Triton backend", "vllm": "vLLM", "growmap": "Sequoia growmap",
          "paths": "leaf paths", "json": "treeopt tree file"}
+TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",
+        "trtllm-yaml": "TRT-LLM YAML", "triton": "Triton", "vllm": "vLLM", "growmap": "Sequoia",
+        "paths": "Leaf paths", "json": "JSON"}  # short: all nine tabs fit a laptop screen
 EXT = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": "json"}
-for tab, fmt in zip(st.tabs([NAMES[f] for f in FORMATS]), FORMATS, strict=True):
+for tab, fmt in zip(st.tabs([TABS[f] for f in FORMATS]), FORMATS, strict=True):
     with tab:
+        st.caption(NAMES[fmt])
         problems = engine_problems(tree, fmt, num_heads=int(num_heads))
         if problems:
             st.warning("This engine cannot run this tree: " + "; ".join(problems))

@@ -9,8 +9,8 @@ from treeopt.grow import grow
 from treeopt.pricing import demo_latency_selection, roofline_selection
 
 st.title("Hardware")
-st.write("tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b)): a bigger tree accepts "
-         "more per step but costs more to verify once the GPU stops being memory-bound.")
+st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b))`: a bigger tree "
+         "accepts more per step but costs more to verify once the GPU stops being memory-bound.")
 
 models, gpus = preset_names(), hardware_names()
 c = st.columns(5)
@@ -18,11 +18,18 @@ model_name = c[0].selectbox("Model", models, index=models.index("llama-2-7b")
                             if "llama-2-7b" in models else 0, key="hw_model")
 gpu_name = c[1].selectbox("Hardware", gpus, index=gpus.index("h100-sxm")
                           if "h100-sxm" in gpus else 0, key="hw_gpu")
-b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
-s = c[3].select_slider("Context s", [128, 512, 1024, 2048, 4096], 512, key="hw_s")
-q = c[4].select_slider("Tokens q", [1, 2, 4, 8, 16, 32, 64, 128], 64, key="hw_q")
 try:
     cfg, gpu = preset(model_name), load_hardware(gpu_name)
+except Exception as exc:  # noqa: BLE001
+    show_error(exc)
+    st.stop()
+room = cfg.max_positions or 1 << 30  # contexts leave room for the largest tree: 128 nodes + root
+contexts = [x for x in (128, 512, 1024, 2048, 4096) if x + 129 <= room]
+sweep = [x for x in contexts if x >= 512]
+b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
+s = c[3].select_slider("Context s", contexts, 512, key="hw_s")
+q = c[4].select_slider("Tokens q", [1, 2, 4, 8, 16, 32, 64, 128], 64, key="hw_q")
+try:
     point = roofline(cfg, gpu, batch=[b], context=[s], tokens=[q])
     record = point.records()[0]
 except Exception as exc:  # noqa: BLE001
@@ -32,13 +39,14 @@ st.plotly_chart(hw_plots.roofline_figure(
     record, peak_flops=gpu.matmul_flops("bf16"), vector_flops=gpu.vector_flops,
     bandwidth=gpu.bandwidth, title=f"{model_name} on {gpu_name}, b={b}, s={s}, q={q}: "
                                    f"{record['time_s'] * 1e3:.2f} ms per verify step (bf16)"),
-    use_container_width=True)
+    width="stretch")
 st.caption(f"Peaks from {gpu.source or 'the hardware table'}. Red: memory-bound operators; "
            "blue: compute-bound. Marker size: share of the step's time.")
 
 st.header("Fastest tree per batch size and context")
 data = current_dataset()
-label = st.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
+label = st.columns([1, 3])[0].selectbox("Heads (acceptance)", list(data.sources),
+                                        key="hw_label")
 source = data.sources[label]
 method = "empirical" if data.has_trace(label) else "independent"
 draft_kind = label if label in ("medusa", "hydra") else None
@@ -46,15 +54,15 @@ try:
     growth = grow(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,
                                    batch=[1, 2, 4, 8, 16, 32, 64, 128],
-                                   context=[512, 1024, 2048, 4096], draft_kind=draft_kind,
+                                   context=sweep, draft_kind=draft_kind,
                                    draft_heads=source.heads)
 except Exception as exc:  # noqa: BLE001
     show_error(exc)
     st.stop()
 left, right = st.columns(2)
-ctx = left.select_slider("Context for the curves", [512, 1024, 2048, 4096], 1024, key="hw_ctx")
-left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), use_container_width=True)
-right.plotly_chart(hw_plots.best_size_heatmap(selection), use_container_width=True)
+ctx = left.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
+left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), width="stretch")
+right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
 stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection["stops_paying"]
          if x["batch"] is not None]
 st.info("Speculation stops paying — " + ("; ".join(stops) if stops else
@@ -76,5 +84,5 @@ else:
     left, right = st.columns(2)
     left.plotly_chart(hw_plots.latency_figure(
         table.points(), title=f"Demo model, measured on {table.device} ({table.dtype})"),
-        use_container_width=True)
-    right.plotly_chart(hw_plots.best_size_heatmap(demo_sel), use_container_width=True)
+        width="stretch")
+    right.plotly_chart(hw_plots.best_size_heatmap(demo_sel), width="stretch")

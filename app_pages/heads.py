@@ -7,10 +7,11 @@ from treeopt import plots
 
 st.title("Heads")
 data = current_dataset()
-kind = st.radio("Accuracy", plots.ACCURACY_KINDS, horizontal=True, key="heads_kind",
+c1, c2 = st.columns(2)
+kind = c1.radio("Accuracy", plots.ACCURACY_KINDS, horizontal=True, key="heads_kind",
                 help="marginal: P(true token is the head's i-th candidate); cumulative: top-i; "
                      "conditional: given every earlier head ranked it first")
-max_rank = st.slider("Ranks shown", 2, 32, 10, key="heads_ranks")
+max_rank = c2.slider("Ranks shown", 2, 32, 10, key="heads_ranks")
 columns = st.columns(len(data.sources))
 for column, (label, _) in zip(columns, data.sources.items(), strict=True):
     try:
@@ -23,6 +24,6 @@ for column, (label, _) in zip(columns, data.sources.items(), strict=True):
         st.subheader(label)
         st.plotly_chart(plots.accuracy_heatmap(table, kind=kind, max_rank=max_rank,
                                                title=f"{label}: {kind} accuracy (%)"),
-                        use_container_width=True)
+                        width="stretch")
         if table.counts is not None:
             st.caption(f"{int(table.counts[0]):,} positions per head")

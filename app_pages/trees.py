@@ -38,7 +38,7 @@ try:
     size = min(size, growth.max_nodes)
     tree = growth.tree(size)
     view = view_tree(tree, source, method=method)
-    points = {}
+    points = {f"chosen ({tree.size} nodes)": (tree.size, view.expected_accept_length)}
     if pasted.strip():
         pasted_tree, pasted_ell = imported_tree_point(pasted, source, method=method)
         points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
@@ -55,18 +55,18 @@ with right:
     c3.metric("Tokens verified per step", f"{tree.num_tokens}")
     curves = {f"{label} · {m}": g.expected_accept_length for m, g in growths.items()}
     st.plotly_chart(plots.growth_curves({**curves, **others}, points=points),
-                    use_container_width=True)
+                    width="stretch")
     st.plotly_chart(plots.tree_figure(tree, view.probabilities,
                                       title=f"{label}: {method} tree of {tree.size} nodes "
                                             f"(E[L] = {view.expected_accept_length:.3f})"),
-                    use_container_width=True)
+                    width="stretch")
     w1, w2 = st.columns(2)
     w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
-                    use_container_width=True)
+                    width="stretch")
     held = data.held_out.get(label)
     if held is not None:
         w2.plotly_chart(plots.gap_curve(growth.expected_accept_length, growth.evaluate(held)),
-                        use_container_width=True)
+                        width="stretch")
     else:
         w2.info("No held-out trace for these heads: the gap between calibration and held-out "
                 "E[L] cannot be shown. Trees grown on few positions overfit them.")

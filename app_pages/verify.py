@@ -49,11 +49,12 @@ if st.button("Run live verification", type="primary", key="verify_run"):
     predicted = run.predicted_per_step or run.predicted_accept_length
     if predicted is not None:
         rel = (run.mean_accept_length / predicted - 1) * 100
-        m[1].metric("Predicted (calibration trace, per step)", f"{predicted:.3f}",
+        walk = "the calibration trace walked step by step; " if run.predicted_per_step else ""
+        m[1].metric("Predicted accepted length", f"{predicted:.3f}",
                     delta=f"{rel:+.1f}% measured vs predicted", delta_color="off",
-                    help=f"position-weighted E[L]: {run.predicted_accept_length:.3f}; decoding "
-                         "starts steps only at some positions, so the per-step walk of the "
-                         "trace is the prediction to compare with")
+                    help=f"{walk}position-weighted E[L]: {run.predicted_accept_length:.3f} "
+                         "(decoding starts steps only at some positions, so the per-step walk "
+                         "is the prediction to compare with)")
     m[2].metric("Tree decoding", f"{run.tree_tokens_per_s:.0f} tokens/s",
                 delta=f"{run.tree_tokens_per_s / run.autoregressive_tokens_per_s:.2f}× "
                       "autoregressive")
@@ -67,8 +68,9 @@ if st.button("Run live verification", type="primary", key="verify_run"):
     colours = ["#dbeafe", "#fde68a"]
     spans = "".join(f'<span style="background:{colours[i % 2]}" title="step {i}">'
                     f"{html.escape(piece)}</span>" for i, piece in enumerate(run.segments))
-    st.markdown(f'<pre style="white-space:pre-wrap">{html.escape(prompt)}{spans}</pre>',
-                unsafe_allow_html=True)
+    box = ("white-space:pre-wrap; font-size:0.85rem; background:#f8f9fb; padding:0.75rem; "
+           "border-radius:0.5rem; max-height:24rem; overflow-y:auto")
+    st.html(f'<pre style="{box}">{html.escape(prompt)}{spans}</pre>')  # markdown folds lines
     left, right = st.columns(2)
     left.plotly_chart(plots.accept_histogram({"measured": run.histogram}),
                       width="stretch")

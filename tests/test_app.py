@@ -1,0 +1,197 @@
+"""Every app page on the shipped demo through Streamlit's AppTest: no exception, no error box, and
+the figures each page shows equal to what the library computes here from the same demo files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from treeopt.demo.layout import KINDS, default_root
+
+if not (default_root() / "manifest.json").exists():
+    pytest.skip(f"no built demo at {default_root()} (build it with `treeopt demo build`)",
+                allow_module_level=True)
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from treeopt.errors import TreeoptError  # noqa: E402
+from treeopt.formats import FORMATS, engine_problems, export  # noqa: E402
+from treeopt.grow import grow  # noqa: E402
+from treeopt.simulate import simulate  # noqa: E402
+from treeopt.value import expected_accept_length  # noqa: E402
+from treeopt.workbench import dataset_from_upload  # noqa: E402
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+TIMEOUT = 120  # seconds per script run: the first one loads the demo model
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The demo's traces and prompts, loaded here without the model (the expected values)."""
+    from treeopt.demo.load import load
+
+    return load(with_model=False)
+
+
+def open_page(page: str | None = None) -> AppTest:
+    """A fresh session opened on ``page`` (the Data page when None), checked to be clean."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    if page is not None:
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def figures(at: AppTest) -> list[dict]:
+    """The Plotly figures of the page, as the JSON the browser receives."""
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def trees_page_tree(trace, *, size: int = 64):
+    """The tree the Trees page chooses at its default widget values."""
+    growth = grow(trace, method="empirical", max_nodes=128, max_depth=trace.heads, max_rank=10,
+                  constraint="none")
+    return growth.tree(min(size, growth.max_nodes))
+
+
+def test_data_page_lists_the_demo_trace_sizes(demo):
+    at = open_page()
+    assert [t.value for t in at.title] == ["Data"]
+    assert [s.value for s in at.subheader] == ["demo"]
+    items = [m.value for m in at.markdown if m.value.startswith("- **")]
+    assert items == [f"- **{kind}**: {demo.traces[kind].heads} heads, "
+                     f"{demo.traces[kind].positions:,} calibration positions; held-out trace of "
+                     f"{demo.heldout_traces[kind].positions:,} positions" for kind in KINDS]
+
+
+def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
+    at = open_page()
+    at.radio(key="data_source").set_value("Upload a file").run()
+    for name, data in [("bad.npz", b"not a zip archive"), ("bad.csv", b"head,top1\n0,abc\n"),
+                       ("bad.json", b"\xff\xfe")]:
+        at.file_uploader(key="data_upload").set_value((name, data, "application/octet-stream"))
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert [e.value[:len(name) + 1] for e in at.error] == [f"{name}:"], (name, at.error)
+    table_csv = b"head,top1,top2\n0,0.5,0.7\n1,0.25,0.4\n"
+    at.file_uploader(key="data_upload").set_value(("vicuna.csv", table_csv, "text/csv"))
+    at.run()
+    assert_clean(at)
+    assert [s.value for s in at.success] == ["Loaded vicuna.csv."]
+    assert "- **vicuna**: 2 heads, accuracy table" in [m.value for m in at.markdown]
+    with pytest.raises(TreeoptError, match="expected a rank trace"):  # the uploader refuses it
+        dataset_from_upload("bad.txt", b"0.5")
+    # the other pages now work on the uploaded table (independent model)
+    at.switch_page("app_pages/trees.py").run()
+    assert_clean(at)
+    from treeopt.accuracy import parse_accuracies
+
+    table = parse_accuracies(table_csv.decode(), source="vicuna.csv")
+    growth = grow(table, method="independent", max_nodes=128, max_depth=2, max_rank=10)
+    tree = growth.tree(min(64, growth.max_nodes))
+    value = expected_accept_length(tree, table, method="independent")
+    assert metrics(at)["E[L] of the chosen tree"] == f"{value:.4f}"
+
+
+def test_heads_page_one_heatmap_per_head_kind(demo):
+    at = open_page("heads")
+    assert [s.value for s in at.subheader] == list(KINDS)
+    figs = figures(at)
+    assert [f["layout"]["title"]["text"] for f in figs] == [f"{k}: marginal accuracy (%)"
+                                                            for k in KINDS]
+    for kind, fig in zip(KINDS, figs, strict=True):
+        ranks = demo.traces[kind].ranks  # [positions, heads]
+        top1 = (ranks[:, 0] == 0).mean() * 100
+        assert fig["data"][0]["hovertext"][0][0] == (f"head 1, rank 0: {top1:.2f}%<br>"
+                                                     f"n = {len(ranks):,}")
+    assert [c.value for c in at.caption] == [f"{demo.traces[k].positions:,} positions per head"
+                                             for k in KINDS]
+
+
+def test_trees_page_shows_the_exact_expected_accept_length(demo):
+    at = open_page("trees")
+    trace = demo.traces[KINDS[0]]
+    tree = trees_page_tree(trace)
+    value = expected_accept_length(tree, trace, method="empirical")
+    assert metrics(at) == {"E[L] of the chosen tree": f"{value:.4f}",
+                           "Nodes / depth": f"{tree.size} / {tree.depth}",
+                           "Tokens verified per step": f"{tree.size + 1}"}
+    assert len(figures(at)) == 4  # growth curves, tree, widths, held-out gap
+
+    at.slider(key="trees_size").set_value(32).run()
+    assert_clean(at)
+    small = trees_page_tree(trace, size=32)
+    assert metrics(at)["E[L] of the chosen tree"] == (
+        f"{expected_accept_length(small, trace, method='empirical'):.4f}")
+
+
+def test_trees_page_shows_a_bad_pasted_tree_as_an_error():
+    at = open_page("trees")
+    at.text_area(key="trees_pasted").set_value("[[0], [0, 0, 0, 0, 0, 0, 0, 0, 0]]").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.error) == 1 and "pasted tree" in at.error[0].value
+
+
+def expected_exports(tree) -> list[str]:
+    """What the Export page shows (st.code strips the final newline)."""
+    return [export(tree, fmt, num_heads=tree.depth, draft="medusa").strip() for fmt in FORMATS
+            if not engine_problems(tree, fmt, num_heads=tree.depth)]
+
+
+def test_export_page_code_equals_the_library_export(demo):
+    at = open_page("export")  # nothing chosen yet: the empirical 64-node tree of the first heads
+    growth = grow(demo.traces[KINDS[0]], method="empirical", max_nodes=64)
+    tree = growth.tree(min(64, growth.max_nodes))
+    assert [c.value for c in at.code] == expected_exports(tree)
+
+
+def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
+    at = open_page("trees")
+    at.slider(key="trees_size").set_value(20).run()
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at)
+    assert [c.value for c in at.code] == expected_exports(
+        trees_page_tree(demo.traces[KINDS[0]], size=20))
+
+
+def test_hardware_page_draws_its_charts(demo):
+    at = open_page("hardware")
+    figs = figures(at)
+    assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
+    assert len(figs) == (5 if demo.latency is not None else 3)
+    at.selectbox(key="hw_model").set_value("vicuna-7b-v1.3").run()  # 2,048 positions
+    assert_clean(at)
+    assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]
+
+
+def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
+    at = open_page("verify")
+    assert not at.metric  # nothing runs before the button
+    at.button(key="verify_run").click().run()
+    assert_clean(at)
+    assert [s.value for s in at.success] == [
+        "Lossless: the tree's output equals plain greedy decoding token for token."]
+    shown = metrics(at)
+    trace = demo.traces[KINDS[0]]
+    growth = grow(trace, method="empirical", max_nodes=64)
+    tree = growth.tree(min(64, growth.max_nodes))
+    per_step = "sequence_positions" in trace.meta  # the trace walked as decoding steps
+    predicted = simulate(tree, trace, per_step=per_step).mean_accept_length
+    assert shown["Predicted accepted length"] == f"{predicted:.3f}"
+    assert float(shown["Measured mean accepted length"]) >= 1.0
+    for label in ("Tree decoding", "Autoregressive"):
+        assert shown[label].endswith(" tokens/s") and float(shown[label].split()[0]) > 0
+    assert len(figures(at)) == 2  # accepted-length histogram, time split
+    assert len(at.get("html")) == 1 and 'title="step 0"' in at.get("html")[0].proto.body

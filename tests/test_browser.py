@@ -1,0 +1,174 @@
+"""The running app in a real browser: `streamlit run app.py` driven by Debian's chromium through
+Playwright. Every page is visited from the sidebar, checked for exceptions and screenshotted into
+tests/artifacts/; a live verification runs on the Verify page.
+
+Skipped without chromium or playwright, except in CI (CI=true), where both must be installed
+(`scripts/install-browser`, run by `.ci/run` and by the README's test command).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from treeopt.demo.layout import default_root
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+PAGES = ["Data", "Heads", "Trees", "Hardware", "Export", "Verify"]
+VIEWPORT = {"width": 1366, "height": 768}  # a laptop screen
+
+
+def _missing() -> list[str]:
+    missing = [] if CHROMIUM.exists() else [f"{CHROMIUM} (apt-get install chromium)"]
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (pip install -e '.[dev]')")
+    return missing
+
+
+if not (default_root() / "manifest.json").exists():
+    pytest.skip(f"no built demo at {default_root()}", allow_module_level=True)
+if _missing():
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run the browser test; missing: " + ", ".join(_missing()),
+                    pytrace=False)
+    pytest.skip("no browser: missing " + ", ".join(_missing()), allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """`streamlit run app.py` on a free local port; stopped (and waited for) at teardown."""
+    port = free_port()
+    log = (tmp_path_factory.mktemp("streamlit") / "server.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port),
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout=60)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless chromium (Playwright gives it a fresh temporary profile)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
+    && !document.querySelector('[data-stale="true"]')
+    && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+           .every(c => c.querySelector('.main-svg'))
+    && [...document.querySelectorAll('[data-testid="stCode"]')]
+           .every(c => c.offsetParent === null || c.innerText.trim())
+    && document.querySelector('[data-testid="stMain"]').scrollHeight"""
+
+
+def settle(page, *, timeout_s: float = 60, quiet_s: float = 0.6) -> None:
+    """Wait until the script run has finished and the page has stopped changing for ``quiet_s``:
+    no running indicator, no stale element, every Plotly chart drawn, a steady height."""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        state = page.evaluate(SETTLED)
+        if not state or state != last:
+            last, since = state, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{page.url} did not settle within {timeout_s:.0f} s")
+
+
+def assert_no_failure(page, name: str) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, name
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0, name
+    assert "Traceback" not in page.inner_text("body"), name
+
+
+def screenshot(page, name: str) -> None:
+    """What a laptop screen shows first (``name.png``) and the whole page (``name-full.png``):
+    Streamlit scrolls inside its main block, so the window is made as tall as the content."""
+    page.screenshot(path=ARTIFACTS / f"{name}.png")
+    height = page.evaluate("document.querySelector('[data-testid=\"stMain\"]').scrollHeight")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": max(height, VIEWPORT["height"])})
+    settle(page)
+    page.screenshot(path=ARTIFACTS / f"{name}-full.png")
+    page.set_viewport_size(VIEWPORT)
+
+
+def test_every_page_renders_and_verify_is_lossless(app_url, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        page.goto(app_url)
+        page.get_by_role("heading", name="Data", level=1).wait_for(timeout=90_000)
+        for name in PAGES:
+            page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
+            page.get_by_role("heading", name=name, level=1).wait_for(timeout=60_000)
+            settle(page)
+            assert_no_failure(page, name)
+            screenshot(page, name.lower())
+        page.get_by_role("button", name="Run live verification").click()
+        outcome = page.get_by_text("Lossless", exact=False).or_(
+            page.locator('[data-testid="stAlertContentError"]'))
+        outcome.first.wait_for(timeout=60_000)
+        settle(page)
+        assert_no_failure(page, "Verify after the run")
+        assert page.locator('[data-testid="stMetric"]').count() == 4
+        screenshot(page, "verify-run")
+    finally:
+        context.close()
