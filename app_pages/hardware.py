@@ -45,8 +45,9 @@ st.caption(f"Peaks from {gpu.source or 'the hardware table'}. Red: memory-bound 
 
 st.header("Fastest tree per batch size and context")
 data = current_dataset()
-label = st.columns([1, 3])[0].selectbox("Heads (acceptance)", list(data.sources),
-                                        key="hw_label")
+h1, h2, _ = st.columns([1, 1, 2])
+label = h1.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
+ctx = h2.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
 source = data.sources[label]
 method = "empirical" if data.has_trace(label) else "independent"
 draft_kind = label if label in ("medusa", "hydra") else None
@@ -60,7 +61,6 @@ except Exception as exc:  # noqa: BLE001
     show_error(exc)
     st.stop()
 left, right = st.columns(2)
-ctx = left.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
 left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), width="stretch")
 right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
 stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection["stops_paying"]
