@@ -6,12 +6,12 @@ st.set_page_config(page_title="treeopt — speculation tree workbench", page_ico
                    layout="wide")
 
 PAGES = [
-    st.Page("app_pages/data.py", title="Data", icon="📂", default=True),
-    st.Page("app_pages/heads.py", title="Heads", icon="🎯"),
-    st.Page("app_pages/trees.py", title="Trees", icon="🌳"),
-    st.Page("app_pages/hardware.py", title="Hardware", icon="⚙️"),
-    st.Page("app_pages/export.py", title="Export", icon="📦"),
-    st.Page("app_pages/verify.py", title="Verify", icon="✅"),
+    st.Page("app_pages/data.py", title="Data", icon=":material/folder_open:", default=True),
+    st.Page("app_pages/heads.py", title="Heads", icon=":material/target:"),
+    st.Page("app_pages/trees.py", title="Trees", icon=":material/account_tree:"),
+    st.Page("app_pages/hardware.py", title="Hardware", icon=":material/memory:"),
+    st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
+    st.Page("app_pages/verify.py", title="Verify", icon=":material/verified:"),
 ]
 
 st.navigation(PAGES).run()

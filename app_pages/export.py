@@ -4,21 +4,18 @@ import streamlit as st
 
 from app_pages.state import TREE_KEY, current_dataset, show_error
 from treeopt.formats import FORMATS, engine_problems, export
-from treeopt.grow import grow
+from treeopt.workbench import default_tree
 
 st.title("Export")
 chosen = st.session_state.get(TREE_KEY)
-if chosen is None:  # nothing chosen on the Trees page yet: the empirical 64-node tree
+if chosen is None:  # nothing chosen on the Trees page yet: its default tree
     data = current_dataset()
     label = next(iter(data.sources))
-    method = "empirical" if data.has_trace(label) else "independent"
     try:
-        growth = grow(data.sources[label], method=method, max_nodes=64)
-        tree = growth.tree(min(64, growth.max_nodes))
+        chosen = (*default_tree(data.sources[label], label), label)
     except Exception as exc:  # noqa: BLE001
         show_error(exc)
         st.stop()
-    chosen = (tree, f"{label} · {method} · none · {tree.size} nodes", label)
 tree, description, _ = chosen
 st.caption(f"Tree: {description} — choose another on the Trees page.")
 c1, c2, _ = st.columns([1, 1, 2])

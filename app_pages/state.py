@@ -16,8 +16,12 @@ TREE_KEY = "chosen_tree"
 @st.cache_resource(show_spinner="Loading the demo…")
 def demo() -> Any:
     """The shipped demo (model, heads, traces, growths), loaded once per server."""
+    import torch
+
     from treeopt.demo.load import load
 
+    # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
+    torch.set_num_threads(1)
     return load()
 
 

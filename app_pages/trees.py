@@ -5,7 +5,7 @@ import streamlit as st
 from app_pages.state import TREE_KEY, current_dataset, show_error
 from treeopt import plots
 from treeopt.grow import CONSTRAINTS
-from treeopt.workbench import growth_pair, imported_tree_point, view_tree
+from treeopt.workbench import TREE_DEFAULTS, growth_pair, imported_tree_point, view_tree
 
 st.title("Trees")
 data = current_dataset()
@@ -17,10 +17,12 @@ with left:
     method = st.radio("Acceptance model", methods, horizontal=True, key="trees_method",
                       help="empirical: exact under greedy verification, from the rank trace; "
                            "independent: Medusa's product of per-head accuracies")
-    max_nodes = st.slider("Largest tree (nodes)", 8, 256, 128, step=8, key="trees_max")
-    size = st.slider("Chosen tree size", 1, max_nodes, min(64, max_nodes), key="trees_size")
+    max_nodes = st.slider("Largest tree (nodes)", 8, 256, TREE_DEFAULTS["max_nodes"], step=8,
+                          key="trees_max")
+    size = st.slider("Chosen tree size", 1, max_nodes, min(TREE_DEFAULTS["size"], max_nodes),
+                     key="trees_size")
     max_depth = st.slider("Max depth", 1, source.heads, source.heads, key="trees_depth")
-    max_rank = st.slider("Max rank", 1, 32, 10, key="trees_rank")
+    max_rank = st.slider("Max rank", 1, 32, TREE_DEFAULTS["max_rank"], key="trees_rank")
     constraint = st.selectbox("Engine constraint", CONSTRAINTS, key="trees_constraint",
                               help="contiguous: Hydra reference code; uniform: vLLM")
     pasted = st.text_area("Compare a tree (paste a choices list in any engine form)",

@@ -6,8 +6,8 @@ import streamlit as st
 
 from app_pages.state import TREE_KEY, demo, show_error
 from treeopt import plots
-from treeopt.grow import grow
 from treeopt.live import live_run
+from treeopt.workbench import default_tree
 
 st.title("Verify")
 st.write("Decode one prompt with the tree and without it, through the same loop. Under greedy "
@@ -28,10 +28,8 @@ mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verif
 new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
 if chosen and chosen[2] == kind:
     tree, description = chosen[0], chosen[1]
-else:  # nothing chosen on the Trees page for these heads: the empirical tree of (up to) 64 nodes
-    growth = grow(bundle.traces[kind], method="empirical", max_nodes=64)
-    tree = growth.tree(min(64, growth.max_nodes))
-    description = f"{kind} · empirical · {tree.size} nodes"
+else:  # nothing chosen on the Trees page for these heads: its default tree
+    tree, description = default_tree(bundle.traces[kind], kind)
 st.caption(f"Tree: {description}. Choose another on the Trees page.")
 prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")
 

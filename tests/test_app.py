@@ -151,9 +151,8 @@ def expected_exports(tree) -> list[str]:
 
 
 def test_export_page_code_equals_the_library_export(demo):
-    at = open_page("export")  # nothing chosen yet: the empirical 64-node tree of the first heads
-    growth = grow(demo.traces[KINDS[0]], method="empirical", max_nodes=64)
-    tree = growth.tree(min(64, growth.max_nodes))
+    at = open_page("export")  # nothing chosen yet: the Trees page's default tree
+    tree = trees_page_tree(demo.traces[KINDS[0]], size=64)
     assert [c.value for c in at.code] == expected_exports(tree)
 
 
@@ -185,8 +184,7 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
         "Lossless: the tree's output equals plain greedy decoding token for token."]
     shown = metrics(at)
     trace = demo.traces[KINDS[0]]
-    growth = grow(trace, method="empirical", max_nodes=64)
-    tree = growth.tree(min(64, growth.max_nodes))
+    tree = trees_page_tree(trace, size=64)  # the Trees page's default tree
     per_step = "sequence_positions" in trace.meta  # the trace walked as decoding steps
     predicted = simulate(tree, trace, per_step=per_step).mean_accept_length
     assert shown["Predicted accepted length"] == f"{predicted:.3f}"

@@ -156,8 +156,8 @@ def test_load_never_unpickles(tmp_path):
 
 
 @pytest.mark.parametrize("name, content, fragment", [
-    ("text.npz", b"hello, not an archive\n", "not a readable .npz rank trace"),
-    ("empty.npz", b"", "not a readable .npz rank trace"),
+    ("text.npz", b"hello, not an archive\n", "not a .npz archive"),
+    ("empty.npz", b"", "not a .npz archive"),
     ("broken.npz", b"PK\x03\x04 truncated zip", "not a readable .npz rank trace"),
 ])
 def test_load_rejects_files_that_are_not_npz(tmp_path, name, content, fragment):

@@ -69,7 +69,7 @@ def gap_curve(calibration: npt.ArrayLike, held_out: npt.ArrayLike) -> go.Figure:
     fig = go.Figure(go.Scatter(x=np.arange(n), y=cal[:n] - held[:n], mode="lines",
                                name="gap", hovertemplate="%{x} nodes: gap %{y:.4f}<extra></extra>"))
     fig.add_hline(y=0, line_dash="dot", line_color="grey")
-    fig.update_layout(title="Held-out gap: E[L] on the calibration trace minus E[L] held out",
+    fig.update_layout(title="Held-out gap (calibration − held-out E[L])",
                       xaxis_title="tree size (nodes)", yaxis_title="gap (tokens per step)",
                       **_LAYOUT)
     return fig

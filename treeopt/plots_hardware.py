@@ -38,10 +38,14 @@ def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops:
                               f"{o['time_s'] * 1e6:.1f} µs" for o in ops], hoverinfo="text"),
     ])
     ridge = peak_flops / bandwidth
-    fig.add_vline(x=ridge, line_dash="dot", annotation_text=f"ridge {ridge:.0f} FLOP/B")
-    fig.update_layout(title=title, xaxis_type="log", yaxis_type="log",
-                      xaxis_title="operational intensity (FLOP/byte)",
-                      yaxis_title="attained TFLOP/s", **_LAYOUT)
+    top = peak_flops / 1e12
+    fig.add_trace(go.Scatter(x=[ridge, ridge], y=[top / 1e4, top], mode="lines+text",
+                             line=dict(color="grey", dash="dot"), name="ridge point",
+                             text=["", f"ridge {ridge:.0f} FLOP/B"], textposition="top left",
+                             hoverinfo="skip"))
+    fig.update_layout(title=title, xaxis=dict(type="log", range=[np.log10(lo), np.log10(hi)],
+                                              title="operational intensity (FLOP/byte)"),
+                      yaxis=dict(type="log", title="attained TFLOP/s"), **_LAYOUT)
     return fig
 
 
@@ -60,13 +64,19 @@ def latency_figure(points: Sequence[tuple[int, int, int, float]], *, title: str)
 
 def throughput_curves(selection: dict[str, Any], *, context: int) -> go.Figure:
     """Predicted tokens/s vs tree size, one curve per batch size, best sizes marked."""
+    from plotly.colors import sample_colorscale
+
     fig = go.Figure()
-    for p in (p for p in selection["points"] if p["context"] == context):
+    points = [p for p in selection["points"] if p["context"] == context]
+    colours = sample_colorscale("Viridis", list(np.linspace(0, 0.9, max(len(points), 2))))
+    for p, colour in zip(points, colours, strict=False):
         curve = p["curve"]
         fig.add_trace(go.Scatter(x=curve["size"], y=curve["tokens_per_s"], mode="lines",
-                                 name=f"batch {p['batch']}"))
+                                 name=f"batch {p['batch']}", line=dict(color=colour)))
         fig.add_trace(go.Scatter(x=[p["best_size"]], y=[p["tokens_per_s"]], mode="markers",
-                                 marker=dict(size=11, symbol="star"), showlegend=False,
+                                 marker=dict(size=12, symbol="star", color=colour,
+                                             line=dict(color="black", width=1)),
+                                 showlegend=False,
                                  hovertext=f"batch {p['batch']}: best {p['best_size']} nodes, "
                                            f"{p['speedup']:.2f}× autoregressive",
                                  hoverinfo="text"))
@@ -85,12 +95,11 @@ def best_size_heatmap(selection: dict[str, Any]) -> go.Figure:
     for p in selection["points"]:
         i, j = context.index(p["context"]), batch.index(p["batch"])
         size[i, j], speed[i, j] = p["best_size"], p["speedup"]
-    text = [[f"{int(size[i, j])}<br>{speed[i, j]:.2f}×" for j in range(len(batch))]
-            for i in range(len(context))]
     fig = go.Figure(go.Heatmap(z=size, x=[str(b) for b in batch], y=[str(s) for s in context],
-                               text=text, texttemplate="%{text}", colorscale="Blues",
-                               colorbar=dict(title="best size (nodes)"),
-                               hovertemplate="batch %{x}, context %{y}: %{z} nodes<extra></extra>"))
-    fig.update_layout(title="Best tree size (and speed-up over autoregressive)",
+                               customdata=speed, texttemplate="%{z}", textfont=dict(size=13),
+                               colorscale="Blues", colorbar=dict(title="best size (nodes)"),
+                               hovertemplate="batch %{x}, context %{y}: best %{z} nodes, "
+                                             "%{customdata:.2f}× autoregressive<extra></extra>"))
+    fig.update_layout(title="Best tree size (hover: speed-up over autoregressive)",
                       xaxis_title="batch size", yaxis_title="context length (tokens)", **_LAYOUT)
     return fig

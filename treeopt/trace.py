@@ -114,6 +114,11 @@ class RankTrace:
         """Read a ``.npz`` written by :meth:`save`; never unpickles."""
         p = Path(path)
         try:
+            with open(p, "rb") as fh:
+                magic = fh.read(6)
+            if not magic.startswith((b"PK\x03\x04", b"\x93NUMPY")):
+                raise TreeoptError(f"{p}: not a .npz archive (a rank trace is a .npz file written "
+                                   "by treeopt calibrate or RankTrace.save)")
             loaded = np.load(p, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
                 raise TreeoptError(f"{p}: a single .npy array, not a .npz rank trace "

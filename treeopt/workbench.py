@@ -92,6 +92,19 @@ def _describe(trace: RankTrace) -> str:
     return f"{trace.positions:,} positions × {trace.heads} heads ({kind}), top-{trace.top_k}"
 
 
+# what the Trees page starts with, and the tree Export and Verify use until one is chosen there
+TREE_DEFAULTS = {"max_nodes": 128, "size": 64, "max_rank": 10, "constraint": "none"}
+
+
+def default_tree(source: Source, label: str) -> tuple[Tree, str]:
+    """The Trees page's default tree of ``source`` and its description."""
+    method = "empirical" if isinstance(source, RankTrace) else "independent"
+    growth = grow(source, method=method, max_nodes=TREE_DEFAULTS["max_nodes"],  # type: ignore[arg-type]
+                  max_rank=TREE_DEFAULTS["max_rank"])
+    tree = growth.tree(min(TREE_DEFAULTS["size"], growth.max_nodes))
+    return tree, f"{label} · {method} · none · {tree.size} nodes"
+
+
 @dataclass(frozen=True)
 class TreeView:
     """A tree with what the Trees page shows about it."""
@@ -142,5 +155,5 @@ def as_text_download(obj: Any) -> bytes:
     return (dumps(obj) + "\n").encode()
 
 
-__all__ = ["Dataset", "TreeView", "calibrate_local", "dataset_from_upload", "growth_pair", "imported_tree_point",
+__all__ = ["TREE_DEFAULTS", "Dataset", "TreeView", "default_tree", "calibrate_local", "dataset_from_upload", "growth_pair", "imported_tree_point",
            "view_tree", "trace_bytes", "as_text_download"]
