@@ -75,10 +75,20 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")
     p.add_argument("--device-map", help="passed to from_pretrained (e.g. auto)")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; 1 is fastest for tiny "
+                        "models and on busy machines)")
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from treeopt.models import ModelSpec, load_model
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise TreeoptError(f"--threads must be ≥ 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,
