@@ -62,9 +62,9 @@ def main() -> None:
     q = m["quality"]
     print(f"\n8-gram repetition in greedy {args.new_tokens}-token continuations: "
           f"{ar['repetition_8gram']:.3f} (held-out text itself "
-          f"{q['heldout_text_repetition_8gram']:.3f}; looping reference, the model after "
-          f"{m['base']['looping_reference']['step']} steps: "
-          f"{m['base']['looping_reference']['repetition_8gram']:.3f})")
+          f"{q['heldout_text_repetition_8gram']:.3f}; looping reference, "
+          f"{q['looping_reference']['model']}: "
+          f"{q['looping_reference']['repetition_8gram']:.3f})")
 
 
 if __name__ == "__main__":

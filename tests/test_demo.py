@@ -183,13 +183,16 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
     demo = load()
     m = demo.manifest
     ell = m["growth"]["expected_accept_length"]
-    for n in ("16", "64"):
+    for n in ("4", "16", "64"):
         assert ell["hydra"][n] > ell["medusa"][n]
     for kind in KINDS:
         for run in m["quality"]["live"][kind].values():
             assert run["lossless"] is True
-    assert m["quality"]["repetition_8gram"] < 0.5 < m["base"]["looping_reference"][
-        "repetition_8gram"]
+            held = run["predicted"].get("heldout_trace_step_walk")
+            if held is not None:  # the trace walk on the same prompts is exact, up to numerics
+                assert run["mean_accept_length"] == pytest.approx(held, rel=0.01)
+    looping = m["quality"]["looping_reference"]["repetition_8gram"]
+    assert m["quality"]["repetition_8gram"] < looping - 0.25
     assert m["size_bytes"] < 20 * 2**20
     assert min(t.positions for t in demo.traces.values()) >= 20_000
 

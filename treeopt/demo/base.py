@@ -95,10 +95,9 @@ def lr_factor(step: int, cfg: BaseConfig) -> float:
 
 
 def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, seed: int,
-               device: str = "cpu", snapshot_step: int | None = None,
-               progress: Callable[[int, float], None] | None = None,
-               ) -> tuple[list[float], dict[str, torch.Tensor] | None]:
-    """Train in place; return the loss per step and, if asked, a state snapshot at one step."""
+               device: str = "cpu", progress: Callable[[int, float], None] | None = None,
+               ) -> list[float]:
+    """Train in place; return the loss of every step."""
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -107,10 +106,8 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
                             lr=cfg.lr, betas=(0.9, 0.95), fused=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     gen = torch.Generator().manual_seed(seed)
-    losses, snapshot = [], None
+    losses = []
     for step in range(cfg.steps):
-        if snapshot_step is not None and step == snapshot_step:
-            snapshot = {k: v.detach().clone() for k, v in model.state_dict().items()}
         ids = windows(stream, seq_len=cfg.seq_len, count=cfg.batch_size, generator=gen).to(device)
         loss = model(input_ids=ids, labels=ids).loss
         opt.zero_grad(set_to_none=True)
@@ -122,7 +119,7 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
         if progress is not None:
             progress(step + 1, losses[-1])
     model.eval().requires_grad_(False)
-    return losses, snapshot
+    return losses
 
 
 def heldout_loss(model: Any, stream: npt.NDArray[np.int32], *, seq_len: int,

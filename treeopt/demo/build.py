@@ -140,6 +140,7 @@ def summary(manifest: dict[str, Any]) -> dict[str, Any]:
             "parameters": manifest["base"]["parameters"],
             "expected_accept_length": manifest["growth"]["expected_accept_length"],
             "live": q["live"], "repetition_8gram": q["repetition_8gram"],
+            "looping_reference_repetition_8gram": q["looping_reference"]["repetition_8gram"],
             "build_seconds": manifest["build_seconds"], "size_bytes": manifest["size_bytes"],
         }
     except KeyError as exc:

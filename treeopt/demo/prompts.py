@@ -1,7 +1,9 @@
-"""Demo prompts: real code prefixes, a run of whole lines cut from a corpus part.
+"""Demo prompts: real code prefixes, a run of lines cut from a corpus part.
 
-Each prompt starts at a line start and ends with a newline, so its text re-encodes to the same
-token ids (a CLI user who reads the JSONL gets exactly the prompts the demo was measured on).
+Each prompt starts at a line start and stops just before a line's newline. The byte-level
+pre-tokenizer always starts a new piece at whitespace, so the prompt's tokens are exactly the
+tokens the file has there, and the next token (newline plus the next line's indentation, one
+token) is one the model saw in training; a prompt ending in a bare newline would not be.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def sample_prompts(files: Sequence[SourceFile], tokenizer: Any, *, count: int, m
 
 
 def _whole_lines(lines: Sequence[str], tokenizer: Any, max_tokens: int) -> str | None:
-    """The longest run of whole lines from the start that fits ``max_tokens`` and ends inside
-    code: its last line and the line after it are not blank (no prompt ends at a gap)."""
+    """The longest run of lines from the start, its final newline dropped, that fits
+    ``max_tokens`` and ends inside code: its last line and the next are not blank."""
     taken: list[str] = []
     for line in lines:
         if not line.endswith("\n") or len(tokenizer("".join(taken) + line)["input_ids"]) > max_tokens:
@@ -57,7 +59,7 @@ def _whole_lines(lines: Sequence[str], tokenizer: Any, max_tokens: int) -> str |
     while taken and (not taken[-1].strip() or len(lines) <= len(taken)
                      or not lines[len(taken)].strip()):
         taken.pop()
-    return "".join(taken) or None
+    return "".join(taken)[:-1] or None
 
 
 def write_prompts(path: str | os.PathLike[str], prompts: Sequence[dict[str, Any]]) -> Path:
