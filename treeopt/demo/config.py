@@ -96,8 +96,8 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) ->
         raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
     if budget_minutes < 2:
         return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
-    base = BaseConfig() if device == "cpu" else BaseConfig(
-        hidden_size=384, num_layers=6, num_heads=6, num_kv_heads=2, intermediate_size=1024,
+    base = BaseConfig() if device == "cpu" else BaseConfig(  # 7.5M parameters: 15 MB in fp16
+        hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=4, intermediate_size=704,
         batch_size=32, lr=2e-3)
     seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
