@@ -59,3 +59,10 @@ def test_missing_demo_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert main(["grow", "--demo", "--max-nodes", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no demo here" in err[0]
+
+
+def test_select_also_gets_the_heads_drafting_latency_when_measured(fake_demo):
+    fake_demo.draft_latency("medusa").write_text("{}")
+    argv = expand_demo(["select", "--demo", "medusa"], build_parser())
+    assert argv[-2:] == ["--draft-latency", str(fake_demo.draft_latency("medusa"))]
+    assert "--draft-latency" not in expand_demo(["select", "--demo", "hydra"], build_parser())

@@ -77,13 +77,21 @@ def demo_latency_selection(demo: Any) -> tuple[Any, dict[str, Any]] | None:
 
     table = LatencyTable.load(demo.latency)
     kind = next(iter(demo.traces))
+    draft = NO_DRAFT
+    draft_path = demo.draft_latency(kind)
+    if draft_path is not None:
+        from profiling.table import load_draft_latency
+        from treeopt.select import draft_from_measurements
+
+        draft = draft_from_measurements(load_draft_latency(draft_path), source=str(draft_path))
     largest = max(r.tokens for r in table.records if r.ok) - 1  # q = nodes + root
     growth = demo.growths[kind]
     if growth.max_nodes > largest:
         from treeopt.grow import grow
 
         growth = grow(demo.traces[kind], method="empirical", max_nodes=largest)
-    return table, table_selection(growth, table, source=f"demo latency table ({table.device})")
+    return table, table_selection(growth, table, draft=draft,
+                                  source=f"demo latency table ({table.device})")
 
 
 def model_heads(growth: Growth) -> int:

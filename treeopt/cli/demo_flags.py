@@ -13,7 +13,8 @@ from collections.abc import Sequence
 KINDS = ("medusa", "hydra")
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
-         "growth": "--growth", "prompts": "--prompts", "latency": "--latency"}
+         "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
+         "draft_latency": "--draft-latency"}
 LIST_FLAGS = {"--prompts"}  # nargs="+" flags take the path as one more value
 
 

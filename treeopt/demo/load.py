@@ -32,8 +32,15 @@ class Demo:
     @property
     def latency(self) -> Path | None:
         """The latency table measured where the demo was built, if there is one."""
-        found = sorted((self.paths.root / "latency").glob("*.json"))
+        found = sorted(f for f in (self.paths.root / "latency").glob("*.json")
+                       if not f.name.startswith("draft-"))
         return found[0] if found else None
+
+    def draft_latency(self, kind: str) -> Path | None:
+        """The ``kind`` heads' drafting latency, measured on the latency table's device."""
+        table = self.latency
+        path = self.paths.draft_latency(kind, device=table.stem) if table else None
+        return path if path is not None and path.exists() else None
 
 
 def read_manifest(paths: DemoPaths) -> dict[str, Any]:

@@ -261,8 +261,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def latency(ctx: Context) -> dict[str, Any]:
     try:
+        from profiling.drafting import profile_draft
         from profiling.verify import profile_verify
         from roofline.config import load_config
+        from treeopt.heads_io import read_heads_config
     except ImportError as exc:
         return {"skipped": f"the profiler is not available ({exc})"}
     c = ctx.config
@@ -271,8 +273,15 @@ def latency(ctx: Context) -> dict[str, Any]:
                            context=list(c.latency_context), tokens=list(c.latency_tokens),
                            repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
                            log=lambda line: ctx.log(f"  {line}"))
+    drafts = {}
+    for kind in KINDS:  # the heads' own cost per step, for selection with drafting included
+        out = ctx.paths.draft_latency(kind, c.device)
+        profile_draft(read_heads_config(ctx.paths.heads(kind)), out=out, device=c.device,
+                      dtype="fp32", batch=[1], nodes=[1, 2, 4, 8, 16, 32],
+                      repeats=c.latency_repeats)
+        drafts[kind] = out.name
     return {"device": table.device, "file": ctx.paths.latency(c.device).name,
-            "records": len(table.records)}
+            "records": len(table.records), "draft_files": drafts}
 
 
 PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
