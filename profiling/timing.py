@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,11 +62,7 @@ def interleaved(calls: dict[Hashable, Call], *, repeats: int, warmup: int,
             for _ in range(warmup):
                 _once(calls[key])
         except RuntimeError as exc:
-            if not is_out_of_memory(exc):
-                raise
-            result[key] = oom_message(exc)
-            live.remove(key)
-            free_memory(device)
+            _drop_out_of_memory(exc, key, result, live, device)
     cuda = device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize(device)
@@ -76,17 +73,23 @@ def interleaved(calls: dict[Hashable, Call], *, repeats: int, warmup: int,
             try:
                 pending.append((key, _timed(calls[key], cuda)))
             except RuntimeError as exc:
-                if not is_out_of_memory(exc):
-                    raise
-                result[key] = oom_message(exc)
-                live.remove(key)
-                free_memory(device)
+                _drop_out_of_memory(exc, key, result, live, device)
         if cuda:
             torch.cuda.synchronize(device)
         for key, handle in pending:
             if isinstance(result[key], list):
                 result[key].append(_elapsed(handle))
     return result
+
+
+def _drop_out_of_memory(exc: RuntimeError, key: Hashable, result: dict[Hashable, Any],
+                        live: list[Hashable], device: str) -> None:
+    """Record an out-of-memory configuration and stop timing it; re-raise any other error."""
+    if not is_out_of_memory(exc):
+        raise exc
+    result[key] = oom_message(exc)
+    live.remove(key)
+    free_memory(device)
 
 
 def _once(call: Call) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
-from treeopt.files import check_format, read_json
+from treeopt.files import check_format, read_text
 from treeopt.trace import RankTrace
 
 ACCURACY_FORMAT = "treeopt.accuracies/1"
@@ -125,15 +125,8 @@ class AccuracyTable:
 def read_accuracies(path: str | os.PathLike[str]) -> AccuracyTable:
     """Read an accuracy table from CSV (``head,top1,…,topK``, cumulative) or JSON."""
     p = Path(path)
-    if p.suffix.lower() == ".json":
-        return _from_json(read_json(p), str(p))
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TreeoptError(f"{p}: no such file") from None
-    except (UnicodeDecodeError, IsADirectoryError):
-        raise TreeoptError(f"{p}: not a text CSV file") from None
-    return _from_csv(text, str(p))
+    kind = "JSON" if p.suffix.lower() == ".json" else "CSV"
+    return parse_accuracies(read_text(p, expected=f"a text {kind} file"), source=str(p))
 
 
 def parse_accuracies(text: str, *, source: str) -> AccuracyTable:

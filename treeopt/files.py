@@ -72,19 +72,25 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     return write_text_atomic(path, dumps(obj) + "\n")
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file; a missing or malformed file raises a TreeoptError naming it."""
+def read_text(path: str | os.PathLike[str], *, expected: str = "a text file") -> str:
+    """A UTF-8 file's text; a missing, binary or unreadable file raises a TreeoptError naming it
+    and saying what was ``expected`` there."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TreeoptError(f"{p}: no such file") from None
-    except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
-        raise TreeoptError(f"{p}: cannot read as text ({exc.__class__.__name__})") from None
+    except (IsADirectoryError, UnicodeDecodeError, PermissionError):
+        raise TreeoptError(f"{p}: not {expected}") from None
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Parse a JSON file; a missing or malformed file raises a TreeoptError naming it."""
+    text = read_text(path, expected="a readable JSON text file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TreeoptError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise TreeoptError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def check_format(obj: Any, expected: str, source: str) -> dict[str, Any]:

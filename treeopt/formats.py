@@ -25,6 +25,7 @@ from pathlib import Path as FilePath
 from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.files import read_text
 from treeopt.tree import Tree
 
 TREE_FORMAT = "treeopt.tree/1"
@@ -265,12 +266,7 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
                   fmt: str | None = None) -> Tree:
     """Resolve a TREE argument: a tree JSON, a growth JSON (``size`` picks T_n), or any form."""
     p = FilePath(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TreeoptError(f"{p}: no such file") from None
-    except (UnicodeDecodeError, IsADirectoryError):
-        raise TreeoptError(f"{p}: not a text file holding a tree") from None
+    text = read_text(p, expected="a text file holding a tree")
     if '"treeopt.growth/1"' in text:
         from treeopt.grow import Growth
 

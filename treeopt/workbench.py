@@ -8,7 +8,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -142,18 +141,5 @@ def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree
     return tree, expected_accept_length(tree, source, method=method)  # type: ignore[arg-type]
 
 
-def trace_bytes(trace: RankTrace) -> bytes:
-    """A trace as the bytes of its .npz file (for download buttons)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        return trace.save(Path(tmp) / "trace.npz").read_bytes()
-
-
-def as_text_download(obj: Any) -> bytes:
-    """JSON bytes of ``obj`` in treeopt's layout."""
-    from treeopt.files import dumps
-
-    return (dumps(obj) + "\n").encode()
-
-
 __all__ = ["TREE_DEFAULTS", "Dataset", "TreeView", "default_tree", "calibrate_local", "dataset_from_upload", "growth_pair", "imported_tree_point",
-           "view_tree", "trace_bytes", "as_text_download"]
+           "view_tree"]
