@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from treeopt.demo import KINDS, load
-from treeopt.demo.quality import autoregressive_run, live_run, rows_per_sequence, walk_mean
+from treeopt.demo.quality import autoregressive_run, live_run, prediction
 
 SIZES = (1, 4, 16, 64)
 
@@ -44,7 +44,7 @@ def main() -> None:
     reference, ar = autoregressive_run(demo.model, prompts, max_new_tokens=args.new_tokens)
     print(f"\nautoregressive: {ar['seconds_median']:.2f} s per {args.new_tokens} tokens "
           f"(median), {ar['tokens_per_s']:.0f} tokens/s")
-    print("kind     n  measured E[L]   predicted (walk / position)  fidelity  lossless  "
+    print("kind     n  measured E[L]   predicted (walk / position)  fidelity ± se  lossless  "
           "s/verify (median, max)  tokens/s")
     for kind in KINDS:
         cal = demo.traces[kind]
@@ -52,11 +52,14 @@ def main() -> None:
             tree = demo.growths[kind].tree(min(n, demo.growths[kind].max_nodes))
             run = live_run(demo.model, demo.heads[kind], tree, prompts,
                            max_new_tokens=args.new_tokens, reference=reference)
-            walk = walk_mean(tree, cal, rows_per_sequence=rows_per_sequence(cal))
             position = demo.growths[kind].expected_accept_length[tree.size]
+            run.update(prediction(run, tree, calibration=cal, heldout=demo.heldout_traces[kind],
+                                  position_mean=position))
+            walk = run["predicted"]["step_walk"]
             print(f"{kind:8} {tree.size:<3}{run['mean_accept_length']:6.3f} ± {run['stderr']:.3f}   "
                   f"{walk:8.3f} / {position:.3f}       "
-                  f"{run['mean_accept_length'] / walk - 1:+7.2%}  {run['lossless_prompts']:>8}  "
+                  f"{run['fidelity']:+7.2%} ± {run['fidelity_stderr']:.2%}  "
+                  f"{run['lossless_prompts']:>8}  "
                   f"{run['seconds_median']:8.2f}, {run['seconds_max']:.2f}"
                   f"{run['tokens_per_s']:16.0f}")
     q = m["quality"]

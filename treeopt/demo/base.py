@@ -2,6 +2,13 @@
 
 AdamW, linear warm-up then cosine decay to a tenth of the peak rate; random windows of the token
 stream drawn from a seeded generator, so a run is reproducible on the same machine and thread count.
+
+Small models trained by maximum likelihood alone fall into loops under greedy decoding: once a
+span repeats, its probability of repeating again rises (Xu et al., 2022, "Learning to Break the
+Loop", NeurIPS). A share of every batch (``ditto_share``) is therefore a span of the corpus repeated
+to the window length, and on it the model is trained so that the probability of each token in
+repetition n is ``ditto_lambda`` times its probability in repetition n − 1 (their DITTO objective).
+The rest of the batch is plain next-token prediction. Set ``ditto_share=0`` for pure MLE.
 """
 
 from __future__ import annotations
@@ -35,8 +42,13 @@ class BaseConfig:
     lr: float = 5e-3
     warmup: int = 20
     weight_decay: float = 0.1
+    ditto_share: float = 0.0  # share of each batch given to repeated-span sequences
+    ditto_lambda: float = 0.5  # wanted ratio of a repeated token's probability to its last one
+    ditto_span: tuple[int, int] = (8, 48)  # span lengths drawn, [low, high) tokens
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ditto_share < 1.0:
+            raise TreeoptError(f"base model: ditto_share {self.ditto_share} is not in [0, 1)")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise TreeoptError(f"base model: hidden {self.hidden_size}, heads {self.num_heads}, "
                                f"kv heads {self.num_kv_heads} do not divide")
@@ -47,6 +59,11 @@ class BaseConfig:
     @property
     def tokens_per_step(self) -> int:
         return self.seq_len * self.batch_size
+
+    @property
+    def ditto_rows(self) -> int:
+        """Rows of each batch that are repeated spans."""
+        return int(round(self.ditto_share * self.batch_size))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,6 +99,20 @@ def windows(stream: npt.NDArray[np.int32], *, seq_len: int, count: int,
     return torch.stack([data[s: s + seq_len] for s in starts.tolist()])
 
 
+def repetition_loss(model: Any, spans: torch.Tensor, *, seq_len: int, lam: float) -> torch.Tensor:
+    """DITTO's loss on ``spans`` ``[b, L]`` each repeated to ``seq_len`` tokens.
+
+    With p_n the model's probability of a token in repetition n and p*_{n-1} that of the same token
+    one repetition earlier (no gradient), the loss is mean(−log(1 − |p_n − λ·p*_{n-1}|)).
+    """
+    span = spans.shape[1]
+    ids = spans.repeat(1, -(-seq_len // span))[:, :seq_len]
+    logp = torch.log_softmax(model(input_ids=ids).logits[:, :-1].float(), dim=-1)
+    p = logp.gather(-1, ids[:, 1:, None])[..., 0].exp()  # [b, T-1]: p of token t+1
+    now, before = p[:, span:], p[:, :-span].detach()  # the same token, one repetition apart
+    return -torch.log((1.0 - (now - lam * before).abs()).clamp_min(1e-6)).mean()
+
+
 def lr_factor(step: int, cfg: BaseConfig) -> float:
     """Warm-up then cosine decay to 0.1 of the peak.
 
@@ -108,8 +139,14 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
     gen = torch.Generator().manual_seed(seed)
     losses = []
     for step in range(cfg.steps):
-        ids = windows(stream, seq_len=cfg.seq_len, count=cfg.batch_size, generator=gen).to(device)
+        plain = cfg.batch_size - cfg.ditto_rows
+        ids = windows(stream, seq_len=cfg.seq_len, count=plain, generator=gen).to(device)
         loss = model(input_ids=ids, labels=ids).loss
+        if cfg.ditto_rows:
+            span = int(torch.randint(*cfg.ditto_span, (1,), generator=gen))
+            spans = windows(stream, seq_len=span, count=cfg.ditto_rows, generator=gen).to(device)
+            rep = repetition_loss(model, spans, seq_len=cfg.seq_len, lam=cfg.ditto_lambda)
+            loss = (plain * loss + cfg.ditto_rows * rep) / cfg.batch_size
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -199,7 +199,7 @@ def growths(ctx: Context) -> dict[str, Any]:
 
 
 def quality(ctx: Context) -> dict[str, Any]:
-    from treeopt.demo.quality import autoregressive_run, live_run, rows_per_sequence, walk_mean
+    from treeopt.demo.quality import autoregressive_run, live_run, prediction
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
 
@@ -215,15 +215,12 @@ def quality(ctx: Context) -> dict[str, Any]:
             tree = growth.tree(min(n, growth.max_nodes))
             run = live_run(ctx.model, heads, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
                            reference=reference)
-            walk = walk_mean(tree, cal, rows_per_sequence=rows_per_sequence(cal))
-            run["predicted"] = {"position_mean": float(growth.expected_accept_length[tree.size]),
-                                "step_walk": walk,
-                                "heldout_trace_step_walk": walk_mean(
-                                    tree, held, rows_per_sequence=rows_per_sequence(held))}
-            run["fidelity"] = run["mean_accept_length"] / walk - 1.0
+            run.update(prediction(run, tree, calibration=cal, heldout=held,
+                                  position_mean=float(growth.expected_accept_length[tree.size])))
             live.setdefault(kind, {})[str(n)] = run
             ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
-                    f"{walk:.3f} ({run['fidelity']:+.1%}), {run['seconds_median']:.2f} s, "
+                    f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
+                    f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
                     f"lossless {run['lossless_prompts']}")
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
