@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -73,6 +75,16 @@ def test_rank_and_candidates_break_ties_by_token_id():
     order = top_candidates(logits, 6).tolist()
     assert order == [1, 3, 0, 2, 5, 4]
     assert [int(rank_of(logits, torch.tensor(t))) for t in order] == [0, 1, 2, 3, 4, 5]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=4),
+       st.integers(1, 12))
+def test_top_candidates_equal_the_full_stable_sort(rows, k):
+    """Few distinct values, so ties inside and across the k-th place are common."""
+    logits = torch.tensor(rows, dtype=torch.float32)
+    want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+    assert torch.equal(top_candidates(logits, k), want)
 
 
 def test_base_shape_mismatch_is_rejected(model):

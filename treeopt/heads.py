@@ -239,7 +239,16 @@ def rank_of(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Token ids of the ``k`` best candidates ``[..., k]``, in the order :func:`rank_of` uses.
 
+    A top-k and a sort of those k, not a sort of the vocabulary (drafting calls this once per tree
+    level); only a tie across the k-th place falls back to the full stable sort.
+
     >>> top_candidates(torch.tensor([0.5, 2.0, 0.5, 1.0]), 4).tolist()
     [1, 3, 0, 2]
     """
-    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+    k = min(k, logits.shape[-1])
+    top = torch.topk(logits, k, dim=-1)
+    if bool(((logits >= top.values[..., -1:]).sum(-1) > k).any()):  # a tie across the cut
+        return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+    ids = top.indices.sort(dim=-1).values  # the k best, ids ascending: the tie order wanted
+    order = torch.sort(logits.gather(-1, ids), dim=-1, descending=True, stable=True).indices
+    return ids.gather(-1, order)

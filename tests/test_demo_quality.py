@@ -1,0 +1,102 @@
+"""The demo's quality statistics and its anti-loop training term, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treeopt.demo.quality import fidelity, ratio_stderr, repetition_share, walk_steps
+from treeopt.errors import TreeoptError
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+CHAIN2 = Tree.from_choices([[0], [0, 0]])
+
+
+def test_walk_steps_per_sequence():
+    # accept lengths per row with CHAIN2: 3, 1, 2, 1 | 1, 2, 1, 1
+    ranks = np.array([[0, 0], [1, 0], [0, -1], [-1, 0],
+                      [2, 0], [0, -1], [-1, -1], [-1, -1]], np.int16)
+    tokens, steps = walk_steps(CHAIN2, RankTrace(ranks), rows_per_sequence=4)
+    assert tokens.tolist() == [4, 4]  # rows 0 (3), 3 (1) | rows 0 (1), 1 (2), 3 (1)
+    assert steps.tolist() == [2, 3]
+    with pytest.raises(TreeoptError, match="multiple"):
+        walk_steps(CHAIN2, RankTrace(ranks), rows_per_sequence=3)
+
+
+def test_ratio_stderr_exact_and_degenerate():
+    assert ratio_stderr([4, 8], [2, 2]) == pytest.approx(1.0)
+    # sequences with the same mean accepted length: no spread at all
+    assert ratio_stderr([2, 4, 6], [1, 2, 3]) == 0.0
+    assert ratio_stderr([5], [2]) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), min_size=2, max_size=30))
+def test_ratio_stderr_of_equal_steps_is_the_stderr_of_the_means(pairs):
+    """With equal steps per sequence the ratio is a plain mean; its error is the textbook one."""
+    steps = [pairs[0][1]] * len(pairs)
+    tokens = [t for t, _ in pairs]
+    means = np.array(tokens) / steps[0]
+    want = means.std(ddof=1) / math.sqrt(len(means))
+    assert ratio_stderr(tokens, steps) == pytest.approx(want, abs=1e-12)
+
+
+def test_fidelity_combines_both_errors():
+    rel, se = fidelity(2.2, 0.03, 2.0, 0.04)
+    assert rel == pytest.approx(0.1)
+    assert se == pytest.approx(math.hypot(0.03 / 2.0, 2.2 * 0.04 / 4.0))
+
+
+def test_repetition_share_counts_earlier_ngrams():
+    assert repetition_share(list(range(20))) == 0.0
+    assert repetition_share([7] * 9) == pytest.approx(1 / 2)  # 2 eight-grams, the second repeats
+    assert repetition_share([1, 2, 3]) == 0.0  # shorter than one n-gram
+
+
+def test_repetition_loss_on_a_uniform_model():
+    """Every probability is 1/V, so each term is −log(1 − (1 − λ)/V)."""
+    import torch
+
+    from treeopt.demo.base import repetition_loss
+
+    vocab, lam = 10, 0.5
+
+    def uniform(input_ids):
+        return SimpleNamespace(logits=torch.zeros(*input_ids.shape, vocab, requires_grad=True))
+
+    spans = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    loss = repetition_loss(uniform, spans, seq_len=10, lam=lam)
+    assert loss.item() == pytest.approx(-math.log(1 - (1 - lam) / vocab), rel=1e-6)
+
+
+def test_repetition_loss_is_zero_when_probabilities_decay_by_lambda():
+    """A model whose repeat probabilities shrink by λ each repetition pays nothing."""
+    import torch
+
+    from treeopt.demo.base import repetition_loss
+
+    span, seq_len, vocab, lam = 4, 12, 8, 0.5
+    spans = torch.tensor([[1, 2, 3, 4]])
+
+    def decaying(input_ids):
+        t = input_ids.shape[1]
+        logits = torch.full((1, t, vocab), -1e4)
+        for pos in range(t - 1):  # the next token gets probability 0.8 · λ^(repetition)
+            p = 0.8 * lam ** ((pos + 1) // span)
+            nxt = int(input_ids[0, pos + 1])
+            logits[0, pos, :] = math.log((1 - p) / (vocab - 1))
+            logits[0, pos, nxt] = math.log(p)
+        return SimpleNamespace(logits=logits)
+
+    assert float(repetition_loss(decaying, spans, seq_len=seq_len, lam=lam)) < 1e-5
+    # asked to keep the probability flat instead, the same model pays |0.8 λ^r − 0.8 λ^(r−1)|
+    flat = float(repetition_loss(decaying, spans, seq_len=seq_len, lam=1.0))
+    want = np.mean([-math.log(1 - 0.8 * lam ** (r - 1) * (1 - lam))
+                    for r in [(j + 1) // span for j in range(span, seq_len - 1)]])
+    assert flat == pytest.approx(want, rel=1e-4)
