@@ -191,6 +191,8 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
             held = run["predicted"].get("heldout_trace_step_walk")
             if held is not None:  # the trace walk on the same prompts is exact, up to numerics
                 assert run["mean_accept_length"] == pytest.approx(held, rel=0.01)
+            if "fidelity_stderr" in run:  # the calibration trace predicts the live mean
+                assert abs(run["fidelity"]) < 0.03 and run["fidelity_stderr"] > 0
     looping = m["quality"]["looping_reference"]["repetition_8gram"]
     assert m["quality"]["repetition_8gram"] < looping  # below a model that repeats one token
     assert m["size_bytes"] < 20 * 2**20
