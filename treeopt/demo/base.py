@@ -138,8 +138,8 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     gen = torch.Generator().manual_seed(seed)
     losses = []
+    plain = cfg.batch_size - cfg.ditto_rows  # rows of ordinary next-token windows
     for step in range(cfg.steps):
-        plain = cfg.batch_size - cfg.ditto_rows
         ids = windows(stream, seq_len=cfg.seq_len, count=plain, generator=gen).to(device)
         loss = model(input_ids=ids, labels=ids).loss
         if cfg.ditto_rows:
