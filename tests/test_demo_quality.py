@@ -100,3 +100,59 @@ def test_repetition_loss_is_zero_when_probabilities_decay_by_lambda():
     want = np.mean([-math.log(1 - 0.8 * lam ** (r - 1) * (1 - lam))
                     for r in [(j + 1) // span for j in range(span, seq_len - 1)]])
     assert flat == pytest.approx(want, rel=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 30), st.integers(0, 2**32 - 1))
+def test_span_lengths_stay_in_their_range(low, width, seed):
+    import torch
+
+    from treeopt.demo.base import span_length
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = [span_length((low, low + width), g) for _ in range(20)]
+    assert all(low <= n < low + width for n in lengths)
+
+
+def test_the_ditto_phase_is_the_last_steps_and_costs_its_rows():
+    from treeopt.demo.base import BaseConfig
+
+    cfg = BaseConfig(steps=50, seq_len=16, batch_size=4, ditto_share=0.5, ditto_phase=0.2)
+    assert (cfg.ditto_rows, cfg.ditto_start) == (2, 40)
+    assert cfg.train_tokens == 16 * (4 * 40 + 2 * 10)
+    off = BaseConfig(steps=50, seq_len=16, batch_size=4, ditto_share=0.0)
+    assert (off.ditto_start, off.train_tokens) == (50, 16 * 4 * 50)
+    everywhere = BaseConfig(steps=50, ditto_share=0.25, ditto_phase=1.0)
+    assert everywhere.ditto_start == 0
+
+
+@pytest.mark.parametrize("bad", [{"ditto_share": 1.0}, {"ditto_phase": 1.5},
+                                 {"ditto_span": (0, 8)}, {"ditto_span": (8, 8)}])
+def test_bad_ditto_settings_are_refused(bad):
+    from treeopt.demo.base import BaseConfig
+
+    with pytest.raises(TreeoptError, match="ditto_"):
+        BaseConfig(**bad)
+
+
+def test_training_switches_to_ditto_rows_at_the_phase_start(monkeypatch):
+    """The repeated-span loss is computed on exactly the steps of the DITTO phase."""
+    from treeopt.demo import base
+
+    cfg = base.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                          intermediate_size=32, max_positions=32, seq_len=16, batch_size=4,
+                          steps=10, warmup=2, ditto_share=0.5, ditto_phase=0.3)
+    calls = []
+    real = base.repetition_loss
+
+    def counted(model, spans, **kw):
+        calls.append(spans.shape[0])
+        return real(model, spans, **kw)
+
+    monkeypatch.setattr(base, "repetition_loss", counted)
+    stream = np.arange(400, dtype=np.int32) % 50 + 3
+    model = base.new_model(cfg, 64, seed=0)
+    losses = base.train_base(model, stream, cfg, seed=0)
+    assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
+    assert calls == [2, 2, 2]  # three phase steps (7, 8, 9), two span rows each
+    assert not model.training and not any(p.requires_grad for p in model.parameters())

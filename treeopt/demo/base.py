@@ -5,10 +5,16 @@ stream drawn from a seeded generator, so a run is reproducible on the same machi
 
 Small models trained by maximum likelihood alone fall into loops under greedy decoding: once a
 span repeats, its probability of repeating again rises (Xu et al., 2022, "Learning to Break the
-Loop", NeurIPS). A share of every batch (``ditto_share``) is therefore a span of the corpus repeated
-to the window length, and on it the model is trained so that the probability of each token in
-repetition n is ``ditto_lambda`` times its probability in repetition n − 1 (their DITTO objective).
-The rest of the batch is plain next-token prediction. Set ``ditto_share=0`` for pure MLE.
+Loop", NeurIPS). In the last ``ditto_phase`` of the steps, a share of every batch (``ditto_share``)
+is therefore a span of the corpus repeated to the window length, and on it the model is trained so
+that the probability of each token in repetition n is ``ditto_lambda`` times its probability in
+repetition n − 1 (their DITTO objective). The rest of the batch is plain next-token prediction.
+
+The phase comes last, as Xu et al. apply DITTO to a trained model: a model that has not yet
+learned to copy has no loops to break, and in our runs the demo's loops (``#`` lines,
+``'w', 'w', …``, ``of the name of the name``) repeat every 1–6 tokens, so span lengths are drawn
+log-uniformly from ``ditto_span`` to give short periods their share. Set ``ditto_share=0`` for
+pure MLE.
 """
 
 from __future__ import annotations
@@ -42,13 +48,18 @@ class BaseConfig:
     lr: float = 5e-3
     warmup: int = 20
     weight_decay: float = 0.1
-    ditto_share: float = 0.0  # share of each batch given to repeated-span sequences
+    ditto_share: float = 0.0  # share of each batch given to repeated spans in the DITTO phase
+    ditto_phase: float = 0.2  # the final share of the steps that is the DITTO phase
     ditto_lambda: float = 0.5  # wanted ratio of a repeated token's probability to its last one
-    ditto_span: tuple[int, int] = (8, 48)  # span lengths drawn, [low, high) tokens
+    ditto_span: tuple[int, int] = (1, 48)  # span lengths, log-uniform in [low, high) tokens
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ditto_share < 1.0:
             raise TreeoptError(f"base model: ditto_share {self.ditto_share} is not in [0, 1)")
+        if not 0.0 <= self.ditto_phase <= 1.0:
+            raise TreeoptError(f"base model: ditto_phase {self.ditto_phase} is not in [0, 1]")
+        if not 1 <= self.ditto_span[0] < self.ditto_span[1]:
+            raise TreeoptError(f"base model: ditto_span {self.ditto_span} is not 1 <= low < high")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise TreeoptError(f"base model: hidden {self.hidden_size}, heads {self.num_heads}, "
                                f"kv heads {self.num_kv_heads} do not divide")
@@ -62,8 +73,29 @@ class BaseConfig:
 
     @property
     def ditto_rows(self) -> int:
-        """Rows of each batch that are repeated spans."""
+        """Rows of each batch that are repeated spans, in the DITTO phase."""
         return int(round(self.ditto_share * self.batch_size))
+
+    @property
+    def ditto_start(self) -> int:
+        """The first step of the DITTO phase (``steps`` when there is none).
+
+        >>> BaseConfig(steps=100, ditto_share=0.5).ditto_start
+        80
+        """
+        if not self.ditto_rows:
+            return self.steps
+        return self.steps - int(round(self.ditto_phase * self.steps))
+
+    @property
+    def train_tokens(self) -> int:
+        """Tokens of ordinary next-token windows over the whole run.
+
+        >>> BaseConfig(steps=100, seq_len=10, batch_size=8, ditto_share=0.5).train_tokens
+        7200
+        """
+        ditto_steps = self.steps - self.ditto_start
+        return self.seq_len * (self.batch_size * self.steps - self.ditto_rows * ditto_steps)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +145,18 @@ def repetition_loss(model: Any, spans: torch.Tensor, *, seq_len: int, lam: float
     return -torch.log((1.0 - (now - lam * before).abs()).clamp_min(1e-6)).mean()
 
 
+def span_length(span: tuple[int, int], generator: torch.Generator) -> int:
+    """A span length drawn log-uniformly from ``[low, high)``.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> lengths = [span_length((1, 48), g) for _ in range(1000)]
+    >>> min(lengths), max(lengths), sum(n < 7 for n in lengths) > 400
+    (1, 47, True)
+    """
+    low, high = math.log(span[0]), math.log(span[1])
+    return min(span[1] - 1, int(math.exp(low + (high - low) * float(torch.rand(1, generator=generator)))))
+
+
 def lr_factor(step: int, cfg: BaseConfig) -> float:
     """Warm-up then cosine decay to 0.1 of the peak.
 
@@ -138,15 +182,16 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     gen = torch.Generator().manual_seed(seed)
     losses = []
-    plain = cfg.batch_size - cfg.ditto_rows  # rows of ordinary next-token windows
     for step in range(cfg.steps):
+        ditto = cfg.ditto_rows if step >= cfg.ditto_start else 0
+        plain = cfg.batch_size - ditto  # rows of ordinary next-token windows
         ids = windows(stream, seq_len=cfg.seq_len, count=plain, generator=gen).to(device)
         loss = model(input_ids=ids, labels=ids).loss
-        if cfg.ditto_rows:
-            span = int(torch.randint(*cfg.ditto_span, (1,), generator=gen))
-            spans = windows(stream, seq_len=span, count=cfg.ditto_rows, generator=gen).to(device)
+        if ditto:
+            span = span_length(cfg.ditto_span, gen)
+            spans = windows(stream, seq_len=span, count=ditto, generator=gen).to(device)
             rep = repetition_loss(model, spans, seq_len=cfg.seq_len, lam=cfg.ditto_lambda)
-            loss = (plain * loss + cfg.ditto_rows * rep) / cfg.batch_size
+            loss = (plain * loss + ditto * rep) / cfg.batch_size
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -34,8 +34,8 @@ class DemoConfig:
     head_batch: int = 8
     head_seq_len: int = 128
     head_lr: float = 2e-3
-    calibration_prompts: int = 320
-    heldout_prompts: int = 96
+    calibration_prompts: int = 640
+    heldout_prompts: int = 192
     prompt_tokens: tuple[int, int] = (24, 64)
     max_new_tokens: int = 256
     calibration_batch: int = 16
@@ -79,7 +79,7 @@ TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
     base=BaseConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                     intermediate_size=64, max_positions=128, seq_len=64, batch_size=4, steps=6,
-                    warmup=2, ditto_share=0.25),
+                    warmup=2, ditto_share=0.5, ditto_phase=0.5),
     num_heads=2, head_steps=3, head_batch=2, head_seq_len=32, calibration_prompts=4,
     heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24, calibration_batch=4, top_k=8,
     max_nodes=16, eval_sizes=(4,), latency_context=(16,), latency_tokens=(1, 4),
@@ -99,9 +99,9 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) ->
         raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
     if budget_minutes < 2:
         return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
-    base = BaseConfig(ditto_share=0.25) if device == "cpu" else BaseConfig(  # 7.5M parameters
+    base = BaseConfig(ditto_share=0.75) if device == "cpu" else BaseConfig(  # 7.5M parameters
         hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=4, intermediate_size=704,
-        batch_size=32, lr=2e-3, ditto_share=0.25)
+        batch_size=32, lr=2e-3, ditto_share=0.75)
     seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))

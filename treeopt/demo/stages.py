@@ -104,12 +104,16 @@ def base_model(ctx: Context) -> dict[str, Any]:
     c = ctx.config
     model = new_model(c.base, len(ctx.tokenizer), seed=c.seed)
     bar = ctx.bar(c.base.steps, "base model")
+    before_ditto: dict[str, float] = {}  # held-out loss when the DITTO phase starts: its cost
 
     def tick(step: int, loss: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}")
         if step % max(1, c.base.steps // 10) == 0:
             ctx.log(f"  base step {step}/{c.base.steps} loss {loss:.3f}")
+        if step == c.base.ditto_start < c.base.steps:
+            before_ditto.update(heldout_loss(model, ctx.stream("heldout"), seq_len=c.base.seq_len))
+            ctx.log(f"  held-out loss {before_ditto['loss']:.3f} before the DITTO phase")
 
     losses = train_base(model, ctx.stream("train"), c.base, seed=c.seed, device=c.device,
                         progress=tick)
@@ -118,9 +122,9 @@ def base_model(ctx: Context) -> dict[str, Any]:
     ctx.__dict__.pop("model", None)
     heldout = heldout_loss(ctx.model, ctx.stream("heldout"), seq_len=c.base.seq_len)
     return {"parameters": sum(p.numel() for p in model.parameters()),
-            "train_tokens": c.base.steps * c.base.tokens_per_step,
+            "train_tokens": c.base.train_tokens,
             "loss_first": losses[0], "loss_last_10": float(np.mean(losses[-10:])),
-            "heldout": heldout}
+            "heldout": heldout, "heldout_before_ditto": before_ditto or None}
 
 
 def heads(ctx: Context) -> dict[str, Any]:
