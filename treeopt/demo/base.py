@@ -154,7 +154,8 @@ def span_length(span: tuple[int, int], generator: torch.Generator) -> int:
     (1, 47, True)
     """
     low, high = math.log(span[0]), math.log(span[1])
-    return min(span[1] - 1, int(math.exp(low + (high - low) * float(torch.rand(1, generator=generator)))))
+    u = float(torch.rand(1, generator=generator))
+    return min(span[1] - 1, int(math.exp(low + (high - low) * u)))  # min: exp rounding at high
 
 
 def lr_factor(step: int, cfg: BaseConfig) -> float:
