@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app_pages.state import current_dataset, demo_dataset, set_dataset, show_error
-from treeopt.workbench import calibrate_local, dataset_from_upload
+from treeopt.workbench.datasets import calibrate_local, dataset_from_upload
 
 st.title("Data")
 st.write("Every page works on the acceptance statistics chosen here: rank traces (exact "

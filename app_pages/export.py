@@ -4,7 +4,7 @@ import streamlit as st
 
 from app_pages.state import TREE_KEY, current_dataset, show_error
 from treeopt.formats import FORMATS, engine_problems, export
-from treeopt.workbench import default_tree
+from treeopt.workbench.datasets import default_tree
 
 st.title("Export")
 chosen = st.session_state.get(TREE_KEY)

@@ -4,9 +4,10 @@ import streamlit as st
 
 from app_pages.state import current_dataset, demo, show_error
 from roofline import hardware_names, load_hardware, preset, preset_names, roofline
-from treeopt import plots_hardware as hw_plots
+from treeopt.drafters import KINDS
 from treeopt.grow import grow
-from treeopt.pricing import demo_latency_selection, roofline_selection
+from treeopt.workbench import plots_hardware as hw_plots
+from treeopt.workbench.pricing import demo_latency_selection, roofline_selection
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b))`: a bigger tree "
@@ -50,7 +51,7 @@ label = h1.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
 ctx = h2.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
 source = data.sources[label]
 method = "empirical" if data.has_trace(label) else "independent"
-draft_kind = label if label in ("medusa", "hydra") else None
+draft_kind = label if label in KINDS else None
 try:
     growth = grow(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app_pages.state import current_dataset, show_error
-from treeopt import plots
+from treeopt.workbench import plots
 
 st.title("Heads")
 data = current_dataset()

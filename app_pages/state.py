@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 from treeopt.errors import TreeoptError
-from treeopt.workbench import Dataset
+from treeopt.workbench.datasets import Dataset
 
 DATASET_KEY = "dataset"
 TREE_KEY = "chosen_tree"

@@ -3,9 +3,9 @@
 import streamlit as st
 
 from app_pages.state import TREE_KEY, current_dataset, show_error
-from treeopt import plots
 from treeopt.grow import CONSTRAINTS
-from treeopt.workbench import TREE_DEFAULTS, growth_pair, imported_tree_point, view_tree
+from treeopt.workbench import plots
+from treeopt.workbench.datasets import TREE_DEFAULTS, growth_pair, imported_tree_point, view_tree
 
 st.title("Trees")
 data = current_dataset()

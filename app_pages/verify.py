@@ -5,9 +5,9 @@ import html
 import streamlit as st
 
 from app_pages.state import TREE_KEY, demo, show_error
-from treeopt import plots
-from treeopt.live import live_run
-from treeopt.workbench import default_tree
+from treeopt.workbench import plots
+from treeopt.workbench.datasets import default_tree
+from treeopt.workbench.live import live_run
 
 st.title("Verify")
 st.write("Decode one prompt with the tree and without it, through the same loop. Under greedy "

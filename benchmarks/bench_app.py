@@ -124,11 +124,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     from streamlit.testing.v1 import AppTest
 
-    from treeopt import plots
     from treeopt.demo.load import load
     from treeopt.grow import grow
-    from treeopt.live import live_run
-    from treeopt.workbench import growth_pair, view_tree
+    from treeopt.workbench import plots
+    from treeopt.workbench.datasets import growth_pair, view_tree
+    from treeopt.workbench.live import live_run
 
     t0 = time.perf_counter()
     demo = load()

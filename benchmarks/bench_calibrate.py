@@ -21,9 +21,12 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from treeopt.heads import HeadsConfig, build_heads, rank_of
-from treeopt.ranks import rank_batch
-from treeopt.tree_forward import forward_with_cache, new_cache
+from treeopt.decoding.cache import new_cache
+from treeopt.decoding.ranks import rank_batch
+from treeopt.decoding.tree_forward import forward_with_cache
+from treeopt.drafters import KIND_NAMES, build_heads
+from treeopt.drafters.base import rank_of
+from treeopt.drafters.config import HeadsConfig
 
 
 def timed(fn, device, repeats):
@@ -49,7 +52,7 @@ def loop_ranks(model, heads, seq, start, top_k):
         _, h = forward_with_cache(model, seq[None, : start + 1], cache=cache,
                                   position_ids=torch.arange(start + 1, device=device)[None])
         for t in range(start, seq.shape[0] - 1 - K):
-            hidden = heads.prefix(h)[0][:, -1:] if heads.config.kind == "hydra" else h[:, -1:]
+            hidden = heads.features(h)[0][:, -1:]
             row = []
             for k in range(K):
                 logits = heads.head_logits(k, hidden, seq[t + 1: t + 2 + k][None, None])[0, 0]
@@ -94,7 +97,7 @@ def main() -> None:
     base, lo, hi = timed(plain, device, args.repeats)
     print(f"plain teacher-forced forward: {base * 1e3:.1f} ms (min {lo * 1e3:.1f}, "
           f"max {hi * 1e3:.1f})")
-    for kind in ("medusa", "hydra"):
+    for kind in KIND_NAMES:
         heads = build_heads(HeadsConfig(kind=kind, num_heads=args.heads, hidden_size=args.hidden,
                                         vocab_size=args.vocab),
                             lm_head=model.lm_head, embeddings=model.model.embed_tokens)

@@ -19,13 +19,13 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from treeopt.calibrate import CalibrateConfig, calibrate
-from treeopt.decode import DecodeConfig, autoregressive, generate
-from treeopt.decode_stats import combine
+from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+from treeopt.decoding.loop import DecodeConfig, autoregressive, generate
+from treeopt.decoding.ranks import greedy_continuations
+from treeopt.decoding.stats import combine
+from treeopt.drafters.training import TrainConfig, train_heads
 from treeopt.grow import grow
-from treeopt.ranks import greedy_continuations
 from treeopt.simulate import simulate, step_lengths
-from treeopt.train import TrainConfig, train_heads
 
 
 def build_model(args, device):

@@ -21,6 +21,7 @@ import torch
 from profiling.table import DRAFT_FORMAT
 from profiling.timing import TORCH_DTYPES, Call, interleaved, summarize
 from profiling.verify import check_device, device_label
+from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
 
@@ -28,7 +29,7 @@ from treeopt.files import write_json
 def _calls(heads: torch.nn.Module, cfg: Any, batch: int, nodes: Sequence[int],
            device: str, dtype: torch.dtype) -> dict[tuple[int | None, int], Call]:
     d, v = cfg.hidden_size, cfg.vocab_size
-    if cfg.kind == "medusa":
+    if not drafter_kind(cfg.kind).per_depth:  # one call for every depth
         hidden = torch.randn(batch, 1, d, dtype=dtype, device=device)  # [b, 1, d]
         return {(None, 1): Call(run=lambda: heads(hidden))}
     calls = {}
@@ -44,7 +45,7 @@ def profile_draft(cfg: Any, *, out: str | os.PathLike[str], device: str = "cpu",
                   dtype: str = "fp32", batch: Sequence[int], nodes: Sequence[int] = (1,),
                   repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
     """Time the heads of ``cfg`` (a :class:`treeopt.heads.HeadsConfig`); write and return the doc."""
-    from treeopt.heads import build_heads
+    from treeopt.drafters import build_heads
 
     check_device(device, dtype)
     if repeats < 1 or warmup < 0:

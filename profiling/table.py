@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from roofline.config import ModelConfig
+from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
@@ -153,8 +154,9 @@ def load_draft_latency(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a draft-latency file (see :mod:`profiling.drafting`), checking its tag and fields."""
     doc = read_tagged_json(path, DRAFT_FORMAT)
     heads = doc.get("heads")
-    if not isinstance(heads, dict) or heads.get("kind") not in ("medusa", "hydra"):
-        raise TreeoptError(f"{path}: 'heads' must be an object whose kind is medusa or hydra")
+    if not isinstance(heads, dict) or heads.get("kind") not in KIND_NAMES:
+        raise TreeoptError(f"{path}: 'heads' must be an object whose kind is one of "
+                           f"{list(KIND_NAMES)}")
     if not isinstance(doc.get("records"), list):
         raise TreeoptError(f"{path}: missing 'records'")
     return doc

@@ -1,10 +1,10 @@
 """Measured verify-step latency: b sequences, each verifying q tree tokens against an s-token cache.
 
-The model is a Hugging Face causal LM driven through its public ``forward`` with a 4D float
-attention mask ``[b, 1, q, s+q]`` (the cache fully visible, the tree part from
-:attr:`treeopt.Tree.attention_mask`; a chain stands for any q-token tree, since the cost depends
-on q only), ``position_ids`` and a cache filled with random keys and values (weights and cache
-contents do not change latency). Two methods:
+What is timed is the live decoder's own verify step, :func:`treeopt.decoding.tree_forward.
+tree_forward` (a 4D float mask ``[b, 1, q, s+q]``, ``position_ids`` and the cache, through the
+model's public ``forward``), on a chain of q tokens (the cost depends on q only) after a cache of
+random keys and values (:func:`treeopt.decoding.cache.random_cache`; weights and cache contents do
+not change latency). Two methods:
 
 - ``eager``: a ``DynamicCache`` cropped back to s after every call, as in Hugging Face decoding
   (it concatenates the cache each step, so long contexts pay a copy that in-place engines avoid);
@@ -35,6 +35,13 @@ from profiling.timing import (
     summarize,
 )
 from roofline.config import ModelConfig
+from treeopt.decoding.cache import random_cache
+from treeopt.decoding.tree_forward import (
+    forward_with_cache,
+    mask_dtype,
+    tree_forward,
+    tree_inputs,
+)
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -77,74 +84,46 @@ def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str |
     return model.eval()
 
 
-def tree_mask(batch: int, context: int, tokens: int, *, dtype: torch.dtype,
-              device: str) -> torch.Tensor:
-    """Float mask ``[b, 1, q, s+q]``: 0 where visible, the dtype's minimum elsewhere.
-
-    >>> m = tree_mask(1, 2, 3, dtype=torch.float32, device="cpu")
-    >>> (m[0, 0] == 0).int().tolist()
-    [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
-    """
-    tree = torch.tensor(Tree.chain(tokens - 1).attention_mask.tolist(), device=device)  # [q, q]
-    visible = torch.cat([torch.ones(tokens, context, dtype=torch.bool, device=device), tree], 1)
-    mask = torch.zeros(tokens, context + tokens, dtype=dtype, device=device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask.expand(batch, 1, tokens, context + tokens)
-
-
-def random_cache(model: torch.nn.Module, cfg: ModelConfig, batch: int, context: int):
-    """A ``DynamicCache`` holding ``context`` random keys and values per layer."""
-    from transformers import DynamicCache
-
-    try:
-        cache = DynamicCache(config=model.config)
-    except TypeError:  # transformers releases before caches took a config
-        cache = DynamicCache()
-    p = next(model.parameters())
-    for layer in range(cfg.num_layers):
-        shape = (batch, cfg.num_kv_heads, context, cfg.head_dim)  # [b, kv heads, s, head_dim]
-        cache.update(torch.randn(shape, dtype=p.dtype, device=p.device),
-                     torch.randn(shape, dtype=p.dtype, device=p.device), layer)
-    return cache
-
-
-def _inputs(cfg: ModelConfig, batch: int, context: int, tokens: int, device: str,
-            dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    offsets = torch.tensor(Tree.chain(tokens - 1).position_offsets.tolist(), device=device)
-    return {"input_ids": torch.randint(0, cfg.vocab_size, (batch, tokens), device=device),
-            "attention_mask": tree_mask(batch, context, tokens, dtype=dtype, device=device),
-            "position_ids": (context + offsets).expand(batch, tokens)}
-
-
-def _eager_calls(model, cfg, batch, context, tokens, device) -> dict[int, Call]:
-    cache = random_cache(model, cfg, batch, context)
-    dtype = next(model.parameters()).dtype
+def _eager_calls(model, batch, context, tokens, device) -> dict[int, Call]:
+    """The decoder's own verify step (a chain of q tokens stands for any q-token tree) against a
+    random cache of ``context`` tokens, cropped back after every call."""
+    cache = random_cache(model, batch=batch, context=context)
     calls = {}
     for q in tokens:
-        inputs = _inputs(cfg, batch, context, q, device, dtype)
-        calls[q] = Call(run=lambda i=inputs: model(**i, past_key_values=cache, use_cache=True),
+        ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
+        calls[q] = Call(run=lambda ids=ids, q=q: tree_forward(model, ids, Tree.chain(q - 1),
+                                                               cache=cache, past=context),
                         reset=lambda q=q: cache.crop(-q))
     return calls
 
 
-def _graph_call(model, cfg, batch, context, q, device) -> Call:
-    cache = random_cache(model, cfg, batch, context)
-    layers = getattr(cache, "layers", None)
-    keep = ([(x.keys, x.values) for x in layers] if layers is not None
-            else list(zip(cache.key_cache, cache.value_cache, strict=True)))  # inputs the graph reads
-    inputs = _inputs(cfg, batch, context, q, device, next(model.parameters()).dtype)
+def _graph_call(model, batch, context, q, device) -> Call:
+    """The verify step captured as a CUDA graph (inputs built outside, as graphs require)."""
+    cache = random_cache(model, batch=batch, context=context)
+    ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
+    position_ids, mask = tree_inputs(Tree.chain(q - 1), batch=batch, past=context,
+                                     dtype=mask_dtype(model), device=device)
+
+    def step() -> None:
+        forward_with_cache(model, ids, cache=cache, position_ids=position_ids,
+                           attention_mask=mask)
+
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(2):
-            model(**inputs, past_key_values=cache, use_cache=True)
+            step()
             cache.crop(-q)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        model(**inputs, past_key_values=cache, use_cache=True)
-    graph.keep = (keep, cache, inputs)  # the captured addresses stay alive with the graph
-    return Call(run=graph.replay)
+        step()
+    alive = (cache, ids, position_ids, mask)  # the captured addresses live as long as the call
+
+    def replay(graph: torch.cuda.CUDAGraph = graph, alive: tuple = alive) -> None:
+        graph.replay()
+
+    return Call(run=replay)
 
 
 def measure_group(model: torch.nn.Module, cfg: ModelConfig, *, batch: int, context: int,
@@ -154,12 +133,12 @@ def measure_group(model: torch.nn.Module, cfg: ModelConfig, *, batch: int, conte
     errors: dict[int, str] = {}
     try:
         if method == "eager":
-            calls = _eager_calls(model, cfg, batch, context, tokens, device)
+            calls = _eager_calls(model, batch, context, tokens, device)
         else:
             calls = {}
             for q in tokens:
                 try:
-                    calls[q] = _graph_call(model, cfg, batch, context, q, device)
+                    calls[q] = _graph_call(model, batch, context, q, device)
                 except RuntimeError as exc:
                     if not is_out_of_memory(exc):
                         raise

@@ -1,6 +1,6 @@
 """Predicted cost of the draft heads per decoding step (pure roofline, no efficiency factors).
 
-The shapes follow :mod:`treeopt.heads` (T = tokens the heads run on, h = hidden, V = vocabulary):
+The shapes follow :mod:`treeopt.drafters.base` (T = tokens the heads run on, h = hidden, V = vocabulary):
 
 - Medusa (one call, T = b: the last accepted token of each sequence), per head:
   ``num_layers`` ResBlocks (linear h→h with bias: 2·T·h² + T·h FLOPs, w·(h² + h) + 2·a·T·h bytes;
@@ -16,11 +16,12 @@ element-wise work at the FP32 vector peak.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from roofline.hardware import Hardware
 from roofline.model import BF16, Precision
+from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 
 
@@ -41,8 +42,7 @@ class DraftSpec:
     num_layers: int = 1
 
     def __post_init__(self) -> None:
-        if self.kind not in ("medusa", "hydra"):
-            raise TreeoptError(f"--draft-kind: unknown head kind {self.kind!r}; choose medusa or hydra")
+        drafter_kind(self.kind, source="--draft-kind")
         if min(self.num_heads, self.hidden_size, self.vocab_size) < 1 or self.num_layers < 0:
             raise TreeoptError(f"draft heads: sizes must be positive, got {self}")
 
@@ -54,24 +54,30 @@ def draft_seconds(spec: DraftSpec, hardware: Hardware, *, batch: int, expanded: 
     if not expanded:
         return 0.0
     cost = _Cost(hardware, precision)
-    h, v = spec.hidden_size, spec.vocab_size
-    if spec.kind == "medusa":
-        t = batch
-        for _ in range(spec.num_heads):
-            for _ in range(spec.num_layers):
-                cost.resblock(t, h)
-            cost.linear(t, h, v, bias=False)
-        return cost.seconds
+    _FORMULAS[spec.kind](cost, spec, batch, expanded)
+    return cost.seconds
+
+
+def _medusa(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """One call: every head on the last accepted token of each sequence."""
+    h, v, t = spec.hidden_size, spec.vocab_size, batch
+    for _ in range(spec.num_heads):
+        for _ in range(spec.num_layers):
+            cost.resblock(t, h)
+        cost.linear(t, h, v, bias=False)
+
+
+def _hydra(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """One call per depth k, on the ``expanded[k]`` nodes of every sequence."""
+    h, v, p = spec.hidden_size, spec.vocab_size, cost.p
     for k, m in enumerate(expanded[: spec.num_heads]):
         t = batch * m
-        cost.memory(precision.weight_bytes * (k + 1) * t * h
-                    + 2 * precision.activation_bytes * (k + 2) * t * h)
+        cost.memory(p.weight_bytes * (k + 1) * t * h + 2 * p.activation_bytes * (k + 2) * t * h)
         cost.linear(t, (k + 2) * h, h, bias=True)
         cost.elementwise(t * h, per_element=5, tensors=3)
         for _ in range(spec.num_layers - 1):
             cost.resblock(t, h)
         cost.linear(t, h, v, bias=False)
-    return cost.seconds
 
 
 class _Cost:
@@ -97,3 +103,7 @@ class _Cost:
     def resblock(self, t: int, h: int) -> None:
         self.linear(t, h, h, bias=True)
         self.elementwise(t * h, per_element=5, tensors=3)
+
+
+_FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
+    "medusa": _medusa, "hydra": _hydra}  # one per registered drafter kind (a test checks)

@@ -21,7 +21,7 @@ from treeopt.formats import FORMATS, engine_problems, export  # noqa: E402
 from treeopt.grow import grow  # noqa: E402
 from treeopt.simulate import simulate  # noqa: E402
 from treeopt.value import expected_accept_length  # noqa: E402
-from treeopt.workbench import dataset_from_upload  # noqa: E402
+from treeopt.workbench.datasets import dataset_from_upload  # noqa: E402
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 120  # seconds per script run: the first one loads the demo model

@@ -9,12 +9,13 @@ torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402
 
-import treeopt.calibrate as calibrate_module  # noqa: E402
+import treeopt.decoding.calibrate as calibrate_module  # noqa: E402
 from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
-from treeopt.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
-from treeopt.decode import DecodeConfig, autoregressive  # noqa: E402
-from treeopt.heads import HeadsConfig, build_heads  # noqa: E402
-from treeopt.ranks import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
+from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
+from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
+from treeopt.decoding.ranks import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
+from treeopt.drafters import build_heads  # noqa: E402
+from treeopt.drafters.config import HeadsConfig  # noqa: E402
 
 V, D = 256, 64
 PROMPTS = [[1, 5, 17, 33], [1, 9, 100, 3, 4, 200, 7], [1, 44], [1, 8, 8, 8, 9], [1, 250, 3]]
@@ -160,9 +161,9 @@ def test_bad_config():
 def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
     """The rank trace is an exact substrate: walking it reproduces every decoding step."""
     from treeopt import Tree
-    from treeopt.decode import generate
+    from treeopt.decoding.loop import generate
+    from treeopt.drafters.training import TrainConfig, train_heads
     from treeopt.simulate import step_lengths
-    from treeopt.train import TrainConfig, train_heads
 
     model = tiny_llama(vocab=V, hidden=D, seed=3)
     with torch.no_grad():

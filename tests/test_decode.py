@@ -11,16 +11,15 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.decode import DecodeConfig, autoregressive, generate  # noqa: E402
-from treeopt.ranks import greedy_continuations  # noqa: E402
-from treeopt.train import TrainConfig, train_heads  # noqa: E402
-from treeopt.tree_forward import (  # noqa: E402
+from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
+from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
+from treeopt.decoding.cache import compact_cache, new_cache  # noqa: E402
+from treeopt.decoding.tree_forward import (  # noqa: E402
     check_tree_support,
-    compact_cache,
     forward_with_cache,
-    new_cache,
     tree_forward,
 )
+from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 MEDUSA_63 = [  # Medusa's mc_sim_7b_63
     [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0],

@@ -99,7 +99,7 @@ def test_load_returns_everything(tiny_demo):
 
 
 def test_tiny_tree_decoding_is_lossless(tiny_demo):
-    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.decoding.loop import DecodeConfig, autoregressive, generate
     from treeopt.demo import load
 
     demo = load(tiny_demo[0])
@@ -201,7 +201,7 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
 
 @shipped
 def test_shipped_greedy_tree_decoding_is_lossless():
-    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.decoding.loop import DecodeConfig, autoregressive, generate
     from treeopt.demo import load
 
     demo = load()

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.demo.quality import fidelity, ratio_stderr, repetition_share, walk_steps
+from treeopt.demo.quality import fidelity, repetition_share
 from treeopt.errors import TreeoptError
+from treeopt.simulate import step_walk
+from treeopt.stats import ratio_stderr
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -22,11 +24,11 @@ def test_walk_steps_per_sequence():
     # accept lengths per row with CHAIN2: 3, 1, 2, 1 | 1, 2, 1, 1
     ranks = np.array([[0, 0], [1, 0], [0, -1], [-1, 0],
                       [2, 0], [0, -1], [-1, -1], [-1, -1]], np.int16)
-    tokens, steps = walk_steps(CHAIN2, RankTrace(ranks), rows_per_sequence=4)
-    assert tokens.tolist() == [4, 4]  # rows 0 (3), 3 (1) | rows 0 (1), 1 (2), 3 (1)
-    assert steps.tolist() == [2, 3]
-    with pytest.raises(TreeoptError, match="multiple"):
-        walk_steps(CHAIN2, RankTrace(ranks), rows_per_sequence=3)
+    _, per_sequence = step_walk(CHAIN2, RankTrace(ranks, {"sequence_positions": [4, 4]}))
+    tokens, steps = zip(*per_sequence, strict=True)
+    assert list(tokens) == [4, 4]  # rows 0 (3), 3 (1) | rows 0 (1), 1 (2), 3 (1)
+    assert list(steps) == [2, 3]
+    assert step_walk(CHAIN2, RankTrace(ranks, {"sequence_positions": [4, 3]})) is None
 
 
 def test_ratio_stderr_exact_and_degenerate():

@@ -14,10 +14,11 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree  # noqa: E402
-from treeopt.decode import DecodeConfig, autoregressive, generate  # noqa: E402
-from treeopt.heads import HeadsConfig, build_heads  # noqa: E402
-from treeopt.ranks import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.train import TrainConfig, train_heads  # noqa: E402
+from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
+from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
+from treeopt.drafters import build_heads  # noqa: E402
+from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TREE = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]])

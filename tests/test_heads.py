@@ -13,9 +13,15 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
-from treeopt.heads import HeadsConfig, build_heads, rank_of, top_candidates  # noqa: E402
-from treeopt.heads_io import import_medusa, load_heads, save_heads  # noqa: E402
-from treeopt.models import load_heads_for  # noqa: E402
+from treeopt.drafters import build_heads  # noqa: E402
+from treeopt.drafters.base import rank_of, top_candidates  # noqa: E402
+from treeopt.drafters.checkpoints import (  # noqa: E402
+    import_medusa,
+    load_heads,
+    load_heads_for,  # noqa: E402
+    save_heads,
+)
+from treeopt.drafters.config import HeadsConfig  # noqa: E402
 
 D, V = 64, 256
 
@@ -117,7 +123,7 @@ def test_checkpoint_round_trip(model, tmp_path, options):
     h, prev = torch.randn(2, 3, D), torch.randint(0, V, (2, 3, 3))
     with torch.no_grad():
         if cfg.prefix_attention:
-            assert torch.equal(heads.prefix(h)[0], back.prefix(h)[0])
+            assert torch.equal(heads.features(h)[0], back.features(h)[0])
         for k in range(3):
             assert torch.equal(heads.head_logits(k, h, prev[..., : k + 1]),
                                back.head_logits(k, h, prev[..., : k + 1]))

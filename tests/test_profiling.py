@@ -11,16 +11,19 @@ from profiling.device import measure_device
 from profiling.drafting import profile_draft
 from profiling.table import LatencyRecord, LatencyTable, load_draft_latency
 from profiling.timing import Call, interleaved
-from profiling.verify import _inputs, build_model, profile_verify, random_cache
+from profiling.verify import build_model, profile_verify
 from roofline import Hardware, ModelConfig, preset
+from treeopt.decoding.cache import random_cache
+from treeopt.decoding.tree_forward import tree_forward
 from treeopt.errors import TreeoptError
+from treeopt.tree import Tree
 
 TINY = preset("tiny")
 GRID = {"batch": [1, 2], "context": [16, 64], "tokens": [1, 4]}
 
 
 def test_verify_step_matches_a_full_forward():
-    """The profiled call (cache + 4D tree mask + positions) is a real verify step."""
+    """The profiled call — the decoder's own verify step — is a real forward."""
     from transformers import DynamicCache
 
     model = build_model(TINY, device="cpu", dtype="fp32")
@@ -29,9 +32,7 @@ def test_verify_step_matches_a_full_forward():
         full = model(input_ids=ids).logits  # [b, 10, V]
         cache = DynamicCache(config=model.config)
         model(input_ids=ids[:, :6], past_key_values=cache, use_cache=True)
-        inputs = _inputs(TINY, 2, 6, 4, "cpu", torch.float32)
-        inputs["input_ids"] = ids[:, 6:]
-        step = model(**inputs, past_key_values=cache, use_cache=True).logits
+        step, _ = tree_forward(model, ids[:, 6:], Tree.chain(3), cache=cache, past=6)
         assert cache.get_seq_length() == 10
         cache.crop(-4)
         assert cache.get_seq_length() == 6
@@ -40,7 +41,7 @@ def test_verify_step_matches_a_full_forward():
 
 def test_random_cache_has_the_context_length():
     model = build_model(TINY, device="cpu", dtype="fp32")
-    assert random_cache(model, TINY, 3, 17).get_seq_length() == 17
+    assert random_cache(model, batch=3, context=17).get_seq_length() == 17
 
 
 def test_profile_on_cpu_writes_every_point_with_spread(tmp_path):
@@ -112,7 +113,7 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_draft_heads_latency(tmp_path, kind):
-    from treeopt.heads import HeadsConfig
+    from treeopt.drafters.config import HeadsConfig
 
     cfg = HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
                       vocab_size=TINY.vocab_size)

@@ -1,7 +1,7 @@
 """treeopt: design, price, export and verify static speculation trees for draft-head decoding.
 
 ``import treeopt`` needs numpy only; torch, transformers and streamlit load where they are used
-(:mod:`treeopt.heads`, :mod:`treeopt.calibrate`, :mod:`treeopt.decode`, the app).
+(:mod:`treeopt.drafters.base`, :mod:`treeopt.decoding.calibrate`, :mod:`treeopt.decoding.loop`, the app).
 
 >>> import treeopt
 >>> trace = treeopt.RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.tree import Path, Tree
 
@@ -65,7 +66,8 @@ class StepLatency:
 
 @dataclass(frozen=True)
 class DraftCost:
-    """The heads' seconds per step: ``fn(batch, expanded)``; ``kind`` none, medusa or hydra."""
+    """The drafter's seconds per step, ``fn(batch, expanded)``; ``kind`` names the drafter
+    ("none": drafting not priced)."""
 
     kind: str = "none"
     source: str = "not included"
@@ -75,8 +77,9 @@ class DraftCost:
         return 0.0 if self.fn is None or not expanded else float(self.fn(batch, expanded))
 
     @property
-    def grows_with_depth(self) -> bool:
-        return self.kind == "hydra"
+    def per_depth(self) -> bool:
+        """One drafter call per tree depth, so deeper trees cost more to draft."""
+        return self.kind != "none" and drafter_kind(self.kind).per_depth
 
 
 NO_DRAFT = DraftCost()
@@ -88,10 +91,10 @@ def draft_from_measurements(doc: dict[str, Any], *, source: str) -> DraftCost:
     Hydra heads are interpolated linearly in nodes; a depth or node count beyond the measured
     ones gives NaN, which removes that tree from the scan.
     """
-    kind = doc["heads"]["kind"]
+    kind = drafter_kind(doc["heads"]["kind"], source=f"{source}: heads kind")
     rows = [r for r in doc["records"] if r.get("ms_median") is not None]
     batches = sorted({int(r["batch"]) for r in rows})
-    if kind == "medusa":
+    if not kind.per_depth:
         table = {int(r["batch"]): float(r["ms_median"]) / 1e3 for r in rows}
 
         def medusa(b: int, expanded: tuple[int, ...]) -> float:
@@ -99,7 +102,7 @@ def draft_from_measurements(doc: dict[str, Any], *, source: str) -> DraftCost:
                 raise TreeoptError(f"{source}: no draft measurement at batch {b}; measured {batches}")
             return table[b]
 
-        return DraftCost("medusa", source, medusa)
+        return DraftCost(kind.name, source, medusa)
     grid = StepLatency.from_points([(r["batch"], r["head"], r["nodes"], r["ms_median"] / 1e3)
                                     for r in rows], source).grid
 
@@ -114,7 +117,7 @@ def draft_from_measurements(doc: dict[str, Any], *, source: str) -> DraftCost:
             total += float(np.interp(m, nodes, sec)) if nodes[0] <= m <= nodes[-1] else np.nan
         return total
 
-    return DraftCost("hydra", source, hydra)
+    return DraftCost(kind.name, source, hydra)
 
 
 def expanded_nodes(paths: Sequence[Path]) -> tuple[int, ...]:
@@ -176,7 +179,7 @@ def select(growth: Any, verify: StepLatency, *, batch: Sequence[int], context: S
     caps: list[int | None] = [None]
     if depth_caps:
         caps = sorted(set(depth_caps))
-    elif draft.grows_with_depth and getattr(growth, "constraint", "none") != "uniform":
+    elif draft.per_depth and getattr(growth, "constraint", "none") != "uniform":
         caps = list(range(1, max(len(p) for p in growth.order) + 1))
     families = _families(growth, caps)
     points = [_point(families, verify, draft, b, s) for b in batch for s in context]

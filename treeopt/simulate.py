@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
+from treeopt.stats import AcceptStats
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -63,8 +64,9 @@ def node_visits(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64]:
     return visits[1:]
 
 
-def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
-    """Accepted lengths of the steps greedy decoding really takes along each trace sequence.
+def step_walk(tree: Tree, trace: RankTrace) -> tuple[npt.NDArray[np.int64], list[tuple[int, int]]] | None:
+    """The steps greedy decoding really takes along each trace sequence: their accepted lengths,
+    and each sequence's (accepted tokens, steps).
 
     A step starts at a position, accepts L tokens, and the next step starts L positions later,
     so decoding skips positions that the position-weighted E[L] counts; where long acceptances
@@ -72,59 +74,68 @@ def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
     sequence, in order) in the trace meta; None without it. Loops over steps, not positions.
 
     >>> tr = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
-    >>> step_lengths(Tree.chain(1), tr).tolist()
-    [2, 1, 2]
+    >>> lengths, per_sequence = step_walk(Tree.chain(1), tr)
+    >>> lengths.tolist(), per_sequence
+    ([2, 1, 2], [(5, 3)])
     """
     counts = trace.meta.get("sequence_positions")
     if not counts or sum(counts) != trace.positions:
         return None
     lengths = accept_lengths(tree, trace).tolist()
     steps: list[int] = []
+    per_sequence: list[tuple[int, int]] = []
     start = 0
     for n in counts:
-        t = 0
+        t, first = 0, len(steps)
         while t < n:
             steps.append(lengths[start + t])
             t += steps[-1]
+        per_sequence.append((sum(steps[first:]), len(steps) - first))
         start += n
-    return np.asarray(steps, dtype=np.int64)
+    return np.asarray(steps, dtype=np.int64), per_sequence
 
 
-@dataclass(frozen=True)
-class Simulation:
-    """Acceptance of a tree on a trace: mean, standard error and histogram of accept lengths."""
+def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
+    """Accepted lengths of the steps of :func:`step_walk`, all sequences in order (None without
+    ``sequence_positions``).
 
-    mean_accept_length: float
-    stderr: float
-    histogram: tuple[int, ...]  # histogram[L] = positions with accept length L (index 0 unused)
-    positions: int
+    >>> tr = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
+    >>> step_lengths(Tree.chain(1), tr).tolist()
+    [2, 1, 2]
+    """
+    walk = step_walk(tree, trace)
+    return None if walk is None else walk[0]
+
+
+class Simulation(AcceptStats):
+    """Acceptance of a tree on a trace: accepted-length statistics over its positions (or, per
+    step, over the steps decoding takes), with the position count."""
+
+    @property
+    def positions(self) -> int:
+        return self.count
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "mean_accept_length": self.mean_accept_length,
-            "stderr": self.stderr,
-            "histogram": list(self.histogram),
-            "positions": self.positions,
-        }
+        return {**super().to_json(), "positions": self.positions}
 
 
 def simulate(tree: Tree, trace: RankTrace, *, per_step: bool = False) -> Simulation:
     """Simulate ``tree`` on every position of ``trace`` (E[L], positions weighted equally), or,
-    with ``per_step``, only at the positions where decoding's steps start (:func:`step_lengths`).
+    with ``per_step``, only at the positions where decoding's steps start (:func:`step_walk`;
+    its standard error is then taken over sequences).
 
     >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [2, 0], [-1, 0]], np.int16))
     >>> s = simulate(Tree.from_choices([[0], [1], [0, 0]]), tr)
     >>> s.mean_accept_length, s.histogram
     (1.8, (0, 2, 2, 1))
     """
-    lengths = step_lengths(tree, trace) if per_step else accept_lengths(tree, trace)
-    if lengths is None:
+    if not per_step:
+        return Simulation.of(accept_lengths(tree, trace), min_bins=tree.depth + 2)
+    walk = step_walk(tree, trace)
+    if walk is None:
         raise TreeoptError("per-step simulation needs the trace's 'sequence_positions' "
                            "(recorded by treeopt calibrate); this trace has none")
-    n = lengths.size
-    std = float(lengths.std(ddof=1)) if n > 1 else 0.0
-    hist = np.bincount(lengths, minlength=tree.depth + 2)
-    return Simulation(float(lengths.mean()), std / np.sqrt(n), tuple(int(c) for c in hist), n)
+    return Simulation.of(walk[0], min_bins=tree.depth + 2, sequences=walk[1])
 
 
 @dataclass(frozen=True)

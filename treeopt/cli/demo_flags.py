@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-KINDS = ("medusa", "hydra")
+from treeopt.drafters import KIND_NAMES
+
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
@@ -22,7 +23,7 @@ def add_demo_flags(sub: argparse._SubParsersAction) -> None:
     """Give ``--demo`` to every sub-command that has at least one fillable flag."""
     for name, parser in sub.choices.items():
         if _options(parser) & set(FLAGS.values()):
-            parser.add_argument("--demo", nargs="?", const="hydra", choices=KINDS,
+            parser.add_argument("--demo", nargs="?", const="hydra", choices=KIND_NAMES,
                                 metavar="KIND", help="use the shipped demo's files for the "
                                 "model/heads/trace/… flags not given (KIND: medusa or hydra, "
                                 "default hydra)")
@@ -35,7 +36,7 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
     if "--demo" not in args:
         return args
     i = args.index("--demo")
-    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KINDS else "hydra"
+    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KIND_NAMES else "hydra"
     command = next((a for a in args if not a.startswith("-")), None)
     sub = _subparsers(parser).get(command or "")
     if sub is None:

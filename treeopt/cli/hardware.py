@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import add_out, emit, int_list, require
+from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 
 
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = forms.add_parser("draft", help="the draft heads' own latency per step")
     _add_model(d)
     _add_device(d)
-    d.add_argument("--kind", choices=("medusa", "hydra"), required=True)
+    d.add_argument("--kind", choices=KIND_NAMES, required=True)
     d.add_argument("--heads", type=int, required=True, metavar="K", help="number of heads")
     d.add_argument("--layers", type=int, default=1, help="layers per head (default 1)")
     d.add_argument("--batch", type=int_list("--batch"), required=True, metavar="LIST")
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
     p.add_argument("--context", type=int_list("--context"), metavar="LIST")
     p.add_argument("--draft-latency", metavar="D.json", help="measured draft-heads cost")
-    p.add_argument("--draft-kind", choices=("medusa", "hydra"), help="predict the heads' cost")
+    p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
     p.add_argument("--draft-heads", type=int, metavar="K")
     p.add_argument("--draft-layers", type=int, default=1)
     p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
@@ -162,7 +163,7 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 def cmd_profile_draft(args: argparse.Namespace) -> int:
     from profiling.drafting import profile_draft
-    from treeopt.heads import HeadsConfig
+    from treeopt.drafters.config import HeadsConfig
 
     cfg = _model(args)
     heads = HeadsConfig(kind=args.kind, num_heads=args.heads, hidden_size=cfg.hidden_size,
@@ -237,7 +238,7 @@ def _latency_source(args: argparse.Namespace, growth: Any) -> tuple[Any, Any, tu
         verify, points = _saved_roofline(args, cfg)
     else:
         from roofline import load_hardware
-        from treeopt.pricing import roofline_latency
+        from treeopt.workbench.pricing import roofline_latency
 
         _need_grid(args, "batch", "context")
         verify, points = roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
@@ -279,7 +280,7 @@ def _draft(args: argparse.Namespace, cfg: Any) -> Any:
             "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
             "(--preset/--config) and --draft-heads K")
     from roofline import load_hardware
-    from treeopt.pricing import roofline_draft
+    from treeopt.workbench.pricing import roofline_draft
 
     return roofline_draft(args.draft_kind, num_heads=args.draft_heads, model=cfg,
                           hardware=load_hardware(args.hardware), precision=_precision(args),

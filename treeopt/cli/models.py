@@ -7,18 +7,19 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import add_out, emit, progress
+from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-heads", help="train draft heads by self-distillation (base frozen)")
     _add_model(p)
-    p.add_argument("--kind", choices=("medusa", "hydra"), required=True)
+    p.add_argument("--kind", choices=KIND_NAMES, required=True)
     p.add_argument("--data", nargs="+", required=True, metavar="FILE",
                    help="texts: JSONL with a 'prompt' field, text files or folders")
     p.add_argument("--generate", type=int, default=0, metavar="N",
                    help="extend each text with N greedy tokens of the base model first")
-    from treeopt.train_config import TrainConfig
+    from treeopt.drafters.config import TrainConfig
 
     for name, default in TrainConfig().__dict__.items():
         if name == "kind":
@@ -81,7 +82,7 @@ def _add_model(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
-    from treeopt.models import ModelSpec, load_model
+    from treeopt.decoding.models import ModelSpec, load_model
 
     if args.threads is not None:
         if args.threads < 1:
@@ -96,10 +97,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_train_heads(args: argparse.Namespace) -> int:
-    from treeopt.heads_io import save_heads
+    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.drafters.checkpoints import save_heads
+    from treeopt.drafters.training import TrainConfig, train_heads
     from treeopt.prompts import encode, read_texts
-    from treeopt.ranks import greedy_continuations
-    from treeopt.train import TrainConfig, train_heads
 
     fields = {k: getattr(args, k) for k in TrainConfig().__dict__ if k != "kind"}
     cfg = TrainConfig(kind=args.kind, **fields)
@@ -126,8 +127,8 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from treeopt.calibrate import CalibrateConfig, calibrate, parse_shard
-    from treeopt.models import load_heads_for
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate, parse_shard
+    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.prompts import encode, read_texts
 
     shard, num_shards = parse_shard(args.shard)
@@ -155,12 +156,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from treeopt.decode import DecodeConfig
+    from treeopt.decoding.loop import DecodeConfig
+    from treeopt.decoding.verify import check_tree_for, verify
+    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.formats import load_tree_arg
-    from treeopt.models import load_heads_for
     from treeopt.prompts import encode, read_texts
     from treeopt.trace import RankTrace
-    from treeopt.verify import check_tree_for, verify
 
     tree = load_tree_arg(args.tree, size=args.size)
     trace = RankTrace.load(args.trace) if args.trace else None

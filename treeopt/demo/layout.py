@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 
 DEMO_FORMAT = "treeopt.demo/1"
-KINDS = ("medusa", "hydra")
+KINDS = KIND_NAMES  # the demo ships heads of every registered kind
 ENV_VAR = "TREEOPT_DEMO"
 
 

@@ -67,7 +67,8 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
     model = tokenizer = None
     heads: dict[str, Any] = {}
     if with_model:
-        from treeopt.models import ModelSpec, load_heads_for, load_model
+        from treeopt.decoding.models import ModelSpec, load_model
+        from treeopt.drafters.checkpoints import load_heads_for
 
         model, tokenizer = load_model(ModelSpec(path=str(paths.model), device=device,
                                                 dtype=dtype))
@@ -82,7 +83,7 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
 
 def demo_dataset(demo: Demo) -> Any:
     """The demo's calibration traces (with their held-out twins) as a workbench Dataset."""
-    from treeopt.workbench import Dataset
+    from treeopt.workbench.datasets import Dataset
 
     positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
     return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),

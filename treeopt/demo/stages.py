@@ -56,12 +56,12 @@ class Context:
     @cached_property
     def model(self) -> Any:
         """The shipped base model as shipped: the 16-bit weights, computed in float32."""
-        from treeopt.models import ModelSpec, load_model
+        from treeopt.decoding.models import ModelSpec, load_model
 
         return load_model(ModelSpec(path=str(self.paths.model), device=self.config.device))[0]
 
     def heads(self, kind: str) -> Any:
-        from treeopt.models import load_heads_for
+        from treeopt.drafters.checkpoints import load_heads_for
 
         return load_heads_for(self.model, self.paths.heads(kind))
 
@@ -130,8 +130,8 @@ def base_model(ctx: Context) -> dict[str, Any]:
 def heads(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from treeopt.heads_io import save_heads
-    from treeopt.train import TrainConfig, train_heads
+    from treeopt.drafters.checkpoints import save_heads
+    from treeopt.drafters.training import TrainConfig, train_heads
 
     c, out = ctx.config, {}
     rows = _head_windows(ctx.stream("train"), c)
@@ -163,7 +163,7 @@ def _head_windows(stream: np.ndarray, c: DemoConfig) -> list[list[int]]:
 
 
 def traces(ctx: Context) -> dict[str, Any]:
-    from treeopt.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 
     c, out = ctx.config, {}
     cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
@@ -203,29 +203,30 @@ def growths(ctx: Context) -> dict[str, Any]:
 
 
 def quality(ctx: Context) -> dict[str, Any]:
-    from treeopt.demo.quality import autoregressive_run, live_run, prediction
+    from treeopt.demo.quality import autoregressive_summary, live_run, prediction
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
 
     c = ctx.config
     prompt_ids = ctx.prompt_ids("heldout")
-    reference, ar = autoregressive_run(ctx.model, prompt_ids, max_new_tokens=c.max_new_tokens)
     live: dict[str, Any] = {}
+    ar: dict[str, Any] = {}
     for kind in KINDS:
         heads, growth = ctx.heads(kind), Growth.load(ctx.paths.growth(kind))
         cal = RankTrace.load(ctx.paths.trace(kind))
         held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
         for n in c.eval_sizes:
             tree = growth.tree(min(n, growth.max_nodes))
-            run = live_run(ctx.model, heads, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
-                           reference=reference)
+            run, result = live_run(ctx.model, heads, tree, prompt_ids,
+                                   max_new_tokens=c.max_new_tokens)
+            ar = ar or autoregressive_summary(result)
             run.update(prediction(run, tree, calibration=cal, heldout=held,
                                   position_mean=float(growth.expected_accept_length[tree.size])))
             live.setdefault(kind, {})[str(n)] = run
             ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
                     f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
                     f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
-                    f"lossless {run['lossless_prompts']}")
+                    f"{run['speedup']:.2f}× autoregressive, lossless {run['lossless_prompts']}")
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
             "looping_reference": _looping_reference(ctx, prompt_ids), "live": live}
@@ -265,7 +266,7 @@ def latency(ctx: Context) -> dict[str, Any]:
         from profiling.drafting import profile_draft
         from profiling.verify import profile_verify
         from roofline.config import load_config
-        from treeopt.heads_io import read_heads_config
+        from treeopt.drafters.checkpoints import read_heads_config
     except ImportError as exc:
         return {"skipped": f"the profiler is not available ({exc})"}
     c = ctx.config

@@ -33,9 +33,10 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
              max_new_tokens: int = 128, mode: str = "greedy",
              trace: RankTrace | None = None) -> LiveRun:
     """Decode ``prompt`` with ``tree`` and autoregressively (after a short warm-up of each)."""
-    from treeopt.decode import DecodeConfig, autoregressive, generate
+    from treeopt.decoding.compare import compare
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.verify import check_tree_for
     from treeopt.simulate import simulate
-    from treeopt.verify import check_tree_for
 
     if not prompt.strip():
         raise TreeoptError("the prompt is empty")
@@ -43,11 +44,8 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
     ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode,
                           eos_token_id=getattr(tokenizer, "eos_token_id", None))
-    warm = DecodeConfig(max_new_tokens=4, mode=mode)
-    generate(model, heads, tree, ids, config=warm)
-    autoregressive(model, ids, config=warm)
-    spec = generate(model, heads, tree, ids, config=config)
-    base = autoregressive(model, ids, config=config)
+    result = compare(model, heads, tree, [ids], config=config, split=True, warmup_tokens=4)
+    spec, base = result.tree_runs[0], result.autoregressive_runs[0]
     stats = spec.stats
     bounds, pieces = 1, [spec.tokens[:1]]
     for n in stats.accept_lengths:
@@ -59,13 +57,14 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
         predicted = simulate(tree, trace).mean_accept_length
         if "sequence_positions" in trace.meta:
             per_step = simulate(tree, trace, per_step=True).mean_accept_length
+    split = result.tree_profile.split if result.tree_profile is not None else None
     return LiveRun(
         segments=segments, autoregressive_text=tokenizer.decode(list(base.tokens)),
-        accept_lengths=stats.accept_lengths, histogram=tuple(stats.histogram),
+        accept_lengths=stats.accept_lengths, histogram=stats.histogram,
         mean_accept_length=stats.mean_accept_length, stderr=stats.stderr,
         tree_tokens_per_s=stats.tokens_per_s,
         autoregressive_tokens_per_s=base.stats.tokens_per_s,
-        outputs_match=(spec.tokens == base.tokens) if mode == "greedy" else None,
+        outputs_match=result.lossless,
         predicted_accept_length=predicted, predicted_per_step=per_step,
-        time_split={"drafting": stats.draft_s, "verification": stats.verify_s,
-                    "bookkeeping": stats.bookkeeping_s})
+        time_split={"drafting": split.draft_s, "verification": split.verify_s,
+                    "bookkeeping": split.bookkeeping_s} if split else {})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,19 +90,3 @@ def check_context(model: Any, length: int, *, what: str) -> None:
     if limit is not None and length > limit:
         raise TreeoptError(f"{what} needs {length} positions but the model's context is {limit} "
                            f"(max_position_embeddings)")
-
-
-def load_heads_for(model: Any, directory: str | os.PathLike[str]) -> Any:
-    """Heads from ``directory`` wired to ``model``'s LM head and embeddings, on its device/dtype."""
-    from treeopt.heads_io import check_heads_match, load_heads, read_heads_config
-
-    hidden, vocab = model_dims(model)
-    if (Path(directory) / "heads.json").exists():  # check before building anything
-        check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
-                          source=str(directory))
-    heads = load_heads(directory, lm_head=model.get_output_embeddings(),
-                       embeddings=model.get_input_embeddings())
-    check_heads_match(heads.config, hidden_size=hidden, vocab_size=vocab, source=str(directory))
-    weight = model.get_output_embeddings().weight
-    return heads.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
-

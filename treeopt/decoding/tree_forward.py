@@ -1,9 +1,9 @@
 """One tree-verification forward through a Hugging Face model's public ``forward``.
 
 The tree's tokens follow the cached prefix; each attends to the whole prefix and to its own
-ancestors (a float 4D mask ``[1, 1, q, past + q]``: 0 where visible, the dtype's minimum where
+ancestors (a float 4D mask ``[b, 1, q, past + q]``: 0 where visible, the dtype's minimum where
 not), at positions ``past + depth``. Masks, positions and the cache are arguments: nothing is
-patched onto the model. After acceptance the cache is compacted to the accepted path.
+patched onto the model. The profiler times this same function.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from treeopt.decoding.cache import new_cache
+from treeopt.decoding.models import architecture
 from treeopt.errors import TreeoptError
-from treeopt.models import architecture
 from treeopt.tree import Tree
 
 
@@ -36,6 +37,12 @@ def causal_to_additive(visible: torch.Tensor, *, dtype: torch.dtype) -> torch.Te
     return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
+def mask_dtype(model: Any) -> torch.dtype:
+    """The float dtype of the model's activations (its embeddings' dtype)."""
+    dtype = model.get_input_embeddings().weight.dtype
+    return dtype if dtype.is_floating_point else torch.float32
+
+
 def forward_with_cache(model: Any, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,60 +60,31 @@ def forward_with_cache(model: Any, input_ids: torch.Tensor, *, cache: Any,
     return out.logits, out.hidden_states[-1]
 
 
-def tree_forward(model: Any, tokens: torch.Tensor, tree: Tree, *, cache: Any, past: int,
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify tree tokens ``[1, n+1]`` (root first) after ``past`` cached tokens.
+def tree_inputs(tree: Tree, *, batch: int, past: int, dtype: torch.dtype,
+                device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids ``[b, n+1]`` (``past + depth``) and the mask ``[b, 1, n+1, past + n+1]`` of
+    a verify step of ``tree`` after ``past`` cached tokens.
 
-    Returns logits ``[1, n+1, V]`` and hidden states ``[1, n+1, d]``.
+    >>> pos, mask = tree_inputs(Tree.chain(2), batch=2, past=3, dtype=torch.float32, device="cpu")
+    >>> pos.tolist(), list(mask.shape)
+    ([[3, 4, 5], [3, 4, 5]], [2, 1, 3, 6])
     """
-    device = tokens.device
-    dtype = model.get_input_embeddings().weight.dtype
-    if not dtype.is_floating_point:
-        dtype = torch.float32
     offsets = torch.tensor(tree.position_offsets.tolist(), device=device)
     mask = tree_mask(tree, past, dtype=dtype, device=device)
-    return forward_with_cache(model, tokens, cache=cache, position_ids=(past + offsets)[None],
+    return (past + offsets).expand(batch, -1), mask.expand(batch, -1, -1, -1)
+
+
+def tree_forward(model: Any, tokens: torch.Tensor, tree: Tree, *, cache: Any, past: int,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify tree tokens ``[b, n+1]`` (root first) after ``past`` cached tokens: the verify
+    step of live decoding, and what the profiler times.
+
+    Returns logits ``[b, n+1, V]`` and hidden states ``[b, n+1, d]``.
+    """
+    position_ids, mask = tree_inputs(tree, batch=tokens.shape[0], past=past,
+                                     dtype=mask_dtype(model), device=tokens.device)
+    return forward_with_cache(model, tokens, cache=cache, position_ids=position_ids,
                               attention_mask=mask)
-
-
-def new_cache(model: Any) -> Any:
-    """An empty DynamicCache for ``model``."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # older transformers
-        return DynamicCache()
-
-
-def compact_cache(cache: Any, past: int, keep: torch.Tensor) -> None:
-    """Keep the first ``past`` cached tokens and then tree tokens ``keep`` (indices in the tree)."""
-    index = torch.cat([torch.arange(past, device=keep.device), past + keep])
-    for keys, values, put in _cache_tensors(cache):
-        idx = index.to(keys.device)
-        put(keys.index_select(-2, idx), values.index_select(-2, idx))
-
-
-def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor, Any]]:
-    """(keys, values, setter) per layer, for transformers' layered and legacy DynamicCache."""
-    items = []
-    if hasattr(cache, "layers"):
-        for layer in cache.layers:
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-
-            def put(k: torch.Tensor, v: torch.Tensor, layer: Any = layer) -> None:
-                layer.keys, layer.values = k, v
-
-            items.append((layer.keys, layer.values, put))
-        return items
-    for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache, strict=True)):
-
-        def put_legacy(nk: torch.Tensor, nv: torch.Tensor, i: int = i) -> None:
-            cache.key_cache[i], cache.value_cache[i] = nk, nv
-
-        items.append((k, v, put_legacy))
-    return items
 
 
 def check_tree_support(model: Any) -> None:

@@ -66,8 +66,9 @@ def calibrate_local(model_dir: str, heads_dir: str, prompts_file: str, *, out: s
                     top_k: int = 16, max_new_tokens: int = 128, device: str = "cpu",
                     progress: Callable[[int, int], None] | None = None) -> Dataset:
     """Calibrate a local model and heads on a prompts file (what ``treeopt calibrate`` does)."""
-    from treeopt.calibrate import CalibrateConfig, calibrate
-    from treeopt.models import ModelSpec, load_heads_for, load_model
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.prompts import encode, read_texts
 
     for flag, value in (("model directory", model_dir), ("heads directory", heads_dir),

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from treeopt.decoding.models import model_device, model_dims
+from treeopt.drafters import build_heads
+from treeopt.drafters.config import TrainConfig
 from treeopt.errors import TreeoptError
-from treeopt.heads import build_heads
-from treeopt.models import model_device, model_dims
-from treeopt.train_config import TrainConfig
 
 
 def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
@@ -42,8 +42,7 @@ def distill_loss(model: Any, heads: Any, ids: torch.Tensor, *, decay: float = 0.
         out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
         teacher = torch.softmax(out.logits.float(), dim=-1)  # [b, T, V]
         hidden = out.hidden_states[-1].float()  # [b, T, d]
-    if heads.config.kind == "hydra":
-        hidden = heads.prefix(hidden)[0]
+    hidden = heads.features(hidden)[0]
     total = hidden.new_zeros(())
     losses, agree = [], []
     for k in range(K):

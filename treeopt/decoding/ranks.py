@@ -19,9 +19,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from treeopt.heads import rank_of
-from treeopt.models import model_device
-from treeopt.tree_forward import forward_with_cache, new_cache
+from treeopt.decoding.cache import new_cache
+from treeopt.decoding.models import model_device
+from treeopt.decoding.tree_forward import forward_with_cache
+from treeopt.drafters.base import rank_of
 
 
 def positions_range(length: int, start: int, num_heads: int) -> range:
@@ -54,8 +55,7 @@ def rank_batch(model: Any, heads: Any, sequences: Sequence[Sequence[int]], start
         ids[i, : len(s)] = torch.tensor(list(s), device=device)
     with torch.inference_mode():
         hidden, z = _stream(model, ids, targets)  # [b, T, d], [b, T]
-        if heads.config.kind == "hydra":
-            hidden = heads.prefix(hidden)[0]
+        hidden = heads.features(hidden)[0]
         n = T - 1 - K  # positions t = 0 … T-2-K have all K targets
         if n <= 0:
             return [np.zeros((0, K), np.int16) for _ in sequences]
@@ -79,8 +79,7 @@ def reference_ranks(model: Any, heads: Any, sequence: Sequence[int], start: int,
     out = np.full((len(positions_range(len(sequence), start, K)), K), -1, dtype=np.int16)
     with torch.inference_mode():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
-        if heads.config.kind == "hydra":
-            hidden = heads.prefix(hidden)[0]
+        hidden = heads.features(hidden)[0]
         for row, t in enumerate(positions_range(len(sequence), start, K)):
             for k in range(K):
                 prev = ids[:, t + 1: t + 2 + k][None]  # [1, 1, k+1]

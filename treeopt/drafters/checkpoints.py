@@ -15,20 +15,25 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
+from treeopt.drafters import build_heads, drafter_kind
+from treeopt.drafters.base import DraftHeads
+from treeopt.drafters.config import HeadsConfig
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
-from treeopt.heads import Heads, HeadsConfig, build_heads
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 HEADS_FORMAT = "treeopt.heads/1"
 _BASE_PREFIXES = ("base_lm_head.", "base_embeddings.")
 
 
-def save_heads(heads: Heads, directory: str | os.PathLike[str], *,
+def save_heads(heads: DraftHeads, directory: str | os.PathLike[str], *,
                meta: dict[str, Any] | None = None) -> Path:
     """Write ``heads.safetensors`` then ``heads.json`` (each atomically) into ``directory``."""
     from safetensors.torch import save_file
@@ -43,7 +48,7 @@ def save_heads(heads: Heads, directory: str | os.PathLike[str], *,
 
 
 def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
-               embeddings: nn.Module | None = None) -> Heads:
+               embeddings: nn.Module | None = None) -> DraftHeads:
     """Load heads from a treeopt or a Medusa checkpoint directory (float32, on the CPU)."""
     d = Path(directory)
     if (d / "heads.json").exists():
@@ -68,16 +73,16 @@ def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
         raise TreeoptError(f"{directory}/heads.json: bad 'config' ({exc})") from None
 
 
-def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | None) -> Heads:
+def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | None) -> DraftHeads:
     from safetensors.torch import load_file
 
     cfg = read_heads_config(d)
     if cfg.share_lm_head and lm_head is None:
         raise TreeoptError(f"{d}: these heads share the base model's LM head; load them with "
                            f"the base model")
-    if cfg.kind == "hydra" and embeddings is None:
-        raise TreeoptError(f"{d}: Hydra heads read the base model's input embeddings; load them "
-                           f"with the base model")
+    if drafter_kind(cfg.kind).reads_path and embeddings is None:
+        raise TreeoptError(f"{d}: {drafter_kind(cfg.kind).title} read the base model's input "
+                           f"embeddings; load them with the base model")
     path = d / "heads.safetensors"
     if not path.exists():
         raise TreeoptError(f"{path}: no such file")
@@ -87,7 +92,7 @@ def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | 
     return heads
 
 
-def _load_state(heads: Heads, state: dict[str, torch.Tensor], source: str) -> None:
+def _load_state(heads: DraftHeads, state: dict[str, torch.Tensor], source: str) -> None:
     own = {k: v for k, v in heads.state_dict().items() if not k.startswith(_BASE_PREFIXES)}
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
@@ -101,7 +106,7 @@ def _load_state(heads: Heads, state: dict[str, torch.Tensor], source: str) -> No
     heads.load_state_dict(state, strict=False)
 
 
-def import_medusa(directory: str | os.PathLike[str]) -> Heads:
+def import_medusa(directory: str | os.PathLike[str]) -> DraftHeads:
     """Medusa heads from the published layout (``medusa_lm_head.{safetensors,pt}`` + config)."""
     d = Path(directory)
     raw = read_json(d / "config.json")
@@ -157,3 +162,18 @@ def check_heads_match(cfg: HeadsConfig, *, hidden_size: int, vocab_size: int, so
         raise TreeoptError(
             f"{source}: heads have hidden size {cfg.hidden_size} and vocabulary {cfg.vocab_size}, "
             f"the model has hidden size {hidden_size} and vocabulary {vocab_size}")
+
+
+def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str]) -> DraftHeads:
+    """Heads from ``directory`` wired to ``model``'s LM head and embeddings, on its device/dtype."""
+    from treeopt.decoding.models import model_dims
+
+    hidden, vocab = model_dims(model)
+    if (Path(directory) / "heads.json").exists():  # check before building anything
+        check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
+                          source=str(directory))
+    heads = load_heads(directory, lm_head=model.get_output_embeddings(),
+                       embeddings=model.get_input_embeddings())
+    check_heads_match(heads.config, hidden_size=hidden, vocab_size=vocab, source=str(directory))
+    weight = model.get_output_embeddings().weight
+    return heads.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)

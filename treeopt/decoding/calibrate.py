@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from treeopt.decoding.models import check_context
+from treeopt.decoding.ranks import greedy_continuations, rank_batch
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
-from treeopt.models import check_context
-from treeopt.ranks import greedy_continuations, rank_batch
 from treeopt.trace import RankTrace, merge_traces
 
 TARGETS = ("greedy", "texts")

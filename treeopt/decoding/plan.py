@@ -1,0 +1,66 @@
+"""A tree's index tensors for drafting and acceptance, built once per tree and device.
+
+Token index 0 is the root (the base model's own next token); node i of the tree's canonical order
+is token index i + 1.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from treeopt.tree import Tree
+
+
+@dataclass(frozen=True, eq=False)
+class Level:
+    """The nodes of one depth and the expanded parents they hang from."""
+
+    depth: int
+    nodes: torch.Tensor  # [m] token indices of this depth's nodes
+    row: torch.Tensor  # [m] each node's parent, as a row of ``prev``
+    ranks: torch.Tensor  # [m] each node's candidate rank under its parent
+    prev: torch.Tensor  # [parents, depth] token indices root … parent of each expanded parent
+
+
+@dataclass(frozen=True, eq=False)
+class TreePlan:
+    """Everything a live step indexes with, for one tree on one device."""
+
+    tree: Tree
+    levels: tuple[Level, ...]
+    parent: torch.Tensor  # [n+1] parent token index of each token (-1 for the root)
+    depths: torch.Tensor  # [n] depth − 1 of each node: the head that drafts it
+    ranks: torch.Tensor  # [n] candidate rank of each node
+    rows: torch.Tensor  # [leaves, depth+1] retrieve indices: token indices along each leaf path
+
+
+def _long(a: npt.ArrayLike, device: str) -> torch.Tensor:
+    return torch.tensor(np.asarray(a).tolist(), dtype=torch.long, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def tree_plan(tree: Tree, device: str) -> TreePlan:
+    """The plan of ``tree`` on ``device`` (cached: trees are immutable and hashable).
+
+    >>> p = tree_plan(Tree.from_choices([[0], [1], [0, 0]]), "cpu")
+    >>> p.parent.tolist(), [lv.prev.tolist() for lv in p.levels]
+    ([-1, 0, 0, 1], [[[0]], [[0, 1]]])
+    """
+    paths_tok = np.zeros((tree.num_tokens, tree.depth + 1), dtype=np.int64)  # root … self
+    for i, p in enumerate(tree.parents.tolist()):
+        paths_tok[i + 1] = paths_tok[p + 1]
+        paths_tok[i + 1, tree.depths[i]] = i + 1
+    levels = []
+    for d in range(1, tree.depth + 1):
+        nodes = np.flatnonzero(tree.depths == d)
+        parents, row = np.unique(tree.parents[nodes] + 1, return_inverse=True)
+        levels.append(Level(d, _long(nodes + 1, device), _long(row, device),
+                            _long(tree.ranks[nodes], device), _long(paths_tok[parents, :d], device)))
+    return TreePlan(tree, tuple(levels), parent=_long([-1, *(tree.parents + 1).tolist()], device),
+                    depths=_long(tree.depths - 1, device), ranks=_long(tree.ranks, device),
+                    rows=_long(tree.retrieve_indices.reshape(-1, tree.depth + 1), device))

@@ -1,0 +1,98 @@
+"""Statistics of a decoding run: tokens, time, accepted lengths, and (when profiled) where a
+step's time goes. Accepted lengths are summarised by the one :class:`treeopt.stats.AcceptStats`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from treeopt.stats import AcceptStats
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """Seconds spent drafting, verifying and on the loop's own bookkeeping."""
+
+    draft_s: float
+    verify_s: float
+    bookkeeping_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"draft": self.draft_s, "verify": self.verify_s, "bookkeeping": self.bookkeeping_s}
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    """New tokens, accepted length of every step, seconds; ``runs`` holds (accepted tokens,
+    steps) of each run pooled here (one run: empty), ``split`` the phase times when profiled.
+
+    >>> s = DecodeStats(tokens=7, accept_lengths=(1, 3, 2), seconds=2.0)
+    >>> s.steps, s.mean_accept_length, s.histogram, s.tokens_per_s
+    (3, 2.0, (0, 1, 1, 1), 3.5)
+    """
+
+    tokens: int
+    accept_lengths: tuple[int, ...]
+    seconds: float
+    split: StepSplit | None = None
+    runs: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def accept(self) -> AcceptStats:
+        runs = self.runs or ((sum(self.accept_lengths), len(self.accept_lengths)),)
+        return AcceptStats.of(self.accept_lengths, sequences=runs)
+
+    @property
+    def steps(self) -> int:
+        return len(self.accept_lengths)
+
+    @property
+    def mean_accept_length(self) -> float:
+        return self.accept.mean_accept_length
+
+    @property
+    def stderr(self) -> float:
+        """Standard error of the mean accepted length (over runs when several are pooled)."""
+        return self.accept.stderr
+
+    @property
+    def histogram(self) -> tuple[int, ...]:
+        return self.accept.histogram
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {"steps": self.steps, "tokens": self.tokens, **self.accept.to_json(),
+               "tokens_per_s": self.tokens_per_s, "seconds": self.seconds}
+        if self.split is not None:
+            doc["seconds_split"] = self.split.to_dict()
+        return doc
+
+
+def combine(stats: Sequence[DecodeStats]) -> DecodeStats:
+    """Pool several runs (for example one per prompt) into one; each stays a unit of the error.
+
+    >>> a = DecodeStats(2, (2,), 1.0)
+    >>> combine([a, a]).accept_lengths, combine([a, a]).tokens_per_s, combine([a, a]).runs
+    ((2, 2), 2.0, ((2, 1), (2, 1)))
+    """
+    splits = [s.split for s in stats]
+    split = None
+    if splits and all(s is not None for s in splits):
+        split = StepSplit(*(sum(getattr(s, f) for s in splits)  # type: ignore[misc]
+                            for f in ("draft_s", "verify_s", "bookkeeping_s")))
+    runs = tuple(r for s in stats for r in (s.runs or ((sum(s.accept_lengths), s.steps),)))
+    return DecodeStats(tokens=sum(s.tokens for s in stats),
+                       accept_lengths=tuple(x for s in stats for x in s.accept_lengths),
+                       seconds=sum(s.seconds for s in stats), split=split, runs=runs)
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """The new tokens (prompt excluded) and the run's statistics."""
+
+    tokens: tuple[int, ...]
+    stats: DecodeStats

@@ -1,0 +1,82 @@
+"""Verify a tree by decoding for real: measured acceptance and tokens/s beside the prediction.
+
+Tree and autoregressive decoding are compared by :func:`treeopt.decoding.compare.compare`. Under
+greedy verification the two outputs must be identical token for token; a rank trace, when given,
+predicts the mean accepted length (E[L], and the per-step walk) the measurement is compared with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from treeopt.decoding.compare import compare
+from treeopt.decoding.config import DecodeConfig
+from treeopt.drafters.base import DraftHeads
+from treeopt.errors import TreeoptError
+from treeopt.simulate import simulate, step_walk
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+VERIFY_FORMAT = "treeopt.verify/1"
+
+
+def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None,
+                   source: str = "--tree") -> None:
+    """Raise when the tree is deeper than the heads or uses ranks beyond the recorded top-k."""
+    if tree.size == 0:
+        raise TreeoptError(f"{source}: the tree is empty")
+    if tree.depth > num_heads:
+        raise TreeoptError(f"{source}: the tree has depth {tree.depth} but there are only "
+                           f"{num_heads} heads")
+    if trace is not None:
+        if tree.depth > trace.heads:
+            raise TreeoptError(f"{source}: the tree has depth {tree.depth} but the trace "
+                               f"records {trace.heads} heads")
+        if tree.max_rank >= trace.top_k:
+            raise TreeoptError(f"{source}: the tree uses rank {tree.max_rank}, beyond the "
+                               f"trace's recorded top-{trace.top_k}")
+
+
+def check_trace_for(trace: RankTrace, heads: DraftHeads) -> None:
+    """Raise when ``trace`` was recorded with another kind of heads."""
+    if trace.head_kind not in (None, heads.config.kind):
+        raise TreeoptError(f"--trace was recorded with {trace.head_kind} heads, these are "
+                           f"{heads.config.kind} heads")
+
+
+def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
+           prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
+           trace: RankTrace | None = None) -> dict[str, Any]:
+    """Decode every prompt with the tree and autoregressively; return the report (JSON-ready)."""
+    config = config or DecodeConfig()
+    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
+    if trace is not None:
+        check_trace_for(trace, heads)
+    result = compare(model, heads, tree, prompts, config=config, split=True)
+    report: dict[str, Any] = {
+        "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
+                                          "choices": tree.as_choices()},
+        "heads": heads.config.kind, "mode": config.mode, "prompts": len(prompts),
+        "max_new_tokens": config.max_new_tokens, **result.to_dict()}
+    if trace is not None:
+        report["predicted"] = prediction(tree, trace, result.tree_stats.mean_accept_length)
+    return report
+
+
+def prediction(tree: Tree, trace: RankTrace, measured: float) -> dict[str, Any]:
+    """What ``trace`` predicts for the mean accepted length a live run ``measured``."""
+    sim = simulate(tree, trace)
+    predicted = float(sim.mean_accept_length)
+    out = {"mean_accept_length": predicted, "stderr": float(sim.stderr),
+           "trace_positions": trace.positions, "measured": measured,
+           "relative_difference": (measured - predicted) / predicted}
+    if step_walk(tree, trace) is not None:
+        walk = simulate(tree, trace, per_step=True)
+        per_step = walk.mean_accept_length
+        out["per_step"] = {"mean_accept_length": per_step, "stderr": walk.stderr,
+                           "steps": walk.count,
+                           "relative_difference": (measured - per_step) / per_step}
+    return out

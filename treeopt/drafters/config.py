@@ -1,0 +1,78 @@
+"""Drafter settings, torch-free so the CLI and the profiler can read them without loading torch:
+the shape of a set of heads (:class:`HeadsConfig`) and how to train them (:class:`TrainConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from treeopt.drafters import KINDS, drafter_kind
+from treeopt.errors import TreeoptError
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """Shape and options of a set of draft heads.
+
+    >>> HeadsConfig(kind="hydra", num_heads=3, hidden_size=64, vocab_size=128).num_layers
+    1
+    """
+
+    kind: str
+    num_heads: int
+    hidden_size: int
+    vocab_size: int
+    num_layers: int = 1
+    share_lm_head: bool = False
+    prefix_attention: bool = False
+    attention_heads: int = 4
+
+    def __post_init__(self) -> None:
+        kind = drafter_kind(self.kind)
+        for name in ("num_heads", "hidden_size", "vocab_size"):
+            if int(getattr(self, name)) < 1:
+                raise TreeoptError(f"heads config: {name} must be ≥ 1, got {getattr(self, name)}")
+        if self.num_layers < kind.min_layers:
+            raise TreeoptError(f"heads config: num_layers {self.num_layers} is too small")
+        if self.prefix_attention and not kind.prefix_attention:
+            having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
+            raise TreeoptError(f"heads config: prefix_attention applies to {having} only")
+        if self.prefix_attention and self.hidden_size % self.attention_heads:
+            raise TreeoptError(
+                f"heads config: hidden_size {self.hidden_size} is not divisible by "
+                f"attention_heads {self.attention_heads}")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Head shape and optimiser settings; CLI flags map one-to-one onto these fields."""
+
+    kind: str = "medusa"
+    num_heads: int = 4
+    num_layers: int = 1
+    share_lm_head: bool = False
+    prefix_attention: bool = False
+    steps: int = 200
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup: int = 10
+    decay: float = 0.8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len"):
+            if getattr(self, name) < 1:
+                raise TreeoptError(f"--{name.replace('_', '-')} must be ≥ 1")
+        if self.seq_len < self.num_heads + 2:
+            raise TreeoptError(f"--seq-len {self.seq_len} leaves no targets for "
+                               f"{self.num_heads} heads (needs ≥ {self.num_heads + 2})")
+
+    def heads_config(self, hidden_size: int, vocab_size: int) -> HeadsConfig:
+        return HeadsConfig(kind=self.kind, num_heads=self.num_heads, hidden_size=hidden_size,
+                           vocab_size=vocab_size, num_layers=self.num_layers,
+                           share_lm_head=self.share_lm_head,
+                           prefix_attention=self.prefix_attention)

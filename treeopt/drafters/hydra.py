@@ -1,0 +1,120 @@
+"""Hydra heads (Ankner et al., 2024): K sequentially dependent heads.
+
+Head k reads ``h_t`` and the k+1 tokens on its path:
+``z = h + SiLU(W_in [h; e(x_{t+1}); …; e(x_{t+1+k})])``, then ``num_layers - 1`` residual
+blocks, then the vocabulary projection (:meth:`HydraHeads.head_logits`). Hydra++ prefix attention
+(``prefix_attention``): one extra causal attention block over the base hidden states whose output
+replaces ``h_t`` (:meth:`HydraHeads.features`). Drafting runs one call per tree depth, on the nodes
+expanded there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from treeopt.drafters import KINDS
+from treeopt.drafters.base import DraftHeads, PrefixCache, ResBlock, top_candidates
+from treeopt.drafters.config import HeadsConfig
+from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from treeopt.decoding.plan import TreePlan
+
+
+class PrefixAttention(nn.Module):
+    """Hydra++'s extra decoder layer: pre-norm causal self-attention and MLP over base hiddens.
+
+    It has no position encoding of its own (the base hiddens carry position); its key/value
+    cache is an argument and a return value, never state.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.norm1 = nn.RMSNorm(hidden_size, eps=1e-6)
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=False)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.norm2 = nn.RMSNorm(hidden_size, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, 2 * hidden_size), nn.SiLU(),
+                                 nn.Linear(2 * hidden_size, hidden_size))
+        for lin in (self.out, self.mlp[2]):  # start as the identity
+            nn.init.zeros_(lin.weight)
+        nn.init.zeros_(self.mlp[2].bias)
+
+    def forward(self, x: torch.Tensor, cache: PrefixCache = None,
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x`` ``[b, t, d]`` follows the cached ``[b, heads, past, d/heads]`` keys and values."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        past = k.shape[2] - t
+        visible = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=visible)  # [b, heads, t, d/heads]
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.norm2(x)), (k, v)
+
+
+class HydraHeads(DraftHeads):
+    """K sequentially dependent heads: head k reads ``h_t`` and the k+1 tokens on its path."""
+
+    kind = KINDS["hydra"]
+
+    def __init__(self, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
+                 embeddings: nn.Module | None = None) -> None:
+        super().__init__(cfg, lm_head)
+        d = cfg.hidden_size
+        if embeddings is None:
+            embeddings = nn.Embedding(cfg.vocab_size, d)
+        embeddings.requires_grad_(False)
+        self.base_embeddings = embeddings  # frozen and never saved (see checkpoints)
+        self.inputs = nn.ModuleList(nn.Linear(d * (k + 2), d) for k in range(cfg.num_heads))
+        for lin in self.inputs:
+            nn.init.zeros_(lin.weight)
+            nn.init.zeros_(lin.bias)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*(ResBlock(d) for _ in range(cfg.num_layers - 1)))
+            for _ in range(cfg.num_heads)
+        )
+        self.prefix_layer = (PrefixAttention(d, cfg.attention_heads)
+                             if cfg.prefix_attention else None)
+
+    @classmethod
+    def build(cls, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
+              embeddings: nn.Module | None = None) -> HydraHeads:
+        return cls(cfg, lm_head=lm_head, embeddings=embeddings)
+
+    def features(self, hidden: torch.Tensor, cache: PrefixCache = None,
+                 ) -> tuple[torch.Tensor, PrefixCache]:
+        """Hydra++: hiddens ``[b, t, d]`` through the prefix layer (identity when it is off)."""
+        if self.prefix_layer is None:
+            return hidden, None
+        return self.prefix_layer(hidden, cache)
+
+    def head_logits(self, k: int, hidden: torch.Tensor, prev_tokens: torch.Tensor | None = None,
+                    ) -> torch.Tensor:
+        """Head k: hidden ``[b, m, d]`` and ``prev_tokens`` ``[b, m, k+1]`` → logits ``[b, m, V]``."""
+        if prev_tokens is None or prev_tokens.shape[-1] != k + 1:
+            got = None if prev_tokens is None else prev_tokens.shape[-1]
+            raise TreeoptError(f"hydra head {k} needs {k + 1} previous tokens, got {got}")
+        emb = self.base_embeddings(prev_tokens).to(hidden.dtype)  # [b, m, k+1, d]
+        x = torch.cat([hidden, emb.flatten(-2)], dim=-1)  # [b, m, (k+2) d]
+        z = hidden + F.silu(self.inputs[k](x))
+        return self.project(k, self.blocks[k](z))
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """Level by level: head d-1 runs on every node expanded at depth d-1, fed its path."""
+        tokens = root.new_zeros(1, plan.tree.num_tokens)
+        tokens[0, 0] = root
+        width = plan.tree.max_rank + 1
+        for lv in plan.levels:
+            prev = tokens[0, lv.prev]  # [parents, depth]: root … parent
+            logits = self.head_logits(lv.depth - 1, hidden.expand(1, prev.shape[0], -1),
+                                      prev[None])
+            cand = top_candidates(logits[0], width)  # [parents, R]
+            tokens[0, lv.nodes] = cand[lv.row, lv.ranks]
+        return tokens

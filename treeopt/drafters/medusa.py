@@ -1,0 +1,54 @@
+"""Medusa heads (Cai et al., 2024): K sequentially independent heads, each fed ``h_t`` only.
+
+Head k: ``h → (h + SiLU(W h)) × num_layers → vocab``; ``heads(hidden)`` returns ``[K, b, t, V]``.
+One call per decoding step drafts every depth of the tree at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from treeopt.drafters import KINDS
+from treeopt.drafters.base import DraftHeads, ResBlock, top_candidates
+from treeopt.drafters.config import HeadsConfig
+
+if TYPE_CHECKING:
+    from treeopt.decoding.plan import TreePlan
+
+
+class MedusaHeads(DraftHeads):
+    """K independent heads, each fed ``h_t`` only."""
+
+    kind = KINDS["medusa"]
+
+    def __init__(self, cfg: HeadsConfig, *, lm_head: nn.Module | None = None) -> None:
+        super().__init__(cfg, lm_head)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*(ResBlock(cfg.hidden_size) for _ in range(cfg.num_layers)))
+            for _ in range(cfg.num_heads)
+        )
+
+    @classmethod
+    def build(cls, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
+              embeddings: nn.Module | None = None) -> MedusaHeads:
+        return cls(cfg, lm_head=lm_head)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of every head: hidden ``[b, t, d]`` → ``[K, b, t, V]``."""
+        return torch.stack([self.head_logits(k, hidden) for k in range(self.config.num_heads)])
+
+    def head_logits(self, k: int, hidden: torch.Tensor, prev_tokens: torch.Tensor | None = None,
+                    ) -> torch.Tensor:
+        """Logits of head k: ``[b, t, d]`` → ``[b, t, V]`` (``prev_tokens`` is ignored)."""
+        return self.project(k, self.blocks[k](hidden))
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+        """All depths from one call: node i takes its depth's head's candidate of its rank."""
+        tokens = root.new_zeros(1, plan.tree.num_tokens)
+        tokens[0, 0] = root
+        cand = top_candidates(self(hidden)[:, 0, 0], plan.tree.max_rank + 1)  # [K, R]
+        tokens[0, 1:] = cand[plan.depths, plan.ranks]
+        return tokens
