@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo_dataset, set_dataset, show_error
+from app_pages.state import current_dataset, demo_dataset, page_errors, set_dataset
 from treeopt.workbench.datasets import calibrate_local, dataset_from_upload
 
 st.title("Data")
@@ -12,19 +12,15 @@ choice = st.radio("Source", ["Shipped demo", "Upload a file", "Calibrate a local
                   horizontal=True, key="data_source")
 
 if choice == "Shipped demo":
-    try:
+    with page_errors(stop=False):
         set_dataset(demo_dataset())
-    except Exception as exc:  # noqa: BLE001 — shown in the page
-        show_error(exc)
 elif choice == "Upload a file":
     upload = st.file_uploader("Rank trace (.npz) or accuracy table (.csv: head,top1,…,topK; "
                               ".json)", type=["npz", "csv", "json"], key="data_upload")
     if upload is not None:
-        try:
+        with page_errors(stop=False):
             set_dataset(dataset_from_upload(upload.name, upload.getvalue()))
             st.success(f"Loaded {upload.name}.")
-        except Exception as exc:  # noqa: BLE001
-            show_error(exc)
 else:
     with st.form("calibrate"):
         model_dir = st.text_input("Base model directory (Hugging Face format)")
@@ -37,21 +33,16 @@ else:
         run = st.form_submit_button("Calibrate")
     if run:
         bar = st.progress(0.0, text="Calibrating…")
-        try:
+        with page_errors(stop=False):
             dataset = calibrate_local(model_dir, heads_dir, prompts, out=out, top_k=int(top_k),
                                       max_new_tokens=int(new_tokens),
                                       progress=lambda i, n: bar.progress(i / n,
                                                                          text=f"batch {i}/{n}"))
             set_dataset(dataset)
             st.success(f"Wrote {out}.")
-        except Exception as exc:  # noqa: BLE001
-            show_error(exc)
 
-try:
+with page_errors():
     data = current_dataset()
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    st.stop()
 st.subheader(data.name)
 if data.description:
     st.caption(data.description)

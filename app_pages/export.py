@@ -2,22 +2,14 @@
 
 import streamlit as st
 
-from app_pages.state import TREE_KEY, current_dataset, show_error
+from app_pages.state import chosen_tree, page_errors
 from treeopt.formats import FORMATS, engine_problems, export
-from treeopt.workbench.datasets import default_tree
 
 st.title("Export")
-chosen = st.session_state.get(TREE_KEY)
-if chosen is None:  # nothing chosen on the Trees page yet: its default tree
-    data = current_dataset()
-    label = next(iter(data.sources))
-    try:
-        chosen = (*default_tree(data.sources[label], label), label)
-    except Exception as exc:  # noqa: BLE001
-        show_error(exc)
-        st.stop()
-tree, description, _ = chosen
-st.caption(f"Tree: {description} — choose another on the Trees page.")
+with page_errors():
+    chosen = chosen_tree()
+tree = chosen.tree
+st.caption(f"Tree: {chosen.description} — choose another on the Trees page.")
 c1, c2, _ = st.columns([1, 1, 2])
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
                             value=max(tree.depth, 1), key="export_heads")

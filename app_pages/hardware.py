@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo, show_error
+from app_pages.state import current_dataset, demo, page_errors
 from roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.drafters import KINDS
 from treeopt.grow import grow
@@ -19,23 +19,16 @@ model_name = c[0].selectbox("Model", models, index=models.index("llama-2-7b")
                             if "llama-2-7b" in models else 0, key="hw_model")
 gpu_name = c[1].selectbox("Hardware", gpus, index=gpus.index("h100-sxm")
                           if "h100-sxm" in gpus else 0, key="hw_gpu")
-try:
+with page_errors():
     cfg, gpu = preset(model_name), load_hardware(gpu_name)
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    st.stop()
 room = cfg.max_positions or 1 << 30  # contexts leave room for the largest tree: 128 nodes + root
 contexts = [x for x in (128, 512, 1024, 2048, 4096) if x + 129 <= room]
 sweep = [x for x in contexts if x >= 512]
 b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
 s = c[3].select_slider("Context s", contexts, 512, key="hw_s")
 q = c[4].select_slider("Tokens q", [1, 2, 4, 8, 16, 32, 64, 128], 64, key="hw_q")
-try:
-    point = roofline(cfg, gpu, batch=[b], context=[s], tokens=[q])
-    record = point.records()[0]
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    st.stop()
+with page_errors():
+    record = roofline(cfg, gpu, batch=[b], context=[s], tokens=[q]).records()[0]
 st.plotly_chart(hw_plots.roofline_figure(
     record, peak_flops=gpu.matmul_flops("bf16"), vector_flops=gpu.vector_flops,
     bandwidth=gpu.bandwidth, title=f"{model_name} on {gpu_name}, b={b}, s={s}, q={q}: "
@@ -50,21 +43,18 @@ h1, h2, _ = st.columns([1, 1, 2])
 label = h1.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
 ctx = h2.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
 source = data.sources[label]
-method = "empirical" if data.has_trace(label) else "independent"
+method = data.methods(label)[0]
 draft_kind = label if label in KINDS else None
-try:
+with page_errors():
     growth = grow(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,
                                    batch=[1, 2, 4, 8, 16, 32, 64, 128],
                                    context=sweep, draft_kind=draft_kind,
                                    draft_heads=source.heads)
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    st.stop()
 left, right = st.columns(2)
 left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), width="stretch")
 right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
-stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection["stops_paying"]
+stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection.stops_paying()
          if x["batch"] is not None]
 st.info("Speculation stops paying — " + ("; ".join(stops) if stops else
         "not within the swept batch sizes (up to 128)."))
@@ -73,11 +63,9 @@ st.caption(f"E[L] from the {label} {method} growth on '{data.name}'; verify late
            f"{'of ' + draft_kind + ' heads included' if draft_kind else 'not modelled'}.")
 
 st.header("Measured latency")
-try:
+measured = None
+with page_errors(stop=False):
     measured = demo_latency_selection(demo())
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    measured = None
 if measured is None:
     st.info("No measured latency table here. Measure one with `treeopt profile`.")
 else:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, show_error
+from app_pages.state import current_dataset, page_errors
 from treeopt.workbench import plots
 
 st.title("Heads")
@@ -14,13 +14,8 @@ kind = c1.radio("Accuracy", plots.ACCURACY_KINDS, horizontal=True, key="heads_ki
 max_rank = c2.slider("Ranks shown", 2, 32, 10, key="heads_ranks")
 columns = st.columns(len(data.sources))
 for column, (label, _) in zip(columns, data.sources.items(), strict=True):
-    try:
+    with column, page_errors(stop=False):
         table = data.table(label)
-    except Exception as exc:  # noqa: BLE001
-        with column:
-            show_error(exc)
-        continue
-    with column:
         st.subheader(label)
         st.plotly_chart(plots.accuracy_heatmap(table, kind=kind, max_rank=max_rank,
                                                title=f"{label}: {kind} accuracy (%)"),

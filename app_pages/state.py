@@ -1,13 +1,18 @@
-"""The app's session state and cached loaders: the only place pages keep anything between runs."""
+"""The app's session state, cached loaders and error display: the only place pages keep
+anything between runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import streamlit as st
 
 from treeopt.errors import TreeoptError
+from treeopt.value import Source
 from treeopt.workbench.datasets import Dataset
+from treeopt.workbench.trees import ChosenTree, default_tree
 
 DATASET_KEY = "dataset"
 TREE_KEY = "chosen_tree"
@@ -16,18 +21,15 @@ TREE_KEY = "chosen_tree"
 @st.cache_resource(show_spinner="Loading the demo…")
 def demo() -> Any:
     """The shipped demo (model, heads, traces, growths), loaded once per server."""
-    import torch
-
     from treeopt.demo.load import load
 
     # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
-    torch.set_num_threads(1)
-    return load()
+    return load(threads=1)
 
 
 @st.cache_resource(show_spinner=False)
 def demo_dataset() -> Dataset:
-    from treeopt.demo.load import demo_dataset as build
+    from treeopt.workbench.datasets import demo_dataset as build
 
     return build(demo())
 
@@ -42,7 +44,42 @@ def set_dataset(dataset: Dataset | None) -> None:
     st.session_state[DATASET_KEY] = dataset
 
 
+def chosen_tree(label: str | None = None, *, source: Source | None = None) -> ChosenTree:
+    """The tree chosen on the Trees page — for heads ``label`` when given — else the default
+    tree of ``source`` (by default: the dataset's source ``label``, or its first source)."""
+    chosen: ChosenTree | None = st.session_state.get(TREE_KEY)
+    if chosen is not None and label in (None, chosen.label):
+        return chosen
+    if source is None:
+        data = current_dataset()
+        label = label if label is not None else next(iter(data.sources))
+        source = data.sources[label]
+    return default_tree(source, label or "")
+
+
+def chosen_label() -> str | None:
+    """The heads (data source) of the tree chosen on the Trees page, if one was chosen."""
+    chosen: ChosenTree | None = st.session_state.get(TREE_KEY)
+    return chosen.label if chosen is not None else None
+
+
+def set_chosen_tree(chosen: ChosenTree) -> None:
+    st.session_state[TREE_KEY] = chosen
+
+
 def show_error(exc: Exception) -> None:
     """A user-facing error in the page, never a traceback."""
     message = str(exc) if isinstance(exc, TreeoptError) else f"{exc.__class__.__name__}: {exc}"
     st.error(message, icon="⚠️")
+
+
+@contextmanager
+def page_errors(*, stop: bool = True) -> Iterator[None]:
+    """Show any error raised inside as a message in the page; then stop the page unless
+    ``stop=False`` (st.stop's own exception is not an Exception and passes through)."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 — every failure is shown, never a traceback
+        show_error(exc)
+        if stop:
+            st.stop()

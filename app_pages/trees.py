@@ -2,10 +2,16 @@
 
 import streamlit as st
 
-from app_pages.state import TREE_KEY, current_dataset, show_error
+from app_pages.state import current_dataset, page_errors, set_chosen_tree
 from treeopt.grow import CONSTRAINTS
 from treeopt.workbench import plots
-from treeopt.workbench.datasets import TREE_DEFAULTS, growth_pair, imported_tree_point, view_tree
+from treeopt.workbench.trees import (
+    TREE_DEFAULTS,
+    ChosenTree,
+    growth_pair,
+    imported_tree_point,
+    view_tree,
+)
 
 st.title("Trees")
 data = current_dataset()
@@ -13,8 +19,7 @@ left, right = st.columns([1, 3])
 with left:
     label = st.selectbox("Heads", list(data.sources), key="trees_label")
     source = data.sources[label]
-    methods = ["empirical", "independent"] if data.has_trace(label) else ["independent"]
-    method = st.radio("Acceptance model", methods, horizontal=True, key="trees_method",
+    method = st.radio("Acceptance model", data.methods(label), horizontal=True, key="trees_method",
                       help="empirical: exact under greedy verification, from the rank trace; "
                            "independent: Medusa's product of per-head accuracies")
     max_nodes = st.slider("Largest tree (nodes)", 8, 256, TREE_DEFAULTS["max_nodes"], step=8,
@@ -28,7 +33,7 @@ with left:
     pasted = st.text_area("Compare a tree (paste a choices list in any engine form)",
                           key="trees_pasted", placeholder="[[0], [0, 0], [1], [0, 1]]")
 
-try:
+with page_errors():
     growths = growth_pair(source, max_nodes=max_nodes, max_depth=max_depth, max_rank=max_rank,
                           constraint=constraint)
     others = {f"{other} · {m}": g.expected_accept_length
@@ -44,12 +49,8 @@ try:
     if pasted.strip():
         pasted_tree, pasted_ell = imported_tree_point(pasted, source, method=method)
         points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
-except Exception as exc:  # noqa: BLE001 — every failure is shown in the page
-    show_error(exc)
-    st.stop()
 
-st.session_state[TREE_KEY] = (tree, f"{label} · {method} · {constraint} · {tree.size} nodes",
-                              label)
+set_chosen_tree(ChosenTree(tree, f"{label} · {method} · {constraint} · {tree.size} nodes", label))
 with right:
     c1, c2, c3 = st.columns(3)
     c1.metric("E[L] of the chosen tree", f"{view.expected_accept_length:.4f}")

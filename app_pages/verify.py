@@ -4,43 +4,34 @@ import html
 
 import streamlit as st
 
-from app_pages.state import TREE_KEY, demo, show_error
+from app_pages.state import chosen_label, chosen_tree, demo, page_errors
 from treeopt.workbench import plots
-from treeopt.workbench.datasets import default_tree
 from treeopt.workbench.live import live_run
 
 st.title("Verify")
 st.write("Decode one prompt with the tree and without it, through the same loop. Under greedy "
          "verification the two outputs must be identical; each highlighted piece is what one "
          "step accepted.")
-try:
+with page_errors():
     bundle = demo()
-except Exception as exc:  # noqa: BLE001
-    show_error(exc)
-    st.stop()
 
 kinds = list(bundle.heads)
-chosen = st.session_state.get(TREE_KEY)
-default_kind = chosen[2] if chosen and chosen[2] in kinds else kinds[0]
+label = chosen_label()
 c1, c2, c3 = st.columns(3)
-kind = c1.selectbox("Demo heads", kinds, index=kinds.index(default_kind), key="verify_kind")
+kind = c1.selectbox("Demo heads", kinds, index=kinds.index(label) if label in kinds else 0,
+                    key="verify_kind")
 mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verify_mode")
 new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
-if chosen and chosen[2] == kind:
-    tree, description = chosen[0], chosen[1]
-else:  # nothing chosen on the Trees page for these heads: its default tree
-    tree, description = default_tree(bundle.traces[kind], kind)
-st.caption(f"Tree: {description}. Choose another on the Trees page.")
+with page_errors():
+    chosen = chosen_tree(kind, source=bundle.traces[kind])
+tree = chosen.tree
+st.caption(f"Tree: {chosen.description}. Choose another on the Trees page.")
 prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")
 
 if st.button("Run live verification", type="primary", key="verify_run"):
-    with st.spinner("Decoding with the tree and autoregressively…"):
-        try:
-            run = live_run(bundle.model, bundle.tokenizer, bundle.heads[kind], tree, prompt,
-                           max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind])
-        except Exception as exc:  # noqa: BLE001
-            show_error(exc)
-            st.stop()
+    with st.spinner("Decoding with the tree and autoregressively…"), page_errors():
+        run = live_run(bundle.model, bundle.tokenizer, bundle.heads[kind], tree, prompt,
+                       max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind])
     m = st.columns(4)
     m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
                 help=f"± {run.stderr:.3f} (standard error over {len(run.accept_lengths)} steps)")

@@ -127,8 +127,8 @@ def main() -> None:
     from treeopt.demo.load import load
     from treeopt.grow import grow
     from treeopt.workbench import plots
-    from treeopt.workbench.datasets import growth_pair, view_tree
     from treeopt.workbench.live import live_run
+    from treeopt.workbench.trees import growth_pair, view_tree
 
     t0 = time.perf_counter()
     demo = load()

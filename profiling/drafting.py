@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from profiling.verify import check_device, device_label
 from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
+
+if TYPE_CHECKING:
+    from treeopt.drafters.config import HeadsConfig
 
 
 def _calls(heads: torch.nn.Module, cfg: Any, batch: int, nodes: Sequence[int],
@@ -41,7 +44,7 @@ def _calls(heads: torch.nn.Module, cfg: Any, batch: int, nodes: Sequence[int],
     return calls
 
 
-def profile_draft(cfg: Any, *, out: str | os.PathLike[str], device: str = "cpu",
+def profile_draft(cfg: HeadsConfig, *, out: str | os.PathLike[str], device: str = "cpu",
                   dtype: str = "fp32", batch: Sequence[int], nodes: Sequence[int] = (1,),
                   repeats: int = 20, warmup: int = 3) -> dict[str, Any]:
     """Time the heads of ``cfg`` (a :class:`treeopt.heads.HeadsConfig`); write and return the doc."""

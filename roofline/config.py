@@ -145,11 +145,6 @@ def preset(name: str) -> ModelConfig:
     return ModelConfig.from_hf(rows[key], name=key, source=f"preset {key}")
 
 
-def preset_source(name: str) -> str:
-    """Where a preset's numbers come from."""
-    return str(_presets()[name]["source"])
-
-
 def load_config(path: str | os.PathLike[str]) -> ModelConfig:
     """A ``config.json`` file, or a model directory holding one."""
     p = Path(path)

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
+from treeopt.decoding.cache import compact_cache, new_cache  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
-from treeopt.decoding.cache import compact_cache, new_cache  # noqa: E402
 from treeopt.decoding.tree_forward import (  # noqa: E402
     check_tree_support,
     forward_with_cache,

@@ -85,7 +85,8 @@ def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):
 
 
 def test_load_returns_everything(tiny_demo):
-    from treeopt.demo import demo_dataset, load
+    from treeopt.demo import load
+    from treeopt.workbench.datasets import demo_dataset
 
     out, _, _ = tiny_demo
     demo = load(out)

@@ -9,16 +9,11 @@ from hypothesis import strategies as st
 
 from profiling.table import LatencyRecord, LatencyTable
 from roofline import preset
+from treeopt.costs import DraftCost, StepLatency, draft_from_measurements, expanded_nodes
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
-from treeopt.select import (
-    DraftCost,
-    StepLatency,
-    draft_from_measurements,
-    expanded_nodes,
-    schedule,
-    select,
-)
+from treeopt.select import select
+from treeopt.selection import schedule
 
 # node values 0.8, 0.6, 0.1: E[L] 1, 1.8, 2.4, 2.5
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
@@ -38,23 +33,23 @@ def latency(rows: dict[tuple[int, int], list[float]]) -> StepLatency:
 def test_best_size_on_a_hand_made_table():
     # q = 1, 2, 3, 4 → 10, 10, 11, 20 ms; tokens/s = b·E[L]/t: 100, 180, 218.18…, 125
     sel = select(GROWTH, latency({(1, 128): [10, 10, 11, 20]}), batch=[1], context=[128])
-    p = sel["points"][0]
-    assert (p["best_size"], p["depth"], p["choices"]) == (2, 2, [[0], [0, 0]])
-    assert p["tokens_per_s"] == pytest.approx(2.4 / 0.011)
-    assert p["autoregressive_tokens_per_s"] == pytest.approx(100.0)
-    assert p["speedup"] == pytest.approx(2.4 / 0.011 / 100)
-    assert p["curve"]["tokens_per_s"] == pytest.approx([100.0, 180.0, 2.4 / 0.011, 125.0])
-    assert (p["max_paying_size"], p["pays"]) == (3, True)
-    assert sel["stops_paying"] == [{"context": 128, "batch": None}]
+    p = sel.points[0]
+    assert (p.best_size, p.depth, p.choices) == (2, 2, [[0], [0, 0]])
+    assert p.tokens_per_s == pytest.approx(2.4 / 0.011)
+    assert p.autoregressive_tokens_per_s == pytest.approx(100.0)
+    assert p.speedup == pytest.approx(2.4 / 0.011 / 100)
+    assert p.curve.tokens_per_s == pytest.approx([100.0, 180.0, 2.4 / 0.011, 125.0])
+    assert (p.max_paying_size, p.pays) == (3, True)
+    assert sel.stops_paying() == [{"context": 128, "batch": None}]
 
 
 def test_speculation_stops_paying_at_large_batch():
     rows = {(1, 128): [10, 10, 11, 20], (8, 128): [10, 20, 30, 40]}
     sel = select(GROWTH, latency(rows), batch=[1, 8], context=[128])
-    big = sel["points"][1]
-    assert (big["best_size"], big["pays"], big["max_paying_size"]) == (0, False, 0)
-    assert big["tokens_per_s"] == pytest.approx(800.0)  # 8 sequences × 1 token / 10 ms
-    assert sel["stops_paying"] == [{"context": 128, "batch": 8}]
+    big = sel.points[1]
+    assert (big.best_size, big.pays, big.max_paying_size) == (0, False, 0)
+    assert big.tokens_per_s == pytest.approx(800.0)  # 8 sequences × 1 token / 10 ms
+    assert sel.stops_paying() == [{"context": 128, "batch": 8}]
     sch = schedule(sel, context=128)
     assert [(r["min_batch"], r["max_batch"], r["size"]) for r in sch["ranges"]] == [(1, 1, 2),
                                                                                     (2, 8, 0)]
@@ -73,7 +68,7 @@ def test_equal_trees_merge_into_one_range():
 def test_interpolates_between_measured_q_and_stops_beyond():
     lat = StepLatency.from_points([(1, 8, 1, 0.010), (1, 8, 3, 0.012)], "two points")
     sel = select(GROWTH, lat, batch=[1], context=[8])
-    curve = sel["points"][0]["curve"]["tokens_per_s"]
+    curve = sel.points[0].curve.tokens_per_s
     assert curve[:3] == pytest.approx([100.0, 1.8 / 0.011, 2.4 / 0.012])
     assert curve[3] is None  # q = 4 was not measured
 
@@ -83,14 +78,14 @@ def test_depth_cap_pays_when_drafting_grows_with_depth():
     draft = DraftCost("hydra", "5 ms per depth", lambda b, expanded: 0.005 * len(expanded))
     sel = select(GROWTH, latency({(1, 64): [10, 10, 10, 10]}), batch=[1], context=[64],
                  draft=draft)
-    p = sel["points"][0]
+    p = sel.points[0]
     # uncapped best: 2.5 / 20 ms = 125; capped at depth 1: [(0,), (1,)] → 1.9 / 15 ms = 126.7
-    assert (p["max_depth"], p["best_size"], p["choices"]) == (1, 2, [[0], [1]])
-    assert p["tokens_per_s"] == pytest.approx(1.9 / 0.015)
-    assert p["draft_ms"] == pytest.approx(5.0)
-    assert [(c["max_depth"], c["best_size"]) for c in p["by_depth_cap"]] == [(1, 2), (2, 3)]
-    assert [c["tokens_per_s"] for c in p["by_depth_cap"]] == pytest.approx([1.9 / 0.015, 125.0])
-    assert sel["depth_caps"] == [1, 2]
+    assert (p.max_depth, p.best_size, p.choices) == (1, 2, [[0], [1]])
+    assert p.tokens_per_s == pytest.approx(1.9 / 0.015)
+    assert p.draft_ms == pytest.approx(5.0)
+    assert [(c.max_depth, c.best_size) for c in p.by_depth_cap] == [(1, 2), (2, 3)]
+    assert [c.tokens_per_s for c in p.by_depth_cap] == pytest.approx([1.9 / 0.015, 125.0])
+    assert list(sel.depth_caps) == [1, 2]
 
 
 def test_medusa_draft_cost_is_one_call_per_step():
@@ -99,10 +94,10 @@ def test_medusa_draft_cost_is_one_call_per_step():
     draft = draft_from_measurements(doc, source="d.json")
     sel = select(GROWTH, latency({(1, 64): [10, 10, 11, 20]}), batch=[1], context=[64],
                  draft=draft)
-    p = sel["points"][0]
-    assert p["curve"]["tokens_per_s"] == pytest.approx([100.0, 1.8 / 0.012, 2.4 / 0.013,
+    p = sel.points[0]
+    assert p.curve.tokens_per_s == pytest.approx([100.0, 1.8 / 0.012, 2.4 / 0.013,
                                                         2.5 / 0.022])
-    assert sel["depth_caps"] == [None]
+    assert list(sel.depth_caps) == [None]
     with pytest.raises(TreeoptError, match=r"d.json: no draft measurement at batch 2; measured \[1\]"):
         select(GROWTH, latency({(2, 64): [10, 10, 11, 20]}), batch=[2], context=[64],
                draft=draft)
@@ -141,8 +136,8 @@ def test_expanded_nodes_counts_parents_per_depth():
        b=st.integers(1, 64))
 def test_selected_tree_is_the_argmax_of_the_curve(ms, b):
     lat = latency({(b, 16): sorted(ms)})
-    p = select(GROWTH, lat, batch=[b], context=[16])["points"][0]
-    curve = np.array(p["curve"]["tokens_per_s"])
-    assert p["tokens_per_s"] == pytest.approx(curve.max())
-    assert p["best_size"] == int(np.argmax(curve))
-    assert p["speedup"] >= 1.0 - 1e-12
+    p = select(GROWTH, lat, batch=[b], context=[16]).points[0]
+    curve = np.array(p.curve.tokens_per_s)
+    assert p.tokens_per_s == pytest.approx(curve.max())
+    assert p.best_size == int(np.argmax(curve))
+    assert p.speedup >= 1.0 - 1e-12

@@ -18,7 +18,8 @@ from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.errors import TreeoptError
 from treeopt.formats import engine_problems, export, load_tree_arg, parse_tree
 from treeopt.grow import Growth, grow, uniform_tree
-from treeopt.select import schedule, select
+from treeopt.select import select
+from treeopt.selection import Point, Selection, schedule
 from treeopt.simulate import Simulation, accept_lengths, held_out, simulate
 from treeopt.trace import RankTrace, merge_traces
 from treeopt.tree import Tree
@@ -29,7 +30,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AccuracyTable",
     "Growth",
+    "Point",
     "RankTrace",
+    "Selection",
     "Simulation",
     "Tree",
     "TreeoptError",

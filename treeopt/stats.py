@@ -42,15 +42,6 @@ class AcceptStats:
         hist = np.bincount(arr, minlength=min_bins) if arr.size else np.zeros(min_bins, np.int64)
         return cls(tuple(int(c) for c in hist), tuple((int(t), int(s)) for t, s in sequences))
 
-    @classmethod
-    def pooled(cls, parts: Sequence[AcceptStats]) -> AcceptStats:
-        """Several runs as one: histograms added, sequences concatenated."""
-        width = max((len(p.histogram) for p in parts), default=0)
-        hist = np.zeros(width, np.int64)
-        for p in parts:
-            hist[: len(p.histogram)] += p.histogram
-        return cls(tuple(int(c) for c in hist), tuple(s for p in parts for s in p.sequences))
-
     @property
     def count(self) -> int:
         """Steps (or positions) counted."""

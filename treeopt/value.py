@@ -26,6 +26,22 @@ Source = RankTrace | AccuracyTable
 METHODS: tuple[str, ...] = ("independent", "empirical")
 
 
+def methods_for(source: Source) -> tuple[Method, ...]:
+    """The models a source supports, best first: a trace both (empirical is exact), an accuracy
+    table only the independent one.
+
+    >>> methods_for(RankTrace(np.zeros((1, 1), np.int16)))
+    ('empirical', 'independent')
+    """
+    return ("empirical", "independent") if isinstance(source, RankTrace) else ("independent",)
+
+
+def usable_method(source: Source, method: str | None = None) -> Method:
+    """``method`` when ``source`` supports it, else the best model it does support."""
+    methods = methods_for(source)
+    return method if method in methods else methods[0]  # type: ignore[return-value]
+
+
 def accuracy_table(source: Source) -> AccuracyTable:
     """The accuracy table of ``source`` (computed from the trace when given one)."""
     return source if isinstance(source, AccuracyTable) else AccuracyTable.from_trace(source)

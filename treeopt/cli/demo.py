@@ -33,13 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_build(args: argparse.Namespace) -> int:
     import sys
 
-    import torch
-
+    from treeopt.decoding.models import set_threads
     from treeopt.demo.build import build_demo, summary
     from treeopt.demo.config import plan
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed)
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
                           and sys.stderr.isatty())

@@ -16,18 +16,16 @@ from treeopt.drafters import KIND_NAMES
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
          "draft_latency": "--draft-latency"}
-LIST_FLAGS = {"--prompts"}  # nargs="+" flags take the path as one more value
 
 
 def add_demo_flags(sub: argparse._SubParsersAction) -> None:
     """Give ``--demo`` to every sub-command that has at least one fillable flag."""
-    for name, parser in sub.choices.items():
+    for parser in sub.choices.values():
         if _options(parser) & set(FLAGS.values()):
             parser.add_argument("--demo", nargs="?", const="hydra", choices=KIND_NAMES,
                                 metavar="KIND", help="use the shipped demo's files for the "
                                 "model/heads/trace/… flags not given (KIND: medusa or hydra, "
                                 "default hydra)")
-            parser.set_defaults(_demo_parser=name)
 
 
 def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -9,7 +9,6 @@ from typing import Any
 
 from treeopt.cli.common import add_out, emit, int_list, require
 from treeopt.drafters import KIND_NAMES
-from treeopt.errors import TreeoptError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,7 +85,6 @@ def _add_model(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     g.add_argument("--model", metavar="DIR", help="a local model directory (its config.json)")
     g.add_argument("--config", metavar="FILE", help="a bare config.json (random weights)")
     g.add_argument("--preset", metavar="NAME", help="a named model preset (random weights)")
-    p.set_defaults(model_required=required)
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
@@ -207,73 +205,45 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.grow import Growth
-    from treeopt.select import schedule, select
+    from treeopt.workbench.pricing import price
 
     growth = Growth.load(args.growth)
-    verify, draft, grid = _latency_source(args, growth)
-    batch, context = args.batch or grid[0], args.context or grid[1]
-    result = select(growth, verify, batch=batch, context=context, draft=draft,
-                    depth_caps=args.max_depths)
-    result["schedules"] = [schedule(result, context=s) for s in context]
-    return emit(result, args.out)
+    cfg = _model(args, need=bool(args.hardware))
+    selection = price(growth, _verify_latency(args, growth, cfg), draft=_draft(args, cfg),
+                      batch=args.batch, context=args.context, depth_caps=args.max_depths)
+    return emit(selection.to_json(), args.out)
 
 
-def _latency_source(args: argparse.Namespace, growth: Any) -> tuple[Any, Any, tuple]:
-    """(StepLatency, DraftCost, (swept batches, swept contexts)) from the select flags."""
-    from treeopt.select import StepLatency
+def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any) -> Any:
+    """The verify-step latency named by exactly one of --latency, --roofline, --hardware."""
+    from treeopt.workbench import pricing
 
     sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
     require(len(sources) == 1, "give exactly one of --latency L, --roofline R or --hardware NAME "
             "(with --preset or --config)")
-    cfg = _model(args, need=bool(args.hardware))
     if args.latency:
         from profiling.table import LatencyTable
 
         table = LatencyTable.load(args.latency)
         table.check_matches(model=cfg, dtype=args.dtype, source=args.latency)
-        points = table.points()
-        verify = StepLatency.from_points(points, args.latency, device=table.device,
-                                         dtype=table.dtype, model=table.model.name)
-    elif args.roofline:
-        verify, points = _saved_roofline(args, cfg)
-    else:
-        from roofline import load_hardware
-        from treeopt.workbench.pricing import roofline_latency
+        return pricing.table_latency(table, source=args.latency)
+    if args.roofline:
+        return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)
+    from roofline import load_hardware
 
-        _need_grid(args, "batch", "context")
-        verify, points = roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
-                                          batch=args.batch, context=args.context,
-                                          precision=_precision(args), attention=args.attention)
-    grid = (sorted({p[0] for p in points}), sorted({p[1] for p in points}))
-    return verify, _draft(args, cfg), grid
-
-
-def _saved_roofline(args: argparse.Namespace, cfg: Any) -> tuple[Any, list]:
-    from roofline.config import ModelConfig
-    from roofline.sweep import read_roofline_points
-    from treeopt.files import read_json
-    from treeopt.select import StepLatency
-
-    doc = read_json(args.roofline)
-    points = read_roofline_points(doc, source=args.roofline)
-    if cfg is not None and not ModelConfig(**doc["model"]).same_shape(cfg):
-        raise TreeoptError(f"{args.roofline}: a roofline of model {doc['model']['name']!r}, "
-                           f"not {cfg.name!r}")
-    if args.dtype and doc.get("dtype") != args.dtype:
-        raise TreeoptError(f"{args.roofline}: a roofline in {doc.get('dtype')}, not {args.dtype}")
-    return StepLatency.from_points(points, args.roofline, dtype=doc.get("dtype"),
-                                   model=doc["model"]["name"]), points
+    _need_grid(args, "batch", "context")
+    return pricing.roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
+                                    batch=args.batch, context=args.context,
+                                    precision=_precision(args), attention=args.attention)
 
 
 def _draft(args: argparse.Namespace, cfg: Any) -> Any:
-    from treeopt.select import NO_DRAFT, draft_from_measurements
+    from treeopt.costs import NO_DRAFT
+    from treeopt.workbench.pricing import measured_draft
 
     if args.draft_latency:
-        from profiling.table import load_draft_latency
-
         require(not args.draft_kind, "give --draft-latency or --draft-kind, not both")
-        return draft_from_measurements(load_draft_latency(args.draft_latency),
-                                       source=args.draft_latency)
+        return measured_draft(args.draft_latency)
     if not args.draft_kind:
         return NO_DRAFT
     require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),

@@ -84,16 +84,9 @@ def _add_model(p: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from treeopt.decoding.models import ModelSpec, load_model
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise TreeoptError(f"--threads must be ≥ 1, got {args.threads}")
-        import torch
-
-        torch.set_num_threads(args.threads)
-
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,
-                                trust_remote_code=args.trust_remote_code))
+                                trust_remote_code=args.trust_remote_code, threads=args.threads))
 
 
 def cmd_train_heads(args: argparse.Namespace) -> int:

@@ -4,14 +4,17 @@ to the accepted path. One place that knows how transformers stores a cache's ten
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 Put = Callable[[torch.Tensor, torch.Tensor], None]
 
 
-def new_cache(model: Any) -> Any:
+def new_cache(model: PreTrainedModel) -> Any:
     """An empty DynamicCache for ``model``."""
     from transformers import DynamicCache
 
@@ -21,7 +24,7 @@ def new_cache(model: Any) -> Any:
         return DynamicCache()
 
 
-def random_cache(model: Any, *, batch: int, context: int) -> Any:
+def random_cache(model: PreTrainedModel, *, batch: int, context: int) -> Any:
     """A cache holding ``context`` random keys and values per layer, for ``batch`` sequences
     (the latency of a step does not depend on the cached values)."""
     cfg = model.config

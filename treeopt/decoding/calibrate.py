@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,11 @@ from treeopt.decoding.ranks import greedy_continuations, rank_batch
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
 from treeopt.trace import RankTrace, merge_traces
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
 
 TARGETS = ("greedy", "texts")
 
@@ -87,7 +92,7 @@ def shard_path(out: str | os.PathLike[str], shard: int, num_shards: int) -> Path
     return p if num_shards == 1 else p.with_name(f"{p.stem}.shard-{shard}-of-{num_shards}{p.suffix}")
 
 
-def calibrate(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
+def calibrate(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
               out: str | os.PathLike[str], *, config: CalibrateConfig = CalibrateConfig(),
               meta: dict[str, Any] | None = None,
               progress: Callable[[int, int], None] | None = None) -> tuple[RankTrace, Path]:
@@ -132,7 +137,7 @@ def _parts_dir(target: Path, fingerprint: str) -> Path:
     return parts
 
 
-def _run_chunk(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
+def _run_chunk(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
                config: CalibrateConfig) -> RankTrace:
     K = heads.config.num_heads
     if config.source == "greedy":
@@ -154,7 +159,7 @@ def _run_chunk(model: Any, heads: Any, prompts: Sequence[Sequence[int]],
                            "sequence_positions": [len(r) for r in ranks]})
 
 
-def _finish(traces: list[RankTrace], heads: Any, config: CalibrateConfig,
+def _finish(traces: list[RankTrace], heads: DraftHeads, config: CalibrateConfig,
             meta: dict[str, Any]) -> RankTrace:
     from treeopt import __version__
 
@@ -170,7 +175,7 @@ def _finish(traces: list[RankTrace], heads: Any, config: CalibrateConfig,
         "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]]})
 
 
-def _fingerprint(heads: Any, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
+def _fingerprint(heads: DraftHeads, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
                  meta: dict[str, Any]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([asdict(config), heads.config.to_dict(), meta], sort_keys=True).encode())

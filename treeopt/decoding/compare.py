@@ -11,7 +11,7 @@ time itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -80,8 +80,7 @@ def compare(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
             split: bool = False, warmup_tokens: int = 8) -> Comparison:
     """Decode every prompt with ``tree`` and autoregressively, interleaved after a warm-up."""
     config = config or DecodeConfig()
-    warm = DecodeConfig(**{**config.__dict__, "max_new_tokens": min(warmup_tokens,
-                                                                     config.max_new_tokens)})
+    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     generate(model, heads, tree, prompts[0], config=warm)
     autoregressive(model, prompts[0], config=warm)
     tree_runs: list[DecodeResult] = []

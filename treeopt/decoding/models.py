@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -24,6 +27,7 @@ class ModelSpec:
     dtype: str = "float32"
     device_map: str | None = None
     trust_remote_code: bool = False
+    threads: int | None = None  # CPU threads for torch (None: torch's own choice)
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -38,6 +42,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     """The causal LM (eval mode, frozen) and its tokenizer (None when the directory has none)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    set_threads(spec.threads)
     path = Path(spec.path)
     if not (path / "config.json").exists():
         raise TreeoptError(f"--model {spec.path}: no config.json (a local Hugging Face model "
@@ -61,7 +66,17 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def architecture(model: Any) -> str:
+def set_threads(threads: int | None) -> None:
+    """Use ``threads`` CPU threads for torch (None: leave torch's choice). Tiny models decode
+    fastest on one thread, and a busy machine oversubscribed by OpenMP slows down many-fold."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise TreeoptError(f"--threads must be ≥ 1, got {threads}")
+    torch.set_num_threads(threads)
+
+
+def architecture(model: PreTrainedModel) -> str:
     """The architecture name a user would recognise (``LlamaForCausalLM``)."""
     archs = getattr(getattr(model, "config", None), "architectures", None)
     return archs[0] if archs else type(model).__name__
@@ -72,19 +87,19 @@ def model_device(model: nn.Module) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
-def model_dims(model: Any) -> tuple[int, int]:
+def model_dims(model: PreTrainedModel) -> tuple[int, int]:
     """``(hidden_size, vocab_size)`` read from the LM head's weight."""
     vocab, hidden = model.get_output_embeddings().weight.shape
     return int(hidden), int(vocab)
 
 
-def context_length(model: Any) -> int | None:
+def context_length(model: PreTrainedModel) -> int | None:
     """Longest sequence the model supports (``max_position_embeddings``), None if unknown."""
     n = getattr(model.config, "max_position_embeddings", None)
     return int(n) if n else None
 
 
-def check_context(model: Any, length: int, *, what: str) -> None:
+def check_context(model: PreTrainedModel, length: int, *, what: str) -> None:
     """Raise when ``length`` tokens do not fit the model's context."""
     limit = context_length(model)
     if limit is not None and length > limit:

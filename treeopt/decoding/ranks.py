@@ -13,7 +13,7 @@ argmax at each position, an approximation of the greedy continuation: h_t still 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,11 @@ from treeopt.decoding.cache import new_cache
 from treeopt.decoding.models import model_device
 from treeopt.decoding.tree_forward import forward_with_cache
 from treeopt.drafters.base import rank_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
 
 
 def positions_range(length: int, start: int, num_heads: int) -> range:
@@ -34,7 +39,7 @@ def positions_range(length: int, start: int, num_heads: int) -> range:
     return range(start, max(start, length - 1 - num_heads))
 
 
-def _stream(model: Any, ids: torch.Tensor, targets: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states ``[b, T, d]`` and the token stream the heads are ranked against ``[b, T]``."""
     keep = 0 if targets == "argmax" else 1  # skip the LM head over positions when unused
     out = model(input_ids=ids, use_cache=False, output_hidden_states=True, logits_to_keep=keep)
@@ -45,7 +50,7 @@ def _stream(model: Any, ids: torch.Tensor, targets: str) -> tuple[torch.Tensor, 
     return hidden, torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
 
 
-def rank_batch(model: Any, heads: Any, sequences: Sequence[Sequence[int]], starts: Sequence[int],
+def rank_batch(model: PreTrainedModel, heads: DraftHeads, sequences: Sequence[Sequence[int]], starts: Sequence[int],
                *, top_k: int, targets: str = "tokens") -> list[npt.NDArray[np.int16]]:
     """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass."""
     K, device = heads.config.num_heads, model_device(model)
@@ -71,7 +76,7 @@ def rank_batch(model: Any, heads: Any, sequences: Sequence[Sequence[int]], start
             for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]
 
 
-def reference_ranks(model: Any, heads: Any, sequence: Sequence[int], start: int, *,
+def reference_ranks(model: PreTrainedModel, heads: DraftHeads, sequence: Sequence[int], start: int, *,
                     top_k: int) -> npt.NDArray[np.int16]:
     """Slow, readable reference: one position and one head at a time, ranks by a stable sort."""
     K, device = heads.config.num_heads, model_device(model)
@@ -90,7 +95,7 @@ def reference_ranks(model: Any, heads: Any, sequence: Sequence[int], start: int,
     return out
 
 
-def greedy_continuations(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+def greedy_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                          eos_token_id: int | None = None) -> list[list[int]]:
     """Prompt + greedy continuation of each prompt: one batch, left-padded, with a KV cache.
 

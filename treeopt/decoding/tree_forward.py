@@ -8,7 +8,7 @@ patched onto the model. The profiler times this same function.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,6 +16,9 @@ from treeopt.decoding.cache import new_cache
 from treeopt.decoding.models import architecture
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def tree_mask(tree: Tree, past: int, *, dtype: torch.dtype, device: torch.device | str,
@@ -37,13 +40,13 @@ def causal_to_additive(visible: torch.Tensor, *, dtype: torch.dtype) -> torch.Te
     return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
-def mask_dtype(model: Any) -> torch.dtype:
+def mask_dtype(model: PreTrainedModel) -> torch.dtype:
     """The float dtype of the model's activations (its embeddings' dtype)."""
     dtype = model.get_input_embeddings().weight.dtype
     return dtype if dtype.is_floating_point else torch.float32
 
 
-def forward_with_cache(model: Any, input_ids: torch.Tensor, *, cache: Any,
+def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache grows by q."""
@@ -74,7 +77,7 @@ def tree_inputs(tree: Tree, *, batch: int, past: int, dtype: torch.dtype,
     return (past + offsets).expand(batch, -1), mask.expand(batch, -1, -1, -1)
 
 
-def tree_forward(model: Any, tokens: torch.Tensor, tree: Tree, *, cache: Any, past: int,
+def tree_forward(model: PreTrainedModel, tokens: torch.Tensor, tree: Tree, *, cache: Any, past: int,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify tree tokens ``[b, n+1]`` (root first) after ``past`` cached tokens: the verify
     step of live decoding, and what the profiler times.
@@ -87,7 +90,7 @@ def tree_forward(model: Any, tokens: torch.Tensor, tree: Tree, *, cache: Any, pa
                               attention_mask=mask)
 
 
-def check_tree_support(model: Any) -> None:
+def check_tree_support(model: PreTrainedModel) -> None:
     """Probe that ``model`` honours a 4D mask: a masked tree token must not see its sibling.
 
     Raises a TreeoptError naming the architecture when the forward rejects the mask or ignores it.

@@ -5,9 +5,9 @@
 """
 
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths, demo_defaults, demo_paths
-from treeopt.demo.load import Demo, demo_dataset, load
+from treeopt.demo.load import Demo, load
 
 __all__ = [
-    "DEMO_FORMAT", "KINDS", "Demo", "DemoPaths", "demo_dataset", "demo_defaults", "demo_paths",
+    "DEMO_FORMAT", "KINDS", "Demo", "DemoPaths", "demo_defaults", "demo_paths",
     "load",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ import torch
 
 from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ def windows(stream: npt.NDArray[np.int32], *, seq_len: int, count: int,
     return torch.stack([data[s: s + seq_len] for s in starts.tolist()])
 
 
-def repetition_loss(model: Any, spans: torch.Tensor, *, seq_len: int, lam: float) -> torch.Tensor:
+def repetition_loss(model: PreTrainedModel, spans: torch.Tensor, *, seq_len: int, lam: float) -> torch.Tensor:
     """DITTO's loss on ``spans`` ``[b, L]`` each repeated to ``seq_len`` tokens.
 
     With p_n the model's probability of a token in repetition n and p*_{n-1} that of the same token
@@ -170,7 +173,7 @@ def lr_factor(step: int, cfg: BaseConfig) -> float:
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
-def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, seed: int,
+def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, seed: int,
                device: str = "cpu", progress: Callable[[int, float], None] | None = None,
                ) -> list[float]:
     """Train in place; return the loss of every step."""
@@ -205,7 +208,7 @@ def train_base(model: Any, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, se
     return losses
 
 
-def heldout_loss(model: Any, stream: npt.NDArray[np.int32], *, seq_len: int,
+def heldout_loss(model: PreTrainedModel, stream: npt.NDArray[np.int32], *, seq_len: int,
                  max_windows: int = 64) -> dict[str, float]:
     """Mean next-token cross-entropy (nats) over consecutive windows of the held-out stream."""
     device = model.get_input_embeddings().weight.device

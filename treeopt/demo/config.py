@@ -63,17 +63,6 @@ class DemoConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> DemoConfig:
-        doc = dict(doc)
-        base = dict(doc["base"])
-        if "ditto_span" in base:
-            base["ditto_span"] = tuple(base["ditto_span"])
-        doc["base"] = BaseConfig(**base)
-        for key in ("prompt_tokens", "eval_sizes", "latency_context", "latency_tokens"):
-            doc[key] = tuple(doc[key])
-        return cls(**doc)
-
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,

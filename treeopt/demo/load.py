@@ -55,8 +55,9 @@ def read_manifest(paths: DemoPaths) -> dict[str, Any]:
 
 
 def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
-         dtype: str = "float32", with_model: bool = True) -> Demo:
-    """The demo at ``root`` (default: the shipped ``data/demo``), loaded.
+         dtype: str = "float32", with_model: bool = True, threads: int | None = None) -> Demo:
+    """The demo at ``root`` (default: the shipped ``data/demo``), loaded; ``threads``: CPU
+    threads for torch (the demo model is tiny: one decodes fastest).
 
     ``with_model=False`` skips the model, tokenizer and heads (traces and growths only, no torch).
     """
@@ -71,7 +72,7 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
         from treeopt.drafters.checkpoints import load_heads_for
 
         model, tokenizer = load_model(ModelSpec(path=str(paths.model), device=device,
-                                                dtype=dtype))
+                                                dtype=dtype, threads=threads))
         heads = {kind: load_heads_for(model, paths.heads(kind)) for kind in KINDS}
     return Demo(
         paths=paths, manifest=manifest, model=model, tokenizer=tokenizer, heads=heads,
@@ -79,13 +80,3 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
         heldout_traces={kind: RankTrace.load(paths.trace(kind, heldout=True)) for kind in KINDS},
         growths={kind: Growth.load(paths.growth(kind)) for kind in KINDS},
         prompts=read_texts([paths.prompts("heldout")]))
-
-
-def demo_dataset(demo: Demo) -> Any:
-    """The demo's calibration traces (with their held-out twins) as a workbench Dataset."""
-    from treeopt.workbench.datasets import Dataset
-
-    positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
-    return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),
-                   description=f"shipped demo: rank traces of its Medusa and Hydra heads "
-                               f"(positions: {positions})")

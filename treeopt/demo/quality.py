@@ -19,7 +19,10 @@ from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
     from treeopt.decoding.compare import Comparison
+    from treeopt.drafters.base import DraftHeads
 
 
 def repetition_share(tokens: Sequence[int], n: int = 8) -> float:
@@ -72,7 +75,7 @@ def prediction(run: dict[str, Any], tree: Tree, *, calibration: RankTrace, heldo
             "fidelity": rel, "fidelity_stderr": rel_se}
 
 
-def live_run(model: Any, heads: Any, tree: Tree, prompts: Sequence[Sequence[int]], *,
+def live_run(model: PreTrainedModel, heads: DraftHeads, tree: Tree, prompts: Sequence[Sequence[int]], *,
              max_new_tokens: int) -> tuple[dict[str, Any], Comparison]:
     """Tree-decode every prompt against autoregressive decoding: pooled acceptance (standard
     error over prompts), time per prompt, speed-up and the lossless check."""
@@ -101,7 +104,7 @@ def autoregressive_summary(result: Comparison) -> dict[str, Any]:
             "repetition_8gram": float(np.mean([repetition_share(list(r.tokens)) for r in runs]))}
 
 
-def greedy_repetition(model: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                       ) -> float:
     """Mean 8-gram repetition share of greedy continuations (batched, for reference models)."""
     from treeopt.decoding.ranks import greedy_continuations

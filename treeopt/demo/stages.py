@@ -5,10 +5,9 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,28 +15,46 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
+
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
 
 @dataclass
 class Context:
-    """What the stages share: settings, output paths, scratch space, log; loaded lazily."""
+    """What the stages share: settings, output paths, scratch space, log; the corpus, tokenizer
+    and model are loaded on first use and kept in ``loaded`` (a stage that rewrites one calls
+    :meth:`reload`)."""
 
     config: DemoConfig
     paths: DemoPaths
     scratch: Path
     log: Callable[[str], None]
     show_progress: bool = False
+    loaded: dict[str, Any] = field(default_factory=dict)
 
-    @cached_property
+    def _once(self, name: str, load: Callable[[], Any]) -> Any:
+        if name not in self.loaded:
+            self.loaded[name] = load()
+        return self.loaded[name]
+
+    def reload(self, name: str) -> None:
+        """Forget ``name`` (``tokenizer``, ``model``): a stage has just rewritten it on disk."""
+        self.loaded.pop(name, None)
+
+    @property
     def corpus(self) -> Corpus:
-        return load_corpus(max_files=self.config.max_files)
+        return self._once("corpus", lambda: load_corpus(max_files=self.config.max_files))
 
-    @cached_property
+    @property
     def tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(self.paths.model), local_files_only=True)
+        return self._once("tokenizer", lambda: AutoTokenizer.from_pretrained(
+            str(self.paths.model), local_files_only=True))
 
     def stream(self, part: str) -> np.ndarray:
         """The token stream of a corpus part, cached in the scratch space."""
@@ -53,14 +70,15 @@ class Context:
 
         return encode(self.tokenizer, read_texts([self.paths.prompts(part)]))
 
-    @cached_property
-    def model(self) -> Any:
+    @property
+    def model(self) -> PreTrainedModel:
         """The shipped base model as shipped: the 16-bit weights, computed in float32."""
         from treeopt.decoding.models import ModelSpec, load_model
 
-        return load_model(ModelSpec(path=str(self.paths.model), device=self.config.device))[0]
+        return self._once("model", lambda: load_model(
+            ModelSpec(path=str(self.paths.model), device=self.config.device))[0])
 
-    def heads(self, kind: str) -> Any:
+    def heads(self, kind: str) -> DraftHeads:
         from treeopt.drafters.checkpoints import load_heads_for
 
         return load_heads_for(self.model, self.paths.heads(kind))
@@ -77,7 +95,7 @@ def corpus_and_tokenizer(ctx: Context) -> dict[str, Any]:
 
     tok = train_tokenizer([f.text for f in ctx.corpus.train], vocab_size=ctx.config.vocab_size)
     tok.save_pretrained(str(ctx.paths.model))
-    ctx.__dict__.pop("tokenizer", None)
+    ctx.reload("tokenizer")
     counts = {part: int(len(ctx.stream(part))) for part in ("train", "calibration", "heldout")}
     return {"corpus": ctx.corpus.summary(), "vocab_size": len(tok), "tokens": counts}
 
@@ -119,7 +137,7 @@ def base_model(ctx: Context) -> dict[str, Any]:
                         progress=tick)
     bar.close()
     model.to(torch.float16).save_pretrained(str(ctx.paths.model))
-    ctx.__dict__.pop("model", None)
+    ctx.reload("model")
     heldout = heldout_loss(ctx.model, ctx.stream("heldout"), seq_len=c.base.seq_len)
     return {"parameters": sum(p.numel() for p in model.parameters()),
             "train_tokens": c.base.train_tokens,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +18,11 @@ from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
 from treeopt.drafters.config import TrainConfig
 from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
 
 
 def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
@@ -34,7 +39,7 @@ def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
     return torch.tensor(flat[: rows * seq_len]).view(rows, seq_len)
 
 
-def distill_loss(model: Any, heads: Any, ids: torch.Tensor, *, decay: float = 0.8,
+def distill_loss(model: PreTrainedModel, heads: DraftHeads, ids: torch.Tensor, *, decay: float = 0.8,
                  ) -> tuple[torch.Tensor, list[float], list[float]]:
     """Weighted teacher loss on a batch ``[b, T]``; also each head's loss and top-1 agreement."""
     K, T = heads.config.num_heads, ids.shape[1]
@@ -67,10 +72,10 @@ def _schedule(cfg: TrainConfig) -> Callable[[int], float]:
     return factor
 
 
-def train_heads(model: Any, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
-                heads: Any = None,
+def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
+                heads: DraftHeads | None = None,
                 progress: Callable[[int, int, float], None] | None = None,
-                ) -> tuple[Any, list[dict[str, Any]]]:
+                ) -> tuple[DraftHeads, list[dict[str, Any]]]:
     """Train (new or given) heads on ``sequences`` of token ids; return them and a loss history."""
     torch.manual_seed(config.seed)
     device = model_device(model)

@@ -8,17 +8,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from treeopt.accuracy import AccuracyTable, parse_accuracies
 from treeopt.errors import TreeoptError
-from treeopt.formats import parse_tree
-from treeopt.grow import Growth, grow
 from treeopt.trace import RankTrace
-from treeopt.tree import Tree
-from treeopt.value import Source, expected_accept_length, node_probabilities
+from treeopt.value import Method, Source, methods_for
+
+if TYPE_CHECKING:
+    from treeopt.demo.load import Demo
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,6 +34,10 @@ class Dataset:
 
     def has_trace(self, label: str) -> bool:
         return isinstance(self.sources[label], RankTrace)
+
+    def methods(self, label: str) -> tuple[Method, ...]:
+        """The acceptance models ``label``'s source supports, best first."""
+        return methods_for(self.sources[label])
 
 
 def dataset_from_upload(filename: str, data: bytes) -> Dataset:
@@ -92,55 +94,12 @@ def _describe(trace: RankTrace) -> str:
     return f"{trace.positions:,} positions × {trace.heads} heads ({kind}), top-{trace.top_k}"
 
 
-# what the Trees page starts with, and the tree Export and Verify use until one is chosen there
-TREE_DEFAULTS = {"max_nodes": 128, "size": 64, "max_rank": 10, "constraint": "none"}
+def demo_dataset(demo: Demo) -> Dataset:
+    """The demo's calibration traces (with their held-out twins) as a dataset."""
+    positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
+    return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),
+                   description=f"shipped demo: rank traces of its Medusa and Hydra heads "
+                               f"(positions: {positions})")
 
 
-def default_tree(source: Source, label: str) -> tuple[Tree, str]:
-    """The Trees page's default tree of ``source`` and its description."""
-    method = "empirical" if isinstance(source, RankTrace) else "independent"
-    growth = grow(source, method=method, max_nodes=TREE_DEFAULTS["max_nodes"],  # type: ignore[arg-type]
-                  max_rank=TREE_DEFAULTS["max_rank"])
-    tree = growth.tree(min(TREE_DEFAULTS["size"], growth.max_nodes))
-    return tree, f"{label} · {method} · none · {tree.size} nodes"
-
-
-@dataclass(frozen=True)
-class TreeView:
-    """A tree with what the Trees page shows about it."""
-
-    tree: Tree
-    probabilities: npt.NDArray[np.float64]
-    expected_accept_length: float
-
-
-def view_tree(tree: Tree, source: Source, *, method: str) -> TreeView:
-    """Per-node acceptance probabilities and E[L] of ``tree`` under ``method``."""
-    if tree.size == 0:
-        return TreeView(tree, np.zeros(0), 1.0)
-    method = method if isinstance(source, RankTrace) else "independent"
-    prob = node_probabilities(tree, source, method=method)  # type: ignore[arg-type]
-    return TreeView(tree, prob, 1.0 + float(prob.sum()))
-
-
-def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None, max_rank: int | None,
-                constraint: str) -> dict[str, Growth]:
-    """Growths under both models where the source allows (a table has the independent only)."""
-    methods = ["empirical", "independent"] if isinstance(source, RankTrace) else ["independent"]
-    return {m: grow(source, method=m, max_nodes=max_nodes, max_depth=max_depth,  # type: ignore[arg-type]
-                    max_rank=max_rank, constraint=constraint)  # type: ignore[arg-type]
-            for m in methods}
-
-
-def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree, float]:
-    """Parse a pasted choices list (any engine form) and evaluate it on ``source``."""
-    tree = parse_tree(text, source="pasted tree")
-    heads = source.heads
-    if tree.depth > heads:
-        raise TreeoptError(f"pasted tree is {tree.depth} deep but the data has {heads} heads")
-    method = method if isinstance(source, RankTrace) else "independent"
-    return tree, expected_accept_length(tree, source, method=method)  # type: ignore[arg-type]
-
-
-__all__ = ["TREE_DEFAULTS", "Dataset", "TreeView", "default_tree", "calibrate_local", "dataset_from_upload", "growth_pair", "imported_tree_point",
-           "view_tree"]
+__all__ = ["Dataset", "calibrate_local", "dataset_from_upload", "demo_dataset"]

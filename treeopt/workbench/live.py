@@ -4,11 +4,16 @@ with the text split into the tokens each step accepted."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import TreeoptError
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
 
 
 @dataclass(frozen=True)
@@ -16,7 +21,6 @@ class LiveRun:
     """Both decodings of one prompt and what the page shows about them."""
 
     segments: tuple[str, ...]  # the tree decoding's text, one piece per step (first: prefill)
-    autoregressive_text: str
     accept_lengths: tuple[int, ...]
     histogram: tuple[int, ...]
     mean_accept_length: float
@@ -29,7 +33,7 @@ class LiveRun:
     time_split: dict[str, float]  # seconds spent drafting, verifying, bookkeeping
 
 
-def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
+def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tree, prompt: str, *,
              max_new_tokens: int = 128, mode: str = "greedy",
              trace: RankTrace | None = None) -> LiveRun:
     """Decode ``prompt`` with ``tree`` and autoregressively (after a short warm-up of each)."""
@@ -59,7 +63,7 @@ def live_run(model: Any, tokenizer: Any, heads: Any, tree: Tree, prompt: str, *,
             per_step = simulate(tree, trace, per_step=True).mean_accept_length
     split = result.tree_profile.split if result.tree_profile is not None else None
     return LiveRun(
-        segments=segments, autoregressive_text=tokenizer.decode(list(base.tokens)),
+        segments=segments,
         accept_lengths=stats.accept_lengths, histogram=stats.histogram,
         mean_accept_length=stats.mean_accept_length, stderr=stats.stderr,
         tree_tokens_per_s=stats.tokens_per_s,

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from treeopt.selection import Selection
+
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
 
 
@@ -62,23 +64,22 @@ def latency_figure(points: Sequence[tuple[int, int, int, float]], *, title: str)
     return fig
 
 
-def throughput_curves(selection: dict[str, Any], *, context: int) -> go.Figure:
+def throughput_curves(selection: Selection, *, context: int) -> go.Figure:
     """Predicted tokens/s vs tree size, one curve per batch size, best sizes marked."""
     from plotly.colors import sample_colorscale
 
     fig = go.Figure()
-    points = [p for p in selection["points"] if p["context"] == context]
+    points = [p for p in selection.points if p.context == context]
     colours = sample_colorscale("Viridis", list(np.linspace(0, 0.9, max(len(points), 2))))
     for p, colour in zip(points, colours, strict=False):
-        curve = p["curve"]
-        fig.add_trace(go.Scatter(x=curve["size"], y=curve["tokens_per_s"], mode="lines",
-                                 name=f"batch {p['batch']}", line=dict(color=colour)))
-        fig.add_trace(go.Scatter(x=[p["best_size"]], y=[p["tokens_per_s"]], mode="markers",
+        fig.add_trace(go.Scatter(x=list(p.curve.size), y=list(p.curve.tokens_per_s), mode="lines",
+                                 name=f"batch {p.batch}", line=dict(color=colour)))
+        fig.add_trace(go.Scatter(x=[p.best_size], y=[p.tokens_per_s], mode="markers",
                                  marker=dict(size=12, symbol="star", color=colour,
                                              line=dict(color="black", width=1)),
                                  showlegend=False,
-                                 hovertext=f"batch {p['batch']}: best {p['best_size']} nodes, "
-                                           f"{p['speedup']:.2f}× autoregressive",
+                                 hovertext=f"batch {p.batch}: best {p.best_size} nodes, "
+                                           f"{p.speedup:.2f}× autoregressive",
                                  hoverinfo="text"))
     fig.update_layout(title=f"Predicted throughput vs tree size (context {context})",
                       xaxis_title="tree size (nodes; 0 = autoregressive)",
@@ -86,15 +87,14 @@ def throughput_curves(selection: dict[str, Any], *, context: int) -> go.Figure:
     return fig
 
 
-def best_size_heatmap(selection: dict[str, Any]) -> go.Figure:
+def best_size_heatmap(selection: Selection) -> go.Figure:
     """Best tree size over (batch, context); 0 means speculation does not pay."""
-    batch = sorted({p["batch"] for p in selection["points"]})
-    context = sorted({p["context"] for p in selection["points"]})
+    batch, context = selection.batches, selection.contexts
     size = np.zeros((len(context), len(batch)))
     speed = np.zeros_like(size)
-    for p in selection["points"]:
-        i, j = context.index(p["context"]), batch.index(p["batch"])
-        size[i, j], speed[i, j] = p["best_size"], p["speedup"]
+    for p in selection.points:
+        i, j = context.index(p.context), batch.index(p.batch)
+        size[i, j], speed[i, j] = p.best_size, p.speedup
     fig = go.Figure(go.Heatmap(z=size, x=[str(b) for b in batch], y=[str(s) for s in context],
                                customdata=speed, texttemplate="%{z}", textfont=dict(size=13),
                                colorscale="Blues", colorbar=dict(title="best size (nodes)"),

@@ -1,0 +1,162 @@
+"""The result of a selection: the best tree per (batch, context) with its predicted curve, and
+per-batch-size schedules in the engines' forms. Frozen types; ``to_json`` is the file format.
+
+File: ``"format": "treeopt.selection/1"``: ``formula``, ``growth``, ``latency``, ``draft``,
+``depth_caps``, ``points`` (one per (batch, context)), ``stops_paying`` (per context, the first
+batch size at which no tree beats autoregressive decoding) and ``schedules`` (per context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from treeopt.errors import TreeoptError
+from treeopt.tree import Tree
+
+SELECTION_FORMAT = "treeopt.selection/1"
+FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b))"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Predicted tokens/s of the tree of every size (None where the latency is unknown)."""
+
+    size: tuple[int, ...]
+    tokens_per_s: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class DepthCapBest:
+    """The best tree of one depth-capped family at a point."""
+
+    max_depth: int | None
+    best_size: int
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Point:
+    """The best tree at one (batch, context) and what it is predicted to do there."""
+
+    batch: int
+    context: int
+    tree: Tree
+    max_depth: int | None  # the depth cap of the family the best tree comes from
+    expected_accept_length: float
+    verify_ms: float
+    draft_ms: float
+    tokens_per_s: float
+    autoregressive_tokens_per_s: float
+    max_paying_size: int  # largest size still faster than autoregressive decoding
+    curve: Curve
+    by_depth_cap: tuple[DepthCapBest, ...] = ()
+
+    @property
+    def best_size(self) -> int:
+        return self.tree.size
+
+    @property
+    def depth(self) -> int:
+        return self.tree.depth
+
+    @property
+    def choices(self) -> list[list[int]]:
+        return self.tree.as_choices()
+
+    @property
+    def speedup(self) -> float:
+        return self.tokens_per_s / self.autoregressive_tokens_per_s
+
+    @property
+    def pays(self) -> bool:
+        return self.best_size > 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {"batch": self.batch, "context": self.context, "best_size": self.best_size,
+               "max_depth": self.max_depth, "depth": self.depth, "choices": self.choices,
+               "expected_accept_length": self.expected_accept_length,
+               "verify_ms": self.verify_ms, "draft_ms": self.draft_ms,
+               "tokens_per_s": self.tokens_per_s,
+               "autoregressive_tokens_per_s": self.autoregressive_tokens_per_s,
+               "speedup": self.speedup, "pays": self.pays,
+               "max_paying_size": self.max_paying_size,
+               "curve": {"size": list(self.curve.size),
+                         "tokens_per_s": list(self.curve.tokens_per_s)}}
+        if self.by_depth_cap:
+            doc["by_depth_cap"] = [{"max_depth": c.max_depth, "best_size": c.best_size,
+                                    "tokens_per_s": c.tokens_per_s} for c in self.by_depth_cap]
+        return doc
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Best trees over a (batch × context) grid, and where their inputs came from."""
+
+    growth: dict[str, Any]  # method, max_nodes, constraint of the growth scanned
+    latency: dict[str, Any]  # the verify-latency source and its provenance
+    draft: dict[str, Any]  # the drafting cost's kind and source
+    depth_caps: tuple[int | None, ...]
+    points: tuple[Point, ...]
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted({p.batch for p in self.points})
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted({p.context for p in self.points})
+
+    def point(self, batch: int, context: int) -> Point:
+        """The point at (batch, context); anything else is refused, naming the grid."""
+        for p in self.points:
+            if (p.batch, p.context) == (batch, context):
+                return p
+        raise TreeoptError(f"the selection has no point at batch {batch}, context {context}; "
+                           f"it has batches {self.batches} and contexts {self.contexts}")
+
+    def stops_paying(self) -> list[dict[str, int | None]]:
+        """Per context, the smallest batch size at which autoregressive decoding wins."""
+        out = []
+        for s in self.contexts:
+            at = [p.batch for p in self.points if p.context == s and not p.pays]
+            out.append({"context": s, "batch": min(at) if at else None})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SELECTION_FORMAT, "formula": FORMULA, "growth": self.growth,
+                "latency": self.latency, "draft": self.draft,
+                "depth_caps": list(self.depth_caps),
+                "points": [p.to_json() for p in self.points],
+                "stops_paying": self.stops_paying(),
+                "schedules": [schedule(self, context=s) for s in self.contexts]}
+
+
+def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
+    """One tree per batch-size range at ``context``, with TensorRT-LLM and vLLM forms.
+
+    A batch size between two swept ones uses the tree of the next larger swept size (larger
+    batches favour smaller trees); above the largest swept size speculation is off.
+    """
+    pts = sorted((p for p in selection.points if p.context == context), key=lambda p: p.batch)
+    if not pts:
+        raise TreeoptError(f"--schedule-context {context} was not swept; swept contexts: "
+                           f"{selection.contexts}")
+    ranges: list[dict[str, Any]] = []
+    lo = 1
+    for p in pts:
+        if ranges and ranges[-1]["choices"] == p.choices:
+            ranges[-1]["max_batch"] = p.batch
+        else:
+            ranges.append({"min_batch": lo, "max_batch": p.batch, "size": p.best_size,
+                           "depth": p.depth, "choices": p.choices})
+        lo = p.batch + 1
+    trt = {str(r["max_batch"]): r["size"] for r in ranges}
+    while trt and list(trt.values())[-1] == 0:  # trailing zeros are implicit in TensorRT-LLM
+        trt.pop(list(trt)[-1])
+    vllm = [[r["min_batch"], r["max_batch"], r["size"]] for r in ranges]
+    return {"context": context, "ranges": ranges,
+            "tensorrt_llm": {"draft_len_schedule": trt},
+            "vllm": {"num_speculative_tokens_per_batch_size": vllm},
+            "note": "draft length = tree nodes (tokens drafted per step); batches above "
+                    f"{pts[-1].batch} were not swept, so speculation is off there"}
