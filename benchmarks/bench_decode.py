@@ -20,13 +20,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-from treeopt.decoding.loop import DecodeConfig, autoregressive, generate
+from treeopt.decoding.compare import compare
+from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.ranks import greedy_continuations
-from treeopt.decoding.stats import combine
 from treeopt.drafters import KIND_NAMES
 from treeopt.drafters.training import TrainConfig, train_heads
 from treeopt.grow import grow
-from treeopt.simulate import simulate, step_lengths
+from treeopt.simulate import simulate
 
 
 def build_model(args, device):
@@ -78,29 +78,24 @@ def main() -> None:
                              config=CalibrateConfig(top_k=16, max_new_tokens=args.new_tokens,
                                                     batch_size=16))
         growth = grow(trace, method="empirical", max_nodes=max(map(int, args.sizes.split(","))))
-        ar = [autoregressive(model, p, config=cfg) for p in held_out]
-        ar_stats = combine([r.stats for r in ar])
-        print(f"  trace: {trace.positions} positions; autoregressive {ar_stats.tokens_per_s:.1f} "
-              f"tokens/s")
+        print(f"  trace: {trace.positions} positions")
         for n in map(int, args.sizes.split(",")):
             tree = growth.tree(n)
-            runs = [generate(model, heads, tree, p, config=cfg) for p in held_out]
-            stats = combine([r.stats for r in runs])
-            same = all(r.tokens == a.tokens for r, a in zip(runs, ar, strict=True))
+            result = compare(model, heads, tree, held_out, config=cfg, split=True)
+            stats = result.tree_stats
             pred = simulate(tree, trace)
-            step_pred = float(step_lengths(tree, trace).mean())
+            step_pred = simulate(tree, trace, per_step=True).mean_accept_length
             measured = stats.mean_accept_length
             rel = (measured - pred.mean_accept_length) / pred.mean_accept_length
-            split = stats.to_dict()["seconds_split"]
+            split = result.to_dict()["tree_decoding"]["ms_per_step"]
             print(f"  T_{n:<3d} depth {tree.depth}: measured L {measured:.3f} ± {stats.stderr:.3f}"
                   f" | position-weighted E[L] {pred.mean_accept_length:.3f} ({rel * 100:+.1f}%)"
                   f" | per-step walk on the trace {step_pred:.3f} "
                   f"({(measured - step_pred) / step_pred * 100:+.1f}%)")
-            print(f"        {stats.tokens_per_s:.1f} tokens/s = "
-                  f"{stats.tokens_per_s / ar_stats.tokens_per_s:.2f}× AR | lossless {same} | "
-                  f"draft/verify/book {split['draft']:.2f}/{split['verify']:.2f}/"
-                  f"{split['bookkeeping']:.2f} s")
-
+            print(f"        {stats.tokens_per_s:.1f} tokens/s = {result.speedup:.2f}× AR "
+                  f"({result.autoregressive_stats.tokens_per_s:.1f}) | lossless "
+                  f"{result.lossless} | ms per step draft/verify/book {split['draft']:.2f}/"
+                  f"{split['verify']:.2f}/{split['bookkeeping']:.2f}")
 
 if __name__ == "__main__":
     main()
