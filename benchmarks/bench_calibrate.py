@@ -25,8 +25,8 @@ from treeopt.decoding.cache import new_cache
 from treeopt.decoding.ranks import rank_batch
 from treeopt.decoding.tree_forward import forward_with_cache
 from treeopt.drafters import KIND_NAMES, build_heads
-from treeopt.drafters.base import rank_of
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ranking import rank_of
 
 
 def timed(fn, device, repeats):

@@ -1,14 +1,13 @@
 """Measured verify-step latency: b sequences, each verifying q tree tokens against an s-token cache.
 
 What is timed is the live decoder's own verify step, :func:`treeopt.decoding.tree_forward.
-tree_forward` (a 4D float mask ``[b, 1, q, s+q]``, ``position_ids`` and the cache, through the
-model's public ``forward``), on a chain of q tokens (the cost depends on q only) after a cache of
-random keys and values (:func:`treeopt.decoding.cache.random_cache`; weights and cache contents do
-not change latency). Two methods:
+verify_step` (the step's mask and positions built as decoding builds them, then the model's public
+``forward``), on a chain of q tokens after a cache of random keys and values (weights and cache
+contents do not change latency). Two methods:
 
-- ``eager``: a ``DynamicCache`` cropped back to s after every call, as in Hugging Face decoding
-  (it concatenates the cache each step, so long contexts pay a copy that in-place engines avoid);
-- ``cuda-graphs``: one CUDA graph per q, captured once and replayed; each keeps its own cache copy.
+- ``eager``: the step as the decoder runs it: a :class:`~treeopt.decoding.cache.SlotCache`
+  written in place at the same frontier every call;
+- ``cuda-graphs``: one CUDA graph per q, captured once and replayed; each keeps its own cache.
 
 For every (b, s), the q values are measured interleaved (see :mod:`profiling.timing`), and the
 table is written after each (b, s) group, so an interrupted sweep resumes.
@@ -35,13 +34,9 @@ from profiling.timing import (
     summarize,
 )
 from roofline.config import ModelConfig
-from treeopt.decoding.cache import random_cache
-from treeopt.decoding.tree_forward import (
-    forward_with_cache,
-    mask_dtype,
-    tree_forward,
-    tree_inputs,
-)
+from treeopt.decoding.cache import SlotCache
+from treeopt.decoding.plan import tree_plan
+from treeopt.decoding.tree_forward import verify_step
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -84,44 +79,38 @@ def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str |
     return model.eval()
 
 
+def _step(model: torch.nn.Module, batch: int, context: int, q: int,
+          device: str) -> tuple[Callable[[], object], SlotCache]:
+    """The decoder's own verify step of a q-token chain (a chain stands for any q-token tree:
+    the cost depends on q only) after ``context`` cached tokens per row."""
+    cache = SlotCache.random(model, batch=batch, context=context, extra=q)
+    ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
+    plan = tree_plan(Tree.chain(q - 1), device)
+    lengths = torch.full((batch,), context, dtype=torch.long, device=device)
+    return (lambda: verify_step(model, ids, plan, cache=cache, lengths=lengths,
+                                frontier=context)), cache
+
+
 def _eager_calls(model, batch, context, tokens, device) -> dict[int, Call]:
-    """The decoder's own verify step (a chain of q tokens stands for any q-token tree) against a
-    random cache of ``context`` tokens, cropped back after every call."""
-    cache = random_cache(model, batch=batch, context=context)
-    calls = {}
-    for q in tokens:
-        ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
-        calls[q] = Call(run=lambda ids=ids, q=q: tree_forward(model, ids, Tree.chain(q - 1),
-                                                               cache=cache, past=context),
-                        reset=lambda q=q: cache.crop(-q))
-    return calls
+    """One call per q; each writes at the same frontier, so no reset is needed."""
+    return {q: Call(run=_step(model, batch, context, q, device)[0]) for q in tokens}
 
 
 def _graph_call(model, batch, context, q, device) -> Call:
-    """The verify step captured as a CUDA graph (inputs built outside, as graphs require)."""
-    cache = random_cache(model, batch=batch, context=context)
-    ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
-    position_ids, mask = tree_inputs(Tree.chain(q - 1), batch=batch, past=context,
-                                     dtype=mask_dtype(model), device=device)
-
-    def step() -> None:
-        forward_with_cache(model, ids, cache=cache, position_ids=position_ids,
-                           attention_mask=mask)
-
+    """The verify step captured as a CUDA graph and replayed."""
+    step, cache = _step(model, batch, context, q, device)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(2):
             step()
-            cache.crop(-q)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    alive = (cache, ids, position_ids, mask)  # the captured addresses live as long as the call
 
-    def replay(graph: torch.cuda.CUDAGraph = graph, alive: tuple = alive) -> None:
-        graph.replay()
+    def replay(graph: torch.cuda.CUDAGraph = graph, alive: object = (step, cache)) -> None:
+        graph.replay()  # ``alive`` keeps the captured tensors' addresses valid
 
     return Call(run=replay)
 

@@ -11,14 +11,11 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.decoding.cache import compact_cache, new_cache  # noqa: E402
-from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
+from treeopt.decoding.cache import SlotCache  # noqa: E402
+from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
+from treeopt.decoding.plan import tree_plan  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
-from treeopt.decoding.tree_forward import (  # noqa: E402
-    check_tree_support,
-    forward_with_cache,
-    tree_forward,
-)
+from treeopt.decoding.tree_forward import check_tree_support, verify_step  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 MEDUSA_63 = [  # Medusa's mc_sim_7b_63
@@ -60,16 +57,24 @@ def trained(peaked):
     return out
 
 
+def prefill(model, rows, capacity=32):
+    """A SlotCache holding each row of ``rows`` (equal lengths) at slots 0 … len-1."""
+    cache = SlotCache.allocate(model, batch=len(rows), capacity=capacity)
+    n = len(rows[0])
+    verify_step(model, torch.tensor(rows), tree_plan(Tree.chain(n - 1), "cpu"), cache=cache,
+                lengths=torch.zeros(len(rows), dtype=torch.long), frontier=0)
+    return cache
+
+
 def test_tree_forward_logits_equal_sequential_logits(peaked):
     model = peaked[0]
     tree = Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
     prefix = [5, 9, 11, 200, 17]
     tokens = torch.tensor([[7, 30, 31, 40, 41, 42, 50]])
     with torch.no_grad():
-        cache = new_cache(model)
-        forward_with_cache(model, torch.tensor([prefix]), cache=cache,
-                           position_ids=torch.arange(5)[None])
-        logits, hidden = tree_forward(model, tokens, tree, cache=cache, past=5)
+        cache = prefill(model, [prefix])
+        logits, hidden = verify_step(model, tokens, tree_plan(tree, "cpu"), cache=cache,
+                                     lengths=torch.tensor([5]), frontier=5)
         for i in range(tree.num_tokens):
             path = [j for j in range(tree.num_tokens) if tree.attention_mask[i, j]]
             seq = torch.tensor([prefix + tokens[0, path].tolist()])
@@ -79,18 +84,32 @@ def test_tree_forward_logits_equal_sequential_logits(peaked):
                                        atol=1e-5, rtol=1e-5)
 
 
-def test_compacted_cache_continues_like_a_fresh_forward(peaked):
+def test_ragged_rows_see_only_their_own_prefix(peaked):
+    """Row 1 holds 2 tokens, row 0 holds 4: the tree is written at slot 4 of both, and row 1's
+    tokens must ignore slots 2 and 3."""
+    model = peaked[0]
+    tree = Tree.from_choices([[0], [0, 0]])
+    with torch.no_grad():
+        cache = prefill(model, [[5, 6, 7, 8], [9, 10, 0, 0]])
+        logits, _ = verify_step(model, torch.tensor([[11, 12, 13], [14, 15, 16]]),
+                                tree_plan(tree, "cpu"), cache=cache,
+                                lengths=torch.tensor([4, 2]), frontier=4)
+        ref0 = model(input_ids=torch.tensor([[5, 6, 7, 8, 11, 12, 13]])).logits[0, 4:]
+        ref1 = model(input_ids=torch.tensor([[9, 10, 14, 15, 16]])).logits[0, 2:]
+    torch.testing.assert_close(logits[0], ref0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[1], ref1, atol=1e-5, rtol=1e-5)
+
+
+def test_moved_cache_continues_like_a_fresh_forward(peaked):
     model = peaked[0]
     tree = Tree.from_choices([[0], [1], [1, 0]])
     with torch.no_grad():
-        cache = new_cache(model)
-        forward_with_cache(model, torch.tensor([[5, 6, 7]]), cache=cache,
-                           position_ids=torch.arange(3)[None])
-        tree_forward(model, torch.tensor([[8, 20, 21, 22]]), tree, cache=cache, past=3)
-        compact_cache(cache, 3, torch.tensor([0, 2, 3]))  # root, [1], [1, 0]
-        assert cache.get_seq_length() == 6
-        nxt, _ = forward_with_cache(model, torch.tensor([[99]]), cache=cache,
-                                    position_ids=torch.tensor([[6]]))
+        cache = prefill(model, [[5, 6, 7]])
+        verify_step(model, torch.tensor([[8, 20, 21, 22]]), tree_plan(tree, "cpu"),
+                    cache=cache, lengths=torch.tensor([3]), frontier=3)
+        cache.move(torch.tensor([[3, 5, 6]]), torch.tensor([[3, 4, 5]]))  # root, [1], [1, 0]
+        nxt, _ = verify_step(model, torch.tensor([[99]]), tree_plan(Tree(()), "cpu"),
+                             cache=cache, lengths=torch.tensor([6]), frontier=6)
         ref = model(input_ids=torch.tensor([[5, 6, 7, 8, 21, 22, 99]])).logits
     torch.testing.assert_close(nxt[0, -1], ref[0, -1], atol=1e-5, rtol=1e-5)
 
@@ -110,6 +129,48 @@ def test_greedy_tree_decoding_is_lossless(peaked, trained, kind, name):
     assert max(accepted) <= TREES[name].depth + 1
     if name != "one-node":
         assert max(accepted) >= 3  # the heads really were accepted, not just the root
+
+
+def ragged(prompts, b):
+    """``b`` prompts of different lengths (3 … 8 tokens), so rows start ragged."""
+    return [p + p[: i % 4] for i, p in enumerate(prompts[:b])]
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("b", [1, 2, 4, 8])
+def test_batched_tree_decoding_is_lossless_for_every_sequence(peaked, trained, kind, b):
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=24)
+    rows = ragged(prompts, b)
+    run = decode(model, trained[kind], TREES["medusa-63"], rows, config=cfg)
+    assert list(run.tokens) == [autoregressive(model, p, config=cfg).tokens for p in rows]
+    assert run.stats.tokens == 24 * b and len(run.stats.runs) == (b if b > 1 else 0)
+    if b > 1:  # rows accepted different lengths at the same step: the batch was really ragged
+        per_row = [decode(model, trained[kind], TREES["medusa-63"], [p], config=cfg).stats
+                   for p in rows]
+        assert len({s.accept_lengths for s in per_row}) > 1
+        assert sorted(run.stats.accept_lengths) == sorted(x for s in per_row
+                                                         for x in s.accept_lengths)
+
+
+def test_a_sequence_that_stops_early_leaves_the_others_lossless(peaked, trained):
+    model, _, prompts = peaked
+    rows = ragged(prompts, 4)
+    plain = autoregressive(model, rows[1], config=DecodeConfig(max_new_tokens=30)).tokens
+    cfg = DecodeConfig(max_new_tokens=30, eos_token_id=plain[6])  # row 1 stops at its 7th token
+    run = decode(model, trained["hydra"], TREES["chain"], rows, config=cfg)
+    want = [autoregressive(model, p, config=cfg).tokens for p in rows]
+    assert list(run.tokens) == want and len(run.tokens[1]) == plain.index(plain[6]) + 1
+    assert any(len(t) == 30 for t in run.tokens)  # the others ran on to their budget
+
+
+def test_batched_autoregressive_equals_one_at_a_time(peaked):
+    model, _, prompts = peaked
+    rows = ragged(prompts, 5)
+    cfg = DecodeConfig(max_new_tokens=20)
+    run = decode(model, None, Tree(()), rows, config=cfg)
+    assert list(run.tokens) == [autoregressive(model, p, config=cfg).tokens for p in rows]
+    assert set(run.stats.accept_lengths) == {1}
 
 
 def test_typical_acceptance_at_low_temperature_is_greedy(peaked, trained):

@@ -14,7 +14,6 @@ from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
 from treeopt.drafters import build_heads  # noqa: E402
-from treeopt.drafters.base import rank_of, top_candidates  # noqa: E402
 from treeopt.drafters.checkpoints import (  # noqa: E402
     import_medusa,
     load_heads,
@@ -22,6 +21,7 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     save_heads,
 )
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters.ranking import rank_of, top_candidates  # noqa: E402
 
 D, V = 64, 256
 

@@ -13,8 +13,9 @@ from profiling.table import LatencyRecord, LatencyTable, load_draft_latency
 from profiling.timing import Call, interleaved
 from profiling.verify import build_model, profile_verify
 from roofline import Hardware, ModelConfig, preset
-from treeopt.decoding.cache import random_cache
-from treeopt.decoding.tree_forward import tree_forward
+from treeopt.decoding.cache import SlotCache
+from treeopt.decoding.plan import tree_plan
+from treeopt.decoding.tree_forward import verify_step
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -24,24 +25,23 @@ GRID = {"batch": [1, 2], "context": [16, 64], "tokens": [1, 4]}
 
 def test_verify_step_matches_a_full_forward():
     """The profiled call — the decoder's own verify step — is a real forward."""
-    from transformers import DynamicCache
-
     model = build_model(TINY, device="cpu", dtype="fp32")
     ids = torch.randint(0, TINY.vocab_size, (2, 10))
     with torch.inference_mode():
         full = model(input_ids=ids).logits  # [b, 10, V]
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :6], past_key_values=cache, use_cache=True)
-        step, _ = tree_forward(model, ids[:, 6:], Tree.chain(3), cache=cache, past=6)
-        assert cache.get_seq_length() == 10
-        cache.crop(-4)
+        cache = SlotCache.allocate(model, batch=2, capacity=11)
+        verify_step(model, ids[:, :6], tree_plan(Tree.chain(5), "cpu"), cache=cache,
+                    lengths=torch.zeros(2, dtype=torch.long), frontier=0)
+        step, _ = verify_step(model, ids[:, 6:], tree_plan(Tree.chain(3), "cpu"), cache=cache,
+                              lengths=torch.full((2,), 6), frontier=6)
         assert cache.get_seq_length() == 6
     torch.testing.assert_close(step, full[:, 6:], rtol=1e-4, atol=1e-4)
 
 
 def test_random_cache_has_the_context_length():
     model = build_model(TINY, device="cpu", dtype="fp32")
-    assert random_cache(model, batch=3, context=17).get_seq_length() == 17
+    cache = SlotCache.random(model, batch=3, context=17, extra=4)
+    assert cache.get_seq_length() == 17 and cache.capacity == 22
 
 
 def test_profile_on_cpu_writes_every_point_with_spread(tmp_path):

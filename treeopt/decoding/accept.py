@@ -1,66 +1,84 @@
-"""Acceptance rules: which tree path the base model's verify logits accept, and its next token.
+"""Acceptance rules, batched: which tree path each row's verify logits accept, and its next token.
 
-- greedy: a node passes when its token equals the base model's argmax at its parent; lossless.
+- greedy: a node passes when its token equals the base model's best token at its parent
+  (:func:`~treeopt.drafters.ranking.best_token`); lossless.
 - typical (Medusa): a node passes when its probability at temperature T exceeds
   ``min(ε, α·exp(−entropy))`` at its parent; the longest passing path wins, ties broken by
   log-likelihood; the next token is sampled. Not lossless by design.
+
+Every row accepts the longest root-to-leaf prefix whose nodes all pass (the root always does).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.plan import TreePlan
+from treeopt.drafters.ranking import best_token
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict:
+    """Per row: the accepted path's token indices (root first, ``[b, depth+1]``; only the first
+    ``length`` are accepted), how many were accepted, and the base model's next token."""
+
+    path: torch.Tensor  # [b, depth+1]
+    length: torch.Tensor  # [b]
+    next_root: torch.Tensor  # [b]
 
 
 def accept(plan: TreePlan, tokens: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig,
-           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accepted token indices (root first) and the next root, from verify logits ``[n+1, V]``."""
-    parent = plan.parent
-    tok = tokens[0]
+           generator: torch.Generator | None) -> Verdict:
+    """The verdict on tree tokens ``[b, q]`` from their verify logits ``[b, q, V]``."""
     if cfg.mode == "greedy":
-        ok = tok[1:] == logits.argmax(-1)[parent[1:]]
-        score = torch.zeros(plan.tree.num_tokens, device=logits.device)
-    else:
-        probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)  # [n+1, V]
-        entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
-        thresh = torch.clamp(cfg.alpha * torch.exp(-entropy), max=cfg.posterior_threshold)
-        p_tok = probs[parent[1:], tok[1:]]
-        ok = p_tok > thresh[parent[1:]]
-        score = torch.cat([p_tok.new_zeros(1), torch.log(p_tok.clamp_min(1e-30))])
-    ok = torch.cat([ok.new_ones(1), ok])  # the root is always accepted
+        best = best_token(logits).to(tokens.device)  # [b, q]: the model's token after each
+        if plan.tree.size == 0:
+            ones = torch.ones_like(best[:, 0])
+            return Verdict(torch.zeros_like(best), ones, best[:, 0])
+        ok = tokens[:, 1:] == best[:, plan.parent[1:]]  # [b, n]
+        path, length = longest_path(plan, ok)
+        last = path.gather(1, (length - 1)[:, None])  # [b, 1]
+        return Verdict(path, length, best.gather(1, last)[:, 0])
+    probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)  # [b, q, V]
     if plan.tree.size == 0:
-        path = torch.zeros(1, dtype=torch.long, device=logits.device)
+        path = torch.zeros_like(tokens)
+        length = torch.ones_like(tokens[:, 0])
     else:
-        path = best_path(plan.rows, ok, score, typical=cfg.mode == "typical")
-    return path, choose(logits[path[-1]], cfg, generator)
+        entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # [b, q]
+        thresh = torch.clamp(cfg.alpha * torch.exp(-entropy), max=cfg.posterior_threshold)
+        p_tok = probs[:, plan.parent[1:]].gather(-1, tokens[:, 1:, None])[..., 0]  # [b, n]
+        ok = p_tok > thresh[:, plan.parent[1:]]
+        path, length = longest_path(plan, ok, score=torch.log(p_tok.clamp_min(1e-30)))
+    last = path.gather(1, (length - 1)[:, None])[:, 0]  # [b]
+    rows = torch.arange(tokens.shape[0], device=tokens.device)
+    nxt = torch.multinomial(probs[rows, last], 1, generator=generator)[:, 0]
+    return Verdict(path, length, nxt)
 
 
-def best_path(rows: torch.Tensor, ok: torch.Tensor, score: torch.Tensor, *, typical: bool,
-              ) -> torch.Tensor:
-    """The longest accepted root-to-node path (typical: ties by log-likelihood).
+def longest_path(plan: TreePlan, ok: torch.Tensor, score: torch.Tensor | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's longest passing root-to-node path ``[b, depth+1]`` and its length ``[b]``;
+    ``ok`` ``[b, n]`` says which nodes pass; ``score`` ``[b, n]`` breaks ties between paths of
+    equal length (typical acceptance: log-likelihood), else the first leaf in canonical order.
 
-    ``rows`` ``[leaves, depth+1]``: the tree's retrieve indices; ``ok``, ``score`` ``[n+1]``.
-
-    >>> rows = torch.tensor([[0, 1, 3], [0, 2, -1]])
-    >>> best_path(rows, torch.tensor([True, True, True, False]), torch.zeros(4), typical=False)
-    tensor([0, 1])
+    >>> from treeopt.tree import Tree
+    >>> from treeopt.decoding.plan import tree_plan
+    >>> plan = tree_plan(Tree.from_choices([[0], [1], [0, 0]]), "cpu")
+    >>> path, length = longest_path(plan, torch.tensor([[True, True, False], [False, True, True]]))
+    >>> path.tolist(), length.tolist()
+    ([[0, 2, 0], [0, 2, 0]], [2, 2])
     """
-    passed = torch.where(rows >= 0, ok[rows.clamp_min(0)], False).long().cumprod(-1)
-    length = passed.sum(-1)  # [leaves]
-    if typical:
-        loglik = torch.where(passed.bool(), score[rows.clamp_min(0)], 0.0).sum(-1)
-        best = int(torch.argmax(length.double() * 1e6 + loglik.double()))
+    b = ok.shape[0]
+    ok = torch.cat([ok.new_ones(b, 1), ok], dim=1)  # [b, q]: the root always passes
+    passed = (ok[:, plan.rows] & plan.rows_valid).long().cumprod(-1)  # [b, leaves, depth+1]
+    lengths = passed.sum(-1)  # [b, leaves]
+    if score is not None:
+        score = torch.cat([score.new_zeros(b, 1), score], dim=1)[:, plan.rows]
+        loglik = (score * passed).sum(-1)  # [b, leaves]
+        best = torch.argmax(lengths.double() * 1e6 + loglik.double(), dim=-1)
     else:
-        best = int(torch.argmax(length))
-    return rows[best, : int(length[best])]
-
-
-def choose(logits: torch.Tensor, cfg: DecodeConfig, generator: torch.Generator | None,
-           ) -> torch.Tensor:
-    """The base model's next token from logits ``[V]``: argmax, or a sample (typical mode)."""
-    if cfg.mode == "greedy":
-        return logits.argmax()
-    probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[0]
+        best = torch.argmax(lengths, dim=-1)  # [b]: the first longest leaf
+    return plan.rows[best], lengths.gather(1, best[:, None])[:, 0]

@@ -1,5 +1,6 @@
-"""The base model's key/value cache: creation, random filling (for profiling), and compaction
-to the accepted path. One place that knows how transformers stores a cache's tensors."""
+"""The base model's key/value cache: :class:`SlotCache`, the preallocated batch cache the live
+decoder writes in place, and transformers' DynamicCache for one-off forwards. One place that knows
+how transformers stores a cache's tensors."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import DynamicCache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -16,27 +18,10 @@ Put = Callable[[torch.Tensor, torch.Tensor], None]
 
 def new_cache(model: PreTrainedModel) -> Any:
     """An empty DynamicCache for ``model``."""
-    from transformers import DynamicCache
-
     try:
         return DynamicCache(config=model.config)
     except TypeError:  # older transformers
         return DynamicCache()
-
-
-def random_cache(model: PreTrainedModel, *, batch: int, context: int) -> Any:
-    """A cache holding ``context`` random keys and values per layer, for ``batch`` sequences
-    (the latency of a step does not depend on the cached values)."""
-    cfg = model.config
-    cache = new_cache(model)
-    p = next(model.parameters())
-    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    shape = (batch, heads, context, head_dim)  # [b, kv heads, s, head_dim]
-    for layer in range(cfg.num_hidden_layers):
-        cache.update(torch.randn(shape, dtype=p.dtype, device=p.device),
-                     torch.randn(shape, dtype=p.dtype, device=p.device), layer)
-    return cache
 
 
 def cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor, Put]]:
@@ -67,3 +52,63 @@ def compact_cache(cache: Any, past: int, keep: torch.Tensor) -> None:
     for keys, values, put in cache_tensors(cache):
         idx = index.to(keys.device)
         put(keys.index_select(-2, idx), values.index_select(-2, idx))
+
+
+class SlotCache(DynamicCache):
+    """Keys and values of a batch of sequences in one preallocated buffer, written in place.
+
+    ``kv`` is ``[layers, 2, batch, kv_heads, capacity, head_dim]``. Row i's cached tokens are the
+    slots ``[0, length_i)`` (the lengths are kept by the decoder, which masks the rest). A forward
+    writes its q new tokens at ``[frontier, frontier + q)`` of every row and attends over
+    ``[0, frontier + q)``; afterwards :meth:`move` copies each row's accepted tokens down to the
+    end of its prefix. Nothing grows or is re-concatenated, and only accepted tokens move. The last
+    slot is scratch: moves that pad a ragged batch write there.
+    """
+
+    def __init__(self, kv: torch.Tensor) -> None:
+        super().__init__()
+        self.kv = kv
+        self.frontier = 0
+
+    @classmethod
+    def allocate(cls, model: PreTrainedModel, *, batch: int, capacity: int) -> SlotCache:
+        """An empty cache for ``batch`` sequences of up to ``capacity - 1`` tokens."""
+        cfg = model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        p = next(model.parameters())
+        kv = torch.zeros(cfg.num_hidden_layers, 2, batch, heads, capacity, head_dim,
+                         dtype=p.dtype, device=p.device)
+        return cls(kv)
+
+    @classmethod
+    def random(cls, model: PreTrainedModel, *, batch: int, context: int,
+               extra: int) -> SlotCache:
+        """A cache whose rows hold ``context`` random keys and values (the latency of a step does
+        not depend on the cached values), with room for ``extra`` more tokens."""
+        cache = cls.allocate(model, batch=batch, capacity=context + extra + 1)
+        cache.kv[:, :, :, :, :context].normal_()
+        cache.frontier = context
+        return cache
+
+    @property
+    def capacity(self) -> int:
+        return int(self.kv.shape[4])
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write ``[b, kv_heads, q, head_dim]`` at the frontier; return keys and values up to it."""
+        end = self.frontier + key_states.shape[-2]
+        keys, values = self.kv[layer_idx, 0], self.kv[layer_idx, 1]
+        keys[:, :, self.frontier:end] = key_states
+        values[:, :, self.frontier:end] = value_states
+        return keys[:, :, :end], values[:, :, :end]
+
+    def get_seq_length(self, layer_idx: int | None = 0) -> int:
+        return self.frontier
+
+    def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """Copy slots ``source`` ``[b, n]`` of each row to slots ``target`` ``[b, n]`` (every
+        layer, keys and values at once; all sources are read before any target is written)."""
+        rows = torch.arange(source.shape[0], device=source.device)[:, None]  # [b, 1]
+        self.kv[:, :, rows, :, target] = self.kv[:, :, rows, :, source]

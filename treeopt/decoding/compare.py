@@ -1,59 +1,105 @@
 """Tree decoding against autoregressive decoding on the same prompts: the one comparison that
-``treeopt verify``, the app's Verify page, the demo's quality check and the benchmarks use.
+``treeopt verify``, ``treeopt tune``, the app's Verify page, the demo's quality check and the
+benchmarks use.
 
-Both run through the same loop. After a short warm-up of each, the two are interleaved prompt by
-prompt (tree first on even prompts, autoregressive first on odd ones), so drift of the machine's
-speed during the run falls on both alike instead of on whichever ran last. Phase times
-(draft / verify / bookkeeping) come from a separate profiled pass, since timing phases costs
-time itself.
+Both run through the same batched loop (:func:`~treeopt.decoding.loop.decode`), ``batch`` prompts
+at a time. After a warm-up of each, every round decodes every batch of prompts with the tree and
+autoregressively, interleaved batch by batch (tree first on even batches, autoregressive first on
+odd ones), so drift of the machine's speed falls on both alike. Each round gives a speed-up; the
+comparison reports their median and their spread. Throughput is the steady-state decode rate
+(every row of the batch running, prefill excluded: what the cost model predicts) and, beside it,
+end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass, since
+timing phases costs time itself.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.loop import autoregressive, generate
-from treeopt.decoding.stats import DecodeResult, DecodeStats, combine
+from treeopt.decoding.loop import BatchResult, decode
+from treeopt.decoding.stats import DecodeStats, combine
 from treeopt.drafters.base import DraftHeads
+from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
-SPLIT_PROMPTS = 8  # prompts of the profiled pass that measures the per-step phase times
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+SPLIT_BATCHES = 2  # batches of the profiled pass that measures the per-step phase times
 
 
 @dataclass(frozen=True, eq=False)
 class Comparison:
-    """Per-prompt results of both decodings, and the profiled phase times when asked for."""
+    """Both decodings of every batch of prompts, round by round, and the profiled phase times."""
 
     tree: Tree
     config: DecodeConfig
-    tree_runs: tuple[DecodeResult, ...]
-    autoregressive_runs: tuple[DecodeResult, ...]
+    batch: int
+    tree_rounds: tuple[tuple[BatchResult, ...], ...]  # [round][batch of prompts]
+    autoregressive_rounds: tuple[tuple[BatchResult, ...], ...]
     tree_profile: DecodeStats | None = None
     autoregressive_profile: DecodeStats | None = None
 
     @property
+    def tree_outputs(self) -> list[tuple[int, ...]]:
+        return [t for run in self.tree_rounds[0] for t in run.tokens]
+
+    @property
+    def autoregressive_outputs(self) -> list[tuple[int, ...]]:
+        return [t for run in self.autoregressive_rounds[0] for t in run.tokens]
+
+    @property
     def tree_stats(self) -> DecodeStats:
-        return combine([r.stats for r in self.tree_runs])
+        """The first round's tree decoding, pooled over its batches (every round decodes the
+        same tokens; rounds differ only in time)."""
+        return combine([r.stats for r in self.tree_rounds[0]])
 
     @property
     def autoregressive_stats(self) -> DecodeStats:
-        return combine([r.stats for r in self.autoregressive_runs])
+        return combine([r.stats for r in self.autoregressive_rounds[0]])
+
+    def round_speedups(self, *, end_to_end: bool = False) -> list[float]:
+        """Tree over autoregressive tokens/s of each round (steady-state decode by default)."""
+        out = []
+        for tree, ar in zip(self.tree_rounds, self.autoregressive_rounds, strict=True):
+            t, a = combine([r.stats for r in tree]), combine([r.stats for r in ar])
+            if end_to_end:
+                out.append(t.tokens_per_s / a.tokens_per_s)
+            else:
+                out.append(t.decode_tokens_per_s / a.decode_tokens_per_s)
+        return out
 
     @property
-    def speedup(self) -> float | None:
-        ar = self.autoregressive_stats.tokens_per_s
-        return self.tree_stats.tokens_per_s / ar if ar else None
+    def speedup(self) -> float:
+        """Median over rounds of the steady-state decode speed-up."""
+        return statistics.median(self.round_speedups())
+
+    @property
+    def speedup_spread(self) -> float:
+        """(largest − smallest) round speed-up over the median: how well the figure holds."""
+        s = self.round_speedups()
+        return (max(s) - min(s)) / statistics.median(s)
+
+    @property
+    def tree_tokens_per_s(self) -> float:
+        """Median over rounds of the tree's steady-state decode tokens/s (the whole batch)."""
+        return statistics.median(combine([r.stats for r in rnd]).decode_tokens_per_s
+                                 for rnd in self.tree_rounds)
+
+    @property
+    def autoregressive_tokens_per_s(self) -> float:
+        return statistics.median(combine([r.stats for r in rnd]).decode_tokens_per_s
+                                 for rnd in self.autoregressive_rounds)
 
     @property
     def mismatched(self) -> list[int]:
         """Prompts whose tree output differs from the autoregressive one."""
-        return [i for i, (a, b) in enumerate(zip(self.tree_runs, self.autoregressive_runs,
-                                                  strict=True)) if a.tokens != b.tokens]
+        return [i for i, (a, b) in enumerate(zip(self.tree_outputs, self.autoregressive_outputs,
+                                                  strict=True)) if a != b]
 
     @property
     def lossless(self) -> bool | None:
@@ -65,38 +111,68 @@ class Comparison:
         tree_doc, ar_doc = self.tree_stats.to_dict(), self.autoregressive_stats.to_dict()
         for doc, prof in ((tree_doc, self.tree_profile), (ar_doc, self.autoregressive_profile)):
             if prof is not None and prof.split is not None:
-                doc["ms_per_step"] = {k: 1e3 * v / max(prof.steps, 1)
+                doc["ms_per_step"] = {k: 1e3 * v / max(prof.iterations, 1)
                                       for k, v in prof.split.to_dict().items()}
-        doc: dict[str, Any] = {"tree_decoding": tree_doc, "autoregressive": ar_doc,
-                               "speedup": self.speedup}
+        tree_doc["decode_tokens_per_s_median"] = self.tree_tokens_per_s
+        ar_doc["decode_tokens_per_s_median"] = self.autoregressive_tokens_per_s
+        doc: dict[str, Any] = {
+            "batch": self.batch, "rounds": len(self.tree_rounds),
+            "tree_decoding": tree_doc, "autoregressive": ar_doc,
+            "speedup": self.speedup, "speedup_spread": self.speedup_spread,
+            "round_speedups": self.round_speedups(),
+            "end_to_end_speedup": statistics.median(self.round_speedups(end_to_end=True))}
         if self.config.mode == "greedy":
             doc["outputs_match"] = not self.mismatched
             doc["mismatched_prompts"] = self.mismatched
         return doc
 
 
-def compare(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
+def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[int]]]:
+    """Consecutive batches of ``batch`` prompts; a shorter last batch is dropped when there are
+    full ones (every timed batch has the same size), and refused when there are none.
+
+    >>> [len(b) for b in batches([[1]] * 7, 3)]
+    [3, 3]
+    """
+    if batch < 1:
+        raise TreeoptError(f"--batch must be ≥ 1, got {batch}")
+    if len(prompts) < batch:
+        raise TreeoptError(f"--batch {batch} is larger than the {len(prompts)} prompts given")
+    full = len(prompts) // batch
+    return [list(prompts[i * batch: (i + 1) * batch]) for i in range(full)]
+
+
+def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-            split: bool = False, warmup_tokens: int = 8) -> Comparison:
-    """Decode every prompt with ``tree`` and autoregressively, interleaved after a warm-up."""
+            batch: int = 1, rounds: int = 1, split: bool = False,
+            warmup_tokens: int = 8) -> Comparison:
+    """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, interleaved,
+    ``rounds`` times after a warm-up."""
     config = config or DecodeConfig()
+    if rounds < 1:
+        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    groups = batches(prompts, batch)
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
-    generate(model, heads, tree, prompts[0], config=warm)
-    autoregressive(model, prompts[0], config=warm)
-    tree_runs: list[DecodeResult] = []
-    ar_runs: list[DecodeResult] = []
-    for i, prompt in enumerate(prompts):
-        order = (0, 1) if i % 2 == 0 else (1, 0)
-        for which in order:
-            if which == 0:
-                tree_runs.append(generate(model, heads, tree, prompt, config=config))
-            else:
-                ar_runs.append(autoregressive(model, prompt, config=config))
+    decode(model, heads, tree, groups[0], config=warm)
+    decode(model, None, Tree(()), groups[0], config=warm)
+    tree_rounds, ar_rounds = [], []
+    for _ in range(rounds):
+        tree_runs: list[BatchResult] = []
+        ar_runs: list[BatchResult] = []
+        for i, group in enumerate(groups):
+            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                if which == 0:
+                    tree_runs.append(decode(model, heads, tree, group, config=config))
+                else:
+                    ar_runs.append(decode(model, None, Tree(()), group, config=config))
+        tree_rounds.append(tuple(tree_runs))
+        ar_rounds.append(tuple(ar_runs))
     tree_prof = ar_prof = None
     if split:
-        some = prompts[:SPLIT_PROMPTS]
-        tree_prof = combine([generate(model, heads, tree, p, config=config, profile=True).stats
-                             for p in some])
-        ar_prof = combine([autoregressive(model, p, config=config, profile=True).stats
-                           for p in some])
-    return Comparison(tree, config, tuple(tree_runs), tuple(ar_runs), tree_prof, ar_prof)
+        some = groups[:SPLIT_BATCHES]
+        tree_prof = combine([decode(model, heads, tree, g, config=config, profile=True).stats
+                             for g in some])
+        ar_prof = combine([decode(model, None, Tree(()), g, config=config, profile=True).stats
+                           for g in some])
+    return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
+                      ar_prof)

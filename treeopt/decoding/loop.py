@@ -1,34 +1,59 @@
-"""Live decoding with a static tree on a Hugging Face causal LM and its draft heads (batch 1).
+"""Live decoding with a static tree on a Hugging Face causal LM and its draft heads, batched.
 
-Each step drafts the tree's tokens (:meth:`~treeopt.drafters.base.DraftHeads.draft`), verifies
-all of them in one forward (:func:`~treeopt.decoding.tree_forward.tree_forward`), accepts the
-longest path whose tokens pass (:mod:`treeopt.decoding.accept`), compacts the cache to that path
-and emits the accepted tokens plus the base model's next token. An empty tree makes the same loop
-plain autoregressive decoding, the fair baseline.
+``b`` prompts decode together in one :class:`~treeopt.decoding.cache.SlotCache`. Each step
+drafts every row's tree (:meth:`~treeopt.drafters.base.DraftHeads.draft`), verifies them in one
+forward (:func:`~treeopt.decoding.tree_forward.verify_step`), accepts each row's longest passing
+path (:mod:`treeopt.decoding.accept`), reads the accepted tokens back in the step's one host
+sync, and moves each row's accepted keys and values down to the end of its prefix. Rows accept
+different lengths, so their prefixes are ragged; the mask keeps each row to its own. A row that
+reaches its budget or EOS stops accepting; the batch runs until every row has stopped.
 
-The loop keeps no timers: with ``profile=True`` it synchronises around each phase and reports
-where a step's time goes (which itself costs time, so tokens/s come from unprofiled runs).
+An empty tree makes the same loop plain autoregressive decoding, the fair baseline. Tokens per
+second are reported end to end (prefill included) and for the decode steps during which every
+row was still running (the steady state a serving engine sees, which the cost model predicts).
+The loop keeps no phase timers: with ``profile=True`` it synchronises around each phase and
+reports where a step's time goes (timing itself costs time, so throughput comes from unprofiled
+runs).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from treeopt.decoding.accept import accept, choose
-from treeopt.decoding.cache import compact_cache, new_cache
+from treeopt.decoding.accept import Verdict, accept
+from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context, model_device
-from treeopt.decoding.plan import tree_plan
+from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
-from treeopt.decoding.tree_forward import check_tree_support, forward_with_cache, tree_forward
-from treeopt.drafters.base import DraftHeads, PrefixCache
+from treeopt.decoding.tree_forward import (
+    additive,
+    check_tree_support,
+    forward_with_cache,
+    mask_dtype,
+    verify_step,
+)
+from treeopt.drafters.base import DraftHeads, LiveState
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
-__all__ = ["DecodeConfig", "autoregressive", "generate"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+__all__ = ["BatchResult", "DecodeConfig", "autoregressive", "decode", "generate"]
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The new tokens of every prompt (prompt excluded) and the batch's statistics."""
+
+    tokens: tuple[tuple[int, ...], ...]
+    stats: DecodeStats
 
 
 def check_tree_for_heads(tree: Tree, heads: DraftHeads | None) -> None:
@@ -42,33 +67,48 @@ def check_tree_for_heads(tree: Tree, heads: DraftHeads | None) -> None:
         raise TreeoptError(f"the tree uses rank {tree.max_rank}, beyond the vocabulary")
 
 
-def generate(model: torch.nn.Module, heads: DraftHeads | None, tree: Tree,
-             prompt_ids: Sequence[int], *, config: DecodeConfig | None = None,
-             profile: bool = False) -> DecodeResult:
-    """Decode from ``prompt_ids`` with ``tree`` (an empty tree: autoregressive decoding)."""
+def decode(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
+           prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
+           profile: bool = False) -> BatchResult:
+    """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive)."""
     config = config or DecodeConfig()
     check_tree_for_heads(tree, heads)
-    if not prompt_ids:
-        raise TreeoptError("the prompt is empty")
-    check_context(model, len(prompt_ids) + config.max_new_tokens + tree.num_tokens,
-                  what=f"a prompt of {len(prompt_ids)} tokens plus {config.max_new_tokens} new")
+    if not prompts:
+        raise TreeoptError("no prompts to decode")
+    if any(len(p) == 0 for p in prompts):
+        raise TreeoptError("a prompt is empty")
+    longest = max(len(p) for p in prompts)
+    check_context(model, longest + config.max_new_tokens + tree.num_tokens,
+                  what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
     if tree.size:
         check_tree_support(model)
     device = model_device(model)
     gen = torch.Generator(device=device).manual_seed(config.seed)
     with torch.inference_mode():
-        return _loop(model, heads, tree, torch.tensor([list(prompt_ids)], device=device), config,
-                     gen, profile)
+        return _Run(model, heads, tree_plan(tree, str(device)), config, gen, profile,
+                    prompts).loop()
 
 
-def autoregressive(model: torch.nn.Module, prompt_ids: Sequence[int], *,
+def generate(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
+             prompt_ids: Sequence[int], *, config: DecodeConfig | None = None,
+             profile: bool = False) -> DecodeResult:
+    """Decode one prompt with ``tree`` (an empty tree: autoregressive decoding)."""
+    if not prompt_ids:
+        raise TreeoptError("the prompt is empty")
+    run = decode(model, heads, tree, [prompt_ids], config=config, profile=profile)
+    return DecodeResult(tokens=run.tokens[0], stats=run.stats)
+
+
+def autoregressive(model: PreTrainedModel, prompt_ids: Sequence[int], *,
                    config: DecodeConfig | None = None, profile: bool = False) -> DecodeResult:
     """Plain decoding through the same loop (an empty tree): the baseline for tokens/s."""
     return generate(model, None, Tree(()), prompt_ids, config=config, profile=profile)
 
 
 class _Clock:
-    """Phase times when profiling (a synchronised clock read at each phase boundary)."""
+    """Phase times when profiling: a synchronised clock read at each phase boundary."""
+
+    PHASES = ("draft", "verify", "bookkeeping")
 
     def __init__(self, device: torch.device, on: bool) -> None:
         self.device, self.on = device, on
@@ -87,50 +127,146 @@ class _Clock:
             self.last = t
 
 
-def _loop(model: torch.nn.Module, heads: DraftHeads | None, tree: Tree, prompt: torch.Tensor,
-          cfg: DecodeConfig, gen: torch.Generator, profile: bool) -> DecodeResult:
-    device = prompt.device
-    plan = tree_plan(tree, str(device))
-    clock = _Clock(device, profile)
-    start = clock.now()
-    cache, past = new_cache(model), prompt.shape[1]
-    logits, hidden = forward_with_cache(model, prompt, cache=cache,
-                                        position_ids=torch.arange(past, device=device)[None])
-    h, pcache = _features(heads, hidden, None)
-    root = choose(logits[0, -1], cfg, gen)
-    out, lengths = [int(root)], []
-    clock.last = clock.now() if profile else clock.last
-    while len(out) < cfg.max_new_tokens and out[-1] != cfg.eos_token_id:
-        tokens = heads.draft(plan, h, root.view(1)) if heads is not None and tree.size \
-            else root.view(1, 1)
-        clock.lap(0)
-        logits, hidden = tree_forward(model, tokens, tree, cache=cache, past=past)
-        clock.lap(1)
-        path, root = accept(plan, tokens, logits[0], cfg, gen)
-        compact_cache(cache, past, path)
-        past += len(path)
-        h, pcache = _features(heads, hidden[:, path], pcache)
-        out.extend([*tokens[0, path[1:]].tolist(), int(root)])
-        lengths.append(len(path))
-        clock.lap(2)
-    seconds = clock.now() - start
-    new = _truncate(out, cfg)
-    split = StepSplit(*clock.totals) if profile else None
-    stats = DecodeStats(tokens=len(new), accept_lengths=tuple(lengths), seconds=seconds,
-                        split=split)
-    return DecodeResult(tokens=tuple(new), stats=stats)
+class _Run:
+    """One batch decoding: the device state (cache, lengths, roots, drafter state) and the host
+    state (tokens emitted, budgets) of its rows."""
 
+    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None, plan: TreePlan,
+                 cfg: DecodeConfig, gen: torch.Generator, profile: bool,
+                 prompts: Sequence[Sequence[int]]) -> None:
+        self.model, self.heads, self.plan, self.cfg, self.gen = model, heads, plan, cfg, gen
+        self.device = model_device(model)
+        self.clock = _Clock(self.device, profile)
+        self.prompts = [list(p) for p in prompts]
+        b, longest = len(prompts), max(len(p) for p in prompts)
+        q = plan.tree.num_tokens
+        capacity = longest + cfg.max_new_tokens + 2 * q + 1  # + a scratch slot
+        self.cache = SlotCache.allocate(model, batch=b, capacity=capacity)
+        self.state: LiveState = (heads.start(batch=b, capacity=capacity) if heads is not None
+                                 else None)
+        self.scratch = capacity - 1
+        self.out: list[list[int]] = [[] for _ in range(b)]
+        self.steps: list[list[int]] = [[] for _ in range(b)]
+        self.active = [True] * b
 
-def _features(heads: DraftHeads | None, hidden: torch.Tensor, pcache: PrefixCache,
-              ) -> tuple[torch.Tensor, PrefixCache]:
-    """What the heads read at the last accepted token ``[1, 1, d]`` (Hydra++: its prefix)."""
-    if heads is not None:
-        hidden, pcache = heads.features(hidden, pcache)
-    return hidden[:, -1:], pcache
+    def loop(self) -> BatchResult:
+        start = self.clock.now()
+        root, h, lengths = self._prefill()
+        frontier = max(len(p) for p in self.prompts)
+        lens = [len(p) for p in self.prompts]
+        prefilled = steady_end = time.perf_counter()
+        steady_tokens = iterations = 0
+        while any(self.active):
+            iterations += 1
+            running = all(self.active)
+            tokens = (self.heads.draft(self.plan, h, root) if self.plan.tree.size
+                      and self.heads is not None else root[:, None])
+            self.clock.lap(0)
+            logits, hidden = verify_step(self.model, tokens, self.plan, cache=self.cache,
+                                         lengths=lengths, frontier=frontier)
+            self.clock.lap(1)
+            verdict = accept(self.plan, tokens, logits, self.cfg, self.gen)
+            accepted, in_place = self._read(verdict, tokens, lens, frontier)  # the host sync
+            lengths, lens = self._move(verdict, accepted, in_place, lengths, lens, frontier)
+            frontier = max(lens)
+            if running:
+                steady_end = time.perf_counter()
+                steady_tokens += sum(a for a in accepted)
+            self.clock.lap(2)
+            root = verdict.next_root
+            if any(self.active):
+                count = (verdict.length if running
+                         else torch.tensor(accepted, device=self.device))  # stopped rows: 0
+                h, self.state = self._features(hidden, verdict.path, count)
+        seconds = self.clock.now() - start
+        split = StepSplit(*self.clock.totals) if self.clock.on else None
+        tokens_out = tuple(tuple(self._truncate(o)) for o in self.out)
+        stats = DecodeStats(
+            tokens=sum(len(t) for t in tokens_out),
+            accept_lengths=tuple(x for s in self.steps for x in s), seconds=seconds,
+            decode_tokens=steady_tokens, decode_seconds=steady_end - prefilled,
+            iterations=iterations, split=split,
+            runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
+        return BatchResult(tokens_out, stats)
 
+    def _prefill(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every prompt at once, right-padded; returns the roots, the features the heads read
+        and the rows' lengths."""
+        b, longest = len(self.prompts), max(len(p) for p in self.prompts)
+        ids = torch.zeros(b, longest, dtype=torch.long)
+        for i, p in enumerate(self.prompts):
+            ids[i, : len(p)] = torch.tensor(p)
+        ids = ids.to(self.device)
+        lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
+        causal = torch.ones(longest, longest, dtype=torch.bool, device=self.device).tril()
+        mask = additive(causal, mask_dtype(self.model))[None, None].expand(b, 1, -1, -1)
+        positions = torch.arange(longest, device=self.device)[None].expand(b, -1)
+        self.cache.frontier = 0
+        logits, hidden = forward_with_cache(self.model, ids, cache=self.cache,
+                                            position_ids=positions, attention_mask=mask)
+        rows = torch.arange(b, device=self.device)
+        first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
+                       logits[rows, lengths - 1][:, None], self.cfg, self.gen).next_root
+        for i, token in enumerate(first.tolist()):
+            self.out[i].append(token)
+            self.active[i] = not self._finished(i, [token])
+        order = torch.arange(longest, device=self.device)[None].expand(b, -1)
+        h, self.state = self._features(hidden, order, lengths)
+        return first, h, lengths
 
-def _truncate(out: list[int], cfg: DecodeConfig) -> list[int]:
-    out = out[: cfg.max_new_tokens]
-    if cfg.eos_token_id is not None and cfg.eos_token_id in out:
-        out = out[: out.index(cfg.eos_token_id) + 1]
-    return out
+    def _features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
+                  ) -> tuple[torch.Tensor, LiveState]:
+        """The features the heads read after the tokens just accepted (``hidden[:, index]``,
+        ``count`` of them per row)."""
+        if self.heads is None or self.plan.tree.size == 0:
+            return hidden[:, -1:], None
+        return self.heads.live_features(hidden, index, count, self.state)
+
+    def _read(self, verdict: Verdict, tokens: torch.Tensor, lens: list[int],
+              frontier: int) -> tuple[list[int], bool]:
+        """Bring the accepted tokens to the host (the one sync of a step) and record them for
+        the running rows. Returns how many each row accepted (0 for stopped rows) and whether
+        every accepted path already sits where it belongs (then nothing needs to move)."""
+        path_tokens = tokens.gather(1, verdict.path)  # [b, depth+1]
+        packed = torch.cat([verdict.length[:, None], verdict.path, path_tokens,
+                            verdict.next_root[:, None]], dim=1).tolist()
+        width = verdict.path.shape[1]
+        accepted, in_place = [], True
+        for i, row in enumerate(packed):
+            n = row[0] if self.active[i] else 0
+            accepted.append(n)
+            if not n:
+                continue
+            path = row[1: 1 + n]
+            in_place &= lens[i] == frontier and path == list(range(n))
+            new = [*row[2 + width: 1 + width + n], row[-1]]
+            self.out[i].extend(new)
+            self.steps[i].append(n)
+            self.active[i] = not self._finished(i, new)
+        return accepted, in_place
+
+    def _move(self, verdict: Verdict, accepted: list[int], in_place: bool,
+              lengths: torch.Tensor, lens: list[int], frontier: int,
+              ) -> tuple[torch.Tensor, list[int]]:
+        """Move each row's accepted keys and values to the end of its prefix."""
+        if not in_place:
+            n = torch.tensor(accepted, device=self.device)
+            valid = self.plan.steps[None] < n[:, None]  # [b, depth+1]
+            source = torch.where(valid, frontier + verdict.path, self.scratch)
+            target = torch.where(valid, lengths[:, None] + self.plan.steps, self.scratch)
+            self.cache.move(source, target)
+            return lengths + n, [a + b for a, b in zip(lens, accepted, strict=True)]
+        if any(accepted):
+            lengths = lengths + torch.tensor(accepted, device=self.device)
+        return lengths, [a + b for a, b in zip(lens, accepted, strict=True)]
+
+    def _finished(self, i: int, new: list[int]) -> bool:
+        """Row i has its budget of tokens, or just emitted EOS."""
+        return len(self.out[i]) >= self.cfg.max_new_tokens or (
+            self.cfg.eos_token_id is not None and self.cfg.eos_token_id in new)
+
+    def _truncate(self, out: list[int]) -> list[int]:
+        out = out[: self.cfg.max_new_tokens]
+        if self.cfg.eos_token_id is not None and self.cfg.eos_token_id in out:
+            out = out[: out.index(self.cfg.eos_token_id) + 1]
+        return out

@@ -25,6 +25,7 @@ class Level:
     row: torch.Tensor  # [m] each node's parent, as a row of ``prev``
     ranks: torch.Tensor  # [m] each node's candidate rank under its parent
     prev: torch.Tensor  # [parents, depth] token indices root … parent of each expanded parent
+    width: int  # candidates drafted per parent: the level's largest rank + 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,7 +37,11 @@ class TreePlan:
     parent: torch.Tensor  # [n+1] parent token index of each token (-1 for the root)
     depths: torch.Tensor  # [n] depth − 1 of each node: the head that drafts it
     ranks: torch.Tensor  # [n] candidate rank of each node
-    rows: torch.Tensor  # [leaves, depth+1] retrieve indices: token indices along each leaf path
+    rows: torch.Tensor  # [leaves, depth+1] retrieve indices: tokens along each leaf path (0-padded)
+    rows_valid: torch.Tensor  # [leaves, depth+1] bool: where ``rows`` names a token (not -1)
+    offsets: torch.Tensor  # [n+1] position offset (depth) of each token, the root's 0
+    visible: torch.Tensor  # [n+1, n+1] bool: token i sees token j (itself and its ancestors)
+    steps: torch.Tensor  # [depth+1] 0 … depth: where each accepted token lands after the prefix
 
 
 def _long(a: npt.ArrayLike, device: str) -> torch.Tensor:
@@ -55,12 +60,18 @@ def tree_plan(tree: Tree, device: str) -> TreePlan:
     for i, p in enumerate(tree.parents.tolist()):
         paths_tok[i + 1] = paths_tok[p + 1]
         paths_tok[i + 1, tree.depths[i]] = i + 1
+    rows = tree.retrieve_indices.reshape(-1, tree.depth + 1)
     levels = []
     for d in range(1, tree.depth + 1):
         nodes = np.flatnonzero(tree.depths == d)
         parents, row = np.unique(tree.parents[nodes] + 1, return_inverse=True)
         levels.append(Level(d, _long(nodes + 1, device), _long(row, device),
-                            _long(tree.ranks[nodes], device), _long(paths_tok[parents, :d], device)))
+                            _long(tree.ranks[nodes], device), _long(paths_tok[parents, :d], device),
+                            int(tree.ranks[nodes].max()) + 1))
     return TreePlan(tree, tuple(levels), parent=_long([-1, *(tree.parents + 1).tolist()], device),
                     depths=_long(tree.depths - 1, device), ranks=_long(tree.ranks, device),
-                    rows=_long(tree.retrieve_indices.reshape(-1, tree.depth + 1), device))
+                    rows=_long(rows.clip(0), device), rows_valid=_long(rows >= 0, device).bool(),
+                    offsets=_long(tree.position_offsets, device),
+                    visible=torch.tensor(tree.attention_mask.tolist(), dtype=torch.bool,
+                                         device=device),
+                    steps=torch.arange(tree.depth + 1, device=device))

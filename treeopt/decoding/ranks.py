@@ -19,10 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from treeopt.decoding.cache import new_cache
 from treeopt.decoding.models import model_device
-from treeopt.decoding.tree_forward import forward_with_cache
-from treeopt.drafters.base import rank_of
+from treeopt.drafters.ranking import rank_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -95,38 +93,16 @@ def reference_ranks(model: PreTrainedModel, heads: DraftHeads, sequence: Sequenc
     return out
 
 
-def greedy_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
-                         eos_token_id: int | None = None) -> list[list[int]]:
-    """Prompt + greedy continuation of each prompt: one batch, left-padded, with a KV cache.
+def greedy_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *,
+                         max_new_tokens: int, eos_token_id: int | None = None,
+                         ) -> list[list[int]]:
+    """Prompt + greedy continuation of each prompt, all decoded in one batch by the live loop
+    with an empty tree. A sequence stops after its first EOS; the others run to
+    ``max_new_tokens``."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import decode
+    from treeopt.tree import Tree
 
-    A sequence stops after its first EOS; the others run to ``max_new_tokens``.
-    """
-    device = model_device(model)
-    b, P = len(prompts), max(len(p) for p in prompts)
-    ids = torch.zeros(b, P, dtype=torch.long, device=device)
-    mask = torch.zeros(b, P, dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = torch.tensor(list(p), device=device)
-        mask[i, P - len(p):] = 1
-    cache, new = new_cache(model), []
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)  # [b, P]
-    done = torch.zeros(b, dtype=torch.bool, device=device)
-    with torch.inference_mode():
-        for _ in range(max_new_tokens):
-            logits, _ = forward_with_cache(model, ids, cache=cache, position_ids=pos,
-                                           attention_mask=mask)
-            ids = logits[:, -1].argmax(-1, keepdim=True)  # [b, 1]
-            new.append(ids[:, 0])
-            if eos_token_id is not None:
-                done |= ids[:, 0] == eos_token_id
-                if bool(done.all()):
-                    break
-            mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)
-            pos = pos[:, -1:] + 1
-    gen = torch.stack(new, dim=1).tolist()  # [b, steps]
-    out = []
-    for p, g in zip(prompts, gen, strict=True):
-        if eos_token_id is not None and eos_token_id in g:
-            g = g[: g.index(eos_token_id) + 1]
-        out.append([*p, *g])
-    return out
+    run = decode(model, None, Tree(()), prompts,
+                 config=DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
+    return [[*p, *t] for p, t in zip(prompts, run.tokens, strict=True)]

@@ -24,17 +24,23 @@ class StepSplit:
 
 @dataclass(frozen=True)
 class DecodeStats:
-    """New tokens, accepted length of every step, seconds; ``runs`` holds (accepted tokens,
-    steps) of each run pooled here (one run: empty), ``split`` the phase times when profiled.
+    """New tokens, accepted length of every step, seconds end to end; ``decode_tokens`` and
+    ``decode_seconds``: the tokens and time of the decode steps during which every sequence of a
+    batch was running (the steady state); ``runs``: (accepted tokens, steps) of each sequence
+    pooled here (one sequence: empty); ``split``: the phase times when profiled.
 
-    >>> s = DecodeStats(tokens=7, accept_lengths=(1, 3, 2), seconds=2.0)
-    >>> s.steps, s.mean_accept_length, s.histogram, s.tokens_per_s
-    (3, 2.0, (0, 1, 1, 1), 3.5)
+    >>> s = DecodeStats(tokens=7, accept_lengths=(1, 3, 2), seconds=2.0, decode_tokens=6,
+    ...                 decode_seconds=1.5)
+    >>> s.steps, s.mean_accept_length, s.histogram, s.tokens_per_s, s.decode_tokens_per_s
+    (3, 2.0, (0, 1, 1, 1), 3.5, 4.0)
     """
 
     tokens: int
     accept_lengths: tuple[int, ...]
     seconds: float
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    iterations: int = 0  # steps of the decoding loop (each advances every running row)
     split: StepSplit | None = None
     runs: tuple[tuple[int, int], ...] = ()
 
@@ -62,11 +68,19 @@ class DecodeStats:
 
     @property
     def tokens_per_s(self) -> float:
+        """End to end: every new token over the whole time, prefill included."""
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Steady state: tokens of the decode steps while every sequence ran, over their time."""
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         doc = {"steps": self.steps, "tokens": self.tokens, **self.accept.to_json(),
-               "tokens_per_s": self.tokens_per_s, "seconds": self.seconds}
+               "tokens_per_s": self.tokens_per_s, "seconds": self.seconds,
+               "decode_tokens_per_s": self.decode_tokens_per_s,
+               "decode_tokens": self.decode_tokens, "decode_seconds": self.decode_seconds}
         if self.split is not None:
             doc["seconds_split"] = self.split.to_dict()
         return doc
@@ -87,7 +101,10 @@ def combine(stats: Sequence[DecodeStats]) -> DecodeStats:
     runs = tuple(r for s in stats for r in (s.runs or ((sum(s.accept_lengths), s.steps),)))
     return DecodeStats(tokens=sum(s.tokens for s in stats),
                        accept_lengths=tuple(x for s in stats for x in s.accept_lengths),
-                       seconds=sum(s.seconds for s in stats), split=split, runs=runs)
+                       seconds=sum(s.seconds for s in stats),
+                       decode_tokens=sum(s.decode_tokens for s in stats),
+                       decode_seconds=sum(s.decode_seconds for s in stats),
+                       iterations=sum(s.iterations for s in stats), split=split, runs=runs)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""One tree-verification forward through a Hugging Face model's public ``forward``.
+"""One tree-verification forward through a Hugging Face model's public ``forward``: the verify
+step of live decoding, and exactly what the profiler times.
 
-The tree's tokens follow the cached prefix; each attends to the whole prefix and to its own
-ancestors (a float 4D mask ``[b, 1, q, past + q]``: 0 where visible, the dtype's minimum where
-not), at positions ``past + depth``. Masks, positions and the cache are arguments: nothing is
-patched onto the model. The profiler times this same function.
+A batch of rows, each with its own cached prefix (``lengths``: slots ``[0, length_i)`` of a
+:class:`~treeopt.decoding.cache.SlotCache`), verifies the tree's q tokens written at
+``[frontier, frontier + q)``. Each tree token attends to its row's prefix and to its own
+ancestors (a float 4D mask ``[b, 1, q, frontier + q]``: 0 where visible, the dtype's minimum
+where not) at positions ``length_i + depth``. Masks, positions and the cache are arguments:
+nothing is patched onto the model.
 """
 
 from __future__ import annotations
@@ -12,32 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from treeopt.decoding.cache import new_cache
+from treeopt.decoding.cache import SlotCache, new_cache
 from treeopt.decoding.models import architecture
+from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-
-def tree_mask(tree: Tree, past: int, *, dtype: torch.dtype, device: torch.device | str,
-              ) -> torch.Tensor:
-    """Additive mask ``[1, 1, n+1, past + n+1]`` for the tree's tokens after ``past`` cached ones.
-
-    >>> tree_mask(Tree.from_choices([[0], [1]]), 1, dtype=torch.float32, device="cpu")[0, 0].eq(0).int().tolist()
-    [[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 0, 1]]
-    """
-    q = tree.num_tokens
-    visible = torch.ones(q, past + q, dtype=torch.bool, device=device)
-    visible[:, past:] = torch.tensor(tree.attention_mask.tolist(), device=device)
-    return causal_to_additive(visible, dtype=dtype)[None, None]
-
-
-def causal_to_additive(visible: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean visibility → additive float mask (0 where visible, dtype min where not)."""
-    zero = torch.zeros((), dtype=dtype, device=visible.device)
-    return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
 def mask_dtype(model: PreTrainedModel) -> torch.dtype:
@@ -46,10 +31,35 @@ def mask_dtype(model: PreTrainedModel) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
 
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean visibility → additive float mask (0 where visible, the dtype's minimum where not)."""
+    zero = torch.zeros((), dtype=dtype, device=visible.device)
+    return torch.where(visible, zero, torch.finfo(dtype).min)
+
+
+def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: torch.dtype,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Position ids ``[b, q]`` and the additive mask ``[b, 1, q, frontier + q]`` of a verify step
+    whose rows hold ``lengths`` ``[b]`` cached tokens and write the tree at ``frontier``.
+
+    >>> pos, mask = step_inputs(tree_plan(Tree.from_choices([[0], [1]]), "cpu"),
+    ...                         torch.tensor([2, 1]), 2, dtype=torch.float32)
+    >>> pos.tolist(), (mask[:, 0] == 0).int().tolist()
+    ([[2, 3, 3], [1, 2, 2]], [[[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]], [[1, 0, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 1, 0, 1]]])
+    """
+    b, q = lengths.shape[0], plan.tree.num_tokens
+    positions = lengths[:, None] + plan.offsets  # [b, q]
+    slots = torch.arange(frontier, device=lengths.device)
+    prefix = slots < lengths[:, None]  # [b, frontier]: each row's own prefix
+    visible = torch.cat([prefix[:, None, :].expand(b, q, frontier),
+                         plan.visible.expand(b, q, q)], dim=-1)  # [b, q, frontier + q]
+    return positions, additive(visible, dtype)[:, None]
+
+
 def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache grows by q."""
+    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q tokens."""
     try:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     past_key_values=cache, use_cache=True, output_hidden_states=True)
@@ -63,30 +73,14 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
     return out.logits, out.hidden_states[-1]
 
 
-def tree_inputs(tree: Tree, *, batch: int, past: int, dtype: torch.dtype,
-                device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Position ids ``[b, n+1]`` (``past + depth``) and the mask ``[b, 1, n+1, past + n+1]`` of
-    a verify step of ``tree`` after ``past`` cached tokens.
-
-    >>> pos, mask = tree_inputs(Tree.chain(2), batch=2, past=3, dtype=torch.float32, device="cpu")
-    >>> pos.tolist(), list(mask.shape)
-    ([[3, 4, 5], [3, 4, 5]], [2, 1, 3, 6])
-    """
-    offsets = torch.tensor(tree.position_offsets.tolist(), device=device)
-    mask = tree_mask(tree, past, dtype=dtype, device=device)
-    return (past + offsets).expand(batch, -1), mask.expand(batch, -1, -1, -1)
-
-
-def tree_forward(model: PreTrainedModel, tokens: torch.Tensor, tree: Tree, *, cache: Any, past: int,
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify tree tokens ``[b, n+1]`` (root first) after ``past`` cached tokens: the verify
-    step of live decoding, and what the profiler times.
-
-    Returns logits ``[b, n+1, V]`` and hidden states ``[b, n+1, d]``.
-    """
-    position_ids, mask = tree_inputs(tree, batch=tokens.shape[0], past=past,
-                                     dtype=mask_dtype(model), device=tokens.device)
-    return forward_with_cache(model, tokens, cache=cache, position_ids=position_ids,
+def verify_step(model: PreTrainedModel, tokens: torch.Tensor, plan: TreePlan, *,
+                cache: SlotCache, lengths: torch.Tensor, frontier: int,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify tree tokens ``[b, q]`` (root first) after each row's cached prefix; the cache
+    takes them at ``frontier``. Returns logits ``[b, q, V]`` and hidden states ``[b, q, d]``."""
+    positions, mask = step_inputs(plan, lengths, frontier, dtype=mask_dtype(model))
+    cache.frontier = frontier
+    return forward_with_cache(model, tokens, cache=cache, position_ids=positions,
                               attention_mask=mask)
 
 
@@ -96,13 +90,15 @@ def check_tree_support(model: PreTrainedModel) -> None:
     Raises a TreeoptError naming the architecture when the forward rejects the mask or ignores it.
     """
     device = model.get_input_embeddings().weight.device
-    tokens = torch.tensor([[1, 2, 3]], device=device)
+    cache = SlotCache.allocate(model, batch=1, capacity=5)
+    plan = tree_plan(Tree.from_choices([[0], [1]]), str(device))  # two siblings, one position
     with torch.no_grad():
-        cache = new_cache(model)
-        forward_with_cache(model, tokens[:, :1], cache=cache, position_ids=tokens.new_zeros(1, 1))
-        tree = Tree.from_choices([[0], [1]])  # two siblings at the same position
-        logits, _ = tree_forward(model, torch.tensor([[1, 2, 3]], device=device), tree,
-                                 cache=cache, past=1)
+        verify_step(model, torch.tensor([[1]], device=device), tree_plan(Tree(()), str(device)),
+                    cache=cache, lengths=torch.zeros(1, dtype=torch.long, device=device),
+                    frontier=0)
+        logits, _ = verify_step(model, torch.tensor([[1, 2, 3]], device=device), plan,
+                                cache=cache, lengths=torch.ones(1, dtype=torch.long,
+                                                                device=device), frontier=1)
         ref, _ = forward_with_cache(model, torch.tensor([[1, 1, 3]], device=device),
                                     cache=new_cache(model),
                                     position_ids=torch.tensor([[0, 1, 2]], device=device))

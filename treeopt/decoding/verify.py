@@ -49,13 +49,15 @@ def check_trace_for(trace: RankTrace, heads: DraftHeads) -> None:
 
 def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-           trace: RankTrace | None = None) -> dict[str, Any]:
-    """Decode every prompt with the tree and autoregressively; return the report (JSON-ready)."""
+           trace: RankTrace | None = None, batch: int = 1, rounds: int = 1) -> dict[str, Any]:
+    """Decode every prompt with the tree and autoregressively, ``batch`` at a time, ``rounds``
+    times; return the report (JSON-ready)."""
     config = config or DecodeConfig()
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
     if trace is not None:
         check_trace_for(trace, heads)
-    result = compare(model, heads, tree, prompts, config=config, split=True)
+    result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
+                     split=True)
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},

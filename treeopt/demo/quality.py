@@ -84,7 +84,7 @@ def live_run(model: PreTrainedModel, heads: DraftHeads, tree: Tree, prompts: Seq
 
     result = compare(model, heads, tree, prompts, config=DecodeConfig(max_new_tokens=max_new_tokens))
     stats = result.tree_stats
-    seconds = [r.stats.seconds for r in result.tree_runs]
+    seconds = [r.stats.seconds for r in result.tree_rounds[0]]
     same = len(prompts) - len(result.mismatched)
     doc: dict[str, Any] = {
         "tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
@@ -98,10 +98,11 @@ def live_run(model: PreTrainedModel, heads: DraftHeads, tree: Tree, prompts: Seq
 
 def autoregressive_summary(result: Comparison) -> dict[str, Any]:
     """Time and 8-gram repetition of the plain greedy continuations of a comparison."""
-    runs = result.autoregressive_runs
+    runs = result.autoregressive_rounds[0]
     return {"seconds_median": statistics.median(r.stats.seconds for r in runs),
             "tokens_per_s": result.autoregressive_stats.tokens_per_s,
-            "repetition_8gram": float(np.mean([repetition_share(list(r.tokens)) for r in runs]))}
+            "repetition_8gram": float(np.mean([repetition_share(list(t))
+                                               for t in result.autoregressive_outputs]))}
 
 
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,

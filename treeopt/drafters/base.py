@@ -3,13 +3,13 @@ block, the vocabulary projection (a per-head copy of the base LM head or the fro
 itself), and the one ranking rule of candidates.
 
 Heads read the base model's last hidden state ``h_t`` (after the final norm). Untrained heads
-equal the LM head: every block starts at zero. Tokens ranked equal are ordered by token id
-(:func:`rank_of`, :func:`top_candidates`), the same rule in calibration and in decoding.
+equal the LM head: every block starts at zero. Candidates are ranked by
+:mod:`treeopt.drafters.ranking`, the same rule in calibration and in decoding.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
 
 PrefixCache = tuple[torch.Tensor, torch.Tensor] | None
+LiveState = Any  # a kind's own state across live steps (Hydra++: its prefix layer's cache)
 
 
 class ResBlock(nn.Module):
@@ -47,9 +48,12 @@ def _projection(cfg: HeadsConfig, lm_head: nn.Module | None) -> nn.Linear:
 class DraftHeads(nn.Module):
     """K draft heads: the interface calibration, training, decoding and profiling use.
 
-    - :meth:`features`: what the heads read at each position (``h_t``; Hydra++: its prefix layer);
+    - :meth:`features`: what the heads read at each position (``h_t``; Hydra++: its prefix
+      layer), over whole sequences (calibration, training);
     - :meth:`head_logits`: head k's logits, given the path tokens it reads (teacher forcing);
-    - :meth:`draft`: a live step's tree tokens from the features at the last accepted token.
+    - :meth:`start`, :meth:`live_features`: the same features during live decoding, step by
+      step, for a batch of rows that accept ragged numbers of tokens;
+    - :meth:`draft`: a live step's tree tokens for every row, from its features.
     """
 
     kind: ClassVar[DrafterKind]
@@ -87,38 +91,19 @@ class DraftHeads(nn.Module):
         """Head k: features ``[b, m, d]`` and the path's tokens ``[b, m, k+1]`` → ``[b, m, V]``."""
         raise NotImplementedError
 
+    def start(self, *, batch: int, capacity: int) -> LiveState:
+        """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
+        return None
+
+    def live_features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
+                      state: LiveState) -> tuple[torch.Tensor, LiveState]:
+        """The features ``[b, 1, d]`` the heads read after a step: the tokens each row just
+        accepted are ``hidden[row, index[row, :count[row]]]`` (``hidden`` ``[b, t, d]``; a row
+        that accepted nothing, having stopped, gets features it never uses)."""
+        last = index.gather(1, (count - 1).clamp_min(0)[:, None])  # [b, 1]
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
+        return hidden[rows, last], state
+
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Tree tokens ``[1, n+1]`` (root first) from features ``[1, 1, d]`` at the root."""
+        """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]`` and roots ``[b]``."""
         raise NotImplementedError
-
-
-def rank_of(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Rank of ``target`` among ``logits`` sorted descending, ties by token id ascending.
-
-    ``logits`` ``[..., V]``, ``target`` int64 ``[...]`` → int64 ``[...]``.
-
-    >>> rank_of(torch.tensor([[0.5, 2.0, 0.5, 1.0]]), torch.tensor([2])).tolist()
-    [3]
-    """
-    true = logits.gather(-1, target.unsqueeze(-1))  # [..., 1]
-    ids = torch.arange(logits.shape[-1], device=logits.device)
-    ahead = (logits > true) | ((logits == true) & (ids < target.unsqueeze(-1)))
-    return ahead.sum(-1)
-
-
-def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Token ids of the ``k`` best candidates ``[..., k]``, in the order :func:`rank_of` uses.
-
-    A top-k and a sort of those k, not a sort of the vocabulary (drafting calls this once per tree
-    level); only a tie across the k-th place falls back to the full stable sort.
-
-    >>> top_candidates(torch.tensor([0.5, 2.0, 0.5, 1.0]), 4).tolist()
-    [1, 3, 0, 2]
-    """
-    k = min(k, logits.shape[-1])
-    top = torch.topk(logits, k, dim=-1)
-    if bool(((logits >= top.values[..., -1:]).sum(-1) > k).any()):  # a tie across the cut
-        return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
-    ids = top.indices.sort(dim=-1).values  # the k best, ids ascending: the tie order wanted
-    order = torch.sort(logits.gather(-1, ids), dim=-1, descending=True, stable=True).indices
-    return ids.gather(-1, order)

@@ -10,6 +10,7 @@ expanded there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -17,8 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import DraftHeads, PrefixCache, ResBlock, top_candidates
+from treeopt.drafters.base import DraftHeads, PrefixCache, ResBlock
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ranking import top_candidates
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -59,6 +61,40 @@ class PrefixAttention(nn.Module):
         return x + self.mlp(self.norm2(x)), (k, v)
 
 
+@dataclass(frozen=True, eq=False)
+class PrefixSlots:
+    """The prefix layer's live keys and values, ``[2, b, heads, capacity, head_dim]``, and how
+    many tokens each row holds; the last slot is scratch (padding of ragged rows writes there)."""
+
+    kv: torch.Tensor
+    lengths: torch.Tensor  # [b]
+
+
+def prefix_advance(layer: PrefixAttention, hidden: torch.Tensor, index: torch.Tensor,
+                   count: torch.Tensor, state: PrefixSlots) -> tuple[torch.Tensor, PrefixSlots]:
+    """Hydra++ live: append each row's newly accepted tokens (``hidden[row, index[row,
+    :count[row]]]``) to the layer's cache and return its output at each row's last one
+    ``[b, 1, d]``: the only position the heads read. Equal to :meth:`PrefixAttention.forward`
+    over the whole sequence there, since keys and values come from the base hiddens alone."""
+    b, t = index.shape
+    rows = torch.arange(b, device=hidden.device)[:, None]
+    x = hidden[rows, index]  # [b, t, d]: the accepted tokens in order (padded past count)
+    q, k, v = layer.qkv(layer.norm1(x)).view(b, t, 3, layer.num_heads, -1).permute(2, 0, 1, 3, 4)
+    steps = torch.arange(t, device=hidden.device)
+    scratch = state.kv.shape[3] - 1
+    slots = torch.where(steps < count[:, None], state.lengths[:, None] + steps, scratch)
+    state.kv[0][rows, :, slots] = k  # [b, t, heads, head_dim]
+    state.kv[1][rows, :, slots] = v
+    lengths = state.lengths + count
+    last = (count - 1).clamp_min(0)[:, None]  # a stopped row (count 0) reads garbage, unused
+    query = q[rows, last].transpose(1, 2)  # [b, heads, 1, head_dim]
+    visible = (torch.arange(state.kv.shape[3], device=hidden.device) < lengths[:, None])
+    att = F.scaled_dot_product_attention(query, state.kv[0], state.kv[1],
+                                         attn_mask=visible[:, None, None, :])
+    out = x[rows, last] + layer.out(att.transpose(1, 2).reshape(b, 1, -1))  # [b, 1, d]
+    return out + layer.mlp(layer.norm2(out)), PrefixSlots(state.kv, lengths)
+
+
 class HydraHeads(DraftHeads):
     """K sequentially dependent heads: head k reads ``h_t`` and the k+1 tokens on its path."""
 
@@ -95,6 +131,22 @@ class HydraHeads(DraftHeads):
             return hidden, None
         return self.prefix_layer(hidden, cache)
 
+    def start(self, *, batch: int, capacity: int) -> PrefixSlots | None:
+        """Hydra++: an empty prefix-layer cache for the batch (plain Hydra keeps no state)."""
+        if self.prefix_layer is None:
+            return None
+        p = next(self.prefix_layer.parameters())
+        heads = self.prefix_layer.num_heads
+        kv = torch.zeros(2, batch, heads, capacity, self.config.hidden_size // heads,
+                         dtype=p.dtype, device=p.device)
+        return PrefixSlots(kv, torch.zeros(batch, dtype=torch.long, device=p.device))
+
+    def live_features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
+                      state: PrefixSlots | None) -> tuple[torch.Tensor, PrefixSlots | None]:
+        if self.prefix_layer is None or state is None:
+            return super().live_features(hidden, index, count, state)
+        return prefix_advance(self.prefix_layer, hidden, index, count, state)
+
     def head_logits(self, k: int, hidden: torch.Tensor, prev_tokens: torch.Tensor | None = None,
                     ) -> torch.Tensor:
         """Head k: hidden ``[b, m, d]`` and ``prev_tokens`` ``[b, m, k+1]`` → logits ``[b, m, V]``."""
@@ -107,14 +159,14 @@ class HydraHeads(DraftHeads):
         return self.project(k, self.blocks[k](z))
 
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Level by level: head d-1 runs on every node expanded at depth d-1, fed its path."""
-        tokens = root.new_zeros(1, plan.tree.num_tokens)
-        tokens[0, 0] = root
-        width = plan.tree.max_rank + 1
+        """Level by level: head d-1 runs on every node expanded at depth d-1 of every row,
+        fed its path; one call per depth for the whole batch."""
+        b = root.shape[0]
+        tokens = root.new_zeros(b, plan.tree.num_tokens)
+        tokens[:, 0] = root
         for lv in plan.levels:
-            prev = tokens[0, lv.prev]  # [parents, depth]: root … parent
-            logits = self.head_logits(lv.depth - 1, hidden.expand(1, prev.shape[0], -1),
-                                      prev[None])
-            cand = top_candidates(logits[0], width)  # [parents, R]
-            tokens[0, lv.nodes] = cand[lv.row, lv.ranks]
+            prev = tokens[:, lv.prev]  # [b, parents, depth]: root … parent
+            logits = self.head_logits(lv.depth - 1, hidden.expand(b, prev.shape[1], -1), prev)
+            cand = top_candidates(logits, lv.width)  # [b, parents, R]
+            tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
         return tokens

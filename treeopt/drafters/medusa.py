@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import DraftHeads, ResBlock, top_candidates
+from treeopt.drafters.base import DraftHeads, ResBlock
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ranking import top_candidates
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
@@ -46,9 +47,10 @@ class MedusaHeads(DraftHeads):
         return self.project(k, self.blocks[k](hidden))
 
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """All depths from one call: node i takes its depth's head's candidate of its rank."""
-        tokens = root.new_zeros(1, plan.tree.num_tokens)
-        tokens[0, 0] = root
-        cand = top_candidates(self(hidden)[:, 0, 0], plan.tree.max_rank + 1)  # [K, R]
-        tokens[0, 1:] = cand[plan.depths, plan.ranks]
-        return tokens
+        """Every depth from one call of the heads the tree reaches: node i takes its depth's
+        head's candidate of its rank."""
+        tree = plan.tree
+        logits = torch.stack([self.head_logits(k, hidden[:, 0]) for k in range(tree.depth)],
+                             dim=1)  # [b, depth, V]
+        cand = top_candidates(logits, tree.max_rank + 1)  # [b, depth, R]
+        return torch.cat([root[:, None], cand[:, plan.depths, plan.ranks]], dim=1)

@@ -49,11 +49,11 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tr
     config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode,
                           eos_token_id=getattr(tokenizer, "eos_token_id", None))
     result = compare(model, heads, tree, [ids], config=config, split=True, warmup_tokens=4)
-    spec, base = result.tree_runs[0], result.autoregressive_runs[0]
-    stats = spec.stats
-    bounds, pieces = 1, [spec.tokens[:1]]
+    spec = result.tree_outputs[0]
+    stats = result.tree_stats
+    bounds, pieces = 1, [spec[:1]]
     for n in stats.accept_lengths:
-        pieces.append(spec.tokens[bounds:bounds + n])
+        pieces.append(spec[bounds:bounds + n])
         bounds += n
     segments = tuple(tokenizer.decode(list(p)) for p in pieces if p)
     predicted = per_step = None
@@ -67,7 +67,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tr
         accept_lengths=stats.accept_lengths, histogram=stats.histogram,
         mean_accept_length=stats.mean_accept_length, stderr=stats.stderr,
         tree_tokens_per_s=stats.tokens_per_s,
-        autoregressive_tokens_per_s=base.stats.tokens_per_s,
+        autoregressive_tokens_per_s=result.autoregressive_stats.tokens_per_s,
         outputs_match=result.lossless,
         predicted_accept_length=predicted, predicted_per_step=per_step,
         time_split={"drafting": split.draft_s, "verification": split.verify_s,
