@@ -36,7 +36,7 @@ from profiling.timing import (
 from roofline.config import ModelConfig
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import verify_step
+from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -87,7 +87,8 @@ def _step(model: torch.nn.Module, batch: int, context: int, q: int,
     ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
     plan = tree_plan(Tree.chain(q - 1), device)
     lengths = torch.full((batch,), context, dtype=torch.long, device=device)
-    return (lambda: verify_step(model, ids, plan, cache=cache, lengths=lengths,
+    verify = verifier(model, tree=False)
+    return (lambda: verify_step(verify, ids, plan, cache=cache, lengths=lengths,
                                 frontier=context)), cache
 
 

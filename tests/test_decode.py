@@ -15,7 +15,11 @@ from treeopt.decoding.cache import SlotCache  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
 from treeopt.decoding.plan import tree_plan  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
-from treeopt.decoding.tree_forward import check_tree_support, verify_step  # noqa: E402
+from treeopt.decoding.tree_forward import (  # noqa: E402
+    check_tree_support,
+    verifier,
+    verify_step,
+)
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 MEDUSA_63 = [  # Medusa's mc_sim_7b_63
@@ -61,7 +65,7 @@ def prefill(model, rows, capacity=32):
     """A SlotCache holding each row of ``rows`` (equal lengths) at slots 0 … len-1."""
     cache = SlotCache.allocate(model, batch=len(rows), capacity=capacity)
     n = len(rows[0])
-    verify_step(model, torch.tensor(rows), tree_plan(Tree.chain(n - 1), "cpu"), cache=cache,
+    verify_step(verifier(model, tree=False), torch.tensor(rows), tree_plan(Tree.chain(n - 1), "cpu"), cache=cache,
                 lengths=torch.zeros(len(rows), dtype=torch.long), frontier=0)
     return cache
 
@@ -73,7 +77,7 @@ def test_tree_forward_logits_equal_sequential_logits(peaked):
     tokens = torch.tensor([[7, 30, 31, 40, 41, 42, 50]])
     with torch.no_grad():
         cache = prefill(model, [prefix])
-        logits, hidden = verify_step(model, tokens, tree_plan(tree, "cpu"), cache=cache,
+        logits, hidden = verify_step(verifier(model, tree=False), tokens, tree_plan(tree, "cpu"), cache=cache,
                                      lengths=torch.tensor([5]), frontier=5)
         for i in range(tree.num_tokens):
             path = [j for j in range(tree.num_tokens) if tree.attention_mask[i, j]]
@@ -91,7 +95,7 @@ def test_ragged_rows_see_only_their_own_prefix(peaked):
     tree = Tree.from_choices([[0], [0, 0]])
     with torch.no_grad():
         cache = prefill(model, [[5, 6, 7, 8], [9, 10, 0, 0]])
-        logits, _ = verify_step(model, torch.tensor([[11, 12, 13], [14, 15, 16]]),
+        logits, _ = verify_step(verifier(model, tree=False), torch.tensor([[11, 12, 13], [14, 15, 16]]),
                                 tree_plan(tree, "cpu"), cache=cache,
                                 lengths=torch.tensor([4, 2]), frontier=4)
         ref0 = model(input_ids=torch.tensor([[5, 6, 7, 8, 11, 12, 13]])).logits[0, 4:]
@@ -105,10 +109,10 @@ def test_moved_cache_continues_like_a_fresh_forward(peaked):
     tree = Tree.from_choices([[0], [1], [1, 0]])
     with torch.no_grad():
         cache = prefill(model, [[5, 6, 7]])
-        verify_step(model, torch.tensor([[8, 20, 21, 22]]), tree_plan(tree, "cpu"),
+        verify_step(verifier(model, tree=False), torch.tensor([[8, 20, 21, 22]]), tree_plan(tree, "cpu"),
                     cache=cache, lengths=torch.tensor([3]), frontier=3)
         cache.move(torch.tensor([[3, 5, 6]]), torch.tensor([[3, 4, 5]]))  # root, [1], [1, 0]
-        nxt, _ = verify_step(model, torch.tensor([[99]]), tree_plan(Tree(()), "cpu"),
+        nxt, _ = verify_step(verifier(model, tree=False), torch.tensor([[99]]), tree_plan(Tree(()), "cpu"),
                              cache=cache, lengths=torch.tensor([6]), frontier=6)
         ref = model(input_ids=torch.tensor([[5, 6, 7, 8, 21, 22, 99]])).logits
     torch.testing.assert_close(nxt[0, -1], ref[0, -1], atol=1e-5, rtol=1e-5)

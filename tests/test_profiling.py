@@ -15,7 +15,7 @@ from profiling.verify import build_model, profile_verify
 from roofline import Hardware, ModelConfig, preset
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import verify_step
+from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -30,9 +30,9 @@ def test_verify_step_matches_a_full_forward():
     with torch.inference_mode():
         full = model(input_ids=ids).logits  # [b, 10, V]
         cache = SlotCache.allocate(model, batch=2, capacity=11)
-        verify_step(model, ids[:, :6], tree_plan(Tree.chain(5), "cpu"), cache=cache,
+        verify_step(verifier(model, tree=False), ids[:, :6], tree_plan(Tree.chain(5), "cpu"), cache=cache,
                     lengths=torch.zeros(2, dtype=torch.long), frontier=0)
-        step, _ = verify_step(model, ids[:, 6:], tree_plan(Tree.chain(3), "cpu"), cache=cache,
+        step, _ = verify_step(verifier(model, tree=False), ids[:, 6:], tree_plan(Tree.chain(3), "cpu"), cache=cache,
                               lengths=torch.full((2,), 6), frontier=6)
         assert cache.get_seq_length() == 6
     torch.testing.assert_close(step, full[:, 6:], rtol=1e-4, atol=1e-4)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.loop import BatchResult, decode
+from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
 from treeopt.drafters.base import DraftHeads
 from treeopt.errors import TreeoptError
@@ -152,9 +152,11 @@ def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     groups = batches(prompts, batch)
+    decoder = Decoder(model, heads if tree.size else None)
+    empty = Tree(())
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
-    decode(model, heads, tree, groups[0], config=warm)
-    decode(model, None, Tree(()), groups[0], config=warm)
+    decoder.decode(tree, groups[0], config=warm)
+    decoder.decode(empty, groups[0], config=warm)
     tree_rounds, ar_rounds = [], []
     for _ in range(rounds):
         tree_runs: list[BatchResult] = []
@@ -162,17 +164,17 @@ def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
         for i, group in enumerate(groups):
             for which in ((0, 1) if i % 2 == 0 else (1, 0)):
                 if which == 0:
-                    tree_runs.append(decode(model, heads, tree, group, config=config))
+                    tree_runs.append(decoder.decode(tree, group, config=config))
                 else:
-                    ar_runs.append(decode(model, None, Tree(()), group, config=config))
+                    ar_runs.append(decoder.decode(empty, group, config=config))
         tree_rounds.append(tuple(tree_runs))
         ar_rounds.append(tuple(ar_runs))
     tree_prof = ar_prof = None
     if split:
         some = groups[:SPLIT_BATCHES]
-        tree_prof = combine([decode(model, heads, tree, g, config=config, profile=True).stats
+        tree_prof = combine([decoder.decode(tree, g, config=config, profile=True).stats
                              for g in some])
-        ar_prof = combine([decode(model, None, Tree(()), g, config=config, profile=True).stats
+        ar_prof = combine([decoder.decode(empty, g, config=config, profile=True).stats
                            for g in some])
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
                       ar_prof)

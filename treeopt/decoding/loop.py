@@ -31,13 +31,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
-from treeopt.decoding.tree_forward import (
-    additive,
-    check_tree_support,
-    forward_with_cache,
-    mask_dtype,
-    verify_step,
-)
+from treeopt.decoding.tree_forward import additive, verifier, verify_step
 from treeopt.drafters.base import DraftHeads, LiveState
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
@@ -45,7 +39,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["BatchResult", "DecodeConfig", "autoregressive", "decode", "generate"]
+__all__ = ["BatchResult", "DecodeConfig", "Decoder", "autoregressive", "decode", "generate"]
 
 
 @dataclass(frozen=True)
@@ -67,26 +61,43 @@ def check_tree_for_heads(tree: Tree, heads: DraftHeads | None) -> None:
         raise TreeoptError(f"the tree uses rank {tree.max_rank}, beyond the vocabulary")
 
 
+class Decoder:
+    """The live decoder of one model and its heads, checked once: the model honours a tree mask
+    (when there are heads) and how its verify forward runs (:func:`~treeopt.decoding.
+    tree_forward.verifier`). :meth:`decode` then decodes any tree, or none."""
+
+    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None = None) -> None:
+        self.model, self.heads = model, heads
+        self.device = model_device(model)
+        with torch.inference_mode():
+            self.verify = verifier(model, tree=heads is not None)
+
+    def decode(self, tree: Tree, prompts: Sequence[Sequence[int]], *,
+               config: DecodeConfig | None = None, profile: bool = False) -> BatchResult:
+        """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive)."""
+        config = config or DecodeConfig()
+        check_tree_for_heads(tree, self.heads)
+        if not prompts:
+            raise TreeoptError("no prompts to decode")
+        if any(len(p) == 0 for p in prompts):
+            raise TreeoptError("a prompt is empty")
+        longest = max(len(p) for p in prompts)
+        check_context(self.model, longest + config.max_new_tokens + tree.num_tokens,
+                      what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
+        gen = torch.Generator(device=self.device).manual_seed(config.seed)
+        with torch.inference_mode():
+            return _Run(self, tree_plan(tree, str(self.device)), config, gen, profile,
+                        prompts).loop()
+
+
 def decode(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            profile: bool = False) -> BatchResult:
-    """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive)."""
-    config = config or DecodeConfig()
+    """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
+    (a :class:`Decoder` checks the model once for many calls)."""
     check_tree_for_heads(tree, heads)
-    if not prompts:
-        raise TreeoptError("no prompts to decode")
-    if any(len(p) == 0 for p in prompts):
-        raise TreeoptError("a prompt is empty")
-    longest = max(len(p) for p in prompts)
-    check_context(model, longest + config.max_new_tokens + tree.num_tokens,
-                  what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
-    if tree.size:
-        check_tree_support(model)
-    device = model_device(model)
-    gen = torch.Generator(device=device).manual_seed(config.seed)
-    with torch.inference_mode():
-        return _Run(model, heads, tree_plan(tree, str(device)), config, gen, profile,
-                    prompts).loop()
+    return Decoder(model, heads if tree.size else None).decode(tree, prompts, config=config,
+                                                               profile=profile)
 
 
 def generate(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
@@ -131,19 +142,19 @@ class _Run:
     """One batch decoding: the device state (cache, lengths, roots, drafter state) and the host
     state (tokens emitted, budgets) of its rows."""
 
-    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None, plan: TreePlan,
-                 cfg: DecodeConfig, gen: torch.Generator, profile: bool,
-                 prompts: Sequence[Sequence[int]]) -> None:
-        self.model, self.heads, self.plan, self.cfg, self.gen = model, heads, plan, cfg, gen
-        self.device = model_device(model)
+    def __init__(self, decoder: Decoder, plan: TreePlan, cfg: DecodeConfig,
+                 gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]]) -> None:
+        self.verify, self.heads, self.plan, self.cfg, self.gen = (
+            decoder.verify, decoder.heads, plan, cfg, gen)
+        self.device = decoder.device
         self.clock = _Clock(self.device, profile)
         self.prompts = [list(p) for p in prompts]
         b, longest = len(prompts), max(len(p) for p in prompts)
         q = plan.tree.num_tokens
         capacity = longest + cfg.max_new_tokens + 2 * q + 1  # + a scratch slot
-        self.cache = SlotCache.allocate(model, batch=b, capacity=capacity)
-        self.state: LiveState = (heads.start(batch=b, capacity=capacity) if heads is not None
-                                 else None)
+        self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity)
+        self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
+                                 if self.heads is not None else None)
         self.scratch = capacity - 1
         self.out: list[list[int]] = [[] for _ in range(b)]
         self.steps: list[list[int]] = [[] for _ in range(b)]
@@ -162,7 +173,7 @@ class _Run:
             tokens = (self.heads.draft(self.plan, h, root) if self.plan.tree.size
                       and self.heads is not None else root[:, None])
             self.clock.lap(0)
-            logits, hidden = verify_step(self.model, tokens, self.plan, cache=self.cache,
+            logits, hidden = verify_step(self.verify, tokens, self.plan, cache=self.cache,
                                          lengths=lengths, frontier=frontier)
             self.clock.lap(1)
             verdict = accept(self.plan, tokens, logits, self.cfg, self.gen)
@@ -199,11 +210,11 @@ class _Run:
         ids = ids.to(self.device)
         lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
         causal = torch.ones(longest, longest, dtype=torch.bool, device=self.device).tril()
-        mask = additive(causal, mask_dtype(self.model))[None, None].expand(b, 1, -1, -1)
+        mask = additive(causal, self.verify.dtype)[None, None].expand(b, 1, -1, -1)
         positions = torch.arange(longest, device=self.device)[None].expand(b, -1)
         self.cache.frontier = 0
-        logits, hidden = forward_with_cache(self.model, ids, cache=self.cache,
-                                            position_ids=positions, attention_mask=mask)
+        logits, hidden = self.verify.forward(ids, cache=self.cache, position_ids=positions,
+                                             attention_mask=mask)
         rows = torch.arange(b, device=self.device)
         first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
                        logits[rows, lengths - 1][:, None], self.cfg, self.gen).next_root

@@ -11,6 +11,7 @@ nothing is patched onto the model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -59,7 +60,8 @@ def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: 
 def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q tokens."""
+    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]`` from the model's own forward;
+    the cache takes the q tokens."""
     try:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     past_key_values=cache, use_cache=True, output_hidden_states=True)
@@ -73,15 +75,64 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
     return out.logits, out.hidden_states[-1]
 
 
-def verify_step(model: PreTrainedModel, tokens: torch.Tensor, plan: TreePlan, *,
+@dataclass(frozen=True, eq=False)
+class Verifier:
+    """How verify forwards run on one model, decided once (:func:`verifier`).
+
+    ``split``: the model's decoder (``get_decoder()``) then its LM head
+    (``get_output_embeddings()``), which skips the wrapper's collection of every layer's hidden
+    states — used only where a probe found it gives the model's own logits exactly (not for
+    models that scale or cap their logits in the wrapper).
+    """
+
+    model: PreTrainedModel
+    split: bool
+    dtype: torch.dtype  # of the additive masks
+
+    def forward(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q."""
+        if not self.split:
+            return forward_with_cache(self.model, input_ids, cache=cache,
+                                      position_ids=position_ids, attention_mask=attention_mask)
+        hidden = self.model.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            past_key_values=cache, use_cache=True).last_hidden_state
+        return self.model.get_output_embeddings()(hidden), hidden
+
+
+def verifier(model: PreTrainedModel, *, tree: bool = True) -> Verifier:
+    """The :class:`Verifier` of ``model``; with ``tree``, first check that its forward honours a
+    4D tree mask (:func:`check_tree_support`)."""
+    if tree:
+        check_tree_support(model)
+    return Verifier(model, _split_is_exact(model), mask_dtype(model))
+
+
+def _split_is_exact(model: PreTrainedModel) -> bool:
+    """Whether decoder-then-LM-head gives the model's own logits on a short probe."""
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if decoder is None or head is None or decoder is model:
+        return False
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([[1, 2, 3]], device=device)
+    with torch.no_grad():
+        try:
+            got = head(decoder(input_ids=ids).last_hidden_state)
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            return False
+        want = model(input_ids=ids).logits
+    return got.shape == want.shape and bool(torch.equal(got, want))
+
+
+def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan, *,
                 cache: SlotCache, lengths: torch.Tensor, frontier: int,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify tree tokens ``[b, q]`` (root first) after each row's cached prefix; the cache
     takes them at ``frontier``. Returns logits ``[b, q, V]`` and hidden states ``[b, q, d]``."""
-    positions, mask = step_inputs(plan, lengths, frontier, dtype=mask_dtype(model))
+    positions, mask = step_inputs(plan, lengths, frontier, dtype=verify.dtype)
     cache.frontier = frontier
-    return forward_with_cache(model, tokens, cache=cache, position_ids=positions,
-                              attention_mask=mask)
+    return verify.forward(tokens, cache=cache, position_ids=positions, attention_mask=mask)
 
 
 def check_tree_support(model: PreTrainedModel) -> None:
@@ -92,11 +143,12 @@ def check_tree_support(model: PreTrainedModel) -> None:
     device = model.get_input_embeddings().weight.device
     cache = SlotCache.allocate(model, batch=1, capacity=5)
     plan = tree_plan(Tree.from_choices([[0], [1]]), str(device))  # two siblings, one position
+    plain = Verifier(model, split=False, dtype=mask_dtype(model))
     with torch.no_grad():
-        verify_step(model, torch.tensor([[1]], device=device), tree_plan(Tree(()), str(device)),
+        verify_step(plain, torch.tensor([[1]], device=device), tree_plan(Tree(()), str(device)),
                     cache=cache, lengths=torch.zeros(1, dtype=torch.long, device=device),
                     frontier=0)
-        logits, _ = verify_step(model, torch.tensor([[1, 2, 3]], device=device), plan,
+        logits, _ = verify_step(plain, torch.tensor([[1, 2, 3]], device=device), plan,
                                 cache=cache, lengths=torch.ones(1, dtype=torch.long,
                                                                 device=device), frontier=1)
         ref, _ = forward_with_cache(model, torch.tensor([[1, 1, 3]], device=device),

@@ -50,7 +50,10 @@ class MedusaHeads(DraftHeads):
         """Every depth from one call of the heads the tree reaches: node i takes its depth's
         head's candidate of its rank."""
         tree = plan.tree
-        logits = torch.stack([self.head_logits(k, hidden[:, 0]) for k in range(tree.depth)],
-                             dim=1)  # [b, depth, V]
+        z = torch.stack([self.blocks[k](hidden[:, 0]) for k in range(tree.depth)], dim=1)
+        if self.proj is None:  # the shared LM head: one projection for every depth
+            logits = self.project(0, z)  # [b, depth, V]
+        else:
+            logits = torch.stack([self.project(k, z[:, k]) for k in range(tree.depth)], dim=1)
         cand = top_candidates(logits, tree.max_rank + 1)  # [b, depth, R]
         return torch.cat([root[:, None], cand[:, plan.depths, plan.ranks]], dim=1)

@@ -53,6 +53,8 @@ def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
     """
     vocab = logits.shape[-1]
     k = min(k, vocab)
+    if k == 1:  # a chain's level: just the best token
+        return best_token(logits)[..., None].to(logits.device)
     top = torch.topk(logits, min(k + 1, vocab), dim=-1)
     if k < vocab and bool((top.values[..., k - 1] == top.values[..., k]).any()):
         return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
