@@ -20,7 +20,7 @@ from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
 LATENCY_FORMAT = "treeopt.latency/1"
-DRAFT_FORMAT = "treeopt.draft-latency/1"
+STEP_FORMAT = "treeopt.step-profile/1"
 Key = tuple[int, int, int]
 
 
@@ -150,13 +150,20 @@ def _shape(cfg: ModelConfig) -> str:
             f"{cfg.num_kv_heads} heads, vocab {cfg.vocab_size}")
 
 
-def load_draft_latency(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a draft-latency file (see :mod:`profiling.drafting`), checking its tag and fields."""
-    doc = read_tagged_json(path, DRAFT_FORMAT)
+def load_step_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a step profile (see :mod:`profiling.step`), checking its tag and every record."""
+    doc = read_tagged_json(path, STEP_FORMAT)
     heads = doc.get("heads")
     if not isinstance(heads, dict) or heads.get("kind") not in KIND_NAMES:
         raise TreeoptError(f"{path}: 'heads' must be an object whose kind is one of "
                            f"{list(KIND_NAMES)}")
-    if not isinstance(doc.get("records"), list):
+    records = doc.get("records")
+    if not isinstance(records, list):
         raise TreeoptError(f"{path}: missing 'records'")
+    fields = ("batch", "size", "depth", "q", "expanded", "context", "ms_draft", "ms_verify",
+              "ms_bookkeeping")
+    for r in records:
+        missing = [f for f in fields if f not in r]
+        if missing:
+            raise TreeoptError(f"{path}: record {r!r} lacks {', '.join(missing)}")
     return doc

@@ -46,7 +46,8 @@ def test_verify_gets_model_heads_trace_and_prompts(fake_demo):
 
 def test_select_gets_the_model_growth_and_measured_latency(fake_demo):
     argv = expand_demo(["select", "--demo"], build_parser())
-    assert argv[2:] == ["--model", str(fake_demo.model), "--growth", str(fake_demo.growth("hydra")),
+    assert argv[2:] == ["--model", str(fake_demo.model), "--trace", str(fake_demo.trace("hydra")),
+                        "--growth", str(fake_demo.growth("hydra")),
                         "--latency", str(fake_demo.root / "latency" / "cpu.json")]
 
 
@@ -61,8 +62,17 @@ def test_missing_demo_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and "no demo here" in err[0]
 
 
-def test_select_also_gets_the_heads_drafting_latency_when_measured(fake_demo):
-    fake_demo.draft_latency("medusa").write_text("{}")
+def test_select_gets_the_heads_step_profile_when_measured(fake_demo):
+    fake_demo.step_profile("medusa").write_text("{}")
     argv = expand_demo(["select", "--demo", "medusa"], build_parser())
-    assert argv[-2:] == ["--draft-latency", str(fake_demo.draft_latency("medusa"))]
-    assert "--draft-latency" not in expand_demo(["select", "--demo", "hydra"], build_parser())
+    assert argv[-2:] == ["--step-profile", str(fake_demo.step_profile("medusa"))]
+    assert "--latency" not in argv  # the profile prices the verify step in the decoder's loop
+    assert "--step-profile" not in expand_demo(["select", "--demo", "hydra"], build_parser())
+
+
+def test_tune_gets_everything_it_predicts_with(fake_demo):
+    fake_demo.step_profile("hydra").write_text("{}")
+    argv = expand_demo(["tune", "--demo"], build_parser())
+    added = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert set(added) == {"--model", "--heads", "--trace", "--growth", "--prompts",
+                          "--step-profile"}

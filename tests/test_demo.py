@@ -42,7 +42,8 @@ def test_tiny_build_writes_every_artifact(tiny_demo):
     for kind in KINDS:
         for p in (paths.heads(kind) / "heads.json", paths.heads(kind) / "heads.safetensors",
                   paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
-                  paths.growth(kind, method="independent")):
+                  paths.growth(kind, method="independent"), paths.step_profile(kind),
+                  paths.sweep(kind)):
             assert p.is_file(), p
     assert not any(p.name.startswith(".") for p in out.parent.iterdir())  # no work dir left
     listed = {f["path"] for f in manifest["files"]}
@@ -54,8 +55,9 @@ def test_tiny_manifest_is_valid(tiny_demo):
     on_disk = json.loads((out / "manifest.json").read_text())
     assert on_disk["format"] == DEMO_FORMAT == manifest["format"]
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
-    assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "heads", "traces",
-                                         "growth", "quality", "latency"}
+    assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
+                                         "traces", "growth", "quality", "latency", "sweep"}
+    assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
     for kind in KINDS:
@@ -95,6 +97,16 @@ def test_load_returns_everything(tiny_demo):
     assert demo.tokenizer(demo.prompts[0])["input_ids"]
     assert demo.latency is not None and demo.latency.name == "cpu.json"
     assert set(demo_dataset(demo).sources) == set(KINDS)
+    from treeopt.sweep import Sweep
+    from treeopt.workbench.pricing import demo_pricing
+
+    for kind in KINDS:
+        sweep = Sweep.load(demo.sweep(kind))
+        assert sweep.batches == list(TINY.live_batches)
+        assert all(p.lossless for p in sweep.points)
+        assert all(sweep.selected(b) is not None for b in sweep.batches)  # select's pick, measured
+        priced = demo_pricing(demo, kind)
+        assert priced is not None and priced.selection.batches == list(TINY.live_batches)
     light = load(out, with_model=False)
     assert light.model is None and light.heads == {}
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from profiling.device import measure_device
-from profiling.drafting import profile_draft
-from profiling.table import LatencyRecord, LatencyTable, load_draft_latency
+from profiling.table import LatencyRecord, LatencyTable, load_step_profile
 from profiling.timing import Call, interleaved
 from profiling.verify import build_model, profile_verify
 from roofline import Hardware, ModelConfig, preset
@@ -112,20 +112,32 @@ def test_out_of_memory_stops_one_configuration_only():
 
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
-def test_draft_heads_latency(tmp_path, kind):
+def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
+    from profiling.step import profile_steps
+    from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
 
-    cfg = HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
-                      vocab_size=TINY.vocab_size)
-    out = tmp_path / "draft.json"
-    doc = profile_draft(cfg, out=out, batch=[1, 2], nodes=[1, 4], repeats=3, warmup=1)
-    keys = [(r["batch"], r["head"], r["nodes"]) for r in doc["records"]]
-    if kind == "medusa":
-        assert keys == [(1, None, 1), (2, None, 1)]
-    else:
-        assert keys == [(b, k, m) for b in (1, 2) for k in (0, 1) for m in (1, 4)]
-    assert all(r["ms_median"] > 0 and r["repeats"] == 3 for r in doc["records"])
-    assert load_draft_latency(out)["heads"]["kind"] == kind
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head,
+                        embeddings=model.get_input_embeddings()).eval()
+    growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]),
+                    {})
+    out = tmp_path / "step.json"
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    doc = profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
+                        max_new_tokens=6, rounds=2, log=lambda _: None)
+    keys = [(r["batch"], r["size"], r["max_depth"]) for r in doc["records"]]
+    caps = [(None, 0), (None, 1), (None, 2), (None, 3)] + ([(1, 2)] if kind == "hydra" else [])
+    assert keys == [(b, n, c) for b in (1, 2) for c, n in caps]
+    assert all(r["ms_verify"] > 0 and r["ms_bookkeeping"] > 0 for r in doc["records"])
+    assert load_step_profile(out)["heads"]["kind"] == kind
+    again = profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
+                          max_new_tokens=6, rounds=2, log=lambda _: None)
+    assert again["records"] == doc["records"]  # resumed: nothing measured twice
+    with pytest.raises(TreeoptError, match="another max_new_tokens"):
+        profile_steps(model, heads, growth, prompts, batch=[1], out=out, max_new_tokens=8)
 
 
 def test_device_micro_benchmarks_make_a_hardware_row(tmp_path):

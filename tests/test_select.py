@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from profiling.table import LatencyRecord, LatencyTable
 from roofline import preset
-from treeopt.costs import DraftCost, StepLatency, draft_from_measurements, expanded_nodes
+from treeopt.costs import DraftCost, StepLatency, expanded_nodes, step_costs
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import select
@@ -88,32 +88,62 @@ def test_depth_cap_pays_when_drafting_grows_with_depth():
     assert list(sel.depth_caps) == [1, 2]
 
 
-def test_medusa_draft_cost_is_one_call_per_step():
-    doc = {"heads": {"kind": "medusa"}, "records": [
-        {"batch": 1, "head": None, "nodes": 1, "ms_median": 2.0}]}
-    draft = draft_from_measurements(doc, source="d.json")
-    sel = select(GROWTH, latency({(1, 64): [10, 10, 11, 20]}), batch=[1], context=[64],
-                 draft=draft)
+# a known step profile: every term is exact, so the fit must give it back to the last digit
+DRAFT = {"hydra": (0.5, 1.0, 0.25), "medusa": (0.5, 0.75)}  # ms: a tree, per depth, per row
+OVERHEAD = (0.2, 0.05, 0.1)  # ms: per step, per token beyond the root, per depth
+RESIDUE = 0.1  # ms the loop spends in its draft phase with no tree (belongs to the overhead)
+PROFILED = [((), 1), ((1,), 2), ((1, 1), 3), ((1, 1), 4), ((1, 1, 1), 4), ((1,), 4),
+            ((1, 2), 5), ((1, 3, 2), 9)]  # (expanded per depth, q) of the profiled trees
+
+
+def profile_records(kind: str, batch: int = 1) -> list[dict]:
+    out = []
+    for expanded, q in PROFILED:
+        feats = [float(bool(expanded)), float(len(expanded))]
+        if kind == "hydra":
+            feats.append(float(sum(expanded)))
+        draft = sum(c * f for c, f in zip(DRAFT[kind], feats, strict=True))
+        over = OVERHEAD[0] + OVERHEAD[1] * (q - 1) + OVERHEAD[2] * len(expanded)
+        out.append({"batch": batch, "size": q - 1, "depth": len(expanded), "q": q,
+                    "expanded": list(expanded), "context": 100, "ms_verify": 10.0 + q,
+                    "ms_draft": draft + RESIDUE, "ms_bookkeeping": over - RESIDUE})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["hydra", "medusa"])
+def test_step_costs_give_back_a_known_profile_exactly(kind):
+    costs = step_costs(profile_records(kind), kind=kind, source="s.json")
+    assert costs.coefficients["draft"][1] == pytest.approx(DRAFT[kind], abs=1e-12)
+    assert costs.coefficients["overhead"][1] == pytest.approx(OVERHEAD, abs=1e-12)
+    assert costs.fit["draft_and_overhead"] < 1e-12
+    assert costs.draft.seconds(1, ()) == 0.0
+    want_draft = {"hydra": 0.5 + 2 * 1.0 + 3 * 0.25, "medusa": 0.5 + 2 * 0.75}[kind]
+    assert costs.draft.seconds(1, (1, 2)) == pytest.approx(want_draft / 1e3, abs=1e-15)
+    assert costs.overhead.seconds(1, 4, 2) == pytest.approx((0.2 + 3 * 0.05 + 2 * 0.1) / 1e3,
+                                                            abs=1e-15)
+    assert costs.verify.seconds(1, 100, np.array([1, 4])).tolist() == [0.011, 0.014]
+    with pytest.raises(TreeoptError, match=r"s.json: no step profile at batch 2; profiled "
+                                           r"batches \[1\]"):
+        costs.draft.seconds(2, (1,))
+
+
+def test_selection_prices_a_step_from_all_three_terms():
+    costs = step_costs(profile_records("hydra"), kind="hydra", source="s.json")
+    sel = select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
+                 context=[100], depth_caps=[2])
     p = sel.points[0]
-    assert p.curve.tokens_per_s == pytest.approx([100.0, 1.8 / 0.012, 2.4 / 0.013,
-                                                        2.5 / 0.022])
-    assert list(sel.depth_caps) == [None]
-    with pytest.raises(TreeoptError, match=r"d.json: no draft measurement at batch 2; measured \[1\]"):
-        select(GROWTH, latency({(2, 64): [10, 10, 11, 20]}), batch=[2], context=[64],
-               draft=draft)
+    # GROWTH: n=1 (0,): q 2, depth 1, expanded (1,); n=2 adds (0,0); n=3 adds (1,)
+    step_ms = [11 + 0.2, 12 + (0.5 + 1 + 0.25) + (0.2 + 0.05 + 0.1),
+               13 + (0.5 + 2 + 0.5) + (0.2 + 0.1 + 0.2), 14 + (0.5 + 2 + 0.5) + (0.2 + 0.15 + 0.2)]
+    want = [ell * 1e3 / ms for ell, ms in zip([1.0, 1.8, 2.4, 2.5], step_ms, strict=True)]
+    assert p.curve.tokens_per_s == pytest.approx(want, rel=1e-12)
+    assert (p.verify_ms, p.overhead_ms) == pytest.approx((13.0, 0.5), rel=1e-12)
 
 
-def test_hydra_draft_measurements_interpolate_in_nodes():
-    doc = {"heads": {"kind": "hydra"}, "records": [
-        {"batch": 1, "head": 0, "nodes": 1, "ms_median": 1.0},
-        {"batch": 1, "head": 1, "nodes": 1, "ms_median": 2.0},
-        {"batch": 1, "head": 1, "nodes": 3, "ms_median": 4.0},
-        {"batch": 1, "head": 1, "nodes": 4, "error": "out of memory: …"}]}
-    draft = draft_from_measurements(doc, source="h.json")
-    assert draft.seconds(1, (1, 2)) == pytest.approx(0.004)  # 1 ms + 3 ms
-    assert np.isnan(draft.seconds(1, (1, 2, 1)))  # head 2 was never measured
-    assert np.isnan(draft.seconds(1, (1, 4)))  # 4 nodes failed
-    assert draft.seconds(1, ()) == 0.0
+def test_a_step_profile_needs_its_autoregressive_record():
+    rows = [r for r in profile_records("hydra") if r["size"] > 0]
+    with pytest.raises(TreeoptError, match="no autoregressive record"):
+        step_costs(rows, kind="hydra", source="s.json")
 
 
 def test_missing_points_are_named():

@@ -1,9 +1,12 @@
-"""What a decoding step costs: verify-step latency (measured or predicted) and drafting.
+"""What a live decoding step costs: ``t_step = t_verify(b, s, q) + t_draft(T, b) +
+t_overhead(b, q, depth)``.
 
-``t_verify(b, s, q)`` comes from a latency table or a roofline, interpolated linearly between
-measured q (:class:`StepLatency`); the drafter's cost from its own measurements or a roofline
-(:class:`DraftCost`), as a function of the batch and the nodes expanded at each depth
-(:func:`expanded_nodes`).
+``t_verify`` comes from a latency table, a step profile or a roofline, interpolated linearly
+between measured q (:class:`StepLatency`); the drafter's cost (:class:`DraftCost`) is a function of
+the batch and the nodes expanded at each depth (:func:`expanded_nodes`); the decoder's own
+overhead (:class:`OverheadCost`) of the batch, the tokens verified and the depth. A step profile
+(``treeopt profile step``: the live decoder timed phase by phase on real trees) gives all three
+(:func:`step_costs`), fitted as linear terms whose coefficients are milliseconds.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ class StepLatency:
     def contexts(self) -> list[int]:
         return sorted({s for _, s in self.grid})
 
+    @property
+    def max_tokens(self) -> int:
+        """The largest q measured anywhere: trees beyond it cannot be priced."""
+        return int(max(q[-1] for q, _ in self.grid.values()))
+
     @classmethod
     def from_points(cls, points: Sequence[tuple[int, int, int, float]], source: str,
                     **meta: Any) -> StepLatency:
@@ -90,39 +98,124 @@ class DraftCost:
 NO_DRAFT = DraftCost()
 
 
-def draft_from_measurements(doc: dict[str, Any], *, source: str) -> DraftCost:
-    """Draft cost from a ``treeopt.draft-latency/1`` document (``treeopt profile draft``).
+@dataclass(frozen=True)
+class OverheadCost:
+    """The decoder's own seconds per step outside drafting and the verify forward — acceptance,
+    reading the accepted tokens, moving the cache, the loop itself: ``fn(batch, q, depth)``."""
 
-    Hydra heads are interpolated linearly in nodes; a depth or node count beyond the measured
-    ones gives NaN, which removes that tree from the scan.
+    source: str = "not included"
+    fn: Callable[[int, int, int], float] | None = None
+
+    def seconds(self, batch: int, tokens: int, depth: int) -> float:
+        return 0.0 if self.fn is None else float(self.fn(batch, tokens, depth))
+
+
+NO_OVERHEAD = OverheadCost()
+
+
+@dataclass(frozen=True, eq=False)
+class StepCosts:
+    """Everything a live step pays, measured in the decoder's own loop (a step profile):
+    the verify forward by q, drafting and the loop's overhead as fitted linear terms, and how
+    well the fit reproduces the profiled trees (``fit``: largest relative error per term)."""
+
+    verify: StepLatency
+    draft: DraftCost
+    overhead: OverheadCost
+    fit: dict[str, float]  # largest relative error of draft + overhead over the profiled trees
+    coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
+
+
+def draft_features(expanded: Sequence[int], *, per_depth: bool) -> list[float]:
+    """What drafting a tree costs in proportion to: a tree at all, each depth (a head, or a call
+    of one), and — for drafters called per depth — each node expanded (a row of the call).
+
+    >>> draft_features((1, 2, 1), per_depth=True), draft_features((), per_depth=False)
+    ([1.0, 3.0, 4.0], [0.0, 0.0])
     """
-    kind = drafter_kind(doc["heads"]["kind"], source=f"{source}: heads kind")
-    rows = [r for r in doc["records"] if r.get("ms_median") is not None]
-    batches = sorted({int(r["batch"]) for r in rows})
-    if not kind.per_depth:
-        table = {int(r["batch"]): float(r["ms_median"]) / 1e3 for r in rows}
+    base = [float(bool(expanded)), float(len(expanded))]
+    return base + [float(sum(expanded))] if per_depth else base
 
-        def one_call(b: int, expanded: tuple[int, ...]) -> float:
-            if b not in table:
-                raise TreeoptError(f"{source}: no draft measurement at batch {b}; measured {batches}")
-            return table[b]
 
-        return DraftCost(kind.name, source, one_call)
-    grid = StepLatency.from_points([(r["batch"], r["head"], r["nodes"], r["ms_median"] / 1e3)
-                                    for r in rows], source).grid
+def overhead_features(tokens: int, depth: int) -> list[float]:
+    """What the loop's own work costs in proportion to: a step, each token verified beyond the
+    root (acceptance reads every node), each depth (a longer accepted path to read and move).
 
-    def by_depth(b: int, expanded: tuple[int, ...]) -> float:
-        if b not in batches:
-            raise TreeoptError(f"{source}: no draft measurement at batch {b}; measured {batches}")
-        total = 0.0
-        for k, m in enumerate(expanded):
-            if (b, k) not in grid:
-                return float("nan")
-            nodes, sec = grid[(b, k)]
-            total += float(np.interp(m, nodes, sec)) if nodes[0] <= m <= nodes[-1] else np.nan
-        return total
+    >>> overhead_features(5, 2)
+    [1.0, 4.0, 2.0]
+    """
+    return [1.0, float(tokens - 1), float(depth)]
 
-    return DraftCost(kind.name, source, by_depth)
+
+def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Least squares with non-negative coefficients: a term that comes out negative (noise on a
+    cost that is really zero) is dropped and the rest refitted."""
+    keep = np.ones(x.shape[1], dtype=bool)
+    while True:
+        coef = np.zeros(x.shape[1])
+        if keep.any():
+            coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+        if (coef >= 0).all():
+            return coef
+        keep &= coef > 0
+
+
+def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str) -> StepCosts:
+    """Fit :class:`StepCosts` to a step profile's records (``treeopt profile step``): each gives
+    a batch, a tree (size, depth, tokens q, nodes expanded per depth), the context and the
+    milliseconds per step of its draft, verify and bookkeeping phases.
+
+    The loop's time outside drafting when there is no tree (the autoregressive records) belongs
+    to the overhead; drafting is what a tree adds on top of it.
+    """
+    per_depth = drafter_kind(kind, source=f"{source}: heads kind").per_depth
+    batches = sorted({int(r["batch"]) for r in records})
+    contexts = [int(r["context"]) for r in records]
+    context = int(np.median(contexts)) if contexts else 0
+    coefficients: dict[str, dict[int, list[float]]] = {"draft": {}, "overhead": {}}
+    worst = 0.0
+    points = []
+    for b in batches:
+        rows = [r for r in records if int(r["batch"]) == b]
+        ar = [r for r in rows if int(r["size"]) == 0]
+        if not ar:
+            raise TreeoptError(f"{source}: no autoregressive record (size 0) at batch {b}")
+        residue = float(np.median([r["ms_draft"] for r in ar]))  # the loop outside drafting
+        xd = np.array([draft_features(r["expanded"], per_depth=per_depth) for r in rows])
+        yd = np.array([r["ms_draft"] - residue for r in rows])
+        xo = np.array([overhead_features(int(r["q"]), int(r["depth"])) for r in rows])
+        yo = np.array([r["ms_bookkeeping"] + residue for r in rows])
+        cd, co = _fit(xd, yd), _fit(xo, yo)
+        coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
+        step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
+        worst = max(worst, _worst(xd @ cd + xo @ co, step))
+        for q in sorted({int(r["q"]) for r in rows}):
+            at = [r["ms_verify"] for r in rows if int(r["q"]) == q]
+            points.append((b, context, q, float(np.median(at)) / 1e3))
+    verify = StepLatency.from_points(points, source, context=context)
+
+    def draft_s(b: int, expanded: tuple[int, ...]) -> float:
+        coef = _coefficients(coefficients["draft"], b, source)
+        return float(np.dot(draft_features(expanded, per_depth=per_depth), coef)) / 1e3
+
+    def overhead_s(b: int, tokens: int, depth: int) -> float:
+        coef = _coefficients(coefficients["overhead"], b, source)
+        return float(np.dot(overhead_features(tokens, depth), coef)) / 1e3
+
+    return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
+                     {"draft_and_overhead": worst}, coefficients)
+
+
+def _coefficients(table: dict[int, list[float]], batch: int, source: str) -> list[float]:
+    if batch not in table:
+        raise TreeoptError(f"{source}: no step profile at batch {batch}; profiled batches "
+                           f"{sorted(table)}")
+    return table[batch]
+
+
+def _worst(predicted: npt.NDArray[np.float64], measured: npt.NDArray[np.float64]) -> float:
+    """Largest relative error of a fit over the points it was fitted to."""
+    return float(np.max(np.abs(predicted / measured - 1.0))) if measured.size else 0.0
 
 
 def expanded_nodes(paths: Sequence[Path]) -> tuple[int, ...]:

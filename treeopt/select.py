@@ -1,12 +1,15 @@
 """Throughput-optimal tree per (batch size, context length).
 
-``tokens/s(T, b, s) = b · E[L](T) / (t_verify(b, s, |T| + 1) + t_draft(T, b))``, scanned over the
-growth's sizes n = 0 … N (n = 0 is autoregressive decoding: q = 1, E[L] = 1, no drafting) and,
+``tokens/s(T, b, s) = b · E[L](T) / (t_verify(b, s, |T| + 1) + t_draft(T, b) + t_overhead(b, |T|+1,
+depth))``, scanned over the growth's sizes n = 0 … N (n = 0 is autoregressive decoding: q = 1,
+E[L] = 1, no drafting) and,
 where drafting cost grows with depth (Hydra), over depth caps too: the capped family is the growth
 order with deeper nodes removed, exact because values fall along every path. ``t_verify`` comes
 from a measured latency table or a roofline (:mod:`treeopt.costs`), interpolated linearly between
-measured q; sizes beyond the largest q measured are not considered. The result is a
-:class:`~treeopt.selection.Selection`.
+measured q; sizes beyond the largest q measured are not considered. E[L] is the growth's
+(every trace position weighted alike) or, given the calibration trace, the mean accepted length of
+the steps decoding really takes (the trace walked step by step: what a live run measures). The
+result is a :class:`~treeopt.selection.Selection`.
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.costs import NO_DRAFT, DraftCost, StepLatency, expanded_nodes
+from treeopt.costs import (
+    NO_DRAFT,
+    NO_OVERHEAD,
+    DraftCost,
+    OverheadCost,
+    StepLatency,
+    expanded_nodes,
+)
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.selection import Curve, DepthCapBest, Point, Selection
+from treeopt.simulate import simulate
+from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
-Scan = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]
+Array = npt.NDArray[np.float64]
+Scan = tuple[Array, Array, Array, Array]  # tokens/s, verify, draft and overhead seconds
 
 
 @dataclass(frozen=True, eq=False)
@@ -36,11 +49,13 @@ class _Family:
     tree: Callable[[int], Tree]
 
 
-def _families(growth: Growth, caps: Sequence[int | None]) -> list[_Family]:
+def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None,
+              max_size: int) -> list[_Family]:
     ell = np.asarray(growth.expected_accept_length, dtype=np.float64)
     if growth.constraint == "uniform":
         trees = [growth.tree(n) for n in range(growth.max_nodes + 1)]
-        return [_Family(None, ell, [expanded_nodes(t.paths) for t in trees], growth.tree)]
+        fam = _Family(None, ell, [expanded_nodes(t.paths) for t in trees], growth.tree)
+        return [_walked(fam, trace, max_size) if trace is not None else fam]
     order = list(growth.order)
     values = np.diff(ell)
     out = []
@@ -49,24 +64,71 @@ def _families(growth: Growth, caps: Sequence[int | None]) -> list[_Family]:
         paths = [order[i] for i in keep]
         fam_ell = 1.0 + np.concatenate([[0.0], np.cumsum(values[keep])])
         expanded = [expanded_nodes(paths[:n]) for n in range(len(paths) + 1)]
-        out.append(_Family(cap, fam_ell, expanded,
-                           lambda n, paths=paths: Tree.from_choices(paths[:n])))
+        fam = _Family(cap, fam_ell, expanded, lambda n, paths=paths: Tree.from_choices(paths[:n]))
+        out.append(_walked(fam, trace, max_size) if trace is not None else fam)
     return out
 
 
-def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, b: int, s: int) -> Scan:
-    """Tokens/s, verify seconds and draft seconds of every tree of the family at (b, s)."""
+def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
+    """The family with E[L] of every tree up to ``max_size`` nodes (the largest that can be
+    priced) taken from the trace walked step by step."""
+    ell = fam.ell.copy()
+    for n in range(min(len(ell), max_size + 1)):
+        ell[n] = simulate(fam.tree(n), trace, per_step=True).mean_accept_length
+    return _Family(fam.max_depth, ell, fam.expanded, fam.tree)
+
+
+def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,
+          s: int) -> Scan:
+    """Tokens/s and verify, draft and overhead seconds of every tree of the family."""
     sizes = np.arange(len(fam.ell))
     t_verify = verify.seconds(b, s, sizes + 1)
     t_draft = np.array([draft.seconds(b, e) for e in fam.expanded])
-    tps = b * fam.ell / (t_verify + t_draft)  # NaN beyond the measured q
-    return tps, t_verify, t_draft
+    t_over = np.array([overhead.seconds(b, n + 1, len(e)) for n, e in enumerate(fam.expanded)])
+    tps = b * fam.ell / (t_verify + t_draft + t_over)  # NaN beyond the measured q
+    return tps, t_verify, t_draft, t_over
+
+
+def growth_expected_accept_length(growth: Growth, tree: Tree) -> float:
+    """E[L] of a tree made of the growth's nodes: 1 + the sum of their values (exact for any
+    subset closed under prefixes, such as a depth-capped prefix of the order).
+
+    >>> g = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+    >>> round(growth_expected_accept_length(g, Tree.from_choices([[0], [1]])), 12)
+    1.9
+    """
+    value = dict(zip(growth.order, np.diff(np.asarray(growth.expected_accept_length)),
+                     strict=True))
+    missing = [p for p in tree.paths if p not in value]
+    if missing:
+        raise TreeoptError(f"the tree's node {list(missing[0])} is not in the growth")
+    return 1.0 + float(sum(value[p] for p in tree.paths))
+
+
+def price_tree(tree: Tree, *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
+               overhead: OverheadCost = NO_OVERHEAD, batch: int, context: int,
+               expected_accept_length: float) -> tuple[float, float]:
+    """Predicted tokens/s of ``tree`` and of autoregressive decoding at (batch, context): the
+    formula :func:`select` scans, for one tree."""
+    expanded = expanded_nodes(tree.paths)
+    q = np.array([1, tree.num_tokens])
+    t_verify = verify.seconds(batch, context, q)
+    step = float(t_verify[1]) + draft.seconds(batch, expanded) + overhead.seconds(
+        batch, tree.num_tokens, tree.depth)
+    plain = float(t_verify[0]) + overhead.seconds(batch, 1, 0)
+    return batch * expected_accept_length / step, batch / plain
 
 
 def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context: Sequence[int],
-           draft: DraftCost = NO_DRAFT, depth_caps: Sequence[int] | None = None) -> Selection:
+           draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
+           depth_caps: Sequence[int] | None = None, trace: RankTrace | None = None,
+           ) -> Selection:
     """The best tree per (b, s), its tokens/s and speed-up, the curve, and where speculation
-    stops paying (:meth:`~treeopt.selection.Selection.stops_paying`)."""
+    stops paying (:meth:`~treeopt.selection.Selection.stops_paying`). With ``trace`` (one that
+    records ``sequence_positions``), E[L] is the per-step walk of that trace."""
+    if trace is not None and "sequence_positions" not in trace.meta:
+        raise TreeoptError("--trace: per-step E[L] needs the trace's 'sequence_positions' "
+                           "(recorded by treeopt calibrate)")
     if growth.max_nodes < 1:
         raise TreeoptError("the growth holds no trees (max_nodes 0)")
     caps: list[int | None] = [None]
@@ -74,25 +136,27 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
         caps = sorted(set(depth_caps))
     elif draft.per_depth and growth.constraint != "uniform":
         caps = list(range(1, max(len(p) for p in growth.order) + 1))
-    families = _families(growth, caps)
-    points = tuple(_point(families, verify, draft, b, s) for b in batch for s in context)
+    families = _families(growth, caps, trace, max_size=verify.max_tokens - 1)
+    points = tuple(_point(families, verify, draft, overhead, b, s) for b in batch for s in context)
+    acceptance = ("per-step walk of " + str(trace.meta.get("source_path", "the trace"))
+                  if trace is not None else "position-weighted E[L] of the growth")
     return Selection(
         growth={"method": growth.method, "max_nodes": growth.max_nodes,
-                "constraint": growth.constraint},
+                "constraint": growth.constraint, "acceptance": acceptance},
         latency={"source": verify.source, **verify.meta},
-        draft={"kind": draft.kind, "source": draft.source}, depth_caps=tuple(caps),
-        points=points)
+        draft={"kind": draft.kind, "source": draft.source},
+        overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points)
 
 
-def _point(families: list[_Family], verify: StepLatency, draft: DraftCost, b: int,
-           s: int) -> Point:
-    scans = [_scan(f, verify, draft, b, s) for f in families]
+def _point(families: list[_Family], verify: StepLatency, draft: DraftCost,
+           overhead: OverheadCost, b: int, s: int) -> Point:
+    scans = [_scan(f, verify, draft, overhead, b, s) for f in families]
     best_f, best_n, best = 0, 0, -np.inf
-    for i, (tps, _, _) in enumerate(scans):
+    for i, (tps, *_) in enumerate(scans):
         n = int(np.nanargmax(tps))
         if tps[n] > best + 1e-12 * abs(best if np.isfinite(best) else 0):
             best_f, best_n, best = i, n, float(tps[n])
-    fam, (tps, tv, td) = families[best_f], scans[best_f]
+    fam, (tps, tv, td, to) = families[best_f], scans[best_f]
     ar = float(tps[0])
     paying = np.flatnonzero(np.nan_to_num(tps, nan=-np.inf) > ar * (1 + 1e-12))
     caps = ()
@@ -102,7 +166,8 @@ def _point(families: list[_Family], verify: StepLatency, draft: DraftCost, b: in
     return Point(
         batch=b, context=s, tree=fam.tree(best_n), max_depth=fam.max_depth,
         expected_accept_length=float(fam.ell[best_n]), verify_ms=float(tv[best_n] * 1e3),
-        draft_ms=float(td[best_n] * 1e3), tokens_per_s=best, autoregressive_tokens_per_s=ar,
+        draft_ms=float(td[best_n] * 1e3), overhead_ms=float(to[best_n] * 1e3), tokens_per_s=best,
+        autoregressive_tokens_per_s=ar,
         max_paying_size=int(paying.max()) if paying.size else 0,
         curve=Curve(tuple(range(len(tps))),
                     tuple(None if np.isnan(x) else float(x) for x in tps)),

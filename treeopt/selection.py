@@ -15,7 +15,7 @@ from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
-FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b))"
+FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead(b, |T|+1, depth(T)))"
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Point:
     expected_accept_length: float
     verify_ms: float
     draft_ms: float
+    overhead_ms: float
     tokens_per_s: float
     autoregressive_tokens_per_s: float
     max_paying_size: int  # largest size still faster than autoregressive decoding
@@ -77,6 +78,7 @@ class Point:
                "max_depth": self.max_depth, "depth": self.depth, "choices": self.choices,
                "expected_accept_length": self.expected_accept_length,
                "verify_ms": self.verify_ms, "draft_ms": self.draft_ms,
+               "overhead_ms": self.overhead_ms,
                "tokens_per_s": self.tokens_per_s,
                "autoregressive_tokens_per_s": self.autoregressive_tokens_per_s,
                "speedup": self.speedup, "pays": self.pays,
@@ -93,9 +95,10 @@ class Point:
 class Selection:
     """Best trees over a (batch × context) grid, and where their inputs came from."""
 
-    growth: dict[str, Any]  # method, max_nodes, constraint of the growth scanned
+    growth: dict[str, Any]  # method, max_nodes, constraint of the growth scanned; acceptance
     latency: dict[str, Any]  # the verify-latency source and its provenance
     draft: dict[str, Any]  # the drafting cost's kind and source
+    overhead: dict[str, Any]  # the decoder's own per-step cost: its source
     depth_caps: tuple[int | None, ...]
     points: tuple[Point, ...]
 
@@ -125,7 +128,7 @@ class Selection:
 
     def to_json(self) -> dict[str, Any]:
         return {"format": SELECTION_FORMAT, "formula": FORMULA, "growth": self.growth,
-                "latency": self.latency, "draft": self.draft,
+                "latency": self.latency, "draft": self.draft, "overhead": self.overhead,
                 "depth_caps": list(self.depth_caps),
                 "points": [p.to_json() for p in self.points],
                 "stops_paying": self.stops_paying(),

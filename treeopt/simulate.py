@@ -71,7 +71,8 @@ def step_walk(tree: Tree, trace: RankTrace) -> tuple[npt.NDArray[np.int64], list
     A step starts at a position, accepts L tokens, and the next step starts L positions later,
     so decoding skips positions that the position-weighted E[L] counts; where long acceptances
     cluster, the per-step mean is lower. Needs ``sequence_positions`` (positions per calibration
-    sequence, in order) in the trace meta; None without it. Loops over steps, not positions.
+    sequence, in order) in the trace meta; None without it. Loops over steps, never positions,
+    and all sequences step together.
 
     >>> tr = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
     >>> lengths, per_sequence = step_walk(Tree.chain(1), tr)
@@ -81,18 +82,24 @@ def step_walk(tree: Tree, trace: RankTrace) -> tuple[npt.NDArray[np.int64], list
     counts = trace.meta.get("sequence_positions")
     if not counts or sum(counts) != trace.positions:
         return None
-    lengths = accept_lengths(tree, trace).tolist()
-    steps: list[int] = []
-    per_sequence: list[tuple[int, int]] = []
-    start = 0
-    for n in counts:
-        t, first = 0, len(steps)
-        while t < n:
-            steps.append(lengths[start + t])
-            t += steps[-1]
-        per_sequence.append((sum(steps[first:]), len(steps) - first))
-        start += n
-    return np.asarray(steps, dtype=np.int64), per_sequence
+    lengths = accept_lengths(tree, trace)
+    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+    at = ends - np.asarray(counts, dtype=np.int64)  # each sequence's next step starts here
+    seqs, taken = [], []
+    running = np.flatnonzero(at < ends)
+    while running.size:  # all sequences advance together: one iteration per step, not position
+        step = lengths[at[running]]
+        seqs.append(running)
+        taken.append(step)
+        at[running] += step
+        running = running[at[running] < ends[running]]
+    seq = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
+    val = np.concatenate(taken) if taken else np.zeros(0, np.int64)
+    steps = val[np.argsort(seq, kind="stable")]  # sequence by sequence, in step order
+    tokens = np.bincount(seq, weights=val, minlength=len(counts)).astype(np.int64)
+    per_sequence = list(zip(tokens.tolist(), np.bincount(seq, minlength=len(counts)).tolist(),
+                            strict=True))
+    return steps.astype(np.int64), per_sequence
 
 
 def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:

@@ -14,7 +14,8 @@ from typing import NoReturn
 from treeopt.cli.demo_flags import add_demo_flags, expand_demo
 from treeopt.errors import TreeoptError
 
-_MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.hardware", "treeopt.cli.demo")
+_MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.live", "treeopt.cli.hardware",
+            "treeopt.cli.demo")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -44,6 +44,27 @@ def int_list(flag: str):
     return parse
 
 
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """Flags of a real model loaded from a local directory (``ModelSpec`` fields, one to one)."""
+    p.add_argument("--model", required=True, metavar="DIR", help="local Hugging Face model")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, …")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")
+    p.add_argument("--device-map", help="passed to from_pretrained (e.g. auto)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads for torch (default: torch's choice; 1 is fastest for tiny "
+                        "models and on busy machines)")
+
+
+def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model and tokenizer the :func:`add_model_flags` flags name."""
+    from treeopt.decoding.models import ModelSpec, load_model
+
+    return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
+                                device_map=args.device_map,
+                                trust_remote_code=args.trust_remote_code, threads=args.threads))
+
+
 def progress(iterable: Any = None, **kwargs: Any) -> Any:
     """A tqdm progress bar on stderr (disabled when stderr is not a terminal unless forced)."""
     from tqdm.auto import tqdm

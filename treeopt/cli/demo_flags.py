@@ -15,7 +15,7 @@ from treeopt.drafters import KIND_NAMES
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
-         "draft_latency": "--draft-latency"}
+         "step_profile": "--step-profile"}
 
 
 def add_demo_flags(sub: argparse._SubParsersAction) -> None:

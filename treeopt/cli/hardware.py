@@ -1,4 +1,4 @@
-"""Hardware sub-commands: ``profile`` (and ``profile device``, ``profile draft``), ``roofline``,
+"""Hardware sub-commands: ``profile`` (and ``profile device``, ``profile step``), ``roofline``,
 ``select``. Each handler parses flags, calls the library, and writes JSON; no computation here."""
 
 from __future__ import annotations
@@ -7,15 +7,23 @@ import argparse
 import sys
 from typing import Any
 
-from treeopt.cli.common import add_out, emit, int_list, require
+from treeopt.cli.common import (
+    add_model_flags,
+    add_out,
+    emit,
+    int_list,
+    load_model_from,
+    progress,
+    require,
+)
 from treeopt.drafters import KIND_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure verify-step latency over batch × context × tokens",
-                       description="Measure verify-step latency; 'profile device' and 'profile "
-                       "draft' measure the device's peaks and the draft heads' cost.")
-    _add_model(p)
+                       description="Measure verify-step latency; 'profile device' measures the "
+                       "device's peaks, 'profile step' the live decoder's step phase by phase.")
+    _add_model_shape(p)
     _add_device(p)
     _add_grid(p, tokens=True)
     p.add_argument("--repeats", type=int, default=20, help="timed repeats per point (default 20)")
@@ -23,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cuda-graphs", action="store_true", help="replay one CUDA graph per q")
     p.add_argument("--out", metavar="FILE", help="latency table; an existing one is resumed")
     p.set_defaults(func=cmd_profile)
-    forms = p.add_subparsers(dest="form", metavar="{device,draft}")
+    forms = p.add_subparsers(dest="form", metavar="{device,step}")
 
     d = forms.add_parser("device", help="achieved matmul FLOP/s and memory bandwidth")
     d.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -35,22 +43,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(d)
     d.set_defaults(func=cmd_profile_device)
 
-    d = forms.add_parser("draft", help="the draft heads' own latency per step")
-    _add_model(d)
-    _add_device(d)
-    d.add_argument("--kind", choices=KIND_NAMES, required=True)
-    d.add_argument("--heads", type=int, required=True, metavar="K", help="number of heads")
-    d.add_argument("--layers", type=int, default=1, help="layers per head (default 1)")
-    d.add_argument("--batch", type=int_list("--batch"), required=True, metavar="LIST")
-    d.add_argument("--nodes", type=int_list("--nodes"), default=[1, 2, 4, 8, 16, 32],
-                   metavar="LIST", help="Hydra: nodes expanded per depth (default 1,…,32)")
-    d.add_argument("--repeats", type=int, default=20)
-    d.add_argument("--warmup", type=int, default=3)
-    d.add_argument("--out", metavar="FILE", required=True)
-    d.set_defaults(func=cmd_profile_draft)
+    d = forms.add_parser("step", help="the live decoder's step, phase by phase (draft, verify, "
+                                      "bookkeeping), for a growth's trees at each batch size")
+    add_model_flags(d)
+    d.add_argument("--heads", required=True, metavar="DIR")
+    d.add_argument("--growth", required=True, metavar="G.json")
+    d.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
+    d.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+    d.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
+                   help="tree sizes profiled (default 1,2,3,4,6,8,12,16,24,32,48,64)")
+    d.add_argument("--max-new-tokens", type=int, default=64)
+    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--out", metavar="FILE", required=True,
+                   help="the step profile (JSON); an existing one is resumed")
+    d.set_defaults(func=cmd_profile_step)
 
     p = sub.add_parser("roofline", help="predicted step latency from FLOPs and bytes per operator")
-    _add_model(p)
+    _add_model_shape(p)
     _add_precision(p)
     _add_grid(p, tokens=True)
     p.add_argument("--fit", metavar="LATENCY", help="fit efficiencies to this latency table")
@@ -62,11 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--growth", required=True, metavar="G.json")
     p.add_argument("--latency", metavar="L.json", help="a measured latency table")
     p.add_argument("--roofline", metavar="R.json", help="a saved roofline")
-    _add_model(p, required=False)
+    _add_model_shape(p, required=False)
     _add_precision(p, required=False)
     p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
     p.add_argument("--context", type=int_list("--context"), metavar="LIST")
-    p.add_argument("--draft-latency", metavar="D.json", help="measured draft-heads cost")
+    p.add_argument("--step-profile", metavar="S.json",
+                   help="the live step profiled (treeopt profile step): drafting and the "
+                        "decoder's overhead, and the verify step when no other source is given")
+    p.add_argument("--trace", metavar="T.npz",
+                   help="calibration trace: E[L] of every tree from its per-step walk")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
     p.add_argument("--draft-heads", type=int, metavar="K")
     p.add_argument("--draft-layers", type=int, default=1)
@@ -80,7 +93,7 @@ def _names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _add_model(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+def _add_model_shape(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--model", metavar="DIR", help="a local model directory (its config.json)")
     g.add_argument("--config", metavar="FILE", help="a bare config.json (random weights)")
@@ -159,17 +172,30 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
                                copy_mib=args.copy_mib, repeats=args.repeats), args.out)
 
 
-def cmd_profile_draft(args: argparse.Namespace) -> int:
-    from profiling.drafting import profile_draft
-    from treeopt.drafters.config import HeadsConfig
+def cmd_profile_step(args: argparse.Namespace) -> int:
+    from profiling.step import SIZES, profile_steps
+    from treeopt.drafters.checkpoints import load_heads_for
+    from treeopt.grow import Growth
+    from treeopt.prompts import encode, read_texts
 
-    cfg = _model(args)
-    heads = HeadsConfig(kind=args.kind, num_heads=args.heads, hidden_size=cfg.hidden_size,
-                        vocab_size=cfg.vocab_size, num_layers=args.layers)
-    doc = profile_draft(heads, out=args.out, device=args.device, dtype=_dtype(args),
-                        batch=args.batch, nodes=args.nodes, repeats=args.repeats,
-                        warmup=args.warmup)
-    print(f"wrote {args.out}: {len(doc['records'])} points", file=sys.stderr)
+    growth = Growth.load(args.growth)
+    texts = read_texts(args.prompts)
+    require(max(args.batch) <= len(texts), f"--batch {max(args.batch)} is larger than the "
+            f"{len(texts)} prompts in {' '.join(args.prompts)}")
+    model, tok = load_model_from(args)
+    heads = load_heads_for(model, args.heads)
+    bar = progress(desc="profile step", unit="batch")
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
+                        batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
+                        max_new_tokens=args.max_new_tokens, rounds=args.rounds,
+                        log=lambda _: None, progress=report)
+    bar.close()
+    print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
     return 0
 
 
@@ -204,23 +230,43 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
+    from treeopt.costs import NO_OVERHEAD
     from treeopt.grow import Growth
+    from treeopt.trace import RankTrace
     from treeopt.workbench.pricing import price
 
     growth = Growth.load(args.growth)
+    trace = RankTrace.load(args.trace) if args.trace else None
     cfg = _model(args, need=bool(args.hardware))
-    selection = price(growth, _verify_latency(args, growth, cfg), draft=_draft(args, cfg),
-                      batch=args.batch, context=args.context, depth_caps=args.max_depths)
+    costs = _profiled(args)
+    selection = price(growth, _verify_latency(args, growth, cfg, costs),
+                      draft=_draft(args, cfg, costs),
+                      overhead=costs.overhead if costs is not None else NO_OVERHEAD,
+                      batch=args.batch, context=args.context, depth_caps=args.max_depths,
+                      trace=trace)
     return emit(selection.to_json(), args.out)
 
 
-def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any) -> Any:
-    """The verify-step latency named by exactly one of --latency, --roofline, --hardware."""
+def _profiled(args: argparse.Namespace) -> Any:
+    """The step costs of --step-profile, if given."""
+    if not args.step_profile:
+        return None
+    from treeopt.workbench.pricing import profiled_costs
+
+    return profiled_costs(args.step_profile)
+
+
+def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any) -> Any:
+    """The verify-step latency named by one of --latency, --roofline, --hardware, or else the
+    one the step profile measured."""
     from treeopt.workbench import pricing
 
     sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
-    require(len(sources) == 1, "give exactly one of --latency L, --roofline R or --hardware NAME "
-            "(with --preset or --config)")
+    require(len(sources) <= 1 and (sources or costs is not None),
+            "give one of --latency L, --roofline R or --hardware NAME (with --preset or "
+            "--config), or a --step-profile S")
+    if not sources:
+        return costs.verify
     if args.latency:
         from profiling.table import LatencyTable
 
@@ -237,13 +283,12 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any) -> Any:
                                     precision=_precision(args), attention=args.attention)
 
 
-def _draft(args: argparse.Namespace, cfg: Any) -> Any:
+def _draft(args: argparse.Namespace, cfg: Any, costs: Any) -> Any:
     from treeopt.costs import NO_DRAFT
-    from treeopt.workbench.pricing import measured_draft
 
-    if args.draft_latency:
-        require(not args.draft_kind, "give --draft-latency or --draft-kind, not both")
-        return measured_draft(args.draft_latency)
+    if costs is not None:
+        require(not args.draft_kind, "give --step-profile or --draft-kind, not both")
+        return costs.draft
     if not args.draft_kind:
         return NO_DRAFT
     require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),

@@ -17,6 +17,7 @@ from treeopt.errors import TreeoptError
 _THROUGHPUT = {"cpu": 4000.0, "cuda": 60000.0}
 _BASE_SHARE, _HEAD_SHARE = 0.55, 0.1  # of the budget: base training, each head kind
 _HEAD_COST = 1.5  # a head-training token costs about 1.5 base-training tokens (K vocab projections)
+_HEAD_TOKENS = 4 * 256  # head_batch × head_seq_len of the presets
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,13 @@ class DemoConfig:
     vocab_size: int = 4096
     base: BaseConfig = field(default_factory=BaseConfig)
     num_heads: int = 4
+    head_layers: int = 2  # residual blocks per head (Hydra: its input layer and one block)
+    head_prefix_attention: bool = True  # Hydra++'s prefix layer, where the kind has one
+    head_data_prompts: int = 1536  # train-part prompts the base model continues greedily …
+    head_seq_len: int = 256  # … to this many tokens: the heads learn on the model's own text
     head_steps: int = 150
-    head_batch: int = 8
-    head_seq_len: int = 128
-    head_lr: float = 2e-3
+    head_batch: int = 4
+    head_lr: float = 5e-3
     calibration_prompts: int = 640
     heldout_prompts: int = 192
     prompt_tokens: tuple[int, int] = (24, 64)
@@ -45,6 +49,14 @@ class DemoConfig:
     latency_context: tuple[int, ...] = (64, 320)
     latency_tokens: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     latency_repeats: int = 10
+    live_batches: tuple[int, ...] = (1, 2, 4, 8)  # step profile and sweep batch sizes
+    step_sizes: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    step_rounds: int = 3
+    sweep_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    sweep_prompts: int = 8
+    sweep_rounds: int = 2
+    live_new_tokens: int = 64  # new tokens per prompt in the step profile and the sweep
+    live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -69,10 +81,11 @@ TINY = DemoConfig(
     base=BaseConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                     intermediate_size=64, max_positions=128, seq_len=64, batch_size=4, steps=6,
                     warmup=2, ditto_share=0.5, ditto_phase=0.5),
-    num_heads=2, head_steps=3, head_batch=2, head_seq_len=32, calibration_prompts=4,
-    heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24, calibration_batch=4, top_k=8,
-    max_nodes=16, eval_sizes=(4,), latency_context=(16,), latency_tokens=(1, 4),
-    latency_repeats=2)
+    num_heads=2, head_data_prompts=4, head_steps=3, head_batch=2, head_seq_len=32,
+    calibration_prompts=4, heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24,
+    calibration_batch=4, top_k=8, max_nodes=16, eval_sizes=(4,), latency_context=(16,),
+    latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
+    step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8)
 
 
 def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) -> DemoConfig:
@@ -94,7 +107,6 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) ->
     seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))
-    head_tokens = 8 * 128  # head_batch × head_seq_len
-    head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / head_tokens))
+    head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / _HEAD_TOKENS))
     return DemoConfig(seed=seed, device=device, budget_minutes=budget_minutes, base=base,
                       head_steps=head_steps)

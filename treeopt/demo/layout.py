@@ -63,9 +63,13 @@ class DemoPaths:
         """The verify-step latency table measured on ``device``."""
         return self.root / "latency" / f"{device}.json"
 
-    def draft_latency(self, kind: str, device: str = "cpu") -> Path:
-        """The drafting latency of the ``kind`` heads measured on ``device``."""
-        return self.root / "latency" / f"draft-{_kind(kind)}-{device}.json"
+    def step_profile(self, kind: str, device: str = "cpu") -> Path:
+        """The live step of the ``kind`` heads' trees profiled phase by phase on ``device``."""
+        return self.root / "latency" / f"step-{_kind(kind)}-{device}.json"
+
+    def sweep(self, kind: str, device: str = "cpu") -> Path:
+        """The live throughput sweep of the ``kind`` heads' trees on ``device``."""
+        return self.root / "sweep" / f"{_kind(kind)}-{device}.json"
 
     def require(self) -> DemoPaths:
         """Raise a TreeoptError unless the directory holds a built demo."""
@@ -91,18 +95,19 @@ def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = Non
     """What ``--demo [KIND]`` stands for in other sub-commands: flag name → path.
 
     A sub-command fills each flag the user left unset: ``--model``, ``--heads``, ``--trace``,
-    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, ``--latency`` and
-    ``--draft-latency`` (the heads' measured drafting cost, on the same device).
+    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, and ``--step-profile``
+    (the heads' live step, profiled where the demo was built) — or, without one, ``--latency``
+    (the verify-step table).
     """
     p = demo_paths(root)
-    found = sorted(f for f in (p.root / "latency").glob("*.json")
-                   if not f.name.startswith("draft-"))
     doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
            "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
            "prompts": str(p.prompts("heldout"))}
-    if found:
-        doc["latency"] = str(found[0])
-        draft = p.draft_latency(kind, device=found[0].stem)
-        if draft.exists():
-            doc["draft_latency"] = str(draft)
+    steps = sorted((p.root / "latency").glob(f"step-{_kind(kind)}-*.json"))
+    tables = sorted(f for f in (p.root / "latency").glob("*.json")
+                    if not f.name.startswith("step-"))
+    if steps:
+        doc["step_profile"] = str(steps[0])
+    elif tables:
+        doc["latency"] = str(tables[0])
     return doc

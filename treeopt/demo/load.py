@@ -31,15 +31,21 @@ class Demo:
 
     @property
     def latency(self) -> Path | None:
-        """The latency table measured where the demo was built, if there is one."""
+        """The verify-step latency table measured where the demo was built, if there is one."""
         found = sorted(f for f in (self.paths.root / "latency").glob("*.json")
-                       if not f.name.startswith("draft-"))
+                       if not f.name.startswith("step-"))
         return found[0] if found else None
 
-    def draft_latency(self, kind: str) -> Path | None:
-        """The ``kind`` heads' drafting latency, measured on the latency table's device."""
+    def step_profile(self, kind: str) -> Path | None:
+        """The ``kind`` heads' live step profile, measured on the latency table's device."""
         table = self.latency
-        path = self.paths.draft_latency(kind, device=table.stem) if table else None
+        path = self.paths.step_profile(kind, device=table.stem) if table else None
+        return path if path is not None and path.exists() else None
+
+    def sweep(self, kind: str) -> Path | None:
+        """The live throughput sweep of the ``kind`` heads, on the latency table's device."""
+        table = self.latency
+        path = self.paths.sweep(kind, device=table.stem) if table else None
         return path if path is not None and path.exists() else None
 
 

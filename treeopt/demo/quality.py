@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import Decoder
+from treeopt.decoding.stats import combine
 from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-    from treeopt.decoding.compare import Comparison
-    from treeopt.drafters.base import DraftHeads
 
 
 def repetition_share(tokens: Sequence[int], n: int = 8) -> float:
@@ -75,34 +75,43 @@ def prediction(run: dict[str, Any], tree: Tree, *, calibration: RankTrace, heldo
             "fidelity": rel, "fidelity_stderr": rel_se}
 
 
-def live_run(model: PreTrainedModel, heads: DraftHeads, tree: Tree, prompts: Sequence[Sequence[int]], *,
-             max_new_tokens: int) -> tuple[dict[str, Any], Comparison]:
-    """Tree-decode every prompt against autoregressive decoding: pooled acceptance (standard
-    error over prompts), time per prompt, speed-up and the lossless check."""
-    from treeopt.decoding.compare import compare
-    from treeopt.decoding.config import DecodeConfig
-
-    result = compare(model, heads, tree, prompts, config=DecodeConfig(max_new_tokens=max_new_tokens))
-    stats = result.tree_stats
-    seconds = [r.stats.seconds for r in result.tree_rounds[0]]
-    same = len(prompts) - len(result.mismatched)
-    doc: dict[str, Any] = {
-        "tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-        "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
-        "steps": stats.steps, "histogram": list(stats.histogram),
-        "seconds_median": statistics.median(seconds), "seconds_max": max(seconds),
-        "tokens_per_s": stats.tokens_per_s, "speedup": result.speedup,
-        "lossless": not result.mismatched, "lossless_prompts": f"{same}/{len(prompts)}"}
-    return doc, result
+QUALITY_BATCH = 16  # prompts decoded together in the quality checks (acceptance is per row)
+TIMED_PROMPTS = 8  # prompts decoded one at a time for the seconds of a verification
 
 
-def autoregressive_summary(result: Comparison) -> dict[str, Any]:
-    """Time and 8-gram repetition of the plain greedy continuations of a comparison."""
-    runs = result.autoregressive_rounds[0]
-    return {"seconds_median": statistics.median(r.stats.seconds for r in runs),
-            "tokens_per_s": result.autoregressive_stats.tokens_per_s,
-            "repetition_8gram": float(np.mean([repetition_share(list(t))
-                                               for t in result.autoregressive_outputs]))}
+def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]], *,
+                   max_new_tokens: int, reference: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Tree-decode every prompt (in batches: acceptance and outputs do not depend on it) and
+    check each output against ``reference``, the plain greedy continuation; pooled acceptance
+    (standard error over prompts) and the seconds of single-prompt verifications."""
+    config = DecodeConfig(max_new_tokens=max_new_tokens)
+    runs = [decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config)
+            for i in range(0, len(prompts), QUALITY_BATCH)]
+    outputs = [t for r in runs for t in r.tokens]
+    stats = combine([r.stats for r in runs])
+    same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
+    seconds = [decoder.decode(tree, [p], config=config).stats.seconds
+               for p in prompts[:TIMED_PROMPTS]]
+    return {"tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+            "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
+            "steps": stats.steps, "histogram": list(stats.histogram),
+            "seconds_median": statistics.median(seconds), "seconds_max": max(seconds),
+            "lossless": same == len(prompts), "lossless_prompts": f"{same}/{len(prompts)}"}
+
+
+def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
+                       max_new_tokens: int) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+    """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
+    seconds of single-prompt decoding."""
+    config = DecodeConfig(max_new_tokens=max_new_tokens)
+    empty = Tree(())
+    outputs = [t for i in range(0, len(prompts), QUALITY_BATCH)
+               for t in decoder.decode(empty, prompts[i: i + QUALITY_BATCH], config=config).tokens]
+    timed = [decoder.decode(empty, [p], config=config).stats for p in prompts[:TIMED_PROMPTS]]
+    return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
+                     "tokens_per_s": combine(timed).tokens_per_s,
+                     "repetition_8gram": float(np.mean([repetition_share(list(t))
+                                                        for t in outputs]))}
 
 
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,

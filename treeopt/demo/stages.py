@@ -145,39 +145,61 @@ def base_model(ctx: Context) -> dict[str, Any]:
             "heldout": heldout, "heldout_before_ditto": before_ditto or None}
 
 
+def head_data(ctx: Context) -> dict[str, Any]:
+    """Self-distillation data: train-part prompts continued greedily by the base model, so the
+    heads learn on the text they will draft for (Medusa-2's and Hydra's recipe)."""
+    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.demo.prompts import sample_prompts
+
+    c = ctx.config
+    found = sample_prompts(ctx.corpus.train, ctx.tokenizer, count=c.head_data_prompts,
+                           min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
+                           seed=c.seed + 13)
+    prompts = [ctx.tokenizer(f["prompt"])["input_ids"] for f in found]
+    bar = ctx.bar(-(-len(prompts) // 64), "head data")
+    rows = []
+    for i in range(0, len(prompts), 64):
+        batch = prompts[i: i + 64]
+        new = c.head_seq_len - min(len(p) for p in batch)
+        rows += [s[: c.head_seq_len] for s in greedy_continuations(ctx.model, batch,
+                                                                    max_new_tokens=new)]
+        bar.update(1)
+    bar.close()
+    np.save(ctx.scratch / "head-data.npy", np.asarray(rows, dtype=np.int32))
+    return {"sequences": len(rows), "tokens": len(rows) * c.head_seq_len,
+            "source": "train-part prompts continued greedily by the base model"}
+
+
 def heads(ctx: Context) -> dict[str, Any]:
     import torch
 
+    from treeopt.drafters import drafter_kind
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.training import TrainConfig, train_heads
 
     c, out = ctx.config, {}
-    rows = _head_windows(ctx.stream("train"), c)
+    rows = np.load(ctx.scratch / "head-data.npy").tolist()
     for i, kind in enumerate(KINDS):
-        cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=1, share_lm_head=True,
-                          steps=c.head_steps, batch_size=c.head_batch, seq_len=c.head_seq_len,
+        cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=c.head_layers,
+                          share_lm_head=True, steps=c.head_steps, batch_size=c.head_batch,
+                          prefix_attention=c.head_prefix_attention
+                          and drafter_kind(kind).prefix_attention, seq_len=c.head_seq_len,
                           lr=c.head_lr, warmup=max(1, c.head_steps // 20), seed=c.seed + 1 + i)
         bar = ctx.bar(c.head_steps, f"{kind} heads")
         trained, history = train_heads(ctx.model, rows, cfg,
                                        progress=lambda s, n, loss, bar=bar: bar.update(1))
         bar.close()
         half = copy.deepcopy(trained).to(torch.float16)
-        save_heads(half, ctx.paths.heads(kind), meta={"training": {**cfg.__dict__},
-                                                      "data": "demo train part"})
+        save_heads(half, ctx.paths.heads(kind),
+                   meta={"training": {**cfg.__dict__},
+                         "data": "train-part prompts continued greedily by the base model"})
         last = history[-max(1, len(history) // 10):]
         out[kind] = {"steps": c.head_steps, "tokens": c.head_steps * c.head_batch * c.head_seq_len,
+                     "layers": cfg.num_layers, "prefix_attention": cfg.prefix_attention,
                      "loss_last": float(np.mean([h["loss"] for h in last])),
                      "top1_agreement": np.mean([h["top1_agreement"] for h in last], 0).tolist()}
         ctx.log(f"  {kind}: top-1 agreement per head {out[kind]['top1_agreement']}")
     return out
-
-
-def _head_windows(stream: np.ndarray, c: DemoConfig) -> list[list[int]]:
-    """Random windows of the train stream, enough for every head step (seeded)."""
-    rng = np.random.default_rng(c.seed + 3)
-    count = min(2 * c.head_steps * c.head_batch, len(stream) // c.head_seq_len)
-    starts = np.sort(rng.integers(0, len(stream) - c.head_seq_len, count))
-    return [stream[s: s + c.head_seq_len].tolist() for s in starts]
 
 
 def traces(ctx: Context) -> dict[str, Any]:
@@ -221,30 +243,32 @@ def growths(ctx: Context) -> dict[str, Any]:
 
 
 def quality(ctx: Context) -> dict[str, Any]:
-    from treeopt.demo.quality import autoregressive_summary, live_run, prediction
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import acceptance_run, autoregressive_run, prediction
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
 
     c = ctx.config
     prompt_ids = ctx.prompt_ids("heldout")
+    reference, ar = autoregressive_run(Decoder(ctx.model), prompt_ids,
+                                       max_new_tokens=c.max_new_tokens)
     live: dict[str, Any] = {}
-    ar: dict[str, Any] = {}
     for kind in KINDS:
-        heads, growth = ctx.heads(kind), Growth.load(ctx.paths.growth(kind))
+        decoder = Decoder(ctx.model, ctx.heads(kind))
+        growth = Growth.load(ctx.paths.growth(kind))
         cal = RankTrace.load(ctx.paths.trace(kind))
         held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
         for n in c.eval_sizes:
             tree = growth.tree(min(n, growth.max_nodes))
-            run, result = live_run(ctx.model, heads, tree, prompt_ids,
-                                   max_new_tokens=c.max_new_tokens)
-            ar = ar or autoregressive_summary(result)
+            run = acceptance_run(decoder, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
+                                 reference=reference)
             run.update(prediction(run, tree, calibration=cal, heldout=held,
                                   position_mean=float(growth.expected_accept_length[tree.size])))
             live.setdefault(kind, {})[str(n)] = run
             ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
                     f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
                     f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
-                    f"{run['speedup']:.2f}× autoregressive, lossless {run['lossless_prompts']}")
+                    f"lossless {run['lossless_prompts']}")
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
             "looping_reference": _looping_reference(ctx, prompt_ids), "live": live}
@@ -280,33 +304,80 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def latency(ctx: Context) -> dict[str, Any]:
+    """The verify-step table (batch 1, the profiler's own sweep) and, for each head kind, the
+    live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
     try:
-        from profiling.drafting import profile_draft
+        from profiling.step import profile_steps
         from profiling.verify import profile_verify
         from roofline.config import load_config
-        from treeopt.drafters.checkpoints import read_heads_config
     except ImportError as exc:
         return {"skipped": f"the profiler is not available ({exc})"}
+    from treeopt.grow import Growth
+
     c = ctx.config
+    threads(c.live_threads)
     table = profile_verify(load_config(ctx.paths.model), out=ctx.paths.latency(c.device),
                            device=c.device, dtype="fp32", batch=[1],
                            context=list(c.latency_context), tokens=list(c.latency_tokens),
                            repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
                            log=lambda line: ctx.log(f"  {line}"))
-    drafts = {}
-    for kind in KINDS:  # the heads' own cost per step, for selection with drafting included
-        out = ctx.paths.draft_latency(kind, c.device)
-        profile_draft(read_heads_config(ctx.paths.heads(kind)), out=out, device=c.device,
-                      dtype="fp32", batch=[1], nodes=[1, 2, 4, 8, 16, 32],
-                      repeats=c.latency_repeats)
-        drafts[kind] = out.name
+    steps = {}
+    prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    for kind in KINDS:
+        out = ctx.paths.step_profile(kind, c.device)
+        doc = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
+                            prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
+                            out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                            log=lambda line: ctx.log(f"  {line}"))
+        steps[kind] = {"file": out.name, "records": len(doc["records"])}
     return {"device": table.device, "file": ctx.paths.latency(c.device).name,
-            "records": len(table.records), "draft_files": drafts}
+            "records": len(table.records), "step_profiles": steps}
+
+
+def sweep(ctx: Context) -> dict[str, Any]:
+    """The live throughput sweep of each head kind's trees on the held-out prompts, beside the
+    step-cost model's prediction and with the tree select picks: the Hardware page's figure."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.tune import tune
+    from treeopt.grow import Growth
+    from treeopt.trace import RankTrace
+    from treeopt.workbench.pricing import profiled_costs
+
+    c, out = ctx.config, {}
+    threads(c.live_threads)
+    prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
+    for kind in KINDS:
+        path = ctx.paths.sweep(kind, c.device)
+        growth = Growth.load(ctx.paths.growth(kind))
+        sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
+        bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
+        result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
+                      sizes=sizes, out=path, rounds=c.sweep_rounds,
+                      config=DecodeConfig(max_new_tokens=c.live_new_tokens),
+                      costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
+                      trace=RankTrace.load(ctx.paths.trace(kind)),
+                      meta={"model": "treeopt demo", "device": c.device},
+                      progress=lambda i, n, bar=bar: bar.update(i - bar.n))
+        bar.close()
+        out[kind] = {"file": path.name, "summary": result.summary()}
+        for row in result.summary():
+            ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
+                    f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
+                    f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
+    return out
+
+
+def threads(n: int) -> None:
+    """Time with ``n`` torch threads, as the app and the benchmarks run (the build's training
+    stages may use more)."""
+    from treeopt.decoding.models import set_threads
+
+    set_threads(n)
 
 
 PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
     ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
-    ("heads", heads), ("traces", traces), ("growth", growths), ("quality", quality),
-    ("latency", latency))
+    ("head_data", head_data), ("heads", heads), ("traces", traces), ("growth", growths),
+    ("quality", quality), ("latency", latency), ("sweep", sweep))
 
 

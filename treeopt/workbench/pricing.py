@@ -8,13 +8,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from treeopt.costs import NO_DRAFT, DraftCost, StepLatency, draft_from_measurements
+from treeopt.costs import (
+    NO_DRAFT,
+    NO_OVERHEAD,
+    DraftCost,
+    OverheadCost,
+    StepCosts,
+    StepLatency,
+    step_costs,
+)
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import select
 from treeopt.selection import Selection
+from treeopt.sweep import Sweep
+from treeopt.trace import RankTrace
 
 if TYPE_CHECKING:
     from profiling.table import LatencyTable
@@ -23,11 +34,13 @@ if TYPE_CHECKING:
 
 
 def price(growth: Growth, verify: StepLatency, *, draft: DraftCost = NO_DRAFT,
-          batch: Sequence[int] | None = None, context: Sequence[int] | None = None,
-          depth_caps: Sequence[int] | None = None) -> Selection:
+          overhead: OverheadCost = NO_OVERHEAD, batch: Sequence[int] | None = None,
+          context: Sequence[int] | None = None, depth_caps: Sequence[int] | None = None,
+          trace: RankTrace | None = None) -> Selection:
     """Best tree per (batch, context) — by default every point the latency source has."""
     return select(growth, verify, batch=batch or verify.batches, context=context or
-                  verify.contexts, draft=draft, depth_caps=depth_caps)
+                  verify.contexts, draft=draft, overhead=overhead, depth_caps=depth_caps,
+                  trace=trace)
 
 
 def table_latency(table: LatencyTable, *, source: str) -> StepLatency:
@@ -67,11 +80,12 @@ def roofline_latency(growth: Growth, *, model: ModelConfig, hardware: Hardware,
                                    dtype=precision.compute, model=model.name)
 
 
-def measured_draft(path: str | os.PathLike[str]) -> DraftCost:
-    """Drafting cost from a ``treeopt profile draft`` file."""
-    from profiling.table import load_draft_latency
+def profiled_costs(path: str | os.PathLike[str]) -> StepCosts:
+    """Verify, drafting and overhead costs from a ``treeopt profile step`` file."""
+    from profiling.table import load_step_profile
 
-    return draft_from_measurements(load_draft_latency(path), source=str(path))
+    doc = load_step_profile(path)
+    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=str(path))
 
 
 def roofline_draft(kind: str | None, *, num_heads: int, model: ModelConfig, hardware: Hardware,
@@ -102,24 +116,29 @@ def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware
     return price(growth, verify, draft=draft, batch=batch, context=context)
 
 
-def demo_latency_selection(demo: Demo) -> tuple[LatencyTable, Selection] | None:
-    """The demo's measured latency table and, on it, the best tree of its first head kind."""
-    if demo.latency is None:
+@dataclass(frozen=True, eq=False)
+class DemoPricing:
+    """What the demo's measurements say about its ``kind`` heads on the machine that built it:
+    the step costs profiled in the live loop, the selection they predict (E[L] from the
+    calibration trace walked step by step) and, when one was recorded, the live sweep."""
+
+    kind: str
+    costs: StepCosts
+    selection: Selection
+    sweep: Sweep | None
+
+
+def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
+    """The demo's measured pricing of its ``kind`` heads (None without a step profile)."""
+    path = demo.step_profile(kind)
+    if path is None:
         return None
-    from profiling.table import LatencyTable
-
-    table = LatencyTable.load(demo.latency)
-    kind = next(iter(demo.traces))
-    draft_path = demo.draft_latency(kind)
-    draft = measured_draft(draft_path) if draft_path is not None else NO_DRAFT
-    largest = max(r.tokens for r in table.records if r.ok) - 1  # q = nodes + root
-    growth = demo.growths[kind]
-    if growth.max_nodes > largest:
-        from treeopt.grow import grow
-
-        growth = grow(demo.traces[kind], method="empirical", max_nodes=largest)
-    verify = table_latency(table, source=f"demo latency table ({table.device})")
-    return table, price(growth, verify, draft=draft)
+    costs = profiled_costs(path)
+    selection = price(demo.growths[kind], costs.verify, draft=costs.draft,
+                      overhead=costs.overhead, trace=demo.traces[kind])
+    sweep_path = demo.sweep(kind)
+    return DemoPricing(kind, costs, selection,
+                       Sweep.load(sweep_path) if sweep_path is not None else None)
 
 
 def model_heads(growth: Growth) -> int:
@@ -127,5 +146,5 @@ def model_heads(growth: Growth) -> int:
     return int(growth.caps.get("max_depth", 1))
 
 
-__all__ = ["demo_latency_selection", "measured_draft", "price", "roofline_draft",
+__all__ = ["DemoPricing", "demo_pricing", "price", "profiled_costs", "roofline_draft",
            "roofline_latency", "roofline_selection", "saved_roofline_latency", "table_latency"]

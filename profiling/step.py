@@ -1,0 +1,141 @@
+"""Measured cost of a live decoding step, phase by phase, in the decoder's own loop.
+
+For every batch size and every tree of a design set — sizes of a growth, each depth cap where the
+drafter is called once per depth, and the empty tree (autoregressive decoding) — the live decoder
+(:class:`treeopt.decoding.loop.Decoder`) decodes real prompts with ``profile=True``. A record
+gives the milliseconds per loop step of its draft, verify and bookkeeping phases, the tree's shape
+(size, depth, tokens q, nodes expanded per depth) and the mean context. Rounds run every tree in
+turn (round-robin, so drift spreads over all of them) and a record keeps the median over rounds.
+:func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
+
+File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``threads``, ``model``
+(architecture and shape), ``heads`` (the heads' config), ``prompts``,
+``max_new_tokens``, ``meta`` and ``records``; written atomically after each batch size, so an
+interrupted run keeps every finished batch and resumes after it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import numpy as np  # noqa: F401  (the doctest below builds a Growth)
+import torch
+
+from profiling.table import STEP_FORMAT, load_step_profile
+from treeopt.costs import expanded_nodes
+from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import Decoder
+from treeopt.decoding.models import architecture
+from treeopt.errors import TreeoptError
+from treeopt.files import write_json
+from treeopt.grow import Growth
+from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
+
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+          "intermediate_size", "vocab_size")
+
+
+def design_trees(growth: Growth, *, sizes: Sequence[int], per_depth: bool,
+                 ) -> list[tuple[int | None, Tree]]:
+    """The trees a step profile measures: the empty tree, then the growth's tree of each size —
+    of every depth cap when drafting is called once per depth — without repeats.
+
+    >>> g = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+    >>> [(cap, t.size) for cap, t in design_trees(g, sizes=[1, 2, 3], per_depth=True)]
+    [(None, 0), (None, 1), (None, 2), (None, 3), (1, 2)]
+    """
+    depth = max((len(p) for p in growth.order), default=0)
+    caps: list[int | None] = [None, *range(1, depth)] if per_depth else [None]
+    seen: set[Tree] = {Tree(())}
+    out: list[tuple[int | None, Tree]] = [(None, Tree(()))]
+    for cap in caps:
+        paths = [p for p in growth.order if cap is None or len(p) <= cap]
+        for n in sizes:
+            tree = Tree.from_choices(paths[:n])
+            if n <= len(paths) and tree not in seen:
+                seen.add(tree)
+                out.append((cap, tree))
+    return out
+
+
+def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
+                  prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
+                  out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
+                  max_new_tokens: int = 64, rounds: int = 3,
+                  log: Callable[[str], None] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Profile the live step of every design tree at every batch size; write and return the
+    file's document (a finished batch size already in ``out`` is kept, not measured again)."""
+    if rounds < 1:
+        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    if max(batch) > len(prompts):
+        raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
+    say = log or (lambda line: print(line, file=sys.stderr))
+    trees = design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth)
+    doc = _resume(out, model, heads, prompts, max_new_tokens)
+    done = {int(r["batch"]) for r in doc["records"]}
+    decoder = Decoder(model, heads)
+    config = DecodeConfig(max_new_tokens=max_new_tokens)
+    todo = [b for b in batch if b not in done]
+    for i, b in enumerate(todo):
+        group = [list(p) for p in prompts[:b]]
+        context = statistics.mean(len(p) for p in group) + max_new_tokens / 2
+        decoder.decode(trees[-1][1], group, config=DecodeConfig(max_new_tokens=8))  # warm-up
+        phases: dict[int, list[tuple[float, float, float]]] = {j: [] for j in range(len(trees))}
+        for _ in range(rounds):
+            for j, (_, tree) in enumerate(trees):
+                stats = decoder.decode(tree, group, config=config, profile=True).stats
+                split, n = stats.split, max(stats.iterations, 1)
+                phases[j].append((split.draft_s / n, split.verify_s / n,
+                                  split.bookkeeping_s / n))
+        for j, (cap, tree) in enumerate(trees):
+            draft, verify, book = (statistics.median(x[k] for x in phases[j]) for k in range(3))
+            doc["records"].append({
+                "batch": b, "size": tree.size, "max_depth": cap, "depth": tree.depth,
+                "q": tree.num_tokens, "expanded": list(expanded_nodes(tree.paths)),
+                "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
+                "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
+                "rounds": rounds})
+        write_json(out, doc)
+        say(f"batch {b}: {len(trees)} trees profiled")
+        if progress is not None:
+            progress(i + 1, len(todo))
+    return doc
+
+
+def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: DraftHeads,
+            prompts: Sequence[Sequence[int]], max_new_tokens: int) -> dict[str, Any]:
+    """The document to extend: the one at ``out`` when it was measured the same way."""
+    from profiling.verify import device_label
+
+    device = device_label(str(next(model.parameters()).device))
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    cfg = model.config
+    shape = {"architecture": architecture(model),
+             **{k: getattr(cfg, k, None) for k in _SHAPE}}
+    fresh = {"format": STEP_FORMAT, "device": device, "dtype": dtype,
+             "threads": torch.get_num_threads(), "model": shape,
+             "heads": heads.config.to_dict(), "prompts": len(prompts),
+             "max_new_tokens": max_new_tokens,
+             "meta": {"torch": torch.__version__,
+                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+             "records": []}
+    if not os.path.exists(out):
+        return fresh
+    old = load_step_profile(out)
+    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens"):
+        if old[key] != fresh[key]:
+            raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
+                               f"{fresh[key]!r}); use another --out")
+    return old

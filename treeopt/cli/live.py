@@ -1,0 +1,155 @@
+"""Live-decoding sub-commands: ``verify`` (one tree against autoregressive decoding) and
+``tune`` (the live throughput sweep). Flags are parsed, inputs checked before any model loads,
+then the library does the work."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from treeopt.cli.common import (
+    add_model_flags,
+    add_out,
+    emit,
+    int_list,
+    load_model_from,
+    progress,
+    require,
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("verify", help="decode with a tree for real: acceptance, tokens/s, match")
+    add_model_flags(p)
+    p.add_argument("--heads", required=True, metavar="DIR")
+    p.add_argument("--tree", required=True, metavar="TREE")
+    p.add_argument("--size", type=int, metavar="N", help="tree size, for growth files")
+    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--batch", type=int, default=1, metavar="B",
+                   help="prompts decoded together (default 1)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timed rounds; the speed-up is their median (default 3)")
+    p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
+    p.add_argument("--mode", choices=("greedy", "typical"), default="greedy")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--posterior-threshold", type=float, default=0.09, help="ε")
+    p.add_argument("--posterior-alpha", type=float, help="α (default √ε)")
+    p.add_argument("--seed", type=int, default=0)
+    add_out(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("tune", help="the live throughput sweep: tokens/s of every tree size per "
+                                    "batch size, measured beside the prediction")
+    add_model_flags(p)
+    p.add_argument("--heads", required=True, metavar="DIR")
+    p.add_argument("--growth", required=True, metavar="G.json")
+    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+    p.add_argument("--sizes", type=int_list("--sizes"), default=[1, 2, 4, 8, 16, 32, 64],
+                   metavar="LIST", help="tree sizes (default 1,2,4,8,16,32,64)")
+    p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
+                   help="depth caps to sweep besides the uncapped trees")
+    p.add_argument("--prompt-count", type=int, default=16, metavar="N",
+                   help="prompts decoded at every point (default 16)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--step-profile", metavar="S.json",
+                   help="predict every point with this step profile (and measure select's pick)")
+    p.add_argument("--trace", metavar="T.npz",
+                   help="calibration trace: predicted E[L] is its per-step walk")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="the sweep (JSON); an existing one is resumed")
+    p.set_defaults(func=cmd_tune)
+
+
+def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
+    from treeopt.prompts import encode, read_texts
+
+    return encode(tok, read_texts(args.prompts), source=" ".join(args.prompts))
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.verify import check_tree_for, verify
+    from treeopt.drafters.checkpoints import load_heads_for
+    from treeopt.formats import load_tree_arg
+    from treeopt.prompts import read_texts
+    from treeopt.trace import RankTrace
+
+    tree = load_tree_arg(args.tree, size=args.size)
+    trace = RankTrace.load(args.trace) if args.trace else None
+    if trace is not None:  # fail before loading a model
+        check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)
+    texts = read_texts(args.prompts)
+    require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
+    require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
+            f"prompts in {' '.join(args.prompts)}")
+    model, tok = load_model_from(args)
+    heads = load_heads_for(model, args.heads)
+    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source=args.tree)
+    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
+                       temperature=args.temperature, posterior_threshold=args.posterior_threshold,
+                       posterior_alpha=args.posterior_alpha, seed=args.seed,
+                       eos_token_id=getattr(tok, "eos_token_id", None))
+    report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
+                    batch=args.batch, rounds=args.rounds)
+    report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
+                   "dtype": args.dtype})
+    return emit(report, args.out)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.tune import family_tree, tune
+    from treeopt.drafters.checkpoints import load_heads_for
+    from treeopt.grow import Growth
+    from treeopt.prompts import read_texts
+    from treeopt.trace import RankTrace
+
+    growth = Growth.load(args.growth)
+    caps = [None, *(args.max_depths or [])]
+    for cap in caps:  # fail on a size beyond the growth before loading a model
+        for n in args.sizes:
+            family_tree(growth, n, cap)
+    trace = RankTrace.load(args.trace) if args.trace else None
+    costs = _step_costs(args.step_profile) if args.step_profile else None
+    texts = read_texts(args.prompts)
+    require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
+            f"smaller than --batch {max(args.batch)}")
+    require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
+            f"--prompt-count {args.prompt_count}")
+    model, tok = load_model_from(args)
+    heads = load_heads_for(model, args.heads)
+    prompts = _prompts(args, tok)[: args.prompt_count]
+    bar = progress(desc="tune", unit="point")
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=args.sizes,
+                 depth_caps=caps, out=args.out, rounds=args.rounds, costs=costs, trace=trace,
+                 config=DecodeConfig(max_new_tokens=args.max_new_tokens,
+                                     eos_token_id=getattr(tok, "eos_token_id", None)),
+                 meta={"model": args.model, "growth": args.growth, "device": args.device,
+                       "dtype": args.dtype, "threads": args.threads}, progress=report)
+    bar.close()
+    for row in sweep.summary():
+        pick = (f"; select picks {row['selected_size']} nodes: {row['selected_speedup']:.2f}× "
+                f"({row['selected_share_of_best']:.1%} of the best)" if "selected_size" in row
+                else "")
+        print(f"batch {row['batch']}: best measured {row['best_size']} nodes "
+              f"(depth cap {row['best_max_depth']}), {row['best_speedup']:.2f}× autoregressive"
+              f"{pick}", file=sys.stderr)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _step_costs(path: str) -> Any:
+    from profiling.table import load_step_profile
+    from treeopt.costs import step_costs
+
+    doc = load_step_profile(path)
+    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=path)

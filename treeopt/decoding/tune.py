@@ -1,0 +1,106 @@
+"""The live throughput sweep behind ``treeopt tune``: every chosen tree of a growth, at every
+batch size, decoded against autoregressive decoding (:func:`~treeopt.decoding.compare.compare`:
+interleaved, warmed up, in rounds), beside what the step-cost model predicts for it.
+
+With a step profile (:class:`~treeopt.costs.StepCosts`) the sweep also measures, per batch, the
+tree :func:`~treeopt.select.select` picks over the whole growth (every size and depth cap), so the
+sweep shows how close the model's choice comes to the measured best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from treeopt.costs import StepCosts
+from treeopt.decoding.compare import compare
+from treeopt.decoding.config import DecodeConfig
+from treeopt.errors import TreeoptError
+from treeopt.grow import Growth
+from treeopt.select import growth_expected_accept_length, price_tree, select
+from treeopt.simulate import simulate
+from treeopt.sweep import Sweep, SweepPoint
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    import os
+
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import DraftHeads
+
+def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
+    """The growth's tree of ``size`` nodes among those no deeper than ``cap``."""
+    paths = [p for p in growth.order if cap is None or len(p) <= cap]
+    if size > len(paths):
+        raise TreeoptError(f"--sizes {size} is beyond the growth's {len(paths)} nodes"
+                           + (f" of depth ≤ {cap}" if cap is not None else ""))
+    return Tree.from_choices(paths[:size])
+
+
+def tune(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
+         prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
+         out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
+         config: DecodeConfig | None = None, rounds: int = 3, costs: StepCosts | None = None,
+         trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
+         progress: Callable[[int, int], None] | None = None) -> Sweep:
+    """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
+    given — writing ``out`` after each point; points already in ``out`` are kept."""
+    config = config or DecodeConfig()
+    if max(batch) > len(prompts):
+        raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
+    todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
+                   trace=trace)  # checks every size before anything runs
+    sweep = Sweep.resume(out, {
+        **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
+        "max_new_tokens": config.max_new_tokens, "rounds": rounds,
+        "predicted": costs.verify.source if costs is not None else None,
+        "acceptance": "per-step walk of the trace" if trace is not None else "growth E[L]",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
+        if not sweep.has((b, tree.size, cap)):
+            result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds)
+            predicted = (_predict(tree, growth, costs, trace, b) if costs is not None
+                         else (None, None))
+            sweep = sweep.with_point(SweepPoint(
+                b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
+                result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
+                result.tree_stats.mean_accept_length, result.lossless, *predicted,
+                selected=picked))
+        sweep.save(out)
+        if progress is not None:
+            progress(i + 1, len(todo))
+    return sweep
+
+
+def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
+            depth_caps: Sequence[int | None], costs: StepCosts | None,
+            trace: RankTrace | None) -> dict[tuple[int, Tree], tuple[int | None, bool]]:
+    """(batch, tree) → (depth cap, whether select picked it): every point to measure, once."""
+    todo: dict[tuple[int, Tree], tuple[int | None, bool]] = {}
+    for b in batch:
+        for cap in depth_caps:
+            for n in sizes:
+                todo.setdefault((b, family_tree(growth, n, cap)), (cap, False))
+        if costs is not None:
+            pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
+                          batch=[b], context=costs.verify.contexts, trace=trace).points[0]
+            cap = todo.get((b, pick.tree), (pick.max_depth, False))[0]
+            todo[(b, pick.tree)] = (cap, True)
+    return todo
+
+
+def _predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
+             batch: int) -> tuple[float, float]:
+    """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
+    by step when there is one, else the growth's values summed over the tree's nodes)."""
+    if trace is not None:
+        ell = simulate(tree, trace, per_step=True).mean_accept_length
+    else:
+        ell = growth_expected_accept_length(growth, tree)
+    tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
+                                  overhead=costs.overhead, batch=batch,
+                                  context=costs.verify.contexts[0], expected_accept_length=ell)
+    return tree_tps, tree_tps / ar_tps

@@ -1,0 +1,171 @@
+"""A live throughput sweep: measured tokens/s of growth trees against autoregressive decoding,
+per batch size, beside what the step-cost model predicts for the same points (``treeopt tune``,
+the Hydra paper's procedure for choosing the tree size, §4 and App. B).
+
+File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threads, prompts, new
+tokens, rounds, what predicted) and ``points``, one per (batch, tree): the tree (size, depth cap,
+depth, choices), ``measured`` (tree and autoregressive steady-state tokens/s of the whole batch,
+the speed-up as the median over rounds and its spread, the mean accepted length, lossless) and,
+when a step profile was given, ``predicted`` (tokens/s and speed-up) and ``error`` (predicted /
+measured speed-up − 1). ``selected`` marks the tree ``select`` picks for that batch. Written
+atomically after every point, so an interrupted sweep resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from treeopt.errors import TreeoptError
+from treeopt.files import read_tagged_json, write_json
+
+SWEEP_FORMAT = "treeopt.sweep/1"
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One measured (batch, tree) point of a sweep, and its prediction when there is one."""
+
+    batch: int
+    size: int
+    max_depth: int | None
+    depth: int
+    choices: tuple[tuple[int, ...], ...]
+    tree_tokens_per_s: float
+    autoregressive_tokens_per_s: float
+    speedup: float  # median over rounds of the per-round speed-up
+    spread: float  # (largest − smallest round speed-up) / median
+    mean_accept_length: float
+    lossless: bool | None
+    predicted_tokens_per_s: float | None = None
+    predicted_speedup: float | None = None
+    selected: bool = False
+
+    @property
+    def key(self) -> tuple[int, int, int | None]:
+        return (self.batch, self.size, self.max_depth)
+
+    @property
+    def error(self) -> float | None:
+        """Predicted over measured speed-up, minus one."""
+        if self.predicted_speedup is None:
+            return None
+        return self.predicted_speedup / self.speedup - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "batch": self.batch, "size": self.size, "max_depth": self.max_depth,
+            "depth": self.depth, "choices": [list(p) for p in self.choices],
+            "selected": self.selected,
+            "measured": {"tree_tokens_per_s": self.tree_tokens_per_s,
+                         "autoregressive_tokens_per_s": self.autoregressive_tokens_per_s,
+                         "speedup": self.speedup, "spread": self.spread,
+                         "mean_accept_length": self.mean_accept_length,
+                         "lossless": self.lossless}}
+        if self.predicted_speedup is not None:
+            doc["predicted"] = {"tokens_per_s": self.predicted_tokens_per_s,
+                                "speedup": self.predicted_speedup}
+            doc["error"] = self.error
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], *, source: str) -> SweepPoint:
+        try:
+            m, p = doc["measured"], doc.get("predicted") or {}
+            return cls(int(doc["batch"]), int(doc["size"]), doc.get("max_depth"),
+                       int(doc["depth"]), tuple(tuple(int(r) for r in c) for c in doc["choices"]),
+                       float(m["tree_tokens_per_s"]), float(m["autoregressive_tokens_per_s"]),
+                       float(m["speedup"]), float(m["spread"]), float(m["mean_accept_length"]),
+                       m.get("lossless"), p.get("tokens_per_s"), p.get("speedup"),
+                       bool(doc.get("selected", False)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TreeoptError(f"{source}: malformed sweep point ({exc!r})") from None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The points of a live sweep and how they were measured."""
+
+    meta: dict[str, Any]
+    points: tuple[SweepPoint, ...] = ()
+    source: str = field(default="sweep", compare=False)
+
+    def with_point(self, point: SweepPoint) -> Sweep:
+        """The sweep with ``point`` added (replacing a point with the same key)."""
+        kept = tuple(p for p in self.points if p.key != point.key)
+        return replace(self, points=(*kept, point))
+
+    def has(self, key: tuple[int, int, int | None]) -> bool:
+        return any(p.key == key for p in self.points)
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted({p.batch for p in self.points})
+
+    def best(self, batch: int) -> SweepPoint:
+        """The measured fastest tree at ``batch``."""
+        at = [p for p in self.points if p.batch == batch]
+        if not at:
+            raise TreeoptError(f"{self.source}: no points at batch {batch}; swept {self.batches}")
+        return max(at, key=lambda p: p.tree_tokens_per_s)
+
+    def selected(self, batch: int) -> SweepPoint | None:
+        return next((p for p in self.points if p.batch == batch and p.selected), None)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per batch: the measured best tree, the one select picked and how close it came, and
+        the worst prediction error."""
+        out = []
+        for b in self.batches:
+            best, pick = self.best(b), self.selected(b)
+            errors = [abs(p.error) for p in self.points if p.batch == b and p.error is not None]
+            row: dict[str, Any] = {"batch": b, "best_size": best.size,
+                                   "best_max_depth": best.max_depth,
+                                   "best_speedup": best.speedup,
+                                   "max_abs_error": max(errors) if errors else None}
+            if pick is not None:
+                row.update(selected_size=pick.size, selected_max_depth=pick.max_depth,
+                           selected_speedup=pick.speedup,
+                           selected_share_of_best=pick.tree_tokens_per_s
+                           / best.tree_tokens_per_s)
+            out.append(row)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SWEEP_FORMAT, "meta": self.meta,
+                "points": [p.to_json() for p in sorted(self.points, key=_order)],
+                "summary": self.summary()}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Sweep:
+        doc = read_tagged_json(path, SWEEP_FORMAT)
+        if not isinstance(doc.get("points"), list) or not isinstance(doc.get("meta"), dict):
+            raise TreeoptError(f"{path}: a sweep needs 'meta' and 'points'")
+        points = tuple(SweepPoint.from_json(p, source=str(path)) for p in doc["points"])
+        return cls(doc["meta"], points, source=str(path))
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any]) -> Sweep:
+        """The sweep at ``path`` when it was measured the same way (its points are kept), else
+        a new one; a file from another setup is refused rather than mixed in."""
+        if not Path(path).exists():
+            return cls(meta, source=str(path))
+        old = cls.load(path)
+        differ = [k for k in meta if k != "created" and old.meta.get(k) != meta[k]]
+        if differ:
+            raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
+                               f"use another --out")
+        return old
+
+
+def _order(p: SweepPoint) -> tuple[int, int, int, int]:
+    return (p.batch, -1 if p.max_depth is None else p.max_depth, p.size, int(p.selected))
+
+
+__all__ = ["SWEEP_FORMAT", "Sweep", "SweepPoint"]
+
