@@ -2,16 +2,17 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo, page_errors
+from app_pages.state import current_dataset, demo, demo_pricing, page_errors
 from roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.drafters import KINDS
 from treeopt.grow import grow
 from treeopt.workbench import plots_hardware as hw_plots
-from treeopt.workbench.pricing import demo_latency_selection, roofline_selection
+from treeopt.workbench.pricing import roofline_selection
 
 st.title("Hardware")
-st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b))`: a bigger tree "
-         "accepts more per step but costs more to verify once the GPU stops being memory-bound.")
+st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "
+         "bigger tree accepts more per step but costs more to draft and verify once the device "
+         "stops being memory-bound.")
 
 models, gpus = preset_names(), hardware_names()
 c = st.columns(5)
@@ -62,16 +63,28 @@ st.caption(f"E[L] from the {label} {method} growth on '{data.name}'; verify late
            f"the roofline of {model_name} on {gpu_name}; drafting cost "
            f"{'of ' + draft_kind + ' heads included' if draft_kind else 'not modelled'}.")
 
-st.header("Measured latency")
-measured = None
+st.header("Live on this machine: the demo")
+kinds = list(demo().traces)
+live_kind = st.radio("Demo heads", kinds, horizontal=True, key="hw_live_kind")
+priced = None
 with page_errors(stop=False):
-    measured = demo_latency_selection(demo())
-if measured is None:
-    st.info("No measured latency table here. Measure one with `treeopt profile`.")
+    priced = demo_pricing(live_kind)
+if priced is None or priced.sweep is None:
+    st.info("The demo holds no step profile and live sweep of these heads: measure them with "
+            "`treeopt profile step` and `treeopt tune`, or rebuild the demo.")
 else:
-    table, demo_sel = measured
-    left, right = st.columns(2)
-    left.plotly_chart(hw_plots.latency_figure(
-        table.points(), title=f"Demo model, measured on {table.device} ({table.dtype})"),
+    sweep = priced.sweep
+    st.plotly_chart(hw_plots.sweep_figure(
+        sweep, title=f"{live_kind} heads on {priced.costs.verify.meta.get('device', 'cpu')}: "
+                     "measured (points, spread over rounds) and predicted (dashed) tokens/s"),
         width="stretch")
-    right.plotly_chart(hw_plots.best_size_heatmap(demo_sel), width="stretch")
+    rows = sweep.summary()
+    errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
+    picks = [f"batch {r['batch']}: {r['selected_size']} nodes, "
+             f"{r['selected_share_of_best']:.0%} of the measured best" for r in rows
+             if "selected_size" in r]
+    st.caption(f"Every point decodes {sweep.meta.get('prompts')} held-out prompts × "
+               f"{sweep.meta.get('max_new_tokens')} tokens against autoregressive decoding, "
+               f"interleaved, {sweep.meta.get('rounds')} rounds. ★ measured best, ◇ the tree "
+               "select picks from the step profile (" + "; ".join(picks) + ")"
+               + (f"; largest prediction error {max(errors):.1%}." if errors else "."))

@@ -10,8 +10,10 @@ from typing import Any
 import streamlit as st
 
 from treeopt.errors import TreeoptError
+from treeopt.selection import Point
 from treeopt.value import Source
 from treeopt.workbench.datasets import Dataset
+from treeopt.workbench.pricing import DemoPricing
 from treeopt.workbench.trees import ChosenTree, default_tree
 
 DATASET_KEY = "dataset"
@@ -44,9 +46,29 @@ def set_dataset(dataset: Dataset | None) -> None:
     st.session_state[DATASET_KEY] = dataset
 
 
+@st.cache_resource(show_spinner="Pricing the demo's trees…")
+def demo_pricing(kind: str) -> DemoPricing | None:
+    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``."""
+    from treeopt.workbench.pricing import demo_pricing as build
+
+    return build(demo(), kind)
+
+
+def demo_pick(label: str, source: Source) -> Point | None:
+    """The tree ``select`` picks at the smallest measured batch for the demo's ``label`` heads
+    (None for data that is not the demo's, or a demo without a step profile)."""
+    if source is not demo().traces.get(label):
+        return None
+    priced = demo_pricing(label)
+    if priced is None:
+        return None
+    return min(priced.selection.points, key=lambda p: p.batch)
+
+
 def chosen_tree(label: str | None = None, *, source: Source | None = None) -> ChosenTree:
     """The tree chosen on the Trees page — for heads ``label`` when given — else the default
-    tree of ``source`` (by default: the dataset's source ``label``, or its first source)."""
+    tree of ``source`` (by default: the dataset's source ``label``, or its first source): the
+    one select picks on the demo's measured hardware when there is one."""
     chosen: ChosenTree | None = st.session_state.get(TREE_KEY)
     if chosen is not None and label in (None, chosen.label):
         return chosen
@@ -54,7 +76,10 @@ def chosen_tree(label: str | None = None, *, source: Source | None = None) -> Ch
         data = current_dataset()
         label = label if label is not None else next(iter(data.sources))
         source = data.sources[label]
-    return default_tree(source, label or "")
+    label = label or ""
+    pick = demo_pick(label, source)
+    device = demo_pricing(label).costs.verify.meta.get("device", "") if pick else ""
+    return default_tree(source, label, pick=pick, hardware=device or "this machine")
 
 
 def chosen_label() -> str | None:

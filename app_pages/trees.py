@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, page_errors, set_chosen_tree
+from app_pages.state import current_dataset, demo_pick, page_errors, set_chosen_tree
 from treeopt.grow import CONSTRAINTS
 from treeopt.workbench import plots
 from treeopt.workbench.trees import (
@@ -10,6 +10,7 @@ from treeopt.workbench.trees import (
     ChosenTree,
     growth_pair,
     imported_tree_point,
+    page_defaults,
     view_tree,
 )
 
@@ -19,14 +20,18 @@ left, right = st.columns([1, 3])
 with left:
     label = st.selectbox("Heads", list(data.sources), key="trees_label")
     source = data.sources[label]
+    with page_errors():
+        pick = demo_pick(label, source)
+    start = page_defaults(source, pick)
     method = st.radio("Acceptance model", data.methods(label), horizontal=True, key="trees_method",
                       help="empirical: exact under greedy verification, from the rank trace; "
                            "independent: Medusa's product of per-head accuracies")
     max_nodes = st.slider("Largest tree (nodes)", 8, 256, TREE_DEFAULTS["max_nodes"], step=8,
                           key="trees_max")
-    size = st.slider("Chosen tree size", 1, max_nodes, min(TREE_DEFAULTS["size"], max_nodes),
-                     key="trees_size")
-    max_depth = st.slider("Max depth", 1, source.heads, source.heads, key="trees_depth")
+    size = st.slider("Chosen tree size", 1, max_nodes, min(start["size"], max_nodes),
+                     key="trees_size", help="starts at the size select picks for the demo's "
+                                           "measured machine, where there is one")
+    max_depth = st.slider("Max depth", 1, source.heads, start["max_depth"], key="trees_depth")
     max_rank = st.slider("Max rank", 1, 32, TREE_DEFAULTS["max_rank"], key="trees_rank")
     constraint = st.selectbox("Engine constraint", CONSTRAINTS, key="trees_constraint",
                               help="contiguous: Hydra reference code; uniform: vLLM")

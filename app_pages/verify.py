@@ -9,19 +9,21 @@ from treeopt.workbench import plots
 from treeopt.workbench.live import live_run
 
 st.title("Verify")
-st.write("Decode one prompt with the tree and without it, through the same loop. Under greedy "
-         "verification the two outputs must be identical; each highlighted piece is what one "
-         "step accepted.")
+st.write("Decode a prompt with the tree and without it, through the same loop — alone, or in a "
+         "batch with the next held-out prompts. Under greedy verification the two outputs must be "
+         "identical; each highlighted piece is what one step accepted.")
 with page_errors():
     bundle = demo()
 
 kinds = list(bundle.heads)
 label = chosen_label()
-c1, c2, c3 = st.columns(3)
+c1, c2, c3, c4 = st.columns(4)
 kind = c1.selectbox("Demo heads", kinds, index=kinds.index(label) if label in kinds else 0,
                     key="verify_kind")
 mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verify_mode")
 new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
+batch = c4.select_slider("Batch", [1, 2, 4, 8], 1, key="verify_batch",
+                         help="prompts decoded together: this one and the next held-out prompts")
 with page_errors():
     chosen = chosen_tree(kind, source=bundle.traces[kind])
 tree = chosen.tree
@@ -31,7 +33,8 @@ prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_promp
 if st.button("Run live verification", type="primary", key="verify_run"):
     with st.spinner("Decoding with the tree and autoregressively…"), page_errors():
         run = live_run(bundle.model, bundle.tokenizer, bundle.heads[kind], tree, prompt,
-                       max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind])
+                       max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind],
+                       batch=batch, others=bundle.prompts[1:])
     m = st.columns(4)
     m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
                 help=f"± {run.stderr:.3f} (standard error over {len(run.accept_lengths)} steps)")
@@ -44,12 +47,15 @@ if st.button("Run live verification", type="primary", key="verify_run"):
                     help=f"{walk}position-weighted E[L]: {run.predicted_accept_length:.3f} "
                          "(decoding starts steps only at some positions, so the per-step walk "
                          "is the prediction to compare with)")
+    whole = f" (batch of {run.batch})" if run.batch > 1 else ""
     m[2].metric("Tree decoding", f"{run.tree_tokens_per_s:.0f} tokens/s",
-                delta=f"{run.tree_tokens_per_s / run.autoregressive_tokens_per_s:.2f}× "
-                      "autoregressive")
-    m[3].metric("Autoregressive", f"{run.autoregressive_tokens_per_s:.0f} tokens/s")
+                delta=f"{run.speedup:.2f}× autoregressive",
+                help=f"steady-state decode throughput{whole}, prefill excluded")
+    m[3].metric("Autoregressive", f"{run.autoregressive_tokens_per_s:.0f} tokens/s",
+                help=f"the same loop with no tree{whole}")
     if run.outputs_match is True:
-        st.success("Lossless: the tree's output equals plain greedy decoding token for token.")
+        rows = "every prompt's output equals" if run.batch > 1 else "the tree's output equals"
+        st.success(f"Lossless: {rows} plain greedy decoding token for token.")
     elif run.outputs_match is False:
         st.error("The outputs differ: greedy tree decoding should be lossless — please report it.")
     else:

@@ -72,7 +72,7 @@ def design_trees(growth: Growth, *, sizes: Sequence[int], per_depth: bool,
 def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
-                  max_new_tokens: int = 64, rounds: int = 3,
+                  max_new_tokens: int = 64, rounds: int = 3, compile: bool = False,
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Profile the live step of every design tree at every batch size; write and return the
@@ -83,9 +83,9 @@ def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
     say = log or (lambda line: print(line, file=sys.stderr))
     trees = design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth)
-    doc = _resume(out, model, heads, prompts, max_new_tokens)
+    doc = _resume(out, model, heads, prompts, max_new_tokens, compile)
     done = {int(r["batch"]) for r in doc["records"]}
-    decoder = Decoder(model, heads)
+    decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     todo = [b for b in batch if b not in done]
     for i, b in enumerate(todo):
@@ -115,7 +115,8 @@ def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
 
 
 def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: DraftHeads,
-            prompts: Sequence[Sequence[int]], max_new_tokens: int) -> dict[str, Any]:
+            prompts: Sequence[Sequence[int]], max_new_tokens: int,
+            compile: bool) -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""
     from profiling.verify import device_label
 
@@ -127,14 +128,14 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: DraftHea
     fresh = {"format": STEP_FORMAT, "device": device, "dtype": dtype,
              "threads": torch.get_num_threads(), "model": shape,
              "heads": heads.config.to_dict(), "prompts": len(prompts),
-             "max_new_tokens": max_new_tokens,
+             "max_new_tokens": max_new_tokens, "compile": compile,
              "meta": {"torch": torch.__version__,
                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
              "records": []}
     if not os.path.exists(out):
         return fresh
     old = load_step_profile(out)
-    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens"):
+    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens", "compile"):
         if old[key] != fresh[key]:
             raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
                                f"{fresh[key]!r}); use another --out")

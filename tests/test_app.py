@@ -59,11 +59,28 @@ def figures(at: AppTest) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
-def trees_page_tree(trace, *, size: int = 64):
-    """The tree the Trees page chooses at its default widget values."""
-    growth = grow(trace, method="empirical", max_nodes=128, max_depth=trace.heads, max_rank=10,
-                  constraint="none")
+def demo_pick(demo, kind):
+    """The tree select picks at batch 1 from the demo's step profile (None without one)."""
+    from treeopt.workbench.pricing import demo_pricing
+
+    priced = demo_pricing(demo, kind)
+    return None if priced is None else min(priced.selection.points, key=lambda p: p.batch)
+
+
+def trees_page_tree(trace, *, size: int = 64, max_depth: int | None = None):
+    """The tree the Trees page chooses at these widget values."""
+    growth = grow(trace, method="empirical", max_nodes=128, max_depth=max_depth or trace.heads,
+                  max_rank=10, constraint="none")
     return growth.tree(min(size, growth.max_nodes))
+
+
+def default_tree(demo, kind=KINDS[0]):
+    """The tree the Trees, Export and Verify pages start with: select's pick for the demo's
+    measured machine when the demo has a step profile, else the Trees page's 64 nodes."""
+    pick = demo_pick(demo, kind)
+    if pick is None:
+        return trees_page_tree(demo.traces[kind])
+    return pick.tree
 
 
 def test_data_page_lists_the_demo_trace_sizes(demo):
@@ -123,7 +140,10 @@ def test_heads_page_one_heatmap_per_head_kind(demo):
 def test_trees_page_shows_the_exact_expected_accept_length(demo):
     at = open_page("trees")
     trace = demo.traces[KINDS[0]]
-    tree = trees_page_tree(trace)
+    tree = default_tree(demo)
+    pick = demo_pick(demo, KINDS[0])
+    if pick is not None:  # the page's widgets reproduce select's pick exactly
+        assert tree == trees_page_tree(trace, size=pick.tree.size, max_depth=pick.max_depth)
     value = expected_accept_length(tree, trace, method="empirical")
     assert metrics(at) == {"E[L] of the chosen tree": f"{value:.4f}",
                            "Nodes / depth": f"{tree.size} / {tree.depth}",
@@ -131,6 +151,7 @@ def test_trees_page_shows_the_exact_expected_accept_length(demo):
     assert len(figures(at)) == 4  # growth curves, tree, widths, held-out gap
 
     at.slider(key="trees_size").set_value(32).run()
+    at.slider(key="trees_depth").set_value(trace.heads).run()
     assert_clean(at)
     small = trees_page_tree(trace, size=32)
     assert metrics(at)["E[L] of the chosen tree"] == (
@@ -151,14 +172,14 @@ def expected_exports(tree) -> list[str]:
 
 
 def test_export_page_code_equals_the_library_export(demo):
-    at = open_page("export")  # nothing chosen yet: the Trees page's default tree
-    tree = trees_page_tree(demo.traces[KINDS[0]], size=64)
-    assert [c.value for c in at.code] == expected_exports(tree)
+    at = open_page("export")  # nothing chosen yet: the default tree
+    assert [c.value for c in at.code] == expected_exports(default_tree(demo))
 
 
 def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
     at = open_page("trees")
     at.slider(key="trees_size").set_value(20).run()
+    at.slider(key="trees_depth").set_value(demo.traces[KINDS[0]].heads).run()
     at.switch_page("app_pages/export.py").run()
     assert_clean(at)
     assert [c.value for c in at.code] == expected_exports(
@@ -169,7 +190,16 @@ def test_hardware_page_draws_its_charts(demo):
     at = open_page("hardware")
     figs = figures(at)
     assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
-    assert len(figs) == (5 if demo.latency is not None else 3)
+    sweep = demo.sweep(KINDS[0])
+    assert len(figs) == (4 if sweep is not None else 3)
+    if sweep is not None:  # measured points: exactly the sweep's tokens/s at batch 1
+        from treeopt.sweep import Sweep
+
+        points = sorted((p for p in Sweep.load(sweep).points
+                         if p.batch == 1 and p.max_depth is None), key=lambda p: p.size)
+        measured = figs[3]["data"][0]
+        assert measured["name"] == "batch 1 measured"
+        assert measured["y"] == [p.tree_tokens_per_s for p in points]
     at.selectbox(key="hw_model").set_value("vicuna-7b-v1.3").run()  # 2,048 positions
     assert_clean(at)
     assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]
@@ -184,7 +214,7 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
         "Lossless: the tree's output equals plain greedy decoding token for token."]
     shown = metrics(at)
     trace = demo.traces[KINDS[0]]
-    tree = trees_page_tree(trace, size=64)  # the Trees page's default tree
+    tree = default_tree(demo)
     per_step = "sequence_positions" in trace.meta  # the trace walked as decoding steps
     predicted = simulate(tree, trace, per_step=per_step).mean_accept_length
     assert shown["Predicted accepted length"] == f"{predicted:.3f}"
@@ -193,3 +223,14 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
         assert shown[label].endswith(" tokens/s") and float(shown[label].split()[0]) > 0
     assert len(figures(at)) == 2  # accepted-length histogram, time split
     assert len(at.get("html")) == 1 and 'title="step 0"' in at.get("html")[0].proto.body
+
+
+def test_verify_page_decodes_a_batch_losslessly(demo):
+    at = open_page("verify")
+    at.select_slider(key="verify_batch").set_value(2)
+    at.slider(key="verify_tokens").set_value(32)
+    at.button(key="verify_run").click().run()
+    assert_clean(at)
+    assert [s.value for s in at.success] == [
+        "Lossless: every prompt's output equals plain greedy decoding token for token."]
+    assert "batch of 2" in next(m.help for m in at.metric if m.label == "Tree decoding")

@@ -132,3 +132,80 @@ def test_merge_of_mismatched_shards(workdir, tmp_path):
     proc = run("trace", "merge", workdir / "t.shard-0-of-2.npz", other, "--out", tmp_path / "m.npz")
     assert_user_error(proc, "treeopt trace: error:", "2 heads")
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
+    (workdir / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "10",
+               "--batch", "3", "--rounds", "2")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["batch"], report["rounds"], report["outputs_match"]) == (3, 2, True)
+    assert len(report["round_speedups"]) == 2 and report["speedup_spread"] >= 0
+    assert report["tree_decoding"]["tokens"] == 6 * 10  # every prompt, two batches of three
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--batch", "7")
+    assert_user_error(proc, "--batch 7 is larger than the 6 prompts")
+
+
+@pytest.fixture(scope="module")
+def profiled(workdir, tiny_model_dir, prompts_file):
+    """A growth of the calibrated trace and the live step profiled on it (batch 1 and 2)."""
+    from treeopt import RankTrace, grow
+
+    grow(RankTrace.load(workdir / "t.shard-0-of-2.npz"), method="empirical",
+         max_nodes=6).save(workdir / "growth.json")
+    proc = run("profile", "step", "--model", tiny_model_dir, "--heads", workdir / "heads",
+               "--growth", workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2",
+               "--sizes", "1,2,4", "--max-new-tokens", "8", "--rounds", "1", "--out",
+               workdir / "step.json")
+    assert proc.returncode == 0, proc.stderr
+    return workdir / "step.json"
+
+
+def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir, prompts_file,
+                                                         profiled):
+    out = workdir / "sweep.json"
+    args = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
+            workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
+            "1,2", "--prompt-count", "2", "--max-new-tokens", "8", "--rounds", "2",
+            "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
+    proc = run(*args)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "treeopt.sweep/1"
+    grid = {(p["batch"], p["size"]) for p in doc["points"] if not p["selected"]}
+    assert {(1, 1), (1, 2), (2, 1), (2, 2)} <= grid
+    assert sorted(p["batch"] for p in doc["points"] if p["selected"]) == [1, 2]
+    for p in doc["points"]:
+        assert p["measured"]["lossless"] is True and p["measured"]["speedup"] > 0
+        assert p["error"] == pytest.approx(p["predicted"]["speedup"]
+                                           / p["measured"]["speedup"] - 1)
+    assert [r["batch"] for r in doc["summary"]] == [1, 2]
+    assert "batch 1: best measured" in proc.stderr
+    before = out.read_text()
+    assert run(*args).returncode == 0  # everything is there: resumed, nothing measured again
+    assert out.read_text().count('"tree_tokens_per_s"') == before.count('"tree_tokens_per_s"')
+    assert json.loads(out.read_text())["points"] == doc["points"]
+
+
+def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, prompts_file,
+                                                       profiled):
+    base = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
+            workdir / "growth.json", "--prompts", prompts_file, "--out", workdir / "x.json"]
+    assert_user_error(run(*base, "--sizes", "99"), "--sizes 99 is beyond the growth's 6 nodes")
+    assert_user_error(run(*base, "--batch", "8", "--prompt-count", "4"),
+                      "--prompt-count 4 is smaller than --batch 8")
+    assert_user_error(run(*base, "--prompt-count", "9"), "6 prompts, fewer than --prompt-count 9")
+    assert not (workdir / "x.json").exists()
+
+
+def test_select_prices_with_the_step_profile(workdir, profiled):
+    proc = run("select", "--growth", workdir / "growth.json", "--step-profile", profiled,
+               "--trace", workdir / "t.shard-0-of-2.npz")
+    assert proc.returncode == 0, proc.stderr
+    sel = json.loads(proc.stdout)
+    assert [p["batch"] for p in sel["points"]] == [1, 2]
+    assert all(p["overhead_ms"] > 0 for p in sel["points"])
+    assert sel["growth"]["acceptance"].startswith("per-step walk")

@@ -255,3 +255,19 @@ def test_qwen2_decodes_losslessly():
     cfg_d = DecodeConfig(max_new_tokens=24)
     assert (generate(model, heads, TREES["wide"], [5, 6, 7], config=cfg_d).tokens
             == autoregressive(model, [5, 6, 7], config=cfg_d).tokens)
+
+
+def test_a_static_cache_step_is_lossless_too(peaked, trained):
+    """The layout compiled steps use (every slot attended, writes at a slot tensor), run eagerly."""
+    import dataclasses
+
+    from treeopt.decoding.loop import Decoder
+
+    model, _, prompts = peaked
+    rows = ragged(prompts, 3)
+    cfg = DecodeConfig(max_new_tokens=20)
+    decoder = Decoder(model, trained["hydra"])
+    decoder.verify = dataclasses.replace(decoder.verify, compiled=decoder.verify.eager)
+    assert decoder.verify.static
+    run = decoder.decode(TREES["wide"], rows, config=cfg)
+    assert list(run.tokens) == [autoregressive(model, p, config=cfg).tokens for p in rows]

@@ -61,3 +61,17 @@ def test_head_training_runs_on_cuda():
                                                           batch_size=4, seq_len=32))
     assert next(heads.parameters()).is_cuda
     assert len(history) == 5 and all(h["loss"] == h["loss"] for h in history)  # no NaN
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_compiled_batched_decoding_on_cuda_is_lossless(kind):
+    """--compile: steps through torch.compile ("reduce-overhead": CUDA graphs) on a static cache."""
+    from treeopt.decoding.loop import Decoder
+
+    model, heads = _model_and_heads(kind, "cuda")
+    prompts = [list(range(3, 11)), list(range(20, 26)), list(range(40, 49))]
+    config = DecodeConfig(max_new_tokens=40)
+    decoder = Decoder(model, heads, compile=True)
+    assert decoder.verify.static
+    run = decoder.decode(TREE, prompts, config=config)
+    assert list(run.tokens) == [autoregressive(model, p, config=config).tokens for p in prompts]

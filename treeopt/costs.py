@@ -160,7 +160,8 @@ def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[
         keep &= coef > 0
 
 
-def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str) -> StepCosts:
+def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
+               device: str = "") -> StepCosts:
     """Fit :class:`StepCosts` to a step profile's records (``treeopt profile step``): each gives
     a batch, a tree (size, depth, tokens q, nodes expanded per depth), the context and the
     milliseconds per step of its draft, verify and bookkeeping phases.
@@ -192,7 +193,7 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str) -> 
         for q in sorted({int(r["q"]) for r in rows}):
             at = [r["ms_verify"] for r in rows if int(r["q"]) == q]
             points.append((b, context, q, float(np.median(at)) / 1e3))
-    verify = StepLatency.from_points(points, source, context=context)
+    verify = StepLatency.from_points(points, source, context=context, device=device)
 
     def draft_s(b: int, expanded: tuple[int, ...]) -> float:
         coef = _coefficients(coefficients["draft"], b, source)

@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tree sizes profiled (default 1,2,3,4,6,8,12,16,24,32,48,64)")
     d.add_argument("--max-new-tokens", type=int, default=64)
     d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--compile", action="store_true",
+                   help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--out", metavar="FILE", required=True,
                    help="the step profile (JSON); an existing one is resumed")
     d.set_defaults(func=cmd_profile_step)
@@ -193,7 +195,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                        log=lambda _: None, progress=report)
+                        compile=args.compile, log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
     return 0
@@ -271,7 +273,10 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
         from profiling.table import LatencyTable
 
         table = LatencyTable.load(args.latency)
-        table.check_matches(model=cfg, dtype=args.dtype, source=args.latency)
+        device = costs.verify.meta.get("device") if costs is not None else None
+        table.check_matches(model=cfg, dtype=args.dtype, device=device,
+                            source=f"{args.latency} (beside --step-profile {args.step_profile})"
+                            if device else args.latency)
         return pricing.table_latency(table, source=args.latency)
     if args.roofline:
         return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)

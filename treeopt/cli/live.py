@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--posterior-threshold", type=float, default=0.09, help="ε")
     p.add_argument("--posterior-alpha", type=float, help="α (default √ε)")
     p.add_argument("--seed", type=int, default=0)
+    _add_compile(p)
     add_out(p)
     p.set_defaults(func=cmd_verify)
 
@@ -47,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--growth", required=True, metavar="G.json")
     p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
     p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
-    p.add_argument("--sizes", type=int_list("--sizes"), default=[1, 2, 4, 8, 16, 32, 64],
-                   metavar="LIST", help="tree sizes (default 1,2,4,8,16,32,64)")
+    p.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
+                   help="tree sizes (default 1,2,4,8,16,32,64, up to the growth's size)")
     p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
                    help="depth caps to sweep besides the uncapped trees")
     p.add_argument("--prompt-count", type=int, default=16, metavar="N",
@@ -59,9 +60,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="predict every point with this step profile (and measure select's pick)")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: predicted E[L] is its per-step walk")
+    _add_compile(p)
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the sweep (JSON); an existing one is resumed")
     p.set_defaults(func=cmd_tune)
+
+
+def _add_compile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile", action="store_true",
+                   help="run steps through torch.compile on a static cache (on CUDA: CUDA "
+                        "graphs); each new tree shape compiles first")
+
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
@@ -94,27 +105,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
                        posterior_alpha=args.posterior_alpha, seed=args.seed,
                        eos_token_id=getattr(tok, "eos_token_id", None))
     report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
-                    batch=args.batch, rounds=args.rounds)
+                    batch=args.batch, rounds=args.rounds, compile=args.compile)
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
                    "dtype": args.dtype})
     return emit(report, args.out)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from profiling.table import load_step_profile
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import family_tree, tune
     from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.grow import Growth
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
+    from treeopt.workbench.pricing import profiled_costs
 
     growth = Growth.load(args.growth)
     caps = [None, *(args.max_depths or [])]
+    sizes = args.sizes or [n for n in SIZES if n <= growth.max_nodes]
     for cap in caps:  # fail on a size beyond the growth before loading a model
-        for n in args.sizes:
+        for n in sizes:
             family_tree(growth, n, cap)
     trace = RankTrace.load(args.trace) if args.trace else None
-    costs = _step_costs(args.step_profile) if args.step_profile else None
+    profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
             f"smaller than --batch {max(args.batch)}")
@@ -122,6 +136,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"--prompt-count {args.prompt_count}")
     model, tok = load_model_from(args)
     heads = load_heads_for(model, args.heads)
+    costs = None
+    if profile is not None:
+        require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
+                f"{args.step_profile}: profiled with other heads ({profile['heads']['kind']}, "
+                f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
+        costs = profiled_costs(args.step_profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
     bar = progress(desc="tune", unit="point")
 
@@ -129,12 +149,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
         bar.total = total
         bar.update(done - bar.n)
 
-    sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=args.sizes,
+    sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
                  depth_caps=caps, out=args.out, rounds=args.rounds, costs=costs, trace=trace,
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,
                                      eos_token_id=getattr(tok, "eos_token_id", None)),
                  meta={"model": args.model, "growth": args.growth, "device": args.device,
-                       "dtype": args.dtype, "threads": args.threads}, progress=report)
+                       "dtype": args.dtype, "threads": args.threads},
+                 compile=args.compile, progress=report)
     bar.close()
     for row in sweep.summary():
         pick = (f"; select picks {row['selected_size']} nodes: {row['selected_speedup']:.2f}× "
@@ -147,9 +168,3 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step_costs(path: str) -> Any:
-    from profiling.table import load_step_profile
-    from treeopt.costs import step_costs
-
-    doc = load_step_profile(path)
-    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=path)

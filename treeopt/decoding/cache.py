@@ -63,15 +63,22 @@ class SlotCache(DynamicCache):
     ``[0, frontier + q)``; afterwards :meth:`move` copies each row's accepted tokens down to the
     end of its prefix. Nothing grows or is re-concatenated, and only accepted tokens move. The last
     slot is scratch: moves that pad a ragged batch write there.
+
+    ``static``: every forward attends over the whole buffer (the mask hides what a row may not
+    see) and writes at the slots held in the tensor ``slots``, so a step's shapes depend on the
+    batch and q only — what CUDA graphs and ``torch.compile`` need.
     """
 
-    def __init__(self, kv: torch.Tensor) -> None:
+    def __init__(self, kv: torch.Tensor, *, static: bool = False) -> None:
         super().__init__()
         self.kv = kv
         self.frontier = 0
+        self.static = static
+        self.slots = torch.zeros(0, dtype=torch.long, device=kv.device)  # static: written here
 
     @classmethod
-    def allocate(cls, model: PreTrainedModel, *, batch: int, capacity: int) -> SlotCache:
+    def allocate(cls, model: PreTrainedModel, *, batch: int, capacity: int,
+                 static: bool = False) -> SlotCache:
         """An empty cache for ``batch`` sequences of up to ``capacity - 1`` tokens."""
         cfg = model.config
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -79,7 +86,7 @@ class SlotCache(DynamicCache):
         p = next(model.parameters())
         kv = torch.zeros(cfg.num_hidden_layers, 2, batch, heads, capacity, head_dim,
                          dtype=p.dtype, device=p.device)
-        return cls(kv)
+        return cls(kv, static=static)
 
     @classmethod
     def random(cls, model: PreTrainedModel, *, batch: int, context: int,
@@ -97,15 +104,28 @@ class SlotCache(DynamicCache):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write ``[b, kv_heads, q, head_dim]`` at the frontier; return keys and values up to it."""
-        end = self.frontier + key_states.shape[-2]
+        """Write ``[b, kv_heads, q, head_dim]`` at the frontier; return keys and values up to it
+        (static: at ``slots``, and every slot)."""
         keys, values = self.kv[layer_idx, 0], self.kv[layer_idx, 1]
+        if self.static:
+            keys.index_copy_(2, self.slots, key_states)
+            values.index_copy_(2, self.slots, value_states)
+            return keys, values
+        end = self.frontier + key_states.shape[-2]
         keys[:, :, self.frontier:end] = key_states
         values[:, :, self.frontier:end] = value_states
         return keys[:, :, :end], values[:, :, :end]
 
     def get_seq_length(self, layer_idx: int | None = 0) -> int:
         return self.frontier
+
+    def place(self, frontier: int, tokens: int) -> None:
+        """Where the next forward writes its ``tokens``: ``[frontier, frontier + tokens)``."""
+        self.frontier = frontier
+        if self.static:
+            if self.slots.shape[0] != tokens:
+                self.slots = torch.empty(tokens, dtype=torch.long, device=self.kv.device)
+            torch.arange(frontier, frontier + tokens, out=self.slots)
 
     def move(self, source: torch.Tensor, target: torch.Tensor) -> None:
         """Copy slots ``source`` ``[b, n]`` of each row to slots ``target`` ``[b, n]`` (every

@@ -144,15 +144,15 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
 
 def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-            batch: int = 1, rounds: int = 1, split: bool = False,
-            warmup_tokens: int = 8) -> Comparison:
+            batch: int = 1, rounds: int = 1, split: bool = False, warmup_tokens: int = 8,
+            compile: bool = False) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, interleaved,
-    ``rounds`` times after a warm-up."""
+    ``rounds`` times after a warm-up (``compile``: steps through torch.compile, for CUDA)."""
     config = config or DecodeConfig()
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     groups = batches(prompts, batch)
-    decoder = Decoder(model, heads if tree.size else None)
+    decoder = Decoder(model, heads if tree.size else None, compile=compile)
     empty = Tree(())
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     decoder.decode(tree, groups[0], config=warm)

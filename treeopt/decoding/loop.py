@@ -66,11 +66,12 @@ class Decoder:
     (when there are heads) and how its verify forward runs (:func:`~treeopt.decoding.
     tree_forward.verifier`). :meth:`decode` then decodes any tree, or none."""
 
-    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None = None) -> None:
+    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None = None, *,
+                 compile: bool = False) -> None:
         self.model, self.heads = model, heads
         self.device = model_device(model)
         with torch.inference_mode():
-            self.verify = verifier(model, tree=heads is not None)
+            self.verify = verifier(model, tree=heads is not None, compile=compile)
 
     def decode(self, tree: Tree, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False) -> BatchResult:
@@ -152,7 +153,8 @@ class _Run:
         b, longest = len(prompts), max(len(p) for p in prompts)
         q = plan.tree.num_tokens
         capacity = longest + cfg.max_new_tokens + 2 * q + 1  # + a scratch slot
-        self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity)
+        self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity,
+                                        static=self.verify.static)
         self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
                                  if self.heads is not None else None)
         self.scratch = capacity - 1
@@ -209,12 +211,13 @@ class _Run:
             ids[i, : len(p)] = torch.tensor(p)
         ids = ids.to(self.device)
         lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
-        causal = torch.ones(longest, longest, dtype=torch.bool, device=self.device).tril()
+        width = self.cache.capacity if self.cache.static else longest
+        causal = torch.ones(longest, width, dtype=torch.bool, device=self.device).tril()
         mask = additive(causal, self.verify.dtype)[None, None].expand(b, 1, -1, -1)
         positions = torch.arange(longest, device=self.device)[None].expand(b, -1)
-        self.cache.frontier = 0
-        logits, hidden = self.verify.forward(ids, cache=self.cache, position_ids=positions,
-                                             attention_mask=mask)
+        self.cache.place(0, longest)
+        logits, hidden = self.verify.eager(ids, cache=self.cache, position_ids=positions,
+                                           attention_mask=mask)
         rows = torch.arange(b, device=self.device)
         first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
                        logits[rows, lengths - 1][:, None], self.cfg, self.gen).next_root

@@ -11,6 +11,7 @@ nothing is patched onto the model.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +40,10 @@ def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: torch.dtype,
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids ``[b, q]`` and the additive mask ``[b, 1, q, frontier + q]`` of a verify step
-    whose rows hold ``lengths`` ``[b]`` cached tokens and write the tree at ``frontier``.
+    whose rows hold ``lengths`` ``[b]`` cached tokens and write the tree at ``frontier``
+    (``width``: a mask over that many slots, the rest hidden — a static cache's whole buffer).
 
     >>> pos, mask = step_inputs(tree_plan(Tree.from_choices([[0], [1]]), "cpu"),
     ...                         torch.tensor([2, 1]), 2, dtype=torch.float32)
@@ -52,8 +54,10 @@ def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: 
     positions = lengths[:, None] + plan.offsets  # [b, q]
     slots = torch.arange(frontier, device=lengths.device)
     prefix = slots < lengths[:, None]  # [b, frontier]: each row's own prefix
-    visible = torch.cat([prefix[:, None, :].expand(b, q, frontier),
-                         plan.visible.expand(b, q, q)], dim=-1)  # [b, q, frontier + q]
+    parts = [prefix[:, None, :].expand(b, q, frontier), plan.visible.expand(b, q, q)]
+    if width is not None:
+        parts.append(prefix.new_zeros(b, q, width - frontier - q))
+    visible = torch.cat(parts, dim=-1)  # [b, q, frontier + q (or width)]
     return positions, additive(visible, dtype)[:, None]
 
 
@@ -88,10 +92,24 @@ class Verifier:
     model: PreTrainedModel
     split: bool
     dtype: torch.dtype  # of the additive masks
+    compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def static(self) -> bool:
+        """Compiled steps need a static cache (shapes fixed by the batch and q)."""
+        return self.compiled is not None
 
     def forward(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q."""
+        """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q
+        (through the compiled step when there is one)."""
+        run = self.compiled or self.eager
+        return run(input_ids, cache=cache, position_ids=position_ids,
+                   attention_mask=attention_mask)
+
+    def eager(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
+              attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward as the model runs it, uncompiled (prefill, and every step by default)."""
         if not self.split:
             return forward_with_cache(self.model, input_ids, cache=cache,
                                       position_ids=position_ids, attention_mask=attention_mask)
@@ -101,12 +119,19 @@ class Verifier:
         return self.model.get_output_embeddings()(hidden), hidden
 
 
-def verifier(model: PreTrainedModel, *, tree: bool = True) -> Verifier:
+def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False) -> Verifier:
     """The :class:`Verifier` of ``model``; with ``tree``, first check that its forward honours a
-    4D tree mask (:func:`check_tree_support`)."""
+    4D tree mask (:func:`check_tree_support`); with ``compile``, steps run through
+    ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one per batch and q)."""
     if tree:
         check_tree_support(model)
-    return Verifier(model, _split_is_exact(model), mask_dtype(model))
+    plain = Verifier(model, _split_is_exact(model), mask_dtype(model))
+    if not compile:
+        return plain
+    device = model.get_input_embeddings().weight.device
+    mode = "reduce-overhead" if device.type == "cuda" else "default"
+    return Verifier(model, plain.split, plain.dtype,
+                    torch.compile(plain.eager, mode=mode, dynamic=False))
 
 
 def _split_is_exact(model: PreTrainedModel) -> bool:
@@ -130,8 +155,9 @@ def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan, *,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify tree tokens ``[b, q]`` (root first) after each row's cached prefix; the cache
     takes them at ``frontier``. Returns logits ``[b, q, V]`` and hidden states ``[b, q, d]``."""
-    positions, mask = step_inputs(plan, lengths, frontier, dtype=verify.dtype)
-    cache.frontier = frontier
+    positions, mask = step_inputs(plan, lengths, frontier, dtype=verify.dtype,
+                                  width=cache.capacity if cache.static else None)
+    cache.place(frontier, tokens.shape[1])
     return verify.forward(tokens, cache=cache, position_ids=positions, attention_mask=mask)
 
 

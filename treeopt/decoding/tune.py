@@ -45,7 +45,7 @@ def tune(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
          config: DecodeConfig | None = None, rounds: int = 3, costs: StepCosts | None = None,
          trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
-         progress: Callable[[int, int], None] | None = None) -> Sweep:
+         compile: bool = False, progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given — writing ``out`` after each point; points already in ``out`` are kept."""
     config = config or DecodeConfig()
@@ -55,13 +55,14 @@ def tune(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
                    trace=trace)  # checks every size before anything runs
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, "rounds": rounds,
+        "max_new_tokens": config.max_new_tokens, "rounds": rounds, "compile": compile,
         "predicted": costs.verify.source if costs is not None else None,
         "acceptance": "per-step walk of the trace" if trace is not None else "growth E[L]",
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
-            result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds)
+            result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
+                             compile=compile)
             predicted = (_predict(tree, growth, costs, trace, b) if costs is not None
                          else (None, None))
             sweep = sweep.with_point(SweepPoint(

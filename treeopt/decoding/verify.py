@@ -49,7 +49,8 @@ def check_trace_for(trace: RankTrace, heads: DraftHeads) -> None:
 
 def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-           trace: RankTrace | None = None, batch: int = 1, rounds: int = 1) -> dict[str, Any]:
+           trace: RankTrace | None = None, batch: int = 1, rounds: int = 1,
+           compile: bool = False) -> dict[str, Any]:
     """Decode every prompt with the tree and autoregressively, ``batch`` at a time, ``rounds``
     times; return the report (JSON-ready)."""
     config = config or DecodeConfig()
@@ -57,7 +58,7 @@ def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
     if trace is not None:
         check_trace_for(trace, heads)
     result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
-                     split=True)
+                     split=True, compile=compile)
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},

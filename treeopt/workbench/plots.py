@@ -151,10 +151,10 @@ def accept_histogram(histograms: Mapping[str, Sequence[int]]) -> go.Figure:
     return fig
 
 
-def time_split(seconds: Mapping[str, float]) -> go.Figure:
-    """Where a decoding run's step time went (drafting, verification, bookkeeping)."""
-    fig = go.Figure(go.Bar(x=list(seconds), y=[v * 1e3 for v in seconds.values()],
-                           hovertemplate="%{x}: %{y:.1f} ms<extra></extra>"))
-    fig.update_layout(title="Time per phase over the whole run", xaxis_title="phase",
-                      yaxis_title="time (ms)", **_LAYOUT)
+def time_split(ms_per_step: Mapping[str, float]) -> go.Figure:
+    """Where a decoding step's time goes (drafting, verification, bookkeeping), per step."""
+    fig = go.Figure(go.Bar(x=list(ms_per_step), y=list(ms_per_step.values()),
+                           hovertemplate="%{x}: %{y:.3f} ms per step<extra></extra>"))
+    fig.update_layout(title="Time per step, by phase (a profiled pass)", xaxis_title="phase",
+                      yaxis_title="ms per step", **_LAYOUT)
     return fig

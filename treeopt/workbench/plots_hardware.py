@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from treeopt.selection import Selection
+from treeopt.sweep import Sweep
 
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
 
@@ -103,3 +104,55 @@ def best_size_heatmap(selection: Selection) -> go.Figure:
     fig.update_layout(title="Best tree size (hover: speed-up over autoregressive)",
                       xaxis_title="batch size", yaxis_title="context length (tokens)", **_LAYOUT)
     return fig
+
+
+def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
+    """Measured tokens/s against tree size per batch size (points, with the spread over rounds)
+    over what the step-cost model predicted for the same trees (dashed), a star at the measured
+    best and a diamond at the tree select picked — the Hydra paper's Fig. 7–9 for this setup."""
+    from plotly.colors import sample_colorscale
+
+    fig = go.Figure()
+    batches = sweep.batches
+    colours = sample_colorscale("Viridis", list(np.linspace(0, 0.85, max(len(batches), 2))))
+    for b, colour in zip(batches, colours, strict=False):
+        pts = sorted((p for p in sweep.points if p.batch == b and p.max_depth is None),
+                     key=lambda p: p.size)  # the uncapped family: the growth's T_n
+        x = [p.size for p in pts]
+        fig.add_trace(go.Scatter(
+            x=x, y=[p.tree_tokens_per_s for p in pts], mode="markers+lines",
+            name=f"batch {b} measured", line=dict(color=colour, width=1),
+            marker=dict(color=colour, size=8),
+            error_y=dict(type="data", array=[p.spread * p.tree_tokens_per_s / 2 for p in pts],
+                         visible=True, thickness=1),
+            customdata=[[p.speedup, p.mean_accept_length] for p in pts],
+            hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.0f}} tokens/s, "
+                          "%{customdata[0]:.2f}× autoregressive, E[L] %{customdata[1]:.2f}"
+                          "<extra></extra>"))
+        if all(p.predicted_tokens_per_s is not None for p in pts):
+            fig.add_trace(go.Scatter(
+                x=x, y=[p.predicted_tokens_per_s for p in pts], mode="lines",
+                name=f"batch {b} predicted", line=dict(color=colour, dash="dash")))
+        best = sweep.best(b)
+        fig.add_trace(go.Scatter(
+            x=[best.size], y=[best.tree_tokens_per_s], mode="markers", showlegend=False,
+            marker=dict(symbol="star", size=16, color=colour, line=dict(color="black", width=1)),
+            hovertext=f"batch {b}: measured best, {best.size} nodes, {best.speedup:.2f}×",
+            hoverinfo="text"))
+        pick = sweep.selected(b)
+        if pick is not None:
+            fig.add_trace(go.Scatter(
+                x=[pick.size], y=[pick.tree_tokens_per_s], mode="markers", showlegend=False,
+                marker=dict(symbol="diamond-open", size=15, color="black",
+                            line=dict(color="black", width=2)),
+                hovertext=f"batch {b}: select's pick, {pick.size} nodes (depth cap "
+                          f"{pick.max_depth}), {pick.speedup:.2f}× measured",
+                hoverinfo="text"))
+        fig.add_trace(go.Scatter(
+            x=[min(x, default=1), max(x, default=1)], y=[pts[0].autoregressive_tokens_per_s] * 2
+            if pts else [], mode="lines", showlegend=False, hoverinfo="skip",
+            line=dict(color=colour, dash="dot", width=1)))
+    fig.update_layout(title=title, xaxis=dict(type="log", title="tree size (nodes)"),
+                      yaxis_title="tokens/s, whole batch (dotted: autoregressive)", **_LAYOUT)
+    return fig
+

@@ -85,7 +85,8 @@ def profiled_costs(path: str | os.PathLike[str]) -> StepCosts:
     from profiling.table import load_step_profile
 
     doc = load_step_profile(path)
-    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=str(path))
+    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=str(path),
+                      device=str(doc.get("device", "")))
 
 
 def roofline_draft(kind: str | None, *, num_heads: int, model: ModelConfig, hardware: Hardware,

@@ -12,6 +12,7 @@ import numpy.typing as npt
 from treeopt.errors import TreeoptError
 from treeopt.formats import parse_tree
 from treeopt.grow import Growth, grow
+from treeopt.selection import Point
 from treeopt.tree import Tree
 from treeopt.value import (
     Source,
@@ -34,13 +35,27 @@ class ChosenTree:
     label: str  # the data source (head kind) it was grown for
 
 
-def default_tree(source: Source, label: str) -> ChosenTree:
-    """The Trees page's default tree of ``source``."""
+def default_tree(source: Source, label: str, *, pick: Point | None = None,
+                 hardware: str = "") -> ChosenTree:
+    """The default tree of ``source``: the one ``select`` picks for the hardware measured
+    (``pick``, the first batch size's point), else the Trees page's default size."""
+    if pick is not None:
+        return ChosenTree(pick.tree, f"{label} · select's pick on {hardware or 'the hardware'} "
+                                     f"at batch {pick.batch} · {pick.tree.size} nodes, "
+                                     f"{pick.speedup:.2f}× predicted", label)
     method = usable_method(source)
     growth = grow(source, method=method, max_nodes=TREE_DEFAULTS["max_nodes"],
                   max_rank=TREE_DEFAULTS["max_rank"])
     tree = growth.tree(min(TREE_DEFAULTS["size"], growth.max_nodes))
     return ChosenTree(tree, f"{label} · {method} · none · {tree.size} nodes", label)
+
+
+def page_defaults(source: Source, pick: Point | None) -> dict[str, int]:
+    """The Trees page's starting widget values: the picked tree's size and depth cap when
+    ``select`` picked one, else :data:`TREE_DEFAULTS` (depth: every head)."""
+    if pick is None:
+        return {"size": TREE_DEFAULTS["size"], "max_depth": source.heads}
+    return {"size": max(pick.tree.size, 1), "max_depth": pick.max_depth or source.heads}
 
 
 @dataclass(frozen=True)
@@ -78,4 +93,4 @@ def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree
 
 
 __all__ = ["TREE_DEFAULTS", "ChosenTree", "TreeView", "default_tree", "growth_pair",
-           "imported_tree_point", "view_tree"]
+           "imported_tree_point", "page_defaults", "view_tree"]

@@ -1,0 +1,77 @@
+"""The live sweep: an interrupted sweep keeps every finished point in a valid file and resumes
+after it; a file from another setup is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+from treeopt.decoding.config import DecodeConfig  # noqa: E402
+from treeopt.decoding.tune import tune  # noqa: E402
+from treeopt.drafters import build_heads  # noqa: E402
+from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.errors import TreeoptError  # noqa: E402
+from treeopt.grow import Growth  # noqa: E402
+from treeopt.sweep import Sweep  # noqa: E402
+
+GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11]]
+
+
+class Stop(Exception):
+    """Stands for Ctrl-C in the middle of a sweep."""
+
+
+@pytest.fixture(scope="module")
+def model_and_heads():
+    model = tiny_llama(vocab=64, hidden=32, layers=1)
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),
+                        lm_head=model.lm_head).eval()
+    return model, heads
+
+
+def sweep_of(model_and_heads, out, progress=None, **kw):
+    model, heads = model_and_heads
+    args = {"batch": [1, 2], "sizes": [1, 2], "rounds": 1,
+            "config": DecodeConfig(max_new_tokens=4)} | kw
+    return tune(model, heads, GROWTH, PROMPTS, out=out, progress=progress, **args)
+
+
+def test_an_interrupted_sweep_keeps_its_points_and_resumes(model_and_heads, tmp_path):
+    out = tmp_path / "sweep.json"
+
+    def stop_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        sweep_of(model_and_heads, out, progress=stop_after_two)
+    kept = Sweep.load(out)  # a whole, valid file: no half-written point
+    assert [p.key for p in kept.points] == [(1, 1, None), (1, 2, None)]
+    assert not list(tmp_path.glob(".*tmp"))
+    done = sweep_of(model_and_heads, out)
+    assert [p.key for p in done.points] == [(1, 1, None), (1, 2, None), (2, 1, None),
+                                            (2, 2, None)]
+    assert done.points[:2] == kept.points  # the finished points were not measured again
+    assert all(p.lossless for p in done.points)
+    assert json.loads(out.read_text())["summary"][0]["batch"] == 1
+
+
+def test_a_sweep_of_another_setup_is_refused(model_and_heads, tmp_path):
+    out = tmp_path / "sweep.json"
+    sweep_of(model_and_heads, out, batch=[1], sizes=[1])
+    with pytest.raises(TreeoptError, match="a sweep measured with other max_new_tokens"):
+        sweep_of(model_and_heads, out, config=DecodeConfig(max_new_tokens=6))
+
+
+def test_sizes_beyond_the_growth_and_batches_beyond_the_prompts(model_and_heads, tmp_path):
+    with pytest.raises(TreeoptError, match="--sizes 4 is beyond the growth's 3 nodes"):
+        sweep_of(model_and_heads, tmp_path / "a.json", sizes=[4])
+    with pytest.raises(TreeoptError, match="--batch 3 is larger than the 2 prompts"):
+        sweep_of(model_and_heads, tmp_path / "b.json", batch=[3])
