@@ -128,6 +128,7 @@ def main() -> None:
     from treeopt.grow import grow
     from treeopt.workbench import plots
     from treeopt.workbench.live import live_run
+    from treeopt.workbench.pricing import demo_pricing
     from treeopt.workbench.trees import growth_pair, view_tree
 
     t0 = time.perf_counter()
@@ -180,10 +181,15 @@ def main() -> None:
            timed(lambda: at.slider(key="trees_size").set_value(next(sizes)).run(),
                  repeats=args.repeats), target_s=0.2)
 
-    # 3. a 128-token live verification of the default Verify-page tree
+    # 3. a 128-token live verification of the Verify page's default tree: select's pick on the
+    #    demo's measured machine (or, without a step profile, the Trees page's 64 nodes)
     kind = kinds[0]
-    growth = grow(demo.traces[kind], method="empirical", max_nodes=64)
-    tree = growth.tree(min(64, growth.max_nodes))
+    priced = demo_pricing(demo, kind)
+    if priced is not None:
+        tree = min(priced.selection.points, key=lambda p: p.batch).tree
+    else:
+        tree = grow(demo.traces[kind], method="empirical", max_nodes=64).tree(64)
+    print(f"  verifying {kind} {tree.size}-node tree")
     runs = []
 
     def verify() -> None:
@@ -194,7 +200,8 @@ def main() -> None:
            timed(verify, repeats=max(args.repeats // 2, 2)), target_s=2.0)
     run = runs[-1]
     print(f"  tree decoding {run.tree_tokens_per_s:.0f} tokens/s vs autoregressive "
-          f"{run.autoregressive_tokens_per_s:.0f} tokens/s; mean accepted length "
+          f"{run.autoregressive_tokens_per_s:.0f} tokens/s ({run.speedup:.2f}×); mean accepted "
+          f"length "
           f"{run.mean_accept_length:.3f} (predicted: per-step walk "
           f"{run.predicted_per_step or float('nan'):.3f}, position-weighted "
           f"{run.predicted_accept_length:.3f}); "

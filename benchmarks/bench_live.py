@@ -1,0 +1,151 @@
+"""The live-speed goals on the shipped demo, measured and printed goal by goal (never a test).
+
+For each head kind:
+1. profile the live step on this machine (``profiling.step``: the decoder's own loop, phase by
+   phase) and fit the step-cost model;
+2. ``select`` per batch size from it, E[L] from the calibration trace walked step by step;
+3. the live sweep (``treeopt tune``): every growth tree of the sizes below at every batch size,
+   plus select's pick, decoded against autoregressive decoding (interleaved, warmed up, in
+   rounds) on held-out prompts, beside the prediction;
+4. select's pick at batch 1 compared again, ``--repeats`` times, as re-running the command would:
+   the spread of those speed-ups is how well the figure holds;
+5. a profiled pass of the pick: draft / verify / bookkeeping per step against an autoregressive
+   step.
+
+Goals (issue "Prove the speed"): batch-1 pick ≥ 1.3× autoregressive (stretch 1.5×); every sweep
+point predicted within 5%; select's pick ≥ 97% of the measured best at every batch size;
+bookkeeping ≤ 15% of an autoregressive step; lossless at every batch size; spread ≤ 3%.
+
+Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--out bench-live]`` on a quiet
+machine (it sets one torch thread, as the app does). About 10 minutes per head kind on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from profiling.step import profile_steps
+from treeopt.decoding.compare import compare
+from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.tune import tune
+from treeopt.demo import load
+from treeopt.select import select
+from treeopt.workbench.pricing import profiled_costs
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+BATCHES = (1, 2, 4, 8)
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def bench_kind(demo, kind: str, args, out: Path) -> dict:
+    prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
+    growth, trace = demo.growths[kind], demo.traces[kind]
+    config = DecodeConfig(max_new_tokens=args.new_tokens)
+    step_path = out / f"step-{kind}.json"
+    profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(BATCHES)],
+                  batch=list(BATCHES), out=step_path, max_new_tokens=64, rounds=3,
+                  log=lambda _: None)
+    costs = profiled_costs(step_path)
+    print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
+          f"profiled trees {costs.fit['draft_and_overhead']:.1%})", flush=True)
+    sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
+                 batch=list(BATCHES), sizes=[n for n in SIZES if n <= growth.max_nodes],
+                 out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
+                 costs=costs, trace=trace, meta={"model": "demo", "device": "cpu"},
+                 progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r", flush=True))
+    print(" " * 40, end="\r")
+    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  predicted  error  "
+          "lossless")
+    for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
+        star = " ← select" if p.selected else ""
+        print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
+              f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
+              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {str(p.lossless):>8}{star}")
+    pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
+                  context=costs.verify.contexts, trace=trace).points[0]
+    runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
+                    config=config, rounds=args.rounds, split=True) for _ in range(args.repeats)]
+    speedups = [r.speedup for r in runs]
+    repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
+    split = runs[0].to_dict()
+    tree_ms, ar_ms = split["tree_decoding"]["ms_per_step"], split["autoregressive"]["ms_per_step"]
+    ar_step = sum(ar_ms.values())
+    summary = sweep.summary()
+    b1 = next(p for p in sweep.points if p.batch == 1 and p.selected)
+    b8 = next(p for p in sweep.points if p.batch == max(BATCHES) and p.selected)
+    errors = [abs(p.error) for p in sweep.points if p.error is not None]
+    result = {
+        "kind": kind, "pick_batch1": {"size": pick.tree.size, "max_depth": pick.max_depth,
+                                      "choices": pick.tree.as_choices(),
+                                      "predicted_speedup": pick.speedup},
+        "batch1_speedup_runs": speedups, "batch1_speedup": statistics.median(speedups),
+        "repeat_spread": repeat_spread,
+        "sweep_max_abs_error": max(errors), "sweep_mean_abs_error": statistics.mean(errors),
+        "pick_share_of_best": {r["batch"]: r.get("selected_share_of_best") for r in summary},
+        "ms_per_step_tree": tree_ms, "ms_per_step_autoregressive": ar_ms,
+        "bookkeeping_share_of_ar_step": tree_ms["bookkeeping"] / ar_step,
+        "lossless_every_point": all(p.lossless for p in sweep.points),
+        "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1.tree_tokens_per_s,
+        "batch8_autoregressive": b8.autoregressive_tokens_per_s,
+        "batch1_autoregressive": b1.autoregressive_tokens_per_s}
+    (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+    print(f"\n{kind} goals:")
+    sp = result["batch1_speedup"]
+    print(f"- batch 1, select's pick ({pick.tree.size} nodes, depth cap {pick.max_depth}): "
+          f"{sp:.3f}× autoregressive live (runs {', '.join(f'{s:.3f}' for s in speedups)}; "
+          f"predicted {pick.speedup:.3f}×) — ≥ 1.3×: {mark(sp >= 1.3)}; stretch 1.5×: "
+          f"{mark(sp >= 1.5)}")
+    print(f"- spread of that speed-up over {args.repeats} repeated runs: {repeat_spread:.1%} — "
+          f"≤ 3%: {mark(repeat_spread <= 0.03)}")
+    print(f"- prediction error over {len(errors)} sweep points: largest {max(errors):.1%}, mean "
+          f"{statistics.mean(errors):.1%} — every point ≤ 5%: {mark(max(errors) <= 0.05)}")
+    shares = {b: s for b, s in result["pick_share_of_best"].items() if s is not None}
+    print("- select's pick against the measured best: " + ", ".join(
+        f"batch {b} {s:.1%}" for b, s in shares.items())
+        + f" — ≥ 97% everywhere: {mark(min(shares.values()) >= 0.97)}")
+    book = result["bookkeeping_share_of_ar_step"]
+    print(f"- per step (ms): tree draft {tree_ms['draft']:.3f} / verify {tree_ms['verify']:.3f} / "
+          f"bookkeeping {tree_ms['bookkeeping']:.3f}; autoregressive step {ar_step:.3f} — "
+          f"bookkeeping {book:.1%} of it, ≤ 15%: {mark(book <= 0.15)}")
+    print(f"- lossless at batch {', '.join(map(str, BATCHES))}: "
+          f"{mark(result['lossless_every_point'])}")
+    print(f"- batch 8 (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside 8 × batch 1 = "
+          f"{8 * b1.tree_tokens_per_s:.0f}; autoregressive {b8.autoregressive_tokens_per_s:.0f} "
+          f"beside {8 * b1.autoregressive_tokens_per_s:.0f}")
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo-dir", help="default: the shipped data/demo")
+    ap.add_argument("--kinds", default="hydra,medusa")
+    ap.add_argument("--prompts", type=int, default=16, help="held-out prompts per point")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
+    ap.add_argument("--out", help="where the step profiles, sweeps and results go")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    out = Path(args.out or tempfile.mkdtemp(prefix="bench-live-"))
+    out.mkdir(parents=True, exist_ok=True)
+    demo = load(args.demo_dir, threads=1)
+    print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model; 1 torch thread; "
+          f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
+          f"rounds; files in {out}", file=sys.stderr)
+    for kind in args.kinds.split(","):
+        bench_kind(demo, kind, args, out)
+
+
+if __name__ == "__main__":
+    main()
