@@ -65,6 +65,27 @@ def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
                                 trust_remote_code=args.trust_remote_code, threads=args.threads))
 
 
+def add_live_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of a live measurement: a real model (:func:`add_model_flags`), its heads, the
+    growth whose trees are measured, prompts and batch sizes."""
+    add_model_flags(p)
+    p.add_argument("--heads", required=True, metavar="DIR")
+    p.add_argument("--growth", required=True, metavar="G.json")
+    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
+    p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+
+
+def counted(desc: str, unit: str) -> tuple[Any, Any]:
+    """A progress bar and the ``progress(done, total)`` callback the library calls."""
+    bar = progress(desc=desc, unit=unit)
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, report
+
+
 def progress(iterable: Any = None, **kwargs: Any) -> Any:
     """A tqdm progress bar on stderr (disabled when stderr is not a terminal unless forced)."""
     from tqdm.auto import tqdm

@@ -8,12 +8,12 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import (
-    add_model_flags,
+    add_live_flags,
     add_out,
+    counted,
     emit,
     int_list,
     load_model_from,
-    progress,
     require,
 )
 from treeopt.drafters import KIND_NAMES
@@ -45,11 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     d = forms.add_parser("step", help="the live decoder's step, phase by phase (draft, verify, "
                                       "bookkeeping), for a growth's trees at each batch size")
-    add_model_flags(d)
-    d.add_argument("--heads", required=True, metavar="DIR")
-    d.add_argument("--growth", required=True, metavar="G.json")
-    d.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
-    d.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+    add_live_flags(d)
     d.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
                    help="tree sizes profiled (default 1,2,3,4,6,8,12,16,24,32,48,64)")
     d.add_argument("--max-new-tokens", type=int, default=64)
@@ -186,12 +182,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
             f"{len(texts)} prompts in {' '.join(args.prompts)}")
     model, tok = load_model_from(args)
     heads = load_heads_for(model, args.heads)
-    bar = progress(desc="profile step", unit="batch")
-
-    def report(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
+    bar, report = counted("profile step", "batch")
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
@@ -265,8 +256,8 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
 
     sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
     require(len(sources) <= 1 and (sources or costs is not None),
-            "give one of --latency L, --roofline R or --hardware NAME (with --preset or "
-            "--config), or a --step-profile S")
+            "give exactly one of --latency L, --roofline R or --hardware NAME (with --preset "
+            "or --config), or a --step-profile S that prices the verify step too")
     if not sources:
         return costs.verify
     if args.latency:

@@ -9,12 +9,13 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import (
+    add_live_flags,
     add_model_flags,
     add_out,
+    counted,
     emit,
     int_list,
     load_model_from,
-    progress,
     require,
 )
 
@@ -43,11 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("tune", help="the live throughput sweep: tokens/s of every tree size per "
                                     "batch size, measured beside the prediction")
-    add_model_flags(p)
-    p.add_argument("--heads", required=True, metavar="DIR")
-    p.add_argument("--growth", required=True, metavar="G.json")
-    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
-    p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+    add_live_flags(p)
     p.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
                    help="tree sizes (default 1,2,4,8,16,32,64, up to the growth's size)")
     p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
@@ -143,12 +140,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
         costs = profiled_costs(args.step_profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
-    bar = progress(desc="tune", unit="point")
-
-    def report(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
+    bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
                  depth_caps=caps, out=args.out, rounds=args.rounds, costs=costs, trace=trace,
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,

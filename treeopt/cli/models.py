@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from treeopt.cli.common import add_model_flags, emit, load_model_from, progress
+from treeopt.cli.common import add_model_flags, counted, emit, load_model_from, progress
 from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 
@@ -97,12 +97,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                           shard=shard, num_shards=num_shards,
                           eos_token_id=getattr(tok, "eos_token_id", None))
     prompts = encode(tok, texts, source=" ".join(args.prompts))
-    bar = progress(desc=f"calibrate {shard}/{num_shards}", unit="batch")
-
-    def report(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
+    bar, report = counted(f"calibrate {shard}/{num_shards}", "batch")
     meta = {"model": args.model, "heads": args.heads, "prompts": " ".join(args.prompts)}
     trace, path = calibrate(model, heads, prompts, args.out, config=cfg, meta=meta,
                             progress=report)
