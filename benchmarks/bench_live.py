@@ -37,6 +37,8 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.tune import tune
 from treeopt.demo import load
 from treeopt.select import select
+from treeopt.simulate import simulate
+from treeopt.tree import Tree
 from treeopt.workbench.pricing import profiled_costs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -53,7 +55,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     config = DecodeConfig(max_new_tokens=args.new_tokens)
     step_path = out / f"step-{kind}.json"
     profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(BATCHES)],
-                  batch=list(BATCHES), out=step_path, max_new_tokens=64, rounds=3,
+                  batch=list(BATCHES), out=step_path, max_new_tokens=args.new_tokens, rounds=3,
                   log=lambda _: None)
     costs = profiled_costs(step_path)
     print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
@@ -65,12 +67,15 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                  progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r", flush=True))
     print(" " * 40, end="\r")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  predicted  error  "
-          "lossless")
+          "E[L] measured / walk  lossless")
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
+        walk = simulate(Tree.from_choices([list(c) for c in p.choices]), trace,
+                        per_step=True).mean_accept_length
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {str(p.lossless):>8}{star}")
+              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {p.mean_accept_length:7.3f} / "
+              f"{walk:.3f}  {str(p.lossless):>8}{star}")
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
                   context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
@@ -130,7 +135,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo-dir", help="default: the shipped data/demo")
     ap.add_argument("--kinds", default="hydra,medusa")
-    ap.add_argument("--prompts", type=int, default=16, help="held-out prompts per point")
+    ap.add_argument("--prompts", type=int, default=32, help="held-out prompts per point")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
