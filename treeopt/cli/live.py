@@ -101,8 +101,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
                        temperature=args.temperature, posterior_threshold=args.posterior_threshold,
                        posterior_alpha=args.posterior_alpha, seed=args.seed,
                        eos_token_id=getattr(tok, "eos_token_id", None))
+    bar, tick = counted("verify", "decode")
     report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
-                    batch=args.batch, rounds=args.rounds, compile=args.compile)
+                    batch=args.batch, rounds=args.rounds, compile=args.compile, progress=tick)
+    bar.close()
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
                    "dtype": args.dtype})
     return emit(report, args.out)

@@ -15,7 +15,7 @@ timing phases costs time itself.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +145,8 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
 def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
             batch: int = 1, rounds: int = 1, split: bool = False, warmup_tokens: int = 8,
-            compile: bool = False) -> Comparison:
+            compile: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, interleaved,
     ``rounds`` times after a warm-up (``compile``: steps through torch.compile, for CUDA)."""
     config = config or DecodeConfig()
@@ -158,6 +159,15 @@ def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
     decoder.decode(tree, groups[0], config=warm)
     decoder.decode(empty, groups[0], config=warm)
     tree_rounds, ar_rounds = [], []
+    total = rounds * len(groups) * 2 + (2 * min(SPLIT_BATCHES, len(groups)) if split else 0)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
     for _ in range(rounds):
         tree_runs: list[BatchResult] = []
         ar_runs: list[BatchResult] = []
@@ -167,14 +177,17 @@ def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
                     tree_runs.append(decoder.decode(tree, group, config=config))
                 else:
                     ar_runs.append(decoder.decode(empty, group, config=config))
+                tick()
         tree_rounds.append(tuple(tree_runs))
         ar_rounds.append(tuple(ar_runs))
     tree_prof = ar_prof = None
     if split:
         some = groups[:SPLIT_BATCHES]
-        tree_prof = combine([decoder.decode(tree, g, config=config, profile=True).stats
-                             for g in some])
-        ar_prof = combine([decoder.decode(empty, g, config=config, profile=True).stats
-                           for g in some])
+        profiled = {t: [] for t in (tree, empty)}
+        for g in some:
+            for t in (tree, empty):
+                profiled[t].append(decoder.decode(t, g, config=config, profile=True).stats)
+                tick()
+        tree_prof, ar_prof = combine(profiled[tree]), combine(profiled[empty])
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
                       ar_prof)

@@ -7,7 +7,7 @@ predicts the mean accepted length (E[L], and the per-step walk) the measurement 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +50,8 @@ def check_trace_for(trace: RankTrace, heads: DraftHeads) -> None:
 def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            trace: RankTrace | None = None, batch: int = 1, rounds: int = 1,
-           compile: bool = False) -> dict[str, Any]:
+           compile: bool = False,
+           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Decode every prompt with the tree and autoregressively, ``batch`` at a time, ``rounds``
     times; return the report (JSON-ready)."""
     config = config or DecodeConfig()
@@ -58,7 +59,7 @@ def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
     if trace is not None:
         check_trace_for(trace, heads)
     result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
-                     split=True, compile=compile)
+                     split=True, compile=compile, progress=progress)
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},
