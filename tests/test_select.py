@@ -12,8 +12,9 @@ from roofline import preset
 from treeopt.costs import DraftCost, StepLatency, expanded_nodes, step_costs
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
-from treeopt.select import select
+from treeopt.select import growth_expected_accept_length, price_tree, select
 from treeopt.selection import schedule
+from treeopt.tree import Tree
 
 # node values 0.8, 0.6, 0.1: E[L] 1, 1.8, 2.4, 2.5
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
@@ -171,3 +172,38 @@ def test_selected_tree_is_the_argmax_of_the_curve(ms, b):
     assert p.tokens_per_s == pytest.approx(curve.max())
     assert p.best_size == int(np.argmax(curve))
     assert p.speedup >= 1.0 - 1e-12
+
+
+def test_one_tree_priced_like_the_scan_prices_it():
+    costs = step_costs(profile_records("hydra"), kind="hydra", source="s.json")
+    sel = select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
+                 context=[100], depth_caps=[2])
+    tree = GROWTH.tree(2)  # (0,), (0, 0): values 0.8 and 0.6
+    ell = growth_expected_accept_length(GROWTH, tree)
+    tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
+                                  overhead=costs.overhead, batch=1, context=100,
+                                  expected_accept_length=ell)
+    curve = sel.points[0].curve.tokens_per_s
+    assert (ell, tree_tps, ar_tps) == pytest.approx((2.4, curve[2], curve[0]), rel=1e-12)
+    with pytest.raises(TreeoptError, match=r"node \[2\] is not in the growth"):
+        growth_expected_accept_length(GROWTH, Tree.from_choices([[0], [1], [2]]))
+
+
+def test_a_sweep_summarises_best_and_pick_and_round_trips(tmp_path):
+    from treeopt.sweep import Sweep, SweepPoint
+
+    def point(b, n, tps, picked=False, pred=None):
+        return SweepPoint(b, n, None, 1, tuple((i,) for i in range(n)), tps, 100.0,
+                          tps / 100.0, 0.02, 1.5, True, pred, pred and pred / 100.0, picked)
+
+    sweep = Sweep({"rounds": 2}, (point(1, 1, 120.0), point(1, 2, 150.0, pred=144.0),
+                                  point(1, 4, 140.0, picked=True, pred=147.0)))
+    row = sweep.summary()[0]
+    assert (row["best_size"], row["selected_size"]) == (2, 4)
+    assert row["selected_share_of_best"] == pytest.approx(140 / 150)
+    assert row["max_abs_error"] == pytest.approx(max(abs(144 / 150 - 1), abs(147 / 140 - 1)))
+    sweep.save(tmp_path / "s.json")
+    back = Sweep.load(tmp_path / "s.json")
+    assert back.points == tuple(sorted(sweep.points, key=lambda p: p.size))
+    with pytest.raises(TreeoptError, match="no points at batch 8"):
+        back.best(8)
