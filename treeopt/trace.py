@@ -79,6 +79,23 @@ class RankTrace:
     def head_kind(self) -> str | None:
         return self.meta.get("head_kind")
 
+    def sequences(self, count: int) -> RankTrace:
+        """The trace of the first ``count`` calibration sequences (needs ``sequence_positions``).
+
+        >>> t = RankTrace(np.zeros((5, 1), np.int16), {"sequence_positions": [2, 3]})
+        >>> t.sequences(1).positions, t.sequences(1).meta["sequence_positions"]
+        (2, [2])
+        """
+        counts = self.meta.get("sequence_positions")
+        if not counts or sum(counts) != self.positions:
+            raise TreeoptError("rank trace: no 'sequence_positions' in its meta, so its "
+                               "sequences cannot be told apart")
+        if not 1 <= count <= len(counts):
+            raise TreeoptError(f"rank trace: {count} sequences asked for, it has {len(counts)}")
+        kept = list(counts[:count])
+        return RankTrace(self.ranks[: sum(kept)], {**self.meta, "sequence_positions": kept,
+                                                   "sequences": count})
+
     def require(self, *, heads: int, source: str = "rank trace") -> None:
         """Raise unless the trace is non-empty and has at least ``heads`` heads."""
         if self.positions == 0:

@@ -104,13 +104,15 @@ def prompts(ctx: Context) -> dict[str, Any]:
     from treeopt.demo.prompts import sample_prompts, write_prompts
 
     c, out = ctx.config, {}
-    for part, count, seed in (("calibration", c.calibration_prompts, c.seed + 11),
-                              ("heldout", c.heldout_prompts, c.seed + 12)):
-        found = sample_prompts(ctx.corpus.part(part), ctx.tokenizer, count=count,
-                               min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
-                               seed=seed)
-        write_prompts(ctx.paths.prompts(part), found)
-        out[part] = {"count": len(found), "file": ctx.paths.prompts(part).name}
+    pool = ctx.corpus.calibration + ctx.corpus.heldout  # files no training step has seen
+    found = sample_prompts(pool, ctx.tokenizer, count=c.calibration_prompts + c.heldout_prompts,
+                           min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
+                           seed=c.seed + 11)  # in random order, every prompt at its own place
+    for part, chosen in (("calibration", found[: c.calibration_prompts]),
+                         ("heldout", found[c.calibration_prompts:])):
+        write_prompts(ctx.paths.prompts(part), chosen)
+        out[part] = {"count": len(chosen), "file": ctx.paths.prompts(part).name,
+                     "files": len({p["source"] for p in chosen})}
     return out
 
 
@@ -289,7 +291,7 @@ def _text_repetition(ctx: Context) -> float:
     """8-gram repetition of the real held-out text that follows each prompt (same length)."""
     from treeopt.demo.quality import repetition_share
 
-    files = {f.path: f.text for f in ctx.corpus.heldout}
+    files = {f.path: f.text for f in ctx.corpus.calibration + ctx.corpus.heldout}
     shares = []
     for row in read_jsonl(ctx.paths.prompts("heldout")):
         lines = files[row["source"]].splitlines(keepends=True)
@@ -346,6 +348,8 @@ def sweep(ctx: Context) -> dict[str, Any]:
     c, out = ctx.config, {}
     threads(c.live_threads)
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
+    # E[L] from the same prompts' own trace: the sweep shows the step-cost model's error, not
+    # the sampling error of a handful of prompts against the calibration mean
     for kind in KINDS:
         path = ctx.paths.sweep(kind, c.device)
         growth = Growth.load(ctx.paths.growth(kind))
@@ -355,7 +359,8 @@ def sweep(ctx: Context) -> dict[str, Any]:
                       sizes=sizes, out=path, rounds=c.sweep_rounds,
                       config=DecodeConfig(max_new_tokens=c.live_new_tokens),
                       costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
-                      trace=RankTrace.load(ctx.paths.trace(kind)),
+                      trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+                          c.sweep_prompts),
                       meta={"model": "treeopt demo", "device": c.device},
                       progress=lambda i, n, bar=bar: bar.update(i - bar.n))
         bar.close()
