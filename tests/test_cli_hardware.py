@@ -154,3 +154,22 @@ def test_profile_needs_a_model_and_an_out():
         "profile", "--batch", "1", "--context", "8", "--tokens", "1", "--out", "x.json")
     assert "--out is required" in refused("profile", "--preset", "tiny", "--batch", "1",
                                           "--context", "8", "--tokens", "1")
+
+
+def test_select_refuses_a_latency_table_of_another_device_than_the_step_profile(
+        tmp_path, growth, latency):
+    """The verify table and the step profile must have been measured on one device."""
+    from test_select import profile_records
+
+    profile = tmp_path / "step.json"
+    profile.write_text(json.dumps({
+        "format": "treeopt.step-profile/1", "device": "cuda:NVIDIA H100", "dtype": "float32",
+        "threads": 1, "model": {}, "heads": {"kind": "hydra"}, "prompts": 8,
+        "max_new_tokens": 64, "compile": False,
+        "records": profile_records("hydra", batch=1)}))
+    line = refused("select", "--growth", growth, "--latency", latency, "--step-profile",
+                   str(profile))
+    assert "measured on 'cpu', not 'cuda:NVIDIA H100'" in line and "--step-profile" in line
+    res = cli("select", "--growth", growth, "--step-profile", str(profile))
+    assert res.returncode == 0, res.stderr  # alone, the profile prices every term
+    assert json.loads(res.stdout)["overhead"]["source"] == str(profile)
