@@ -60,7 +60,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     costs = profiled_costs(step_path)
     print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
           f"profiled trees {costs.fit['draft_and_overhead']:.1%})", flush=True)
-    own = demo.heldout_traces[kind].sequences(args.prompts)  # the swept prompts' own trace
+    # the swept prompts' own trace, over the tokens they decode
+    own = demo.heldout_traces[kind].sequences(args.prompts, positions=args.new_tokens)
     sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                  batch=list(BATCHES), sizes=[n for n in SIZES if n <= growth.max_nodes],
                  out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,

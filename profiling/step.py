@@ -5,7 +5,9 @@ drafter is called once per depth, and the empty tree (autoregressive decoding) â
 (:class:`treeopt.decoding.loop.Decoder`) decodes real prompts with ``profile=True``. A record
 gives the milliseconds per loop step of its draft, verify and bookkeeping phases, the tree's shape
 (size, depth, tokens q, nodes expanded per depth) and the mean context. Rounds run every tree in
-turn (round-robin, so drift spreads over all of them) and a record keeps the median over rounds.
+turn (round-robin, so drift spreads over all of them) and a record keeps the round with the
+fastest step (a shared machine slows down in bursts; noise only ever adds time), as the live
+comparison keeps each batch's fastest round (:func:`treeopt.decoding.compare.best_of_rounds`).
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``threads``, ``model``
@@ -100,7 +102,7 @@ def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
                 phases[j].append((split.draft_s / n, split.verify_s / n,
                                   split.bookkeeping_s / n))
         for j, (cap, tree) in enumerate(trees):
-            draft, verify, book = (statistics.median(x[k] for x in phases[j]) for k in range(3))
+            draft, verify, book = min(phases[j], key=sum)
             doc["records"].append({
                 "batch": b, "size": tree.size, "max_depth": cap, "depth": tree.depth,
                 "q": tree.num_tokens, "expanded": list(expanded_nodes(tree.paths)),

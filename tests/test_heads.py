@@ -21,7 +21,7 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     save_heads,
 )
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
-from treeopt.drafters.ranking import rank_of, top_candidates  # noqa: E402
+from treeopt.drafters.ranking import rank_keys, rank_of, top_candidates  # noqa: E402
 
 D, V = 64, 256
 
@@ -91,6 +91,18 @@ def test_top_candidates_equal_the_full_stable_sort(rows, k):
     logits = torch.tensor(rows, dtype=torch.float32)
     want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
     assert torch.equal(top_candidates(logits, k), want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([-2.5, -1.0, -0.0, 0.0, 0.5, 1e-30, -1e-30, 3.0, 1e30]),
+                         min_size=9, max_size=9), min_size=1, max_size=3),
+       st.integers(1, 9))
+def test_rank_keys_order_as_the_full_stable_sort(rows, k):
+    """The GPU's sync-free path: a top-k of the keys is the rule's top-k, signs and ties and
+    ±0 included."""
+    logits = torch.tensor(rows, dtype=torch.float32)
+    want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+    assert torch.equal(torch.topk(rank_keys(logits), k, dim=-1).indices, want)
 
 
 def test_base_shape_mismatch_is_rejected(model):

@@ -192,18 +192,21 @@ def test_one_tree_priced_like_the_scan_prices_it():
 def test_a_sweep_summarises_best_and_pick_and_round_trips(tmp_path):
     from treeopt.sweep import Sweep, SweepPoint
 
-    def point(b, n, tps, picked=False, pred=None):
-        return SweepPoint(b, n, None, 1, tuple((i,) for i in range(n)), tps, 100.0,
-                          tps / 100.0, 0.02, 1.5, True, pred, pred and pred / 100.0, picked)
+    def point(b, n, tps, picked=False, pred=None, ar=100.0):
+        return SweepPoint(b, n, None, 1, tuple((i,) for i in range(n)), tps, ar,
+                          tps / ar, 0.02, 1.5, True, pred, pred and pred / ar, picked)
 
     sweep = Sweep({"rounds": 2}, (point(1, 1, 120.0), point(1, 2, 150.0, pred=144.0),
-                                  point(1, 4, 140.0, picked=True, pred=147.0)))
-    row = sweep.summary()[0]
+                                  point(1, 4, 140.0, picked=True, pred=147.0),
+                                  # the machine ran faster while size 2 was measured at batch 2
+                                  point(2, 2, 300.0, ar=250.0), point(2, 4, 280.0, ar=200.0)))
+    row, row2 = sweep.summary()
     assert (row["best_size"], row["selected_size"]) == (2, 4)
     assert row["selected_share_of_best"] == pytest.approx(140 / 150)
+    assert (row2["best_size"], row2["best_speedup"]) == (4, pytest.approx(1.4))
     assert row["max_abs_error"] == pytest.approx(max(abs(144 / 150 - 1), abs(147 / 140 - 1)))
     sweep.save(tmp_path / "s.json")
     back = Sweep.load(tmp_path / "s.json")
-    assert back.points == tuple(sorted(sweep.points, key=lambda p: p.size))
+    assert back.points == tuple(sorted(sweep.points, key=lambda p: (p.batch, p.size)))
     with pytest.raises(TreeoptError, match="no points at batch 8"):
         back.best(8)

@@ -105,11 +105,13 @@ class Sweep:
         return sorted({p.batch for p in self.points})
 
     def best(self, batch: int) -> SweepPoint:
-        """The measured fastest tree at ``batch``."""
+        """The measured fastest tree at ``batch``: by speed-up, each point's tokens/s over the
+        autoregressive tokens/s measured interleaved with it (points are measured minutes
+        apart, and the machine's speed drifts between them; within a point it cannot)."""
         at = [p for p in self.points if p.batch == batch]
         if not at:
             raise TreeoptError(f"{self.source}: no points at batch {batch}; swept {self.batches}")
-        return max(at, key=lambda p: p.tree_tokens_per_s)
+        return max(at, key=lambda p: p.speedup)
 
     def selected(self, batch: int) -> SweepPoint | None:
         return next((p for p in self.points if p.batch == batch and p.selected), None)
@@ -128,8 +130,7 @@ class Sweep:
             if pick is not None:
                 row.update(selected_size=pick.size, selected_max_depth=pick.max_depth,
                            selected_speedup=pick.speedup,
-                           selected_share_of_best=pick.tree_tokens_per_s
-                           / best.tree_tokens_per_s)
+                           selected_share_of_best=pick.speedup / best.speedup)
             out.append(row)
         return out
 

@@ -79,12 +79,17 @@ class RankTrace:
     def head_kind(self) -> str | None:
         return self.meta.get("head_kind")
 
-    def sequences(self, count: int) -> RankTrace:
-        """The trace of the first ``count`` calibration sequences (needs ``sequence_positions``).
+    def sequences(self, count: int, *, positions: int | None = None) -> RankTrace:
+        """The trace of the first ``count`` calibration sequences (needs ``sequence_positions``),
+        each cut to its first ``positions`` positions when given (what a live run of that many
+        new tokens sees of it).
 
-        >>> t = RankTrace(np.zeros((5, 1), np.int16), {"sequence_positions": [2, 3]})
+        >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
         >>> t.sequences(1).positions, t.sequences(1).meta["sequence_positions"]
         (2, [2])
+        >>> cut = t.sequences(2, positions=1)
+        >>> cut.ranks[:, 0].tolist(), cut.meta["sequence_positions"]
+        ([0, 2], [1, 1])
         """
         counts = self.meta.get("sequence_positions")
         if not counts or sum(counts) != self.positions:
@@ -92,9 +97,13 @@ class RankTrace:
                                "sequences cannot be told apart")
         if not 1 <= count <= len(counts):
             raise TreeoptError(f"rank trace: {count} sequences asked for, it has {len(counts)}")
-        kept = list(counts[:count])
-        return RankTrace(self.ranks[: sum(kept)], {**self.meta, "sequence_positions": kept,
-                                                   "sequences": count})
+        if positions is not None and positions < 1:
+            raise TreeoptError(f"rank trace: positions must be ≥ 1, got {positions}")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[:count]
+        kept = [c if positions is None else min(c, positions) for c in counts[:count]]
+        rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
+        return RankTrace(self.ranks[rows], {**self.meta, "sequence_positions": kept,
+                                            "sequences": count})
 
     def require(self, *, heads: int, source: str = "rank trace") -> None:
         """Raise unless the trace is non-empty and has at least ``heads`` heads."""

@@ -54,7 +54,7 @@ class DemoConfig:
     step_rounds: int = 3
     sweep_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     sweep_prompts: int = 8
-    sweep_rounds: int = 2
+    sweep_rounds: int = 3
     live_new_tokens: int = 64  # new tokens per prompt in the step profile and the sweep
     live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
 

@@ -348,8 +348,8 @@ def sweep(ctx: Context) -> dict[str, Any]:
     c, out = ctx.config, {}
     threads(c.live_threads)
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
-    # E[L] from the same prompts' own trace: the sweep shows the step-cost model's error, not
-    # the sampling error of a handful of prompts against the calibration mean
+    # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
+    # step-cost model's error, not the sampling error of a handful of prompts
     for kind in KINDS:
         path = ctx.paths.sweep(kind, c.device)
         growth = Growth.load(ctx.paths.growth(kind))
@@ -360,7 +360,7 @@ def sweep(ctx: Context) -> dict[str, Any]:
                       config=DecodeConfig(max_new_tokens=c.live_new_tokens),
                       costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
                       trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-                          c.sweep_prompts),
+                          c.sweep_prompts, positions=c.live_new_tokens),
                       meta={"model": "treeopt demo", "device": c.device},
                       progress=lambda i, n, bar=bar: bar.update(i - bar.n))
         bar.close()

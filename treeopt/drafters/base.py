@@ -79,7 +79,7 @@ class DraftHeads(nn.Module):
     def project(self, k: int, z: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of head k from its final hidden ``z`` ``[..., d]`` → ``[..., V]``."""
         proj = self.base_lm_head if self.proj is None else self.proj[k]
-        return proj(z.to(proj.weight.dtype))
+        return proj(z if z.dtype == proj.weight.dtype else z.to(proj.weight.dtype))
 
     def features(self, hidden: torch.Tensor, cache: PrefixCache = None,
                  ) -> tuple[torch.Tensor, PrefixCache]:

@@ -42,9 +42,10 @@ def best_token(logits: torch.Tensor) -> torch.Tensor:
 def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Token ids of the ``k`` best candidates ``[..., k]``, in the order :func:`rank_of` uses.
 
-    A top-(k+1) and a sort of k, not a sort of the vocabulary (drafting calls this once per tree
-    level); only a tie across the k-th place (the k-th and (k+1)-th best logits equal) falls back
-    to the full stable sort.
+    A top-k, not a sort of the vocabulary (drafting calls this once per tree level). On the CPU:
+    a top-(k+1), whose order is the rank order unless two of its values are equal; only then the
+    full stable sort. Elsewhere (a GPU) without reading anything back to the host: a top-k of
+    :func:`rank_keys`, which order exactly as the rule does.
 
     >>> top_candidates(torch.tensor([0.5, 2.0, 0.5, 1.0]), 4).tolist()
     [1, 3, 0, 2]
@@ -55,9 +56,25 @@ def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
     k = min(k, vocab)
     if k == 1:  # a chain's level: just the best token
         return best_token(logits)[..., None].to(logits.device)
-    top = torch.topk(logits, min(k + 1, vocab), dim=-1)
-    if k < vocab and bool((top.values[..., k - 1] == top.values[..., k]).any()):
-        return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
-    ids = top.indices[..., :k].sort(dim=-1).values  # the k best, ids ascending: the tie order
-    order = torch.sort(logits.gather(-1, ids), dim=-1, descending=True, stable=True).indices
-    return ids.gather(-1, order)
+    if logits.device.type != "cpu":
+        return torch.topk(rank_keys(logits), k, dim=-1).indices
+    if k < vocab:
+        top = torch.topk(logits, k + 1, dim=-1)  # values descending
+        values = top.values.float().numpy()  # numpy: a tiny array's checks cost a tenth
+        if not (values[..., 1:] == values[..., :-1]).any():
+            return top.indices[..., :k]
+    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+def rank_keys(logits: torch.Tensor) -> torch.Tensor:
+    """int64 keys that order the vocabulary exactly as :func:`rank_of` ranks it, best largest:
+    the float32 logit's bits made order-preserving in the high half, the token id reversed in
+    the low half (so equal logits put the lower id first).
+
+    >>> rank_keys(torch.tensor([0.5, 2.0, 0.5, -1.0])).argsort(descending=True).tolist()
+    [1, 0, 2, 3]
+    """
+    bits = (logits.float() + 0.0).view(torch.int32)  # + 0.0: −0.0 becomes +0.0, equal to it
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negatives: larger magnitude, smaller key
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    return ordered.long() * (1 << 32) + (logits.shape[-1] - 1 - ids)
