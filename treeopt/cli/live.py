@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=1, metavar="B",
                    help="prompts decoded together (default 1)")
     p.add_argument("--rounds", type=int, default=3,
-                   help="timed rounds; the speed-up is their median (default 3)")
+                   help="timed rounds, interleaved; tokens/s is the best of them (default 3)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     p.add_argument("--mode", choices=("greedy", "typical"), default="greedy")
     p.add_argument("--temperature", type=float, default=0.7)

@@ -39,6 +39,8 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+CAPACITY_BUCKET = 256  # a static cache's capacity is a multiple of this
+
 __all__ = ["BatchResult", "DecodeConfig", "Decoder", "autoregressive", "decode", "generate"]
 
 
@@ -153,6 +155,8 @@ class _Run:
         b, longest = len(prompts), max(len(p) for p in prompts)
         q = plan.tree.num_tokens
         capacity = longest + cfg.max_new_tokens + 2 * q + 1  # + a scratch slot
+        if self.verify.static:  # compiled steps: one graph per bucket of capacity, not per prompt
+            capacity = -(-capacity // CAPACITY_BUCKET) * CAPACITY_BUCKET
         self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity,
                                         static=self.verify.static)
         self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
