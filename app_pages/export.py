@@ -1,39 +1,75 @@
-"""Export: the chosen tree in every engine format, each engine's constraints checked."""
+"""Export: a tree in every engine's format, each engine's rules checked as its own code applies
+them. The tree is the one chosen on the Trees page, or the pick of a selection file at a batch
+size (``treeopt select --out selection.json``)."""
 
 import streamlit as st
 
 from app_pages.state import chosen_tree, page_errors
-from treeopt.formats import FORMATS, engine_problems, export
+from treeopt.engines import ENGINES, engine_problems
+from treeopt.errors import TreeoptError
+from treeopt.formats import EXTENSIONS, export
+from treeopt.workbench.trees import selection_from_upload
+
+TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",
+        "trtllm-yaml": "TRT-LLM YAML", "triton": "Triton", "vllm": "vLLM", "growmap": "Sequoia",
+        "paths": "Leaf paths", "json": "JSON"}  # short: all nine tabs fit a laptop screen
 
 st.title("Export")
-with page_errors():
-    chosen = chosen_tree()
-tree = chosen.tree
-st.caption(f"Tree: {chosen.description} — choose another on the Trees page.")
-c1, c2, _ = st.columns([1, 1, 2])
+source = st.radio("Tree", ["Chosen on the Trees page", "A selection file"], horizontal=True,
+                  key="export_source")
+if source == "A selection file":
+    upload = st.file_uploader("selection.json, from `treeopt select --out`", type=["json"],
+                              key="export_selection")
+    if upload is None:
+        st.info("Upload a selection to export the tree it picks at a batch size.")
+        st.stop()
+    with page_errors():
+        selection = selection_from_upload(upload.getvalue(), upload.name)
+    c1, c2, _ = st.columns([1, 1, 2])
+    batch = c1.selectbox("Batch size", selection.batches, key="export_batch")
+    context = c2.selectbox("Context length", selection.contexts, key="export_context")
+    point = selection.point(batch, context)
+    tree = point.tree
+    description = (f"{upload.name} · select's pick at batch {batch}, context {context} · "
+                   f"{tree.size} nodes, {point.speedup:.2f}× predicted")
+else:
+    with page_errors():
+        chosen = chosen_tree()
+    tree = chosen.tree
+    description = f"{chosen.description} — choose another on the Trees page."
+st.caption(f"Tree: {description}")
+if tree.size == 0:
+    st.info("Speculation does not pay here: the pick is no tree (decode autoregressively).")
+    st.stop()
+
+c1, c2, c3 = st.columns([1, 1, 2])
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
                             value=max(tree.depth, 1), key="export_heads")
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
                  key="export_draft")
+eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML",
+                            placeholder="a local directory or hub name", key="export_eagle_model")
 
-NAMES = {"medusa": "Medusa reference code", "hydra": "Hydra reference code",
-         "trtllm": "TensorRT-LLM run script", "trtllm-yaml": "TensorRT-LLM LLM-API YAML",
-         "triton": "TensorRT-LLM Triton backend", "vllm": "vLLM", "growmap": "Sequoia growmap",
-         "paths": "leaf paths", "json": "treeopt tree file"}
-TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",
-        "trtllm-yaml": "TRT-LLM YAML", "triton": "Triton", "vllm": "vLLM", "growmap": "Sequoia",
-        "paths": "Leaf paths", "json": "JSON"}  # short: all nine tabs fit a laptop screen
-EXT = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": "json"}
-for tab, fmt in zip(st.tabs([TABS[f] for f in FORMATS]), FORMATS, strict=True):
+targets = [e for e in ENGINES if e.draft in (None, draft)]
+for tab, target in zip(st.tabs([TABS[e.format] for e in targets]), targets, strict=True):
     with tab:
-        st.caption(NAMES[fmt])
-        problems = engine_problems(tree, fmt, num_heads=int(num_heads))
+        st.caption(f"{target.engine} — rules checked against {target.versions}")
+        problems = engine_problems(tree, target.format, num_heads=int(num_heads), draft=draft)
         if problems:
-            st.warning("This engine cannot run this tree: " + "; ".join(problems))
+            st.warning("This engine would build a different tree: " + "; ".join(problems))
             continue
-        text = export(tree, fmt, num_heads=int(num_heads), draft=draft)
-        st.success("Constraints checked: the engine can read this tree as it is.")
-        st.code(text, language="yaml" if fmt == "trtllm-yaml" else "json", wrap_lines=True)
-        st.download_button(f"Download {NAMES[fmt]}", text,
-                           file_name=f"tree_{tree.size}_{fmt}.{EXT.get(fmt, 'txt')}",
-                           key=f"dl_{fmt}")
+        try:
+            text = export(tree, target.format, num_heads=int(num_heads), draft=draft,
+                          speculative_model=eagle_model or None)
+        except TreeoptError as exc:  # a value the format needs is missing
+            st.warning(str(exc).replace("--speculative-model", "the EAGLE checkpoint"))
+            continue
+        st.success("Rules checked: the engine builds exactly this tree.")
+        for note in target.notes:
+            st.caption(f"Note: {note}")
+        st.code(text, language="yaml" if target.format == "trtllm-yaml" else "json",
+                wrap_lines=True)
+        st.download_button(f"Download for {target.engine}", text,
+                           file_name=f"tree_{tree.size}_{target.format}."
+                                     f"{EXTENSIONS.get(target.format, 'txt')}",
+                           key=f"dl_{target.format}")

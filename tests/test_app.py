@@ -16,8 +16,9 @@ if not (default_root() / "manifest.json").exists():
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from treeopt.engines import FORMATS, engine_problems  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
-from treeopt.formats import FORMATS, engine_problems, export  # noqa: E402
+from treeopt.formats import export  # noqa: E402
 from treeopt.grow import grow  # noqa: E402
 from treeopt.simulate import simulate  # noqa: E402
 from treeopt.value import expected_accept_length  # noqa: E402
@@ -234,3 +235,31 @@ def test_verify_page_decodes_a_batch_losslessly(demo):
     assert [s.value for s in at.success] == [
         "Lossless: every prompt's output equals plain greedy decoding token for token."]
     assert "batch of 2" in next(m.help for m in at.metric if m.label == "Tree decoding")
+
+
+def test_export_page_exports_a_selection_files_pick_per_batch():
+    import numpy as np
+
+    from treeopt.costs import StepLatency
+    from treeopt.files import dumps
+    from treeopt.grow import Growth
+    from treeopt.select import select
+
+    growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+    ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10]}
+    latency = StepLatency.from_points([(b, 64, q + 1, row[q] / 1e3) for b, row in ms.items()
+                                       for q in range(4)], "hand-made")
+    selection = select(growth, latency, batch=[1, 4], context=[64])
+    at = open_page("export")
+    at.radio(key="export_source").set_value("A selection file").run()
+    at.file_uploader(key="export_selection").set_value(
+        ("sel.json", dumps(selection.to_json()).encode(), "application/json")).run()
+    assert_clean(at)
+    assert at.code[0].value == "[[0], [0, 0]]"  # batch 1: the depth-2 chain
+    at.selectbox(key="export_batch").set_value(4).run()
+    assert_clean(at)
+    assert [c.value for c in at.code] == expected_exports(selection.point(4, 64).tree)
+    at.file_uploader(key="export_selection").set_value(
+        ("growth.json", b'{"format": "treeopt.growth/1"}', "application/json")).run()
+    assert not at.exception and len(at.error) == 1
+    assert at.error[0].value.startswith("growth.json: not a selection")

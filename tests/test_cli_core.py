@@ -130,8 +130,9 @@ EXPORTS = [
     ("trtllm", ["--draft", "eagle"], f'--eagle_choices="{T7_LIST}"'),
     ("trtllm-yaml", ["--num-heads", 5], "speculative_config:\n  decoding_type: Medusa\n"
      f"  max_draft_len: 7\n  num_medusa_heads: 5\n  medusa_choices: {T7_LIST}"),
-    ("trtllm-yaml", ["--draft", "eagle"], "speculative_config:\n  decoding_type: Eagle\n"
-     "  max_draft_len: 3\n  max_total_draft_tokens: 7\n  num_eagle_layers: 3\n"
+    ("trtllm-yaml", ["--draft", "eagle", "--speculative-model", "eagle-ckpt"],
+     'speculative_config:\n  decoding_type: Eagle\n  speculative_model: "eagle-ckpt"\n'
+     "  max_draft_len: 3\n  max_total_draft_tokens: 7\n"
      f"  max_non_leaves_per_layer: 2\n  eagle_choices: {T7_LIST}"),
     ("triton", [], "{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}"),
     ("growmap", [], export(T7, "growmap")),
@@ -151,7 +152,10 @@ def test_export_vllm_from_a_uniform_growth_to_a_file(files, tmp_path):
        "--out", "u.json", cwd=tmp_path)
     proc = ok("export", "--tree", "u.json", "--size", 4, "--format", "vllm", "--out", "v.json",
               cwd=tmp_path)
-    assert proc.stdout == "" and proc.stderr == "wrote v.json\n"
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "wrote v.json", "note: only vLLM 0.20.x takes a fixed tree, for EAGLE/MTP drafters with "
+                        "attention_backend: TREE_ATTN; later versions draft a chain"]
     assert (tmp_path / "v.json").read_text() == (
         '{"num_speculative_tokens": 4, '
         '"speculative_token_tree": "[(0,), (0, 0), (0, 0, 0), (0, 0, 1)]"}\n')
@@ -170,18 +174,26 @@ def test_show(files, tmp_path):
         "└── 2",
         "",
         "nodes 7 (+ root), depth 3, widths per depth [3, 3, 1], leaves 4, max rank 2",
-        "medusa   ok",
-        "hydra    ok",
-        "vllm     no: vLLM's tree drafter needs a level-uniform tree (every node of a level with "
-        "the same children 0..c-1), but depth 2 has children counts [0, 1, 2] under its 3 "
-        "parents; grow with --constraint uniform",
-        "growmap  ok",
+        "",
+        "engines (export --format …):",
+        "  medusa                     runs it",
+        "  hydra                      runs it",
+        "  trtllm                     runs it",
+        "  trtllm-yaml --draft medusa runs it",
+        "  trtllm-yaml --draft eagle  runs it",
+        "  triton                     runs it",
+        "  vllm                       no: vLLM's tree drafter needs a level-uniform tree (every "
+        "node of a level with the same children 0..c-1), but depth 2 has children counts "
+        "[0, 1, 2] under its 3 parents (grow with --constraint uniform)",
+        "  growmap                    runs it",
+        "  paths                      runs it",
+        "  json                       runs it",
     ]
 
 
 def test_show_a_leaves_only_file(tmp_path):
     (tmp_path / "leaves.txt").write_text("[[1], [0, 0]]\n")
-    proc = ok("show", "leaves.txt", "--format", "paths", cwd=tmp_path)
+    proc = ok("show", "leaves.txt", "--tree-format", "paths", cwd=tmp_path)
     assert proc.stdout.splitlines()[:4] == ["● root", "├── 0", "│   └── 0", "└── 1"]
 
 
@@ -243,8 +255,9 @@ def test_trace_with_too_few_heads(files, tmp_path):
 def test_export_an_engine_cannot_run(files, tmp_path):
     line = fails("export", "--tree", files["t7"], "--format", "hydra", "--num-heads", 2,
                  cwd=tmp_path)
-    assert line == ("treeopt export: error: cannot export to hydra: the tree is 3 deep but there "
-                    "are only 2 heads")
+    assert line == ("treeopt export: error: cannot export to hydra: Hydra reference code, grounded "
+                    "heads (hydra_choices) would not build this tree: the tree is 3 deep but "
+                    "there are only 2 heads (grow with --max-depth 2)")
 
 
 def test_show_an_empty_tree(tmp_path):
@@ -259,3 +272,88 @@ def test_usage_errors_exit_2_without_traceback(tmp_path):
     assert proc.stderr.splitlines() == [  # one line, no usage dump
         "treeopt grow: error: argument --max-nodes: invalid int value: 'three' "
         "(see treeopt grow --help)"]
+
+
+# ----- a selection is a tree source ---------------------------------------------------------------
+@pytest.fixture
+def selection(tmp_path: Path) -> Path:
+    """Batch 1 picks the depth-2 chain, batch 4 the 3-node tree, batch 8 turns speculation off."""
+    from treeopt.costs import StepLatency
+    from treeopt.files import write_json
+    from treeopt.grow import Growth
+    from treeopt.select import select
+
+    growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+    ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10], 8: [10, 20, 30, 40]}
+    latency = StepLatency.from_points([(b, 64, q + 1, row[q] / 1e3) for b, row in ms.items()
+                                       for q in range(4)], "hand-made")
+    path = tmp_path / "selection.json"
+    write_json(path, select(growth, latency, batch=[1, 4, 8], context=[64]).to_json())
+    return path
+
+
+def test_export_show_simulate_take_a_selection(files, selection, tmp_path):
+    assert ok("export", "--tree", selection, "--batch", 1, "--format", "medusa",
+              cwd=tmp_path).stdout == "[[0], [0, 0]]\n"
+    assert ok("export", "--tree", selection, "--batch", 4, "--context", 64, "--format", "medusa",
+              cwd=tmp_path).stdout == "[[0], [1], [0, 0]]\n"
+    assert "nodes 2 (+ root), depth 2" in ok("show", selection, "--batch", 1, cwd=tmp_path).stdout
+    doc = json.loads(ok("simulate", "--tree", selection, "--batch", 1, "--trace", files["t"],
+                        cwd=tmp_path).stdout)
+    assert doc["mean_accept_length"] == simulate(Tree.from_choices([[0], [0, 0]]),
+                                                 TRACE).mean_accept_length
+
+
+def test_export_a_selection_schedule_one_file_per_batch_range(selection, tmp_path):
+    proc = ok("export", "--tree", selection, "--format", "trtllm", "--schedule-dir", "out",
+              cwd=tmp_path)
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[:4] == [
+        "batch 1-1: 2 nodes → trtllm.batch1-1.txt", "batch 2-4: 3 nodes → trtllm.batch2-4.txt",
+        "batch 5-8: 0 nodes → speculation off", "wrote 2 file(s) and schedule.json to out"]
+    out = tmp_path / "out"
+    assert (out / "trtllm.batch1-1.txt").read_text() == '--medusa_choices="[[0], [0, 0]]"\n'
+    assert (out / "trtllm.batch2-4.txt").read_text() == '--medusa_choices="[[0], [1], [0, 0]]"\n'
+    plan = json.loads((out / "schedule.json").read_text())
+    assert [r.get("file") for r in plan["ranges"]] == ["trtllm.batch1-1.txt",
+                                                       "trtllm.batch2-4.txt", None]
+    assert plan["tensorrt_llm"] == {"draft_len_schedule": {"1": 2, "4": 3}}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "medusa"], "selection.json: the selection holds a tree per batch size "
+                             "[1, 4, 8]; pick one with --batch B"),
+    (["--format", "medusa", "--batch", 2], "selection.json: the selection has no point at batch "
+                                           "2, context 64; it has batches [1, 4, 8] and contexts "
+                                           "[64]"),
+    (["--format", "medusa", "--size", 2], "--size applies to growth files only, and "
+                                          "selection.json is not one"),
+    (["--format", "medusa", "--batch", 1, "--schedule-dir", "d"],
+     "--schedule-dir writes every batch range; leave out --batch"),
+])
+def test_selection_flags_are_checked(selection, tmp_path, args, message):
+    assert fails("export", "--tree", "selection.json", *args, cwd=tmp_path) == (
+        f"treeopt export: error: {message}")
+    assert not (tmp_path / "d").exists()
+
+
+def test_batch_is_refused_for_a_plain_tree(files, tmp_path):
+    assert fails("export", "--tree", "t7.json", "--batch", 1, "--format", "medusa",
+                 cwd=tmp_path) == ("treeopt export: error: --batch picks a point of a selection "
+                                   "file, and t7.json is not one")
+    assert fails("export", "--tree", "t7.json", "--schedule-dir", "d", "--format", "medusa",
+                 cwd=tmp_path) == ("treeopt export: error: --schedule-dir exports a selection's "
+                                   "per-batch schedule, and t7.json is not a selection (pass "
+                                   "--out instead)")
+
+
+def test_export_names_the_grow_flags_that_make_a_valid_tree(tmp_path):
+    (tmp_path / "t.txt").write_text("[[0], [1], [1, 0]]")
+    assert fails("export", "--tree", "t.txt", "--format", "hydra", cwd=tmp_path) == (
+        "treeopt export: error: cannot export to hydra: Hydra reference code, grounded heads "
+        "(hydra_choices) would not build this tree: [1] has children but [0] has none: Hydra "
+        "extends the first e children of a node, so they would be drafted below [0] (grow with "
+        "--constraint grounded)")
+    assert fails("export", "--tree", "t.txt", "--format", "trtllm-yaml", cwd=tmp_path) == (
+        "treeopt export: error: --num-heads is required for TensorRT-LLM's Medusa YAML: its "
+        "num_medusa_heads overrides the checkpoint's head count")

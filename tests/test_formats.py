@@ -9,15 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import Tree, TreeoptError
-from treeopt.formats import (
-    FORMATS,
-    check_engine,
-    engine_problems,
-    export,
-    growmap,
-    load_tree_arg,
-    parse_tree,
-)
+from treeopt.engines import FORMATS, engine_problems
+from treeopt.formats import export, growmap, load_tree_arg, parse_tree
 from treeopt.grow import grow
 from treeopt.synthetic import synthetic_trace
 
@@ -34,12 +27,6 @@ EXPORTS = [
     (T7, "hydra", {}, T7_LIST),
     (T7, "trtllm", {}, f'--medusa_choices="{T7_LIST}"'),
     (T7, "trtllm", {"draft": "eagle"}, f'--eagle_choices="{T7_LIST}"'),
-    (T7, "trtllm-yaml", {},
-     "speculative_config:\n"
-     "  decoding_type: Medusa\n"
-     "  max_draft_len: 7\n"
-     "  num_medusa_heads: 3\n"
-     f"  medusa_choices: {T7_LIST}\n"),
     (T7, "trtllm-yaml", {"num_heads": 4},
      "speculative_config:\n"
      "  decoding_type: Medusa\n"
@@ -47,12 +34,12 @@ EXPORTS = [
      "  num_medusa_heads: 4\n"
      f"  medusa_choices: {T7_LIST}\n"),
     # non-leaves per layer: root 1; depth 1: (0), (1); depth 2: (0,0); depth 3: none -> max 2
-    (T7, "trtllm-yaml", {"draft": "eagle"},
+    (T7, "trtllm-yaml", {"draft": "eagle", "speculative_model": "/ckpt/eagle-7b"},
      "speculative_config:\n"
      "  decoding_type: Eagle\n"
+     '  speculative_model: "/ckpt/eagle-7b"\n'
      "  max_draft_len: 3\n"
      "  max_total_draft_tokens: 7\n"
-     "  num_eagle_layers: 3\n"
      "  max_non_leaves_per_layer: 2\n"
      f"  eagle_choices: {T7_LIST}\n"),
     (T7, "triton", {}, "{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}"),
@@ -74,7 +61,7 @@ EXPORTS = [
 def test_export_literal_and_back(tree, fmt, kwargs, text):
     assert export(tree, fmt, **kwargs) == text
     assert parse_tree(text, fmt=fmt) == tree
-    if fmt != "paths":  # a leaves-only list is not detectable: it needs --format paths
+    if fmt != "paths":  # a leaves-only list is not detectable: it needs --tree-format paths
         assert parse_tree(text) == tree
 
 
@@ -88,42 +75,29 @@ def test_growmap_dict_is_json_serialisable():
     assert json.loads(json.dumps(g)) == g
 
 
-# ----- engine constraints -------------------------------------------------------------------------
-def test_engine_problems_exact():
-    gap = Tree.from_choices([[0], [2]])
-    assert engine_problems(gap, "hydra") == [
-        "Hydra expands the children of every node as ranks 0..m-1, but (2,) is there without (1,)"]
-    assert engine_problems(gap, "growmap") == [
-        "A growmap expands the children of every node as ranks 0..m-1, but (2,) is there without (1,)"]
-    assert engine_problems(gap, "medusa") == []
-    wide = Tree.from_choices([[0], [10]])
-    assert engine_problems(wide, "medusa") == [
-        "rank 10 is used, but the reference code keeps only the top-10 candidates of each head "
-        "(ranks 0..9)"]
-    assert engine_problems(Tree.from_choices([[9]]), "medusa") == []
-    assert engine_problems(T7, "medusa", num_heads=2) == [
-        "the tree is 3 deep but there are only 2 heads"]
-    assert engine_problems(T7, "paths", num_heads=2) == []
-    assert engine_problems(T7, "vllm") == [
-        "vLLM's tree drafter needs a level-uniform tree (every node of a level with the same "
-        "children 0..c-1), but depth 2 has children counts [0, 1, 2] under its 3 parents; "
-        "grow with --constraint uniform"]
-    assert engine_problems(Tree.from_choices([[0], [1], [0, 1], [1, 1]]), "vllm") != []
-    assert engine_problems(U4, "vllm") == []
-
-
+# ----- engine constraints (the rules themselves: tests/test_engines.py) -------------------------
 def test_export_refuses_what_the_engine_cannot_run():
-    with pytest.raises(TreeoptError, match="^cannot export to vllm: vLLM's tree drafter needs"):
+    with pytest.raises(TreeoptError, match="^cannot export to vllm: vLLM speculative_token_tree "
+                                           ".* would not build this tree: vLLM's tree drafter"):
         export(T7, "vllm")
-    with pytest.raises(TreeoptError, match="^cannot export to hydra: Hydra expands"):
+    with pytest.raises(TreeoptError, match=r"^cannot export to hydra: .* \[2\] is there without "
+                                           r"\[1\]"):
         export(Tree.from_choices([[0], [2]]), "hydra")
     with pytest.raises(TreeoptError) as err:
-        check_engine(Tree.from_choices([[1], [11]]), "hydra", num_heads=0)
-    assert str(err.value).count("; ") == 2  # all three problems, in one message
+        export(Tree.from_choices([[1], [11]]), "medusa", num_heads=0)
+    assert str(err.value).count("; ") == 1  # both problems, in one message
     with pytest.raises(TreeoptError, match="unknown format 'onnx'; choose one of medusa, hydra"):
         export(T7, "onnx")
     with pytest.raises(TreeoptError, match="unknown draft type 'hydra'; choose one of medusa, eagle"):
         export(T7, "trtllm", draft="hydra")
+
+
+def test_trtllm_yaml_needs_what_the_engine_needs():
+    with pytest.raises(TreeoptError, match="^--num-heads is required for TensorRT-LLM's Medusa "
+                                           "YAML: its num_medusa_heads overrides"):
+        export(T7, "trtllm-yaml")
+    with pytest.raises(TreeoptError, match="^--speculative-model is required"):
+        export(T7, "trtllm-yaml", draft="eagle")
 
 
 # ----- parsing ------------------------------------------------------------------------------------
@@ -148,7 +122,7 @@ def test_parse_accepts_every_written_form(text):
     ("", None, "t.txt: empty; expected a choices list such as [[0], [0, 0], [1]]"),
     ("[[0], [0, 0, 1]]", None,
      "t.txt: tree path [0, 0, 1] has no parent [0, 0] in the tree (a leaves-only list? pass "
-     "--format paths)"),
+     "--tree-format paths)"),
     ("[[0], [0]]", None, "t.txt: tree path [0] appears twice"),
     ("[[0], [-1]]", None, "t.txt: tree path [-1] has a negative rank -1"),
     ("[[0.5]]", None, "t.txt: tree path [0.5] has a non-integer rank 0.5"),
@@ -170,7 +144,7 @@ def test_parse_errors_name_the_source(text, fmt, fragment):
         parse_tree(text, fmt=fmt, source="t.txt")
     assert fragment in str(err.value)
     if "no parent" not in fragment:
-        assert "--format paths" not in str(err.value)
+        assert "--tree-format paths" not in str(err.value)
 
 
 def test_load_tree_arg(tmp_path):
@@ -221,16 +195,20 @@ def uniform_trees(draw) -> Tree:
 @given(st.one_of(trees(), uniform_trees()), st.sampled_from(["medusa", "eagle"]),
        st.sampled_from([None, 2, 4]))
 def test_import_export_round_trip(tree, draft, num_heads):
-    carried = 0
+    carried = []
     for fmt in FORMATS:
-        if engine_problems(tree, fmt, num_heads=num_heads):
+        kwargs = {"draft": draft, "num_heads": num_heads, "speculative_model": "ckpt"}
+        if engine_problems(tree, fmt, num_heads=num_heads, draft=draft):
             with pytest.raises(TreeoptError, match=f"^cannot export to {fmt}: "):
-                export(tree, fmt, draft=draft, num_heads=num_heads)
+                export(tree, fmt, **kwargs)
             continue
-        text = export(tree, fmt, draft=draft, num_heads=num_heads)
+        if fmt == "trtllm-yaml" and draft == "medusa" and num_heads is None:
+            with pytest.raises(TreeoptError, match="^--num-heads is required"):
+                export(tree, fmt, **kwargs)
+            continue
+        text = export(tree, fmt, **kwargs)
         assert parse_tree(text, fmt=fmt) == tree
         if fmt != "paths":
             assert parse_tree(text) == tree
-        carried += 1
-    # trtllm, trtllm-yaml, triton, paths and json carry any tree the heads can draft
-    assert carried >= (5 if num_heads is None or tree.depth <= num_heads else 2)
+        carried.append(fmt)
+    assert {"paths", "json"} <= set(carried)  # treeopt's own forms carry any non-empty tree

@@ -2,8 +2,8 @@
 
 | name          | engine / form                                                            |
 |---------------|--------------------------------------------------------------------------|
-| ``medusa``    | Medusa reference code: the ``medusa_choices`` list (``hydra``: same list,  |
-|               | checked against Hydra's contiguous-children assumption)                  |
+| ``medusa``    | Medusa reference code: the ``medusa_choices`` list (``hydra``: the same  |
+|               | list for Hydra's ``hydra_choices``)                                      |
 | ``trtllm``    | TensorRT-LLM run script flag ``--medusa_choices="[[0], …]"`` (or eagle)   |
 | ``trtllm-yaml`` | TensorRT-LLM LLM-API ``speculative_config`` YAML (Medusa or Eagle)     |
 | ``triton``    | TensorRT-LLM Triton backend brace form ``{0}, {0, 0}, {1}``               |
@@ -12,7 +12,8 @@
 | ``paths``     | leaves only, one root-to-leaf path each                                  |
 | ``json``      | treeopt's own tree file, ``{"format": "treeopt.tree/1", "choices": …}``   |
 
-Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
+What each engine builds from these files, and so which trees each format refuses, is the
+registry in :mod:`treeopt.engines`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
 """
 
 from __future__ import annotations
@@ -24,75 +25,24 @@ import re
 from pathlib import Path as FilePath
 from typing import Any
 
+from treeopt.engines import engine, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.files import read_text
 from treeopt.tree import Tree
 
 TREE_FORMAT = "treeopt.tree/1"
-FORMATS: tuple[str, ...] = ("medusa", "hydra", "trtllm", "trtllm-yaml", "triton", "vllm",
-                            "growmap", "paths", "json")
-DRAFTS: tuple[str, ...] = ("medusa", "eagle")
-MEDUSA_TOPK = 10  # the Medusa and Hydra reference code take the top-10 candidates of every head
-
-
-# ----- engine constraints ---------------------------------------------------------------------
-def engine_problems(tree: Tree, fmt: str, *, num_heads: int | None = None) -> list[str]:
-    """Why ``fmt``'s engine cannot run ``tree``, in plain words (empty when it can).
-
-    >>> engine_problems(Tree.from_choices([[0], [2]]), "hydra")
-    ['Hydra expands the children of every node as ranks 0..m-1, but (2,) is there without (1,)']
-    """
-    problems = []
-    if tree.size == 0 and fmt != "json":
-        problems.append("the tree is empty: every engine needs at least one draft node")
-    if num_heads is not None and tree.depth > num_heads and fmt not in ("paths", "json"):
-        problems.append(f"the tree is {tree.depth} deep but there are only {num_heads} heads")
-    if fmt in ("medusa", "hydra") and tree.max_rank >= MEDUSA_TOPK:
-        problems.append(f"rank {tree.max_rank} is used, but the reference code keeps only the "
-                        f"top-{MEDUSA_TOPK} candidates of each head (ranks 0..{MEDUSA_TOPK - 1})")
-    if fmt in ("hydra", "growmap") and not tree.is_contiguous():
-        gap = _first_gap(tree)
-        engine = "Hydra" if fmt == "hydra" else "A growmap"
-        problems.append(f"{engine} expands the children of every node as ranks 0..m-1, "
-                        f"but {gap[0]} is there without {gap[1]}")
-    if fmt == "vllm":
-        problems.extend(_uniform_problems(tree))
-    return problems
-
-
-def _first_gap(tree: Tree) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    for p in tree.paths:
-        if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in tree:
-            return p, p[:-1] + (p[-1] - 1,)
-    raise AssertionError("tree is contiguous")
-
-
-def _uniform_problems(tree: Tree) -> list[str]:
-    """vLLM drafts level by level: every node of a level has the same children, ranks 0..c-1."""
-    level: list[tuple[int, ...]] = [()]
-    for depth in range(1, tree.depth + 1):
-        counts = [len(tree.children(p)) for p in level]
-        c = counts[0]
-        if any(k != c for k in counts) or any(tree.children(p) != [p + (r,) for r in range(c)]
-                                              for p in level):
-            return [f"vLLM's tree drafter needs a level-uniform tree (every node of a level with "
-                    f"the same children 0..c-1), but depth {depth} has children counts "
-                    f"{sorted(set(counts))} under its {len(level)} parents; grow with "
-                    f"--constraint uniform"]
-        level = [p + (r,) for p in level for r in range(c)]
-    return []
-
-
-def check_engine(tree: Tree, fmt: str, *, num_heads: int | None = None) -> None:
-    """Raise a TreeoptError listing every reason ``fmt``'s engine cannot run ``tree``."""
-    problems = engine_problems(tree, fmt, num_heads=num_heads)
-    if problems:
-        raise TreeoptError(f"cannot export to {fmt}: " + "; ".join(problems))
+EXTENSIONS = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": "json",
+              "medusa": "json", "hydra": "json", "paths": "json"}  # file name endings; else .txt
 
 
 # ----- export ---------------------------------------------------------------------------------
-def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "medusa") -> str:
-    """The text ``fmt``'s engine reads for ``tree``.
+def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "medusa",
+           speculative_model: str | None = None) -> str:
+    """The text ``fmt``'s engine reads for ``tree``; refused where the engine would build another.
+
+    ``num_heads`` is the drafter's head count (checked against the tree's depth; TensorRT-LLM's
+    Medusa YAML needs it); ``speculative_model`` is the EAGLE checkpoint TensorRT-LLM's EAGLE YAML
+    names.
 
     >>> t = Tree.from_choices([[0], [1], [0, 0]])
     >>> export(t, "medusa")
@@ -104,18 +54,19 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
     >>> export(Tree.from_choices([[0], [1], [0, 0], [1, 0]]), "vllm")
     '{"num_speculative_tokens": 4, "speculative_token_tree": "[(0,), (1,), (0, 0), (1, 0)]"}'
     """
-    if fmt not in FORMATS:
-        raise TreeoptError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if draft not in DRAFTS:
-        raise TreeoptError(f"unknown draft type {draft!r}; choose one of {', '.join(DRAFTS)}")
-    check_engine(tree, fmt, num_heads=num_heads)
+    target = engine(fmt, draft)
+    problems = engine_problems(tree, fmt, num_heads=num_heads, draft=draft)
+    if problems:
+        raise TreeoptError(f"cannot export to {fmt}: {target.engine} would not build this tree: "
+                           + "; ".join(problems))
     choices = tree.as_choices()
     if fmt in ("medusa", "hydra"):
         return json.dumps(choices)
     if fmt == "trtllm":
         return f'--{draft}_choices="{json.dumps(choices)}"'
     if fmt == "trtllm-yaml":
-        return _trtllm_yaml(tree, draft=draft, num_heads=num_heads)
+        return _trtllm_yaml(tree, draft=draft, num_heads=num_heads,
+                            speculative_model=speculative_model)
     if fmt == "triton":
         return ", ".join("{" + ", ".join(map(str, p)) + "}" for p in tree.paths)
     if fmt == "vllm":
@@ -128,23 +79,35 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
     return json.dumps({"format": TREE_FORMAT, "choices": choices})
 
 
-def _trtllm_yaml(tree: Tree, *, draft: str, num_heads: int | None) -> str:
+def _trtllm_yaml(tree: Tree, *, draft: str, num_heads: int | None,
+                 speculative_model: str | None) -> str:
+    """TensorRT-LLM's ``speculative_config`` (the LLM API's ``extra_llm_api_options`` YAML)."""
     choices = json.dumps(tree.as_choices())
     if draft == "medusa":
+        if num_heads is None:
+            raise TreeoptError("--num-heads is required for TensorRT-LLM's Medusa YAML: its "
+                               "num_medusa_heads overrides the checkpoint's head count")
         lines = ["speculative_config:", "  decoding_type: Medusa",
                  f"  max_draft_len: {tree.size}",
-                 f"  num_medusa_heads: {num_heads or tree.depth}",
+                 f"  num_medusa_heads: {num_heads}",
                  f"  medusa_choices: {choices}"]
     else:
-        non_leaves = [1] + [w - sum(1 for leaf in tree.leaves if len(leaf) == d)
-                            for d, w in enumerate(tree.widths, start=1)]
+        if not speculative_model:
+            raise TreeoptError("--speculative-model is required for TensorRT-LLM's EAGLE YAML: "
+                               "the EAGLE checkpoint (a local directory or hub name)")
         lines = ["speculative_config:", "  decoding_type: Eagle",
+                 f"  speculative_model: {json.dumps(speculative_model)}",
                  f"  max_draft_len: {tree.depth}",
                  f"  max_total_draft_tokens: {tree.size}",
-                 f"  num_eagle_layers: {tree.depth}",
-                 f"  max_non_leaves_per_layer: {max(non_leaves)}",
+                 f"  max_non_leaves_per_layer: {max(_non_leaves_per_level(tree))}",
                  f"  eagle_choices: {choices}"]
     return "\n".join(lines) + "\n"
+
+
+def _non_leaves_per_level(tree: Tree) -> list[int]:
+    """Nodes with children at each depth, the root's level first."""
+    parents = {p[:-1] for p in tree.paths}
+    return [sum(1 for p in parents if len(p) == d) for d in range(tree.depth)]
 
 
 def growmap(tree: Tree) -> dict[str, Any]:
@@ -193,7 +156,7 @@ def parse_tree(text: str, *, fmt: str | None = None, source: str = "tree") -> Tr
     try:
         return Tree.from_choices(choices)
     except TreeoptError as exc:
-        hint = "" if fmt == "paths" else " (a leaves-only list? pass --format paths)"
+        hint = "" if fmt == "paths" else " (a leaves-only list? pass --tree-format paths)"
         missing = "has no parent" in str(exc)
         raise TreeoptError(f"{source}: {exc}{hint if missing else ''}") from None
 
@@ -263,22 +226,59 @@ def _parents_from_successors(successors: list[list[int]]) -> list[int]:
 
 
 def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
-                  fmt: str | None = None) -> Tree:
-    """Resolve a TREE argument: a tree JSON, a growth JSON (``size`` picks T_n), or any form."""
+                  fmt: str | None = None, batch: int | None = None,
+                  context: int | None = None) -> Tree:
+    """Resolve a TREE argument: a growth JSON (``size`` picks T_n), a selection JSON (``batch``
+    and ``context`` pick the point's tree, depth cap included), a tree JSON, or any form.
+
+    ``batch``/``context`` given for anything but a selection, or ``size`` for anything but a
+    growth, is refused: the flag would silently do nothing.
+    """
     p = FilePath(path)
     text = read_text(p, expected="a text file holding a tree")
-    if '"treeopt.growth/1"' in text:
+    kind = file_kind(text)
+    if kind != "growth" and size is not None:
+        raise TreeoptError(f"--size applies to growth files only, and {p} is not one")
+    if kind != "selection" and (batch is not None or context is not None):
+        flag = "--batch" if batch is not None else "--context"
+        raise TreeoptError(f"{flag} picks a point of a selection file, and {p} is not one")
+    if kind == "growth":
         from treeopt.grow import Growth
 
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TreeoptError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        growth = Growth.from_json(doc, source=str(p))
+        growth = Growth.from_json(_json(text, p), source=str(p))
         if size is None:
             raise TreeoptError(f"{p}: a growth file holds trees of 1..{growth.max_nodes} nodes; "
                                "pick one with --size N")
         return growth.tree(size)
-    if size is not None:
-        raise TreeoptError(f"--size applies to growth files only, and {p} is not one")
+    if kind == "selection":
+        from treeopt.selection import Selection
+
+        selection = Selection.from_json(_json(text, p), source=str(p))
+        try:
+            return selection.tree_at(batch, context)
+        except TreeoptError as exc:
+            raise TreeoptError(f"{p}: {exc}") from None
     return parse_tree(text, fmt=fmt, source=str(p))
+
+
+def is_selection_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a selection (whose tree depends on the batch size)."""
+    return file_kind(read_text(FilePath(path), expected="a text file holding a tree")) == "selection"
+
+
+def file_kind(text: str) -> str:
+    """``growth``, ``selection`` or ``tree`` (any other form): what a TREE file holds."""
+    for kind in ("growth", "selection"):
+        if f'"treeopt.{kind}/1"' in text:
+            return kind
+    return "tree"
+
+
+def _json(text: str, path: FilePath) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TreeoptError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise TreeoptError(f"{path}: expected a JSON object")
+    return doc

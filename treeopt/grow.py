@@ -8,6 +8,9 @@ Engine-shape constraints:
 - ``contiguous``: the children of every node have ranks 0 … m-1 (the Hydra reference code). A rank
   becomes a candidate once its left sibling is in the tree; greedy is exact when values decrease
   with rank, as head accuracies do.
+- ``grounded``: contiguous, and among siblings the ones with children are ranks 0 … e-1 (Hydra's
+  grounded heads extend the first e candidates of a node). A node's first child becomes a
+  candidate once its left sibling has one.
 - ``uniform``: level-uniform trees (vLLM's drafter): every node at depth l-1 has the same c_l
   children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.uniform`).
 """
@@ -32,8 +35,8 @@ from treeopt.tree import Path, Tree, canonical_key
 from treeopt.value import METHODS, Method, Source, accuracy_table, independent_value, prefix_counts
 
 GROWTH_FORMAT = "treeopt.growth/1"
-CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "uniform")
-Constraint = Literal["none", "contiguous", "uniform"]
+CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "grounded", "uniform")
+Constraint = Literal["none", "contiguous", "grounded", "uniform"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +169,7 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
         return Growth(method, constraint, (), ell, caps, vectors, meta)
     value, scale = _value_function(source, method, caps)
     order, values = best_first(value, max_nodes=max_nodes, max_depth=caps["max_depth"],
-                               max_rank=caps["max_rank"], contiguous=constraint == "contiguous")
+                               max_rank=caps["max_rank"], shape=constraint)
     ell = 1.0 + np.concatenate([[0.0], np.cumsum(np.asarray(values, dtype=np.float64))]) / scale
     if len(order) < max_nodes:
         meta["exhausted"] = (f"only {len(order)} nodes have a non-zero acceptance probability "
@@ -175,36 +178,53 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
 
 
 def best_first(value: Callable[[Path], float], *, max_nodes: int, max_depth: int, max_rank: int,
-               contiguous: bool = False) -> tuple[list[Path], list[float]]:
+               shape: Constraint = "none") -> tuple[list[Path], list[float]]:
     """Add frontier nodes in decreasing ``value`` (ties: shallower, then lexicographic).
 
-    Nodes worth nothing are left out, except, under ``contiguous``, a rank that a more valuable
-    later sibling can only be reached through (it comes after every valued node).
+    ``shape`` limits the frontier: under ``contiguous`` a rank is a candidate once its left
+    sibling is in; under ``grounded`` also a node's first child only once its left sibling has
+    children. Nodes worth nothing are left out, except a rank that a more valuable later sibling
+    can only be reached through (it comes after every valued node).
     """
+    ordered = shape in ("contiguous", "grounded")
     heap: list[tuple[float, int, Path]] = []
+    chosen: set[Path] = set()
 
-    def bridges(p: Path) -> bool:
-        return any(value(p[:-1] + (r,)) > 0 for r in range(p[-1] + 1, max_rank))
+    def bridges(p: Path) -> bool:  # a worthless node the shape needs below a valuable one
+        if any(value(p[:-1] + (r,)) > 0 for r in range(p[-1] + 1, max_rank)):
+            return True  # a later sibling
+        return (shape == "grounded" and len(p) > 1 and p[-1] == 0  # a first child of a later
+                and any(value(p[:-2] + (r, 0)) > 0 for r in range(p[-2] + 1, max_rank)))  # uncle
 
     def push(paths: Iterable[Path]) -> None:
         for p in paths:
             v = value(p)
-            if v > 0 or (contiguous and bridges(p)):
+            if v > 0 or (ordered and bridges(p)):
                 heapq.heappush(heap, (-v, len(p), p))
 
-    push([(0,)] if contiguous else [(r,) for r in range(max_rank)])
+    def may_have_children(p: Path) -> bool:  # grounded: left siblings are extended first
+        return shape != "grounded" or p[-1] == 0 or p[:-1] + (p[-1] - 1, 0) in chosen
+
+    push([(0,)] if ordered else [(r,) for r in range(max_rank)])
     order: list[Path] = []
     values: list[float] = []
     while heap and len(order) < max_nodes:
         neg, _, path = heapq.heappop(heap)
         order.append(path)
         values.append(-neg)
-        if contiguous:
-            sibling = [path[:-1] + (path[-1] + 1,)] if path[-1] + 1 < max_rank else []
-            child = [path + (0,)] if len(path) < max_depth else []
-            push(sibling + child)
-        elif len(path) < max_depth:
-            push(path + (r,) for r in range(max_rank))
+        chosen.add(path)
+        if not ordered:
+            if len(path) < max_depth:
+                push(path + (r,) for r in range(max_rank))
+            continue
+        new = [path[:-1] + (path[-1] + 1,)] if path[-1] + 1 < max_rank else []
+        if len(path) < max_depth and may_have_children(path):
+            new.append(path + (0,))
+        if shape == "grounded" and len(path) > 1 and path[-1] == 0:  # a first child unlocks
+            right = path[:-2] + (path[-2] + 1,)  # the right sibling of its parent
+            if right in chosen:
+                new.append(right + (0,))
+        push(new)
     return order, values
 
 

@@ -8,10 +8,12 @@ batch size at which no tree beats autoregressive decoding) and ``schedules`` (pe
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.files import read_tagged_json
 from treeopt.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
@@ -73,6 +75,23 @@ class Point:
     def pays(self) -> bool:
         return self.best_size > 0
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Point:
+        """The inverse of :meth:`to_json` (derived keys are recomputed, not read)."""
+        curve = doc.get("curve", {})
+        return cls(int(doc["batch"]), int(doc["context"]), Tree.from_choices(doc["choices"]),
+                   None if doc.get("max_depth") is None else int(doc["max_depth"]),
+                   float(doc["expected_accept_length"]), float(doc["verify_ms"]),
+                   float(doc["draft_ms"]), float(doc["overhead_ms"]),
+                   float(doc["tokens_per_s"]), float(doc["autoregressive_tokens_per_s"]),
+                   int(doc["max_paying_size"]),
+                   Curve(tuple(int(n) for n in curve.get("size", [])),
+                         tuple(None if v is None else float(v)
+                               for v in curve.get("tokens_per_s", []))),
+                   tuple(DepthCapBest(None if c["max_depth"] is None else int(c["max_depth"]),
+                                      int(c["best_size"]), float(c["tokens_per_s"]))
+                         for c in doc.get("by_depth_cap", [])))
+
     def to_json(self) -> dict[str, Any]:
         doc = {"batch": self.batch, "context": self.context, "best_size": self.best_size,
                "max_depth": self.max_depth, "depth": self.depth, "choices": self.choices,
@@ -118,6 +137,21 @@ class Selection:
         raise TreeoptError(f"the selection has no point at batch {batch}, context {context}; "
                            f"it has batches {self.batches} and contexts {self.contexts}")
 
+    def tree_at(self, batch: int | None = None, context: int | None = None) -> Tree:
+        """The tree picked at ``batch`` and ``context``; either may be left out when the
+        selection holds only one (the error names the flag to add)."""
+        if batch is None:
+            if len(self.batches) > 1:
+                raise TreeoptError(f"the selection holds a tree per batch size {self.batches}; "
+                                   "pick one with --batch B")
+            batch = self.batches[0]
+        if context is None:
+            if len(self.contexts) > 1:
+                raise TreeoptError(f"the selection holds a tree per context length "
+                                   f"{self.contexts}; pick one with --context S")
+            context = self.contexts[0]
+        return self.point(batch, context).tree
+
     def stops_paying(self) -> list[dict[str, int | None]]:
         """Per context, the smallest batch size at which autoregressive decoding wins."""
         out = []
@@ -133,6 +167,24 @@ class Selection:
                 "points": [p.to_json() for p in self.points],
                 "stops_paying": self.stops_paying(),
                 "schedules": [schedule(self, context=s) for s in self.contexts]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], *, source: str = "selection") -> Selection:
+        """A selection file read back (``stops_paying`` and ``schedules`` are derived)."""
+        try:
+            selection = cls(dict(doc["growth"]), dict(doc["latency"]), dict(doc["draft"]),
+                            dict(doc.get("overhead", {})),
+                            tuple(None if c is None else int(c) for c in doc["depth_caps"]),
+                            tuple(Point.from_json(p) for p in doc["points"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TreeoptError(f"{source}: malformed selection file ({exc!r})") from None
+        if not selection.points:
+            raise TreeoptError(f"{source}: the selection has no points")
+        return selection
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Selection:
+        return cls.from_json(read_tagged_json(path, SELECTION_FORMAT), source=str(path))
 
 
 def schedule(selection: Selection, *, context: int) -> dict[str, Any]:

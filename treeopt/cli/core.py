@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.cli.common import add_out, emit
+from treeopt.engines import DRAFTS, ENGINES, FORMATS, engine, engine_problems
 from treeopt.errors import TreeoptError
-from treeopt.formats import DRAFTS, FORMATS, engine_problems, export, load_tree_arg
+from treeopt.files import write_json, write_text_atomic
+from treeopt.formats import EXTENSIONS, export, is_selection_file, load_tree_arg
 from treeopt.grow import CONSTRAINTS, grow
+from treeopt.selection import Selection, schedule
 from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
+from treeopt.tree import Tree
 from treeopt.value import METHODS
 
 
@@ -30,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-depth", type=int, metavar="D", help="default: number of heads")
     p.add_argument("--max-rank", type=int, metavar="R", help="default: recorded top-k")
     p.add_argument("--constraint", choices=CONSTRAINTS, default="none",
-                   help="engine shape: contiguous (Hydra) or uniform (vLLM)")
+                   help="engine shape (default none): contiguous (TensorRT-LLM EAGLE, Sequoia), "
+                        "grounded (Hydra) or uniform (vLLM); `treeopt show` says which a tree "
+                        "needs")
     p.add_argument("--held-out", metavar="TRACE",
                    help="also report E[L] of every size on this trace, and the gap")
     add_out(p)
@@ -42,20 +49,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(p)
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("export", help="a tree in an engine's format")
+    p = sub.add_parser("export", help="a tree in an engine's format, refused where the engine "
+                                      "would build a different tree")
     _add_tree(p)
-    p.add_argument("--format", dest="target", choices=FORMATS, required=True)
-    p.add_argument("--num-heads", type=int, metavar="K", help="heads the engine has (checked)")
+    p.add_argument("--format", dest="target", choices=FORMATS, required=True,
+                   help="the engine format to write (required)")
+    p.add_argument("--num-heads", type=int, metavar="K",
+                   help="heads the drafter has: checked against the tree's depth; required for "
+                        "--format trtllm-yaml --draft medusa")
     p.add_argument("--draft", choices=DRAFTS, default="medusa",
-                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml")
-    p.add_argument("--out", metavar="FILE", help="write the text here instead of stdout")
+                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml (default medusa)")
+    p.add_argument("--speculative-model", metavar="DIR",
+                   help="the EAGLE checkpoint, for --format trtllm-yaml --draft eagle (required "
+                        "there)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--out", metavar="FILE", help="write the text here instead of stdout")
+    out.add_argument("--schedule-dir", metavar="DIR",
+                     help="for a selection: one file per batch-size range of its schedule, "
+                          "named <format>.batch<min>-<max>.<ext>, and schedule.json")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("show", help="draw a tree and list its shape")
-    p.add_argument("tree", metavar="TREE")
-    p.add_argument("--size", type=int, metavar="N", help="tree size, for growth files")
-    p.add_argument("--format", dest="tree_format", choices=FORMATS,
-                   help="the TREE file's form (default: detected)")
+    p = sub.add_parser("show", help="draw a tree, list its shape and every engine that runs it")
+    p.add_argument("tree", metavar="TREE",
+                   help="growth JSON (with --size), selection JSON (with --batch), tree JSON or "
+                        "a choices list in any form")
+    _add_tree_pick(p)
+    p.add_argument("--num-heads", type=int, metavar="K",
+                   help="heads the drafter has (checked against the tree's depth)")
     p.set_defaults(func=cmd_show)
 
 
@@ -68,9 +88,23 @@ def _add_source(p: argparse.ArgumentParser) -> None:
 
 def _add_tree(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree", required=True, metavar="TREE",
-                   help="tree JSON, growth JSON (with --size) or a choices list in any form")
+                   help="growth JSON (with --size), selection JSON (with --batch), tree JSON or "
+                        "a choices list in any form (required)")
+    _add_tree_pick(p)
+
+
+def _add_tree_pick(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, metavar="N", help="tree size, for growth files")
+    p.add_argument("--batch", type=int, metavar="B",
+                   help="for selection files: the batch size whose tree to take")
+    p.add_argument("--context", type=int, metavar="S",
+                   help="for selections swept at several contexts: the context length")
     p.add_argument("--tree-format", choices=FORMATS, help="the TREE file's form (default: detected)")
+
+
+def _tree(args: argparse.Namespace) -> Tree:
+    return load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
+                         context=args.context)
 
 
 def _load_source(args: argparse.Namespace) -> RankTrace | AccuracyTable:
@@ -103,7 +137,7 @@ def cmd_grow(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format)
+    tree = _tree(args)
     trace = RankTrace.load(args.trace)
     trace.require(heads=tree.depth, source=args.trace)
     doc = simulate(tree, trace).to_json()
@@ -113,26 +147,75 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format)
-    text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft)
+    target = engine(args.target, args.draft)
+    if args.schedule_dir:
+        return _export_schedule(args)
+    text = _export_text(_tree(args), args)
     if args.out:
-        from treeopt.files import write_text_atomic
-
-        write_text_atomic(args.out, text if text.endswith("\n") else text + "\n")
+        write_text_atomic(args.out, text)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(text.rstrip("\n"))
+    for note in target.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _export_text(tree: Tree, args: argparse.Namespace) -> str:
+    text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft,
+                  speculative_model=args.speculative_model)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _export_schedule(args: argparse.Namespace) -> int:
+    """One engine file per batch-size range of a selection's schedule, and the schedule."""
+    if not is_selection_file(args.tree):
+        raise TreeoptError(f"--schedule-dir exports a selection's per-batch schedule, and "
+                           f"{args.tree} is not a selection (pass --out instead)")
+    if args.batch is not None:
+        raise TreeoptError("--schedule-dir writes every batch range; leave out --batch")
+    selection = Selection.load(args.tree)
+    context = args.context if args.context is not None else selection.contexts[0]
+    if args.context is None and len(selection.contexts) > 1:
+        raise TreeoptError(f"{args.tree}: the selection holds contexts {selection.contexts}; "
+                           "pick one with --context S")
+    plan = schedule(selection, context=context)
+    files = {}  # every file is rendered (and every tree checked) before one is written
+    for r in plan["ranges"]:
+        if r["size"] == 0:
+            continue  # speculation off: nothing for the engine to load
+        name = f"{args.target}.batch{r['min_batch']}-{r['max_batch']}.{EXTENSIONS.get(args.target, 'txt')}"
+        try:
+            files[name] = _export_text(Tree.from_choices(r["choices"]), args)
+        except TreeoptError as exc:
+            raise TreeoptError(f"batches {r['min_batch']}-{r['max_batch']}: {exc}") from None
+        r["file"] = name
+    folder = Path(args.schedule_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_text_atomic(folder / name, text)
+    write_json(folder / "schedule.json", plan)
+    for r in plan["ranges"]:
+        what = r.get("file", "speculation off")
+        print(f"batch {r['min_batch']}-{r['max_batch']}: {r['size']} nodes → {what}",
+              file=sys.stderr)
+    print(f"wrote {len(files)} file(s) and schedule.json to {folder}", file=sys.stderr)
+    for note in engine(args.target, args.draft).notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format)
+    tree = _tree(args)
     if tree.size == 0:
         raise TreeoptError(f"{args.tree}: the tree has no nodes")
     print(tree.draw())
     print(f"\nnodes {tree.size} (+ root), depth {tree.depth}, widths per depth {list(tree.widths)}, "
           f"leaves {len(tree.leaves)}, max rank {tree.max_rank}")
-    for fmt in ("medusa", "hydra", "vllm", "growmap"):
-        problems = engine_problems(tree, fmt)
-        print(f"{fmt:8} {'ok' if not problems else 'no: ' + '; '.join(problems)}")
+    print("\nengines (export --format …):")
+    for target in ENGINES:
+        problems = engine_problems(tree, target.format, num_heads=args.num_heads,
+                                   draft=target.draft or "medusa")
+        verdict = "runs it" if not problems else "no: " + "; ".join(problems)
+        print(f"  {target.label:26} {verdict}")
     return 0

@@ -18,18 +18,26 @@ from treeopt.cli.common import (
     load_model_from,
     require,
 )
+from treeopt.engines import FORMATS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="decode with a tree for real: acceptance, tokens/s, match")
     add_model_flags(p)
     p.add_argument("--heads", required=True, metavar="DIR")
-    p.add_argument("--tree", required=True, metavar="TREE")
+    p.add_argument("--tree", required=True, metavar="TREE",
+                   help="growth JSON (with --size), selection JSON (its tree at --batch and "
+                        "--context), tree JSON or a choices list in any form")
     p.add_argument("--size", type=int, metavar="N", help="tree size, for growth files")
+    p.add_argument("--context", type=int, metavar="S",
+                   help="for a selection swept at several contexts: the point's context")
+    p.add_argument("--tree-format", choices=FORMATS,
+                   help="the TREE file's form (default: detected)")
     p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--batch", type=int, default=1, metavar="B",
-                   help="prompts decoded together (default 1)")
+                   help="prompts decoded together; with a selection, also the point whose tree "
+                        "is decoded (default 1)")
     p.add_argument("--rounds", type=int, default=3,
                    help="timed rounds, interleaved; tokens/s is the best of them (default 3)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
@@ -82,11 +90,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.verify import check_tree_for, verify
     from treeopt.drafters.checkpoints import load_heads_for
-    from treeopt.formats import load_tree_arg
+    from treeopt.formats import is_selection_file, load_tree_arg
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
 
-    tree = load_tree_arg(args.tree, size=args.size)
+    selection = is_selection_file(args.tree)
+    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format,
+                         batch=args.batch if selection else None, context=args.context)
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:  # fail before loading a model
         check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)

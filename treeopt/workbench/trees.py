@@ -4,6 +4,7 @@ is decided once, by :func:`treeopt.value.usable_method`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy.typing as npt
 from treeopt.errors import TreeoptError
 from treeopt.formats import parse_tree
 from treeopt.grow import Growth, grow
-from treeopt.selection import Point
+from treeopt.selection import SELECTION_FORMAT, Point, Selection
 from treeopt.tree import Tree
 from treeopt.value import (
     Source,
@@ -83,6 +84,18 @@ def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None, max_ra
             for m in methods_for(source)}
 
 
+def selection_from_upload(data: bytes, name: str) -> Selection:
+    """A selection file uploaded to the app; anything else is refused, naming the file."""
+    try:
+        doc = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TreeoptError(f"{name}: not a JSON file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SELECTION_FORMAT:
+        raise TreeoptError(f"{name}: not a selection (expected \"format\": "
+                           f"\"{SELECTION_FORMAT}\", from treeopt select --out)")
+    return Selection.from_json(doc, source=name)
+
+
 def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree, float]:
     """Parse a pasted choices list (any engine form) and evaluate it on ``source``."""
     tree = parse_tree(text, source="pasted tree")
@@ -93,4 +106,4 @@ def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree
 
 
 __all__ = ["TREE_DEFAULTS", "ChosenTree", "TreeView", "default_tree", "growth_pair",
-           "imported_tree_point", "page_defaults", "view_tree"]
+           "imported_tree_point", "page_defaults", "selection_from_upload", "view_tree"]

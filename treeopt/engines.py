@@ -1,0 +1,231 @@
+"""What each engine builds from a tree file: one registry entry per (format, draft type).
+
+Every rule here was read off the engine's own code (the versions are in each entry); a tree that
+breaks a rule is not refused by the engine in general, it is *built differently* (a node attached
+to the wrong parent, a candidate drafted from the wrong sibling), so treeopt refuses it on export,
+with the reason and the ``treeopt grow`` flags that grow the best tree the engine does build.
+
+A :class:`Rule` is a check (the problem in words, or ``None``) and those flags. An :class:`Engine`
+is the rules plus what a user must know beside them (deprecations, the versions that read the
+format). A new engine rule is one entry below.
+
+>>> [e.label for e in engines_for(Tree.from_choices([[0], [1], [1, 0]]))]
+['medusa', 'trtllm', 'trtllm-yaml --draft medusa', 'trtllm-yaml --draft eagle', 'triton', 'growmap', 'paths', 'json']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from treeopt.errors import TreeoptError
+from treeopt.tree import Path, Tree
+
+DRAFTS: tuple[str, ...] = ("medusa", "eagle")
+MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
+TRTLLM_MAX_CHILDREN = 16  # TensorRT-LLM's C++ runtime: ranks 0..15 under any node
+TRTLLM_MAX_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing an engine assumes of a tree: ``problem(tree)`` says how a tree breaks it."""
+
+    name: str
+    problem: Callable[[Tree], str | None]
+    grow_flags: str  # the `treeopt grow` flags whose trees always keep the rule
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An export target: which engine reads it, checked against which versions, and its rules."""
+
+    format: str
+    draft: str | None  # the draft type the entry is for; None: any
+    engine: str
+    versions: str  # the engine versions whose source the rules were checked against
+    rules: tuple[Rule, ...]
+    notes: tuple[str, ...] = ()  # what a user must know beside the rules (deprecations, flags)
+
+    @property
+    def label(self) -> str:
+        """The export flags that pick this entry."""
+        return self.format + (f" --draft {self.draft}" if self.draft else "")
+
+    def problems(self, tree: Tree) -> list[str]:
+        """Each broken rule as ``<problem>; grow with <flags>`` (empty when the engine can)."""
+        out = []
+        for rule in self.rules:
+            problem = rule.problem(tree)
+            if problem:
+                out.append(f"{problem} (grow with {rule.grow_flags})" if rule.grow_flags
+                           else problem)
+        return out
+
+
+# ----- the rules ------------------------------------------------------------------------------
+def _siblings(tree: Tree) -> dict[Path, list[int]]:
+    """Parent path → its children's ranks, ascending."""
+    groups: dict[Path, list[int]] = {}
+    for p in tree.paths:
+        groups.setdefault(p[:-1], []).append(p[-1])
+    return {parent: sorted(ranks) for parent, ranks in groups.items()}
+
+
+def _first_gap(ranks: list[int]) -> int | None:
+    """The smallest rank missing below the largest (``None`` when ranks are 0..m-1)."""
+    return next((r for r in range(len(ranks)) if ranks[r] != r), None)
+
+
+def _name(path: Path) -> str:
+    return str(list(path)) if path else "the root"
+
+
+def _nonempty(tree: Tree) -> str | None:
+    return None if tree.size else "the tree is empty: every engine needs at least one draft node"
+
+
+def _rank_below(k: int, why: str) -> Rule:
+    def problem(tree: Tree) -> str | None:
+        if tree.size and tree.max_rank >= k:
+            worst = next(p for p in tree.paths if p[-1] == tree.max_rank)
+            return f"{_name(worst)} has rank {tree.max_rank}, but {why} (ranks 0..{k - 1})"
+        return None
+
+    return Rule(f"ranks below {k}", problem, f"--max-rank {k}")
+
+
+def _depth_at_most(d: int, why: str) -> Rule:
+    def problem(tree: Tree) -> str | None:
+        return f"the tree is {tree.depth} deep, but {why}" if tree.depth > d else None
+
+    return Rule(f"depth at most {d}", problem, f"--max-depth {d}")
+
+
+def _contiguous(why: str, *, depth_one_only: bool = False) -> Rule:
+    """The children of a node (of the root only, with ``depth_one_only``) are ranks 0..m-1."""
+
+    def problem(tree: Tree) -> str | None:
+        for parent, ranks in _siblings(tree).items():
+            if depth_one_only and parent:
+                continue
+            gap = _first_gap(ranks)
+            if gap is not None:
+                return (f"{_name(parent + (ranks[-1],))} is there without "
+                        f"{_name(parent + (gap,))}: {why}")
+        return None
+
+    return Rule("children ranked 0..m-1", problem, "--constraint contiguous")
+
+
+def _grounded(tree: Tree) -> str | None:
+    """Hydra's grounded heads: children 0..m-1, and the siblings that have children come first."""
+    has_children = {p[:-1] for p in tree.paths}
+    for parent, ranks in _siblings(tree).items():
+        gap = _first_gap(ranks)
+        if gap is not None:
+            return (f"{_name(parent + (ranks[-1],))} is there without {_name(parent + (gap,))}: "
+                    f"Hydra drafts the children of a node as the top-m of its head")
+        expanded = [r for r in ranks if parent + (r,) in has_children]
+        gap = _first_gap(expanded)
+        if gap is not None:
+            return (f"{_name(parent + (expanded[-1],))} has children but {_name(parent + (gap,))} "
+                    f"has none: Hydra extends the first e children of a node, so they would be "
+                    f"drafted below {_name(parent + (gap,))}")
+    return None
+
+
+def _level_uniform(tree: Tree) -> str | None:
+    """vLLM drafts level by level: every node of a level has the same children, ranks 0..c-1."""
+    level: list[Path] = [()]
+    for depth in range(1, tree.depth + 1):
+        counts = [len(tree.children(p)) for p in level]
+        c = counts[0]
+        if any(k != c for k in counts) or any(tree.children(p) != [p + (r,) for r in range(c)]
+                                              for p in level):
+            return (f"vLLM's tree drafter needs a level-uniform tree (every node of a level with "
+                    f"the same children 0..c-1), but depth {depth} has children counts "
+                    f"{sorted(set(counts))} under its {len(level)} parents")
+        level = [p + (r,) for p in level for r in range(c)]
+    return None
+
+
+NONEMPTY = Rule("at least one node", _nonempty, "")
+MEDUSA_RANKS = _rank_below(MEDUSA_TOPK, f"the reference code keeps only the top-{MEDUSA_TOPK} "
+                                        "candidates of each head")
+TRTLLM_RANKS = _rank_below(TRTLLM_MAX_CHILDREN, "TensorRT-LLM's runtime allows 16 children per "
+                                                "node: rank 16 is attached to the wrong parent "
+                                                "and larger ranks are refused")
+TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_DEPTH, f"TensorRT-LLM's runtime drafts at most "
+                                                f"{TRTLLM_MAX_DEPTH} levels")
+TRTLLM_PY_ROOT = _contiguous("TensorRT-LLM's Python runtime (_medusa_setup) reads the depth-1 "
+                             "ranks as 0..m-1", depth_one_only=True)
+EAGLE_TOPK = _contiguous("TensorRT-LLM's static EAGLE tree drafts the top-k children of every "
+                         "node, so they must be ranks 0..k-1")
+SEQUOIA_TOPK = _contiguous("a growmap expands the children of every node as ranks 0..m-1")
+GROUNDED = Rule("Hydra grounded heads", _grounded, "--constraint grounded")
+UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
+
+# ----- the registry ---------------------------------------------------------------------------
+TRTLLM_VERSIONS = "TensorRT-LLM 0.9 – 1.2 (cpp/tensorrt_llm/runtime/utils/speculativeChoicesUtils)"
+ENGINES: tuple[Engine, ...] = (
+    Engine("medusa", None, "Medusa reference code (medusa_choices)",
+           "FasterDecoding/Medusa main (medusa/model/utils.py)", (NONEMPTY, MEDUSA_RANKS)),
+    Engine("hydra", None, "Hydra reference code, grounded heads (hydra_choices)",
+           "zankner/Hydra main (hydra/model/utils.py, prefix_mlp_head.py)", (NONEMPTY, GROUNDED)),
+    Engine("trtllm", None, "TensorRT-LLM run script --medusa_choices / --eagle_choices",
+           TRTLLM_VERSIONS + "; Python runtime _medusa_setup",
+           (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PY_ROOT),
+           ("the TensorRT engine backend (run.py, trtllm-build) is legacy; new deployments use "
+            "the LLM API (--format trtllm-yaml)",)),
+    Engine("trtllm-yaml", "medusa", "TensorRT-LLM LLM API, MedusaDecodingConfig (TensorRT backend)",
+           TRTLLM_VERSIONS, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH),
+           ("MedusaDecodingConfig belongs to the TensorRT backend, which current TensorRT-LLM no "
+            "longer has: use a release that still accepts it",
+            "num_medusa_heads must be the checkpoint's head count (--num-heads)")),
+    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree "
+           "(PyTorch backend)", "TensorRT-LLM 1.1 – 1.3 (tensorrt_llm/llmapi/llm_args.py, "
+           "_torch/speculative/spec_tree_manager.py)", (NONEMPTY, EAGLE_TOPK, TRTLLM_DEPTH),
+           ("eagle_choices is deprecated; TensorRT-LLM announces its removal for release 1.4",
+            "speculative_model (the EAGLE checkpoint) is required (--speculative-model)")),
+    Engine("triton", None, "TensorRT-LLM Triton backend (medusa_choices parameter)",
+           TRTLLM_VERSIONS, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH)),
+    Engine("vllm", None, "vLLM speculative_token_tree (EAGLE/MTP with the TREE_ATTN backend)",
+           "vLLM 0.20.x (removed in 0.21.0)", (NONEMPTY, UNIFORM),
+           ("only vLLM 0.20.x takes a fixed tree, for EAGLE/MTP drafters with "
+            "attention_backend: TREE_ATTN; later versions draft a chain",)),
+    Engine("growmap", None, "Sequoia growmap", "Infini-AI-Lab/Sequoia main",
+           (NONEMPTY, SEQUOIA_TOPK)),
+    Engine("paths", None, "leaf paths (one root-to-leaf path each)", "treeopt", (NONEMPTY,)),
+    Engine("json", None, "treeopt tree file", "treeopt", ()),
+)
+FORMATS: tuple[str, ...] = tuple(dict.fromkeys(e.format for e in ENGINES))
+
+
+def engine(fmt: str, draft: str = "medusa") -> Engine:
+    """The registry entry for ``fmt`` exported with ``draft``; anything else is refused."""
+    if fmt not in FORMATS:
+        raise TreeoptError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if draft not in DRAFTS:
+        raise TreeoptError(f"unknown draft type {draft!r}; choose one of {', '.join(DRAFTS)}")
+    return next(e for e in ENGINES if e.format == fmt and e.draft in (None, draft))
+
+
+def engine_problems(tree: Tree, fmt: str, *, num_heads: int | None = None,
+                    draft: str = "medusa") -> list[str]:
+    """Why ``fmt``'s engine would not run ``tree`` as designed, in plain words (empty: it would).
+
+    >>> engine_problems(Tree.from_choices([[0], [2]]), "hydra")
+    ['[2] is there without [1]: Hydra drafts the children of a node as the top-m of its head (grow with --constraint grounded)']
+    """
+    problems = engine(fmt, draft).problems(tree)
+    if num_heads is not None and tree.depth > num_heads and fmt not in ("paths", "json"):
+        problems.append(f"the tree is {tree.depth} deep but there are only {num_heads} heads "
+                        f"(grow with --max-depth {num_heads})")
+    return problems
+
+
+def engines_for(tree: Tree, *, num_heads: int | None = None) -> list[Engine]:
+    """Every registry entry whose engine runs ``tree`` as designed (formats in registry order)."""
+    return [e for e in ENGINES
+            if not engine_problems(tree, e.format, num_heads=num_heads, draft=e.draft or "medusa")]
