@@ -37,8 +37,8 @@ CHAIN_17 = Tree.chain(17)
     # TensorRT-LLM's C++ runtime: 16 children, 16 levels
     ([[0], [0, 15]], "triton", "medusa", []),
     ([[0], [0, 16]], "triton", "medusa",
-     ["[0, 16] has rank 16, but TensorRT-LLM's runtime allows 16 children per node: rank 16 is "
-      "attached to the wrong parent and larger ranks are refused (ranks 0..15) "
+     ["[0, 16] has rank 16, but TensorRT-LLM's runtime keys a node by 4 bits per level: rank 16 "
+      "overflows into its parent's key and larger ranks are refused (ranks 0..15) "
       "(grow with --max-rank 16)"]),
     # ... and its Python runtime reads depth-1 ranks as 0..m-1
     ([[1]], "triton", "medusa", []),
@@ -68,10 +68,12 @@ def test_each_rule_exactly(choices, fmt, draft, expected):
 
 
 def test_depth_limits():
-    assert engine_problems(CHAIN_17, "triton") == [
-        "the tree is 17 deep, but TensorRT-LLM's runtime drafts at most 16 levels "
-        "(grow with --max-depth 16)"]
-    assert engine_problems(Tree.chain(16), "triton") == []
+    # speculativeChoicesUtils.cpp: `prefix |= vec[ci] << 4 * (len - 1 - ci)` shifts an int32,
+    # so from depth 9 on a node's key wraps onto another's; the runtime's own check allows 16
+    assert engine_problems(Tree.chain(9), "triton") == [
+        "the tree is 9 deep, but TensorRT-LLM's runtime keys a node by 4 bits per level shifted "
+        "in 32 bits: deeper nodes collide (its own check allows 16) (grow with --max-depth 8)"]
+    assert engine_problems(Tree.chain(8), "triton") == []
     assert engine_problems(Tree.chain(3), "medusa", num_heads=2) == [
         "the tree is 3 deep but there are only 2 heads (grow with --max-depth 2)"]
     assert engine_problems(Tree.chain(3), "paths", num_heads=2) == []

@@ -24,7 +24,7 @@ from treeopt.tree import Path, Tree
 DRAFTS: tuple[str, ...] = ("medusa", "eagle")
 MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
 TRTLLM_MAX_CHILDREN = 16  # TensorRT-LLM's C++ runtime: ranks 0..15 under any node
-TRTLLM_MAX_DEPTH = 16
+TRTLLM_MAX_DEPTH = 8  # its node keys pack 4 bits per level into an int32 shift: 8 levels fit
 
 
 @dataclass(frozen=True)
@@ -153,11 +153,12 @@ def _level_uniform(tree: Tree) -> str | None:
 NONEMPTY = Rule("at least one node", _nonempty, "")
 MEDUSA_RANKS = _rank_below(MEDUSA_TOPK, f"the reference code keeps only the top-{MEDUSA_TOPK} "
                                         "candidates of each head")
-TRTLLM_RANKS = _rank_below(TRTLLM_MAX_CHILDREN, "TensorRT-LLM's runtime allows 16 children per "
-                                                "node: rank 16 is attached to the wrong parent "
+TRTLLM_RANKS = _rank_below(TRTLLM_MAX_CHILDREN, "TensorRT-LLM's runtime keys a node by 4 bits per "
+                                                "level: rank 16 overflows into its parent's key "
                                                 "and larger ranks are refused")
-TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_DEPTH, f"TensorRT-LLM's runtime drafts at most "
-                                                f"{TRTLLM_MAX_DEPTH} levels")
+TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_DEPTH, "TensorRT-LLM's runtime keys a node by 4 bits "
+                                                "per level shifted in 32 bits: deeper nodes "
+                                                "collide (its own check allows 16)")
 TRTLLM_PY_ROOT = _contiguous("TensorRT-LLM's Python runtime (_medusa_setup) reads the depth-1 "
                              "ranks as 0..m-1", depth_one_only=True)
 EAGLE_TOPK = _contiguous("TensorRT-LLM's static EAGLE tree drafts the top-k children of every "
@@ -167,33 +168,43 @@ GROUNDED = Rule("Hydra grounded heads", _grounded, "--constraint grounded")
 UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
 
 # ----- the registry ---------------------------------------------------------------------------
-TRTLLM_VERSIONS = "TensorRT-LLM 0.9 – 1.2 (cpp/tensorrt_llm/runtime/utils/speculativeChoicesUtils)"
+# TensorRT-LLM's C++ runtime (speculativeChoicesUtils.cpp) serves the run script, the Triton
+# backend and MedusaDecodingConfig: the TensorRT engine backend, whose last release is 1.3.0rc20
+# (last stable 1.2.1); 1.3.0rc21 removed it.
+TRT_BACKEND = "TensorRT-LLM 0.9 – 1.2.1 stable / 1.3.0rc20 (TensorRT backend, removed in 1.3.0rc21)"
 ENGINES: tuple[Engine, ...] = (
     Engine("medusa", None, "Medusa reference code (medusa_choices)",
-           "FasterDecoding/Medusa main (medusa/model/utils.py)", (NONEMPTY, MEDUSA_RANKS)),
+           "FasterDecoding/Medusa, last commit 2024-04-18 (medusa/model/utils.py)",
+           (NONEMPTY, MEDUSA_RANKS)),
     Engine("hydra", None, "Hydra reference code, grounded heads (hydra_choices)",
-           "zankner/Hydra main (hydra/model/utils.py, prefix_mlp_head.py)", (NONEMPTY, GROUNDED)),
+           "zankner/Hydra, last commit 2024-02-18 (hydra/model/utils.py, grounded proposal)",
+           (NONEMPTY, GROUNDED)),
     Engine("trtllm", None, "TensorRT-LLM run script --medusa_choices / --eagle_choices",
-           TRTLLM_VERSIONS + "; Python runtime _medusa_setup",
+           TRT_BACKEND + "; C++ runtime and Python runtime (_medusa_setup)",
            (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PY_ROOT),
-           ("the TensorRT engine backend (run.py, trtllm-build) is legacy; new deployments use "
-            "the LLM API (--format trtllm-yaml)",)),
-    Engine("trtllm-yaml", "medusa", "TensorRT-LLM LLM API, MedusaDecodingConfig (TensorRT backend)",
-           TRTLLM_VERSIONS, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH),
-           ("MedusaDecodingConfig belongs to the TensorRT backend, which current TensorRT-LLM no "
-            "longer has: use a release that still accepts it",
-            "num_medusa_heads must be the checkpoint's head count (--num-heads)")),
-    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree "
-           "(PyTorch backend)", "TensorRT-LLM 1.1 – 1.3 (tensorrt_llm/llmapi/llm_args.py, "
-           "_torch/speculative/spec_tree_manager.py)", (NONEMPTY, EAGLE_TOPK, TRTLLM_DEPTH),
-           ("eagle_choices is deprecated; TensorRT-LLM announces its removal for release 1.4",
-            "speculative_model (the EAGLE checkpoint) is required (--speculative-model)")),
+           ("the TensorRT engine backend that reads this flag is gone from TensorRT-LLM "
+            "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)",)),
+    Engine("trtllm-yaml", "medusa", "TensorRT-LLM LLM API, MedusaDecodingConfig",
+           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH),
+           ("MedusaDecodingConfig runs on the TensorRT backend only: the last releases that "
+            "accept it are 1.2.1 (stable) and 1.3.0rc20",
+            "num_medusa_heads overrides the checkpoint's head count: it is --num-heads")),
+    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree",
+           "TensorRT-LLM 1.1 – 1.3 (llmapi/llm_args.py, _torch/speculative/spec_tree_manager.py; "
+           "eagle_choices removed in 1.4.0rc1)", (NONEMPTY, EAGLE_TOPK, TRTLLM_DEPTH),
+           ("eagle_choices is deprecated: TensorRT-LLM announced its removal for release 1.4, "
+            "and 1.4.0rc1 no longer has it",
+            "speculative_model is the EAGLE checkpoint (releases before December 2025 call it "
+            "speculative_model_dir)")),
     Engine("triton", None, "TensorRT-LLM Triton backend (medusa_choices parameter)",
-           TRTLLM_VERSIONS, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH)),
-    Engine("vllm", None, "vLLM speculative_token_tree (EAGLE/MTP with the TREE_ATTN backend)",
-           "vLLM 0.20.x (removed in 0.21.0)", (NONEMPTY, UNIFORM),
-           ("only vLLM 0.20.x takes a fixed tree, for EAGLE/MTP drafters with "
-            "attention_backend: TREE_ATTN; later versions draft a chain",)),
+           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH)),
+    Engine("vllm", None, "vLLM speculative_token_tree (EAGLE, EAGLE-3, MTP; TREE_ATTN backend)",
+           "vLLM 0.10.1 – 0.20.2 (v1/attention/backends/tree_attn.py; removed in 0.21.0)",
+           (NONEMPTY, UNIFORM),
+           ("only vLLM 0.10.1 – 0.20.2 take a fixed tree, for method eagle, eagle3 or mtp, and "
+            "only with the TREE_ATTN attention backend chosen explicitly (0.20: "
+            "--attention-backend TREE_ATTN; 0.10: VLLM_ATTENTION_BACKEND=TREE_ATTN); otherwise, "
+            "and from 0.21.0 on, vLLM drafts a chain",)),
     Engine("growmap", None, "Sequoia growmap", "Infini-AI-Lab/Sequoia main",
            (NONEMPTY, SEQUOIA_TOPK)),
     Engine("paths", None, "leaf paths (one root-to-leaf path each)", "treeopt", (NONEMPTY,)),
