@@ -9,6 +9,7 @@ and resumes where it stopped. Importing this module needs numpy only.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,6 +77,12 @@ class LatencyRecord:
         if rec.error is None and (rec.ms_median is None or rec.ms_median <= 0):
             raise TreeoptError(f"{source}: record {doc!r} has neither a positive ms_median nor an "
                                "error")
+        for name in ("ms_median", "ms_p10", "ms_p90"):
+            value = getattr(rec, name)
+            if value is not None and not math.isfinite(value):
+                raise TreeoptError(f"{source}: record (batch {rec.batch}, context {rec.context}, "
+                                   f"tokens {rec.tokens}) has {name} {value}; expected a finite "
+                                   "number of milliseconds")
         return rec
 
 

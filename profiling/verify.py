@@ -66,10 +66,11 @@ def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str |
     """The model with real weights from ``weights_dir``, else random weights from ``cfg``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from treeopt.decoding.models import from_pretrained
+
     torch_dtype = TORCH_DTYPES[dtype]
     if weights_dir is not None:
-        model = AutoModelForCausalLM.from_pretrained(weights_dir, dtype=torch_dtype,
-                                                     local_files_only=True).to(device)
+        model = from_pretrained(weights_dir, dtype=torch_dtype, local_files_only=True).to(device)
     else:
         hf = cfg.to_hf()
         config = AutoConfig.for_model(hf.pop("model_type"), **hf)
@@ -155,8 +156,10 @@ def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str
                    dtype: str = "fp32", batch: Sequence[int], context: Sequence[int],
                    tokens: Sequence[int], repeats: int = 20, warmup: int = 3,
                    method: str = "eager", weights_dir: str | None = None,
-                   log: Callable[[str], None] | None = None) -> LatencyTable:
-    """Sweep batch × context × tokens, appending to ``out``; points already in it are skipped."""
+                   log: Callable[[str], None] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> LatencyTable:
+    """Sweep batch × context × tokens, appending to ``out``; points already in it are skipped.
+    ``progress(done, total)`` is called after each (batch, context) group."""
     check_device(device, dtype)
     if method not in METHODS:
         raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
@@ -170,18 +173,20 @@ def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str
     done = {k for k, r in table.by_key().items()}
     model = build_model(cfg, device=device, dtype=dtype, weights_dir=weights_dir)
     say = log or (lambda line: print(line, file=sys.stderr))
+    groups = [(b, s, [q for q in tokens if (b, s, q) not in done]) for b in batch for s in context]
+    groups = [g for g in groups if g[2]]
+    if progress is not None:
+        progress(0, len(groups))
     with torch.inference_mode():
-        for b in batch:
-            for s in context:
-                todo = [q for q in tokens if (b, s, q) not in done]
-                if not todo:
-                    continue
-                records = measure_group(model, cfg, batch=b, context=s, tokens=todo,
-                                        repeats=repeats, warmup=warmup, device=device,
-                                        method=method)
-                table = table.with_records(records)
-                table.save(out)
-                say(f"batch {b} context {s}: " + ", ".join(_brief(r) for r in records))
+        for i, (b, s, todo) in enumerate(groups):
+            records = measure_group(model, cfg, batch=b, context=s, tokens=todo,
+                                    repeats=repeats, warmup=warmup, device=device,
+                                    method=method)
+            table = table.with_records(records)
+            table.save(out)
+            say(f"batch {b} context {s}: " + ", ".join(_brief(r) for r in records))
+            if progress is not None:
+                progress(i + 1, len(groups))
     return table
 
 

@@ -47,10 +47,12 @@ class Fit:
 
 
 def fit_efficiency(cfg: ModelConfig, hardware: Hardware, points: Sequence[Point], *,
-                   precision: Precision = BF16, attention: str = "fused") -> Fit:
+                   precision: Precision = BF16, attention: str = "fused",
+                   source: str = "the latency table") -> Fit:
     """Fit efficiencies to measured ``(batch, context, tokens, seconds)`` points."""
     if len(points) < 2:
-        raise TreeoptError(f"the fit needs at least 2 measured points, got {len(points)}")
+        raise TreeoptError(f"{source}: the fit needs at least 2 measured points, got "
+                           f"{len(points)}")
     b_list = sorted({p[0] for p in points})
     s_list = sorted({p[1] for p in points})
     q_list = sorted({p[2] for p in points})
@@ -60,8 +62,8 @@ def fit_efficiency(cfg: ModelConfig, hardware: Hardware, points: Sequence[Point]
                 enumerate((b_list, s_list, q_list)))
     raw = r.class_raw_s[:, idx[0], idx[1], idx[2]].T  # [points, classes]
     measured = np.array([p[3] for p in points], dtype=np.float64)
-    if np.any(measured <= 0):
-        raise TreeoptError("measured latencies must be positive")
+    if not np.all(np.isfinite(measured) & (measured > 0)):
+        raise TreeoptError(f"{source}: measured latencies must be positive and finite")
     # x = MIN_SCALE + z, z ≥ 0; unknowns [z_matmul, z_attention, z_elementwise, overhead] ≥ 0
     design = np.column_stack([raw, np.ones(len(points))]) / measured[:, None]
     target = (measured - MIN_SCALE * raw.sum(axis=1)) / measured

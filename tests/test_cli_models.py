@@ -119,7 +119,8 @@ def test_bad_prompts_and_missing_model(workdir, tiny_model_dir, tmp_path, prompt
     proc = run("calibrate", "--model", tiny_model_dir, "--heads", workdir / "heads",
                "--prompts", bad, "--out", tmp_path / "t.npz")
     assert_user_error(proc, "bad.jsonl:1", "'prompt' field")
-    proc = run("calibrate", "--model", tmp_path, "--heads", workdir / "heads",
+    (tmp_path / "empty").mkdir()
+    proc = run("calibrate", "--model", tmp_path / "empty", "--heads", workdir / "heads",
                "--prompts", prompts_file, "--out", tmp_path / "t.npz")
     assert_user_error(proc, "no config.json")
 

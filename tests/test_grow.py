@@ -14,6 +14,7 @@ from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
 from treeopt.formats import engine_problems
 from treeopt.grow import Growth, grow, uniform_tree
 from treeopt.simulate import simulate
+from treeopt.uniform import largest_uniform
 from treeopt.value import expected_accept_length
 
 # 8 positions x 3 heads. Rank-prefix counts (the empirical values, in positions):
@@ -338,8 +339,9 @@ def uniform_brute_force(tr: RankTrace, n: int, *, max_depth: int, max_rank: int)
 def test_uniform_growth_equals_brute_force(tr, max_nodes):
     g = grow(tr, method="empirical", max_nodes=max_nodes, constraint="uniform")
     ell = g.expected_accept_length
-    assert np.all(np.diff(ell) >= 0) and len(g.uniform) == max_nodes
-    for n in range(1, max_nodes + 1):
+    largest = largest_uniform(max_depth=g.caps["max_depth"], max_rank=g.caps["max_rank"])
+    assert np.all(np.diff(ell) >= 0) and len(g.uniform) == g.max_nodes == min(max_nodes, largest)
+    for n in range(1, g.max_nodes + 1):
         t = g.tree(n)
         assert t.size <= n and (t.size == 0 or engine_problems(t, "vllm") == [])  # level-uniform
         assert abs(simulate(t, tr).mean_accept_length - ell[n]) < 1e-9

@@ -131,6 +131,7 @@ def read_accuracies(path: str | os.PathLike[str]) -> AccuracyTable:
 
 def parse_accuracies(text: str, *, source: str) -> AccuracyTable:
     """Parse accuracy-table text: JSON when ``source`` ends in .json, else CSV."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as spreadsheets save UTF-8 CSV
     if source.lower().endswith(".json"):
         try:
             obj = json.loads(text)
@@ -154,6 +155,7 @@ def _from_csv(text: str, source: str) -> AccuracyTable:
     for line_no, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise TreeoptError(f"{source}: line {line_no} has {len(row)} fields, expected {len(header)}")
+        _check_head(row[0], len(values) + 1, line_no, source)
         try:
             values.append([float(cell) for cell in row[1:]])
         except ValueError:
@@ -161,6 +163,18 @@ def _from_csv(text: str, source: str) -> AccuracyTable:
     if not values:
         raise TreeoptError(f"{source}: no head rows after the header")
     return AccuracyTable.from_cumulative(values, source=source)
+
+
+def _check_head(cell: str, expected: int, line_no: int, source: str) -> None:
+    """Rows list heads 1, 2, … in order, each once: a row's accuracies belong to its head."""
+    try:
+        head = int(cell.strip())
+    except ValueError:
+        raise TreeoptError(f"{source}: line {line_no} has head {cell!r}; expected the head "
+                           f"number {expected}") from None
+    if head != expected:
+        raise TreeoptError(f"{source}: line {line_no} is head {head}, expected head {expected} "
+                           "(rows must list heads 1, 2, … in order, none missing)")
 
 
 def _from_json(obj: Any, source: str) -> AccuracyTable:

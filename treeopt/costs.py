@@ -68,7 +68,15 @@ class StepLatency:
     @classmethod
     def from_points(cls, points: Sequence[tuple[int, int, int, float]], source: str,
                     **meta: Any) -> StepLatency:
-        """From ``(batch, context, tokens, seconds)`` points."""
+        """From ``(batch, context, tokens, seconds)`` points (at least one, each finite)."""
+        if not points:
+            raise TreeoptError(f"{source}: no measured points (empty, or every point failed, "
+                               "e.g. out of memory); nothing to price trees with")
+        bad = [p for p in points if not np.isfinite(p[3]) or p[3] <= 0]
+        if bad:
+            b, s, q, sec = bad[0]
+            raise TreeoptError(f"{source}: batch {b}, context {s}, tokens {q} takes {sec} s; "
+                               "expected a positive finite time")
         rows: dict[tuple[int, int], list[tuple[int, float]]] = {}
         for b, s, q, sec in points:
             rows.setdefault((int(b), int(s)), []).append((int(q), float(sec)))

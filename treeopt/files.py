@@ -57,7 +57,10 @@ def dumps(obj: Any, indent: int = 0) -> str:
     if isinstance(obj, list) and obj and not _is_flat(obj):
         items = [f"{pad}{dumps(v, indent + 1)}" for v in obj]
         return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
-    return json.dumps(obj)
+    try:
+        return json.dumps(obj, allow_nan=False)
+    except ValueError:  # NaN or infinity: not JSON, and no reader of ours would take it back
+        raise TreeoptError(f"cannot write {obj!r} as JSON: it holds NaN or infinity") from None
 
 
 def _is_flat(values: list[Any]) -> bool:
@@ -77,7 +80,7 @@ def read_text(path: str | os.PathLike[str], *, expected: str = "a text file") ->
     and saying what was ``expected`` there."""
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")  # a byte-order mark, if any, is not text
     except FileNotFoundError:
         raise TreeoptError(f"{p}: no such file") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError):

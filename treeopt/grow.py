@@ -166,6 +166,10 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
         from treeopt.uniform import grow_uniform
 
         vectors, ell = grow_uniform(source, method=method, **caps)
+        if len(vectors) < max_nodes:
+            from treeopt.uniform import capped_note
+
+            meta["exhausted"] = capped_note(max_nodes, len(vectors))
         return Growth(method, constraint, (), ell, caps, vectors, meta)
     value, scale = _value_function(source, method, caps)
     order, values = best_first(value, max_nodes=max_nodes, max_depth=caps["max_depth"],

@@ -49,11 +49,15 @@ class RankTrace:
             raise TreeoptError(f"rank trace: rank {int(r.min())} is below -1 (the 'missed' sentinel)")
         if r.size and int(r.max()) > np.iinfo(np.int16).max:
             raise TreeoptError("rank trace: ranks exceed the int16 range")
+        if r.shape[1] == 0:
+            raise TreeoptError("rank trace: it has 0 heads (ranks of shape "
+                               f"{list(r.shape)}); a trace needs at least one head")
         r = np.ascontiguousarray(r, dtype=np.int16)
         r.setflags(write=False)
         object.__setattr__(self, "ranks", r)
         if not isinstance(self.meta, dict):
             raise TreeoptError(f"rank trace: meta must be a dict, got {type(self.meta).__name__}")
+        _check_top_k(r, self.meta.get("top_k"))
         try:  # meta must be JSON-serialisable; fail early, not at save time
             json.dumps(self.meta)
         except (TypeError, ValueError) as exc:
@@ -180,8 +184,22 @@ class RankTrace:
             raise TreeoptError(f"{p}: {exc}") from None
 
 
-def merge_traces(traces: Sequence[RankTrace]) -> RankTrace:
-    """Concatenate shards along positions; head counts and top-k must agree.
+def _check_top_k(ranks: npt.NDArray[np.int16], top_k: Any) -> None:
+    """A recorded ``top_k`` is a positive integer above every rank (a larger rank would be a
+    silent miss in every simulation)."""
+    if top_k is None:
+        return
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise TreeoptError(f"rank trace: meta 'top_k' is {top_k!r}; expected a positive integer")
+    if ranks.size and int(ranks.max()) >= top_k:
+        row, head = np.argwhere(ranks >= top_k)[0]
+        raise TreeoptError(f"rank trace: rank {int(ranks[row, head])} at position {row}, head "
+                           f"{head + 1} is not below the recorded top_k {top_k}")
+
+
+def merge_traces(traces: Sequence[RankTrace], *, names: Sequence[str] | None = None) -> RankTrace:
+    """Concatenate the shards of one calibration run along positions; head counts, top-k and
+    every other record of the run must agree (``names``: what messages call the shards).
 
     >>> a = RankTrace(np.zeros((2, 3), np.int16), {"top_k": 8, "sequences": 1})
     >>> merge_traces([a, a]).positions, merge_traces([a, a]).meta["sequences"]
@@ -189,17 +207,24 @@ def merge_traces(traces: Sequence[RankTrace]) -> RankTrace:
     """
     if not traces:
         raise TreeoptError("merge: no traces given")
+    names = list(names) if names is not None else [f"shard {i}" for i in range(len(traces))]
     first = traces[0]
     for i, t in enumerate(traces[1:], start=1):
         if t.heads != first.heads:
-            raise TreeoptError(f"merge: shard {i} has {t.heads} heads, shard 0 has {first.heads}")
+            raise TreeoptError(f"merge: {names[i]} has {t.heads} heads, {names[0]} has {first.heads}")
         if t.meta.get("top_k") != first.meta.get("top_k"):
             raise TreeoptError(
-                f"merge: shard {i} recorded top-{t.meta.get('top_k')}, "
-                f"shard 0 top-{first.meta.get('top_k')}"
+                f"merge: {names[i]} recorded top-{t.meta.get('top_k')}, "
+                f"{names[0]} top-{first.meta.get('top_k')}"
             )
         if t.meta.get("head_kind") != first.meta.get("head_kind"):
-            raise TreeoptError("merge: shards come from different head kinds")
+            raise TreeoptError(f"merge: shards come from different head kinds: {names[0]} "
+                               f"{first.meta.get('head_kind')}, {names[i]} {t.meta.get('head_kind')}")
+        differences = _run_differences(first.meta, t.meta)
+        if differences:
+            raise TreeoptError(f"merge: {names[0]} and {names[i]} come from separate calibration "
+                               f"runs ({'; '.join(differences)}); merge the shards of one run")
+    _check_distinct_shards(traces, names)
     meta = {k: v for k, v in first.meta.items() if k not in ("shard", "created")}
     for key in ("sequences", "tokens"):
         if all(key in t.meta for t in traces):
@@ -210,3 +235,43 @@ def merge_traces(traces: Sequence[RankTrace]) -> RankTrace:
         meta.pop("sequence_positions", None)
     meta["merged_shards"] = len(traces)
     return RankTrace(np.concatenate([t.ranks for t in traces], axis=0), meta)
+
+
+# meta that differs between the shards of one run; everything else describes the run itself
+_PER_SHARD = frozenset({"shard", "created", "sequences", "tokens", "positions",
+                        "sequence_positions", "fingerprint", "merged_shards"})
+
+
+def _run_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What two shards' meta say differently about their run (the shard count included).
+
+    >>> _run_differences({"model": "m1", "shard": "0/2"}, {"model": "m2", "shard": "1/3"})
+    ["model 'm1' vs 'm2'", 'shard count 2 vs 3']
+    """
+    out = [f"{k} {_brief(a.get(k))} vs {_brief(b.get(k))}" for k in sorted(set(a) | set(b))
+           if k not in _PER_SHARD and a.get(k) != b.get(k)]
+    counts = [str(m["shard"]).partition("/")[2] for m in (a, b) if "shard" in m]
+    if len(counts) == 2 and counts[0] != counts[1]:
+        out.append(f"shard count {counts[0]} vs {counts[1]}")
+    return out
+
+
+def _check_distinct_shards(traces: Sequence[RankTrace], names: Sequence[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, t in enumerate(traces):
+        shard = t.meta.get("shard")
+        if shard is None:
+            continue
+        if shard in seen:
+            j = seen[shard]
+            prints = (traces[j].meta.get("fingerprint"), t.meta.get("fingerprint"))
+            why = (f"two separate runs (fingerprints {prints[0]} and {prints[1]})"
+                   if prints[0] != prints[1] else "the same shard given twice")
+            raise TreeoptError(f"merge: {names[j]} and {names[i]} are both shard {shard}: "
+                               f"{why}; merge the shards 0 … n-1 of one run")
+        seen[shard] = i
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

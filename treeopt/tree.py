@@ -19,6 +19,7 @@ import numpy.typing as npt
 from treeopt.errors import TreeoptError
 
 Path = tuple[int, ...]
+MAX_RANK = int(np.iinfo(np.int16).max) - 1  # a rank trace records top-k ≤ 32767 (int16)
 
 
 def _as_path(raw: object) -> Path:
@@ -32,6 +33,9 @@ def _as_path(raw: object) -> Path:
             raise TreeoptError(f"tree path {list(raw)!r} has a non-integer rank {r!r}")
         if r < 0:
             raise TreeoptError(f"tree path {list(raw)!r} has a negative rank {r}")
+        if r > MAX_RANK:
+            raise TreeoptError(f"tree path {list(raw)!r} has rank {r}; ranks go up to {MAX_RANK} "
+                               "(the largest a rank trace records)")
     return tuple(int(r) for r in raw)
 
 

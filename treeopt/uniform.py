@@ -35,6 +35,8 @@ def grow_uniform(source: Source, *, method: str, max_nodes: int, max_depth: int,
     >>> vectors, ell.tolist()
     (((1,), (1, 1), (1, 2), (2, 1)), [1.0, 1.75, 2.25, 2.5, 2.75])
     """
+    max_nodes = min(max_nodes, largest_uniform(max_depth=max_depth, max_rank=max_rank,
+                                               limit=max_nodes))
     level = (_independent(source) if method == "independent"
              else _empirical(source, max_rank=max_rank, max_depth=max_depth))
     best_ell = np.full(max_nodes + 1, -np.inf)
@@ -60,6 +62,28 @@ def grow_uniform(source: Source, *, method: str, max_nodes: int, max_depth: int,
         if best_ell[n] <= best_ell[n - 1] + 1e-15:
             best_ell[n], best_vec[n] = best_ell[n - 1], best_vec[n - 1]
     return tuple(best_vec[1:]), best_ell
+
+
+def largest_uniform(*, max_depth: int, max_rank: int, limit: int | None = None) -> int:
+    """Nodes of the largest uniform tree within the caps, R + R² + … + R^D (counting stops
+    once past ``limit``): no larger tree exists, so sizes beyond it are not grown.
+
+    >>> largest_uniform(max_depth=3, max_rank=2), largest_uniform(max_depth=60, max_rank=16, limit=100)
+    (14, 272)
+    """
+    total, level = 0, 1
+    for _ in range(max_depth):
+        level *= max_rank
+        total += level
+        if limit is not None and total > limit:
+            break
+    return total
+
+
+def capped_note(requested: int, grown: int) -> str:
+    """The growth meta's note when ``--max-nodes`` asked for more than the caps allow."""
+    return (f"--max-nodes {requested} is more than the largest uniform tree within the caps "
+            f"({grown} nodes); grew sizes 1 … {grown}")
 
 
 def _independent(source: Source) -> LevelFn:

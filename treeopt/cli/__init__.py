@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from treeopt.cli.common import check_out
 from treeopt.cli.demo_flags import add_demo_flags, expand_demo
 from treeopt.errors import TreeoptError
 
@@ -57,16 +58,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
+        check_out(args, parser)  # before any work: never overwrite an input, never fail at the end
         return int(args.func(args) or 0)
     except TreeoptError as exc:
-        print(f"treeopt {args.command}: error: {exc}", file=sys.stderr)
+        _end_progress_line()
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"treeopt {args.command}: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
+        _end_progress_line()
         print(f"treeopt {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _end_progress_line() -> None:
+    """End the line of a progress bar still on stderr, so a message that follows starts its own."""
+    tqdm = sys.modules.get("tqdm")
+    bars = list(getattr(tqdm.tqdm, "_instances", ())) if tqdm is not None else []
+    if bars:
+        sys.stderr.write("\n")
+    for bar in bars:
+        bar.disable = True  # closing it later must not redraw over the message
 
 
 def _version() -> str:

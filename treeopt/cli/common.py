@@ -1,9 +1,12 @@
-"""Helpers shared by the sub-command modules: output, list flags, progress."""
+"""Helpers shared by the sub-command modules: output, list flags, progress, the ``--out`` check."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from treeopt.errors import TreeoptError
@@ -18,6 +21,86 @@ def emit(obj: Any, out: str | None) -> int:
     else:
         sys.stdout.write(dumps(obj) + "\n")
     return 0
+
+
+def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse, before any work starts, an ``--out`` that would overwrite one of the command's
+    inputs or that cannot be written. Commands whose ``--out`` is a directory set
+    ``writes_directory=True`` in their defaults."""
+    out = getattr(args, "out", None)
+    if not out:
+        return
+    path, directory = Path(out), bool(getattr(args, "writes_directory", False))
+    for flag, value in input_paths(args, parser):
+        _check_not_input(path, flag, Path(value), directory=directory)
+    _check_writable(path, directory=directory)
+
+
+def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """``(flag, value)`` of every plain string argument of the chosen sub-command that names an
+    existing file or directory — the command's inputs (``--out`` itself excluded)."""
+    found = []
+    for action in _chosen_actions(args, parser):
+        if (action.dest == "out" or not isinstance(action, argparse._StoreAction)  # noqa: SLF001
+                or action.type is not None or action.choices is not None):
+            continue
+        value = getattr(args, action.dest, None)
+        flag = max(action.option_strings, key=len) if action.option_strings else str(
+            action.metavar or action.dest)
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v and os.path.exists(v):
+                found.append((flag, v))
+    return found
+
+
+def _chosen_actions(args: argparse.Namespace,
+                    parser: argparse.ArgumentParser | None) -> list[argparse.Action]:
+    """The actions of ``parser`` and of every sub-command parser ``args`` chose below it."""
+    actions: list[argparse.Action] = []
+    while parser is not None:
+        sub = None
+        for action in parser._actions:  # noqa: SLF001
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+                sub = action
+            else:
+                actions.append(action)
+        parser = sub.choices.get(getattr(args, sub.dest, None) or "") if sub else None
+    return actions
+
+
+def _check_not_input(out: Path, flag: str, source: Path, *, directory: bool) -> None:
+    if out.exists() and os.path.samefile(out, source):
+        raise TreeoptError(f"--out {out} is the {flag} input: writing it would overwrite the "
+                           "input; choose another --out")
+    if source.is_dir() and out.exists() and _inside(out, source):  # a new file there is fine
+        raise TreeoptError(f"--out {out} is inside the {flag} directory {source}: writing it "
+                           "would overwrite part of an input; choose another --out")
+    if directory and out.is_dir() and _inside(source, out):
+        raise TreeoptError(f"--out {out} holds the {flag} input {source}: writing it would "
+                           "change an input; choose another --out")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
+
+
+def _check_writable(out: Path, *, directory: bool) -> None:
+    """The target has the right kind, and its nearest existing ancestor (its parent, unless
+    missing folders are created) is a directory a file can be created in."""
+    if out.is_dir() and not directory:
+        raise TreeoptError(f"--out {out} is a directory; give a file name")
+    if directory and out.exists() and not out.is_dir():
+        raise TreeoptError(f"--out {out} is a file; give a directory")
+    where = out if directory and out.is_dir() else out.parent
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    if not existing.is_dir():
+        raise TreeoptError(f"--out {out}: {existing} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing, prefix=".treeopt-probe-"):
+            pass
+    except OSError as exc:
+        raise TreeoptError(f"--out {out}: cannot write in {existing} "
+                           f"({exc.strerror or exc})") from None
 
 
 def add_out(parser: argparse.ArgumentParser) -> None:
@@ -46,11 +129,19 @@ def int_list(flag: str):
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Flags of a real model loaded from a local directory (``ModelSpec`` fields, one to one)."""
-    p.add_argument("--model", required=True, metavar="DIR", help="local Hugging Face model")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, …")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16, float64")
-    p.add_argument("--device-map", help="passed to from_pretrained (e.g. auto)")
-    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--model", required=True, metavar="DIR",
+                   help="local Hugging Face model directory: config.json, safetensors weights, "
+                        "tokenizer files; nothing is downloaded (required)")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="cpu, cuda, cuda:1, … (default %(default)s)")
+    p.add_argument("--dtype", default="float32", metavar="DTYPE",
+                   help="float32, bfloat16, float16 or float64 (default %(default)s)")
+    p.add_argument("--device-map", metavar="MAP",
+                   help="passed to from_pretrained, e.g. auto to spread a model over several "
+                        "GPUs (default: the whole model on --device)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run Python code shipped in the model directory (off unless given; "
+                        "only for models you trust)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads for torch (default: torch's choice; 1 is fastest for tiny "
                         "models and on busy machines)")
@@ -69,10 +160,24 @@ def add_live_flags(p: argparse.ArgumentParser) -> None:
     """The flags of a live measurement: a real model (:func:`add_model_flags`), its heads, the
     growth whose trees are measured, prompts and batch sizes."""
     add_model_flags(p)
-    p.add_argument("--heads", required=True, metavar="DIR")
-    p.add_argument("--growth", required=True, metavar="G.json")
-    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
-    p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST")
+    add_heads_flag(p)
+    p.add_argument("--growth", required=True, metavar="G.json",
+                   help="the growth whose trees are measured (treeopt grow) (required)")
+    add_prompts_flag(p)
+    p.add_argument("--batch", type=int_list("--batch"), default=[1], metavar="LIST",
+                   help="comma-separated batch sizes (default 1)")
+
+
+def add_heads_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--heads", required=True, metavar="DIR",
+                   help="heads directory: treeopt's (heads.json) or Medusa's published layout "
+                        "(required)")
+
+
+def add_prompts_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE",
+                   help="JSONL files with a 'prompt' field, text files (one text each) or "
+                        "folders of them (required)")
 
 
 def counted(desc: str, unit: str) -> tuple[Any, Any]:
@@ -80,7 +185,9 @@ def counted(desc: str, unit: str) -> tuple[Any, Any]:
     bar = progress(desc=desc, unit=unit)
 
     def report(done: int, total: int) -> None:
-        bar.total = total
+        if bar.total != total:  # known once the library starts: show it at once
+            bar.total = total
+            bar.refresh()
         bar.update(done - bar.n)
 
     return bar, report

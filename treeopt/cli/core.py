@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("grow", help="grow the E[L]-maximising tree of every size")
     _add_source(p)
     p.add_argument("--method", choices=METHODS, default="empirical",
-                   help="empirical (exact, needs --trace) or independent (Medusa's model)")
-    p.add_argument("--max-nodes", type=int, required=True, metavar="N")
+                   help="empirical (exact, needs --trace) or independent (Medusa's model) "
+                        "(default %(default)s)")
+    p.add_argument("--max-nodes", type=int, required=True, metavar="N",
+                   help="the largest tree; the growth holds every size 0 … N (required)")
     p.add_argument("--max-depth", type=int, metavar="D", help="default: number of heads")
     p.add_argument("--max-rank", type=int, metavar="R", help="default: recorded top-k")
     p.add_argument("--constraint", choices=CONSTRAINTS, default="none",
@@ -45,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("simulate", help="accepted lengths of a tree on a rank trace")
     _add_tree(p)
-    p.add_argument("--trace", required=True, metavar="T.npz")
+    p.add_argument("--trace", required=True, metavar="T.npz",
+                   help="the rank trace the tree is walked on (required)")
     add_out(p)
     p.set_defaults(func=cmd_simulate)
 
@@ -81,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _add_source(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", metavar="T.npz", help="a rank trace")
+    src.add_argument("--trace", metavar="T.npz", help="a rank trace (this or --accuracies)")
     src.add_argument("--accuracies", metavar="A.csv",
                      help="cumulative top-i accuracies (CSV head,top1,…,topK or JSON)")
 

@@ -13,16 +13,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = demo_sub.add_parser("build", help="train the demo from the Python standard library")
     b.add_argument("--out", default="data/demo", metavar="DIR",
-                   help="where the demo goes (replaced only when the build finishes)")
+                   help="where the demo goes, replaced only when the build finishes (default "
+                        "%(default)s)")
     b.add_argument("--budget-minutes", type=float, default=30.0, metavar="M",
                    help="time budget that sizes the model and step counts (under 2: a tiny "
-                        "pipeline check)")
-    b.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    b.add_argument("--seed", type=int, default=0)
+                        "pipeline check) (default %(default)s)")
+    b.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the demo trains (default %(default)s)")
+    b.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="random seed of the whole build (default %(default)s)")
     b.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads for torch (default: torch's own choice)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
-    b.set_defaults(func=cmd_build)
+    b.set_defaults(func=cmd_build, writes_directory=True)
 
     i = demo_sub.add_parser("info", help="headline numbers and file locations of a demo")
     i.add_argument("--demo-dir", metavar="DIR", help="default: the shipped data/demo")
@@ -33,10 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_build(args: argparse.Namespace) -> int:
     import sys
 
-    from treeopt.decoding.models import set_threads
+    from treeopt.decoding.models import check_device, set_threads
     from treeopt.demo.build import build_demo, summary
     from treeopt.demo.config import plan
 
+    check_device(args.device)
     set_threads(args.threads)
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed)
     manifest = build_demo(args.out, config, show_progress=not args.no_progress

@@ -26,20 +26,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_model_shape(p)
     _add_device(p)
     _add_grid(p, tokens=True)
-    p.add_argument("--repeats", type=int, default=20, help="timed repeats per point (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls per point first")
+    p.add_argument("--repeats", type=int, default=20, metavar="N",
+                   help="timed repeats per point (default 20)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N",
+                   help="untimed calls per point first (default %(default)s)")
     p.add_argument("--cuda-graphs", action="store_true", help="replay one CUDA graph per q")
-    p.add_argument("--out", metavar="FILE", help="latency table; an existing one is resumed")
+    p.add_argument("--out", metavar="FILE",
+                   help="latency table; an existing one is resumed (required)")
     p.set_defaults(func=cmd_profile)
     forms = p.add_subparsers(dest="form", metavar="{device,step}")
 
     d = forms.add_parser("device", help="achieved matmul FLOP/s and memory bandwidth")
-    d.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    d.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="cpu or cuda[:N] (default %(default)s)")
     d.add_argument("--dtype", type=_names, metavar="LIST",
                    help="matmul dtypes (default bf16,fp32 on CUDA, fp32 on CPU)")
     d.add_argument("--matmul-size", type=int, metavar="N", help="n of the n×n matmul")
     d.add_argument("--copy-mib", type=int, metavar="MIB", help="size of the copied buffer")
-    d.add_argument("--repeats", type=int, default=10)
+    d.add_argument("--repeats", type=int, default=10, metavar="N",
+                   help="timed repeats of each measurement (default %(default)s)")
     add_out(d)
     d.set_defaults(func=cmd_profile_device)
 
@@ -48,12 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_live_flags(d)
     d.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
                    help="tree sizes profiled (default 1,2,3,4,6,8,12,16,24,32,48,64)")
-    d.add_argument("--max-new-tokens", type=int, default=64)
-    d.add_argument("--rounds", type=int, default=3)
+    d.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
+                   help="tokens decoded per prompt (default %(default)s)")
+    d.add_argument("--rounds", type=int, default=3, metavar="R",
+                   help="rounds over every tree; each record keeps the round with the fastest "
+                        "step (default %(default)s)")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--out", metavar="FILE", required=True,
-                   help="the step profile (JSON); an existing one is resumed")
+                   help="the step profile (JSON); an existing one is resumed (required)")
     d.set_defaults(func=cmd_profile_step)
 
     p = sub.add_parser("roofline", help="predicted step latency from FLOPs and bytes per operator")
@@ -66,21 +74,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_roofline)
 
     p = sub.add_parser("select", help="the throughput-optimal tree per batch size and context")
-    p.add_argument("--growth", required=True, metavar="G.json")
+    p.add_argument("--growth", required=True, metavar="G.json",
+                   help="the growth whose trees are priced (treeopt grow) (required)")
     p.add_argument("--latency", metavar="L.json", help="a measured latency table")
     p.add_argument("--roofline", metavar="R.json", help="a saved roofline")
     _add_model_shape(p, required=False)
     _add_precision(p, required=False)
-    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
-    p.add_argument("--context", type=int_list("--context"), metavar="LIST")
+    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST",
+                   help="comma-separated batch sizes (required with --hardware; default: every "
+                        "batch size the latency source holds)")
+    p.add_argument("--context", type=int_list("--context"), metavar="LIST",
+                   help="comma-separated context lengths (required with --hardware; default: "
+                        "every context the latency source holds)")
     p.add_argument("--step-profile", metavar="S.json",
                    help="the live step profiled (treeopt profile step): drafting and the "
                         "decoder's overhead, and the verify step when no other source is given")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: E[L] of every tree from its per-step walk")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
-    p.add_argument("--draft-heads", type=int, metavar="K")
-    p.add_argument("--draft-layers", type=int, default=1)
+    p.add_argument("--draft-heads", type=int, metavar="K",
+                   help="heads the drafter has, for --draft-kind")
+    p.add_argument("--draft-layers", type=int, default=1, metavar="N",
+                   help="layers per head, for --draft-kind (default %(default)s)")
     p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
                    help="depth caps to scan (default: all, when drafting grows with depth)")
     add_out(p)
@@ -99,26 +114,33 @@ def _add_model_shape(p: argparse.ArgumentParser, *, required: bool = True) -> No
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="cpu or cuda[:N] (default cpu)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="default bf16 on CUDA, fp32 on CPU")
 
 
 def _add_precision(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--hardware", required=required, metavar="NAME|FILE",
-                   help="a row of data/hardware/gpus.csv or a hardware JSON")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="compute dtype (bf16)")
+                   help="a row of data/hardware/gpus.csv or a hardware JSON"
+                        + (" (required)" if required else ""))
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                   help="compute dtype (default bf16)")
     p.add_argument("--weight-dtype", metavar="DT", help="weights' dtype (default: --dtype)")
     p.add_argument("--kv-dtype", metavar="DT", help="KV cache dtype (default: --dtype)")
-    p.add_argument("--attention", choices=("fused", "eager"), default="fused")
+    p.add_argument("--attention", choices=("fused", "eager"), default="fused",
+                   help="fused: FlashAttention-like kernels, scores stay on chip; eager: adds the "
+                        "score, mask and probability traffic (default %(default)s)")
 
 
 def _add_grid(p: argparse.ArgumentParser, *, tokens: bool) -> None:
-    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST")
-    p.add_argument("--context", type=int_list("--context"), metavar="LIST")
+    p.add_argument("--batch", type=int_list("--batch"), metavar="LIST",
+                   help="comma-separated batch sizes (required)")
+    p.add_argument("--context", type=int_list("--context"), metavar="LIST",
+                   help="comma-separated context lengths: tokens already cached (required)")
     if tokens:
         p.add_argument("--tokens", type=int_list("--tokens"), metavar="LIST",
-                       help="tree tokens q = nodes + 1")
+                       help="comma-separated tree tokens q = nodes + 1 (required)")
 
 
 def _model(args: argparse.Namespace, *, need: bool = True) -> Any:
@@ -147,11 +169,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     cfg = _model(args)
     _need_grid(args, "batch", "context", "tokens")
     require(bool(args.out), "--out is required: the latency table is written as points finish")
+    bar, report = counted("profile", "group")
     table = profile_verify(cfg, out=args.out, device=args.device, dtype=_dtype(args),
                            batch=args.batch, context=args.context, tokens=args.tokens,
                            repeats=args.repeats, warmup=args.warmup,
                            method="cuda-graphs" if args.cuda_graphs else "eager",
-                           weights_dir=args.model)
+                           weights_dir=args.model,
+                           log=lambda line: bar.write(line, file=sys.stderr), progress=report)
+    bar.close()
     failed = sum(1 for r in table.records if not r.ok)
     noisy = sum(1 for r in table.records if r.ok and r.spread is not None and r.spread > 0.2)
     print(f"wrote {args.out}: {len(table.records)} points, {failed} failed", file=sys.stderr)
@@ -209,7 +234,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
         table = LatencyTable.load(args.fit)
         table.check_matches(model=cfg, dtype=precision.compute, source=args.fit)
         fit = fit_efficiency(cfg, hw, table.points(), precision=precision,
-                             attention=args.attention)
+                             attention=args.attention, source=f"--fit {args.fit}")
     r = roofline(cfg, hw, batch=args.batch, context=args.context, tokens=args.tokens,
                  precision=precision, attention=args.attention,
                  **({"efficiency": fit.efficiency} if fit else {}))
@@ -230,6 +255,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     growth = Growth.load(args.growth)
     trace = RankTrace.load(args.trace) if args.trace else None
+    _check_sources(args, growth, trace)
     cfg = _model(args, need=bool(args.hardware))
     costs = _profiled(args)
     selection = price(growth, _verify_latency(args, growth, cfg, costs),
@@ -238,6 +264,32 @@ def cmd_select(args: argparse.Namespace) -> int:
                       batch=args.batch, context=args.context, depth_caps=args.max_depths,
                       trace=trace)
     return emit(selection.to_json(), args.out)
+
+
+def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:
+    """Refuse a growth, trace, step profile, latency table or drafter made with other heads or
+    another model than the rest (as far as each file records), and too few --draft-heads."""
+    from treeopt.workbench import provenance as pv
+
+    records = [pv.recorded_by_growth(growth, f"--growth {args.growth}")]
+    if trace is not None:
+        records.append(pv.recorded_by_trace(trace, f"--trace {args.trace}"))
+    if args.step_profile:
+        from profiling.table import load_step_profile
+
+        records.append(pv.recorded_by_step_profile(load_step_profile(args.step_profile),
+                                                   f"--step-profile {args.step_profile}"))
+    if args.latency:
+        from profiling.table import LatencyTable
+
+        records.append(pv.recorded_by_table(LatencyTable.load(args.latency),
+                                            f"--latency {args.latency}"))
+    if args.draft_kind:
+        records.append(pv.Recorded("--draft-kind", kind=args.draft_kind))
+    pv.check_agree(records)
+    if args.draft_kind and args.draft_heads is not None:
+        pv.check_draft_heads(growth, args.draft_heads, source=f"--growth {args.growth}",
+                             depth_caps=args.max_depths)
 
 
 def _profiled(args: argparse.Namespace) -> Any:

@@ -9,9 +9,11 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import (
+    add_heads_flag,
     add_live_flags,
     add_model_flags,
     add_out,
+    add_prompts_flag,
     counted,
     emit,
     int_list,
@@ -24,28 +26,36 @@ from treeopt.engines import FORMATS
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="decode with a tree for real: acceptance, tokens/s, match")
     add_model_flags(p)
-    p.add_argument("--heads", required=True, metavar="DIR")
+    add_heads_flag(p)
     p.add_argument("--tree", required=True, metavar="TREE",
                    help="growth JSON (with --size), selection JSON (its tree at --batch and "
-                        "--context), tree JSON or a choices list in any form")
+                        "--context), tree JSON or a choices list in any form (required)")
     p.add_argument("--size", type=int, metavar="N", help="tree size, for growth files")
     p.add_argument("--context", type=int, metavar="S",
                    help="for a selection swept at several contexts: the point's context")
     p.add_argument("--tree-format", choices=FORMATS,
                    help="the TREE file's form (default: detected)")
-    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    add_prompts_flag(p)
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="tokens decoded per prompt (default %(default)s)")
     p.add_argument("--batch", type=int, default=1, metavar="B",
                    help="prompts decoded together; with a selection, also the point whose tree "
                         "is decoded (default 1)")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="timed rounds, interleaved; tokens/s is the best of them (default 3)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
-    p.add_argument("--mode", choices=("greedy", "typical"), default="greedy")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--posterior-threshold", type=float, default=0.09, help="ε")
-    p.add_argument("--posterior-alpha", type=float, help="α (default √ε)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mode", choices=("greedy", "typical"), default="greedy",
+                   help="greedy: lossless, outputs must equal autoregressive decoding; typical: "
+                        "Medusa's typical acceptance, sampled, not lossless (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.7, metavar="T",
+                   help="sampling temperature of --mode typical (default %(default)s)")
+    p.add_argument("--posterior-threshold", type=float, default=0.09, metavar="EPS",
+                   help="ε of --mode typical: a token passes with probability above "
+                        "min(ε, α·exp(−entropy)) (default %(default)s)")
+    p.add_argument("--posterior-alpha", type=float, metavar="ALPHA",
+                   help="α of --mode typical (default √ε)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="random seed of --mode typical's sampling (default %(default)s)")
     _add_compile(p)
     add_out(p)
     p.set_defaults(func=cmd_verify)
@@ -59,15 +69,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="depth caps to sweep besides the uncapped trees")
     p.add_argument("--prompt-count", type=int, default=16, metavar="N",
                    help="prompts decoded at every point (default 16)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="tokens decoded per prompt (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=3, metavar="R",
+                   help="timed rounds, interleaved; each point keeps the best (default "
+                        "%(default)s)")
     p.add_argument("--step-profile", metavar="S.json",
                    help="predict every point with this step profile (and measure select's pick)")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: predicted E[L] is its per-step walk")
     _add_compile(p)
     p.add_argument("--out", required=True, metavar="FILE",
-                   help="the sweep (JSON); an existing one is resumed")
+                   help="the sweep (JSON); an existing one is resumed (required)")
     p.set_defaults(func=cmd_tune)
 
 

@@ -4,68 +4,127 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from treeopt.cli.common import add_model_flags, counted, emit, load_model_from, progress
+from treeopt.cli.common import (
+    add_heads_flag,
+    add_model_flags,
+    add_prompts_flag,
+    counted,
+    emit,
+    load_model_from,
+    progress,
+)
 from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
+
+# TrainConfig field -> (metavar, help) of its train-heads flag; defaults come from TrainConfig
+TRAIN_FLAGS = {
+    "num_heads": ("K", "draft heads; head k (from 0) drafts the token k+1 places after the "
+                       "base model's own next token"),
+    "num_layers": ("N", "layers per head: residual blocks (Hydra: its input layer counts)"),
+    "share_lm_head": (None, "project with the base model's frozen LM head instead of a trained "
+                            "copy per head (saves vocabulary × hidden weights per head)"),
+    "prefix_attention": (None, "Hydra++: an extra decoder layer over the base hidden states "
+                               "(--kind hydra only)"),
+    "steps": ("N", "optimiser steps"),
+    "batch_size": ("N", "windows per step"),
+    "seq_len": ("N", "tokens per training window; cut to the tokens the data hold and to the "
+                     "model's context when longer"),
+    "lr": ("LR", "peak AdamW learning rate"),
+    "weight_decay": ("WD", "AdamW weight decay"),
+    "warmup": ("N", "linear warm-up steps before the cosine decay"),
+    "decay": ("D", "head k's loss is weighted D^k"),
+    "seed": ("N", "random seed of the heads' initialisation and of batch sampling"),
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-heads", help="train draft heads by self-distillation (base frozen)")
     add_model_flags(p)
-    p.add_argument("--kind", choices=KIND_NAMES, required=True)
+    p.add_argument("--kind", choices=KIND_NAMES, required=True, help="drafter kind (required)")
     p.add_argument("--data", nargs="+", required=True, metavar="FILE",
-                   help="texts: JSONL with a 'prompt' field, text files or folders")
+                   help="texts: JSONL with a 'prompt' field, text files or folders (required)")
     p.add_argument("--generate", type=int, default=0, metavar="N",
-                   help="extend each text with N greedy tokens of the base model first")
+                   help="extend each text with N greedy tokens of the base model first, so the "
+                        "heads learn the model's own text (default %(default)s: train on the "
+                        "texts as they are)")
     from treeopt.drafters.config import TrainConfig
 
     for name, default in TrainConfig().__dict__.items():
         if name == "kind":
             continue
         flag = "--" + name.replace("_", "-")
+        metavar, text = TRAIN_FLAGS.get(name, (None, ""))
         if isinstance(default, bool):
-            p.add_argument(flag, action="store_true")
+            p.add_argument(flag, action="store_true", help=text)
         else:
-            p.add_argument(flag, type=type(default), default=default)
-    p.add_argument("--out", required=True, metavar="DIR", help="heads directory to write")
-    p.set_defaults(func=cmd_train_heads)
+            p.add_argument(flag, type=type(default), default=default, metavar=metavar,
+                           help=f"{text} (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="heads directory to write: heads.json and heads.safetensors (required)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the heads in an --out directory that is not empty")
+    p.set_defaults(func=cmd_train_heads, writes_directory=True)
 
     p = sub.add_parser("calibrate", help="a rank trace of a model's heads on prompts")
     add_model_flags(p)
-    p.add_argument("--heads", required=True, metavar="DIR")
-    p.add_argument("--prompts", nargs="+", required=True, metavar="FILE")
+    add_heads_flag(p)
+    add_prompts_flag(p)
     p.add_argument("--texts", action="store_true",
                    help="prompts are whole texts: the base model's argmax stands in for its "
                         "greedy continuation (an approximation; nothing is generated)")
-    p.add_argument("--top-k", type=int, default=16)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--shard", metavar="i/n", help="default: RANK/WORLD_SIZE from torchrun, or 0/1")
-    p.add_argument("--out", required=True, metavar="T.npz")
+    p.add_argument("--top-k", type=int, default=16, metavar="K",
+                   help="ranks recorded per head; a rank beyond is stored as -1 (default "
+                        "%(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="greedy tokens generated per prompt (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=8, metavar="N",
+                   help="prompts per chunk: decoded together, and saved as one part for "
+                        "resuming (default %(default)s)")
+    p.add_argument("--shard", metavar="i/n",
+                   help="take chunks i, i+n, … and write T.shard-i-of-n.npz (default: "
+                        "RANK/WORLD_SIZE from torchrun, or 0/1)")
+    p.add_argument("--out", required=True, metavar="T.npz",
+                   help="the rank trace, written when complete (required)")
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("trace", help="rank-trace utilities")
     tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
     m = tsub.add_parser("merge", help="concatenate calibration shards into one trace")
-    m.add_argument("shards", nargs="+", metavar="SHARD.npz")
-    m.add_argument("--out", required=True, metavar="T.npz")
+    m.add_argument("shards", nargs="+", metavar="SHARD.npz",
+                   help="the shards calibrate wrote (T.shard-i-of-n.npz)")
+    m.add_argument("--out", required=True, metavar="T.npz", help="the merged trace (required)")
     m.set_defaults(func=cmd_trace_merge)
 
 
 def cmd_train_heads(args: argparse.Namespace) -> int:
+    from treeopt.decoding.models import context_length
     from treeopt.decoding.ranks import greedy_continuations
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.training import TrainConfig, train_heads
+    from treeopt.drafters.training import TrainConfig, fit_to_data, train_heads
     from treeopt.prompts import encode, read_texts
 
     fields = {k: getattr(args, k) for k in TrainConfig().__dict__ if k != "kind"}
     cfg = TrainConfig(kind=args.kind, **fields)
+    out = Path(args.out)
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        raise TreeoptError(f"--out {out} exists and is not empty; pass --force to replace the "
+                           "heads there, or choose another --out")
     texts = read_texts(args.data)
     model, tok = load_model_from(args)
     data = encode(tok, texts, source=" ".join(args.data))
     if args.generate > 0:
         data = greedy_continuations(model, data, max_new_tokens=args.generate)
+    tokens = sum(len(s) for s in data)
+    fitted = fit_to_data(cfg, data, context=context_length(model))
+    if fitted.seq_len != cfg.seq_len:
+        why = (f"the training data hold {tokens} tokens" if fitted.seq_len == tokens else
+               f"the model's context is {fitted.seq_len} positions")
+        print(f"note: --seq-len {cfg.seq_len} cut to {fitted.seq_len}: {why}; training on "
+              f"{tokens // fitted.seq_len} window(s) of {fitted.seq_len} tokens (more text, or "
+              "--generate N, trains better heads)", file=sys.stderr)
+    cfg = fitted
     bar = progress(total=cfg.steps, desc="train-heads")
 
     def report(step: int, total: int, loss: float) -> None:
@@ -78,6 +137,7 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
     last = history[-1]
     print(f"wrote {args.out}", file=sys.stderr)
     return emit({"heads": args.out, "kind": cfg.kind, "steps": cfg.steps,
+                 "seq_len": cfg.seq_len, "tokens": tokens,
                  "first_loss": history[0]["loss"], "final_loss": last["loss"],
                  "final_head_loss": last["head_loss"],
                  "final_top1_agreement": last["top1_agreement"]}, None)
@@ -111,10 +171,7 @@ def cmd_trace_merge(args: argparse.Namespace) -> int:
     from treeopt.trace import RankTrace, merge_traces
 
     traces = [RankTrace.load(p) for p in args.shards]
-    shards = [t.meta["shard"] for t in traces if "shard" in t.meta]
-    if len(set(shards)) != len(shards):
-        raise TreeoptError(f"trace merge: the same shard appears twice ({shards})")
-    merged = merge_traces(traces)
+    merged = merge_traces(traces, names=args.shards)
     meta = {k: v for k, v in merged.meta.items() if k != "fingerprint"}
     meta["positions"] = merged.positions
     RankTrace(merged.ranks, meta).save(args.out)

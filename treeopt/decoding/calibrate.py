@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,16 +106,23 @@ def calibrate(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Seque
                                f"choose another --out")
         return done, target
     chunks = list(range(config.shard, _num_chunks(len(prompts), config), config.num_shards))
-    parts = _parts_dir(target, fingerprint)
-    for n, c in enumerate(chunks):
-        part = parts / f"chunk-{c:06d}.npz"
-        if not part.exists():
-            lo = c * config.batch_size
-            _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config).save(part)
-        if progress is not None:
-            progress(n + 1, len(chunks))
+    parts, created = _parts_dir(target, fingerprint)
+    try:
+        for n, c in enumerate(chunks):
+            part = parts / f"chunk-{c:06d}.npz"
+            if not part.exists():
+                lo = c * config.batch_size
+                _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config).save(part)
+            if progress is not None:
+                progress(n + 1, len(chunks))
+    except BaseException:  # interrupted or failed: keep finished chunks, leave no empty folder
+        if created and not any(parts.glob("chunk-*.npz")):
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
     traces = [RankTrace.load(parts / f"chunk-{c:06d}.npz") for c in chunks]
-    trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint})
+    run = _fingerprint(heads, prompts, replace(config, shard=0), meta or {})  # alike in every shard
+    trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint,
+                                            "run_fingerprint": run})
     trace.save(target)
     shutil.rmtree(parts, ignore_errors=True)
     return RankTrace.load(target), target
@@ -125,16 +132,18 @@ def _num_chunks(n: int, config: CalibrateConfig) -> int:
     return -(-n // config.batch_size)
 
 
-def _parts_dir(target: Path, fingerprint: str) -> Path:
+def _parts_dir(target: Path, fingerprint: str) -> tuple[Path, bool]:
+    """The folder of this run's finished chunks, and whether this call created it."""
     parts = target.with_name(f".{target.name}.parts")
     stamp = parts / "run.json"
     if parts.exists() and stamp.exists():
         old = json.loads(stamp.read_text()).get("fingerprint")
         if old != fingerprint:  # left over from another run: its chunks are not ours
             shutil.rmtree(parts)
+    created = not parts.exists()
     if not stamp.exists():
         write_json(stamp, {"fingerprint": fingerprint})
-    return parts
+    return parts, created
 
 
 def _run_chunk(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
@@ -167,7 +176,8 @@ def _finish(traces: list[RankTrace], heads: DraftHeads, config: CalibrateConfig,
     merged = (merge_traces(traces) if traces
               else RankTrace(np.zeros((0, K), np.int16), {"sequences": 0, "tokens": 0}))
     return RankTrace(merged.ranks, {
-        **meta, "head_kind": heads.config.kind, "num_heads": K, "top_k": config.top_k,
+        **meta, "head_kind": heads.config.kind, "num_heads": K,
+        "heads_config": heads.config.to_dict(), "top_k": config.top_k,
         "source": config.source, "max_new_tokens": config.max_new_tokens,
         "sequences": int(merged.meta.get("sequences", 0)),
         "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,

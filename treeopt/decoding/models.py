@@ -40,21 +40,20 @@ def parse_dtype(name: str) -> torch.dtype:
 
 def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     """The causal LM (eval mode, frozen) and its tokenizer (None when the directory has none)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     set_threads(spec.threads)
     path = Path(spec.path)
     if not (path / "config.json").exists():
         raise TreeoptError(f"--model {spec.path}: no config.json (a local Hugging Face model "
                            f"directory is expected)")
+    if not spec.device_map:
+        check_device(spec.device)
     kwargs: dict[str, Any] = {"dtype": parse_dtype(spec.dtype), "local_files_only": True,
                               "trust_remote_code": spec.trust_remote_code}
     if spec.device_map:
         kwargs["device_map"] = spec.device_map
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError, KeyError) as exc:
-        raise TreeoptError(f"--model {spec.path}: cannot load ({exc})") from None
+    model = from_pretrained(str(path), **kwargs)
     if not spec.device_map:
         model.to(spec.device)
     model.eval().requires_grad_(False)
@@ -64,6 +63,49 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     except (OSError, ValueError, KeyError, TypeError):
         tokenizer = None
     return model, tokenizer
+
+
+def from_pretrained(path: str, *, flag: str = "--model", **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(path)``; weights that cannot be read — truncated,
+    or a pickle holding more than tensors (refused, never run) — raise a TreeoptError."""
+    import pickle
+
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except pickle.UnpicklingError as exc:
+        why = str(exc).partition("WeightsUnpickler error:")[2].split(". ")[0].strip()
+        raise TreeoptError(f"{flag} {path}: refused to unpickle the weights, which hold more "
+                           f"than tensors ({why or 'weights_only=True failed'})") from None
+    except SafetensorError as exc:
+        raise TreeoptError(f"{flag} {path}: unreadable safetensors weights ({exc}; truncated or "
+                           "not a safetensors file?)") from None
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise TreeoptError(f"{flag} {path}: cannot load ({exc})") from None
+
+
+def check_device(device: str) -> None:
+    """Raise unless ``device`` names a torch device this machine has.
+
+    >>> check_device("cpu")
+    """
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise TreeoptError(f"--device {device!r} is not a device; expected cpu, cuda or "
+                           "cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TreeoptError(f"--device {device}: CUDA is not available on this machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise TreeoptError(f"--device {device}: this machine has "
+                               f"{torch.cuda.device_count()} CUDA devices")
+    elif dev.type not in ("cpu", "meta"):
+        available = getattr(getattr(torch.backends, dev.type, None), "is_available", None)
+        if available is None or not available():
+            raise TreeoptError(f"--device {device}: not available on this machine")
 
 
 def set_threads(threads: int | None) -> None:

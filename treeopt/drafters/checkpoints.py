@@ -74,8 +74,6 @@ def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
 
 
 def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | None) -> DraftHeads:
-    from safetensors.torch import load_file
-
     cfg = read_heads_config(d)
     if cfg.share_lm_head and lm_head is None:
         raise TreeoptError(f"{d}: these heads share the base model's LM head; load them with "
@@ -88,8 +86,19 @@ def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | 
         raise TreeoptError(f"{path}: no such file")
     heads = build_heads(cfg, lm_head=lm_head if cfg.share_lm_head else None,
                         embeddings=embeddings)
-    _load_state(heads, load_file(str(path)), str(path))
+    _load_state(heads, _read_safetensors(path), str(path))
     return heads
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a truncated or foreign file raises a TreeoptError."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise TreeoptError(f"{path}: unreadable safetensors file ({exc}; truncated?)") from None
 
 
 def _load_state(heads: DraftHeads, state: dict[str, torch.Tensor], source: str) -> None:
@@ -141,9 +150,7 @@ def import_medusa(directory: str | os.PathLike[str]) -> DraftHeads:
 def _read_medusa_weights(d: Path) -> dict[str, torch.Tensor]:
     st, pt = d / "medusa_lm_head.safetensors", d / "medusa_lm_head.pt"
     if st.exists():
-        from safetensors.torch import load_file
-
-        state = load_file(str(st))
+        state = _read_safetensors(st)
     elif pt.exists():
         try:
             state = torch.load(pt, map_location="cpu", weights_only=True)

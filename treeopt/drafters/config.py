@@ -3,6 +3,7 @@ the shape of a set of heads (:class:`HeadsConfig`) and how to train them (:class
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from treeopt.drafters import KINDS, drafter_kind
@@ -67,6 +68,14 @@ class TrainConfig:
         for name in ("steps", "batch_size", "seq_len"):
             if getattr(self, name) < 1:
                 raise TreeoptError(f"--{name.replace('_', '-')} must be ≥ 1")
+        if not self.lr > 0 or not math.isfinite(self.lr):  # also refuses NaN
+            raise TreeoptError(f"--lr must be a positive number, got {self.lr}")
+        for name in ("weight_decay", "decay"):
+            value = getattr(self, name)
+            if not value >= 0 or not math.isfinite(value):
+                raise TreeoptError(f"--{name.replace('_', '-')} must be a number ≥ 0, got {value}")
+        if self.warmup < 0:
+            raise TreeoptError(f"--warmup must be ≥ 0, got {self.warmup}")
         if self.seq_len < self.num_heads + 2:
             raise TreeoptError(f"--seq-len {self.seq_len} leaves no targets for "
                                f"{self.num_heads} heads (needs ≥ {self.num_heads + 2})")

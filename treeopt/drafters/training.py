@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,9 +35,29 @@ def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
     flat = [t for s in sequences for t in s]
     if len(flat) < seq_len:
         raise TreeoptError(f"the training data has {len(flat)} tokens, fewer than --seq-len "
-                           f"{seq_len}")
+                           f"{seq_len} (lower --seq-len, add text, or extend it with --generate N)")
     rows = len(flat) // seq_len
     return torch.tensor(flat[: rows * seq_len]).view(rows, seq_len)
+
+
+def fit_to_data(config: TrainConfig, sequences: Sequence[Sequence[int]], *,
+                context: int | None = None) -> TrainConfig:
+    """``config`` with ``seq_len`` cut to the tokens the data hold and to the model's
+    ``context``, so the defaults work on a few short texts; data too short to give every head a
+    target raise a TreeoptError that says how much is needed.
+
+    >>> fit_to_data(TrainConfig(num_heads=2), [[1, 2, 3], [4, 5, 6, 7]]).seq_len
+    7
+    >>> fit_to_data(TrainConfig(num_heads=2, seq_len=4), [[1, 2, 3], [4, 5, 6, 7]]).seq_len
+    4
+    """
+    tokens = sum(len(s) for s in sequences)
+    need = config.num_heads + 2  # a window must hold a position and the targets of every head
+    if tokens < need:
+        raise TreeoptError(f"the training data has {tokens} tokens; {config.num_heads} heads "
+                           f"need at least {need} (add text, or extend it with --generate N)")
+    seq_len = min(config.seq_len, tokens, context or config.seq_len)
+    return config if seq_len == config.seq_len else replace(config, seq_len=seq_len)
 
 
 def distill_loss(model: PreTrainedModel, heads: DraftHeads, ids: torch.Tensor, *, decay: float = 0.8,
