@@ -344,6 +344,8 @@ def test_uniform_growth_is_capped_by_the_largest_tree(files, tmp_path):
     ("head,top1\n1,0.6\n3,0.4\n", "line 3 is head 3, expected head 2"),
     ("head,top1\n1,0.6\n1,0.4\n", "line 3 is head 1, expected head 2"),
     ("head,top1\nfirst,0.6\n", "line 2 has head 'first'"),
+    ("head,top1\n0,0.6\n2,0.4\n", "line 3 is head 2, expected head 1 (rows must list heads 0, "
+                                  "1, …"),  # numbered from 0, as the first row says
 ])
 def test_csv_heads_must_be_in_order(tmp_path, text, fragment):
     path = tmp_path / "a.csv"

@@ -151,11 +151,12 @@ def _from_csv(text: str, source: str) -> AccuracyTable:
         raise TreeoptError(
             f"{source}: header is {','.join(header)!r}, expected {','.join(expected[:4])},…"
         )
-    values = []
+    values: list[list[float]] = []
+    first = 0 if rows[1:] and rows[1][0].strip() == "0" else 1  # heads numbered from 0 or from 1
     for line_no, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise TreeoptError(f"{source}: line {line_no} has {len(row)} fields, expected {len(header)}")
-        _check_head(row[0], len(values) + 1, line_no, source)
+        _check_head(row[0], first + len(values), line_no, source, first=first)
         try:
             values.append([float(cell) for cell in row[1:]])
         except ValueError:
@@ -165,8 +166,9 @@ def _from_csv(text: str, source: str) -> AccuracyTable:
     return AccuracyTable.from_cumulative(values, source=source)
 
 
-def _check_head(cell: str, expected: int, line_no: int, source: str) -> None:
-    """Rows list heads 1, 2, … in order, each once: a row's accuracies belong to its head."""
+def _check_head(cell: str, expected: int, line_no: int, source: str, *, first: int = 1) -> None:
+    """Rows list heads in order, each once, numbered from ``first`` (0 or 1, as the first row
+    does): a row's accuracies belong to its head."""
     try:
         head = int(cell.strip())
     except ValueError:
@@ -174,7 +176,8 @@ def _check_head(cell: str, expected: int, line_no: int, source: str) -> None:
                            f"number {expected}") from None
     if head != expected:
         raise TreeoptError(f"{source}: line {line_no} is head {head}, expected head {expected} "
-                           "(rows must list heads 1, 2, … in order, none missing)")
+                           f"(rows must list heads {first}, {first + 1}, … in order, none "
+                           "missing)")
 
 
 def _from_json(obj: Any, source: str) -> AccuracyTable:
