@@ -357,3 +357,22 @@ def test_export_names_the_grow_flags_that_make_a_valid_tree(tmp_path):
     assert fails("export", "--tree", "t.txt", "--format", "trtllm-yaml", cwd=tmp_path) == (
         "treeopt export: error: --num-heads is required for TensorRT-LLM's Medusa YAML: its "
         "num_medusa_heads overrides the checkpoint's head count")
+
+
+def test_schedule_dir_is_checked_before_any_work(selection, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    assert fails("export", "--tree", selection, "--format", "medusa", "--schedule-dir", "afile",
+                 cwd=tmp_path) == ("treeopt export: error: --schedule-dir afile is a file; give "
+                                   "a directory")
+    assert fails("export", "--tree", selection, "--format", "medusa", "--schedule-dir",
+                 "afile/sub", cwd=tmp_path) == ("treeopt export: error: --schedule-dir "
+                                                "afile/sub: afile is not a directory")
+    (tmp_path / "schedule.json").write_text(selection.read_text())
+    before = (tmp_path / "schedule.json").read_text()
+    assert fails("export", "--tree", "schedule.json", "--format", "medusa", "--schedule-dir", ".",
+                 cwd=tmp_path) == ("treeopt export: error: --schedule-dir .: writing "
+                                   "schedule.json would overwrite the --tree input; choose "
+                                   "another --schedule-dir")
+    assert (tmp_path / "schedule.json").read_text() == before
+    ok("export", "--tree", selection, "--format", "medusa", "--schedule-dir", ".", cwd=tmp_path)
+    assert (tmp_path / "medusa.batch1-1.json").read_text() == "[[0], [0, 0]]\n"

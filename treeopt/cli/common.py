@@ -27,13 +27,17 @@ def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None
     """Refuse, before any work starts, an ``--out`` that would overwrite one of the command's
     inputs or that cannot be written. Commands whose ``--out`` is a directory set
     ``writes_directory=True`` in their defaults."""
-    out = getattr(args, "out", None)
-    if not out:
-        return
-    path, directory = Path(out), bool(getattr(args, "writes_directory", False))
-    for flag, value in input_paths(args, parser):
-        _check_not_input(path, flag, Path(value), directory=directory)
-    _check_writable(path, directory=directory)
+    replaces_directory = bool(getattr(args, "writes_directory", False))
+    outputs = [("--out", getattr(args, "out", None), replaces_directory),
+               ("--schedule-dir", getattr(args, "schedule_dir", None), True)]  # adds files only
+    for out_flag, out, directory in outputs:
+        if not out:
+            continue
+        path = Path(out)
+        for flag, value in input_paths(args, parser):
+            _check_not_input(path, flag, Path(value), directory=directory and out_flag == "--out",
+                             out_flag=out_flag)
+        _check_writable(path, directory=directory, out_flag=out_flag)
 
 
 def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
@@ -41,7 +45,7 @@ def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
     existing file or directory — the command's inputs (``--out`` itself excluded)."""
     found = []
     for action in _chosen_actions(args, parser):
-        if (action.dest == "out" or not isinstance(action, argparse._StoreAction)  # noqa: SLF001
+        if (action.dest in ("out", "schedule_dir") or not isinstance(action, argparse._StoreAction)  # noqa: SLF001
                 or action.type is not None or action.choices is not None):
             continue
         value = getattr(args, action.dest, None)
@@ -68,38 +72,40 @@ def _chosen_actions(args: argparse.Namespace,
     return actions
 
 
-def _check_not_input(out: Path, flag: str, source: Path, *, directory: bool) -> None:
+def _check_not_input(out: Path, flag: str, source: Path, *, directory: bool,
+                     out_flag: str = "--out") -> None:
+    again = f"choose another {out_flag}"
     if out.exists() and os.path.samefile(out, source):
-        raise TreeoptError(f"--out {out} is the {flag} input: writing it would overwrite the "
-                           "input; choose another --out")
+        raise TreeoptError(f"{out_flag} {out} is the {flag} input: writing it would overwrite "
+                           f"the input; {again}")
     if source.is_dir() and out.exists() and _inside(out, source):  # a new file there is fine
-        raise TreeoptError(f"--out {out} is inside the {flag} directory {source}: writing it "
-                           "would overwrite part of an input; choose another --out")
+        raise TreeoptError(f"{out_flag} {out} is inside the {flag} directory {source}: writing "
+                           f"it would overwrite part of an input; {again}")
     if directory and out.is_dir() and _inside(source, out):
-        raise TreeoptError(f"--out {out} holds the {flag} input {source}: writing it would "
-                           "change an input; choose another --out")
+        raise TreeoptError(f"{out_flag} {out} holds the {flag} input {source}: writing it would "
+                           f"change an input; {again}")
 
 
 def _inside(path: Path, folder: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
-def _check_writable(out: Path, *, directory: bool) -> None:
+def _check_writable(out: Path, *, directory: bool, out_flag: str = "--out") -> None:
     """The target has the right kind, and its nearest existing ancestor (its parent, unless
     missing folders are created) is a directory a file can be created in."""
     if out.is_dir() and not directory:
-        raise TreeoptError(f"--out {out} is a directory; give a file name")
+        raise TreeoptError(f"{out_flag} {out} is a directory; give a file name")
     if directory and out.exists() and not out.is_dir():
-        raise TreeoptError(f"--out {out} is a file; give a directory")
+        raise TreeoptError(f"{out_flag} {out} is a file; give a directory")
     where = out if directory and out.is_dir() else out.parent
     existing = next(p for p in (where, *where.parents) if p.exists())
     if not existing.is_dir():
-        raise TreeoptError(f"--out {out}: {existing} is not a directory")
+        raise TreeoptError(f"{out_flag} {out}: {existing} is not a directory")
     try:
         with tempfile.TemporaryFile(dir=existing, prefix=".treeopt-probe-"):
             pass
     except OSError as exc:
-        raise TreeoptError(f"--out {out}: cannot write in {existing} "
+        raise TreeoptError(f"{out_flag} {out}: cannot write in {existing} "
                            f"({exc.strerror or exc})") from None
 
 

@@ -194,6 +194,10 @@ def _export_schedule(args: argparse.Namespace) -> int:
             raise TreeoptError(f"batches {r['min_batch']}-{r['max_batch']}: {exc}") from None
         r["file"] = name
     folder = Path(args.schedule_dir)
+    for name in [*files, "schedule.json"]:
+        if (folder / name).exists() and (folder / name).samefile(args.tree):
+            raise TreeoptError(f"--schedule-dir {folder}: writing {name} would overwrite the "
+                               "--tree input; choose another --schedule-dir")
     folder.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         write_text_atomic(folder / name, text)
