@@ -88,3 +88,33 @@ def prompts_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
     path.write_text("".join(json.dumps({"prompt": t[:24]}) + "\n" for t in TEXTS))
     return path
+
+
+@pytest.fixture(scope="module")
+def peaked():
+    """A tiny Llama with a sharpened LM head, so that greedy text is predictable and heads learn;
+    its greedy continuations of 16 random prompts, and the prompts."""
+    import torch
+
+    from treeopt.decoding.ranks import greedy_continuations
+
+    model = tiny_llama(vocab=256, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 256, (5,), generator=gen).tolist() for _ in range(16)]
+    return model, greedy_continuations(model, prompts, max_new_tokens=48), prompts
+
+
+@pytest.fixture(scope="module")
+def trained(peaked):
+    """Medusa and Hydra++ heads trained on ``peaked``'s own text."""
+    from treeopt.drafters.training import TrainConfig, train_heads
+
+    model, seqs, _ = peaked
+    out = {}
+    for kind, prefix in (("medusa", False), ("hydra", True)):
+        cfg = TrainConfig(kind=kind, num_heads=4, steps=40, batch_size=8, seq_len=48, lr=3e-3,
+                          prefix_attention=prefix)
+        out[kind] = train_heads(model, seqs, cfg)[0]
+    return out

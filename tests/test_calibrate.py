@@ -178,3 +178,53 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
         live = generate(model, heads, tree, prompt, config=DecodeConfig(max_new_tokens=32))
         assert list(live.stats.accept_lengths[: len(walk)]) == walk
         assert max(walk) > 1
+
+
+def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(tmp_path):
+    """Calibrated on sampled continuations, the trace predicts sample-and-match step by step:
+    sequence j of the run (prompt j // S, sample j % S) is live decoding on stream j."""
+    from treeopt import Tree
+    from treeopt.decoding.loop import decode
+    from treeopt.drafters.training import TrainConfig, train_heads
+    from treeopt.simulate import step_lengths
+
+    model = tiny_llama(vocab=V, hidden=D, seed=3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(25)
+    heads = train_heads(model, greedy_continuations(model, PROMPTS, max_new_tokens=40),
+                        TrainConfig(kind="hydra", num_heads=3, steps=30, seq_len=32, lr=3e-3))[0]
+    tree = Tree.from_choices([[0], [1], [0, 0], [1, 0], [0, 0, 0], [0, 1]])
+    S = 2
+    cfg = CalibrateConfig(top_k=8, max_new_tokens=32, temperature=1.5, top_p=0.95, seed=9,
+                          samples_per_prompt=S, batch_size=2)  # 3 chunks: streams continue
+    trace, _ = calibrate(model, heads, PROMPTS, tmp_path / "t.npz", config=cfg)
+    assert trace.sampling == {"temperature": 1.5, "top_p": 0.95, "top_k": 0, "seed": 9,
+                              "samples_per_prompt": 2}
+    assert trace.meta["source"] == "sampled" and trace.meta["sequences"] == S * len(PROMPTS)
+    rows = [p for p in PROMPTS for _ in range(S)]
+    live = decode(model, heads, tree, rows, config=cfg.decoding(), streams=range(len(rows)))
+    per_row, at = [], 0
+    for _, steps in live.stats.runs:
+        per_row.append(live.stats.accept_lengths[at: at + steps])
+        at += steps
+    walked = 0
+    for j in range(len(rows)):
+        walk = step_lengths(tree, trace.sequences(j + 1)).tolist()[walked:]
+        walked += len(walk)
+        assert list(per_row[j][: len(walk)]) == walk, j
+    greedy_walk = step_lengths(tree, calibrate(model, heads, PROMPTS, tmp_path / "g.npz",
+                                               config=CalibrateConfig(top_k=8, max_new_tokens=32))[0])
+    assert float(np.mean(greedy_walk)) > float(np.mean(step_lengths(tree, trace)))  # sampling
+    # accepts less than greedy decoding, and the trace says how much less
+
+
+def test_bad_sampling_config():
+    with pytest.raises(TreeoptError, match="--samples-per-prompt, --top-p and --sample-top-k "
+                                           "need --temperature > 0"):
+        CalibrateConfig(samples_per_prompt=3)
+    with pytest.raises(TreeoptError, match=r"--top-p must be in \(0, 1\]"):
+        CalibrateConfig(temperature=1.0, top_p=2.0)
+    with pytest.raises(TreeoptError, match="--temperature must be ≥ 0"):
+        CalibrateConfig(temperature=-1.0)
+    with pytest.raises(TreeoptError, match="cannot be sampled"):
+        CalibrateConfig(temperature=1.0, source="texts")

@@ -210,3 +210,53 @@ def test_select_prices_with_the_step_profile(workdir, profiled):
     assert [p["batch"] for p in sel["points"]] == [1, 2]
     assert all(p["overhead_ms"] > 0 for p in sel["points"])
     assert sel["growth"]["acceptance"].startswith("per-step walk")
+
+
+def test_sampled_calibration_and_lossless_sampling_verify(workdir, tiny_model_dir, prompts_file):
+    sampled = workdir / "sampled.npz"
+    proc = run("calibrate", "--model", tiny_model_dir, "--heads", workdir / "heads", "--prompts",
+               prompts_file, "--max-new-tokens", "16", "--top-k", "8", "--temperature", "1.0",
+               "--top-p", "0.9", "--samples-per-prompt", "2", "--seed", "3", "--out", sampled)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["sampling"] == {"temperature": 1.0, "top_p": 0.9, "top_k": 0, "seed": 3,
+                               "samples_per_prompt": 2}
+    assert out["sequences"] == 12
+    (workdir / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
+    verify = ["verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+              workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "12"]
+    proc = run(*verify, "--mode", "sample", "--temperature", "1.0", "--top-p", "0.9",
+               "--seed", "3", "--trace", sampled, "--rounds", "1")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["mode"] == "sample" and report["outputs_match"] is True
+    assert report["predicted"]["mean_accept_length"] >= 1.0
+    # a trace predicts the decoding it was calibrated for, nothing else
+    assert_user_error(run(*verify, "--trace", sampled), str(sampled),
+                      "calibrated on sampled continuations (temperature 1.0); greedy decoding "
+                      "needs a greedy trace")
+    assert_user_error(run(*verify, "--mode", "sample", "--temperature", "0.7", "--trace",
+                          sampled), "other sampling settings", "temperature 1.0 vs 0.7",
+                      "top_p 0.9 vs 1.0")
+    assert_user_error(run(*verify, "--mode", "sample", "--temperature", "1.0", "--trace",
+                          workdir / "t.npz"), "calibrated on greedy continuations")
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--mode", "sample", "--temperature", "0"], "--mode sample needs --temperature > 0, got 0.0"),
+    (["--mode", "sample", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+    (["--mode", "sample", "--sample-top-k", "-2"], "--sample-top-k must be ≥ 0"),
+])
+def test_bad_sampling_flags_fail_before_a_model_loads(workdir, prompts_file, flags, fragment):
+    (workdir / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
+    proc = run("verify", "--model", workdir / "no-model", "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, *flags)
+    assert_user_error(proc, fragment)
+
+
+def test_calibrate_sampling_flags_need_a_temperature(workdir, prompts_file):
+    proc = run("calibrate", "--model", workdir / "no-model", "--heads", workdir / "heads",
+               "--prompts", prompts_file, "--samples-per-prompt", "4", "--out",
+               workdir / "x.npz")
+    assert_user_error(proc, "--samples-per-prompt, --top-p and --sample-top-k need "
+                            "--temperature > 0")

@@ -39,28 +39,6 @@ TREES = {
 }
 
 
-@pytest.fixture(scope="module")
-def peaked():
-    """A tiny Llama with a sharpened LM head, so that greedy text is predictable and heads learn."""
-    model = tiny_llama(vocab=256, seed=3)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(25)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 256, (5,), generator=gen).tolist() for _ in range(16)]
-    return model, greedy_continuations(model, prompts, max_new_tokens=48), prompts
-
-
-@pytest.fixture(scope="module")
-def trained(peaked):
-    model, seqs, _ = peaked
-    out = {}
-    for kind, prefix in (("medusa", False), ("hydra", True)):
-        cfg = TrainConfig(kind=kind, num_heads=4, steps=40, batch_size=8, seq_len=48, lr=3e-3,
-                          prefix_attention=prefix)
-        out[kind] = train_heads(model, seqs, cfg)[0]
-    return out
-
-
 def prefill(model, rows, capacity=32):
     """A SlotCache holding each row of ``rows`` (equal lengths) at slots 0 … len-1."""
     cache = SlotCache.allocate(model, batch=len(rows), capacity=capacity)

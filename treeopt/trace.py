@@ -72,6 +72,13 @@ class RankTrace:
         return int(self.ranks.shape[1])
 
     @property
+    def sampling(self) -> dict[str, Any] | None:
+        """The sampling the continuations were drawn with (temperature, top_p, top_k, seed,
+        samples_per_prompt); None for a greedy trace."""
+        recorded = self.meta.get("sampling")
+        return dict(recorded) if isinstance(recorded, dict) else None
+
+    @property
     def top_k(self) -> int:
         """Recorded top-k: from meta, else one more than the largest rank seen."""
         k = self.meta.get("top_k")

@@ -21,6 +21,7 @@ from treeopt.cli.common import (
     require,
 )
 from treeopt.engines import FORMATS
+from treeopt.errors import TreeoptError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,18 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="timed rounds, interleaved; tokens/s is the best of them (default 3)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
-    p.add_argument("--mode", choices=("greedy", "typical"), default="greedy",
-                   help="greedy: lossless, outputs must equal autoregressive decoding; typical: "
-                        "Medusa's typical acceptance, sampled, not lossless (default %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.7, metavar="T",
-                   help="sampling temperature of --mode typical (default %(default)s)")
-    p.add_argument("--posterior-threshold", type=float, default=0.09, metavar="EPS",
-                   help="ε of --mode typical: a token passes with probability above "
-                        "min(ε, α·exp(−entropy)) (default %(default)s)")
-    p.add_argument("--posterior-alpha", type=float, metavar="ALPHA",
-                   help="α of --mode typical (default √ε)")
-    p.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="random seed of --mode typical's sampling (default %(default)s)")
+    add_decode_mode_flags(p)
     _add_compile(p)
     add_out(p)
     p.set_defaults(func=cmd_verify)
@@ -84,6 +74,63 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_tune)
 
 
+def add_decode_mode_flags(p: argparse.ArgumentParser) -> None:
+    """How tokens are chosen and accepted: greedy, lossless sampling, or typical acceptance."""
+    p.add_argument("--mode", choices=("greedy", "sample", "typical"), default="greedy",
+                   help="greedy: lossless, outputs must equal autoregressive decoding; sample: "
+                        "lossless sample-and-match, outputs must equal autoregressive sampling "
+                        "with the same --seed; typical: Medusa's typical acceptance, sampled, "
+                        "not lossless (default %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.7, metavar="T",
+                   help="sampling temperature of --mode sample and typical (default "
+                        "%(default)s)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="--mode sample: nucleus sampling, keep the most likely tokens up to "
+                        "mass P (default %(default)s: off)")
+    p.add_argument("--sample-top-k", type=int, default=0, metavar="K",
+                   help="--mode sample: keep the K most likely tokens (default %(default)s: off)")
+    p.add_argument("--posterior-threshold", type=float, default=0.09, metavar="EPS",
+                   help="ε of --mode typical: a token passes with probability above "
+                        "min(ε, α·exp(−entropy)) (default %(default)s)")
+    p.add_argument("--posterior-alpha", type=float, metavar="ALPHA",
+                   help="α of --mode typical (default √ε)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of --mode sample's per-position draws and --mode typical's "
+                        "sampling (default %(default)s)")
+
+
+def decode_config(args: argparse.Namespace, *, eos_token_id: int | None) -> Any:
+    """The DecodeConfig the decoding flags name (checked: one line per bad value)."""
+    from treeopt.decoding.config import DecodeConfig
+
+    return DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
+                        temperature=args.temperature, top_k=args.sample_top_k,
+                        top_p=args.top_p, posterior_threshold=args.posterior_threshold,
+                        posterior_alpha=args.posterior_alpha, seed=args.seed,
+                        eos_token_id=eos_token_id)
+
+
+def check_trace_sampling(trace: Any, args: argparse.Namespace, *, source: str) -> None:
+    """A trace predicts the mode it was recorded for: greedy traces greedy decoding, a sampled
+    trace sampling at its own temperature, top-p and top-k."""
+    recorded = trace.sampling
+    if args.mode == "typical":
+        return  # typical acceptance is compared with whatever trace is given, as before
+    if args.mode == "greedy" and recorded is not None:
+        raise TreeoptError(f"{source} was calibrated on sampled continuations (temperature "
+                           f"{recorded['temperature']}); greedy decoding needs a greedy trace")
+    if args.mode == "sample":
+        want = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.sample_top_k}
+        if recorded is None:
+            raise TreeoptError(f"{source} was calibrated on greedy continuations; --mode sample "
+                               "needs a trace calibrated with --temperature")
+        differ = [f"{k} {recorded.get(k)} vs {v}" for k, v in want.items()
+                  if recorded.get(k) != v]
+        if differ:
+            raise TreeoptError(f"{source} was calibrated with other sampling settings than "
+                               f"these ({', '.join(differ)})")
+
+
 def _add_compile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="run steps through torch.compile on a static cache (on CUDA: CUDA "
@@ -100,7 +147,6 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.verify import check_tree_for, verify
     from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.formats import is_selection_file, load_tree_arg
@@ -110,9 +156,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     selection = is_selection_file(args.tree)
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format,
                          batch=args.batch if selection else None, context=args.context)
+    decode_config(args, eos_token_id=None)  # bad sampling flags fail before anything loads
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:  # fail before loading a model
         check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)
+        check_trace_sampling(trace, args, source=args.trace)
     texts = read_texts(args.prompts)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
     require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
@@ -120,10 +168,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     model, tok = load_model_from(args)
     heads = load_heads_for(model, args.heads)
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source=args.tree)
-    cfg = DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
-                       temperature=args.temperature, posterior_threshold=args.posterior_threshold,
-                       posterior_alpha=args.posterior_alpha, seed=args.seed,
-                       eos_token_id=getattr(tok, "eos_token_id", None))
+    cfg = decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None))
     bar, tick = counted("verify", "decode")
     report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
                     batch=args.batch, rounds=args.rounds, compile=args.compile, progress=tick)

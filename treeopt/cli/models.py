@@ -85,6 +85,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", metavar="i/n",
                    help="take chunks i, i+n, … and write T.shard-i-of-n.npz (default: "
                         "RANK/WORLD_SIZE from torchrun, or 0/1)")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                   help="continue the prompts by sampling at T (per-position seeded, as "
+                        "verify --mode sample draws) and rank the sampled tokens: the trace "
+                        "predicts lossless sampling at T (default %(default)s: greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="with --temperature: nucleus sampling (default %(default)s: off)")
+    p.add_argument("--sample-top-k", type=int, default=0, metavar="K",
+                   help="with --temperature: keep the K most likely tokens (default "
+                        "%(default)s: off)")
+    p.add_argument("--samples-per-prompt", type=int, default=1, metavar="S",
+                   help="with --temperature: continuations sampled per prompt (default "
+                        "%(default)s)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="with --temperature: the sampler's seed (default %(default)s)")
     p.add_argument("--out", required=True, metavar="T.npz",
                    help="the rank trace, written when complete (required)")
     p.set_defaults(func=cmd_calibrate)
@@ -150,12 +164,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     shard, num_shards = parse_shard(args.shard)
     texts = read_texts(args.prompts)
+    options = {"top_k": args.top_k, "max_new_tokens": args.max_new_tokens,
+               "batch_size": args.batch_size, "source": "texts" if args.texts else "greedy",
+               "shard": shard, "num_shards": num_shards, "temperature": args.temperature,
+               "top_p": args.top_p, "sample_top_k": args.sample_top_k, "seed": args.seed,
+               "samples_per_prompt": args.samples_per_prompt}
+    CalibrateConfig(**options)  # bad flags fail before the model loads
     model, tok = load_model_from(args)
     heads = load_heads_for(model, args.heads)
-    cfg = CalibrateConfig(top_k=args.top_k, max_new_tokens=args.max_new_tokens,
-                          batch_size=args.batch_size, source="texts" if args.texts else "greedy",
-                          shard=shard, num_shards=num_shards,
-                          eos_token_id=getattr(tok, "eos_token_id", None))
+    cfg = CalibrateConfig(**options, eos_token_id=getattr(tok, "eos_token_id", None))
     prompts = encode(tok, texts, source=" ".join(args.prompts))
     bar, report = counted(f"calibrate {shard}/{num_shards}", "batch")
     meta = {"model": args.model, "heads": args.heads, "prompts": " ".join(args.prompts)}
@@ -164,7 +181,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     bar.close()
     return emit({"trace": str(path), "positions": trace.positions, "heads": trace.heads,
                  "top_k": trace.top_k, "sequences": trace.meta.get("sequences"),
-                 "shard": f"{shard}/{num_shards}"}, None)
+                 "sampling": trace.sampling, "shard": f"{shard}/{num_shards}"}, None)
 
 
 def cmd_trace_merge(args: argparse.Namespace) -> int:

@@ -2,6 +2,11 @@
 
 - greedy: a node passes when its token equals the base model's best token at its parent
   (:func:`~treeopt.drafters.ranking.best_token`); lossless.
+- sample (sample-and-match): at every node the base model's token is *sampled* from that node's
+  logits (:func:`~treeopt.decoding.sampling.sample`, noise keyed by the row and the position) and
+  a node passes when its token equals the sample at its parent; the sample at the last accepted
+  node is the next token. Every emitted token is a draw from the base model's own conditional,
+  and the same one an autoregressive sampler with the same seed draws: lossless, exactly.
 - typical (Medusa): a node passes when its probability at temperature T exceeds
   ``min(ε, α·exp(−entropy))`` at its parent; the longest passing path wins, ties broken by
   log-likelihood; the next token is sampled. Not lossless by design.
@@ -17,6 +22,7 @@ import torch
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.plan import TreePlan
+from treeopt.decoding.sampling import sample
 from treeopt.drafters.ranking import best_token
 
 
@@ -31,10 +37,20 @@ class Verdict:
 
 
 def accept(plan: TreePlan, tokens: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig,
-           generator: torch.Generator | None) -> Verdict:
-    """The verdict on tree tokens ``[b, q]`` from their verify logits ``[b, q, V]``."""
-    if cfg.mode == "greedy":
-        best = best_token(logits).to(tokens.device)  # [b, q]: the model's token after each
+           generator: torch.Generator | None, *, positions: torch.Tensor | None = None,
+           keys: torch.Tensor | None = None) -> Verdict:
+    """The verdict on tree tokens ``[b, q]`` from their verify logits ``[b, q, V]``.
+
+    ``positions`` ``[b, q]`` (each token's absolute position) and ``keys`` ``[b]`` (each row's
+    :func:`~treeopt.decoding.sampling.stream_keys`) are what mode ``sample`` draws with."""
+    if cfg.mode in ("greedy", "sample"):
+        if cfg.mode == "greedy":
+            best = best_token(logits).to(tokens.device)  # [b, q]: the model's token after each
+        else:
+            if positions is None or keys is None:
+                raise ValueError("mode 'sample' needs the tokens' positions and the rows' keys")
+            best = sample(logits, keys, positions + 1, temperature=cfg.temperature,
+                          top_k=cfg.top_k, top_p=cfg.top_p).to(tokens.device)
         if plan.tree.size == 0:
             ones = torch.ones_like(best[:, 0])
             return Verdict(torch.zeros_like(best), ones, best[:, 0])

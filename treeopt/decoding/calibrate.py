@@ -1,4 +1,11 @@
-"""Calibration runs: prompts → greedy continuations → one teacher-forced rank pass → RankTrace.
+"""Calibration runs: prompts → greedy (or sampled) continuations → one teacher-forced rank pass
+→ RankTrace.
+
+With ``temperature > 0`` each prompt is continued ``samples_per_prompt`` times by the same
+per-position seeded sampler live decoding uses (:mod:`treeopt.decoding.sampling`; prompt i's
+sample s is stream ``i·S + s``), and the drafter is ranked against the *sampled* tokens, teacher-
+forced along the sampled path: E[L] on that trace is live sample-and-match's expectation at that
+temperature. The trace's meta records the sampling (``"sampling"``); a greedy trace has none.
 
 Work is cut into chunks of ``batch_size`` prompts. Shard i of n takes chunks i, i+n, …; each
 finished chunk is saved atomically under ``.<out>.parts/``, so an interrupted run resumes where it
@@ -20,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context
-from treeopt.decoding.ranks import greedy_continuations, rank_batch
+from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
 from treeopt.trace import RankTrace, merge_traces
@@ -49,6 +57,11 @@ class CalibrateConfig:
     shard: int = 0
     num_shards: int = 1
     eos_token_id: int | None = None
+    temperature: float = 0.0  # 0: greedy continuations; > 0: sampled ones
+    top_p: float = 1.0
+    sample_top_k: int = 0
+    seed: int = 0
+    samples_per_prompt: int = 1
 
     def __post_init__(self) -> None:
         if self.source not in TARGETS:
@@ -59,6 +72,35 @@ class CalibrateConfig:
             raise TreeoptError("--batch-size and --max-new-tokens must be ≥ 1")
         if not 0 <= self.shard < self.num_shards:
             raise TreeoptError(f"--shard {self.shard}/{self.num_shards}: need 0 ≤ i < n")
+        if not self.temperature >= 0:
+            raise TreeoptError(f"--temperature must be ≥ 0 (0: greedy), got {self.temperature}")
+        if self.samples_per_prompt < 1:
+            raise TreeoptError(f"--samples-per-prompt must be ≥ 1, got {self.samples_per_prompt}")
+        if self.temperature == 0 and (self.samples_per_prompt > 1 or self.top_p < 1
+                                      or self.sample_top_k):
+            raise TreeoptError("--samples-per-prompt, --top-p and --sample-top-k need "
+                               "--temperature > 0 (greedy continuations are one per prompt)")
+        if self.temperature > 0 and self.source == "texts":
+            raise TreeoptError("--texts ranks the user's own texts; it cannot be sampled "
+                               "(leave out --temperature)")
+        if self.temperature > 0:
+            self.decoding()  # top-p / top-k checked like live decoding's
+
+    def decoding(self) -> DecodeConfig:
+        """The sampler the continuations are drawn with (the one live decoding uses)."""
+        return DecodeConfig(max_new_tokens=self.max_new_tokens, mode="sample",
+                            temperature=self.temperature, top_p=self.top_p,
+                            top_k=self.sample_top_k, seed=self.seed,
+                            eos_token_id=self.eos_token_id)
+
+    @property
+    def sampling(self) -> dict[str, Any] | None:
+        """What a sampled trace records in its meta (None: greedy)."""
+        if self.temperature == 0:
+            return None
+        return {"temperature": self.temperature, "top_p": self.top_p,
+                "top_k": self.sample_top_k, "seed": self.seed,
+                "samples_per_prompt": self.samples_per_prompt}
 
 
 def parse_shard(text: str | None, env: dict[str, str] | None = None) -> tuple[int, int]:
@@ -112,7 +154,8 @@ def calibrate(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Seque
             part = parts / f"chunk-{c:06d}.npz"
             if not part.exists():
                 lo = c * config.batch_size
-                _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config).save(part)
+                _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config,
+                           first=lo).save(part)
             if progress is not None:
                 progress(n + 1, len(chunks))
     except BaseException:  # interrupted or failed: keep finished chunks, leave no empty folder
@@ -147,15 +190,23 @@ def _parts_dir(target: Path, fingerprint: str) -> tuple[Path, bool]:
 
 
 def _run_chunk(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
-               config: CalibrateConfig) -> RankTrace:
+               config: CalibrateConfig, *, first: int = 0) -> RankTrace:
+    """Chunk of ``prompts`` whose first is prompt number ``first`` of the run."""
     K = heads.config.num_heads
     if config.source == "greedy":
         longest = max(len(p) for p in prompts)
         check_context(model, longest + config.max_new_tokens,
                       what=f"a prompt of {longest} tokens plus --max-new-tokens "
                            f"{config.max_new_tokens}")
-        seqs = greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
-                                    eos_token_id=config.eos_token_id)
+        if config.temperature > 0:
+            S = config.samples_per_prompt
+            prompts = [p for p in prompts for _ in range(S)]
+            streams = [(first + i) * S + s for i in range(len(prompts) // S) for s in range(S)]
+            seqs = sampled_continuations(model, prompts, config=config.decoding(),
+                                         streams=streams)
+        else:
+            seqs = greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
+                                        eos_token_id=config.eos_token_id)
         starts = [len(p) - 1 for p in prompts]
         ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k)
     else:
@@ -175,10 +226,12 @@ def _finish(traces: list[RankTrace], heads: DraftHeads, config: CalibrateConfig,
     K = heads.config.num_heads
     merged = (merge_traces(traces) if traces
               else RankTrace(np.zeros((0, K), np.int16), {"sequences": 0, "tokens": 0}))
+    sampled = {"sampling": config.sampling} if config.sampling else {}
     return RankTrace(merged.ranks, {
         **meta, "head_kind": heads.config.kind, "num_heads": K,
         "heads_config": heads.config.to_dict(), "top_k": config.top_k,
-        "source": config.source, "max_new_tokens": config.max_new_tokens,
+        "source": "sampled" if sampled else config.source,
+        "max_new_tokens": config.max_new_tokens, **sampled,
         "sequences": int(merged.meta.get("sequences", 0)),
         "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,
         "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 SPLIT_BATCHES = 2  # batches of the profiled pass that measures the per-step phase times
+LOSSLESS_MODES = ("greedy", "sample")  # tree output must equal autoregressive output exactly
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,9 +105,9 @@ class Comparison:
 
     @property
     def lossless(self) -> bool | None:
-        """Greedy: every output identical to autoregressive decoding; typical: None (by design
-        the outputs may differ)."""
-        return not self.mismatched if self.config.mode == "greedy" else None
+        """Greedy and sample (same seed, same streams): every output identical to autoregressive
+        decoding; typical: None (by design the outputs may differ)."""
+        return not self.mismatched if self.config.mode in LOSSLESS_MODES else None
 
     def to_dict(self) -> dict[str, Any]:
         tree_doc, ar_doc = self.tree_stats.to_dict(), self.autoregressive_stats.to_dict()
@@ -122,7 +123,7 @@ class Comparison:
             "speedup": self.speedup, "speedup_spread": self.speedup_spread,
             "round_speedups": self.round_speedups(),
             "end_to_end_speedup": statistics.median(self.round_speedups(end_to_end=True))}
-        if self.config.mode == "greedy":
+        if self.config.mode in LOSSLESS_MODES:
             doc["outputs_match"] = not self.mismatched
             doc["mismatched_prompts"] = self.mismatched
         return doc
@@ -187,11 +188,12 @@ def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
         tree_runs: list[BatchResult] = []
         ar_runs: list[BatchResult] = []
         for i, group in enumerate(groups):
+            streams = range(i * batch, (i + 1) * batch)  # a prompt's sampling stream: its index
             for which in ((0, 1) if i % 2 == 0 else (1, 0)):
                 if which == 0:
-                    tree_runs.append(decoder.decode(tree, group, config=config))
+                    tree_runs.append(decoder.decode(tree, group, config=config, streams=streams))
                 else:
-                    ar_runs.append(decoder.decode(empty, group, config=config))
+                    ar_runs.append(decoder.decode(empty, group, config=config, streams=streams))
                 tick()
         tree_rounds.append(tuple(tree_runs))
         ar_rounds.append(tuple(ar_runs))

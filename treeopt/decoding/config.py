@@ -7,16 +7,24 @@ from dataclasses import dataclass
 
 from treeopt.errors import TreeoptError
 
-MODES = ("greedy", "typical")
+MODES = ("greedy", "sample", "typical")
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    """Decoding options. ``posterior_alpha`` None means √ε, as in the Medusa paper."""
+    """Decoding options.
+
+    ``mode``: ``greedy``; ``sample`` — lossless sample-and-match at ``temperature`` with ``top_k``
+    (0: off) and ``top_p`` (1: off), per-position seeded by ``seed`` (:mod:`treeopt.decoding.
+    sampling`); ``typical`` — Medusa's typical acceptance (ε ``posterior_threshold``, α
+    ``posterior_alpha``, None meaning √ε as in the Medusa paper), not lossless.
+    """
 
     max_new_tokens: int = 128
     mode: str = "greedy"
     temperature: float = 0.7
+    top_k: int = 0
+    top_p: float = 1.0
     posterior_threshold: float = 0.09
     posterior_alpha: float | None = None
     eos_token_id: int | None = None
@@ -27,8 +35,13 @@ class DecodeConfig:
             raise TreeoptError(f"decode mode {self.mode!r} is unknown; expected one of {MODES}")
         if self.max_new_tokens < 1:
             raise TreeoptError(f"--max-new-tokens must be ≥ 1, got {self.max_new_tokens}")
-        if self.mode == "typical" and self.temperature <= 0:
-            raise TreeoptError("typical acceptance needs a temperature > 0")
+        if self.mode != "greedy" and not self.temperature > 0:  # NaN fails too
+            raise TreeoptError(f"--mode {self.mode} needs --temperature > 0, got "
+                               f"{self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise TreeoptError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise TreeoptError(f"--sample-top-k must be ≥ 0 (0: off), got {self.top_k}")
 
     @property
     def alpha(self) -> float:

@@ -30,6 +30,7 @@ from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
+from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import additive, verifier, verify_step
 from treeopt.drafters.base import DraftHeads, LiveState
@@ -76,8 +77,13 @@ class Decoder:
             self.verify = verifier(model, tree=heads is not None, compile=compile)
 
     def decode(self, tree: Tree, prompts: Sequence[Sequence[int]], *,
-               config: DecodeConfig | None = None, profile: bool = False) -> BatchResult:
-        """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive)."""
+               config: DecodeConfig | None = None, profile: bool = False,
+               streams: Sequence[int] | None = None) -> BatchResult:
+        """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive).
+
+        ``streams``: each row's sampling stream id (default 0 … b-1). Mode ``sample`` draws a
+        row's tokens from (seed, stream, position) alone, so a prompt decoded with the same stream
+        id emits the same tokens in any batch, with any tree."""
         config = config or DecodeConfig()
         check_tree_for_heads(tree, self.heads)
         if not prompts:
@@ -87,20 +93,24 @@ class Decoder:
         longest = max(len(p) for p in prompts)
         check_context(self.model, longest + config.max_new_tokens + tree.num_tokens,
                       what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
+        if streams is not None and len(streams) != len(prompts):
+            raise TreeoptError(f"{len(streams)} sampling streams for {len(prompts)} prompts")
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
+        ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
+                           dtype=torch.long, device=self.device)
         with torch.inference_mode():
             return _Run(self, tree_plan(tree, str(self.device)), config, gen, profile,
-                        prompts).loop()
+                        prompts, stream_keys(config.seed, ids)).loop()
 
 
 def decode(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-           profile: bool = False) -> BatchResult:
+           profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
     (a :class:`Decoder` checks the model once for many calls)."""
     check_tree_for_heads(tree, heads)
     return Decoder(model, heads if tree.size else None).decode(tree, prompts, config=config,
-                                                               profile=profile)
+                                                               profile=profile, streams=streams)
 
 
 def generate(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
@@ -146,9 +156,11 @@ class _Run:
     state (tokens emitted, budgets) of its rows."""
 
     def __init__(self, decoder: Decoder, plan: TreePlan, cfg: DecodeConfig,
-                 gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]]) -> None:
+                 gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
+                 keys: torch.Tensor) -> None:
         self.verify, self.heads, self.plan, self.cfg, self.gen = (
             decoder.verify, decoder.heads, plan, cfg, gen)
+        self.keys = keys  # [b]: each row's sampling stream
         self.device = decoder.device
         self.clock = _Clock(self.device, profile)
         self.prompts = [list(p) for p in prompts]
@@ -182,7 +194,8 @@ class _Run:
             logits, hidden = verify_step(self.verify, tokens, self.plan, cache=self.cache,
                                          lengths=lengths, frontier=frontier)
             self.clock.lap(1)
-            verdict = accept(self.plan, tokens, logits, self.cfg, self.gen)
+            verdict = accept(self.plan, tokens, logits, self.cfg, self.gen,
+                             positions=lengths[:, None] + self.plan.offsets, keys=self.keys)
             accepted, in_place = self._read(verdict, tokens, lens, frontier)  # the host sync
             lengths, lens = self._move(verdict, accepted, in_place, lengths, lens, frontier)
             frontier = max(lens)
@@ -224,7 +237,8 @@ class _Run:
                                            attention_mask=mask)
         rows = torch.arange(b, device=self.device)
         first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
-                       logits[rows, lengths - 1][:, None], self.cfg, self.gen).next_root
+                       logits[rows, lengths - 1][:, None], self.cfg, self.gen,
+                       positions=(lengths - 1)[:, None], keys=self.keys).next_root
         for i, token in enumerate(first.tolist()):
             self.out[i].append(token)
             self.active[i] = not self._finished(i, [token])

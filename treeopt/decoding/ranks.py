@@ -25,6 +25,7 @@ from treeopt.drafters.ranking import rank_of
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.config import DecodeConfig
     from treeopt.drafters.base import DraftHeads
 
 
@@ -105,4 +106,16 @@ def greedy_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]
 
     run = decode(model, None, Tree(()), prompts,
                  config=DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
+    return [[*p, *t] for p, t in zip(prompts, run.tokens, strict=True)]
+
+
+def sampled_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *,
+                          config: DecodeConfig, streams: Sequence[int]) -> list[list[int]]:
+    """Prompt + sampled continuation of each prompt (mode ``sample`` of ``config``), drawn by the
+    live loop with an empty tree on sampling stream ``streams[i]``: exactly the tokens live
+    sample-and-match decoding of that prompt with that stream emits."""
+    from treeopt.decoding.loop import decode
+    from treeopt.tree import Tree
+
+    run = decode(model, None, Tree(()), prompts, config=config, streams=streams)
     return [[*p, *t] for p, t in zip(prompts, run.tokens, strict=True)]
