@@ -43,7 +43,9 @@ def test_tiny_build_writes_every_artifact(tiny_demo):
         for p in (paths.heads(kind) / "heads.json", paths.heads(kind) / "heads.safetensors",
                   paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
                   paths.growth(kind, method="independent"), paths.step_profile(kind),
-                  paths.sweep(kind)):
+                  paths.sweep(kind), paths.trace(kind, temperature=1.0),
+                  paths.trace(kind, heldout=True, temperature=1.0),
+                  paths.growth(kind, temperature=1.0)):
             assert p.is_file(), p
     assert not any(p.name.startswith(".") for p in out.parent.iterdir())  # no work dir left
     listed = {f["path"] for f in manifest["files"]}
@@ -56,7 +58,8 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["format"] == DEMO_FORMAT == manifest["format"]
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
-                                         "traces", "growth", "quality", "latency", "sweep"}
+                                         "traces", "growth", "quality", "latency", "sweep",
+                                         "sampled"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
@@ -147,6 +150,46 @@ def test_interrupted_build_resumes_and_never_publishes_half(tmp_path, monkeypatc
     manifest = build.build_demo(out, cfg, log=logs.append)
     assert "[base] done earlier, reusing" in logs and "[heads] …" in logs
     assert manifest["config"]["seed"] == 3 and (out / "manifest.json").exists()
+
+
+def test_tiny_sampled_traces_record_their_sampling(tiny_demo):
+    from treeopt.trace import RankTrace
+
+    out, manifest, _ = tiny_demo
+    paths = demo_paths(out)
+    for kind in KINDS:
+        trace = RankTrace.load(paths.trace(kind, temperature=1.0))
+        assert trace.sampling == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 0,
+                                  "samples_per_prompt": 1}
+        assert RankTrace.load(paths.trace(kind)).sampling is None
+        record = manifest["sampled"]["1"][kind]
+        assert set(record) == {"positions", "expected_accept_length",
+                               "heldout_expected_accept_length",
+                               "greedy_grown_expected_accept_length"}
+        # the tree grown for T is at least as good at T as the greedy-grown one, at every size
+        for n, ell in record["expected_accept_length"].items():
+            assert ell >= record["greedy_grown_expected_accept_length"][n] - 1e-12
+
+
+def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypatch):
+    import torch
+
+    from treeopt.demo import build, stages
+
+    torch.set_num_threads(1)
+    cfg = replace(TINY, seed=4)
+    out = tmp_path / "demo"
+    without = tuple((n, f) for n, f in stages.PIPELINE if n != "sampled")
+    monkeypatch.setattr(stages, "PIPELINE", without)
+    first = build.build_demo(out, cfg, log=lambda s: None)
+    assert "sampled" not in first
+    monkeypatch.undo()
+    logs: list[str] = []
+    manifest = build.build_demo(out, cfg, log=logs.append)
+    assert "[base] done earlier, reusing" in logs and "[sampled] …" in logs
+    assert manifest["base"] == first["base"] and "sampled" in manifest
+    assert manifest["timings_s"]["base"] == first["timings_s"]["base"]
+    assert demo_paths(out).trace(KINDS[0], temperature=1.0).is_file()
 
 
 def test_corpus_split_is_deterministic_and_disjoint():

@@ -52,14 +52,36 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
 
 
 def _workdir(target: Path, config: DemoConfig) -> Path:
-    """The work directory; one left by a different configuration is started afresh."""
+    """The work directory; one left by a different configuration is started afresh. A finished
+    demo at ``target`` built with the same settings (stages added since aside) seeds it: its
+    files and stage records are reused, so only the stages it lacks run."""
     work = target.parent / f".{target.name}.building"
     stamp = work / ".stages" / "config.json"
     if work.exists() and (not stamp.exists() or read_json(stamp) != _jsonable(config)):
         shutil.rmtree(work)
+    if not work.exists():
+        _seed_from_published(target, work, config)
     if not stamp.exists():
         write_json(stamp, _jsonable(config))
     return work
+
+
+def _seed_from_published(target: Path, work: Path, config: DemoConfig) -> None:
+    """Copy a finished demo built with ``config``'s settings into ``work``, with a stage record
+    for every stage its manifest holds. Settings the finished demo does not record (added since)
+    take their defaults; any other difference means a fresh build."""
+    manifest_path = target / "manifest.json"
+    if not manifest_path.exists():
+        return
+    manifest = read_json(manifest_path)
+    old, new = manifest.get("config", {}), _jsonable(config)
+    if not old or any(new.get(k) != v for k, v in old.items()):
+        return
+    shutil.copytree(target, work, ignore=shutil.ignore_patterns("manifest.json"))
+    for name, _ in stages.PIPELINE:
+        if name in manifest and name in manifest.get("timings_s", {}):
+            write_json(work / ".stages" / f"{name}.json",
+                       {**manifest[name], "seconds": manifest["timings_s"][name]})
 
 
 def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[str, Any]],

@@ -44,6 +44,7 @@ class DemoConfig:
     max_new_tokens: int = 256
     calibration_batch: int = 16
     top_k: int = 16
+    sample_temperatures: tuple[float, ...] = (0.7, 1.0)  # sampled traces and growths shipped
     max_nodes: int = 128
     eval_sizes: tuple[int, ...] = (16, 64)
     latency_context: tuple[int, ...] = (64, 320)
@@ -83,7 +84,7 @@ TINY = DemoConfig(
                     warmup=2, ditto_share=0.5, ditto_phase=0.5),
     num_heads=2, head_data_prompts=4, head_steps=3, head_batch=2, head_seq_len=32,
     calibration_prompts=4, heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24,
-    calibration_batch=4, top_k=8, max_nodes=16, eval_sizes=(4,), latency_context=(16,),
+    calibration_batch=4, top_k=8, sample_temperatures=(1.0,), max_nodes=16, eval_sizes=(4,), latency_context=(16,),
     latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8)
 

@@ -29,6 +29,8 @@ class DemoPaths:
     >>> p = DemoPaths(Path("data/demo"))
     >>> p.heads("hydra").as_posix(), p.trace("medusa").as_posix(), p.growth("hydra").as_posix()
     ('data/demo/heads/hydra', 'data/demo/traces/medusa.npz', 'data/demo/growth/hydra.json')
+    >>> p.trace("hydra", temperature=0.7).name, p.growth("hydra", temperature=1.0).name
+    ('hydra-t0.7.npz', 'hydra-t1.0.json')
     """
 
     root: Path
@@ -45,13 +47,15 @@ class DemoPaths:
     def heads(self, kind: str) -> Path:
         return self.root / "heads" / _kind(kind)
 
-    def trace(self, kind: str, *, heldout: bool = False) -> Path:
-        """The calibration rank trace of ``kind`` (or the one on the held-out prompts)."""
-        return self.root / "traces" / f"{_kind(kind)}{'-heldout' if heldout else ''}.npz"
+    def trace(self, kind: str, *, heldout: bool = False, temperature: float = 0.0) -> Path:
+        """The calibration rank trace of ``kind`` (or the one on the held-out prompts); with a
+        ``temperature``, the trace of continuations sampled at it."""
+        return self.root / "traces" / (f"{_kind(kind)}{_temperature(temperature)}"
+                                       f"{'-heldout' if heldout else ''}.npz")
 
-    def growth(self, kind: str, *, method: str = "empirical") -> Path:
+    def growth(self, kind: str, *, method: str = "empirical", temperature: float = 0.0) -> Path:
         suffix = "" if method == "empirical" else f"-{method}"
-        return self.root / "growth" / f"{_kind(kind)}{suffix}.json"
+        return self.root / "growth" / f"{_kind(kind)}{_temperature(temperature)}{suffix}.json"
 
     def prompts(self, part: str = "heldout") -> Path:
         """Prompts JSONL: ``heldout`` (verification) or ``calibration``."""
@@ -82,6 +86,11 @@ class DemoPaths:
 def demo_paths(root: str | os.PathLike[str] | None = None) -> DemoPaths:
     """Paths of the demo at ``root`` (default: the shipped one), checked to exist."""
     return DemoPaths(Path(root) if root is not None else default_root()).require()
+
+
+def _temperature(t: float) -> str:
+    """The file-name tag of a sampling temperature (greedy: none)."""
+    return "" if t == 0 else f"-t{float(t):g}" if float(t) != int(t) else f"-t{float(t):.1f}"
 
 
 def _kind(kind: str) -> str:

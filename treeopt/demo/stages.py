@@ -244,6 +244,44 @@ def growths(ctx: Context) -> dict[str, Any]:
             "heldout_expected_accept_length": held}
 
 
+def sampled(ctx: Context) -> dict[str, Any]:
+    """Lossless sampling at each of the config's temperatures: traces of continuations sampled
+    from the base model (calibration and held-out prompts, per-position seeded), the growth for
+    each temperature, and what a greedy-grown tree gives up there."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.grow import Growth, grow
+
+    c, out = ctx.config, {}
+    for t in c.sample_temperatures:
+        cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                              batch_size=c.calibration_batch, temperature=t, seed=c.seed)
+        for kind in KINDS:
+            heads = ctx.heads(kind)
+            made = {}
+            for part in ("calibration", "heldout"):
+                prompts = ctx.prompt_ids(part)
+                bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
+                made[part], _ = calibrate(
+                    ctx.model, heads, prompts,
+                    ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
+                    meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+                    progress=lambda i, n, bar=bar: bar.update(1))
+                bar.close()
+            g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
+            g.save(ctx.paths.growth(kind, temperature=t))
+            greedy = Growth.load(ctx.paths.growth(kind)).evaluate(made["calibration"])
+            held = g.evaluate(made["heldout"])
+            out.setdefault(f"{t:g}", {})[kind] = {
+                "positions": made["calibration"].positions,
+                "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in SIZES
+                                           if n <= g.max_nodes},
+                "heldout_expected_accept_length": {n: float(held[n]) for n in SIZES
+                                                   if n <= g.max_nodes},
+                "greedy_grown_expected_accept_length": {n: float(greedy[n]) for n in SIZES
+                                                        if n <= g.max_nodes}}
+    return out
+
+
 def quality(ctx: Context) -> dict[str, Any]:
     from treeopt.decoding.loop import Decoder
     from treeopt.demo.quality import acceptance_run, autoregressive_run, prediction
@@ -383,6 +421,6 @@ def threads(n: int) -> None:
 PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
     ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
     ("head_data", head_data), ("heads", heads), ("traces", traces), ("growth", growths),
-    ("quality", quality), ("latency", latency), ("sweep", sweep))
+    ("quality", quality), ("latency", latency), ("sweep", sweep), ("sampled", sampled))
 
 
