@@ -19,9 +19,16 @@ data = current_dataset()
 left, right = st.columns([1, 3])
 with left:
     label = st.selectbox("Heads", list(data.sources), key="trees_label")
-    source = data.sources[label]
+    temperature = 0.0
+    if data.temperatures(label):
+        temperature = st.radio(
+            "Decoding", [0.0, *data.temperatures(label)], horizontal=True, key="trees_temperature",
+            format_func=lambda t: "greedy" if t == 0 else f"sampled, T = {t:g}",
+            help="the trace of greedy continuations, or of continuations sampled at T: the "
+                 "tree grown on it is the best for lossless sampling at T")
+    source, held = data.at_temperature(label, temperature)
     with page_errors():
-        pick = demo_pick(label, source)
+        pick = demo_pick(label, data.sources[label]) if temperature == 0 else None
     start = page_defaults(source, pick)
     method = st.radio("Acceptance model", data.methods(label), horizontal=True, key="trees_method",
                       help="empirical: exact under greedy verification, from the rank trace; "
@@ -46,6 +53,11 @@ with page_errors():
               for m, g in growth_pair(data.sources[other], max_nodes=max_nodes,
                                       max_depth=max_depth, max_rank=max_rank,
                                       constraint=constraint).items() if m == "empirical"}
+    if temperature:  # what the greedy-grown tree gives up when sampling at T
+        greedy_growth = growth_pair(data.sources[label], max_nodes=max_nodes,
+                                    max_depth=max_depth, max_rank=max_rank,
+                                    constraint=constraint)["empirical"]
+        others[f"{label} · greedy-grown, at T = {temperature:g}"] = greedy_growth.evaluate(source)
     growth = growths[method]
     size = min(size, growth.max_nodes)
     tree = growth.tree(size)
@@ -55,7 +67,9 @@ with page_errors():
         pasted_tree, pasted_ell = imported_tree_point(pasted, source, method=method)
         points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
 
-set_chosen_tree(ChosenTree(tree, f"{label} · {method} · {constraint} · {tree.size} nodes", label))
+decoding = "greedy" if temperature == 0 else f"grown for sampling at T = {temperature:g}"
+set_chosen_tree(ChosenTree(tree, f"{label} · {method} · {constraint} · {decoding} · "
+                                 f"{tree.size} nodes", label))
 with right:
     c1, c2, c3 = st.columns(3)
     c1.metric("E[L] of the chosen tree", f"{view.expected_accept_length:.4f}")
@@ -71,7 +85,6 @@ with right:
     w1, w2 = st.columns(2)
     w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
                     width="stretch")
-    held = data.held_out.get(label)
     if held is not None:
         w2.plotly_chart(plots.gap_curve(growth.expected_accept_length, growth.evaluate(held)),
                         width="stretch")

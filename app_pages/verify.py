@@ -10,8 +10,9 @@ from treeopt.workbench.live import live_run
 
 st.title("Verify")
 st.write("Decode a prompt with the tree and without it, through the same loop — alone, or in a "
-         "batch with the next held-out prompts. Under greedy verification the two outputs must be "
-         "identical; each highlighted piece is what one step accepted.")
+         "batch with the next held-out prompts. Greedy and lossless sampling (sample-and-match, "
+         "the same seed) must give identical outputs; each highlighted piece is what one step "
+         "accepted.")
 with page_errors():
     bundle = demo()
 
@@ -20,10 +21,21 @@ label = chosen_label()
 c1, c2, c3, c4 = st.columns(4)
 kind = c1.selectbox("Demo heads", kinds, index=kinds.index(label) if label in kinds else 0,
                     key="verify_kind")
-mode = c2.radio("Acceptance", ["greedy", "typical"], horizontal=True, key="verify_mode")
+mode = c2.radio("Acceptance", ["greedy", "sample", "typical"], horizontal=True,
+                key="verify_mode", help="sample: lossless sample-and-match at T; typical: "
+                                        "Medusa's typical acceptance, not lossless")
 new_tokens = c3.slider("New tokens", 16, 256, 128, step=16, key="verify_tokens")
 batch = c4.select_slider("Batch", [1, 2, 4, 8], 1, key="verify_batch",
                          help="prompts decoded together: this one and the next held-out prompts")
+temperature, seed = 0.0, 0
+if mode != "greedy":
+    t1, t2, _ = st.columns([1, 1, 2])
+    temperature = t1.select_slider("Temperature", [0.3, 0.5, 0.7, 1.0, 1.3], 0.7,
+                                   key="verify_temperature")
+    seed = int(t2.number_input("Seed", 0, 2**31 - 1, 0, key="verify_seed"))
+sampled = bundle.sampled_traces(kind) if mode == "sample" else {}
+trace = (bundle.traces[kind] if mode != "sample"
+         else sampled[temperature][0] if temperature in sampled else None)
 with page_errors():
     chosen = chosen_tree(kind, source=bundle.traces[kind])
 tree = chosen.tree
@@ -33,8 +45,8 @@ prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_promp
 if st.button("Run live verification", type="primary", key="verify_run"):
     with st.spinner("Decoding with the tree and autoregressively…"), page_errors():
         run = live_run(bundle.model, bundle.tokenizer, bundle.heads[kind], tree, prompt,
-                       max_new_tokens=new_tokens, mode=mode, trace=bundle.traces[kind],
-                       batch=batch, others=bundle.prompts[1:])
+                       max_new_tokens=new_tokens, mode=mode, temperature=temperature or 0.7,
+                       seed=seed, trace=trace, batch=batch, others=bundle.prompts[1:])
     m = st.columns(4)
     m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
                 help=f"± {run.stderr:.3f} (standard error over {len(run.accept_lengths)} steps)")
@@ -53,11 +65,14 @@ if st.button("Run live verification", type="primary", key="verify_run"):
                 help=f"steady-state decode throughput{whole}, prefill excluded")
     m[3].metric("Autoregressive", f"{run.autoregressive_tokens_per_s:.0f} tokens/s",
                 help=f"the same loop with no tree{whole}")
+    plain = ("plain greedy decoding" if mode == "greedy"
+             else f"plain sampling at T = {temperature:g} with seed {seed}")
     if run.outputs_match is True:
         rows = "every prompt's output equals" if run.batch > 1 else "the tree's output equals"
-        st.success(f"Lossless: {rows} plain greedy decoding token for token.")
+        st.success(f"Lossless: {rows} {plain} token for token.")
     elif run.outputs_match is False:
-        st.error("The outputs differ: greedy tree decoding should be lossless — please report it.")
+        st.error(f"The outputs differ from {plain}: {mode} tree decoding should be lossless — "
+                 "please report it.")
     else:
         st.info("Typical acceptance trades exactness for longer accepted paths; outputs may differ.")
     colours = ["#dbeafe", "#fde68a"]

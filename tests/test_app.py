@@ -263,3 +263,35 @@ def test_export_page_exports_a_selection_files_pick_per_batch():
         ("growth.json", b'{"format": "treeopt.growth/1"}', "application/json")).run()
     assert not at.exception and len(at.error) == 1
     assert at.error[0].value.startswith("growth.json: not a selection")
+
+
+def test_verify_page_samples_losslessly_with_the_sampled_trace(demo):
+    if 0.7 not in demo.temperatures:
+        pytest.skip("the demo ships no trace sampled at T = 0.7")
+    at = open_page("verify")
+    at.radio(key="verify_mode").set_value("sample").run()
+    at.slider(key="verify_tokens").set_value(32)
+    at.button(key="verify_run").click().run()
+    assert_clean(at)
+    assert [s.value for s in at.success] == [
+        "Lossless: the tree's output equals plain sampling at T = 0.7 with seed 0 token for "
+        "token."]
+    trace = demo.sampled_traces(KINDS[0])[0.7][0]
+    predicted = simulate(default_tree(demo), trace, per_step=True).mean_accept_length
+    assert metrics(at)["Predicted accepted length"] == f"{predicted:.3f}"
+
+
+def test_trees_page_grows_for_a_sampling_temperature(demo):
+    if 1.0 not in demo.temperatures:
+        pytest.skip("the demo ships no trace sampled at T = 1.0")
+    at = open_page("trees")
+    at.radio(key="trees_temperature").set_value(1.0).run()
+    assert_clean(at)
+    sampled = demo.sampled_traces(KINDS[0])[1.0][0]
+    size = at.slider(key="trees_size").value
+    depth = at.slider(key="trees_depth").value
+    tree = trees_page_tree(sampled, size=size, max_depth=depth)
+    assert metrics(at)["E[L] of the chosen tree"] == (
+        f"{expected_accept_length(tree, sampled, method='empirical'):.4f}")
+    names = [t["name"] for t in figures(at)[0]["data"]]
+    assert any("greedy-grown, at T = 1" in n for n in names)

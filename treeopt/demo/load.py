@@ -42,6 +42,23 @@ class Demo:
         path = self.paths.step_profile(kind, device=table.stem) if table else None
         return path if path is not None and path.exists() else None
 
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """The sampling temperatures the demo ships traces and growths for."""
+        wanted = self.manifest.get("config", {}).get("sample_temperatures", ())
+        return tuple(float(t) for t in wanted
+                     if all(self.paths.trace(k, temperature=t).exists() for k in KINDS))
+
+    def sampled_traces(self, kind: str) -> dict[float, tuple[RankTrace, RankTrace | None]]:
+        """Per temperature, the ``kind`` heads' sampled calibration trace and its held-out twin
+        (read from disk on each call)."""
+        out = {}
+        for t in self.temperatures:
+            held = self.paths.trace(kind, heldout=True, temperature=t)
+            out[t] = (RankTrace.load(self.paths.trace(kind, temperature=t)),
+                      RankTrace.load(held) if held.exists() else None)
+        return out
+
     def sweep(self, kind: str) -> Path | None:
         """The live throughput sweep of the ``kind`` heads, on the latency table's device."""
         table = self.latency

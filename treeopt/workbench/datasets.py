@@ -21,12 +21,30 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """Acceptance sources by label (e.g. ``medusa``, ``hydra``), with optional held-out traces."""
+    """Acceptance sources by label (e.g. ``medusa``, ``hydra``), with optional held-out traces;
+    ``sampled``: per label and sampling temperature, a trace of sampled continuations and its
+    held-out twin (the labels' ``sources`` are greedy)."""
 
     name: str
     sources: dict[str, Source]
     held_out: dict[str, RankTrace] = field(default_factory=dict)
     description: str = ""
+    sampled: dict[str, dict[float, tuple[RankTrace, RankTrace | None]]] = field(
+        default_factory=dict)
+
+    def temperatures(self, label: str) -> list[float]:
+        """The sampling temperatures ``label`` has traces for (greedy, 0, not included)."""
+        return sorted(self.sampled.get(label, {}))
+
+    def at_temperature(self, label: str, temperature: float) -> tuple[Source, RankTrace | None]:
+        """``label``'s source and held-out trace for decoding at ``temperature`` (0: greedy)."""
+        if temperature == 0:
+            return self.sources[label], self.held_out.get(label)
+        try:
+            return self.sampled[label][temperature]
+        except KeyError:
+            raise TreeoptError(f"{label}: no trace sampled at temperature {temperature:g}; "
+                               f"it has {self.temperatures(label) or 'greedy only'}") from None
 
     def table(self, label: str) -> AccuracyTable:
         source = self.sources[label]
@@ -97,9 +115,12 @@ def _describe(trace: RankTrace) -> str:
 def demo_dataset(demo: Demo) -> Dataset:
     """The demo's calibration traces (with their held-out twins) as a dataset."""
     positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
+    temps = ", ".join(f"{t:g}" for t in demo.temperatures)
+    sampled = f"; sampled at T = {temps} too" if temps else ""
     return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),
                    description=f"shipped demo: rank traces of its Medusa and Hydra heads "
-                               f"(positions: {positions})")
+                               f"(positions: {positions}){sampled}",
+                   sampled={k: demo.sampled_traces(k) for k in demo.traces})
 
 
 __all__ = ["Dataset", "calibrate_local", "dataset_from_upload", "demo_dataset"]

@@ -31,17 +31,19 @@ class LiveRun:
     tree_tokens_per_s: float  # steady-state decode, the whole batch
     autoregressive_tokens_per_s: float
     speedup: float
-    outputs_match: bool | None  # None under typical acceptance (outputs may differ by design)
+    outputs_match: bool | None  # greedy / sample: equal to plain decoding; None under typical
     predicted_accept_length: float | None  # position-weighted E[L] of the calibration trace
     predicted_per_step: float | None  # the calibration trace walked as decoding steps through it
     time_split: dict[str, float]  # milliseconds per step drafting, verifying, bookkeeping
 
 
 def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tree, prompt: str, *,
-             max_new_tokens: int = 128, mode: str = "greedy", trace: RankTrace | None = None,
-             batch: int = 1, others: Sequence[str] = ()) -> LiveRun:
+             max_new_tokens: int = 128, mode: str = "greedy", temperature: float = 0.7,
+             seed: int = 0, trace: RankTrace | None = None, batch: int = 1,
+             others: Sequence[str] = ()) -> LiveRun:
     """Decode ``prompt`` — with ``others`` filling a batch of ``batch`` — with ``tree`` and
-    autoregressively (after a short warm-up of each)."""
+    autoregressively (after a short warm-up of each); ``mode`` ``sample`` and ``typical`` sample
+    at ``temperature`` with ``seed``."""
     from treeopt.decoding.compare import compare
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.verify import check_tree_for
@@ -54,8 +56,8 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tr
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source="tree")
     ids = [list(tokenizer(p, add_special_tokens=False)["input_ids"])
            for p in (prompt, *others[: batch - 1])]
-    config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode,
-                          eos_token_id=getattr(tokenizer, "eos_token_id", None))
+    config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, temperature=temperature,
+                          seed=seed, eos_token_id=getattr(tokenizer, "eos_token_id", None))
     result = compare(model, heads, tree, ids, config=config, batch=batch, split=True,
                      warmup_tokens=4)
     spec = result.tree_outputs[0]
