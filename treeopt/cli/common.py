@@ -133,6 +133,16 @@ def int_list(flag: str):
     return parse
 
 
+def add_sampling_filters(p: argparse.ArgumentParser, *, when: str) -> None:
+    """``--top-p`` and ``--sample-top-k``: which tokens a sampler keeps (``when``: the flag
+    they go with, for the help)."""
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help=f"{when}: nucleus sampling, keep the most likely tokens up to mass P "
+                        "(default %(default)s: off)")
+    p.add_argument("--sample-top-k", type=int, default=0, metavar="K",
+                   help=f"{when}: keep the K most likely tokens (default %(default)s: off)")
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Flags of a real model loaded from a local directory (``ModelSpec`` fields, one to one)."""
     p.add_argument("--model", required=True, metavar="DIR",

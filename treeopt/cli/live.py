@@ -14,6 +14,7 @@ from treeopt.cli.common import (
     add_model_flags,
     add_out,
     add_prompts_flag,
+    add_sampling_filters,
     counted,
     emit,
     int_list,
@@ -84,11 +85,7 @@ def add_decode_mode_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.7, metavar="T",
                    help="sampling temperature of --mode sample and typical (default "
                         "%(default)s)")
-    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
-                   help="--mode sample: nucleus sampling, keep the most likely tokens up to "
-                        "mass P (default %(default)s: off)")
-    p.add_argument("--sample-top-k", type=int, default=0, metavar="K",
-                   help="--mode sample: keep the K most likely tokens (default %(default)s: off)")
+    add_sampling_filters(p, when="--mode sample")
     p.add_argument("--posterior-threshold", type=float, default=0.09, metavar="EPS",
                    help="ε of --mode typical: a token passes with probability above "
                         "min(ε, α·exp(−entropy)) (default %(default)s)")

@@ -10,6 +10,7 @@ from treeopt.cli.common import (
     add_heads_flag,
     add_model_flags,
     add_prompts_flag,
+    add_sampling_filters,
     counted,
     emit,
     load_model_from,
@@ -89,11 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the prompts by sampling at T (per-position seeded, as "
                         "verify --mode sample draws) and rank the sampled tokens: the trace "
                         "predicts lossless sampling at T (default %(default)s: greedy)")
-    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
-                   help="with --temperature: nucleus sampling (default %(default)s: off)")
-    p.add_argument("--sample-top-k", type=int, default=0, metavar="K",
-                   help="with --temperature: keep the K most likely tokens (default "
-                        "%(default)s: off)")
+    add_sampling_filters(p, when="with --temperature")
     p.add_argument("--samples-per-prompt", type=int, default=1, metavar="S",
                    help="with --temperature: continuations sampled per prompt (default "
                         "%(default)s)")
