@@ -74,7 +74,7 @@ def first_tokens(decoder: Decoder, tree: Tree, prompt: list[int], cfg: DecodeCon
                  first_stream: int, chunk: int = 64) -> list[tuple[int, ...]]:
     """The first 3 tokens of ``n`` samples of ``prompt`` on consecutive streams (decoded
     ``chunk`` rows at a time: a sample depends on its stream only)."""
-    cfg = DecodeConfig(**{**cfg.__dict__, "max_new_tokens": 3})
+    cfg = DecodeConfig(**{**cfg.__dict__, "max_new_tokens": 3, "eos_token_id": None})
     out: list[tuple[int, ...]] = []
     for lo in range(0, n, chunk):
         rows = min(chunk, n - lo)
