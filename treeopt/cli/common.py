@@ -24,20 +24,20 @@ def emit(obj: Any, out: str | None) -> int:
 
 
 def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Refuse, before any work starts, an ``--out`` that would overwrite one of the command's
-    inputs or that cannot be written. Commands whose ``--out`` is a directory set
-    ``writes_directory=True`` in their defaults."""
-    replaces_directory = bool(getattr(args, "writes_directory", False))
-    outputs = [("--out", getattr(args, "out", None), replaces_directory),
-               ("--schedule-dir", getattr(args, "schedule_dir", None), True)]  # adds files only
-    for out_flag, out, directory in outputs:
+    """Refuse, before any work starts, an output that would overwrite one of the command's
+    inputs or that cannot be written: ``--out`` (a directory that the command replaces when it
+    sets ``writes_directory=True`` in its defaults, else a file) and ``export --schedule-dir`` (a
+    directory the command adds files to)."""
+    replaces = bool(getattr(args, "writes_directory", False))
+    outputs = [("--out", getattr(args, "out", None), replaces, replaces),
+               ("--schedule-dir", getattr(args, "schedule_dir", None), True, False)]
+    for out_flag, out, directory, replaces_contents in outputs:
         if not out:
             continue
-        path = Path(out)
         for flag, value in input_paths(args, parser):
-            _check_not_input(path, flag, Path(value), directory=directory and out_flag == "--out",
-                             out_flag=out_flag)
-        _check_writable(path, directory=directory, out_flag=out_flag)
+            _check_not_input(Path(out), flag, Path(value), out_flag=out_flag,
+                             replaces_contents=replaces_contents)
+        _check_writable(Path(out), directory=directory, out_flag=out_flag)
 
 
 def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
@@ -72,8 +72,8 @@ def _chosen_actions(args: argparse.Namespace,
     return actions
 
 
-def _check_not_input(out: Path, flag: str, source: Path, *, directory: bool,
-                     out_flag: str = "--out") -> None:
+def _check_not_input(out: Path, flag: str, source: Path, *, out_flag: str,
+                     replaces_contents: bool) -> None:
     again = f"choose another {out_flag}"
     if out.exists() and os.path.samefile(out, source):
         raise TreeoptError(f"{out_flag} {out} is the {flag} input: writing it would overwrite "
@@ -81,7 +81,7 @@ def _check_not_input(out: Path, flag: str, source: Path, *, directory: bool,
     if source.is_dir() and out.exists() and _inside(out, source):  # a new file there is fine
         raise TreeoptError(f"{out_flag} {out} is inside the {flag} directory {source}: writing "
                            f"it would overwrite part of an input; {again}")
-    if directory and out.is_dir() and _inside(source, out):
+    if replaces_contents and out.is_dir() and _inside(source, out):
         raise TreeoptError(f"{out_flag} {out} holds the {flag} input {source}: writing it would "
                            f"change an input; {again}")
 
