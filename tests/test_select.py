@@ -91,7 +91,8 @@ def test_depth_cap_pays_when_drafting_grows_with_depth():
 
 # a known step profile: every term is exact, so the fit must give it back to the last digit
 DRAFT = {"hydra": (0.5, 1.0, 0.25), "medusa": (0.5, 0.75)}  # ms: a tree, per depth, per row
-OVERHEAD = (0.2, 0.05, 0.1)  # ms: per step, per token beyond the root, per depth
+OVERHEAD = (0.2, 0.07, 0.05, 0.1)  # ms: per step, per tree step, per token beyond the root,
+# per depth
 RESIDUE = 0.1  # ms the loop spends in its draft phase with no tree (belongs to the overhead)
 PROFILED = [((), 1), ((1,), 2), ((1, 1), 3), ((1, 1), 4), ((1, 1, 1), 4), ((1,), 4),
             ((1, 2), 5), ((1, 3, 2), 9)]  # (expanded per depth, q) of the profiled trees
@@ -104,7 +105,8 @@ def profile_records(kind: str, batch: int = 1) -> list[dict]:
         if kind == "hydra":
             feats.append(float(sum(expanded)))
         draft = sum(c * f for c, f in zip(DRAFT[kind], feats, strict=True))
-        over = OVERHEAD[0] + OVERHEAD[1] * (q - 1) + OVERHEAD[2] * len(expanded)
+        over = (OVERHEAD[0] + OVERHEAD[1] * bool(expanded) + OVERHEAD[2] * (q - 1)
+                + OVERHEAD[3] * len(expanded))
         out.append({"batch": batch, "size": q - 1, "depth": len(expanded), "q": q,
                     "expanded": list(expanded), "context": 100, "ms_verify": 10.0 + q,
                     "ms_draft": draft + RESIDUE, "ms_bookkeeping": over - RESIDUE})
@@ -120,8 +122,9 @@ def test_step_costs_give_back_a_known_profile_exactly(kind):
     assert costs.draft.seconds(1, ()) == 0.0
     want_draft = {"hydra": 0.5 + 2 * 1.0 + 3 * 0.25, "medusa": 0.5 + 2 * 0.75}[kind]
     assert costs.draft.seconds(1, (1, 2)) == pytest.approx(want_draft / 1e3, abs=1e-15)
-    assert costs.overhead.seconds(1, 4, 2) == pytest.approx((0.2 + 3 * 0.05 + 2 * 0.1) / 1e3,
-                                                            abs=1e-15)
+    assert costs.overhead.seconds(1, 4, 2) == pytest.approx(
+        (0.2 + 0.07 + 3 * 0.05 + 2 * 0.1) / 1e3, abs=1e-15)
+    assert costs.overhead.seconds(1, 1, 0) == pytest.approx(0.2 / 1e3, abs=1e-15)  # the AR step
     assert costs.verify.seconds(1, 100, np.array([1, 4])).tolist() == [0.011, 0.014]
     with pytest.raises(TreeoptError, match=r"s.json: no step profile at batch 2; profiled "
                                            r"batches \[1\]"):
@@ -134,11 +137,11 @@ def test_selection_prices_a_step_from_all_three_terms():
                  context=[100], depth_caps=[2])
     p = sel.points[0]
     # GROWTH: n=1 (0,): q 2, depth 1, expanded (1,); n=2 adds (0,0); n=3 adds (1,)
-    step_ms = [11 + 0.2, 12 + (0.5 + 1 + 0.25) + (0.2 + 0.05 + 0.1),
-               13 + (0.5 + 2 + 0.5) + (0.2 + 0.1 + 0.2), 14 + (0.5 + 2 + 0.5) + (0.2 + 0.15 + 0.2)]
+    step_ms = [11 + 0.2, 12 + (0.5 + 1 + 0.25) + (0.27 + 0.05 + 0.1),
+               13 + (0.5 + 2 + 0.5) + (0.27 + 0.1 + 0.2), 14 + (0.5 + 2 + 0.5) + (0.27 + 0.15 + 0.2)]
     want = [ell * 1e3 / ms for ell, ms in zip([1.0, 1.8, 2.4, 2.5], step_ms, strict=True)]
     assert p.curve.tokens_per_s == pytest.approx(want, rel=1e-12)
-    assert (p.verify_ms, p.overhead_ms) == pytest.approx((13.0, 0.5), rel=1e-12)
+    assert (p.verify_ms, p.overhead_ms) == pytest.approx((13.0, 0.57), rel=1e-12)
 
 
 def test_a_step_profile_needs_its_autoregressive_record():

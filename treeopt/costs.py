@@ -146,13 +146,16 @@ def draft_features(expanded: Sequence[int], *, per_depth: bool) -> list[float]:
 
 
 def overhead_features(tokens: int, depth: int) -> list[float]:
-    """What the loop's own work costs in proportion to: a step, each token verified beyond the
-    root (acceptance reads every node), each depth (a longer accepted path to read and move).
+    """What the loop's own work costs in proportion to: a step, a step with a tree (a tree
+    step's bookkeeping — longest path, gathers, cache moves — is work an autoregressive step
+    skips, so the autoregressive step keeps its own intercept and the speed-up's denominator is
+    priced as measured), each token verified beyond the root (acceptance reads every node), each
+    depth (a longer accepted path to read and move).
 
-    >>> overhead_features(5, 2)
-    [1.0, 4.0, 2.0]
+    >>> overhead_features(5, 2), overhead_features(1, 0)
+    ([1.0, 1.0, 4.0, 2.0], [1.0, 0.0, 0.0, 0.0])
     """
-    return [1.0, float(tokens - 1), float(depth)]
+    return [1.0, float(depth > 0), float(tokens - 1), float(depth)]
 
 
 def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
