@@ -190,6 +190,13 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
     assert manifest["base"] == first["base"] and "sampled" in manifest
     assert manifest["timings_s"]["base"] == first["timings_s"]["base"]
     assert demo_paths(out).trace(KINDS[0], temperature=1.0).is_file()
+    logs.clear()
+    again = build.build_demo(out, cfg, log=logs.append, redo=("sweep",))
+    assert "[sweep] …" in logs and "[latency] done earlier, reusing" in logs
+    assert again["base"] == first["base"]
+    with pytest.raises(TreeoptError, match="--redo speed: no such stage; the stages are "
+                                           "tokenizer, prompts"):
+        build.build_demo(out, cfg, log=logs.append, redo=("speed",))
 
 
 def test_corpus_split_is_deterministic_and_disjoint():

@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads for torch (default: torch's own choice)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    b.add_argument("--redo", metavar="STAGES", default="",
+                   help="comma-separated stages to run again over a finished demo built with the "
+                        "same settings, e.g. latency,sweep to re-measure it on this machine "
+                        "(default: none)")
     b.set_defaults(func=cmd_build, writes_directory=True)
 
     i = demo_sub.add_parser("info", help="headline numbers and file locations of a demo")
@@ -43,8 +47,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     check_device(args.device)
     set_threads(args.threads)
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed)
+    redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
-                          and sys.stderr.isatty())
+                          and sys.stderr.isatty(), redo=redo)
     return emit(summary(manifest), None)
 
 

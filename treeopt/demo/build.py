@@ -31,13 +31,22 @@ Log = Callable[[str], None]
 
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
-               show_progress: bool = False) -> dict[str, Any]:
-    """Build the demo described by ``config`` into ``out``; return its manifest."""
+               show_progress: bool = False, redo: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Build the demo described by ``config`` into ``out``; return its manifest. ``redo``: stages
+    to run again although a finished demo (or an interrupted build) has them — e.g. ``latency``
+    and ``sweep`` to re-measure a demo on this machine."""
     import torch
 
+    names = [name for name, _ in stages.PIPELINE]
+    unknown = [r for r in redo if r not in names]
+    if unknown:
+        raise TreeoptError(f"--redo {','.join(unknown)}: no such stage; the stages are "
+                           f"{', '.join(names)}")
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     work = _workdir(target, config)
+    for name in redo:
+        (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
     paths = DemoPaths(work)
     torch.manual_seed(config.seed)
     ctx = stages.Context(config, paths, work / ".stages", say, show_progress)
