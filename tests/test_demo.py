@@ -191,9 +191,14 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
     assert manifest["timings_s"]["base"] == first["timings_s"]["base"]
     assert demo_paths(out).trace(KINDS[0], temperature=1.0).is_file()
     logs.clear()
+    sweep_file = demo_paths(out).sweep(KINDS[0])
+    doc = json.loads(sweep_file.read_text())
+    doc["points"][0]["measured"]["speedup"] = 99.0  # a mark a resumed sweep would keep
+    sweep_file.write_text(json.dumps(doc))
     again = build.build_demo(out, cfg, log=logs.append, redo=("sweep",))
     assert "[sweep] …" in logs and "[latency] done earlier, reusing" in logs
     assert again["base"] == first["base"]
+    assert json.loads(sweep_file.read_text())["points"][0]["measured"]["speedup"] != 99.0
     with pytest.raises(TreeoptError, match="--redo speed: no such stage; the stages are "
                                            "tokenizer, prompts"):
         build.build_demo(out, cfg, log=logs.append, redo=("speed",))

@@ -45,8 +45,10 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     work = _workdir(target, config)
-    for name in redo:
+    for name in redo:  # measured afresh: the stage's record and the files it would resume from
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
+        for path in stages.outputs(name, DemoPaths(work), config):
+            path.unlink(missing_ok=True)
     paths = DemoPaths(work)
     torch.manual_seed(config.seed)
     ctx = stages.Context(config, paths, work / ".stages", say, show_progress)

@@ -418,6 +418,26 @@ def threads(n: int) -> None:
     set_threads(n)
 
 
+def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
+    """The files stage ``name`` writes and would resume from: what running it again removes
+    first (so a redone stage measures afresh instead of resuming its own finished work)."""
+    kinds = KINDS
+    temps = config.sample_temperatures
+    files = {
+        "traces": [paths.trace(k, heldout=h) for k in kinds for h in (False, True)],
+        "growth": [paths.growth(k, method=m) for k in kinds
+                   for m in ("empirical", "independent")],
+        "latency": [paths.latency(config.device),
+                    *(paths.step_profile(k, config.device) for k in kinds)],
+        "sweep": [paths.sweep(k, config.device) for k in kinds],
+        "sampled": [p for k in kinds for t in temps
+                    for p in (paths.trace(k, temperature=t),
+                              paths.trace(k, heldout=True, temperature=t),
+                              paths.growth(k, temperature=t))],
+    }
+    return files.get(name, [])
+
+
 PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
     ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
     ("head_data", head_data), ("heads", heads), ("traces", traces), ("growth", growths),
