@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from treeopt.trace import RankTrace  # noqa: E402
+
 
 def run(*args, cwd=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
@@ -199,6 +201,11 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert_user_error(run(*base, "--batch", "8", "--prompt-count", "4"),
                       "--prompt-count 4 is smaller than --batch 8")
     assert_user_error(run(*base, "--prompt-count", "9"), "6 prompts, fewer than --prompt-count 9")
+    sampled = workdir / "sampled-for-tune.npz"
+    RankTrace(np.zeros((4, 3), np.int16), {"top_k": 8, "sampling": {"temperature": 1.0}}).save(
+        sampled)
+    assert_user_error(run(*base, "--trace", sampled), "calibrated on sampled continuations "
+                      "(temperature 1.0); tune decodes greedily and needs a greedy trace")
     assert not (workdir / "x.json").exists()
 
 

@@ -192,6 +192,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for n in sizes:
             family_tree(growth, n, cap)
     trace = RankTrace.load(args.trace) if args.trace else None
+    if trace is not None and trace.sampling is not None:  # tune decodes greedily
+        raise TreeoptError(f"{args.trace} was calibrated on sampled continuations (temperature "
+                           f"{trace.sampling['temperature']}); tune decodes greedily and needs "
+                           "a greedy trace")
     profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
