@@ -59,16 +59,8 @@ def my_model(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def prompts(tmp_path_factory):
-    from conftest import TEXTS
-
-    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": t[:24]}) + "\n" for t in TEXTS))
-    return path
-
-
-def test_the_guide_end_to_end(my_model, prompts, tmp_path):
+def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
+    prompts = prompts_file  # conftest: a JSONL of the six TEXTS, 24 characters each
     files = {name for name in os.listdir(my_model)}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
     assert not any(name.endswith((".bin", ".pt", ".pth", ".py")) for name in files)

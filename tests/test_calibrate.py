@@ -158,19 +158,31 @@ def test_bad_config():
         calibrate_module.parse_shard("two")
 
 
-def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
-    """The rank trace is an exact substrate: walking it reproduces every decoding step."""
-    from treeopt import Tree
-    from treeopt.decoding.loop import generate
+WALK_TREE = [[0], [1], [0, 0], [1, 0], [0, 0, 0], [0, 1]]
+
+
+@pytest.fixture(scope="module")
+def walker():
+    """A sharpened tiny model and Hydra heads trained on its greedy text: a drafter whose
+    trees are accepted often enough for a step walk to mean something."""
     from treeopt.drafters.training import TrainConfig, train_heads
-    from treeopt.simulate import step_lengths
 
     model = tiny_llama(vocab=V, hidden=D, seed=3)
     with torch.no_grad():
         model.lm_head.weight.mul_(25)
     heads = train_heads(model, greedy_continuations(model, PROMPTS, max_new_tokens=40),
                         TrainConfig(kind="hydra", num_heads=3, steps=30, seq_len=32, lr=3e-3))[0]
-    tree = Tree.from_choices([[0], [1], [0, 0], [1, 0], [0, 0, 0], [0, 1]])
+    return model, heads
+
+
+def test_trace_walk_reproduces_live_decoding_step_by_step(walker, tmp_path):
+    """The rank trace is an exact substrate: walking it reproduces every decoding step."""
+    from treeopt import Tree
+    from treeopt.decoding.loop import generate
+    from treeopt.simulate import step_lengths
+
+    model, heads = walker
+    tree = Tree.from_choices(WALK_TREE)
     for i, prompt in enumerate(PROMPTS):
         trace, _ = calibrate(model, heads, [prompt], tmp_path / f"{i}.npz",
                              config=CalibrateConfig(top_k=8, max_new_tokens=32))
@@ -180,20 +192,15 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(tmp_path):
         assert max(walk) > 1
 
 
-def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(tmp_path):
+def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_path):
     """Calibrated on sampled continuations, the trace predicts sample-and-match step by step:
     sequence j of the run (prompt j // S, sample j % S) is live decoding on stream j."""
     from treeopt import Tree
     from treeopt.decoding.loop import decode
-    from treeopt.drafters.training import TrainConfig, train_heads
     from treeopt.simulate import step_lengths
 
-    model = tiny_llama(vocab=V, hidden=D, seed=3)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(25)
-    heads = train_heads(model, greedy_continuations(model, PROMPTS, max_new_tokens=40),
-                        TrainConfig(kind="hydra", num_heads=3, steps=30, seq_len=32, lr=3e-3))[0]
-    tree = Tree.from_choices([[0], [1], [0, 0], [1, 0], [0, 0, 0], [0, 1]])
+    model, heads = walker
+    tree = Tree.from_choices(WALK_TREE)
     S = 2
     cfg = CalibrateConfig(top_k=8, max_new_tokens=32, temperature=1.5, top_p=0.95, seed=9,
                           samples_per_prompt=S, batch_size=2)  # 3 chunks: streams continue
