@@ -4,7 +4,7 @@ import html
 
 import streamlit as st
 
-from app_pages.state import chosen_label, chosen_tree, demo, page_errors
+from app_pages.state import chosen_label, chosen_tree, demo, demo_dataset, page_errors
 from treeopt.workbench import plots
 from treeopt.workbench.live import live_run
 
@@ -33,7 +33,7 @@ if mode != "greedy":
     temperature = t1.select_slider("Temperature", [0.3, 0.5, 0.7, 1.0, 1.3], 0.7,
                                    key="verify_temperature")
     seed = int(t2.number_input("Seed", 0, 2**31 - 1, 0, key="verify_seed"))
-sampled = bundle.sampled_traces(kind) if mode == "sample" else {}
+sampled = demo_dataset().sampled.get(kind, {})  # loaded once per server, not per rerun
 trace = (bundle.traces[kind] if mode != "sample"
          else sampled[temperature][0] if temperature in sampled else None)
 with page_errors():

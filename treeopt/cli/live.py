@@ -107,17 +107,19 @@ def decode_config(args: argparse.Namespace, *, eos_token_id: int | None) -> Any:
                         eos_token_id=eos_token_id)
 
 
-def check_trace_sampling(trace: Any, args: argparse.Namespace, *, source: str) -> None:
-    """A trace predicts the mode it was recorded for: greedy traces greedy decoding, a sampled
-    trace sampling at its own temperature, top-p and top-k."""
+def check_trace_sampling(trace: Any, config: Any, *, source: str,
+                         greedy: str = "greedy decoding") -> None:
+    """A trace predicts the decoding ``config`` names only if it was recorded for it: greedy
+    traces greedy decoding, a sampled trace sampling at its own temperature, top-p and top-k
+    (``greedy``: who needs the greedy trace, for the message)."""
     recorded = trace.sampling
-    if args.mode == "typical":
+    if config.mode == "typical":
         return  # typical acceptance is compared with whatever trace is given, as before
-    if args.mode == "greedy" and recorded is not None:
+    if config.mode == "greedy" and recorded is not None:
         raise TreeoptError(f"{source} was calibrated on sampled continuations (temperature "
-                           f"{recorded['temperature']}); greedy decoding needs a greedy trace")
-    if args.mode == "sample":
-        want = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.sample_top_k}
+                           f"{recorded['temperature']}); {greedy} needs a greedy trace")
+    if config.mode == "sample":
+        want = {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k}
         if recorded is None:
             raise TreeoptError(f"{source} was calibrated on greedy continuations; --mode sample "
                                "needs a trace calibrated with --temperature")
@@ -153,11 +155,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     selection = is_selection_file(args.tree)
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format,
                          batch=args.batch if selection else None, context=args.context)
-    decode_config(args, eos_token_id=None)  # bad sampling flags fail before anything loads
+    decoding = decode_config(args, eos_token_id=None)  # bad flags fail before anything loads
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:  # fail before loading a model
         check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)
-        check_trace_sampling(trace, args, source=args.trace)
+        check_trace_sampling(trace, decoding, source=args.trace)
     texts = read_texts(args.prompts)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
     require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
@@ -192,10 +194,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for n in sizes:
             family_tree(growth, n, cap)
     trace = RankTrace.load(args.trace) if args.trace else None
-    if trace is not None and trace.sampling is not None:  # tune decodes greedily
-        raise TreeoptError(f"{args.trace} was calibrated on sampled continuations (temperature "
-                           f"{trace.sampling['temperature']}); tune decodes greedily and needs "
-                           "a greedy trace")
+    if trace is not None:
+        check_trace_sampling(trace, DecodeConfig(), source=args.trace,
+                             greedy="tune decodes greedily and")
     profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "

@@ -15,6 +15,8 @@ decoding on another.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 _MASK = 0xFFFFFFFF
@@ -38,6 +40,12 @@ def stream_keys(seed: int, streams: torch.Tensor) -> torch.Tensor:
     return _mix(_mix(torch.full_like(streams, seed & _MASK)) ^ _mix(streams + 0x9E3779B9))
 
 
+@functools.lru_cache(maxsize=8)
+def _token_hashes(vocab: int, device: str) -> torch.Tensor:
+    """Each token id's own hash, the same every step: computed once per vocabulary and device."""
+    return _mix(torch.arange(vocab, device=device) + 0x7F4A7C15)
+
+
 def gumbel_noise(keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """Standard Gumbel noise ``[b, m, V]`` (float64) for rows ``keys`` ``[b]`` at absolute
     ``positions`` ``[b, m]``: the same numbers wherever and however often they are drawn.
@@ -46,7 +54,7 @@ def gumbel_noise(keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> tor
     >>> bool((g[0, 0] == g[0, 1]).all()), bool((g[0, 0] == g[0, 2]).all())
     (True, False)
     """
-    ids = _mix(torch.arange(vocab, device=keys.device) + 0x7F4A7C15)  # [V]
+    ids = _token_hashes(vocab, str(keys.device))  # [V]
     at = _mix(keys[:, None] ^ _mix(positions + 0x632BE5AB))  # [b, m]
     bits = _mix(at[..., None] ^ ids)  # [b, m, V] in [0, 2^32)
     uniform = (bits.double() + 0.5) / 2.0**32  # in (0, 1)
