@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
-from treeopt.formats import engine_problems
+from treeopt.engines import engine_problems
 from treeopt.grow import Growth, grow, uniform_tree
 from treeopt.simulate import simulate
 from treeopt.uniform import largest_uniform

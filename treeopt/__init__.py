@@ -15,8 +15,9 @@
 import numpy as np  # noqa: F401  (used by the doctest above)
 
 from treeopt.accuracy import AccuracyTable, read_accuracies
+from treeopt.engines import engine_problems
 from treeopt.errors import TreeoptError
-from treeopt.formats import engine_problems, export, load_tree_arg, parse_tree
+from treeopt.formats import export, load_tree_arg, parse_tree
 from treeopt.grow import Growth, grow, uniform_tree
 from treeopt.select import select
 from treeopt.selection import Point, Selection, schedule

@@ -109,23 +109,30 @@ def _contiguous(why: str, *, depth_one_only: bool = False) -> Rule:
         for parent, ranks in _siblings(tree).items():
             if depth_one_only and parent:
                 continue
-            gap = _first_gap(ranks)
-            if gap is not None:
-                return (f"{_name(parent + (ranks[-1],))} is there without "
-                        f"{_name(parent + (gap,))}: {why}")
+            missing = _missing_sibling(parent, ranks, why)
+            if missing:
+                return missing
         return None
 
     return Rule("children ranked 0..m-1", problem, "--constraint contiguous")
+
+
+def _missing_sibling(parent: Path, ranks: list[int], why: str) -> str | None:
+    """The problem of siblings ``ranks`` (ascending) under ``parent`` that are not 0..m-1."""
+    gap = _first_gap(ranks)
+    if gap is None:
+        return None
+    return f"{_name(parent + (ranks[-1],))} is there without {_name(parent + (gap,))}: {why}"
 
 
 def _grounded(tree: Tree) -> str | None:
     """Hydra's grounded heads: children 0..m-1, and the siblings that have children come first."""
     has_children = {p[:-1] for p in tree.paths}
     for parent, ranks in _siblings(tree).items():
-        gap = _first_gap(ranks)
-        if gap is not None:
-            return (f"{_name(parent + (ranks[-1],))} is there without {_name(parent + (gap,))}: "
-                    f"Hydra drafts the children of a node as the top-m of its head")
+        missing = _missing_sibling(parent, ranks, "Hydra drafts the children of a node as the "
+                                                  "top-m of its head")
+        if missing:
+            return missing
         expanded = [r for r in ranks if parent + (r,) in has_children]
         gap = _first_gap(expanded)
         if gap is not None:
