@@ -227,18 +227,21 @@ def _parents_from_successors(successors: list[list[int]]) -> list[int]:
 
 def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
                   fmt: str | None = None, batch: int | None = None,
-                  context: int | None = None) -> Tree:
+                  context: int | None = None, decoding_batch: bool = False) -> Tree:
     """Resolve a TREE argument: a growth JSON (``size`` picks T_n), a selection JSON (``batch``
     and ``context`` pick the point's tree, depth cap included), a tree JSON, or any form.
 
     ``batch``/``context`` given for anything but a selection, or ``size`` for anything but a
-    growth, is refused: the flag would silently do nothing.
+    growth, is refused: the flag would silently do nothing — unless ``decoding_batch``: the batch
+    is the decoder's (``verify --batch``), which also picks a selection's point.
     """
     p = FilePath(path)
     text = read_text(p, expected="a text file holding a tree")
     kind = file_kind(text)
     if kind != "growth" and size is not None:
         raise TreeoptError(f"--size applies to growth files only, and {p} is not one")
+    if kind != "selection" and decoding_batch:
+        batch = None
     if kind != "selection" and (batch is not None or context is not None):
         flag = "--batch" if batch is not None else "--context"
         raise TreeoptError(f"{flag} picks a point of a selection file, and {p} is not one")

@@ -148,13 +148,12 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.verify import check_tree_for, verify
     from treeopt.drafters.checkpoints import load_heads_for
-    from treeopt.formats import is_selection_file, load_tree_arg
+    from treeopt.formats import load_tree_arg
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
 
-    selection = is_selection_file(args.tree)
-    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format,
-                         batch=args.batch if selection else None, context=args.context)
+    tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
+                         context=args.context, decoding_batch=True)
     decoding = decode_config(args, eos_token_id=None)  # bad flags fail before anything loads
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:  # fail before loading a model
