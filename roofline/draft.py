@@ -105,5 +105,20 @@ class _Cost:
         self.elementwise(t * h, per_element=5, tensors=3)
 
 
+def _draft_model(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """One forward per depth on the ``expanded[k]`` nodes of every sequence (the first also
+    reads the tokens committed last step, about one more per sequence): ``num_layers``
+    decoder layers of a Llama-like shape (attention 4·h², MLP 8·h² weights: intermediate size
+    8/3·h), then the projection h→V. Attention over the cached context is left out."""
+    h, v = spec.hidden_size, spec.vocab_size
+    for k, m in enumerate(expanded[: spec.num_heads]):
+        t = batch * (m + (1 if k == 0 else 0))
+        for _ in range(spec.num_layers):
+            cost.linear(t, h, 12 * h, bias=False)
+            cost.elementwise(t * h, per_element=10, tensors=6)
+        cost.linear(t, h, v, bias=False)
+
+
 _FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
-    "medusa": _medusa, "hydra": _hydra}  # one per registered drafter kind (a test checks)
+    "medusa": _medusa, "hydra": _hydra, "draft-model": _draft_model,
+}  # one per registered drafter kind (a test checks)

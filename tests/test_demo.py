@@ -40,8 +40,9 @@ def test_tiny_build_writes_every_artifact(tiny_demo):
               paths.prompts("calibration"), paths.latency("cpu")):
         assert p.is_file(), p
     for kind in KINDS:
-        for p in (paths.heads(kind) / "heads.json", paths.heads(kind) / "heads.safetensors",
-                  paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
+        checkpoint = (("config.json", "model.safetensors", "tokenizer.json")
+                      if kind == "draft-model" else ("heads.json", "heads.safetensors"))
+        for p in (*(paths.heads(kind) / name for name in checkpoint), paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
                   paths.growth(kind, method="independent"), paths.step_profile(kind),
                   paths.sweep(kind), paths.trace(kind, temperature=1.0),
                   paths.trace(kind, heldout=True, temperature=1.0),
@@ -59,12 +60,14 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled"}
+                                         "sampled", "drafters"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
     for kind in KINDS:
-        run = on_disk["quality"]["live"][kind]["4"]
+        live = (on_disk["quality"]["live"][kind] if kind in ("medusa", "hydra")
+                else on_disk["drafters"][kind]["quality"])
+        run = live["4"]
         assert run["lossless"] is True
         assert run["mean_accept_length"] >= 1
 
@@ -162,13 +165,15 @@ def test_tiny_sampled_traces_record_their_sampling(tiny_demo):
         assert trace.sampling == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 0,
                                   "samples_per_prompt": 1}
         assert RankTrace.load(paths.trace(kind)).sampling is None
-        record = manifest["sampled"]["1"][kind]
+        record = (manifest["sampled"]["1"][kind] if kind in ("medusa", "hydra")
+                  else manifest["drafters"][kind]["sampled"]["1"])
         assert set(record) == {"positions", "expected_accept_length",
                                "heldout_expected_accept_length",
                                "greedy_grown_expected_accept_length"}
         # the tree grown for T is at least as good at T as the greedy-grown one, at every size
         for n, ell in record["expected_accept_length"].items():
-            assert ell >= record["greedy_grown_expected_accept_length"][n] - 1e-12
+            greedy = record["greedy_grown_expected_accept_length"]
+            assert n not in greedy or ell >= greedy[n] - 1e-12
 
 
 def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypatch):

@@ -112,8 +112,8 @@ def test_base_shape_mismatch_is_rejected(model):
 
 
 def test_bad_config_is_rejected():
-    with pytest.raises(TreeoptError, match="head kind 'eagle' is unknown"):
-        HeadsConfig(kind="eagle", num_heads=2, hidden_size=8, vocab_size=8)
+    with pytest.raises(TreeoptError, match="head kind 'lookahead' is unknown"):
+        HeadsConfig(kind="lookahead", num_heads=2, hidden_size=8, vocab_size=8)
     with pytest.raises(TreeoptError, match="prefix_attention applies to Hydra"):
         HeadsConfig(kind="medusa", num_heads=2, hidden_size=8, vocab_size=8,
                     prefix_attention=True)
@@ -212,5 +212,5 @@ def test_medusa_pt_with_arbitrary_objects_is_refused(tmp_path):
 
 
 def test_not_a_heads_directory(tmp_path):
-    with pytest.raises(TreeoptError, match="not a heads checkpoint"):
+    with pytest.raises(TreeoptError, match="not a drafter checkpoint"):
         load_heads(tmp_path)

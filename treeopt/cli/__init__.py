@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
-        check_out(args, parser)  # before any work: never overwrite an input, never fail at the end
+        check_out(args, parser, argv)  # before any work: never overwrite an input, never fail at the end
         return int(args.func(args) or 0)
     except TreeoptError as exc:
         _end_progress_line()

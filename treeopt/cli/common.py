@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ def emit(obj: Any, out: str | None) -> int:
     return 0
 
 
-def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser,
+              argv: Sequence[str] = ()) -> None:
     """Refuse, before any work starts, an output that would overwrite one of the command's
     inputs or that cannot be written: ``--out`` (a directory that the command replaces when it
     sets ``writes_directory=True`` in its defaults, else a file) and ``export --schedule-dir`` (a
@@ -34,27 +36,37 @@ def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None
     for out_flag, out, directory, replaces_contents in outputs:
         if not out:
             continue
-        for flag, value in input_paths(args, parser):
+        for flag, value in input_paths(args, parser, argv):
             _check_not_input(Path(out), flag, Path(value), out_flag=out_flag,
                              replaces_contents=replaces_contents)
         _check_writable(Path(out), directory=directory, out_flag=out_flag)
 
 
-def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                argv: Sequence[str] = ()) -> list[tuple[str, str]]:
     """``(flag, value)`` of every plain string argument of the chosen sub-command that names an
-    existing file or directory — the command's inputs (``--out`` itself excluded)."""
+    existing file or directory — the command's inputs (``--out`` itself excluded); a flag with
+    aliases is named as ``argv`` spells it."""
     found = []
     for action in _chosen_actions(args, parser):
         if (action.dest in ("out", "schedule_dir") or not isinstance(action, argparse._StoreAction)  # noqa: SLF001
                 or action.type is not None or action.choices is not None):
             continue
         value = getattr(args, action.dest, None)
-        flag = max(action.option_strings, key=len) if action.option_strings else str(
-            action.metavar or action.dest)
+        flag = _flag_name(action, argv)
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, str) and v and os.path.exists(v):
                 found.append((flag, v))
     return found
+
+
+def _flag_name(action: argparse.Action, argv: Sequence[str]) -> str:
+    """The flag as ``argv`` spells it (of aliases such as --drafter/--heads), else its longest."""
+    if not action.option_strings:
+        return str(action.metavar or action.dest)
+    typed = [s for s in action.option_strings
+             if any(a == s or a.startswith(s + "=") for a in argv)]
+    return typed[0] if typed else max(action.option_strings, key=len)
 
 
 def _chosen_actions(args: argparse.Namespace,
@@ -185,9 +197,24 @@ def add_live_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_heads_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--heads", required=True, metavar="DIR",
-                   help="heads directory: treeopt's (heads.json) or Medusa's published layout "
-                        "(required)")
+    p.add_argument("--drafter", "--heads", dest="heads", required=True, metavar="DIR",
+                   help="drafter directory: treeopt heads (heads.json), Medusa's published "
+                        "layout, or a draft model (a Hugging Face causal LM sharing the base "
+                        "model's tokenizer) (required)")
+    p.add_argument("--draft-depth", type=int, metavar="K",
+                   help="depths a draft model or a published EAGLE checkpoint drafts and a "
+                        "trace records (default 4; heads, and treeopt's EAGLE drafters, carry "
+                        "their own)")
+
+
+def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:
+    """The drafter the :func:`add_heads_flag` flags name, wired to ``model``."""
+    from treeopt.drafters.checkpoints import load_heads_for
+
+    depth = getattr(args, "draft_depth", None)
+    if depth is not None and depth < 1:
+        raise TreeoptError(f"--draft-depth must be ≥ 1, got {depth}")
+    return load_heads_for(model, args.heads, depth=depth)
 
 
 def add_prompts_flag(p: argparse.ArgumentParser) -> None:

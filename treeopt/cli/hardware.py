@@ -13,6 +13,7 @@ from treeopt.cli.common import (
     counted,
     emit,
     int_list,
+    load_drafter_from,
     load_model_from,
     require,
 )
@@ -197,7 +198,6 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 def cmd_profile_step(args: argparse.Namespace) -> int:
     from profiling.step import SIZES, profile_steps
-    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.grow import Growth
     from treeopt.prompts import encode, read_texts
 
@@ -206,7 +206,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     require(max(args.batch) <= len(texts), f"--batch {max(args.batch)} is larger than the "
             f"{len(texts)} prompts in {' '.join(args.prompts)}")
     model, tok = load_model_from(args)
-    heads = load_heads_for(model, args.heads)
+    heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,

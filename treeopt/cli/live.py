@@ -18,6 +18,7 @@ from treeopt.cli.common import (
     counted,
     emit,
     int_list,
+    load_drafter_from,
     load_model_from,
     require,
 )
@@ -147,7 +148,6 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.verify import check_tree_for, verify
-    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.formats import load_tree_arg
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
@@ -164,7 +164,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
             f"prompts in {' '.join(args.prompts)}")
     model, tok = load_model_from(args)
-    heads = load_heads_for(model, args.heads)
+    heads = load_drafter_from(args, model)
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source=args.tree)
     cfg = decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None))
     bar, tick = counted("verify", "decode")
@@ -180,7 +180,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from profiling.table import load_step_profile
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import family_tree, tune
-    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.grow import Growth
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
@@ -203,7 +202,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
             f"--prompt-count {args.prompt_count}")
     model, tok = load_model_from(args)
-    heads = load_heads_for(model, args.heads)
+    heads = load_drafter_from(args, model)
     costs = None
     if profile is not None:
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "

@@ -13,10 +13,11 @@ from treeopt.cli.common import (
     add_sampling_filters,
     counted,
     emit,
+    load_drafter_from,
     load_model_from,
     progress,
 )
-from treeopt.drafters import KIND_NAMES
+from treeopt.drafters import TRAINED_KINDS
 from treeopt.errors import TreeoptError
 
 # TrainConfig field -> (metavar, help) of its train-heads flag; defaults come from TrainConfig
@@ -43,7 +44,7 @@ TRAIN_FLAGS = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-heads", help="train draft heads by self-distillation (base frozen)")
     add_model_flags(p)
-    p.add_argument("--kind", choices=KIND_NAMES, required=True, help="drafter kind (required)")
+    p.add_argument("--kind", choices=TRAINED_KINDS, required=True, help="drafter kind (required)")
     p.add_argument("--data", nargs="+", required=True, metavar="FILE",
                    help="texts: JSONL with a 'prompt' field, text files or folders (required)")
     p.add_argument("--generate", type=int, default=0, metavar="N",
@@ -156,7 +157,6 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate, parse_shard
-    from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.prompts import encode, read_texts
 
     shard, num_shards = parse_shard(args.shard)
@@ -168,7 +168,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                "samples_per_prompt": args.samples_per_prompt}
     CalibrateConfig(**options)  # bad flags fail before the model loads
     model, tok = load_model_from(args)
-    heads = load_heads_for(model, args.heads)
+    heads = load_drafter_from(args, model)
     cfg = CalibrateConfig(**options, eos_token_id=getattr(tok, "eos_token_id", None))
     prompts = encode(tok, texts, source=" ".join(args.prompts))
     bar, report = counted(f"calibrate {shard}/{num_shards}", "batch")

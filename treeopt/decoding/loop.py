@@ -188,7 +188,7 @@ class _Run:
         while any(self.active):
             iterations += 1
             running = all(self.active)
-            tokens = (self.heads.draft(self.plan, h, root) if self.plan.tree.size
+            tokens = (self.heads.draft(self.plan, h, root, self.state) if self.plan.tree.size
                       and self.heads is not None else root[:, None])
             self.clock.lap(0)
             logits, hidden = verify_step(self.verify, tokens, self.plan, cache=self.cache,
@@ -207,7 +207,7 @@ class _Run:
             if any(self.active):
                 count = (verdict.length if running
                          else torch.tensor(accepted, device=self.device))  # stopped rows: 0
-                h, self.state = self._features(hidden, verdict.path, count)
+                h, self.state = self._features(hidden, tokens, verdict.path, count, root)
         seconds = self.clock.now() - start
         split = StepSplit(*self.clock.totals) if self.clock.on else None
         tokens_out = tuple(tuple(self._truncate(o)) for o in self.out)
@@ -243,16 +243,16 @@ class _Run:
             self.out[i].append(token)
             self.active[i] = not self._finished(i, [token])
         order = torch.arange(longest, device=self.device)[None].expand(b, -1)
-        h, self.state = self._features(hidden, order, lengths)
+        h, self.state = self._features(hidden, ids, order, lengths, first)
         return first, h, lengths
 
-    def _features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
-                  ) -> tuple[torch.Tensor, LiveState]:
-        """The features the heads read after the tokens just accepted (``hidden[:, index]``,
-        ``count`` of them per row)."""
+    def _features(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                  count: torch.Tensor, next_root: torch.Tensor) -> tuple[torch.Tensor, LiveState]:
+        """The features the drafter reads after the tokens just accepted (``tokens[:, index]``,
+        ``count`` of them per row, then ``next_root``)."""
         if self.heads is None or self.plan.tree.size == 0:
             return hidden[:, -1:], None
-        return self.heads.live_features(hidden, index, count, self.state)
+        return self.heads.advance(hidden, tokens, index, count, next_root, self.state)
 
     def _read(self, verdict: Verdict, tokens: torch.Tensor, lens: list[int],
               frontier: int) -> tuple[list[int], bool]:

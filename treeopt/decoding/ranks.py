@@ -20,7 +20,6 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.models import model_device
-from treeopt.drafters.ranking import rank_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -59,17 +58,7 @@ def rank_batch(model: PreTrainedModel, heads: DraftHeads, sequences: Sequence[Se
         ids[i, : len(s)] = torch.tensor(list(s), device=device)
     with torch.inference_mode():
         hidden, z = _stream(model, ids, targets)  # [b, T, d], [b, T]
-        hidden = heads.features(hidden)[0]
-        n = T - 1 - K  # positions t = 0 … T-2-K have all K targets
-        if n <= 0:
-            return [np.zeros((0, K), np.int16) for _ in sequences]
-        ranks = torch.empty(len(sequences), n, K, dtype=torch.int16, device=device)
-        for k in range(K):
-            h = hidden[:, :n]  # [b, n, d]
-            prev = z[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]: x_{t+1} … x_{t+1+k}
-            logits = heads.head_logits(k, h, prev)  # [b, n, V]
-            r = rank_of(logits, z[:, 2 + k: 2 + k + n])
-            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
+        ranks = heads.rank_depths(hidden, z, top_k=top_k)  # [b, T-1-K, K]
     ranks_np = ranks.cpu().numpy()
     return [ranks_np[i, positions_range(len(s), st, K)]
             for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]

@@ -38,6 +38,8 @@ class DemoConfig:
     head_steps: int = 150
     head_batch: int = 4
     head_lr: float = 5e-3
+    eagle_layers: int = 1  # decoder layers of the EAGLE drafter
+    draft_model_layers: int = 1  # decoder layers of the draft model (a copy of the base's first)
     calibration_prompts: int = 640
     heldout_prompts: int = 192
     prompt_tokens: tuple[int, int] = (24, 64)

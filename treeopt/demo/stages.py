@@ -15,6 +15,10 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
 
+HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
+NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
+DRAFTERS = KINDS
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -173,145 +177,185 @@ def head_data(ctx: Context) -> dict[str, Any]:
 
 
 def heads(ctx: Context) -> dict[str, Any]:
+    return {kind: train_drafter(ctx, kind) for kind in HEAD_KINDS}
+
+
+def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
+    """Train the ``kind`` drafter on the head data (self-distillation) and ship it in 16 bits:
+    heads and EAGLE as heads directories, a draft model as a Hugging Face model directory."""
     import torch
 
     from treeopt.drafters import drafter_kind
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.training import TrainConfig, train_heads
+    from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
-    c, out = ctx.config, {}
+    c = ctx.config
     rows = np.load(ctx.scratch / "head-data.npy").tolist()
-    for i, kind in enumerate(KINDS):
-        cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=c.head_layers,
-                          share_lm_head=True, steps=c.head_steps, batch_size=c.head_batch,
-                          prefix_attention=c.head_prefix_attention
-                          and drafter_kind(kind).prefix_attention, seq_len=c.head_seq_len,
-                          lr=c.head_lr, warmup=max(1, c.head_steps // 20), seed=c.seed + 1 + i)
-        bar = ctx.bar(c.head_steps, f"{kind} heads")
-        trained, history = train_heads(ctx.model, rows, cfg,
-                                       progress=lambda s, n, loss, bar=bar: bar.update(1))
-        bar.close()
-        half = copy.deepcopy(trained).to(torch.float16)
-        save_heads(half, ctx.paths.heads(kind),
+    layers = (c.eagle_layers if kind == "eagle" else c.draft_model_layers
+              if kind == "draft-model" else c.head_layers)
+    cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=layers,
+                      share_lm_head=True, steps=c.head_steps, batch_size=c.head_batch,
+                      prefix_attention=c.head_prefix_attention
+                      and drafter_kind(kind).prefix_attention, seq_len=c.head_seq_len,
+                      lr=c.head_lr, warmup=max(1, c.head_steps // 20),
+                      seed=c.seed + 1 + DRAFTERS.index(kind))
+    bar = ctx.bar(c.head_steps, f"{kind} drafter")
+
+    def tick(step: int, total: int, loss: float) -> None:
+        bar.update(1)
+
+    if drafter_kind(kind).trained:
+        trained, history = train_heads(ctx.model, rows, cfg, progress=tick)
+        save_heads(copy.deepcopy(trained).to(torch.float16), ctx.paths.heads(kind),
                    meta={"training": {**cfg.__dict__},
                          "data": "train-part prompts continued greedily by the base model"})
-        last = history[-max(1, len(history) // 10):]
-        out[kind] = {"steps": c.head_steps, "tokens": c.head_steps * c.head_batch * c.head_seq_len,
-                     "layers": cfg.num_layers, "prefix_attention": cfg.prefix_attention,
-                     "loss_last": float(np.mean([h["loss"] for h in last])),
-                     "top1_agreement": np.mean([h["top1_agreement"] for h in last], 0).tolist()}
-        ctx.log(f"  {kind}: top-1 agreement per head {out[kind]['top1_agreement']}")
+    else:  # a draft model: a one-layer copy of the base model, distilled
+        from treeopt.drafters.draft_model import DraftModel
+
+        lm, history = distill_draft_model(ctx.model, rows, cfg, layers=layers, progress=tick)
+        DraftModel(lm.to(torch.float16), depth=c.num_heads).save(ctx.paths.heads(kind),
+                                                                 tokenizer=ctx.tokenizer)
+    bar.close()
+    last = history[-max(1, len(history) // 10):]
+    out = {"steps": c.head_steps, "tokens": c.head_steps * c.head_batch * c.head_seq_len,
+           "layers": layers, "prefix_attention": cfg.prefix_attention,
+           "loss_last": float(np.mean([h["loss"] for h in last])),
+           "top1_agreement": np.mean([h["top1_agreement"] for h in last], 0).tolist()}
+    ctx.log(f"  {kind}: top-1 agreement per depth {out['top1_agreement']}")
     return out
 
 
 def traces(ctx: Context) -> dict[str, Any]:
+    return {kind: kind_traces(ctx, kind) for kind in HEAD_KINDS}
+
+
+def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
+    """The greedy rank traces of the ``kind`` drafter on the calibration and held-out prompts."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 
     c, out = ctx.config, {}
     cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
                           batch_size=c.calibration_batch)
-    for kind in KINDS:
-        heads = ctx.heads(kind)
-        for part in ("calibration", "heldout"):
-            prompts = ctx.prompt_ids(part)
-            bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
-            trace, _ = calibrate(ctx.model, heads, prompts,
-                                 ctx.paths.trace(kind, heldout=part == "heldout"), config=cal,
-                                 meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-                                 progress=lambda i, n, bar=bar: bar.update(1))
-            bar.close()
-            out.setdefault(kind, {})[part] = {"positions": trace.positions,
-                                              "sequences": int(trace.meta["sequences"])}
+    heads = ctx.heads(kind)
+    for part in ("calibration", "heldout"):
+        prompts = ctx.prompt_ids(part)
+        bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
+        trace, _ = calibrate(ctx.model, heads, prompts,
+                             ctx.paths.trace(kind, heldout=part == "heldout"), config=cal,
+                             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+                             progress=lambda i, n, bar=bar: bar.update(1))
+        bar.close()
+        out[part] = {"positions": trace.positions, "sequences": int(trace.meta["sequences"])}
     return out
 
 
 def growths(ctx: Context) -> dict[str, Any]:
+    ell, held = {}, {}
+    for kind in HEAD_KINDS:
+        ell[kind], held[kind] = kind_growths(ctx, kind)
+    return {"max_nodes": ctx.config.max_nodes, "expected_accept_length": ell,
+            "heldout_expected_accept_length": held}
+
+
+def kind_growths(ctx: Context, kind: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Grow the ``kind`` drafter's trees (empirical and independent); E[L] by size on the
+    calibration trace and on the held-out one."""
     from treeopt.grow import grow
     from treeopt.trace import RankTrace
 
-    c, ell, held = ctx.config, {}, {}
-    for kind in KINDS:
-        trace = RankTrace.load(ctx.paths.trace(kind))
-        for method in ("empirical", "independent"):
-            g = grow(trace, method=method, max_nodes=c.max_nodes)
-            g.save(ctx.paths.growth(kind, method=method))
-            if method == "empirical":
-                test = g.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
-                ell[kind] = {n: float(g.expected_accept_length[n]) for n in SIZES
-                             if n <= g.max_nodes}
-                held[kind] = {n: float(test[n]) for n in SIZES if n <= g.max_nodes}
-    return {"max_nodes": c.max_nodes, "expected_accept_length": ell,
-            "heldout_expected_accept_length": held}
+    trace = RankTrace.load(ctx.paths.trace(kind))
+    for method in ("independent", "empirical"):
+        g = grow(trace, method=method, max_nodes=ctx.config.max_nodes)
+        g.save(ctx.paths.growth(kind, method=method))
+    test = g.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
+    return ({n: float(g.expected_accept_length[n]) for n in SIZES if n <= g.max_nodes},
+            {n: float(test[n]) for n in SIZES if n <= g.max_nodes})
 
 
 def sampled(ctx: Context) -> dict[str, Any]:
     """Lossless sampling at each of the config's temperatures: traces of continuations sampled
     from the base model (calibration and held-out prompts, per-position seeded), the growth for
     each temperature, and what a greedy-grown tree gives up there."""
+    out: dict[str, Any] = {}
+    for t in ctx.config.sample_temperatures:
+        out[f"{t:g}"] = {kind: kind_sampled(ctx, kind, t) for kind in HEAD_KINDS}
+    return out
+
+
+def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
+    """The ``kind`` drafter's traces of continuations sampled at temperature ``t`` (calibration
+    and held-out prompts), the growth for ``t``, and what the greedy-grown tree gives up there."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.grow import Growth, grow
 
-    c, out = ctx.config, {}
-    for t in c.sample_temperatures:
-        cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
-                              batch_size=c.calibration_batch, temperature=t, seed=c.seed)
-        for kind in KINDS:
-            heads = ctx.heads(kind)
-            made = {}
-            for part in ("calibration", "heldout"):
-                prompts = ctx.prompt_ids(part)
-                bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
-                made[part], _ = calibrate(
-                    ctx.model, heads, prompts,
-                    ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
-                    meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-                    progress=lambda i, n, bar=bar: bar.update(1))
-                bar.close()
-            g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
-            g.save(ctx.paths.growth(kind, temperature=t))
-            greedy = Growth.load(ctx.paths.growth(kind)).evaluate(made["calibration"])
-            held = g.evaluate(made["heldout"])
-            out.setdefault(f"{t:g}", {})[kind] = {
-                "positions": made["calibration"].positions,
-                "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in SIZES
+    c = ctx.config
+    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                          batch_size=c.calibration_batch, temperature=t, seed=c.seed)
+    heads = ctx.heads(kind)
+    made = {}
+    for part in ("calibration", "heldout"):
+        prompts = ctx.prompt_ids(part)
+        bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
+        made[part], _ = calibrate(
+            ctx.model, heads, prompts,
+            ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
+            meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+            progress=lambda i, n, bar=bar: bar.update(1))
+        bar.close()
+    g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
+    g.save(ctx.paths.growth(kind, temperature=t))
+    greedy = Growth.load(ctx.paths.growth(kind)).evaluate(made["calibration"])
+    held = g.evaluate(made["heldout"])
+    return {
+        "positions": made["calibration"].positions,
+        "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in SIZES
+                                   if n <= g.max_nodes},
+        "heldout_expected_accept_length": {n: float(held[n]) for n in SIZES
                                            if n <= g.max_nodes},
-                "heldout_expected_accept_length": {n: float(held[n]) for n in SIZES
-                                                   if n <= g.max_nodes},
-                "greedy_grown_expected_accept_length": {n: float(greedy[n]) for n in SIZES
-                                                        if n <= g.max_nodes}}
-    return out
+        "greedy_grown_expected_accept_length": {n: float(greedy[n]) for n in SIZES
+                                                if n <= g.max_nodes and n < len(greedy)}}
 
 
 def quality(ctx: Context) -> dict[str, Any]:
     from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import acceptance_run, autoregressive_run, prediction
-    from treeopt.grow import Growth
-    from treeopt.trace import RankTrace
+    from treeopt.demo.quality import autoregressive_run
 
     c = ctx.config
     prompt_ids = ctx.prompt_ids("heldout")
     reference, ar = autoregressive_run(Decoder(ctx.model), prompt_ids,
                                        max_new_tokens=c.max_new_tokens)
-    live: dict[str, Any] = {}
-    for kind in KINDS:
-        decoder = Decoder(ctx.model, ctx.heads(kind))
-        growth = Growth.load(ctx.paths.growth(kind))
-        cal = RankTrace.load(ctx.paths.trace(kind))
-        held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
-        for n in c.eval_sizes:
-            tree = growth.tree(min(n, growth.max_nodes))
-            run = acceptance_run(decoder, tree, prompt_ids, max_new_tokens=c.max_new_tokens,
-                                 reference=reference)
-            run.update(prediction(run, tree, calibration=cal, heldout=held,
-                                  position_mean=float(growth.expected_accept_length[tree.size])))
-            live.setdefault(kind, {})[str(n)] = run
-            ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
-                    f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
-                    f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
-                    f"lossless {run['lossless_prompts']}")
+    live = {kind: kind_quality(ctx, kind, reference) for kind in HEAD_KINDS}
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
             "looping_reference": _looping_reference(ctx, prompt_ids), "live": live}
+
+
+def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
+    """Live greedy decoding of the held-out prompts with the ``kind`` drafter's trees of the
+    evaluation sizes: lossless against ``reference`` (the autoregressive outputs), and the
+    accepted length measured beside the calibration trace's prediction."""
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import acceptance_run, prediction
+    from treeopt.grow import Growth
+    from treeopt.trace import RankTrace
+
+    c, out = ctx.config, {}
+    decoder = Decoder(ctx.model, ctx.heads(kind))
+    growth = Growth.load(ctx.paths.growth(kind))
+    cal = RankTrace.load(ctx.paths.trace(kind))
+    held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
+    for n in c.eval_sizes:
+        tree = growth.tree(min(n, growth.max_nodes))
+        run = acceptance_run(decoder, tree, ctx.prompt_ids("heldout"),
+                             max_new_tokens=c.max_new_tokens, reference=reference)
+        run.update(prediction(run, tree, calibration=cal, heldout=held,
+                              position_mean=float(growth.expected_accept_length[tree.size])))
+        out[str(n)] = run
+        ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
+                f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
+                f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
+                f"lossless {run['lossless_prompts']}")
+    return out
 
 
 def _looping_reference(ctx: Context, prompt_ids: list[list[int]]) -> dict[str, Any]:
@@ -347,12 +391,10 @@ def latency(ctx: Context) -> dict[str, Any]:
     """The verify-step table (batch 1, the profiler's own sweep) and, for each head kind, the
     live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
     try:
-        from profiling.step import profile_steps
         from profiling.verify import profile_verify
         from roofline.config import load_config
     except ImportError as exc:
         return {"skipped": f"the profiler is not available ({exc})"}
-    from treeopt.grow import Growth
 
     c = ctx.config
     threads(c.live_threads)
@@ -361,53 +403,96 @@ def latency(ctx: Context) -> dict[str, Any]:
                            context=list(c.latency_context), tokens=list(c.latency_tokens),
                            repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
                            log=lambda line: ctx.log(f"  {line}"))
-    steps = {}
-    prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
-    for kind in KINDS:
-        out = ctx.paths.step_profile(kind, c.device)
-        doc = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
-                            prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
-                            out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
-                            log=lambda line: ctx.log(f"  {line}"))
-        steps[kind] = {"file": out.name, "records": len(doc["records"])}
+    steps = {kind: kind_step_profile(ctx, kind) for kind in HEAD_KINDS}
     return {"device": table.device, "file": ctx.paths.latency(c.device).name,
             "records": len(table.records), "step_profiles": steps}
+
+
+def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
+    """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
+    from profiling.step import profile_steps
+    from treeopt.grow import Growth
+
+    c = ctx.config
+    threads(c.live_threads)
+    out = ctx.paths.step_profile(kind, c.device)
+    prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    doc = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
+                        prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
+                        out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                        log=lambda line: ctx.log(f"  {line}"))
+    return {"file": out.name, "records": len(doc["records"])}
 
 
 def sweep(ctx: Context) -> dict[str, Any]:
     """The live throughput sweep of each head kind's trees on the held-out prompts, beside the
     step-cost model's prediction and with the tree select picks: the Hardware page's figure."""
+    return {kind: kind_sweep(ctx, kind) for kind in HEAD_KINDS}
+
+
+def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
+    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import tune
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
     from treeopt.workbench.pricing import profiled_costs
 
-    c, out = ctx.config, {}
+    c = ctx.config
     threads(c.live_threads)
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
     # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
     # step-cost model's error, not the sampling error of a handful of prompts
-    for kind in KINDS:
-        path = ctx.paths.sweep(kind, c.device)
-        growth = Growth.load(ctx.paths.growth(kind))
-        sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
-        bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
-        result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
-                      sizes=sizes, out=path, rounds=c.sweep_rounds,
-                      config=DecodeConfig(max_new_tokens=c.live_new_tokens),
-                      costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
-                      trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-                          c.sweep_prompts, positions=c.live_new_tokens),
-                      meta={"model": "treeopt demo", "device": c.device},
-                      progress=lambda i, n, bar=bar: bar.update(i - bar.n))
-        bar.close()
-        out[kind] = {"file": path.name, "summary": result.summary()}
-        for row in result.summary():
-            ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
-                    f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
-                    f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
+    path = ctx.paths.sweep(kind, c.device)
+    growth = Growth.load(ctx.paths.growth(kind))
+    sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
+    bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
+    result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
+                  sizes=sizes, out=path, rounds=c.sweep_rounds,
+                  config=DecodeConfig(max_new_tokens=c.live_new_tokens),
+                  costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
+                  trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+                      c.sweep_prompts, positions=c.live_new_tokens),
+                  meta={"model": "treeopt demo", "device": c.device},
+                  progress=lambda i, n, bar=bar: bar.update(i - bar.n))
+    bar.close()
+    for row in result.summary():
+        ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
+                f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
+                f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
+    return {"file": path.name, "summary": result.summary()}
+
+
+def drafters(ctx: Context) -> dict[str, Any]:
+    """The drafters beyond heads — an EAGLE drafter and a one-layer draft model — trained on the
+    same data, then calibrated, grown, decoded live, profiled, swept and sampled exactly as the
+    heads' stages do for Medusa and Hydra (their records, per kind)."""
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import autoregressive_run
+
+    c, out = ctx.config, {}
+    reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
+                                      max_new_tokens=c.max_new_tokens)
+    for kind in NEW_KINDS:
+        record: dict[str, Any] = {"training": train_drafter(ctx, kind)}
+        record["traces"] = kind_traces(ctx, kind)
+        ell, held = kind_growths(ctx, kind)
+        record["growth"] = {"expected_accept_length": ell, "heldout_expected_accept_length": held}
+        record["quality"] = kind_quality(ctx, kind, reference)
+        if _has_profiler():
+            record["step_profile"] = kind_step_profile(ctx, kind)
+            record["sweep"] = kind_sweep(ctx, kind)
+        record["sampled"] = {f"{t:g}": kind_sampled(ctx, kind, t) for t in c.sample_temperatures}
+        out[kind] = record
     return out
+
+
+def _has_profiler() -> bool:
+    try:
+        import profiling.step  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def threads(n: int) -> None:
@@ -421,7 +506,16 @@ def threads(n: int) -> None:
 def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
     """The files stage ``name`` writes and would resume from: what running it again removes
     first (so a redone stage measures afresh instead of resuming its own finished work)."""
-    kinds = KINDS
+    kinds = NEW_KINDS if name == "drafters" else HEAD_KINDS
+    if name == "drafters":
+        return [p for stage in ("traces", "growth", "sweep", "sampled")
+                for p in _files_of(stage, kinds, paths, config)] + [
+            paths.step_profile(k, config.device) for k in kinds]
+    return _files_of(name, kinds, paths, config)
+
+
+def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoConfig,
+              ) -> list[Path]:
     temps = config.sample_temperatures
     files = {
         "traces": [paths.trace(k, heldout=h) for k in kinds for h in (False, True)],
@@ -441,6 +535,7 @@ def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
 PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
     ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
     ("head_data", head_data), ("heads", heads), ("traces", traces), ("growth", growths),
-    ("quality", quality), ("latency", latency), ("sweep", sweep), ("sampled", sampled))
+    ("quality", quality), ("latency", latency), ("sweep", sweep), ("sampled", sampled),
+    ("drafters", drafters))
 
 

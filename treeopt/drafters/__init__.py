@@ -1,9 +1,11 @@
-"""Drafters: what proposes a tree's candidate tokens — Medusa heads and Hydra heads today.
+"""Drafters: what proposes a tree's candidate tokens — Medusa heads, Hydra heads, an EAGLE
+drafter and a separate draft model.
 
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
 :mod:`treeopt.select` and :mod:`roofline.draft` read how a kind's cost grows, and only
 :func:`build_heads` imports the torch implementations (:mod:`treeopt.drafters.medusa`,
-:mod:`treeopt.drafters.hydra`). Nothing outside this package branches on a kind's name.
+:mod:`treeopt.drafters.hydra`, :mod:`treeopt.drafters.eagle`,
+:mod:`treeopt.drafters.draft_model`). Nothing outside this package branches on a kind's name.
 
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
 (True, False)
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter, DraftHeads
     from treeopt.drafters.config import HeadsConfig
 
 
@@ -39,8 +41,10 @@ class DrafterKind:
     implementation: str  # "module:Class" of the torch implementation
     min_layers: int = 0  # residual blocks per head (Hydra's first block is its input layer)
     prefix_attention: bool = False  # Hydra++'s extra attention layer over the base hiddens
+    reads_features: bool = True  # reads the base model's hidden states (a draft model does not)
+    trained: bool = True  # ``treeopt train`` makes one (a draft model is brought, not trained)
 
-    def heads_class(self) -> type[DraftHeads]:
+    def heads_class(self) -> type[Drafter]:
         module, name = self.implementation.split(":")
         return getattr(importlib.import_module(module), name)
 
@@ -51,8 +55,14 @@ KINDS: dict[str, DrafterKind] = {
     "hydra": DrafterKind("hydra", "Hydra heads", per_depth=True, reads_path=True,
                          implementation="treeopt.drafters.hydra:HydraHeads", min_layers=1,
                          prefix_attention=True),
+    "eagle": DrafterKind("eagle", "EAGLE drafter", per_depth=True, reads_path=True,
+                         implementation="treeopt.drafters.eagle:EagleDrafter", min_layers=1),
+    "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
+                               implementation="treeopt.drafters.draft_model:DraftModel",
+                               reads_features=False, trained=False),
 }
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
+TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
 
 
 def drafter_kind(name: str, *, source: str = "head kind") -> DrafterKind:
@@ -74,6 +84,9 @@ def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None
     >>> build_heads(cfg)(torch.zeros(1, 3, 8)).shape
     torch.Size([2, 1, 3, 16])
     """
+    if not drafter_kind(cfg.kind).trained:
+        raise TreeoptError(f"a {drafter_kind(cfg.kind).title.lower()} is loaded from its own "
+                           f"directory, not built from a heads config")
     for name, mod in (("lm_head", lm_head), ("embeddings", embeddings)):
         shape = (cfg.vocab_size, cfg.hidden_size)
         if mod is not None and tuple(mod.weight.shape[:2]) != shape:
@@ -83,4 +96,4 @@ def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None
     return drafter_kind(cfg.kind).heads_class().build(cfg, lm_head=lm_head, embeddings=embeddings)
 
 
-__all__ = ["KINDS", "KIND_NAMES", "DrafterKind", "build_heads", "drafter_kind"]
+__all__ = ["KINDS", "KIND_NAMES", "TRAINED_KINDS", "DrafterKind", "build_heads", "drafter_kind"]

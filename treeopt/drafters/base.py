@@ -17,6 +17,8 @@ from torch import nn
 
 from treeopt.drafters import DrafterKind
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ranking import rank_of
+from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
@@ -45,18 +47,72 @@ def _projection(cfg: HeadsConfig, lm_head: nn.Module | None) -> nn.Linear:
     return proj
 
 
-class DraftHeads(nn.Module):
+class Drafter(nn.Module):
+    """What proposes a live step's tree and what calibration ranks: the one interface every
+    stage uses (calibration, live decoding, profiling), whatever the kind.
+
+    - :meth:`rank_depths`: teacher-forced ranks of every depth over already generated text;
+    - :meth:`start`, :meth:`advance`: the live state, and the features read next, for a batch of
+      rows that accept ragged numbers of tokens;
+    - :meth:`draft`: a live step's tree tokens for every row, batched;
+    - ``config``: its :class:`~treeopt.drafters.config.HeadsConfig` (``num_heads``: the depths it
+      drafts), written beside every trace and profile.
+    """
+
+    kind: ClassVar[DrafterKind]
+    config: HeadsConfig
+
+    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+                    ) -> torch.Tensor:
+        """Teacher-forced ranks of every depth at every position, in one pass per depth.
+
+        ``hidden`` ``[b, T, d]``: the base model's last hidden states over ``stream`` ``[b, T]``
+        (the tokens the drafter is ranked against). Position t's root is ``stream[t+1]``; depth k
+        (0-based) proposes ``stream[t+2+k]`` and reads the true path ``stream[t+1 … t+1+k]``.
+        Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
+        """
+        raise NotImplementedError
+
+    def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Self-distillation on a batch: per depth k, (loss, logits ``[b, n, V]``, teacher
+        distribution ``[b, n, V]``), from the base model's hiddens ``[b, T, d]`` and next-token
+        distributions ``teacher`` ``[b, T, V]`` over ``ids`` ``[b, T]`` (training)."""
+        raise TreeoptError(f"a {self.kind.title.lower()} is not trained by treeopt")
+
+    def start(self, *, batch: int, capacity: int) -> LiveState:
+        """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
+        return None
+
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor, state: LiveState,
+                ) -> tuple[torch.Tensor, LiveState]:
+        """After a step (or the prefill): the features ``[b, 1, d]`` the drafter reads next,
+        and its state. Each row just accepted ``count[row]`` tokens, ``tokens[row, index[row,
+        :count[row]]]`` with base hidden states ``hidden[row, index[row, :count[row]]]``
+        (``hidden`` ``[b, t, d]``, ``tokens`` ``[b, t]``); ``next_root`` ``[b]`` is the token the
+        base model chose after them, the next step's root. A row that accepted nothing, having
+        stopped, gets features it never uses."""
+        last = index.gather(1, (count - 1).clamp_min(0)[:, None])  # [b, 1]
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
+        return hidden[rows, last], state
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: LiveState = None) -> torch.Tensor:
+        """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]``, roots ``[b]`` and
+        the live state (which a drafter with a cache of its own updates in place)."""
+        raise NotImplementedError
+
+
+class DraftHeads(Drafter):
     """K draft heads: the interface calibration, training, decoding and profiling use.
 
     - :meth:`features`: what the heads read at each position (``h_t``; Hydra++: its prefix
       layer), over whole sequences (calibration, training);
     - :meth:`head_logits`: head k's logits, given the path tokens it reads (teacher forcing);
-    - :meth:`start`, :meth:`live_features`: the same features during live decoding, step by
-      step, for a batch of rows that accept ragged numbers of tokens;
-    - :meth:`draft`: a live step's tree tokens for every row, from its features.
+    - :meth:`rank_depths`: every head over features and true paths, one call per depth;
+    - :meth:`draft` (each kind): a live step's tree tokens for every row, from its features.
     """
-
-    kind: ClassVar[DrafterKind]
 
     def __init__(self, cfg: HeadsConfig, lm_head: nn.Module | None) -> None:
         super().__init__()
@@ -91,19 +147,33 @@ class DraftHeads(nn.Module):
         """Head k: features ``[b, m, d]`` and the path's tokens ``[b, m, k+1]`` → ``[b, m, V]``."""
         raise NotImplementedError
 
-    def start(self, *, batch: int, capacity: int) -> LiveState:
-        """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
-        return None
+    def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Head k at t against the teacher at t+1+k: a soft cross-entropy."""
+        T = ids.shape[1]
+        h = self.features(hidden)[0]
+        terms = []
+        for k in range(self.config.num_heads):
+            n = T - 1 - k  # positions t whose target distribution (at t+1+k) exists
+            prev = ids[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]
+            logits = self.head_logits(k, h[:, :n], prev).float()  # [b, n, V]
+            target = teacher[:, 1 + k: 1 + k + n]
+            terms.append((-(target * F.log_softmax(logits, dim=-1)).sum(-1).mean(), logits,
+                          target))
+        return terms
 
-    def live_features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
-                      state: LiveState) -> tuple[torch.Tensor, LiveState]:
-        """The features ``[b, 1, d]`` the heads read after a step: the tokens each row just
-        accepted are ``hidden[row, index[row, :count[row]]]`` (``hidden`` ``[b, t, d]``; a row
-        that accepted nothing, having stopped, gets features it never uses)."""
-        last = index.gather(1, (count - 1).clamp_min(0)[:, None])  # [b, 1]
-        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-        return hidden[rows, last], state
-
-    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
-        """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]`` and roots ``[b]``."""
-        raise NotImplementedError
+    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+                    ) -> torch.Tensor:
+        """Head k over the features at t and the true path (see :meth:`Drafter.rank_depths`)."""
+        K = self.config.num_heads
+        b, T = stream.shape
+        n = max(T - 1 - K, 0)  # positions t = 0 … T-2-K have all K targets
+        ranks = torch.empty(b, n, K, dtype=torch.int16, device=stream.device)
+        if n == 0:
+            return ranks
+        h = self.features(hidden)[0][:, :n]  # [b, n, d]
+        for k in range(K):
+            prev = stream[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]: x_{t+1} … x_{t+1+k}
+            r = rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n])
+            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
+        return ranks

@@ -1,4 +1,5 @@
-"""Head checkpoints: treeopt's own (safetensors + JSON config) and Medusa's published layout.
+"""Drafter checkpoints: treeopt's heads (safetensors + JSON config), Medusa's published layout,
+and a draft model (a local Hugging Face causal LM directory).
 
 treeopt layout, a directory: ``heads.json`` (``"format": "treeopt.heads/1"``, the
 :class:`~treeopt.heads.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
@@ -8,12 +9,23 @@ Medusa layout, a directory: ``config.json`` with ``medusa_num_heads`` and ``medu
 ``medusa_lm_head.safetensors`` or ``medusa_lm_head.pt`` holding ``{i}.{j}.linear.weight|bias`` for the
 residual blocks and ``{i}.{num_layers}.weight`` for the vocabulary projection of head i. ``.pt`` files
 load only through ``torch.load(weights_only=True)``.
+
+EAGLE-1/2 layout, a directory: a Llama ``config.json`` (hidden, intermediate and vocabulary sizes,
+attention and key/value heads, ``rope_theta``, ``rms_norm_eps``, optional ``bias``) and
+``model.safetensors`` or ``pytorch_model.bin`` holding ``fc.weight`` (``fc.bias``),
+``layers.{i}.self_attn.{q,k,v,o}_proj.weight``, ``layers.{i}.mlp.{gate,up,down}_proj.weight`` and
+``layers.{i}.{input,post_attention}_layernorm.weight`` (layer 0 has no input norm; one saved is
+ignored), and optionally ``embed_tokens.weight`` (the base model's copy; the base's are used).
+
+Draft model, a directory: a Hugging Face ``config.json`` (with ``model_type``) and its weights;
+it must share the base model's tokenizer (:func:`check_same_tokenizer`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +33,7 @@ import torch
 from torch import nn
 
 from treeopt.drafters import build_heads, drafter_kind
-from treeopt.drafters.base import DraftHeads
+from treeopt.drafters.base import Drafter, DraftHeads
 from treeopt.drafters.config import HeadsConfig
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
@@ -48,8 +60,9 @@ def save_heads(heads: DraftHeads, directory: str | os.PathLike[str], *,
 
 
 def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
-               embeddings: nn.Module | None = None) -> DraftHeads:
-    """Load heads from a treeopt or a Medusa checkpoint directory (float32, on the CPU)."""
+               embeddings: nn.Module | None = None, depth: int | None = None) -> Drafter:
+    """Load a drafter from a treeopt heads, a Medusa or a draft-model directory (on the CPU;
+    ``depth``: the depths a draft model drafts, default ``DEFAULT_DEPTH``)."""
     d = Path(directory)
     if (d / "heads.json").exists():
         return _load_native(d, lm_head=lm_head, embeddings=embeddings)
@@ -57,11 +70,17 @@ def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None =
         raw = read_json(d / "config.json")
         if isinstance(raw, dict) and "medusa_num_heads" in raw:
             return import_medusa(d)
+        if isinstance(raw, dict) and _eagle_weights(d) is not None:
+            return import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth)
+        if isinstance(raw, dict) and "model_type" in raw:
+            from treeopt.drafters.draft_model import DraftModel
+
+            return DraftModel.load(d, depth=depth)
     if not d.is_dir():
-        raise TreeoptError(f"{d}: no such heads directory")
+        raise TreeoptError(f"{d}: no such drafter directory")
     raise TreeoptError(
-        f"{d}: not a heads checkpoint (expected heads.json, or a Medusa config.json with "
-        f"medusa_num_heads)")
+        f"{d}: not a drafter checkpoint (expected heads.json, a Medusa config.json with "
+        f"medusa_num_heads, or a Hugging Face draft model's config.json)")
 
 
 def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
@@ -71,6 +90,118 @@ def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
         return HeadsConfig(**doc["config"])
     except (KeyError, TypeError) as exc:
         raise TreeoptError(f"{directory}/heads.json: bad 'config' ({exc})") from None
+
+
+_EAGLE_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def _eagle_weights(d: Path) -> Path | None:
+    """The EAGLE weights file of ``d``, or None when ``d`` holds no EAGLE layout (its weights
+    have no ``fc.weight``)."""
+    for name in _EAGLE_FILES:
+        path = d / name
+        if not path.exists():
+            continue
+        if path.suffix == ".safetensors":
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    keys = set(f.keys())
+            except (SafetensorError, OSError):
+                return None  # not readable here: left to the draft-model loader to report
+        else:
+            keys = set(_read_pickled(path))
+        return path if {"fc.weight", "model.fc.weight"} & keys else None
+    return None
+
+
+def _read_pickled(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # an unsafe or corrupt pickle: name the file and refuse
+        raise TreeoptError(f"{path}: not loadable with weights_only=True ({exc})") from None
+    if not isinstance(state, dict):
+        raise TreeoptError(f"{path}: not a state dict")
+    return state
+
+
+_EAGLE_KEYS = {  # public name (after layers.{i}.) → treeopt's
+    "self_attn.q_proj.weight": "q_proj.weight", "self_attn.k_proj.weight": "k_proj.weight",
+    "self_attn.v_proj.weight": "v_proj.weight", "self_attn.o_proj.weight": "o_proj.weight",
+    "mlp.gate_proj.weight": "gate_proj.weight", "mlp.up_proj.weight": "up_proj.weight",
+    "mlp.down_proj.weight": "down_proj.weight", "input_layernorm.weight": "input_layernorm.weight",
+    "post_attention_layernorm.weight": "post_attention_layernorm.weight",
+}
+
+
+def import_eagle(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
+                 embeddings: nn.Module | None = None, depth: int | None = None) -> Drafter:
+    """An EAGLE-1/2 drafter from the public layout (see the module notes), drafting ``depth``
+    depths (default 4), wired to the base model's LM head and embeddings."""
+    d = Path(directory)
+    raw = read_json(d / "config.json")
+    path = _eagle_weights(d)
+    assert path is not None
+    state = _read_safetensors(path) if path.suffix == ".safetensors" else _read_pickled(path)
+    state = {k.removeprefix("model."): v for k, v in state.items()}
+    try:
+        hidden, vocab = int(raw["hidden_size"]), int(raw["vocab_size"])
+        heads = int(raw["num_attention_heads"])
+        cfg = HeadsConfig(
+            kind="eagle", num_heads=depth or 4, hidden_size=hidden, vocab_size=vocab,
+            num_layers=int(raw.get("num_hidden_layers", 1)), share_lm_head=True,
+            attention_heads=heads, kv_heads=int(raw.get("num_key_value_heads") or heads),
+            intermediate_size=int(raw["intermediate_size"]),
+            rope_theta=float(raw.get("rope_theta", 10000.0)),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), bias="fc.bias" in state)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TreeoptError(f"{d}/config.json: not an EAGLE config (missing or bad {exc})") from None
+    if cfg.kv_heads == cfg.attention_heads:
+        cfg = replace(cfg, kv_heads=0)
+    mapped: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        m = re.fullmatch(r"layers\.(\d+)\.(.+)", key)
+        if key.startswith("fc."):
+            mapped[key] = value
+        elif key == "embed_tokens.weight":
+            if tuple(value.shape) != (vocab, hidden):
+                raise TreeoptError(f"{path}: embed_tokens.weight has shape {list(value.shape)}, "
+                                   f"the config says [{vocab}, {hidden}]")
+        elif m is not None and m[2] in _EAGLE_KEYS:
+            if not (int(m[1]) == 0 and m[2] == "input_layernorm.weight"):
+                mapped[f"layers.{m[1]}.{_EAGLE_KEYS[m[2]]}"] = value
+        else:
+            raise TreeoptError(f"{path}: unexpected key {key!r} in the EAGLE weights")
+    try:
+        drafter = build_heads(cfg, lm_head=lm_head, embeddings=embeddings)
+    except TreeoptError as exc:  # a shape that does not fit the base model: name the file
+        raise TreeoptError(f"{d}: {exc}") from None
+    _load_state(drafter, {k: v.float() for k, v in mapped.items()}, str(path))
+    return drafter
+
+
+def check_same_tokenizer(base: str | os.PathLike[str], draft: str | os.PathLike[str]) -> None:
+    """Raise when both directories hold a tokenizer and they map tokens differently (a draft
+    model must read and write the base model's token ids). Directories without one pass: the
+    vocabulary sizes were compared already."""
+    from transformers import AutoTokenizer
+
+    vocabs = []
+    for d in (base, draft):
+        if not d or not Path(d).is_dir():
+            return
+        try:
+            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True,
+                                                trust_remote_code=False)
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        vocabs.append(tok.get_vocab())
+    if vocabs[0] != vocabs[1]:
+        differ = sum(vocabs[1].get(t) != i for t, i in vocabs[0].items())
+        raise TreeoptError(f"{draft}: the draft model's tokenizer differs from the base "
+                           f"model's ({differ} of {len(vocabs[0])} tokens map to other ids); a "
+                           f"draft model must share the base model's tokenizer")
 
 
 def _load_native(d: Path, *, lm_head: nn.Module | None, embeddings: nn.Module | None) -> DraftHeads:
@@ -164,15 +295,23 @@ def _read_medusa_weights(d: Path) -> dict[str, torch.Tensor]:
 
 
 def check_heads_match(cfg: HeadsConfig, *, hidden_size: int, vocab_size: int, source: str) -> None:
-    """Raise unless the heads' hidden size and vocabulary match the base model's."""
+    """Raise unless the drafter's vocabulary (and, where it reads them, hidden states) match the
+    base model's."""
+    if not drafter_kind(cfg.kind).reads_features:
+        if cfg.vocab_size != vocab_size:
+            raise TreeoptError(f"{source}: the draft model has a vocabulary of {cfg.vocab_size} "
+                               f"tokens, the base model {vocab_size}: they must share a tokenizer")
+        return
     if (cfg.hidden_size, cfg.vocab_size) != (hidden_size, vocab_size):
         raise TreeoptError(
             f"{source}: heads have hidden size {cfg.hidden_size} and vocabulary {cfg.vocab_size}, "
             f"the model has hidden size {hidden_size} and vocabulary {vocab_size}")
 
 
-def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str]) -> DraftHeads:
-    """Heads from ``directory`` wired to ``model``'s LM head and embeddings, on its device/dtype."""
+def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
+                   depth: int | None = None) -> Drafter:
+    """The drafter in ``directory`` wired to ``model`` (its LM head and embeddings, for heads),
+    on its device and dtype; a draft model must share its tokenizer."""
     from treeopt.decoding.models import model_dims
 
     hidden, vocab = model_dims(model)
@@ -180,7 +319,9 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str]) ->
         check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
                           source=str(directory))
     heads = load_heads(directory, lm_head=model.get_output_embeddings(),
-                       embeddings=model.get_input_embeddings())
+                       embeddings=model.get_input_embeddings(), depth=depth)
     check_heads_match(heads.config, hidden_size=hidden, vocab_size=vocab, source=str(directory))
+    if not heads.kind.reads_features:
+        check_same_tokenizer(getattr(model, "name_or_path", ""), directory)
     weight = model.get_output_embeddings().weight
     return heads.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)

@@ -4,7 +4,7 @@ the shape of a set of heads (:class:`HeadsConfig`) and how to train them (:class
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from treeopt.drafters import KINDS, drafter_kind
 from treeopt.errors import TreeoptError
@@ -26,9 +26,18 @@ class HeadsConfig:
     share_lm_head: bool = False
     prefix_attention: bool = False
     attention_heads: int = 4
+    # EAGLE's decoder layers (left out of ``to_dict`` at their defaults):
+    intermediate_size: int = 0  # 0: twice the hidden size
+    kv_heads: int = 0  # 0: as many as attention_heads
+    rope_theta: float = 10000.0
+    bias: bool = True  # of EAGLE's fc layer
+    rms_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
+        if self.kind == "eagle" and not self.share_lm_head:
+            raise TreeoptError("heads config: an EAGLE drafter reads through the base model's "
+                               "LM head (share_lm_head must be true)")
         for name in ("num_heads", "hidden_size", "vocab_size"):
             if int(getattr(self, name)) < 1:
                 raise TreeoptError(f"heads config: {name} must be ≥ 1, got {getattr(self, name)}")
@@ -43,7 +52,17 @@ class HeadsConfig:
                 f"attention_heads {self.attention_heads}")
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        """The fields, less EAGLE's layer shape where it is at its defaults (so the configs of
+        heads written before those fields existed compare equal)."""
+        out = asdict(self)
+        for name in _LAYER_FIELDS:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        return out
+
+
+_LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps")
+_DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 
 @dataclass(frozen=True)
@@ -83,5 +102,5 @@ class TrainConfig:
     def heads_config(self, hidden_size: int, vocab_size: int) -> HeadsConfig:
         return HeadsConfig(kind=self.kind, num_heads=self.num_heads, hidden_size=hidden_size,
                            vocab_size=vocab_size, num_layers=self.num_layers,
-                           share_lm_head=self.share_lm_head,
+                           share_lm_head=self.share_lm_head or self.kind == "eagle",
                            prefix_attention=self.prefix_attention)

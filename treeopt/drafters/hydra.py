@@ -141,10 +141,11 @@ class HydraHeads(DraftHeads):
                          dtype=p.dtype, device=p.device)
         return PrefixSlots(kv, torch.zeros(batch, dtype=torch.long, device=p.device))
 
-    def live_features(self, hidden: torch.Tensor, index: torch.Tensor, count: torch.Tensor,
-                      state: PrefixSlots | None) -> tuple[torch.Tensor, PrefixSlots | None]:
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor, state: PrefixSlots | None,
+                ) -> tuple[torch.Tensor, PrefixSlots | None]:
         if self.prefix_layer is None or state is None:
-            return super().live_features(hidden, index, count, state)
+            return super().advance(hidden, tokens, index, count, next_root, state)
         return prefix_advance(self.prefix_layer, hidden, index, count, state)
 
     def head_logits(self, k: int, hidden: torch.Tensor, prev_tokens: torch.Tensor | None = None,
@@ -158,7 +159,8 @@ class HydraHeads(DraftHeads):
         z = hidden + F.silu(self.inputs[k](x))
         return self.project(k, self.blocks[k](z))
 
-    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: PrefixSlots | None = None) -> torch.Tensor:
         """Level by level: head d-1 runs on every node expanded at depth d-1 of every row,
         fed its path; one call per depth for the whole batch."""
         b = root.shape[0]

@@ -46,7 +46,8 @@ class MedusaHeads(DraftHeads):
         """Logits of head k: ``[b, t, d]`` → ``[b, t, V]`` (``prev_tokens`` is ignored)."""
         return self.project(k, self.blocks[k](hidden))
 
-    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: None = None) -> torch.Tensor:
         """Every depth from one call of the heads the tree reaches: node i takes its depth's
         head's candidate of its rank."""
         tree = plan.tree

@@ -1,8 +1,11 @@
 """Head training by self-distillation with the base model frozen.
 
-Head k at position t learns the base model's own next-token distribution at position t+1+k (the
-teacher loss the Hydra++ recipe found best): a soft cross-entropy, weighted λ_k = decay^k
-(0.8^k by default), summed over heads. AdamW, linear warm-up then a cosine schedule.
+Depth k at position t learns the base model's own next-token distribution at position t+1+k
+(the teacher loss the Hydra++ recipe found best): a soft cross-entropy, weighted λ_k = decay^k
+(0.8^k by default), summed over depths; each drafter gives its terms
+(:meth:`~treeopt.drafters.base.DraftHeads.distill_terms`; EAGLE adds its feature regression).
+AdamW, linear warm-up then a cosine schedule. :func:`distill_draft_model` makes a draft model
+the same way: a shallower copy of the base model trained on its next-token distributions.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
@@ -63,20 +65,13 @@ def fit_to_data(config: TrainConfig, sequences: Sequence[Sequence[int]], *,
 def distill_loss(model: PreTrainedModel, heads: DraftHeads, ids: torch.Tensor, *, decay: float = 0.8,
                  ) -> tuple[torch.Tensor, list[float], list[float]]:
     """Weighted teacher loss on a batch ``[b, T]``; also each head's loss and top-1 agreement."""
-    K, T = heads.config.num_heads, ids.shape[1]
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
         teacher = torch.softmax(out.logits.float(), dim=-1)  # [b, T, V]
         hidden = out.hidden_states[-1].float()  # [b, T, d]
-    hidden = heads.features(hidden)[0]
     total = hidden.new_zeros(())
     losses, agree = [], []
-    for k in range(K):
-        n = T - 1 - k  # positions t whose target distribution (at t+1+k) exists
-        prev = ids[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]
-        logits = heads.head_logits(k, hidden[:, :n], prev).float()  # [b, n, V]
-        target = teacher[:, 1 + k: 1 + k + n]
-        loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    for k, (loss, logits, target) in enumerate(heads.distill_terms(hidden, ids, teacher)):
         total = total + decay**k * loss
         losses.append(float(loss.detach()))
         agree.append(float((logits.argmax(-1) == target.argmax(-1)).float().mean()))
@@ -128,3 +123,53 @@ def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], conf
         if progress is not None:
             progress(step + 1, config.steps, float(loss.detach()))
     return heads.eval(), history
+
+
+def distill_draft_model(model: PreTrainedModel, sequences: Sequence[Sequence[int]],
+                        config: TrainConfig, *, layers: int = 1,
+                        progress: Callable[[int, int, float], None] | None = None,
+                        ) -> tuple[PreTrainedModel, list[dict[str, Any]]]:
+    """A draft model for ``model``: the same architecture with ``layers`` decoder layers,
+    started from the base model's embeddings, first layers, final norm and LM head (so it
+    shares the tokenizer and starts close), then trained on ``sequences`` to match the base
+    model's next-token distribution at every position (soft cross-entropy; the schedule and
+    optimiser of :func:`train_heads`)."""
+    import copy
+
+    torch.manual_seed(config.seed)
+    device = model_device(model)
+    cfg = copy.deepcopy(model.config)
+    if layers < 1 or layers > cfg.num_hidden_layers:
+        raise TreeoptError(f"a draft model needs 1 … {cfg.num_hidden_layers} layers (the base "
+                           f"model's), got {layers}")
+    cfg.num_hidden_layers = layers
+    draft = type(model)(cfg).to(device=device, dtype=torch.float32)
+    own = {k: v for k, v in model.state_dict().items()}
+    state = draft.state_dict()
+    draft.load_state_dict({k: own[k].float() if k in own else v for k, v in state.items()})
+    model.requires_grad_(False)
+    data = windows(sequences, config.seq_len).to(device)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
+    gen = torch.Generator().manual_seed(config.seed)
+    history: list[dict[str, Any]] = []
+    draft.train()
+    for step in range(config.steps):
+        rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
+        ids = data[rows.to(device)]
+        with torch.no_grad():
+            teacher = torch.softmax(model(input_ids=ids, use_cache=False).logits.float(), -1)
+        logits = draft(input_ids=ids, use_cache=False).logits.float()
+        loss = -(teacher * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        agree = float((logits.argmax(-1) == teacher.argmax(-1)).float().mean())
+        history.append({"step": step + 1, "loss": float(loss.detach()),
+                        "top1_agreement": [agree], "lr": sched.get_last_lr()[0]})
+        if progress is not None:
+            progress(step + 1, config.steps, float(loss.detach()))
+    return draft.eval().requires_grad_(False), history

@@ -1,0 +1,331 @@
+"""EAGLE drafters (Li et al., 2024: EAGLE-1, and EAGLE-2, which drafts with the same network):
+one decoder layer that reads the base model's features and predicts the next feature.
+
+The network: ``fc([e(x_{t+1}); f_t])`` (the next token's embedding beside the feature at t,
+``2d → d``), then ``num_layers`` Llama-style decoder layers (RoPE attention, SwiGLU MLP; the
+first layer has no input norm, as in EAGLE), giving ``g_t``, the predicted feature at t+1; the
+base model's LM head turns it into candidates for ``x_{t+2}``. Deeper, the drafter reads its
+*own* predicted feature: the entry after ``g_t`` is ``fc([e(x_{t+2}); g_t])`` at position t+1.
+Features are the base model's last hidden states (after its final norm), as the heads read.
+
+Teacher forcing is exact (:meth:`EagleDrafter.rank_depths`): at depth k, position t's query is
+the entry of its own chain at position t+k and sees the true entries ``0 … t`` and its chain's
+predicted entries at depths 1 … k, exactly what it sees live. One pass per depth computes every
+position at once: the keys of the true entries come from the depth-0 pass; the chain's own keys
+are one per depth and position, so that block of the mask is diagonal and is computed as a
+per-position dot product rather than a dense ``[n, n]`` block.
+
+Live, the drafter keeps its own key/value cache of true entries (:class:`EagleState`): after a
+step the accepted tokens' base features are paired with the tokens after them (the last with the
+next root) and fed in one forward, written in place at each row's own slots; the tree is then
+drafted level by level, each fed node seeing its row's entries and its fed ancestors.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from treeopt.drafters import KINDS
+from treeopt.drafters.base import Drafter, _projection
+from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ranking import rank_of, top_candidates
+from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from treeopt.decoding.plan import TreePlan
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding (the rotate-half form Llama uses) of ``x`` ``[b, h, m, hd]``
+    at ``positions`` ``[b, m]``."""
+    half = x.shape[-1] // 2
+    freq = theta ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
+    angle = positions[:, None, :, None].float() * freq  # [b, 1, m, half]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class DecoderLayer(nn.Module):
+    """A Llama decoder layer whose keys and values are arguments, never state."""
+
+    def __init__(self, cfg: HeadsConfig, *, first: bool) -> None:
+        super().__init__()
+        d, h, kvh = cfg.hidden_size, cfg.attention_heads, cfg.kv_heads or cfg.attention_heads
+        self.heads, self.kv_heads, self.head_dim = h, kvh, d // h
+        self.theta = cfg.rope_theta
+        self.input_layernorm = None if first else nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.q_proj = nn.Linear(d, h * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d, kvh * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, kvh * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(h * self.head_dim, d, bias=False)
+        self.post_attention_layernorm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        inner = cfg.intermediate_size or 2 * d
+        self.gate_proj = nn.Linear(d, inner, bias=False)
+        self.up_proj = nn.Linear(d, inner, bias=False)
+        self.down_proj = nn.Linear(inner, d, bias=False)
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, KV]:
+        """Queries ``[b, h, m, hd]`` and keys/values ``[b, kvh, m, hd]`` of entries ``x``."""
+        b, m, _ = x.shape
+        y = x if self.input_layernorm is None else self.input_layernorm(x)
+        q = self.q_proj(y).view(b, m, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
+        return rope(q, positions, self.theta), (rope(k, positions, self.theta), v)
+
+    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """The layer's output from its input ``x`` and the attention output ``[b, h, m, hd]``."""
+        b, _, m, _ = attended.shape
+        x = x + self.o_proj(attended.transpose(1, 2).reshape(b, m, -1))
+        y = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        """Grouped keys or values ``[b, kvh, …]`` repeated for every query head."""
+        return kv.repeat_interleave(self.heads // self.kv_heads, dim=1)
+
+
+@dataclass(eq=False)
+class EagleState:
+    """The drafter's live cache ``[layers, 2, b, kvh, capacity, hd]`` of true entries (each
+    row's ``lengths``, ``lens`` on the host; the last slot is scratch), and the entries still to
+    feed: base features ``[b, P, d]`` and the tokens after them ``[b, P]``, ``count`` per row."""
+
+    kv: torch.Tensor
+    lengths: torch.Tensor
+    lens: list[int]
+    features: torch.Tensor
+    tokens: torch.Tensor
+    count: torch.Tensor
+
+
+@functools.lru_cache(maxsize=64)
+def _feeds(plan: TreePlan) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """Per depth d ≥ 1 that has children: the token indices of the nodes fed there (the
+    expanded parents of depth d+1) and their visibility over every node fed so far."""
+    fed: list[torch.Tensor] = []
+    out = []
+    for lv in plan.levels[1:]:
+        nodes = lv.prev[:, -1]
+        fed.append(nodes)
+        out.append((nodes, plan.visible[nodes][:, torch.cat(fed)]))
+    return tuple(out)
+
+
+class EagleDrafter(Drafter):
+    """EAGLE-1/2's drafter: fc over [embedding; feature], decoder layers, the base LM head."""
+
+    kind = KINDS["eagle"]
+
+    def __init__(self, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
+                 embeddings: nn.Module | None = None) -> None:
+        super().__init__()
+        if cfg.hidden_size % cfg.attention_heads or (
+                cfg.kv_heads and cfg.attention_heads % cfg.kv_heads):
+            raise TreeoptError(f"eagle config: hidden_size {cfg.hidden_size}, attention_heads "
+                               f"{cfg.attention_heads} and kv_heads {cfg.kv_heads} do not divide")
+        self.config = cfg
+        d = cfg.hidden_size
+        base = lm_head if lm_head is not None else _projection(cfg, None)
+        self.base_lm_head = base.requires_grad_(False)  # frozen and never saved
+        if embeddings is None:
+            embeddings = nn.Embedding(cfg.vocab_size, d)
+        self.base_embeddings = embeddings.requires_grad_(False)  # frozen and never saved
+        self.fc = nn.Linear(2 * d, d, bias=cfg.bias)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, first=i == 0)
+                                    for i in range(cfg.num_layers))
+
+    @classmethod
+    def build(cls, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
+              embeddings: nn.Module | None = None) -> EagleDrafter:
+        return cls(cfg, lm_head=lm_head, embeddings=embeddings)
+
+    def logits(self, g: torch.Tensor) -> torch.Tensor:
+        """Candidates' logits ``[..., V]`` from predicted features ``[..., d]``."""
+        w = self.base_lm_head.weight
+        return self.base_lm_head(g if g.dtype == w.dtype else g.to(w.dtype))
+
+    def entries(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Layer inputs ``fc([e(token); feature])`` ``[b, m, d]``."""
+        emb = self.base_embeddings(tokens).to(features.dtype)
+        return self.fc(torch.cat([emb, features], dim=-1))
+
+    # -- teacher forcing -----------------------------------------------------------------------
+
+    def chains(self, hidden: torch.Tensor, stream: torch.Tensor, depths: int,
+               ) -> list[torch.Tensor]:
+        """Predicted features ``[b, n, d]`` of every depth 0 … depths-1 at every position t of
+        the sequence (n = T-1-depths), teacher-forced exactly (module notes). Differentiable:
+        training uses it too."""
+        b, T = stream.shape
+        n = T - 1 - depths
+        positions = torch.arange(T, device=stream.device)[None].expand(b, T)
+        x = self.entries(stream[:, 1:], hidden[:, :-1])  # true entries 0 … T-2
+        true_kv: list[KV] = []
+        causal = torch.ones(T - 1, T - 1, dtype=torch.bool, device=stream.device).tril()
+        for layer in self.layers:  # depth 0: a causal pass over the true entries
+            q, kv = layer.qkv(x, positions[:, : T - 1])
+            true_kv.append(kv)
+            att = F.scaled_dot_product_attention(q, layer.expand(kv[0]), layer.expand(kv[1]),
+                                                 attn_mask=causal)
+            x = layer.finish(x, att)
+        out = [x[:, :n]]
+        chain_kv: list[list[KV]] = [[] for _ in self.layers]
+        seen = causal[:n]  # query t sees true entries j ≤ t
+        for k in range(1, depths):
+            y = self.entries(stream[:, 1 + k: 1 + k + n], out[-1])  # position t+k of chain t
+            for i, layer in enumerate(self.layers):
+                q, kv = layer.qkv(y, positions[:, k: k + n])
+                chain_kv[i].append(kv)
+                att = _chain_attention(q, layer, true_kv[i], chain_kv[i], seen)
+                y = layer.finish(y, att)
+            out.append(y)
+        return out
+
+    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+                    ) -> torch.Tensor:
+        """Depth k at t: the rank of ``stream[t+2+k]`` under the chain's k-th predicted feature."""
+        K = self.config.num_heads
+        b, T = stream.shape
+        n = max(T - 1 - K, 0)
+        ranks = torch.empty(b, n, K, dtype=torch.int16, device=stream.device)
+        if n == 0:
+            return ranks
+        for k, g in enumerate(self.chains(hidden, stream, K)):
+            r = rank_of(self.logits(g), stream[:, 2 + k: 2 + k + n])
+            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
+        return ranks
+
+    def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """EAGLE's loss at every depth of the teacher-forced chains: the predicted feature's
+        smooth-L1 distance to the true one plus 0.1 × the soft cross-entropy of its tokens
+        (the EAGLE paper's weighting)."""
+        K = self.config.num_heads
+        n = ids.shape[1] - 1 - K
+        terms = []
+        for k, g in enumerate(self.chains(hidden, ids, K)):
+            logits = self.logits(g).float()
+            target = teacher[:, 1 + k: 1 + k + n]
+            cls = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+            reg = F.smooth_l1_loss(g.float(), hidden[:, 1 + k: 1 + k + n].float())
+            terms.append((reg + 0.1 * cls, logits, target))
+        return terms
+
+    # -- live ----------------------------------------------------------------------------------
+
+    def start(self, *, batch: int, capacity: int) -> EagleState:
+        p = self.fc.weight
+        first = self.layers[0]
+        kv = torch.zeros(len(self.layers), 2, batch, first.kv_heads, capacity, first.head_dim,
+                         dtype=p.dtype, device=p.device)
+        zeros = torch.zeros(batch, dtype=torch.long, device=p.device)
+        return EagleState(kv, zeros, [0] * batch, p.new_zeros(batch, 1, self.config.hidden_size),
+                          zeros[:, None], zeros)
+
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor, state: EagleState,
+                ) -> tuple[torch.Tensor, EagleState]:
+        """Queue the accepted tokens' features, each beside the token after it (the last beside
+        the next root)."""
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
+        after = torch.cat([tokens.gather(1, index)[:, 1:], next_root[:, None]], dim=1)
+        column = (count - 1).clamp_min(0)  # a stopped row queues one entry it never uses
+        after.scatter_(1, column[:, None], next_root[:, None])
+        state.features, state.tokens, state.count = hidden[rows, index], after, column + 1
+        return hidden[:, :1], state
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: EagleState | None = None) -> torch.Tensor:
+        """Feed the queued true entries, then one forward per depth that has children."""
+        if state is None:
+            raise TreeoptError("an EAGLE drafter drafts from its live state (start, then advance)")
+        b, q = root.shape[0], plan.tree.num_tokens
+        g_root = self._catch_up(state)  # [b, d]
+        g = g_root.new_zeros(b, q, g_root.shape[-1])  # the predicted feature of each token
+        g[:, 0] = g_root
+        tokens = root.new_zeros(b, q)
+        tokens[:, 0] = root
+        first = plan.levels[0]
+        tokens[:, first.nodes] = top_candidates(self.logits(g_root), first.width)[:, first.ranks]
+        fed = 0
+        for lv, (nodes, visible) in zip(plan.levels[1:], _feeds(plan), strict=True):
+            x = self.entries(tokens[:, nodes], g[:, plan.parent[nodes]])
+            out = self._forward(state, x, fed, visible,
+                                positions=state.lengths[:, None] - 1 + lv.depth - 1)
+            g[:, nodes] = out
+            cand = top_candidates(self.logits(out), lv.width)  # [b, m, R]
+            tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
+            fed += nodes.shape[0]
+        return tokens
+
+    def _catch_up(self, state: EagleState) -> torch.Tensor:
+        """Feed the queued entries at each row's own slots; the output at each row's last."""
+        P = int(state.count.max())  # a host read: the catch-up's width
+        steps = torch.arange(P, device=state.count.device)
+        x = self.entries(state.tokens[:, :P], state.features[:, :P].to(self.fc.weight.dtype))
+        visible = steps[None, :] <= steps[:, None]
+        out = self._forward(state, x, 0, visible, positions=state.lengths[:, None] + steps,
+                            valid=steps[None] < state.count[:, None])
+        rows = torch.arange(out.shape[0], device=out.device)
+        g = out[rows, state.count - 1]
+        state.lengths = state.lengths + state.count
+        state.lens = state.lengths.tolist()
+        return g
+
+    def _forward(self, state: EagleState, x: torch.Tensor, offset: int, visible: torch.Tensor,
+                 *, positions: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Entries ``x`` ``[b, m, d]`` written at slots ``lengths + offset + j`` of each row
+        (``valid`` false: at the scratch slot); each sees its row's prefix and the block
+        entries ``visible`` ``[m, block]`` marks (the block: the ``block`` slots from
+        ``lengths``, ending with these)."""
+        b, m, _ = x.shape
+        kv = state.kv
+        scratch = kv.shape[4] - 1
+        block = visible.shape[1]
+        start = state.lengths[:, None] + offset + torch.arange(m, device=x.device)  # [b, m]
+        slots = start if valid is None else torch.where(valid, start, scratch)
+        width = max(state.lens) + block
+        cols = torch.arange(width, device=x.device)
+        prefix = cols[None, None, :] < state.lengths[:, None, None]  # [b, 1, width]
+        rel = cols[None, :] - state.lengths[:, None] - (offset + m - block)  # [b, width]
+        inside = (rel >= 0) & (rel < block)
+        in_block = visible[:, rel.clamp(0, block - 1)].permute(1, 0, 2) & inside[:, None]
+        mask = (prefix | in_block)[:, None]  # [b, 1, m, width]
+        rows = torch.arange(b, device=x.device)[:, None]
+        for i, layer in enumerate(self.layers):
+            q, (k, v) = layer.qkv(x, positions)
+            kv[i, 0][rows, :, slots] = k.transpose(1, 2)  # [b, m, kvh, hd]
+            kv[i, 1][rows, :, slots] = v.transpose(1, 2)
+            keys, values = kv[i, 0, :, :, :width], kv[i, 1, :, :, :width]
+            att = F.scaled_dot_product_attention(q, layer.expand(keys), layer.expand(values),
+                                                 attn_mask=mask)
+            x = layer.finish(x, att)
+        return x
+
+
+def _chain_attention(q: torch.Tensor, layer: DecoderLayer, true_kv: KV, chain: list[KV],
+                     seen: torch.Tensor) -> torch.Tensor:
+    """Attention of chain queries ``[b, h, n, hd]`` (chain t at its depth) over the true entries
+    ``j ≤ t`` (``seen`` ``[n, T-1]``) and the chain's own entries at depths 1 … k (``chain``:
+    ``[b, kvh, n, hd]`` per depth, the last the queries' own): the 4D mask over true and
+    predicted keys, whose predicted block is diagonal."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    keys, values = layer.expand(true_kv[0]), layer.expand(true_kv[1])
+    scores = [torch.matmul(q, keys.transpose(-1, -2)).masked_fill(~seen, float("-inf")) * scale]
+    own = [(q * layer.expand(k)).sum(-1, keepdim=True) * scale for k, _ in chain]  # [b, h, n, 1]
+    weights = torch.softmax(torch.cat(scores + own, dim=-1).float(), dim=-1).to(q.dtype)
+    out = torch.matmul(weights[..., : keys.shape[2]], values)
+    for j, (_, v) in enumerate(chain):
+        out = out + weights[..., keys.shape[2] + j: keys.shape[2] + j + 1] * layer.expand(v)
+    return out
