@@ -190,7 +190,10 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
     c = ctx.config
-    rows = np.load(ctx.scratch / "head-data.npy").tolist()
+    path = ctx.scratch / "head-data.npy"
+    if not path.exists():  # scratch is not shipped: a build seeded from a finished demo remakes it
+        head_data(ctx)
+    rows = np.load(path).tolist()
     layers = (c.eagle_layers if kind == "eagle" else c.draft_model_layers
               if kind == "draft-model" else c.head_layers)
     cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=layers,
