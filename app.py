@@ -9,6 +9,7 @@ PAGES = [
     st.Page("app_pages/data.py", title="Data", icon=":material/folder_open:", default=True),
     st.Page("app_pages/heads.py", title="Heads", icon=":material/target:"),
     st.Page("app_pages/trees.py", title="Trees", icon=":material/account_tree:"),
+    st.Page("app_pages/drafters.py", title="Drafters", icon=":material/compare_arrows:"),
     st.Page("app_pages/hardware.py", title="Hardware", icon=":material/memory:"),
     st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
     st.Page("app_pages/verify.py", title="Verify", icon=":material/verified:"),

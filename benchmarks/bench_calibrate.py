@@ -1,11 +1,16 @@
 """Calibration cost: the one-pass rank trace vs a plain forward and vs a decoding loop.
 
-Prints, for Medusa and Hydra heads on a randomly initialised Llama (random weights cost the same
-time as trained ones):
+Prints, for every drafter kind on a randomly initialised Llama (random weights cost the same
+time as trained ones): Medusa and Hydra heads, an EAGLE drafter (one decoder layer) and a draft
+model (the base model's shape with one layer):
 
-- rank trace / plain teacher-forced forward over the same tokens (target: ≤ about 1.3×);
-- step-by-step loop (one token at a time with a KV cache, the heads run at every step, as
-  Medusa's heads_accuracy.py does) / rank trace (target: ≥ 10×), and the fraction of equal ranks.
+- rank trace / plain teacher-forced forward over the same tokens (target for heads: ≤ about
+  1.3×); for the draft model against one plain forward of base + draft (target ≤ 1.3×); for
+  EAGLE against one base forward plus (depth + 1) plain passes of the drafter, each its layer
+  and its LM-head logits over every position (target ≤ 1×);
+- step-by-step loop (one token at a time with a KV cache, the drafter run at every step as it
+  runs live — heads as Medusa's heads_accuracy.py does, the draft model and EAGLE along the true
+  path from their own caches) / rank trace (target: ≥ 10×), and the fraction of equal ranks.
 
 Usage: python benchmarks/bench_calibrate.py [--device cpu|cuda] [--hidden 384 --layers 8 --vocab 2048]
 The default shape keeps Llama-7B's proportions (body ≫ K vocabulary projections).
@@ -65,6 +70,112 @@ def loop_ranks(model, heads, seq, start, top_k):
     return np.asarray(rows, dtype=np.int16)
 
 
+def loop_ranks_draft_model(model, drafter, seq, start, top_k):
+    """Decode with the base model one token at a time; at each step run the draft model along the
+    true path from its own cache (K cached steps), then roll its cache back."""
+    K, device = drafter.config.num_heads, seq.device
+    lm, cache, dcache, rows = drafter.lm, new_cache(model), new_cache(drafter.lm), []
+    with torch.inference_mode():
+        forward_with_cache(model, seq[None, : start + 1], cache=cache,
+                           position_ids=torch.arange(start + 1, device=device)[None])
+        forward_with_cache(lm, seq[None, : start + 1], cache=dcache,
+                           position_ids=torch.arange(start + 1, device=device)[None])
+        for t in range(start, seq.shape[0] - 1 - K):
+            row = []
+            for k in range(K):  # feed x_{t+1+k}: its logits rank x_{t+2+k}
+                j = t + 1 + k
+                logits, _ = forward_with_cache(lm, seq[None, j: j + 1], cache=dcache,
+                                               position_ids=torch.tensor([[j]], device=device))
+                r = int(rank_of(logits[0, -1], seq[t + 2 + k]))
+                row.append(r if r < top_k else -1)
+            rows.append(row)
+            if K > 1:
+                dcache.crop(-(K - 1))  # keep the prefix and x_{t+1}
+            forward_with_cache(model, seq[None, t + 1: t + 2], cache=cache,
+                               position_ids=torch.tensor([[t + 1]], device=device))
+    return np.asarray(rows, dtype=np.int16)
+
+
+def loop_ranks_eagle(model, drafter, seq, start, top_k):
+    """Decode with the base model one token at a time; at each step feed the drafter the new true
+    entry from its cache, then run its chain along the true path (K - 1 more calls), as live."""
+    K, device = drafter.config.num_heads, seq.device
+    cache, rows = new_cache(model), []
+    state = drafter.start(batch=1, capacity=seq.shape[0] + K + 2)
+    one = torch.ones(1, dtype=torch.long, device=device)
+    with torch.inference_mode():
+        _, h = forward_with_cache(model, seq[None, : start + 1], cache=cache,
+                                  position_ids=torch.arange(start + 1, device=device)[None])
+        index = torch.arange(start + 1, device=device)[None]
+        count = torch.tensor([start + 1], device=device)
+        for t in range(start, seq.shape[0] - 1 - K):
+            drafter.advance(h, seq[None, : h.shape[1]] if t == start else seq[None, t: t + 1],
+                            index, count, seq[t + 1: t + 2], state)
+            g = drafter._catch_up(state)  # noqa: SLF001  (the live step's first call)
+            row = []
+            for k in range(K):
+                r = int(rank_of(drafter.logits(g)[0], seq[t + 2 + k]))
+                row.append(r if r < top_k else -1)
+                if k + 1 < K:
+                    x = drafter.entries(seq[None, None, t + 2 + k], g[:, None])
+                    g = drafter._forward(  # noqa: SLF001
+                        state, x, k, torch.ones(1, k + 1, dtype=torch.bool, device=device),
+                        positions=state.lengths[:, None] + k)[:, 0]
+            rows.append(row)
+            _, h = forward_with_cache(model, seq[None, t + 1: t + 2], cache=cache,
+                                      position_ids=torch.tensor([[t + 1]], device=device))
+            index, count = torch.zeros(1, 1, dtype=torch.long, device=device), one
+    return np.asarray(rows, dtype=np.int16)
+
+
+def make_drafter(kind, model, args, device):
+    """A drafter of ``kind`` for ``model``, its weights perturbed from their initial values."""
+    import copy
+
+    from treeopt.drafters.draft_model import DraftModel
+
+    if kind == "draft-model":
+        cfg = copy.deepcopy(model.config)
+        cfg.num_hidden_layers = 1
+        return DraftModel(LlamaForCausalLM(cfg).to(device).eval(), depth=args.heads)
+    drafter = build_heads(HeadsConfig(kind=kind, num_heads=args.heads, hidden_size=args.hidden,
+                                      vocab_size=args.vocab, share_lm_head=kind == "eagle",
+                                      attention_heads=max(1, args.hidden // 64)),
+                          lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    drafter.to(device).eval()
+    with torch.no_grad():
+        for p in drafter.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.02)
+    return drafter
+
+
+def reference_cost(kind, drafter, model, ids, base, device, repeats):
+    """What the rank trace is measured against: one plain forward of the base model (heads), of
+    base + draft model, or of base + (depth + 1) plain passes of the EAGLE drafter."""
+    if kind == "draft-model":
+        def draft():
+            with torch.inference_mode():
+                drafter.lm(input_ids=ids, use_cache=False)
+
+        return base + timed(draft, device, repeats)[0], "base + draft forward"
+    if kind == "eagle":
+        with torch.inference_mode():
+            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+
+        def one_pass():  # what one drafter call does live: its layer and its LM-head logits
+            with torch.inference_mode():
+                drafter.logits(drafter.chains(hidden, ids, 1)[0])
+
+        passes = drafter.config.num_heads + 1
+        return base + passes * timed(one_pass, device, repeats)[0], \
+            f"base forward + {passes} drafter passes"
+    return base, "plain forward"
+
+
+LOOPS = {"draft-model": loop_ranks_draft_model, "eagle": loop_ranks_eagle}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -98,23 +209,18 @@ def main() -> None:
     print(f"plain teacher-forced forward: {base * 1e3:.1f} ms (min {lo * 1e3:.1f}, "
           f"max {hi * 1e3:.1f})")
     for kind in KIND_NAMES:
-        heads = build_heads(HeadsConfig(kind=kind, num_heads=args.heads, hidden_size=args.hidden,
-                                        vocab_size=args.vocab),
-                            lm_head=model.lm_head, embeddings=model.model.embed_tokens)
-        heads.to(device).eval()
-        with torch.no_grad():
-            for p in heads.parameters():
-                if p.requires_grad:
-                    p.add_(torch.randn_like(p) * 0.02)
+        heads = make_drafter(kind, model, args, device)
         t_rank, lo, hi = timed(lambda h=heads: rank_batch(model, h, seqs, starts, top_k=16),
                                device, args.repeats)
+        reference, what = reference_cost(kind, heads, model, ids, base, device, args.repeats)
         fast = np.concatenate(rank_batch(model, heads, seqs, starts, top_k=16))
+        loop = LOOPS.get(kind, loop_ranks)
         t0 = time.perf_counter()
-        slow = np.concatenate([loop_ranks(model, heads, ids[i], starts[i], 16)
+        slow = np.concatenate([loop(model, heads, ids[i], starts[i], 16)
                                for i in range(args.batch)])
         t_loop = time.perf_counter() - t0
-        print(f"{kind:6s} rank trace: {t_rank * 1e3:.1f} ms (min {lo * 1e3:.1f}, max "
-              f"{hi * 1e3:.1f}) = {t_rank / base:.2f}× plain forward | step-by-step loop: "
+        print(f"{kind:11s} rank trace: {t_rank * 1e3:.1f} ms (min {lo * 1e3:.1f}, max "
+              f"{hi * 1e3:.1f}) = {t_rank / reference:.2f}× {what} | step-by-step loop: "
               f"{t_loop * 1e3:.0f} ms = {t_loop / t_rank:.1f}× the rank trace | "
               f"{fast.size} ranks, {np.mean(fast == slow) * 100:.2f}% equal")
 

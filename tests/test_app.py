@@ -295,3 +295,27 @@ def test_trees_page_grows_for_a_sampling_temperature(demo):
         f"{expected_accept_length(tree, sampled, method='empirical'):.4f}")
     names = [t["name"] for t in figures(at)[0]["data"]]
     assert any("greedy-grown, at T = 1" in n for n in names)
+
+
+def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
+    from treeopt.selection import choose_drafter
+    from treeopt.workbench.pricing import demo_pricing
+
+    at = open_page("drafters")
+    ell, cost, speed = figures(at)
+    assert [t["name"] for t in ell["data"]] == list(KINDS)
+    for trace in ell["data"]:
+        want = demo.growths[trace["name"]].expected_accept_length
+        assert trace["y"] == pytest.approx(list(want))
+    assert [t["name"] for t in cost["data"]] == [*KINDS, "verify step"]
+    priced = {k: demo_pricing(demo, k) for k in KINDS}
+    context = sorted(priced[KINDS[0]].selection.contexts)[0]
+    chosen = [c for c in choose_drafter({k: p.selection for k, p in priced.items()})
+              if c.context == context]
+    bars = {t["name"]: t["y"] for t in speed["data"] if t["type"] == "bar"}
+    assert list(bars) == list(KINDS)
+    for k, p in priced.items():
+        assert bars[k] == pytest.approx([p.selection.point(c.batch, context).tokens_per_s
+                                         for c in chosen])
+    star = next(t for t in speed["data"] if t["name"] == "chosen")
+    assert star["text"] == [c.drafter for c in chosen]

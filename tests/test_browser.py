@@ -28,7 +28,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-PAGES = ["Data", "Heads", "Trees", "Hardware", "Export", "Verify"]
+PAGES = ["Data", "Heads", "Trees", "Drafters", "Hardware", "Export", "Verify"]
 VIEWPORT = {"width": 1366, "height": 768}  # a laptop screen
 
 

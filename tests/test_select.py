@@ -213,3 +213,36 @@ def test_a_sweep_summarises_best_and_pick_and_round_trips(tmp_path):
     assert back.points == tuple(sorted(sweep.points, key=lambda p: (p.batch, p.size)))
     with pytest.raises(TreeoptError, match="no points at batch 8"):
         back.best(8)
+
+
+def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path):
+    """Two drafters priced on the same verify latency: the cheaper drafter wins at batch 1,
+    where its tree pays; at batch 8 neither pays and the tree is empty (equal: the first)."""
+    import json
+    import subprocess
+    import sys
+
+    from treeopt.costs import DraftCost
+    from treeopt.selection import choose_drafter
+
+    verify = latency({(1, 128): [10, 10, 11, 20], (8, 128): [10, 20, 30, 40]})
+    cheap = select(GROWTH, verify, draft=DraftCost("medusa", "t", lambda b, e: 0.001),
+                   batch=[1, 8], context=[128])
+    dear = select(GROWTH, verify, draft=DraftCost("hydra", "t", lambda b, e: 0.004 * len(e)),
+                  batch=[1, 8], context=[128])
+    chosen = choose_drafter({"medusa": cheap, "hydra": dear})
+    assert [(c.batch, c.drafter) for c in chosen] == [(1, "medusa"), (8, "medusa")]
+    assert chosen[0].tokens_per_s == {"medusa": cheap.points[0].tokens_per_s,
+                                      "hydra": dear.points[0].tokens_per_s}
+    assert chosen[0].tokens_per_s["medusa"] > chosen[0].tokens_per_s["hydra"]
+    assert chosen[1].point.tree.size == 0
+    for name, sel in (("a", cheap), ("b", dear)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(sel.to_json()))
+    proc = subprocess.run([sys.executable, "-m", "treeopt", "choose-drafter", tmp_path / "a.json",
+                           tmp_path / "b.json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(p["batch"], p["drafter"]) for p in doc["points"]] == [(1, "medusa"), (8, "medusa")]
+    only = select(GROWTH, verify, batch=[8], context=[128])
+    with pytest.raises(TreeoptError, match="share no .batch, context. point"):
+        choose_drafter({"a": select(GROWTH, verify, batch=[1], context=[128]), "b": only})

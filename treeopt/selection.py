@@ -215,3 +215,50 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
             "vllm": {"num_speculative_tokens_per_batch_size": vllm},
             "note": "draft length = tree nodes (tokens drafted per step); batches above "
                     f"{pts[-1].batch} were not swept, so speculation is off there"}
+
+
+@dataclass(frozen=True)
+class DrafterChoice:
+    """The fastest drafter at one (batch, context), among selections made for several drafters
+    on the same hardware: its name, its point, and every candidate's predicted tokens/s."""
+
+    batch: int
+    context: int
+    drafter: str
+    point: Point
+    tokens_per_s: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "context": self.context, "drafter": self.drafter,
+                "size": self.point.tree.size, "choices": self.point.choices,
+                "tokens_per_s": self.point.tokens_per_s, "speedup": self.point.speedup,
+                "candidates_tokens_per_s": self.tokens_per_s}
+
+
+def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
+    """Per (batch, context) that every selection prices, the drafter whose best tree is fastest
+    (ties: the first named). Selections priced on different (batch, context) grids are compared
+    where they overlap; none at all is refused.
+
+    >>> from treeopt.tree import Tree
+    >>> def sel(tps):
+    ...     c = Curve((0, 1), (1.0, tps))
+    ...     p = Point(1, 64, Tree.chain(1), None, 1.5, 1.0, 0.0, 0.0, tps, 1.0, 1, c)
+    ...     return Selection({}, {}, {}, {}, (None,), (p,))
+    >>> [(c.drafter, c.tokens_per_s) for c in choose_drafter({"a": sel(2.0), "b": sel(3.0)})]
+    [('b', {'a': 2.0, 'b': 3.0})]
+    """
+    if not selections:
+        raise TreeoptError("no selections to choose a drafter from")
+    grids = [{(p.batch, p.context) for p in s.points} for s in selections.values()]
+    shared = sorted(set.intersection(*grids))
+    if not shared:
+        raise TreeoptError(f"the selections of {list(selections)} share no (batch, context) "
+                           f"point; select them over the same --batch and --context")
+    out = []
+    for b, s in shared:
+        points = {name: sel.point(b, s) for name, sel in selections.items()}
+        best = max(points, key=lambda name: points[name].tokens_per_s)
+        out.append(DrafterChoice(b, s, best, points[best],
+                                 {name: p.tokens_per_s for name, p in points.items()}))
+    return out

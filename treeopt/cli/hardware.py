@@ -102,6 +102,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(p)
     p.set_defaults(func=cmd_select)
 
+    p = sub.add_parser("choose-drafter", help="the fastest drafter per batch size and context, "
+                                              "from selections made for each drafter")
+    p.add_argument("selections", nargs="+", metavar="S.json",
+                   help="selection files (treeopt select), one per drafter, priced on the same "
+                        "hardware")
+    add_out(p)
+    p.set_defaults(func=cmd_choose_drafter)
+
 
 def _names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
@@ -264,6 +272,22 @@ def cmd_select(args: argparse.Namespace) -> int:
                       batch=args.batch, context=args.context, depth_caps=args.max_depths,
                       trace=trace)
     return emit(selection.to_json(), args.out)
+
+
+def cmd_choose_drafter(args: argparse.Namespace) -> int:
+    from treeopt.selection import Selection, choose_drafter
+
+    named: dict[str, Selection] = {}
+    for path in args.selections:
+        selection = Selection.load(path)
+        name = str(selection.draft.get("kind") or "none")
+        if name in named or name == "none":
+            name = f"{name} ({path})"
+        named[name] = selection
+    choices = choose_drafter(named)
+    return emit({"format": "treeopt.drafter-choice/1", "selections": dict(zip(
+        named, args.selections, strict=True)), "points": [c.to_json() for c in choices]},
+        args.out)
 
 
 def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:

@@ -1,0 +1,42 @@
+"""Drafters: Medusa heads, Hydra heads, an EAGLE drafter and a draft model on the demo's base
+model, side by side — acceptance by tree size, drafting cost by depth, and the throughput each
+reaches per batch size, with the drafter select would choose."""
+
+import streamlit as st
+
+from app_pages.state import demo, demo_pricing, page_errors
+from treeopt.workbench import plots_drafters
+
+st.title("Drafters")
+bundle = demo()
+kinds = list(bundle.growths)
+st.caption("Every drafter the demo ships, trained on the same self-distillation data and "
+           "calibrated on the same prompts. Medusa heads read the last hidden state only; Hydra "
+           "heads also read the path's tokens; the EAGLE drafter predicts the next feature with "
+           "one decoder layer; the draft model is a one-layer copy of the base model.")
+with page_errors():
+    st.plotly_chart(plots_drafters.acceptance_by_size(
+        {k: bundle.growths[k].expected_accept_length for k in kinds}), width="stretch")
+    priced = {k: p for k in kinds if (p := demo_pricing(k)) is not None}
+    if not priced:
+        st.info("This demo has no step profiles: build it with the latency stage to compare "
+                "drafting costs and throughput.")
+        st.stop()
+    left, right = st.columns([1, 3])
+    with left:
+        batches = sorted(set.intersection(*(set(p.selection.batches) for p in priced.values())))
+        batch = st.select_slider("Batch size", batches, value=batches[0], key="drafters_batch")
+        contexts = sorted(set.intersection(*(set(p.selection.contexts)
+                                             for p in priced.values())))
+        context = contexts[len(contexts) // 2]
+        depth = max(bundle.traces[k].heads for k in priced)
+    with right:
+        st.plotly_chart(plots_drafters.drafting_cost_by_depth(
+            {k: p.costs for k, p in priced.items()}, batch=batch, depth=depth), width="stretch")
+    st.plotly_chart(plots_drafters.throughput_by_batch(
+        {k: p.selection for k, p in priced.items()}, context=context,
+        sweeps={k: p.sweep for k, p in priced.items()}), width="stretch")
+    st.caption("Bars: the step-cost model's prediction for each drafter's best tree (verify, "
+               "drafting and the decoder's own overhead, each profiled in the live loop on the "
+               "machine that built the demo). Diamonds: the best tree of the live sweep, "
+               "measured. Star: the drafter `treeopt choose-drafter` picks at that batch size.")

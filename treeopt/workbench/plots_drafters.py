@@ -1,0 +1,103 @@
+"""Plotly figures comparing drafters (Medusa, Hydra, EAGLE, a draft model) on the same base
+model and hardware: acceptance by tree size, drafting cost by depth, and predicted (and, where
+swept, measured) throughput per batch size with the drafter ``choose_drafter`` picks. Pure
+functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
+
+from treeopt.costs import StepCosts
+from treeopt.selection import Selection, choose_drafter
+from treeopt.sweep import Sweep
+
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
+COLOURS = {"medusa": "#1f77b4", "hydra": "#d62728", "eagle": "#2ca02c",
+           "draft-model": "#9467bd"}
+
+
+def _colour(name: str) -> str:
+    return COLOURS.get(name, "#7f7f7f")
+
+
+def acceptance_by_size(curves: Mapping[str, npt.ArrayLike]) -> go.Figure:
+    """E[L] of each drafter's growth against tree size (0 nodes: autoregressive, E[L] = 1)."""
+    fig = go.Figure()
+    for name, ell in curves.items():
+        y = np.asarray(ell, dtype=float)
+        fig.add_trace(go.Scatter(x=np.arange(len(y)), y=y, mode="lines", name=name,
+                                 line=dict(color=_colour(name), width=2),
+                                 hovertemplate=f"{name}: %{{x}} nodes, E[L] %{{y:.3f}}"
+                                               "<extra></extra>"))
+    fig.update_layout(title="Expected accepted length by tree size (calibration trace)",
+                      xaxis=dict(title="tree size (nodes)", type="log"),
+                      yaxis_title="E[L] (tokens per step)", **_LAYOUT)
+    return fig
+
+
+def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
+                           depth: int) -> go.Figure:
+    """Milliseconds a step spends drafting a chain of each depth (one node per depth), as the
+    step-cost model fitted to each drafter's profiled live steps prices it, beside the verify
+    step of that chain (dotted)."""
+    fig = go.Figure()
+    depths = list(range(1, depth + 1))
+    for name, c in costs.items():
+        draft = [c.draft.seconds(batch, tuple([1] * d)) * 1e3 for d in depths]
+        fig.add_trace(go.Scatter(x=depths, y=draft, mode="lines+markers", name=name,
+                                 line=dict(color=_colour(name), width=2),
+                                 hovertemplate=f"{name}: depth %{{x}}, %{{y:.3f}} ms drafting"
+                                               "<extra></extra>"))
+    first = next(iter(costs.values()), None)
+    if first is not None:
+        context = first.verify.contexts[len(first.verify.contexts) // 2]
+        verify = first.verify.seconds(batch, context, np.array(depths) + 1) * 1e3
+        fig.add_trace(go.Scatter(x=depths, y=verify, mode="lines", name="verify step",
+                                 line=dict(color="black", dash="dot")))
+    fig.update_layout(title=f"Drafting cost per step by depth, batch {batch} (step-cost model)",
+                      xaxis=dict(title="tree depth", dtick=1), yaxis_title="ms per step",
+                      **_LAYOUT)
+    return fig
+
+
+def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
+                        sweeps: Mapping[str, Sweep | None] | None = None) -> go.Figure:
+    """Predicted tokens/s of each drafter's best tree per batch size (bars), the measured best
+    of its live sweep where there is one (diamonds), and a star on the drafter chosen."""
+    fig = go.Figure()
+    chosen = {c.batch: c for c in choose_drafter(dict(selections)) if c.context == context}
+    batches = sorted(chosen)
+    labels = [str(b) for b in batches]
+    for name, sel in selections.items():
+        pts = [sel.point(b, context) for b in batches]
+        fig.add_trace(go.Bar(x=labels, y=[p.tokens_per_s for p in pts], name=name,
+                             marker_color=_colour(name), offsetgroup=name,
+                             customdata=[[p.tree.size, p.speedup] for p in pts],
+                             hovertemplate=f"{name}, batch %{{x}}: %{{y:.0f}} tokens/s "
+                                           "predicted, %{customdata[0]} nodes, "
+                                           "%{customdata[1]:.2f}× autoregressive"
+                                           "<extra></extra>"))
+        sweep = (sweeps or {}).get(name)
+        if sweep is not None:
+            measured = [sweep.best(b).tree_tokens_per_s if b in sweep.batches else None
+                        for b in batches]
+            fig.add_trace(go.Scatter(x=labels, y=measured, mode="markers", offsetgroup=name,
+                                     name=f"{name} measured best", showlegend=False,
+                                     marker=dict(symbol="diamond", size=10, color="white",
+                                                 line=dict(color=_colour(name), width=2)),
+                                     hovertemplate=f"{name}, batch %{{x}}: %{{y:.0f}} tokens/s "
+                                                   "measured (best tree of the sweep)"
+                                                   "<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=labels, y=[chosen[b].point.tokens_per_s * 1.06 for b in batches], mode="markers+text",
+        text=[chosen[b].drafter for b in batches], textposition="top center", name="chosen",
+        marker=dict(symbol="star", size=14, color="gold", line=dict(color="black", width=1)),
+        hoverinfo="skip"))
+    fig.update_layout(title=f"Best tree's throughput per drafter and batch size "
+                            f"(context {context})", barmode="group",
+                      xaxis_title="batch size", yaxis_title="tokens/s (whole batch)", **_LAYOUT)
+    return fig
