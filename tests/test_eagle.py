@@ -211,3 +211,42 @@ def test_an_eagle_checkpoint_that_does_not_fit_is_refused(base, trained_eagle, t
     d = public_layout(trained_eagle, tmp_path / "e2", drop=("layers.0.mlp.up_proj.weight",))
     with pytest.raises(TreeoptError, match=r"model.safetensors: weights do not match.*up_proj"):
         load_heads_for(base, d)
+
+
+def test_the_cli_trains_calibrates_and_exports_an_eagle_tree_with_its_checkpoint(
+        tiny_model_dir, prompts_file, tmp_path):
+    """train-heads --kind eagle, calibrate, grow, then export: the EAGLE formats get the
+    drafter's directory and depth from the growth, without flags."""
+    import json
+
+    from test_cli_models import run
+
+    eagle = tmp_path / "eagle"
+    proc = run("train-heads", "--model", tiny_model_dir, "--kind", "eagle", "--data",
+               prompts_file, "--generate", "40", "--num-heads", "3", "--steps", "40",
+               "--lr", "0.01", "--seq-len", "40", "--batch-size", "4", "--out", eagle)
+    assert proc.returncode == 0, proc.stderr
+    proc = run("calibrate", "--model", tiny_model_dir, "--drafter", eagle, "--prompts",
+               prompts_file, "--max-new-tokens", "24", "--top-k", "64", "--out",
+               tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--constraint",
+               "contiguous", "--out", tmp_path / "g.json")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("export", "--tree", tmp_path / "g.json", "--size", "4", "--format", "trtllm-yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "decoding_type: Eagle" in proc.stdout
+    assert f"speculative_model: {json.dumps(str(eagle))}" in proc.stdout
+    proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--constraint",
+               "uniform", "--out", tmp_path / "u.json")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("export", "--tree", tmp_path / "u.json", "--size", "4", "--format", "vllm")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert (doc["method"], doc["model"]) == ("eagle", str(eagle))
+    assert 1 <= doc["num_speculative_tokens"] <= 4
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", eagle, "--tree",
+               tmp_path / "g.json", "--size", "4", "--prompts", prompts_file,
+               "--max-new-tokens", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs_match"] is True

@@ -70,7 +70,9 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
     if fmt == "triton":
         return ", ".join("{" + ", ".join(map(str, p)) + "}" for p in tree.paths)
     if fmt == "vllm":
-        return json.dumps({"num_speculative_tokens": tree.size,
+        drafter = ({"method": "eagle", "model": speculative_model}
+                   if draft == "eagle" and speculative_model else {})
+        return json.dumps({**drafter, "num_speculative_tokens": tree.size,
                            "speculative_token_tree": str([tuple(p) for p in tree.paths])})
     if fmt == "growmap":
         return json.dumps(growmap(tree))
@@ -262,6 +264,23 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
         except TreeoptError as exc:
             raise TreeoptError(f"{p}: {exc}") from None
     return parse_tree(text, fmt=fmt, source=str(p))
+
+
+def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a growth or selection file records of the drafter its trees were grown for
+    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.grow.Growth.drafter`); empty for
+    any other tree file."""
+    p = FilePath(path)
+    text = read_text(p, expected="a text file holding a tree")
+    kind = file_kind(text)
+    if kind == "growth":
+        from treeopt.grow import Growth
+
+        return Growth.from_json(_json(text, p), source=str(p)).drafter
+    if kind == "selection":
+        recorded = _json(text, p).get("growth", {}).get("drafter")
+        return dict(recorded) if isinstance(recorded, dict) else {}
+    return {}
 
 
 def is_selection_file(path: str | os.PathLike[str]) -> bool:

@@ -55,6 +55,19 @@ class Growth:
     def max_nodes(self) -> int:
         return int(self.expected_accept_length.shape[0]) - 1
 
+    @property
+    def drafter(self) -> dict[str, Any]:
+        """The drafter this growth's trace was calibrated with, as far as it recorded it:
+        ``kind``, ``checkpoint`` (the directory given to ``treeopt calibrate``) and ``depth``
+        (the depths it drafts); absent keys were not recorded."""
+        meta = self.meta.get("trace_meta")
+        meta = meta if isinstance(meta, dict) else {}
+        heads = meta.get("heads_config") if isinstance(meta.get("heads_config"), dict) else {}
+        found = {"kind": meta.get("head_kind") or self.meta.get("head_kind"),
+                 "checkpoint": meta.get("heads"),
+                 "depth": meta.get("num_heads") or heads.get("num_heads")}
+        return {k: v for k, v in found.items() if v is not None}
+
     def tree(self, n: int) -> Tree:
         """The best tree with at most ``n`` nodes (exactly ``n`` for nested families)."""
         if not 0 <= n <= self.max_nodes:

@@ -142,7 +142,8 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
                   if trace is not None else "position-weighted E[L] of the growth")
     return Selection(
         growth={"method": growth.method, "max_nodes": growth.max_nodes,
-                "constraint": growth.constraint, "acceptance": acceptance},
+                "constraint": growth.constraint, "acceptance": acceptance,
+                **({"drafter": growth.drafter} if growth.drafter else {})},
         latency={"source": verify.source, **verify.meta},
         draft={"kind": draft.kind, "source": draft.source},
         overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points)

@@ -12,7 +12,13 @@ from treeopt.cli.common import add_out, emit
 from treeopt.engines import DRAFTS, ENGINES, FORMATS, engine, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json, write_text_atomic
-from treeopt.formats import EXTENSIONS, export, is_selection_file, load_tree_arg
+from treeopt.formats import (
+    EXTENSIONS,
+    export,
+    is_selection_file,
+    load_tree_arg,
+    recorded_drafter,
+)
 from treeopt.grow import CONSTRAINTS, grow
 from treeopt.selection import Selection, schedule
 from treeopt.simulate import simulate
@@ -58,13 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", dest="target", choices=FORMATS, required=True,
                    help="the engine format to write (required)")
     p.add_argument("--num-heads", type=int, metavar="K",
-                   help="heads the drafter has: checked against the tree's depth; required for "
-                        "--format trtllm-yaml --draft medusa")
-    p.add_argument("--draft", choices=DRAFTS, default="medusa",
-                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml (default medusa)")
+                   help="heads (depths) the drafter has: checked against the tree's depth; "
+                        "required for --format trtllm-yaml --draft medusa (default: what a "
+                        "growth or selection --tree records)")
+    p.add_argument("--draft", choices=DRAFTS,
+                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml (default: eagle "
+                        "when a growth or selection --tree was grown for an EAGLE drafter, "
+                        "else medusa)")
     p.add_argument("--speculative-model", metavar="DIR",
                    help="the EAGLE checkpoint, for --format trtllm-yaml --draft eagle (required "
-                        "there)")
+                        "there) and vllm (default: the drafter directory a growth or selection "
+                        "--tree records)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--out", metavar="FILE", help="write the text here instead of stdout")
     out.add_argument("--schedule-dir", metavar="DIR",
@@ -150,6 +160,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    _fill_drafter(args)
     target = engine(args.target, args.draft)
     if args.schedule_dir:
         return _export_schedule(args)
@@ -162,6 +173,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     for note in target.notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _fill_drafter(args: argparse.Namespace) -> None:
+    """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
+    selection --tree records (flags given win)."""
+    recorded = recorded_drafter(args.tree)
+    if args.draft is None:
+        args.draft = "eagle" if recorded.get("kind") == "eagle" else "medusa"
+    if args.draft == "eagle" and args.speculative_model is None and recorded.get("kind") == "eagle":
+        args.speculative_model = recorded.get("checkpoint")
+    if args.num_heads is None and isinstance(recorded.get("depth"), int):
+        args.num_heads = recorded["depth"]
 
 
 def _export_text(tree: Tree, args: argparse.Namespace) -> str:
