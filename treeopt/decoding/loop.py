@@ -74,7 +74,8 @@ class Decoder:
         self.model, self.heads = model, heads
         self.device = model_device(model)
         with torch.inference_mode():
-            self.verify = verifier(model, tree=heads is not None, compile=compile)
+            self.verify = verifier(model, tree=heads is not None, compile=compile,
+                                   features=heads.feature_layers if heads is not None else ())
 
     def decode(self, tree: Tree, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.models import model_device
+from treeopt.drafters.base import pick_features
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -37,11 +38,13 @@ def positions_range(length: int, start: int, num_heads: int) -> range:
     return range(start, max(start, length - 1 - num_heads))
 
 
-def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hidden states ``[b, T, d]`` and the token stream the heads are ranked against ``[b, T]``."""
+def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str, layers: tuple[int, ...] = (),
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drafter's features ``[b, T, ·d]`` (the base hidden states ``layers``; empty: the last)
+    and the token stream it is ranked against ``[b, T]``."""
     keep = 0 if targets == "argmax" else 1  # skip the LM head over positions when unused
     out = model(input_ids=ids, use_cache=False, output_hidden_states=True, logits_to_keep=keep)
-    hidden = out.hidden_states[-1]
+    hidden = pick_features(out.hidden_states, layers)
     if targets == "tokens":
         return hidden, ids
     greedy = out.logits.argmax(-1)  # [b, T]: the base model's next token after each position
@@ -57,7 +60,7 @@ def rank_batch(model: PreTrainedModel, heads: DraftHeads, sequences: Sequence[Se
     for i, s in enumerate(sequences):
         ids[i, : len(s)] = torch.tensor(list(s), device=device)
     with torch.inference_mode():
-        hidden, z = _stream(model, ids, targets)  # [b, T, d], [b, T]
+        hidden, z = _stream(model, ids, targets, heads.feature_layers)  # [b, T, ·d], [b, T]
         ranks = heads.rank_depths(hidden, z, top_k=top_k)  # [b, T-1-K, K]
     ranks_np = ranks.cpu().numpy()
     return [ranks_np[i, positions_range(len(s), st, K)]

@@ -20,6 +20,7 @@ import torch
 from treeopt.decoding.cache import SlotCache, new_cache
 from treeopt.decoding.models import architecture
 from treeopt.decoding.plan import TreePlan, tree_plan
+from treeopt.drafters.base import pick_features
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -63,9 +64,10 @@ def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: 
 
 def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]`` from the model's own forward;
-    the cache takes the q tokens."""
+                       layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]`` (``layers``: those hidden
+    states concatenated, what an EAGLE-3 drafter reads) from the model's own forward; the cache
+    takes the q tokens."""
     try:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     past_key_values=cache, use_cache=True, output_hidden_states=True)
@@ -76,7 +78,7 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
             f"{architecture(model)}: its forward rejects a 4D attention mask with position_ids "
             f"and a cache, so tree verification cannot drive it ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
-    return out.logits, out.hidden_states[-1]
+    return out.logits, pick_features(out.hidden_states, layers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +95,7 @@ class Verifier:
     split: bool
     dtype: torch.dtype  # of the additive masks
     compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
+    features: tuple[int, ...] = ()  # hidden states the drafter reads (empty: the last)
 
     @property
     def static(self) -> bool:
@@ -112,26 +115,31 @@ class Verifier:
         """The forward as the model runs it, uncompiled (prefill, and every step by default)."""
         if not self.split:
             return forward_with_cache(self.model, input_ids, cache=cache,
-                                      position_ids=position_ids, attention_mask=attention_mask)
+                                      position_ids=position_ids, attention_mask=attention_mask,
+                                      layers=self.features)
         hidden = self.model.get_decoder()(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             past_key_values=cache, use_cache=True).last_hidden_state
         return self.model.get_output_embeddings()(hidden), hidden
 
 
-def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False) -> Verifier:
+def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False,
+             features: tuple[int, ...] = ()) -> Verifier:
     """The :class:`Verifier` of ``model``; with ``tree``, first check that its forward honours a
     4D tree mask (:func:`check_tree_support`); with ``compile``, steps run through
-    ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one per batch and q)."""
+    ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one per batch and q);
+    ``features``: the hidden states a drafter reads besides the last (then the wrapper's own
+    forward runs, which collects them)."""
     if tree:
         check_tree_support(model)
-    plain = Verifier(model, _split_is_exact(model), mask_dtype(model))
+    plain = Verifier(model, not features and _split_is_exact(model), mask_dtype(model),
+                     features=features)
     if not compile:
         return plain
     device = model.get_input_embeddings().weight.device
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     return Verifier(model, plain.split, plain.dtype,
-                    torch.compile(plain.eager, mode=mode, dynamic=False))
+                    torch.compile(plain.eager, mode=mode, dynamic=False), features)
 
 
 def _split_is_exact(model: PreTrainedModel) -> bool:

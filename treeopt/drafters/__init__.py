@@ -4,7 +4,7 @@ drafter and a separate draft model.
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
 :mod:`treeopt.select` and :mod:`roofline.draft` read how a kind's cost grows, and only
 :func:`build_heads` imports the torch implementations (:mod:`treeopt.drafters.medusa`,
-:mod:`treeopt.drafters.hydra`, :mod:`treeopt.drafters.eagle`,
+:mod:`treeopt.drafters.hydra`, :mod:`treeopt.drafters.eagle`, :mod:`treeopt.drafters.eagle3`,
 :mod:`treeopt.drafters.draft_model`). Nothing outside this package branches on a kind's name.
 
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
@@ -57,6 +57,8 @@ KINDS: dict[str, DrafterKind] = {
                          prefix_attention=True),
     "eagle": DrafterKind("eagle", "EAGLE drafter", per_depth=True, reads_path=True,
                          implementation="treeopt.drafters.eagle:EagleDrafter", min_layers=1),
+    "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
+                          implementation="treeopt.drafters.eagle3:Eagle3Drafter", min_layers=1),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                reads_features=False, trained=False),

@@ -62,6 +62,11 @@ class Drafter(nn.Module):
     kind: ClassVar[DrafterKind]
     config: HeadsConfig
 
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The base model's ``hidden_states`` it reads, concatenated (empty: the last one)."""
+        return self.config.feature_layers
+
     def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
                     ) -> torch.Tensor:
         """Teacher-forced ranks of every depth at every position, in one pass per depth.
@@ -102,6 +107,15 @@ class Drafter(nn.Module):
         """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]``, roots ``[b]`` and
         the live state (which a drafter with a cache of its own updates in place)."""
         raise NotImplementedError
+
+
+def pick_features(hidden_states: tuple[torch.Tensor, ...] | list[torch.Tensor],
+                  layers: tuple[int, ...]) -> torch.Tensor:
+    """A drafter's features from a forward's ``hidden_states``: the last (after the final norm)
+    when ``layers`` is empty, else those layers' concatenated ``[b, t, len(layers)·d]``."""
+    if not layers:
+        return hidden_states[-1]
+    return torch.cat([hidden_states[i] for i in layers], dim=-1)
 
 
 class DraftHeads(Drafter):

@@ -16,6 +16,10 @@ attention and key/value heads, ``rope_theta``, ``rms_norm_eps``, optional ``bias
 ``layers.{i}.self_attn.{q,k,v,o}_proj.weight``, ``layers.{i}.mlp.{gate,up,down}_proj.weight`` and
 ``layers.{i}.{input,post_attention}_layernorm.weight`` (layer 0 has no input norm; one saved is
 ignored), and optionally ``embed_tokens.weight`` (the base model's copy; the base's are used).
+EAGLE-3's layout differs in the weights: ``fc.weight`` (3d → d), ``midlayer.*`` (its one layer,
+with ``hidden_norm``), ``norm.weight``, ``lm_head.weight`` (its own vocabulary), ``d2t`` and
+``t2d``; ``config.json`` adds ``draft_vocab_size``. Its three feature layers follow from the base
+model's depth (EAGLE-3's layers 2, L/2 and L-3), so it loads with the base model.
 
 Draft model, a directory: a Hugging Face ``config.json`` (with ``model_type``) and its weights;
 it must share the base model's tokenizer (:func:`check_same_tokenizer`).
@@ -34,7 +38,7 @@ from torch import nn
 
 from treeopt.drafters import build_heads, drafter_kind
 from treeopt.drafters.base import Drafter, DraftHeads
-from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.config import HeadsConfig, default_feature_layers
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
 
@@ -60,7 +64,8 @@ def save_heads(heads: DraftHeads, directory: str | os.PathLike[str], *,
 
 
 def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
-               embeddings: nn.Module | None = None, depth: int | None = None) -> Drafter:
+               embeddings: nn.Module | None = None, depth: int | None = None,
+               base_layers: int | None = None) -> Drafter:
     """Load a drafter from a treeopt heads, a Medusa or a draft-model directory (on the CPU;
     ``depth``: the depths a draft model drafts, default ``DEFAULT_DEPTH``)."""
     d = Path(directory)
@@ -71,7 +76,8 @@ def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None =
         if isinstance(raw, dict) and "medusa_num_heads" in raw:
             return import_medusa(d)
         if isinstance(raw, dict) and _eagle_weights(d) is not None:
-            return import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth)
+            return import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth,
+                                base_layers=base_layers)
         if isinstance(raw, dict) and "model_type" in raw:
             from treeopt.drafters.draft_model import DraftModel
 
@@ -132,45 +138,60 @@ _EAGLE_KEYS = {  # public name (after layers.{i}.) → treeopt's
     "mlp.gate_proj.weight": "gate_proj.weight", "mlp.up_proj.weight": "up_proj.weight",
     "mlp.down_proj.weight": "down_proj.weight", "input_layernorm.weight": "input_layernorm.weight",
     "post_attention_layernorm.weight": "post_attention_layernorm.weight",
+    "hidden_norm.weight": "hidden_norm.weight",  # EAGLE-3's midlayer only
 }
+_EAGLE3_OWN = ("norm.weight", "lm_head.weight", "d2t", "t2d")
 
 
 def import_eagle(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
-                 embeddings: nn.Module | None = None, depth: int | None = None) -> Drafter:
-    """An EAGLE-1/2 drafter from the public layout (see the module notes), drafting ``depth``
-    depths (default 4), wired to the base model's LM head and embeddings."""
+                 embeddings: nn.Module | None = None, depth: int | None = None,
+                 base_layers: int | None = None) -> Drafter:
+    """An EAGLE-1/2 or EAGLE-3 drafter from the public layout (see the module notes), drafting
+    ``depth`` depths (default 4), wired to the base model's LM head and embeddings. EAGLE-3
+    reads three base layers chosen by the base model's depth (``base_layers``)."""
     d = Path(directory)
     raw = read_json(d / "config.json")
     path = _eagle_weights(d)
     assert path is not None
     state = _read_safetensors(path) if path.suffix == ".safetensors" else _read_pickled(path)
     state = {k.removeprefix("model."): v for k, v in state.items()}
+    eagle3 = any(k.startswith("midlayer.") for k in state)
+    if eagle3 and base_layers is None:
+        raise TreeoptError(f"{d}: an EAGLE-3 checkpoint reads three layers of its base model; "
+                           f"load it with the base model")
     try:
         hidden, vocab = int(raw["hidden_size"]), int(raw["vocab_size"])
         heads = int(raw["num_attention_heads"])
         cfg = HeadsConfig(
-            kind="eagle", num_heads=depth or 4, hidden_size=hidden, vocab_size=vocab,
-            num_layers=int(raw.get("num_hidden_layers", 1)), share_lm_head=True,
-            attention_heads=heads, kv_heads=int(raw.get("num_key_value_heads") or heads),
+            kind="eagle3" if eagle3 else "eagle", num_heads=depth or 4, hidden_size=hidden,
+            vocab_size=vocab, num_layers=int(raw.get("num_hidden_layers", 1)),
+            share_lm_head=not eagle3, attention_heads=heads,
+            kv_heads=int(raw.get("num_key_value_heads") or heads),
             intermediate_size=int(raw["intermediate_size"]),
             rope_theta=float(raw.get("rope_theta", 10000.0)),
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), bias="fc.bias" in state)
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), bias="fc.bias" in state,
+            draft_vocab_size=int(raw.get("draft_vocab_size") or 0) if eagle3 else 0,
+            feature_layers=default_feature_layers(base_layers or 0) if eagle3 else ())
     except (KeyError, TypeError, ValueError) as exc:
         raise TreeoptError(f"{d}/config.json: not an EAGLE config (missing or bad {exc})") from None
     if cfg.kv_heads == cfg.attention_heads:
         cfg = replace(cfg, kv_heads=0)
+    if cfg.draft_vocab_size == cfg.vocab_size:
+        cfg = replace(cfg, draft_vocab_size=0)
     mapped: dict[str, torch.Tensor] = {}
     for key, value in state.items():
-        m = re.fullmatch(r"layers\.(\d+)\.(.+)", key)
-        if key.startswith("fc."):
+        m = re.fullmatch(r"(?:layers\.(\d+)|midlayer)\.(.+)", key)
+        if key.startswith("fc.") or key in _EAGLE3_OWN:
+            mapped[key] = value
             mapped[key] = value
         elif key == "embed_tokens.weight":
             if tuple(value.shape) != (vocab, hidden):
                 raise TreeoptError(f"{path}: embed_tokens.weight has shape {list(value.shape)}, "
                                    f"the config says [{vocab}, {hidden}]")
-        elif m is not None and m[2] in _EAGLE_KEYS:
-            if not (int(m[1]) == 0 and m[2] == "input_layernorm.weight"):
-                mapped[f"layers.{m[1]}.{_EAGLE_KEYS[m[2]]}"] = value
+        elif m is not None and m[2] in _EAGLE_KEYS and (eagle3 or m[1] is not None):
+            layer = int(m[1] or 0)
+            if eagle3 or not (layer == 0 and m[2] == "input_layernorm.weight"):
+                mapped[f"layers.{layer}.{_EAGLE_KEYS[m[2]]}"] = value
         else:
             raise TreeoptError(f"{path}: unexpected key {key!r} in the EAGLE weights")
     try:
@@ -319,7 +340,8 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
         check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
                           source=str(directory))
     heads = load_heads(directory, lm_head=model.get_output_embeddings(),
-                       embeddings=model.get_input_embeddings(), depth=depth)
+                       embeddings=model.get_input_embeddings(), depth=depth,
+                       base_layers=getattr(model.config, "num_hidden_layers", None))
     check_heads_match(heads.config, hidden_size=hidden, vocab_size=vocab, source=str(directory))
     if not heads.kind.reads_features:
         check_same_tokenizer(getattr(model, "name_or_path", ""), directory)

@@ -10,6 +10,16 @@ from treeopt.drafters import KINDS, drafter_kind
 from treeopt.errors import TreeoptError
 
 
+def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's three base layers for a model of ``num_layers``: the inputs of layers 2, L/2
+    and L-3 (``hidden_states`` indices), clipped for very shallow models.
+
+    >>> default_feature_layers(32), default_feature_layers(2)
+    ((2, 16, 29), (2, 1, 0))
+    """
+    return min(2, num_layers), num_layers // 2, max(num_layers - 3, 0)
+
+
 @dataclass(frozen=True)
 class HeadsConfig:
     """Shape and options of a set of draft heads.
@@ -32,9 +42,19 @@ class HeadsConfig:
     rope_theta: float = 10000.0
     bias: bool = True  # of EAGLE's fc layer
     rms_norm_eps: float = 1e-6
+    # EAGLE-3: its own vocabulary (0: the base model's) and the base layers it reads
+    draft_vocab_size: int = 0
+    feature_layers: tuple[int, ...] = ()  # hidden_states indices (empty: the last hidden state)
 
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
+        object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+        if self.kind == "eagle3" and len(self.feature_layers) != 3:
+            raise TreeoptError(f"heads config: an EAGLE-3 drafter reads three base layers, got "
+                               f"feature_layers {list(self.feature_layers)}")
+        if not 0 <= self.draft_vocab_size <= self.vocab_size:
+            raise TreeoptError(f"heads config: draft_vocab_size {self.draft_vocab_size} is not "
+                               f"in 0 … {self.vocab_size}")
         if self.kind == "eagle" and not self.share_lm_head:
             raise TreeoptError("heads config: an EAGLE drafter reads through the base model's "
                                "LM head (share_lm_head must be true)")
@@ -58,10 +78,13 @@ class HeadsConfig:
         for name in _LAYER_FIELDS:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        if "feature_layers" in out:
+            out["feature_layers"] = list(out["feature_layers"])
         return out
 
 
-_LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps")
+_LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
+                 "draft_vocab_size", "feature_layers")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 
@@ -99,8 +122,13 @@ class TrainConfig:
             raise TreeoptError(f"--seq-len {self.seq_len} leaves no targets for "
                                f"{self.num_heads} heads (needs ≥ {self.num_heads + 2})")
 
-    def heads_config(self, hidden_size: int, vocab_size: int) -> HeadsConfig:
+    def heads_config(self, hidden_size: int, vocab_size: int, *,
+                     base_layers: int = 0) -> HeadsConfig:
+        """The drafter's shape for a base model of this hidden size, vocabulary and depth
+        (``base_layers``: where an EAGLE-3 drafter reads its three features)."""
+        layers = default_feature_layers(base_layers) if self.kind == "eagle3" else ()
         return HeadsConfig(kind=self.kind, num_heads=self.num_heads, hidden_size=hidden_size,
                            vocab_size=vocab_size, num_layers=self.num_layers,
+                           feature_layers=layers,
                            share_lm_head=self.share_lm_head or self.kind == "eagle",
                            prefix_attention=self.prefix_attention)

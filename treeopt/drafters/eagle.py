@@ -202,9 +202,18 @@ class EagleDrafter(Drafter):
         if n == 0:
             return ranks
         for k, g in enumerate(self.chains(hidden, stream, K)):
-            r = rank_of(self.logits(g), stream[:, 2 + k: 2 + k + n])
-            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
+            r = self.ranks_of(g, stream[:, 2 + k: 2 + k + n])
+            ranks[:, :, k] = torch.where((r >= 0) & (r < top_k), r, -1).to(torch.int16)
         return ranks
+
+    def ranks_of(self, g: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The rank of each ``target`` token among the candidates of features ``g``
+        (-1: a token the drafter cannot propose)."""
+        return rank_of(self.logits(g), target)
+
+    def candidates(self, g: torch.Tensor, k: int) -> torch.Tensor:
+        """The ``k`` best candidate tokens ``[..., k]`` (base vocabulary ids) of features ``g``."""
+        return top_candidates(self.logits(g), k)
 
     def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
                       ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -257,14 +266,14 @@ class EagleDrafter(Drafter):
         tokens = root.new_zeros(b, q)
         tokens[:, 0] = root
         first = plan.levels[0]
-        tokens[:, first.nodes] = top_candidates(self.logits(g_root), first.width)[:, first.ranks]
+        tokens[:, first.nodes] = self.candidates(g_root, first.width)[:, first.ranks]
         fed = 0
         for lv, (nodes, visible) in zip(plan.levels[1:], _feeds(plan), strict=True):
             x = self.entries(tokens[:, nodes], g[:, plan.parent[nodes]])
             out = self._forward(state, x, fed, visible,
                                 positions=state.lengths[:, None] - 1 + lv.depth - 1)
             g[:, nodes] = out
-            cand = top_candidates(self.logits(out), lv.width)  # [b, m, R]
+            cand = self.candidates(out, lv.width)  # [b, m, R]
             tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
             fed += nodes.shape[0]
         return tokens

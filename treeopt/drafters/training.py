@@ -19,6 +19,7 @@ import torch
 
 from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
+from treeopt.drafters.base import pick_features
 from treeopt.drafters.config import TrainConfig
 from treeopt.errors import TreeoptError
 
@@ -68,7 +69,7 @@ def distill_loss(model: PreTrainedModel, heads: DraftHeads, ids: torch.Tensor, *
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
         teacher = torch.softmax(out.logits.float(), dim=-1)  # [b, T, V]
-        hidden = out.hidden_states[-1].float()  # [b, T, d]
+        hidden = pick_features(out.hidden_states, heads.feature_layers).float()  # [b, T, ·d]
     total = hidden.new_zeros(())
     losses, agree = [], []
     for k, (loss, logits, target) in enumerate(heads.distill_terms(hidden, ids, teacher)):
@@ -97,7 +98,8 @@ def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], conf
     device = model_device(model)
     if heads is None:
         hidden, vocab = model_dims(model)
-        heads = build_heads(config.heads_config(hidden, vocab),
+        heads = build_heads(config.heads_config(
+                                hidden, vocab, base_layers=model.config.num_hidden_layers),
                             lm_head=model.get_output_embeddings(),
                             embeddings=model.get_input_embeddings())
         heads.to(device=device)  # own weights stay float32; shared base modules are untouched
