@@ -208,3 +208,21 @@ def test_a_distilled_draft_model_shares_the_vocabulary_and_drafts(pair):
     assert run.tokens == want and run.stats.mean_accept_length > 1.5
     with pytest.raises(TreeoptError, match="1 … 2 layers"):
         distill_draft_model(base, seqs, cfg, layers=3)
+
+
+def test_a_stopped_row_queues_nothing_and_its_cache_stays_put(pair):
+    from treeopt.decoding.plan import tree_plan
+
+    _, draft = pair
+    plan = tree_plan(TREES["wide"], "cpu")
+    state = draft.start(batch=2, capacity=32)
+    hidden, tokens = torch.zeros(2, 3, 4), torch.randint(0, V, (2, 3))
+    index, roots = torch.arange(3).expand(2, 3), torch.tensor([1, 2])
+    with torch.inference_mode():
+        draft.advance(hidden, tokens, index, torch.tensor([3, 3]), roots, state)  # the prefill
+        draft.draft(plan, hidden[:, :1], roots, state)
+        assert state.lens == [4, 4]  # the prompt and the root
+        for _ in range(3):
+            draft.advance(hidden, tokens, index, torch.tensor([0, 2]), roots, state)
+            draft.draft(plan, hidden[:, :1], roots, state)
+    assert state.lens == [4, 10]

@@ -250,3 +250,22 @@ def test_the_cli_trains_calibrates_and_exports_an_eagle_tree_with_its_checkpoint
                "--max-new-tokens", "8")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outputs_match"] is True
+
+
+def test_a_stopped_row_queues_nothing_and_its_cache_stays_put(random_eagle):
+    """A row that has stopped (0 accepted) while others run must not grow its cache: over a long
+    run it would pass the capacity the loop allocated for its own budget."""
+    from treeopt.decoding.plan import tree_plan
+
+    plan = tree_plan(TREE, "cpu")
+    state = random_eagle.start(batch=2, capacity=32)
+    hidden, tokens = torch.randn(2, 3, D), torch.randint(0, V, (2, 3))
+    index, roots = torch.arange(3).expand(2, 3), torch.tensor([1, 2])
+    with torch.inference_mode():
+        random_eagle.advance(hidden, tokens, index, torch.tensor([3, 3]), roots, state)
+        random_eagle.draft(plan, hidden[:, :1], roots, state)
+        assert state.lens == [3, 3]
+        for _ in range(3):
+            random_eagle.advance(hidden, tokens, index, torch.tensor([0, 2]), roots, state)
+            random_eagle.draft(plan, hidden[:, :1], roots, state)
+    assert state.lens == [3, 9]

@@ -37,12 +37,12 @@ EXTENSIONS = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": 
 
 # ----- export ---------------------------------------------------------------------------------
 def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "medusa",
-           speculative_model: str | None = None) -> str:
+           speculative_model: str | None = None, method: str = "eagle") -> str:
     """The text ``fmt``'s engine reads for ``tree``; refused where the engine would build another.
 
     ``num_heads`` is the drafter's head count (checked against the tree's depth; TensorRT-LLM's
     Medusa YAML needs it); ``speculative_model`` is the EAGLE checkpoint TensorRT-LLM's EAGLE YAML
-    names.
+    names; ``method`` is vLLM's name of an EAGLE drafter (``eagle``, or ``eagle3``).
 
     >>> t = Tree.from_choices([[0], [1], [0, 0]])
     >>> export(t, "medusa")
@@ -70,7 +70,7 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
     if fmt == "triton":
         return ", ".join("{" + ", ".join(map(str, p)) + "}" for p in tree.paths)
     if fmt == "vllm":
-        drafter = ({"method": "eagle", "model": speculative_model}
+        drafter = ({"method": method, "model": speculative_model}
                    if draft == "eagle" and speculative_model else {})
         return json.dumps({**drafter, "num_speculative_tokens": tree.size,
                            "speculative_token_tree": str([tuple(p) for p in tree.paths])})

@@ -179,17 +179,20 @@ def _fill_drafter(args: argparse.Namespace) -> None:
     """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
     selection --tree records (flags given win)."""
     recorded = recorded_drafter(args.tree)
+    eagle = recorded.get("kind") in ("eagle", "eagle3")
     if args.draft is None:
-        args.draft = "eagle" if recorded.get("kind") == "eagle" else "medusa"
-    if args.draft == "eagle" and args.speculative_model is None and recorded.get("kind") == "eagle":
+        args.draft = "eagle" if eagle else "medusa"
+    if args.draft == "eagle" and args.speculative_model is None and eagle:
         args.speculative_model = recorded.get("checkpoint")
+    args.method = "eagle3" if recorded.get("kind") == "eagle3" else "eagle"
     if args.num_heads is None and isinstance(recorded.get("depth"), int):
         args.num_heads = recorded["depth"]
 
 
 def _export_text(tree: Tree, args: argparse.Namespace) -> str:
     text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft,
-                  speculative_model=args.speculative_model)
+                  speculative_model=args.speculative_model,
+                  method=getattr(args, "method", "eagle"))
     return text if text.endswith("\n") else text + "\n"
 
 

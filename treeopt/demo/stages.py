@@ -14,6 +14,7 @@ import numpy as np
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
+from treeopt.files import write_json
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
@@ -477,7 +478,14 @@ def drafters(ctx: Context) -> dict[str, Any]:
     reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
                                       max_new_tokens=c.max_new_tokens)
     for kind in NEW_KINDS:
-        record: dict[str, Any] = {"training": train_drafter(ctx, kind)}
+        done = ctx.scratch / f"drafters-{kind}.json"
+        if done.exists():  # finished before an interruption
+            out[kind] = json.loads(done.read_text())
+            continue
+        trained = ctx.scratch / f"train-{kind}.json"  # training is the long part: kept apart
+        if not trained.exists():
+            write_json(trained, train_drafter(ctx, kind))
+        record: dict[str, Any] = {"training": json.loads(trained.read_text())}
         record["traces"] = kind_traces(ctx, kind)
         ell, held = kind_growths(ctx, kind)
         record["growth"] = {"expected_accept_length": ell, "heldout_expected_accept_length": held}
@@ -486,7 +494,8 @@ def drafters(ctx: Context) -> dict[str, Any]:
             record["step_profile"] = kind_step_profile(ctx, kind)
             record["sweep"] = kind_sweep(ctx, kind)
         record["sampled"] = {f"{t:g}": kind_sampled(ctx, kind, t) for t in c.sample_temperatures}
-        out[kind] = record
+        write_json(done, record)
+        out[kind] = json.loads(done.read_text())
     return out
 
 
@@ -513,7 +522,9 @@ def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
     if name == "drafters":
         return [p for stage in ("traces", "growth", "sweep", "sampled")
                 for p in _files_of(stage, kinds, paths, config)] + [
-            paths.step_profile(k, config.device) for k in kinds]
+            paths.step_profile(k, config.device) for k in kinds] + [
+            paths.root / ".stages" / f"{record}-{k}.json" for k in kinds
+            for record in ("drafters", "train")]
     return _files_of(name, kinds, paths, config)
 
 

@@ -157,9 +157,10 @@ class DraftModel(Drafter):
         skip = 0 if state.fresh else 1
         accepted = tokens.gather(1, index)[:, skip:]  # [b, t - skip]
         pending = torch.cat([accepted, accepted.new_zeros(accepted.shape[0], 1)], dim=1)
-        column = (count - skip).clamp_min(0)  # a stopped row (count 0) queues its root only
+        column = (count - skip).clamp_min(0)
         pending.scatter_(1, column[:, None], next_root[:, None])
-        state.pending, state.count, state.fresh = pending, column + 1, False
+        queued = torch.where(count > 0, column + 1, 0)  # a stopped row (count 0) queues nothing
+        state.pending, state.count, state.fresh = pending, queued, False
         return hidden[:, :1], state
 
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
@@ -200,7 +201,7 @@ class DraftModel(Drafter):
                          torch.where(valid, state.lengths[:, None] + steps, scratch))
         state.lengths = state.lengths + state.count
         state.lens = state.lengths.tolist()
-        return logits[rows, state.count - 1]
+        return logits[rows, (state.count - 1).clamp_min(0)]  # a stopped row's is never used
 
     def _forward(self, state: DraftState, ids: torch.Tensor, front: int, visible: torch.Tensor,
                  *, positions: torch.Tensor) -> torch.Tensor:

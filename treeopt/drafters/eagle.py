@@ -249,9 +249,9 @@ class EagleDrafter(Drafter):
         the next root)."""
         rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
         after = torch.cat([tokens.gather(1, index)[:, 1:], next_root[:, None]], dim=1)
-        column = (count - 1).clamp_min(0)  # a stopped row queues one entry it never uses
-        after.scatter_(1, column[:, None], next_root[:, None])
-        state.features, state.tokens, state.count = hidden[rows, index], after, column + 1
+        after.scatter_(1, (count - 1).clamp_min(0)[:, None], next_root[:, None])
+        state.features, state.tokens, state.count = hidden[rows, index], after, count  # a
+        # stopped row (count 0) queues nothing: its cache stays put while the others go on
         return hidden[:, :1], state
 
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
@@ -287,7 +287,7 @@ class EagleDrafter(Drafter):
         out = self._forward(state, x, 0, visible, positions=state.lengths[:, None] + steps,
                             valid=steps[None] < state.count[:, None])
         rows = torch.arange(out.shape[0], device=out.device)
-        g = out[rows, state.count - 1]
+        g = out[rows, (state.count - 1).clamp_min(0)]  # a stopped row's is never used
         state.lengths = state.lengths + state.count
         state.lens = state.lengths.tolist()
         return g
