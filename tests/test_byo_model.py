@@ -119,7 +119,12 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert sorted(os.listdir(sched)) == sorted(["schedule.json", *(r["file"] for r in written)])
     for r in written:
         assert json.loads((sched / r["file"]).read_text()) == r["choices"]
-    assert "--num-heads is required" in user_error("export", "--tree", sel_file, "--batch", "1",
+    # the selection records the heads it was grown for: their count fills --num-heads
+    yaml = ok("export", "--tree", sel_file, "--batch", "1", "--format", "trtllm-yaml").stdout
+    assert "num_medusa_heads: 3" in yaml
+    tree_only = tmp_path / "tree.json"
+    tree_only.write_text(json.dumps(pick["choices"]))
+    assert "--num-heads is required" in user_error("export", "--tree", tree_only,
                                                    "--format", "trtllm-yaml")
     assert "pick one with --batch" in user_error("export", "--tree", sel_file, "--format", "hydra")
 
