@@ -9,6 +9,7 @@ equal the LM head: every block starts at zero. Candidates are ranked by
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -109,6 +110,13 @@ class Drafter(nn.Module):
         raise NotImplementedError
 
 
+def rank_table(per_depth: Iterable[torch.Tensor], *, top_k: int) -> torch.Tensor:
+    """Ranks of every depth ``[b, n]`` each, as a trace's int16 ``[b, n, K]``: -1 beyond
+    ``top_k`` (and where a drafter cannot propose the token at all, already -1)."""
+    return torch.stack([torch.where((r >= 0) & (r < top_k), r, -1) for r in per_depth],
+                       dim=-1).to(torch.int16)
+
+
 def pick_features(hidden_states: tuple[torch.Tensor, ...] | list[torch.Tensor],
                   layers: tuple[int, ...]) -> torch.Tensor:
     """A drafter's features from a forward's ``hidden_states``: the last (after the final norm)
@@ -181,13 +189,13 @@ class DraftHeads(Drafter):
         """Head k over the features at t and the true path (see :meth:`Drafter.rank_depths`)."""
         K = self.config.num_heads
         b, T = stream.shape
-        n = max(T - 1 - K, 0)  # positions t = 0 … T-2-K have all K targets
-        ranks = torch.empty(b, n, K, dtype=torch.int16, device=stream.device)
-        if n == 0:
-            return ranks
+        n = T - 1 - K  # positions t = 0 … T-2-K have all K targets
+        if n <= 0:
+            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
         h = self.features(hidden)[0][:, :n]  # [b, n, d]
-        for k in range(K):
+
+        def depth(k: int) -> torch.Tensor:
             prev = stream[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]: x_{t+1} … x_{t+1+k}
-            r = rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n])
-            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
-        return ranks
+            return rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n])
+
+        return rank_table((depth(k) for k in range(K)), top_k=top_k)

@@ -28,7 +28,7 @@ import torch
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.tree_forward import Verifier, additive, verifier
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import Drafter
+from treeopt.drafters.base import Drafter, rank_table
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.ranking import rank_of, top_candidates
 from treeopt.errors import TreeoptError
@@ -133,15 +133,12 @@ class DraftModel(Drafter):
         ``stream[t+1+k]`` (``hidden``, the base model's, is not read)."""
         K = self.config.num_heads
         b, T = stream.shape
-        n = max(T - 1 - K, 0)
-        ranks = torch.empty(b, n, K, dtype=torch.int16, device=stream.device)
-        if n == 0:
-            return ranks
+        n = T - 1 - K
+        if n <= 0:
+            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
         logits = self.lm(input_ids=stream, use_cache=False).logits  # [b, T, V]
-        for k in range(K):
-            r = rank_of(logits[:, 1 + k: 1 + k + n], stream[:, 2 + k: 2 + k + n])
-            ranks[:, :, k] = torch.where(r < top_k, r, -1).to(torch.int16)
-        return ranks
+        return rank_table((rank_of(logits[:, 1 + k: 1 + k + n], stream[:, 2 + k: 2 + k + n])
+                           for k in range(K)), top_k=top_k)
 
     def start(self, *, batch: int, capacity: int) -> DraftState:
         device = self.lm.get_input_embeddings().weight.device

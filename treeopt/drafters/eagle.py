@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import Drafter, _projection
+from treeopt.drafters.base import Drafter, _projection, rank_table
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.ranking import rank_of, top_candidates
 from treeopt.errors import TreeoptError
@@ -58,15 +58,17 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 class DecoderLayer(nn.Module):
     """A Llama decoder layer whose keys and values are arguments, never state."""
 
-    def __init__(self, cfg: HeadsConfig, *, first: bool) -> None:
+    def __init__(self, cfg: HeadsConfig, *, first: bool, width: int = 1) -> None:
+        """``first``: no input norm (EAGLE's first layer); ``width``: entries are ``width``
+        hidden sizes wide (EAGLE-3's layer reads two)."""
         super().__init__()
         d, h, kvh = cfg.hidden_size, cfg.attention_heads, cfg.kv_heads or cfg.attention_heads
-        self.heads, self.kv_heads, self.head_dim = h, kvh, d // h
+        self.d, self.heads, self.kv_heads, self.head_dim = d, h, kvh, d // h
         self.theta = cfg.rope_theta
         self.input_layernorm = None if first else nn.RMSNorm(d, eps=cfg.rms_norm_eps)
-        self.q_proj = nn.Linear(d, h * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, kvh * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, kvh * self.head_dim, bias=False)
+        self.q_proj = nn.Linear(width * d, h * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(width * d, kvh * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(width * d, kvh * self.head_dim, bias=False)
         self.o_proj = nn.Linear(h * self.head_dim, d, bias=False)
         self.post_attention_layernorm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
         inner = cfg.intermediate_size or 2 * d
@@ -74,19 +76,27 @@ class DecoderLayer(nn.Module):
         self.up_proj = nn.Linear(d, inner, bias=False)
         self.down_proj = nn.Linear(inner, d, bias=False)
 
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        """What attention reads of entries ``x``."""
+        return x if self.input_layernorm is None else self.input_layernorm(x)
+
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, KV]:
         """Queries ``[b, h, m, hd]`` and keys/values ``[b, kvh, m, hd]`` of entries ``x``."""
         b, m, _ = x.shape
-        y = x if self.input_layernorm is None else self.input_layernorm(x)
+        y = self.normed(x)
         q = self.q_proj(y).view(b, m, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
         return rope(q, positions, self.theta), (rope(k, positions, self.theta), v)
 
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        """What the attention output is added to."""
+        return x
+
     def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The layer's output from its input ``x`` and the attention output ``[b, h, m, hd]``."""
         b, _, m, _ = attended.shape
-        x = x + self.o_proj(attended.transpose(1, 2).reshape(b, m, -1))
+        x = self.residual(x) + self.o_proj(attended.transpose(1, 2).reshape(b, m, -1))
         y = self.post_attention_layernorm(x)
         return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
 
@@ -197,14 +207,11 @@ class EagleDrafter(Drafter):
         """Depth k at t: the rank of ``stream[t+2+k]`` under the chain's k-th predicted feature."""
         K = self.config.num_heads
         b, T = stream.shape
-        n = max(T - 1 - K, 0)
-        ranks = torch.empty(b, n, K, dtype=torch.int16, device=stream.device)
-        if n == 0:
-            return ranks
-        for k, g in enumerate(self.chains(hidden, stream, K)):
-            r = self.ranks_of(g, stream[:, 2 + k: 2 + k + n])
-            ranks[:, :, k] = torch.where((r >= 0) & (r < top_k), r, -1).to(torch.int16)
-        return ranks
+        n = T - 1 - K
+        if n <= 0:
+            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
+        return rank_table((self.ranks_of(g, stream[:, 2 + k: 2 + k + n])
+                           for k, g in enumerate(self.chains(hidden, stream, K))), top_k=top_k)
 
     def ranks_of(self, g: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The rank of each ``target`` token among the candidates of features ``g``

@@ -26,50 +26,26 @@ from torch import nn
 
 from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.eagle import KV, EagleDrafter, rope
+from treeopt.drafters.eagle import DecoderLayer, EagleDrafter
 from treeopt.drafters.ranking import rank_of, top_candidates
 from treeopt.errors import TreeoptError
 
 
-class FusedLayer(nn.Module):
-    """EAGLE-3's decoder layer over entries ``[e; h]`` ``[b, m, 2d]``; keys and values are
-    arguments, never state. Its output is the new ``h`` ``[b, m, d]``."""
+class FusedLayer(DecoderLayer):
+    """EAGLE-3's decoder layer over entries ``[e; h]`` ``[b, m, 2d]``: attention reads both,
+    normed apart, and is added to ``h``; the rest is EAGLE's layer. Its output is the new ``h``
+    ``[b, m, d]``."""
 
     def __init__(self, cfg: HeadsConfig) -> None:
-        super().__init__()
-        d, h, kvh = cfg.hidden_size, cfg.attention_heads, cfg.kv_heads or cfg.attention_heads
-        self.d, self.heads, self.kv_heads, self.head_dim = d, h, kvh, d // h
-        self.theta = cfg.rope_theta
-        eps = cfg.rms_norm_eps
-        self.input_layernorm = nn.RMSNorm(d, eps=eps)
-        self.hidden_norm = nn.RMSNorm(d, eps=eps)
-        self.q_proj = nn.Linear(2 * d, h * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(2 * d, kvh * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(2 * d, kvh * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(h * self.head_dim, d, bias=False)
-        self.post_attention_layernorm = nn.RMSNorm(d, eps=eps)
-        inner = cfg.intermediate_size or 2 * d
-        self.gate_proj = nn.Linear(d, inner, bias=False)
-        self.up_proj = nn.Linear(d, inner, bias=False)
-        self.down_proj = nn.Linear(inner, d, bias=False)
+        super().__init__(cfg, first=False, width=2)
+        self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
-    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, KV]:
-        b, m, _ = x.shape
-        y = torch.cat([self.input_layernorm(x[..., : self.d]),
-                       self.hidden_norm(x[..., self.d:])], dim=-1)
-        q = self.q_proj(y).view(b, m, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(y).view(b, m, self.kv_heads, self.head_dim).transpose(1, 2)
-        return rope(q, positions, self.theta), (rope(k, positions, self.theta), v)
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.input_layernorm(x[..., : self.d]),
+                          self.hidden_norm(x[..., self.d:])], dim=-1)
 
-    def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
-        b, _, m, _ = attended.shape
-        h = x[..., self.d:] + self.o_proj(attended.transpose(1, 2).reshape(b, m, -1))
-        y = self.post_attention_layernorm(h)
-        return h + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
-
-    def expand(self, kv: torch.Tensor) -> torch.Tensor:
-        return kv.repeat_interleave(self.heads // self.kv_heads, dim=1)
+    def residual(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., self.d:]
 
 
 class Eagle3Drafter(EagleDrafter):

@@ -89,6 +89,33 @@ def _schedule(cfg: TrainConfig) -> Callable[[int], float]:
     return factor
 
 
+def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
+              step: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]],
+              progress: Callable[[int, int, float], None] | None) -> list[dict[str, Any]]:
+    """``config.steps`` AdamW steps on ``module``'s trainable weights, each on a random batch of
+    ``data``'s rows (seeded) whose loss ``step`` gives; gradients clipped to norm 1, learning
+    rate warmed up then cosine-decayed. Returns the history of every step."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
+    gen = torch.Generator().manual_seed(config.seed)
+    history: list[dict[str, Any]] = []
+    module.train()
+    for i in range(config.steps):
+        rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
+        loss, extra = step(data[rows.to(data.device)])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        history.append({"step": i + 1, "loss": float(loss.detach()), **extra,
+                        "lr": sched.get_last_lr()[0]})
+        if progress is not None:
+            progress(i + 1, config.steps, float(loss.detach()))
+    return history
+
+
 def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
                 heads: DraftHeads | None = None,
                 progress: Callable[[int, int, float], None] | None = None,
@@ -104,26 +131,13 @@ def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], conf
                             embeddings=model.get_input_embeddings())
         heads.to(device=device)  # own weights stay float32; shared base modules are untouched
     model.requires_grad_(False)
-    data = windows(sequences, config.seq_len).to(device)
-    params = [p for p in heads.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
-    gen = torch.Generator().manual_seed(config.seed)
-    history: list[dict[str, Any]] = []
-    heads.train()
-    for step in range(config.steps):
-        rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
-        loss, per_head, agree = distill_loss(model, heads, data[rows.to(device)],
-                                             decay=config.decay)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        history.append({"step": step + 1, "loss": float(loss.detach()), "head_loss": per_head,
-                        "top1_agreement": agree, "lr": sched.get_last_lr()[0]})
-        if progress is not None:
-            progress(step + 1, config.steps, float(loss.detach()))
+
+    def step(ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        loss, per_head, agree = distill_loss(model, heads, ids, decay=config.decay)
+        return loss, {"head_loss": per_head, "top1_agreement": agree}
+
+    history = _optimise(heads, windows(sequences, config.seq_len).to(device), config, step,
+                        progress)
     return heads.eval(), history
 
 
@@ -150,28 +164,15 @@ def distill_draft_model(model: PreTrainedModel, sequences: Sequence[Sequence[int
     state = draft.state_dict()
     draft.load_state_dict({k: own[k].float() if k in own else v for k, v in state.items()})
     model.requires_grad_(False)
-    data = windows(sequences, config.seq_len).to(device)
-    params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
-    gen = torch.Generator().manual_seed(config.seed)
-    history: list[dict[str, Any]] = []
-    draft.train()
-    for step in range(config.steps):
-        rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
-        ids = data[rows.to(device)]
+
+    def step(ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         with torch.no_grad():
             teacher = torch.softmax(model(input_ids=ids, use_cache=False).logits.float(), -1)
         logits = draft(input_ids=ids, use_cache=False).logits.float()
         loss = -(teacher * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
         agree = float((logits.argmax(-1) == teacher.argmax(-1)).float().mean())
-        history.append({"step": step + 1, "loss": float(loss.detach()),
-                        "top1_agreement": [agree], "lr": sched.get_last_lr()[0]})
-        if progress is not None:
-            progress(step + 1, config.steps, float(loss.detach()))
+        return loss, {"top1_agreement": [agree]}
+
+    history = _optimise(draft, windows(sequences, config.seq_len).to(device), config, step,
+                        progress)
     return draft.eval().requires_grad_(False), history
