@@ -76,3 +76,13 @@ def test_tune_gets_everything_it_predicts_with(fake_demo):
     added = dict(zip(argv[2::2], argv[3::2], strict=True))
     assert set(added) == {"--model", "--heads", "--trace", "--growth", "--prompts",
                           "--step-profile"}
+
+
+def test_a_drafter_given_under_its_alias_is_not_filled_again(fake_demo):
+    """--drafter and --heads are one flag: the user's --drafter keeps the demo's out."""
+    argv = expand_demo(["verify", "--demo", "eagle", "--drafter", "mine", "--tree", "t.json"],
+                       build_parser())
+    assert "--heads" not in argv and argv.count("mine") == 1
+    assert "--model" in argv and str(fake_demo.trace("eagle")) in argv
+    argv = expand_demo(["calibrate", "--demo", "draft-model", "--out", "t.npz"], build_parser())
+    assert argv[argv.index("--heads") + 1] == str(fake_demo.heads("draft-model"))

@@ -1,4 +1,4 @@
-"""``--demo [medusa|hydra]`` on every sub-command that takes a model, heads, trace, growth,
+"""``--demo [KIND]`` (medusa, hydra, eagle or draft-model) on every sub-command that takes a model, heads, trace, growth,
 prompts or latency table: the flags the user left out are filled with the shipped demo's files.
 
 The filling happens on the command line itself, before parsing, so required flags, mutually
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from treeopt.drafters import KIND_NAMES
+from treeopt.demo.layout import KINDS
 
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
@@ -22,10 +22,10 @@ def add_demo_flags(sub: argparse._SubParsersAction) -> None:
     """Give ``--demo`` to every sub-command that has at least one fillable flag."""
     for parser in sub.choices.values():
         if _options(parser) & set(FLAGS.values()):
-            parser.add_argument("--demo", nargs="?", const="hydra", choices=KIND_NAMES,
+            parser.add_argument("--demo", nargs="?", const="hydra", choices=KINDS,
                                 metavar="KIND", help="use the shipped demo's files for the "
-                                "model/heads/trace/… flags not given (KIND: medusa or hydra, "
-                                "default hydra)")
+                                "model/drafter/trace/… flags not given (KIND: "
+                                f"{', '.join(KINDS)}; default hydra)")
 
 
 def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
@@ -34,14 +34,16 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
     if "--demo" not in args:
         return args
     i = args.index("--demo")
-    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KIND_NAMES else "hydra"
+    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KINDS else "hydra"
     command = next((a for a in args if not a.startswith("-")), None)
     sub = _subparsers(parser).get(command or "")
     if sub is None:
         return args
     from treeopt.demo.layout import demo_defaults
 
-    given = set(args)
+    given = {a.split("=", 1)[0] for a in args}
+    given |= {s for action in sub._actions  # noqa: SLF001  (an alias given counts for all)
+              if given & set(action.option_strings) for s in action.option_strings}
     blocked = {flag for group in sub._mutually_exclusive_groups  # noqa: SLF001
                if given & _group_options(group) for flag in _group_options(group)}
     extra: list[str] = []
