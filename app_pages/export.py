@@ -4,7 +4,7 @@ size (``treeopt select --out selection.json``)."""
 
 import streamlit as st
 
-from app_pages.state import chosen_tree, page_errors
+from app_pages.state import chosen_tree, demo_drafter, page_errors
 from treeopt.engines import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.formats import EXTENSIONS, export
@@ -32,11 +32,13 @@ if source == "A selection file":
     tree = point.tree
     description = (f"{upload.name} · select's pick at batch {batch}, context {context} · "
                    f"{tree.size} nodes, {point.speedup:.2f}× predicted")
+    drafter = selection.growth.get("drafter", {})
 else:
     with page_errors():
         chosen = chosen_tree()
     tree = chosen.tree
     description = f"{chosen.description} — choose another on the Trees page."
+    drafter = demo_drafter(chosen.label)
 st.caption(f"Tree: {description}")
 if tree.size == 0:
     st.info("Speculation does not pay here: the pick is no tree (decode autoregressively).")
@@ -45,10 +47,13 @@ if tree.size == 0:
 c1, c2, c3 = st.columns([1, 1, 2])
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
                             value=max(tree.depth, 1), key="export_heads")
+eagle = drafter.get("kind") in ("eagle", "eagle3")  # grown for an EAGLE drafter: its defaults
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
-                 key="export_draft")
-eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML",
+                 index=1 if eagle else 0, key="export_draft")
+eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",
+                            value=drafter.get("checkpoint", "") if eagle else "",
                             placeholder="a local directory or hub name", key="export_eagle_model")
+method = "eagle3" if drafter.get("kind") == "eagle3" else "eagle"
 
 targets = [e for e in ENGINES if e.draft in (None, draft)]
 for tab, target in zip(st.tabs([TABS[e.format] for e in targets]), targets, strict=True):
@@ -60,7 +65,7 @@ for tab, target in zip(st.tabs([TABS[e.format] for e in targets]), targets, stri
             continue
         try:
             text = export(tree, target.format, num_heads=int(num_heads), draft=draft,
-                          speculative_model=eagle_model or None)
+                          speculative_model=eagle_model or None, method=method)
         except TreeoptError as exc:  # a value the format needs is missing
             st.warning(str(exc).replace("--speculative-model", "the EAGLE checkpoint"))
             continue

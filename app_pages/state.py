@@ -54,6 +54,16 @@ def demo_pricing(kind: str) -> DemoPricing | None:
     return build(demo(), kind)
 
 
+def demo_drafter(label: str) -> dict[str, Any]:
+    """The demo's drafter called ``label`` as a growth records one (kind, checkpoint, depth);
+    empty for data that is not the demo's."""
+    bundle = demo()
+    if label not in bundle.growths or current_dataset() is not demo_dataset():
+        return {}
+    return {"kind": label, "checkpoint": str(bundle.paths.heads(label)),
+            "depth": bundle.traces[label].heads}
+
+
 def demo_pick(label: str, source: Source) -> Point | None:
     """The tree ``select`` picks at the smallest measured batch for the demo's ``label`` heads
     (None for data that is not the demo's, or a demo without a step profile)."""
