@@ -1,0 +1,104 @@
+"""Every drafter the demo ships — Medusa heads, Hydra heads, an EAGLE drafter, a draft model —
+on the same base model, held-out prompts and machine, goal by goal (never a test):
+
+1. E[L] of the growth's trees of 16 and 64 nodes, on the calibration trace and the held-out one;
+2. live greedy decoding of the held-out prompts with those trees: lossless on every prompt
+   (against autoregressive decoding), and the mean accepted length against the held-out trace's
+   per-step walk over the same prompts (goal: within 2%);
+3. live speed-up at batch 1 of the tree ``select`` picks from the demo's profiled step costs, and
+   of the measured best of the demo's sweep, against autoregressive decoding in the same run
+   (interleaved rounds), beside the predicted speed-up;
+4. the drafter ``choose-drafter`` picks per batch size, from each drafter's selection.
+
+Run: ``python benchmarks/bench_drafters.py [--prompts 48] [--new-tokens 128] [--rounds 3]`` on
+a quiet machine (one torch thread, as the app runs). About 2 minutes per drafter on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from treeopt.decoding.compare import compare
+from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import Decoder
+from treeopt.demo import KINDS, load
+from treeopt.demo.quality import acceptance_run, autoregressive_run
+from treeopt.selection import choose_drafter
+from treeopt.simulate import step_lengths
+from treeopt.workbench.pricing import demo_pricing
+
+SIZES = (16, 64)
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--demo-dir", help="default: the shipped data/demo")
+    ap.add_argument("--prompts", type=int, default=48, help="held-out prompts decoded")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the speed-up")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    demo = load(args.demo_dir, threads=1)
+    prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts[: args.prompts]]
+    reference, ar = autoregressive_run(Decoder(demo.model), prompts,
+                                       max_new_tokens=args.new_tokens)
+    print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model; {len(prompts)} "
+          f"held-out prompts × {args.new_tokens} new tokens; 1 torch thread\n")
+    print("drafter       n   E[L] cal / held-out   live E[L]   walk E[L]   live/walk-1   "
+          "lossless")
+    fidelity_ok, lossless_ok = True, True
+    for kind in KINDS:
+        growth, held = demo.growths[kind], demo.heldout_traces[kind]
+        decoder = Decoder(demo.model, demo.heads[kind])
+        own = held.sequences(len(prompts), positions=args.new_tokens)
+        for n in SIZES:
+            tree = growth.tree(min(n, growth.max_nodes))
+            run = acceptance_run(decoder, tree, prompts, max_new_tokens=args.new_tokens,
+                                 reference=reference)
+            walk = float(np.mean(step_lengths(tree, own)))
+            gap = run["mean_accept_length"] / walk - 1
+            fidelity_ok &= abs(gap) <= 0.02
+            lossless_ok &= bool(run["lossless"])
+            print(f"{kind:12s} {tree.size:3d}   {growth.expected_accept_length[tree.size]:6.3f} / "
+                  f"{growth.evaluate(held)[tree.size]:6.3f}      {run['mean_accept_length']:7.3f}"
+                  f"     {walk:7.3f}      {gap:+7.2%}      {run['lossless_prompts']}")
+    print(f"\ngoal: lossless on every prompt, every drafter: {mark(lossless_ok)}")
+    print(f"goal: live E[L] within 2% of the held-out trace's walk: {mark(fidelity_ok)}")
+
+    print("\nbatch 1, interleaved with autoregressive decoding "
+          f"(best of {args.rounds} rounds; autoregressive {ar['tokens_per_s']:.0f} tokens/s "
+          "in the quality run):")
+    print("drafter       pick (nodes, depth cap)  predicted  live speed-up   sweep best "
+          "(nodes: measured)")
+    config = DecodeConfig(max_new_tokens=args.new_tokens)
+    selections = {}
+    for kind in KINDS:
+        priced = demo_pricing(demo, kind)
+        if priced is None:
+            print(f"{kind:12s} no step profile in this demo")
+            continue
+        selections[kind] = priced.selection
+        pick = min(priced.selection.points, key=lambda p: p.batch)
+        run = compare(demo.model, demo.heads[kind], pick.tree, prompts, config=config,
+                      rounds=args.rounds)
+        best = priced.sweep.best(1) if priced.sweep is not None else None
+        measured = (f"{best.size}: {best.speedup:.2f}×" if best is not None else "not swept")
+        print(f"{kind:12s} {pick.tree.size:4d} ({str(pick.max_depth):>4})            "
+              f"{pick.speedup:6.3f}     {run.speedup:6.3f} ± {run.speedup_spread:4.1%}   {measured}")
+    if len(selections) > 1:
+        print("\nchoose-drafter (predicted, from each drafter's profiled step):")
+        for c in choose_drafter(selections):
+            others = ", ".join(f"{k} {v:.0f}" for k, v in c.tokens_per_s.items())
+            print(f"  batch {c.batch:2d}, context {c.context}: {c.drafter} "
+                  f"({c.point.tree.size} nodes, {c.point.speedup:.2f}×) — tokens/s {others}")
+
+
+if __name__ == "__main__":
+    main()
