@@ -1,8 +1,8 @@
 """Calibration cost: the one-pass rank trace vs a plain forward and vs a decoding loop.
 
 Prints, for every drafter kind on a randomly initialised Llama (random weights cost the same
-time as trained ones): Medusa and Hydra heads, an EAGLE drafter (one decoder layer) and a draft
-model (the base model's shape with one layer):
+time as trained ones): Medusa and Hydra heads, an EAGLE and an EAGLE-3 drafter (one decoder
+layer each) and a draft model (the base model's shape with one layer):
 
 - rank trace / plain teacher-forced forward over the same tokens (target for heads: ≤ about
   1.3×); for the draft model against one plain forward of base + draft (target ≤ 1.3×); for
@@ -30,7 +30,8 @@ from treeopt.decoding.cache import new_cache
 from treeopt.decoding.ranks import rank_batch
 from treeopt.decoding.tree_forward import forward_with_cache
 from treeopt.drafters import KIND_NAMES, build_heads
-from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.base import pick_features
+from treeopt.drafters.config import HeadsConfig, default_feature_layers
 from treeopt.drafters.ranking import rank_of
 
 
@@ -105,7 +106,8 @@ def loop_ranks_eagle(model, drafter, seq, start, top_k):
     one = torch.ones(1, dtype=torch.long, device=device)
     with torch.inference_mode():
         _, h = forward_with_cache(model, seq[None, : start + 1], cache=cache,
-                                  position_ids=torch.arange(start + 1, device=device)[None])
+                                  position_ids=torch.arange(start + 1, device=device)[None],
+                                  layers=drafter.feature_layers)
         index = torch.arange(start + 1, device=device)[None]
         count = torch.tensor([start + 1], device=device)
         for t in range(start, seq.shape[0] - 1 - K):
@@ -123,7 +125,8 @@ def loop_ranks_eagle(model, drafter, seq, start, top_k):
                         positions=state.lengths[:, None] + k)[:, 0]
             rows.append(row)
             _, h = forward_with_cache(model, seq[None, t + 1: t + 2], cache=cache,
-                                      position_ids=torch.tensor([[t + 1]], device=device))
+                                      position_ids=torch.tensor([[t + 1]], device=device),
+                                      layers=drafter.feature_layers)
             index, count = torch.zeros(1, 1, dtype=torch.long, device=device), one
     return np.asarray(rows, dtype=np.int16)
 
@@ -140,7 +143,9 @@ def make_drafter(kind, model, args, device):
         return DraftModel(LlamaForCausalLM(cfg).to(device).eval(), depth=args.heads)
     drafter = build_heads(HeadsConfig(kind=kind, num_heads=args.heads, hidden_size=args.hidden,
                                       vocab_size=args.vocab, share_lm_head=kind == "eagle",
-                                      attention_heads=max(1, args.hidden // 64)),
+                                      attention_heads=max(1, args.hidden // 64),
+                                      feature_layers=default_feature_layers(args.layers)
+                                      if kind == "eagle3" else ()),
                           lm_head=model.lm_head, embeddings=model.model.embed_tokens)
     drafter.to(device).eval()
     with torch.no_grad():
@@ -159,9 +164,10 @@ def reference_cost(kind, drafter, model, ids, base, device, repeats):
                 drafter.lm(input_ids=ids, use_cache=False)
 
         return base + timed(draft, device, repeats)[0], "base + draft forward"
-    if kind == "eagle":
+    if kind in ("eagle", "eagle3"):
         with torch.inference_mode():
-            hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+            hidden = pick_features(model(input_ids=ids, output_hidden_states=True).hidden_states,
+                                   drafter.feature_layers)
 
         def one_pass():  # what one drafter call does live: its layer and its LM-head logits
             with torch.inference_mode():
@@ -173,7 +179,8 @@ def reference_cost(kind, drafter, model, ids, base, device, repeats):
     return base, "plain forward"
 
 
-LOOPS = {"draft-model": loop_ranks_draft_model, "eagle": loop_ranks_eagle}
+LOOPS = {"draft-model": loop_ranks_draft_model, "eagle": loop_ranks_eagle,
+         "eagle3": loop_ranks_eagle}
 
 
 def main() -> None:
