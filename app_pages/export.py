@@ -5,6 +5,7 @@ size (``treeopt select --out selection.json``)."""
 import streamlit as st
 
 from app_pages.state import chosen_tree, demo_drafter, page_errors
+from treeopt.drafters import engine_draft
 from treeopt.engines import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.formats import EXTENSIONS, export
@@ -47,13 +48,14 @@ if tree.size == 0:
 c1, c2, c3 = st.columns([1, 1, 2])
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
                             value=max(tree.depth, 1), key="export_heads")
-eagle = drafter.get("kind") in ("eagle", "eagle3")  # grown for an EAGLE drafter: its defaults
+typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
+eagle = typed != "medusa"
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
                  index=1 if eagle else 0, key="export_draft")
 eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",
                             value=drafter.get("checkpoint", "") if eagle else "",
                             placeholder="a local directory or hub name", key="export_eagle_model")
-method = "eagle3" if drafter.get("kind") == "eagle3" else "eagle"
+method = typed if eagle else "eagle"
 
 targets = [e for e in ENGINES if e.draft in (None, draft)]
 for tab, target in zip(st.tabs([TABS[e.format] for e in targets]), targets, strict=True):

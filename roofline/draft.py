@@ -9,6 +9,8 @@ The shapes follow :mod:`treeopt.drafters.base` (T = tokens the heads run on, h =
 - Hydra head k (one call per depth, T = b·m for the m nodes expanded at depth k): gathers k+1
   token embeddings (w·(k+1)·T·h bytes) and concatenates ``[h; e…]`` (2·a·(k+2)·T·h bytes), an input
   linear (k+2)·h→h, SiLU and residual, ``num_layers − 1`` ResBlocks, the projection h→V.
+- EAGLE / EAGLE-3 and a draft model (one call per depth): decoder layers of a Llama-like shape
+  (see :func:`_eagle` and :func:`_draft_model`); attention over the cached context is left out.
 
 Each operator takes max(FLOPs / peak, bytes / bandwidth): matmuls at the dtype's tensor peak,
 element-wise work at the FP32 vector peak.
@@ -119,6 +121,24 @@ def _draft_model(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[in
         cost.linear(t, h, v, bias=False)
 
 
+def _eagle(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """One call per depth on the ``expanded[k]`` nodes of every sequence (the first also feeds
+    the entries committed last step, about one more per sequence): the embedding gather, fc
+    (2h→h; EAGLE-3's first call fuses three layers, 3h→h), ``num_layers`` decoder layers of a
+    Llama-like shape (attention 4·h², MLP 8·h²), then the projection h→V."""
+    h, v, p = spec.hidden_size, spec.vocab_size, cost.p
+    wide = 3 if spec.kind == "eagle3" else 2
+    for k, m in enumerate(expanded[: spec.num_heads]):
+        t = batch * (m + (1 if k == 0 else 0))
+        cost.memory(p.weight_bytes * t * h)
+        cost.linear(t, (wide if k == 0 else 2) * h, h, bias=spec.kind == "eagle")
+        for _ in range(max(spec.num_layers, 1)):
+            cost.linear(t, h, 12 * h, bias=False)
+            cost.elementwise(t * h, per_element=10, tensors=6)
+        cost.linear(t, h, v, bias=False)
+
+
 _FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
-    "medusa": _medusa, "hydra": _hydra, "draft-model": _draft_model,
-}  # one per registered drafter kind (a test checks)
+    "medusa": _medusa, "hydra": _hydra, "eagle": _eagle, "eagle3": _eagle,
+    "draft-model": _draft_model,
+}  # one per registered drafter kind (tests/test_roofline.py checks)

@@ -201,3 +201,18 @@ def test_roofline_imports_numpy_only():
     code = "import roofline, profiling, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_drafter_kind_has_a_drafting_formula_that_grows_with_depth():
+    from roofline.draft import _FORMULAS, DraftSpec, draft_seconds
+    from roofline.hardware import Hardware
+    from treeopt.drafters import KIND_NAMES, drafter_kind
+
+    assert set(_FORMULAS) == set(KIND_NAMES)
+    hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
+    for kind in KIND_NAMES:
+        spec = DraftSpec(kind, num_heads=4, hidden_size=1024, vocab_size=32000)
+        one = draft_seconds(spec, hw, batch=1, expanded=[1])
+        deep = draft_seconds(spec, hw, batch=1, expanded=[1, 1, 1])
+        assert one > 0
+        assert (deep > one) == drafter_kind(kind).per_depth, kind

@@ -9,6 +9,7 @@ from typing import Any
 
 from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.cli.common import add_out, emit
+from treeopt.drafters import engine_draft
 from treeopt.engines import DRAFTS, ENGINES, FORMATS, engine, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json, write_text_atomic
@@ -179,12 +180,13 @@ def _fill_drafter(args: argparse.Namespace) -> None:
     """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
     selection --tree records (flags given win)."""
     recorded = recorded_drafter(args.tree)
-    eagle = recorded.get("kind") in ("eagle", "eagle3")
+    typed = engine_draft(recorded.get("kind"))  # medusa, eagle or eagle3
+    eagle = typed != "medusa"
     if args.draft is None:
         args.draft = "eagle" if eagle else "medusa"
     if args.draft == "eagle" and args.speculative_model is None and eagle:
         args.speculative_model = recorded.get("checkpoint")
-    args.method = "eagle3" if recorded.get("kind") == "eagle3" else "eagle"
+    args.method = typed if eagle else "eagle"
     if args.num_heads is None and isinstance(recorded.get("depth"), int):
         args.num_heads = recorded["depth"]
 

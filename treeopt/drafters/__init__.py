@@ -43,6 +43,7 @@ class DrafterKind:
     prefix_attention: bool = False  # Hydra++'s extra attention layer over the base hiddens
     reads_features: bool = True  # reads the base model's hidden states (a draft model does not)
     trained: bool = True  # ``treeopt train`` makes one (a draft model is brought, not trained)
+    engine_draft: str = "medusa"  # the engines' name of the drafter type (TensorRT-LLM, vLLM)
 
     def heads_class(self) -> type[Drafter]:
         module, name = self.implementation.split(":")
@@ -56,15 +57,28 @@ KINDS: dict[str, DrafterKind] = {
                          implementation="treeopt.drafters.hydra:HydraHeads", min_layers=1,
                          prefix_attention=True),
     "eagle": DrafterKind("eagle", "EAGLE drafter", per_depth=True, reads_path=True,
-                         implementation="treeopt.drafters.eagle:EagleDrafter", min_layers=1),
+                         implementation="treeopt.drafters.eagle:EagleDrafter", min_layers=1,
+                         engine_draft="eagle"),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
-                          implementation="treeopt.drafters.eagle3:Eagle3Drafter", min_layers=1),
+                          implementation="treeopt.drafters.eagle3:Eagle3Drafter", min_layers=1,
+                          engine_draft="eagle3"),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                reads_features=False, trained=False),
 }
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
+
+
+def engine_draft(name: str | None) -> str:
+    """The drafter type engines know ``name`` as (``medusa``, ``eagle``, ``eagle3``); kinds not
+    registered here (a file from elsewhere) count as ``medusa``.
+
+    >>> engine_draft("eagle3"), engine_draft("hydra"), engine_draft(None)
+    ('eagle3', 'medusa', 'medusa')
+    """
+    kind = KINDS.get(name or "")
+    return kind.engine_draft if kind is not None else "medusa"
 
 
 def drafter_kind(name: str, *, source: str = "head kind") -> DrafterKind:
@@ -98,4 +112,5 @@ def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None
     return drafter_kind(cfg.kind).heads_class().build(cfg, lm_head=lm_head, embeddings=embeddings)
 
 
-__all__ = ["KINDS", "KIND_NAMES", "TRAINED_KINDS", "DrafterKind", "build_heads", "drafter_kind"]
+__all__ = ["KINDS", "KIND_NAMES", "TRAINED_KINDS", "DrafterKind", "build_heads", "drafter_kind",
+           "engine_draft"]
