@@ -41,7 +41,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
@@ -71,7 +71,7 @@ def design_trees(growth: Growth, *, sizes: Sequence[int], per_depth: bool,
     return out
 
 
-def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
+def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, rounds: int = 3, compile: bool = False,
@@ -116,7 +116,7 @@ def profile_steps(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
     return doc
 
 
-def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: DraftHeads,
+def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
             prompts: Sequence[Sequence[int]], max_new_tokens: int,
             compile: bool) -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""

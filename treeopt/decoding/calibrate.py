@@ -37,7 +37,7 @@ from treeopt.trace import RankTrace, merge_traces
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter
 
 TARGETS = ("greedy", "texts")
 
@@ -134,7 +134,7 @@ def shard_path(out: str | os.PathLike[str], shard: int, num_shards: int) -> Path
     return p if num_shards == 1 else p.with_name(f"{p.stem}.shard-{shard}-of-{num_shards}{p.suffix}")
 
 
-def calibrate(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
+def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
               out: str | os.PathLike[str], *, config: CalibrateConfig = CalibrateConfig(),
               meta: dict[str, Any] | None = None,
               progress: Callable[[int, int], None] | None = None) -> tuple[RankTrace, Path]:
@@ -189,7 +189,7 @@ def _parts_dir(target: Path, fingerprint: str) -> tuple[Path, bool]:
     return parts, created
 
 
-def _run_chunk(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequence[int]],
+def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
                config: CalibrateConfig, *, first: int = 0) -> RankTrace:
     """Chunk of ``prompts`` whose first is prompt number ``first`` of the run."""
     K = heads.config.num_heads
@@ -219,7 +219,7 @@ def _run_chunk(model: PreTrainedModel, heads: DraftHeads, prompts: Sequence[Sequ
                            "sequence_positions": [len(r) for r in ranks]})
 
 
-def _finish(traces: list[RankTrace], heads: DraftHeads, config: CalibrateConfig,
+def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
             meta: dict[str, Any]) -> RankTrace:
     from treeopt import __version__
 
@@ -238,7 +238,7 @@ def _finish(traces: list[RankTrace], heads: DraftHeads, config: CalibrateConfig,
         "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]]})
 
 
-def _fingerprint(heads: DraftHeads, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
+def _fingerprint(heads: Drafter, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
                  meta: dict[str, Any]) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([asdict(config), heads.config.to_dict(), meta], sort_keys=True).encode())

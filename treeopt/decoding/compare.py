@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
-from treeopt.drafters.base import DraftHeads
+from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -158,7 +158,7 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
     return [list(prompts[i * batch: (i + 1) * batch]) for i in range(full)]
 
 
-def compare(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
+def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
             batch: int = 1, rounds: int = 1, split: bool = False, warmup_tokens: int = 8,
             compile: bool = False,

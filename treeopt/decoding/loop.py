@@ -1,7 +1,7 @@
 """Live decoding with a static tree on a Hugging Face causal LM and its draft heads, batched.
 
 ``b`` prompts decode together in one :class:`~treeopt.decoding.cache.SlotCache`. Each step
-drafts every row's tree (:meth:`~treeopt.drafters.base.DraftHeads.draft`), verifies them in one
+drafts every row's tree (:meth:`~treeopt.drafters.base.Drafter.draft`), verifies them in one
 forward (:func:`~treeopt.decoding.tree_forward.verify_step`), accepts each row's longest passing
 path (:mod:`treeopt.decoding.accept`), reads the accepted tokens back in the step's one host
 sync, and moves each row's accepted keys and values down to the end of its prefix. Rows accept
@@ -33,7 +33,7 @@ from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import additive, verifier, verify_step
-from treeopt.drafters.base import DraftHeads, LiveState
+from treeopt.drafters.base import Drafter, LiveState
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -53,7 +53,7 @@ class BatchResult:
     stats: DecodeStats
 
 
-def check_tree_for_heads(tree: Tree, heads: DraftHeads | None) -> None:
+def check_tree_for_heads(tree: Tree, heads: Drafter | None) -> None:
     """Raise unless ``heads`` can draft ``tree`` (an empty tree needs no heads)."""
     if tree.size and heads is None:
         raise TreeoptError("tree decoding needs draft heads")
@@ -69,7 +69,7 @@ class Decoder:
     (when there are heads) and how its verify forward runs (:func:`~treeopt.decoding.
     tree_forward.verifier`). :meth:`decode` then decodes any tree, or none."""
 
-    def __init__(self, model: PreTrainedModel, heads: DraftHeads | None = None, *,
+    def __init__(self, model: PreTrainedModel, heads: Drafter | None = None, *,
                  compile: bool = False) -> None:
         self.model, self.heads = model, heads
         self.device = model_device(model)
@@ -104,7 +104,7 @@ class Decoder:
                         prompts, stream_keys(config.seed, ids)).loop()
 
 
-def decode(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
+def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
@@ -114,7 +114,7 @@ def decode(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
                                                                profile=profile, streams=streams)
 
 
-def generate(model: PreTrainedModel, heads: DraftHeads | None, tree: Tree,
+def generate(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
              prompt_ids: Sequence[int], *, config: DecodeConfig | None = None,
              profile: bool = False) -> DecodeResult:
     """Decode one prompt with ``tree`` (an empty tree: autoregressive decoding)."""

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter, DraftHeads
 
 
 def positions_range(length: int, start: int, num_heads: int) -> range:
@@ -51,7 +51,7 @@ def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str, layers: tup
     return hidden, torch.cat([ids[:, :1], greedy[:, :-1]], dim=1)
 
 
-def rank_batch(model: PreTrainedModel, heads: DraftHeads, sequences: Sequence[Sequence[int]], starts: Sequence[int],
+def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Sequence[int]], starts: Sequence[int],
                *, top_k: int, targets: str = "tokens") -> list[npt.NDArray[np.int16]]:
     """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass."""
     K, device = heads.config.num_heads, model_device(model)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter
 
 def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
     """The growth's tree of ``size`` nodes among those no deeper than ``cap``."""
@@ -40,7 +40,7 @@ def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
     return Tree.from_choices(paths[:size])
 
 
-def tune(model: PreTrainedModel, heads: DraftHeads, growth: Growth,
+def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
          config: DecodeConfig | None = None, rounds: int = 3, costs: StepCosts | None = None,

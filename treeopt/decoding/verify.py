@@ -14,7 +14,7 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
-from treeopt.drafters.base import DraftHeads
+from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
 from treeopt.trace import RankTrace
@@ -30,7 +30,7 @@ def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None
         raise TreeoptError(f"{source}: the tree is empty")
     if tree.depth > num_heads:
         raise TreeoptError(f"{source}: the tree has depth {tree.depth} but there are only "
-                           f"{num_heads} heads")
+                           f"{num_heads} heads (depths the drafter drafts)")
     if trace is not None:
         if tree.depth > trace.heads:
             raise TreeoptError(f"{source}: the tree has depth {tree.depth} but the trace "
@@ -40,14 +40,14 @@ def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None
                                f"trace's recorded top-{trace.top_k}")
 
 
-def check_trace_for(trace: RankTrace, heads: DraftHeads) -> None:
-    """Raise when ``trace`` was recorded with another kind of heads."""
+def check_trace_for(trace: RankTrace, heads: Drafter) -> None:
+    """Raise when ``trace`` was recorded with another kind of drafter."""
     if trace.head_kind not in (None, heads.config.kind):
-        raise TreeoptError(f"--trace was recorded with {trace.head_kind} heads, these are "
-                           f"{heads.config.kind} heads")
+        raise TreeoptError(f"--trace was recorded with a {trace.head_kind} drafter, this one is "
+                           f"{heads.config.kind}")
 
 
-def verify(model: torch.nn.Module, heads: DraftHeads, tree: Tree,
+def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            trace: RankTrace | None = None, batch: int = 1, rounds: int = 1,
            compile: bool = False,

@@ -23,7 +23,7 @@ DRAFTERS = KINDS
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
@@ -83,7 +83,7 @@ class Context:
         return self._once("model", lambda: load_model(
             ModelSpec(path=str(self.paths.model), device=self.config.device))[0])
 
-    def heads(self, kind: str) -> DraftHeads:
+    def heads(self, kind: str) -> Drafter:
         from treeopt.drafters.checkpoints import load_heads_for
 
         return load_heads_for(self.model, self.paths.heads(kind))

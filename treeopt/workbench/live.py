@@ -14,7 +14,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.base import Drafter
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class LiveRun:
     time_split: dict[str, float]  # milliseconds per step drafting, verifying, bookkeeping
 
 
-def live_run(model: PreTrainedModel, tokenizer: Any, heads: DraftHeads, tree: Tree, prompt: str, *,
+def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree, prompt: str, *,
              max_new_tokens: int = 128, mode: str = "greedy", temperature: float = 0.7,
              seed: int = 0, trace: RankTrace | None = None, batch: int = 1,
              others: Sequence[str] = ()) -> LiveRun:
