@@ -168,11 +168,15 @@ def summary(manifest: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers of a manifest (``treeopt demo info``)."""
     try:
         q = manifest["quality"]
+        drafters = manifest.get("drafters", {})  # the drafters beyond heads, when built
         return {
             "heldout_loss": manifest["base"]["heldout"]["loss"],
             "parameters": manifest["base"]["parameters"],
-            "expected_accept_length": manifest["growth"]["expected_accept_length"],
-            "live": q["live"], "repetition_8gram": q["repetition_8gram"],
+            "expected_accept_length": {
+                **manifest["growth"]["expected_accept_length"],
+                **{k: r["growth"]["expected_accept_length"] for k, r in drafters.items()}},
+            "live": {**q["live"], **{k: r["quality"] for k, r in drafters.items()}},
+            "repetition_8gram": q["repetition_8gram"],
             "looping_reference_repetition_8gram": q["looping_reference"]["repetition_8gram"],
             "build_seconds": manifest["build_seconds"], "size_bytes": manifest["size_bytes"],
         }
