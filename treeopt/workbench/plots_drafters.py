@@ -29,7 +29,7 @@ def acceptance_by_size(curves: Mapping[str, npt.ArrayLike]) -> go.Figure:
     fig = go.Figure()
     for name, ell in curves.items():
         y = np.asarray(ell, dtype=float)
-        fig.add_trace(go.Scatter(x=np.arange(len(y)), y=y, mode="lines", name=name,
+        fig.add_trace(go.Scatter(x=list(range(len(y))), y=y.tolist(), mode="lines", name=name,
                                  line=dict(color=_colour(name), width=2),
                                  hovertemplate=f"{name}: %{{x}} nodes, E[L] %{{y:.3f}}"
                                                "<extra></extra>"))
@@ -55,7 +55,7 @@ def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
     first = next(iter(costs.values()), None)
     if first is not None:
         context = first.verify.contexts[len(first.verify.contexts) // 2]
-        verify = first.verify.seconds(batch, context, np.array(depths) + 1) * 1e3
+        verify = (first.verify.seconds(batch, context, np.array(depths) + 1) * 1e3).tolist()
         fig.add_trace(go.Scatter(x=depths, y=verify, mode="lines", name="verify step",
                                  line=dict(color="black", dash="dot")))
     fig.update_layout(title=f"Drafting cost per step by depth, batch {batch} (step-cost model)",
