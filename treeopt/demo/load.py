@@ -59,6 +59,14 @@ class Demo:
                       RankTrace.load(held) if held.exists() else None)
         return out
 
+    def live_quality(self, kind: str) -> dict[str, Any]:
+        """The build's live check of the ``kind`` drafter's trees, by size: lossless, measured
+        and predicted mean accepted length (the heads' stage or the drafters stage recorded it)."""
+        drafters = self.manifest.get("drafters", {})
+        if kind in drafters:
+            return dict(drafters[kind]["quality"])
+        return dict(self.manifest.get("quality", {}).get("live", {}).get(kind, {}))
+
     def sweep(self, kind: str) -> Path | None:
         """The live throughput sweep of the ``kind`` heads, on the latency table's device."""
         table = self.latency
