@@ -169,7 +169,6 @@ def test_an_eagle3_checkpoint_in_the_public_layout_imports_exactly(base, tmp_pat
     from treeopt.drafters.checkpoints import load_heads_for
 
     drafter = random_eagle3(base, draft_vocab=96)
-    drafter.config.__dict__  # the fixture's feature layers differ from EAGLE-3's default:
     d = public_layout(drafter, tmp_path / "e3")
     back = load_heads_for(base, d, depth=4)
     assert isinstance(back, Eagle3Drafter) and back.config.draft_vocab_size == 96
