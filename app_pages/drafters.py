@@ -36,7 +36,8 @@ with page_errors():
     st.plotly_chart(plots_drafters.throughput_by_batch(
         {k: p.selection for k, p in priced.items()}, context=context,
         sweeps={k: p.sweep for k, p in priced.items()}), width="stretch")
-    st.caption("Bars: the step-cost model's prediction for each drafter's best tree (verify, "
-               "drafting and the decoder's own overhead, each profiled in the live loop on the "
-               "machine that built the demo). Diamonds: the best tree of the live sweep, "
-               "measured. Star: the drafter `treeopt choose-drafter` picks at that batch size.")
+    st.caption("Bars: the step-cost model's predicted speed-up of each drafter's best tree over "
+               "autoregressive decoding (verify, drafting and the decoder's own overhead, each "
+               "profiled in the live loop on the machine that built the demo; tokens/s on "
+               "hover). Diamonds: the best tree of the live sweep, measured. Star: the drafter "
+               "`treeopt choose-drafter` picks at that batch size (none: no tree pays).")

@@ -95,9 +95,9 @@ def main() -> None:
     if len(selections) > 1:
         print("\nchoose-drafter (predicted, from each drafter's profiled step):")
         for c in choose_drafter(selections):
-            others = ", ".join(f"{k} {v:.0f}" for k, v in c.tokens_per_s.items())
+            others = ", ".join(f"{k} {v:.2f}×" for k, v in c.speedups.items())
             print(f"  batch {c.batch:2d}, context {c.context}: {c.drafter} "
-                  f"({c.point.tree.size} nodes, {c.point.speedup:.2f}×) — tokens/s {others}")
+                  f"({c.point.tree.size} nodes) — predicted speed-ups {others}")
 
 
 if __name__ == "__main__":

@@ -315,7 +315,7 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     bars = {t["name"]: t["y"] for t in speed["data"] if t["type"] == "bar"}
     assert list(bars) == list(KINDS)
     for k, p in priced.items():
-        assert bars[k] == pytest.approx([p.selection.point(c.batch, context).tokens_per_s
+        assert bars[k] == pytest.approx([p.selection.point(c.batch, context).speedup
                                          for c in chosen])
     star = next(t for t in speed["data"] if t["name"] == "chosen")
     assert star["text"] == [c.drafter for c in chosen]

@@ -269,3 +269,36 @@ def test_a_stopped_row_queues_nothing_and_its_cache_stays_put(random_eagle):
             random_eagle.advance(hidden, tokens, index, torch.tensor([0, 2]), roots, state)
             random_eagle.draft(plan, hidden[:, :1], roots, state)
     assert state.lens == [3, 9]
+
+
+def test_bad_drafters_are_refused_in_one_line_naming_the_file(tiny_model_dir, prompts_file,
+                                                              tmp_path):
+    """An EAGLE checkpoint of another width, one missing a weight, and a tree deeper than the
+    drafter drafts: exit status 2, one line, the file named."""
+    from conftest import tiny_tokenizer
+    from test_cli_models import assert_user_error, run
+    from transformers import AutoModelForCausalLM
+
+    from treeopt.drafters.checkpoints import save_heads
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, local_files_only=True)
+    vocab = model.config.vocab_size
+    drafter = build_heads(HeadsConfig(kind="eagle", num_heads=4, hidden_size=D, vocab_size=vocab,
+                                      share_lm_head=True),
+                          lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    narrow = tmp_path / "narrow-base"  # the same tokenizer, half the width
+    tiny_llama(vocab=vocab, hidden=32, seed=1).save_pretrained(narrow)
+    tiny_tokenizer(vocab).save_pretrained(narrow)
+    wide = public_layout(drafter, tmp_path / "wide")
+    proc = run("calibrate", "--model", narrow, "--drafter", wide, "--prompts", prompts_file,
+               "--out", tmp_path / "t.npz")
+    assert_user_error(proc, str(wide), "does not match")
+    holed = public_layout(drafter, tmp_path / "holed", drop=("layers.0.mlp.up_proj.weight",))
+    proc = run("calibrate", "--model", tiny_model_dir, "--drafter", holed,
+               "--prompts", prompts_file, "--out", tmp_path / "t2.npz")
+    assert_user_error(proc, str(holed), "up_proj")
+    save_heads(drafter, tmp_path / "ok")
+    (tmp_path / "deep.json").write_text("[[0], [0, 0], [0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0, 0]]")
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", tmp_path / "ok",
+               "--tree", tmp_path / "deep.json", "--prompts", prompts_file)
+    assert_user_error(proc, str(tmp_path / "deep.json"), "depth 5", "only 4")

@@ -217,7 +217,7 @@ def test_a_sweep_summarises_best_and_pick_and_round_trips(tmp_path):
 
 def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path):
     """Two drafters priced on the same verify latency: the cheaper drafter wins at batch 1,
-    where its tree pays; at batch 8 neither pays and the tree is empty (equal: the first)."""
+    where its tree pays; at batch 8 neither pays: the choice is no drafter."""
     import json
     import subprocess
     import sys
@@ -231,9 +231,11 @@ def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path)
     dear = select(GROWTH, verify, draft=DraftCost("hydra", "t", lambda b, e: 0.004 * len(e)),
                   batch=[1, 8], context=[128])
     chosen = choose_drafter({"medusa": cheap, "hydra": dear})
-    assert [(c.batch, c.drafter) for c in chosen] == [(1, "medusa"), (8, "medusa")]
+    assert [(c.batch, c.drafter) for c in chosen] == [(1, "medusa"), (8, "none")]
     assert chosen[0].tokens_per_s == {"medusa": cheap.points[0].tokens_per_s,
                                       "hydra": dear.points[0].tokens_per_s}
+    assert chosen[0].speedups == {"medusa": cheap.points[0].speedup,
+                                  "hydra": dear.points[0].speedup}
     assert chosen[0].tokens_per_s["medusa"] > chosen[0].tokens_per_s["hydra"]
     assert chosen[1].point.tree.size == 0
     for name, sel in (("a", cheap), ("b", dear)):
@@ -242,7 +244,7 @@ def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path)
                            tmp_path / "b.json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert [(p["batch"], p["drafter"]) for p in doc["points"]] == [(1, "medusa"), (8, "medusa")]
+    assert [(p["batch"], p["drafter"]) for p in doc["points"]] == [(1, "medusa"), (8, "none")]
     only = select(GROWTH, verify, batch=[8], context=[128])
     with pytest.raises(TreeoptError, match="share no .batch, context. point"):
         choose_drafter({"a": select(GROWTH, verify, batch=[1], context=[128]), "b": only})

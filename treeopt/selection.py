@@ -217,35 +217,46 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
                     f"{pts[-1].batch} were not swept, so speculation is off there"}
 
 
+NO_DRAFTER = "none"  # the choice where no drafter's tree beats autoregressive decoding
+
+
 @dataclass(frozen=True)
 class DrafterChoice:
     """The fastest drafter at one (batch, context), among selections made for several drafters
-    on the same hardware: its name, its point, and every candidate's predicted tokens/s."""
+    on the same hardware: its name (``none`` where no tree of any drafter beats autoregressive
+    decoding), its point, and every candidate's predicted tokens/s and speed-up."""
 
     batch: int
     context: int
     drafter: str
     point: Point
     tokens_per_s: dict[str, float]
+    speedups: dict[str, float]
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "context": self.context, "drafter": self.drafter,
                 "size": self.point.tree.size, "choices": self.point.choices,
                 "tokens_per_s": self.point.tokens_per_s, "speedup": self.point.speedup,
-                "candidates_tokens_per_s": self.tokens_per_s}
+                "candidates_tokens_per_s": self.tokens_per_s,
+                "candidates_speedup": self.speedups}
 
 
 def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     """Per (batch, context) that every selection prices, the drafter whose best tree is fastest
-    (ties: the first named). Selections priced on different (batch, context) grids are compared
-    where they overlap; none at all is refused.
+    (ties: the first named), or ``none`` where no drafter's tree beats autoregressive decoding.
+
+    Drafters are ranked by predicted speed-up over autoregressive decoding, each against the
+    autoregressive step of its own step profile: every selection prices the same base model on
+    the same hardware, so the speed-up compares them without the few per cent by which separate
+    profiling runs time the same autoregressive step. Selections priced on different (batch,
+    context) grids are compared where they overlap; none at all is refused.
 
     >>> from treeopt.tree import Tree
     >>> def sel(tps):
     ...     c = Curve((0, 1), (1.0, tps))
     ...     p = Point(1, 64, Tree.chain(1), None, 1.5, 1.0, 0.0, 0.0, tps, 1.0, 1, c)
     ...     return Selection({}, {}, {}, {}, (None,), (p,))
-    >>> [(c.drafter, c.tokens_per_s) for c in choose_drafter({"a": sel(2.0), "b": sel(3.0)})]
+    >>> [(c.drafter, c.speedups) for c in choose_drafter({"a": sel(2.0), "b": sel(3.0)})]
     [('b', {'a': 2.0, 'b': 3.0})]
     """
     if not selections:
@@ -258,7 +269,9 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     out = []
     for b, s in shared:
         points = {name: sel.point(b, s) for name, sel in selections.items()}
-        best = max(points, key=lambda name: points[name].tokens_per_s)
-        out.append(DrafterChoice(b, s, best, points[best],
-                                 {name: p.tokens_per_s for name, p in points.items()}))
+        best = max(points, key=lambda name: points[name].speedup)
+        name = best if points[best].tree.size else NO_DRAFTER
+        out.append(DrafterChoice(b, s, name, points[best],
+                                 {n: p.tokens_per_s for n, p in points.items()},
+                                 {n: p.speedup for n, p in points.items()}))
     return out

@@ -66,38 +66,41 @@ def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
 
 def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
                         sweeps: Mapping[str, Sweep | None] | None = None) -> go.Figure:
-    """Predicted tokens/s of each drafter's best tree per batch size (bars), the measured best
-    of its live sweep where there is one (diamonds), and a star on the drafter chosen."""
+    """Predicted speed-up over autoregressive decoding of each drafter's best tree per batch size
+    (bars; tokens/s on hover), the measured best of its live sweep where there is one
+    (diamonds), and a star on the drafter chosen (``none``: no tree pays)."""
     fig = go.Figure()
     chosen = {c.batch: c for c in choose_drafter(dict(selections)) if c.context == context}
     batches = sorted(chosen)
     labels = [str(b) for b in batches]
     for name, sel in selections.items():
         pts = [sel.point(b, context) for b in batches]
-        fig.add_trace(go.Bar(x=labels, y=[p.tokens_per_s for p in pts], name=name,
+        fig.add_trace(go.Bar(x=labels, y=[p.speedup for p in pts], name=name,
                              marker_color=_colour(name), offsetgroup=name,
-                             customdata=[[p.tree.size, p.speedup] for p in pts],
-                             hovertemplate=f"{name}, batch %{{x}}: %{{y:.0f}} tokens/s "
+                             customdata=[[p.tree.size, p.tokens_per_s] for p in pts],
+                             hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× autoregressive "
                                            "predicted, %{customdata[0]} nodes, "
-                                           "%{customdata[1]:.2f}× autoregressive"
-                                           "<extra></extra>"))
+                                           "%{customdata[1]:.0f} tokens/s<extra></extra>"))
         sweep = (sweeps or {}).get(name)
         if sweep is not None:
-            measured = [sweep.best(b).tree_tokens_per_s if b in sweep.batches else None
+            measured = [sweep.best(b).speedup if b in sweep.batches else None
                         for b in batches]
             fig.add_trace(go.Scatter(x=labels, y=measured, mode="markers", offsetgroup=name,
                                      name=f"{name} measured best", showlegend=False,
                                      marker=dict(symbol="diamond", size=10, color="white",
                                                  line=dict(color=_colour(name), width=2)),
-                                     hovertemplate=f"{name}, batch %{{x}}: %{{y:.0f}} tokens/s "
+                                     hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× "
                                                    "measured (best tree of the sweep)"
                                                    "<extra></extra>"))
     fig.add_trace(go.Scatter(
-        x=labels, y=[chosen[b].point.tokens_per_s * 1.06 for b in batches], mode="markers+text",
+        x=labels, y=[max(chosen[b].speedups.values()) * 1.04 for b in batches],
+        mode="markers+text",
         text=[chosen[b].drafter for b in batches], textposition="top center", name="chosen",
         marker=dict(symbol="star", size=14, color="gold", line=dict(color="black", width=1)),
         hoverinfo="skip"))
-    fig.update_layout(title=f"Best tree's throughput per drafter and batch size "
-                            f"(context {context})", barmode="group",
-                      xaxis_title="batch size", yaxis_title="tokens/s (whole batch)", **_LAYOUT)
+    fig.add_hline(y=1.0, line=dict(color="grey", dash="dot"))
+    fig.update_layout(title=f"Best tree's speed-up per drafter and batch size (context {context})",
+                      barmode="group", xaxis_title="batch size",
+                      yaxis=dict(title="× autoregressive tokens/s", rangemode="tozero"),
+                      **_LAYOUT)
     return fig
