@@ -47,7 +47,8 @@ if tree.size == 0:
 
 c1, c2, c3 = st.columns([1, 1, 2])
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
-                            value=max(tree.depth, 1), key="export_heads")
+                            value=max(tree.depth, drafter.get("depth") or 1, 1),
+                            key=f"export_heads_{tree.depth}")  # a deeper tree resets it
 typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
 eagle = typed != "medusa"
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,

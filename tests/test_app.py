@@ -166,15 +166,18 @@ def test_trees_page_shows_a_bad_pasted_tree_as_an_error():
     assert len(at.error) == 1 and "pasted tree" in at.error[0].value
 
 
-def expected_exports(tree) -> list[str]:
-    """What the Export page shows (st.code strips the final newline)."""
-    return [export(tree, fmt, num_heads=tree.depth, draft="medusa").strip() for fmt in FORMATS
-            if not engine_problems(tree, fmt, num_heads=tree.depth)]
+def expected_exports(tree, num_heads: int | None = None) -> list[str]:
+    """What the Export page shows (st.code strips the final newline) for a drafter of
+    ``num_heads`` heads (default: the tree's depth, what a bare tree tells)."""
+    heads = max(num_heads or 0, tree.depth)
+    return [export(tree, fmt, num_heads=heads, draft="medusa").strip() for fmt in FORMATS
+            if not engine_problems(tree, fmt, num_heads=heads)]
 
 
 def test_export_page_code_equals_the_library_export(demo):
-    at = open_page("export")  # nothing chosen yet: the default tree
-    assert [c.value for c in at.code] == expected_exports(default_tree(demo))
+    at = open_page("export")  # nothing chosen yet: the default tree, for the demo's heads
+    assert [c.value for c in at.code] == expected_exports(default_tree(demo),
+                                                          demo.traces[KINDS[0]].heads)
 
 
 def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
@@ -184,7 +187,7 @@ def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
     at.switch_page("app_pages/export.py").run()
     assert_clean(at)
     assert [c.value for c in at.code] == expected_exports(
-        trees_page_tree(demo.traces[KINDS[0]], size=20))
+        trees_page_tree(demo.traces[KINDS[0]], size=20), demo.traces[KINDS[0]].heads)
 
 
 def test_hardware_page_draws_its_charts(demo):
