@@ -86,3 +86,12 @@ def test_a_drafter_given_under_its_alias_is_not_filled_again(fake_demo):
     assert "--model" in argv and str(fake_demo.trace("eagle")) in argv
     argv = expand_demo(["calibrate", "--demo", "draft-model", "--out", "t.npz"], build_parser())
     assert argv[argv.index("--heads") + 1] == str(fake_demo.heads("draft-model"))
+
+
+def test_export_gets_the_eagle_checkpoint_for_the_demo_eagle_drafter_only(fake_demo):
+    argv = expand_demo(["export", "--demo", "eagle", "--tree", "s.json", "--format", "vllm"],
+                       build_parser())
+    assert argv[argv.index("--speculative-model") + 1] == str(fake_demo.heads("eagle"))
+    argv = expand_demo(["export", "--demo", "hydra", "--tree", "s.json", "--format", "vllm"],
+                       build_parser())
+    assert "--speculative-model" not in argv

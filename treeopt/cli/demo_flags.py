@@ -15,7 +15,7 @@ from treeopt.demo.layout import KINDS
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
-         "step_profile": "--step-profile"}
+         "step_profile": "--step-profile", "speculative_model": "--speculative-model"}
 
 
 def add_demo_flags(sub: argparse._SubParsersAction) -> None:

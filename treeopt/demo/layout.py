@@ -103,10 +103,13 @@ def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = Non
     """What ``--demo [KIND]`` stands for in other sub-commands: flag name → path.
 
     A sub-command fills each flag the user left unset: ``--model``, ``--heads``, ``--trace``,
-    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, and ``--step-profile``
-    (the heads' live step, profiled where the demo was built) — or, without one, ``--latency``
-    (the verify-step table).
+    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, ``--step-profile``
+    (the drafter's live step, profiled where the demo was built) — or, without one,
+    ``--latency`` (the verify-step table) — and, for an EAGLE drafter, ``--speculative-model``
+    (its directory, what an engine loads).
     """
+    from treeopt.drafters import engine_draft
+
     p = demo_paths(root)
     doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
            "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
@@ -114,6 +117,8 @@ def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = Non
     steps = sorted((p.root / "latency").glob(f"step-{_kind(kind)}-*.json"))
     tables = sorted(f for f in (p.root / "latency").glob("*.json")
                     if not f.name.startswith("step-"))
+    if engine_draft(kind) != "medusa":  # an EAGLE drafter: the checkpoint engines load
+        doc["speculative_model"] = str(p.heads(kind))
     if steps:
         doc["step_profile"] = str(steps[0])
     elif tables:
