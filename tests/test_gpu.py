@@ -16,8 +16,9 @@ from conftest import tiny_llama  # noqa: E402
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.drafters import build_heads  # noqa: E402
-from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters import KIND_NAMES, TRAINED_KINDS, build_heads  # noqa: E402
+from treeopt.drafters.config import HeadsConfig, default_feature_layers  # noqa: E402
+from treeopt.drafters.draft_model import DraftModel  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -25,13 +26,20 @@ TREE = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 
 
 
 def _model_and_heads(kind: str, device: str):
+    """The tiny base model and a drafter of ``kind`` for it (a draft model: a one-layer Llama
+    sharing its vocabulary)."""
     model = tiny_llama(vocab=256, seed=3).to(device)
-    heads = build_heads(HeadsConfig(kind=kind, num_heads=4, hidden_size=64, vocab_size=256),
-                        lm_head=model.lm_head, embeddings=model.get_input_embeddings()).to(device)
+    if kind == "draft-model":
+        return model, DraftModel(tiny_llama(vocab=256, layers=1, seed=5).to(device), depth=4)
+    cfg = HeadsConfig(kind=kind, num_heads=4, hidden_size=64, vocab_size=256,
+                      share_lm_head=kind == "eagle",
+                      feature_layers=default_feature_layers(2) if kind == "eagle3" else ())
+    heads = build_heads(cfg, lm_head=model.lm_head,
+                        embeddings=model.get_input_embeddings()).to(device)
     return model, heads.eval()
 
 
-@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_greedy_tree_decoding_on_cuda_is_lossless(kind):
     model, heads = _model_and_heads(kind, "cuda")
     prompt = list(range(3, 11))
@@ -42,7 +50,7 @@ def test_greedy_tree_decoding_on_cuda_is_lossless(kind):
     assert tree_out.stats.steps <= plain.stats.steps
 
 
-@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_rank_trace_on_cuda_equals_cpu(kind):
     model, heads = _model_and_heads(kind, "cpu")
     seqs = greedy_continuations(model, [list(range(3, 9)), list(range(20, 30))], max_new_tokens=24)
@@ -54,16 +62,17 @@ def test_rank_trace_on_cuda_equals_cpu(kind):
         assert (a == b).mean() > 0.99  # fp32 on both; rare near-ties may order differently
 
 
-def test_head_training_runs_on_cuda():
+@pytest.mark.parametrize("kind", TRAINED_KINDS)
+def test_drafter_training_runs_on_cuda(kind):
     model = tiny_llama(vocab=256, seed=3).to("cuda")
     seqs = greedy_continuations(model, [list(range(3, 9))] * 4, max_new_tokens=40)
-    heads, history = train_heads(model, seqs, TrainConfig(kind="hydra", num_heads=2, steps=5,
+    heads, history = train_heads(model, seqs, TrainConfig(kind=kind, num_heads=2, steps=5,
                                                           batch_size=4, seq_len=32))
     assert next(heads.parameters()).is_cuda
     assert len(history) == 5 and all(h["loss"] == h["loss"] for h in history)  # no NaN
 
 
-@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("kind", KIND_NAMES)
 def test_compiled_batched_decoding_on_cuda_is_lossless(kind):
     """--compile: steps through torch.compile ("reduce-overhead": CUDA graphs) on a static cache."""
     from treeopt.decoding.loop import Decoder
