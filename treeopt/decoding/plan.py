@@ -26,6 +26,10 @@ class Level:
     ranks: torch.Tensor  # [m] each node's candidate rank under its parent
     prev: torch.Tensor  # [parents, depth] token indices root … parent of each expanded parent
     width: int  # candidates drafted per parent: the level's largest rank + 1
+    # drafters with a cache of their own feed the expanded parents level by level (the root
+    # with their catch-up): each parent's visibility over every parent fed since depth 1, up to
+    # and including this level's (itself and its fed ancestors); empty on level 1
+    parents_seen: torch.Tensor
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,12 +66,17 @@ def tree_plan(tree: Tree, device: str) -> TreePlan:
         paths_tok[i + 1, tree.depths[i]] = i + 1
     rows = tree.retrieve_indices.reshape(-1, tree.depth + 1)
     levels = []
+    fed: list[int] = []  # expanded parents below the root, in the order they are fed
     for d in range(1, tree.depth + 1):
         nodes = np.flatnonzero(tree.depths == d)
         parents, row = np.unique(tree.parents[nodes] + 1, return_inverse=True)
+        if d > 1:
+            fed += parents.tolist()
+        seen = tree.attention_mask[np.ix_(parents, fed)] if d > 1 else np.zeros((0, 0), bool)
         levels.append(Level(d, _long(nodes + 1, device), _long(row, device),
                             _long(tree.ranks[nodes], device), _long(paths_tok[parents, :d], device),
-                            int(tree.ranks[nodes].max()) + 1))
+                            int(tree.ranks[nodes].max()) + 1,
+                            torch.tensor(seen.tolist(), dtype=torch.bool, device=device)))
     return TreePlan(tree, tuple(levels), parent=_long([-1, *(tree.parents + 1).tolist()], device),
                     depths=_long(tree.depths - 1, device), ranks=_long(tree.ranks, device),
                     rows=_long(rows.clip(0), device), rows_valid=_long(rows >= 0, device).bool(),

@@ -394,11 +394,10 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def latency(ctx: Context) -> dict[str, Any]:
     """The verify-step table (batch 1, the profiler's own sweep) and, for each head kind, the
     live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
-    try:
-        from profiling.verify import profile_verify
-        from roofline.config import load_config
-    except ImportError as exc:
-        return {"skipped": f"the profiler is not available ({exc})"}
+    if not _has_profiler():
+        return {"skipped": "the profiler is not available (profiling/ is not importable)"}
+    from profiling.verify import profile_verify
+    from roofline.config import load_config
 
     c = ctx.config
     threads(c.live_threads)

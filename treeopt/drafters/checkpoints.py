@@ -75,9 +75,10 @@ def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None =
         raw = read_json(d / "config.json")
         if isinstance(raw, dict) and "medusa_num_heads" in raw:
             return import_medusa(d)
-        if isinstance(raw, dict) and _eagle_weights(d) is not None:
+        found = _eagle_weights(d) if isinstance(raw, dict) else None
+        if found is not None:
             return import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth,
-                                base_layers=base_layers)
+                                base_layers=base_layers, weights=found)
         if isinstance(raw, dict) and "model_type" in raw:
             from treeopt.drafters.draft_model import DraftModel
 
@@ -101,9 +102,9 @@ def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
 _EAGLE_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
-def _eagle_weights(d: Path) -> Path | None:
-    """The EAGLE weights file of ``d``, or None when ``d`` holds no EAGLE layout (its weights
-    have no ``fc.weight``)."""
+def _eagle_weights(d: Path) -> tuple[Path, dict[str, torch.Tensor]] | None:
+    """The EAGLE weights file of ``d`` and its tensors (read once), or None when ``d`` holds no
+    EAGLE layout (its weights have no ``fc.weight``; a safetensors file is told by its keys)."""
     for name in _EAGLE_FILES:
         path = d / name
         if not path.exists():
@@ -116,9 +117,11 @@ def _eagle_weights(d: Path) -> Path | None:
                     keys = set(f.keys())
             except (SafetensorError, OSError):
                 return None  # not readable here: left to the draft-model loader to report
-        else:
-            keys = set(_read_pickled(path))
-        return path if {"fc.weight", "model.fc.weight"} & keys else None
+            if not {"fc.weight", "model.fc.weight"} & keys:
+                return None
+            return path, _read_safetensors(path)
+        state = _read_pickled(path)
+        return (path, state) if {"fc.weight", "model.fc.weight"} & set(state) else None
     return None
 
 
@@ -145,15 +148,19 @@ _EAGLE3_OWN = ("norm.weight", "lm_head.weight", "d2t", "t2d")
 
 def import_eagle(directory: str | os.PathLike[str], *, lm_head: nn.Module | None = None,
                  embeddings: nn.Module | None = None, depth: int | None = None,
-                 base_layers: int | None = None) -> Drafter:
+                 base_layers: int | None = None,
+                 weights: tuple[Path, dict[str, torch.Tensor]] | None = None) -> Drafter:
     """An EAGLE-1/2 or EAGLE-3 drafter from the public layout (see the module notes), drafting
     ``depth`` depths (default 4), wired to the base model's LM head and embeddings. EAGLE-3
-    reads three base layers chosen by the base model's depth (``base_layers``)."""
+    reads three base layers chosen by the base model's depth (``base_layers``); ``weights``: the
+    weights file and its tensors, when the caller has read them already."""
     d = Path(directory)
     raw = read_json(d / "config.json")
-    path = _eagle_weights(d)
-    assert path is not None
-    state = _read_safetensors(path) if path.suffix == ".safetensors" else _read_pickled(path)
+    weights = weights or _eagle_weights(d)
+    if weights is None:
+        raise TreeoptError(f"{d}: no EAGLE weights (model.safetensors or pytorch_model.bin with "
+                           f"fc.weight)")
+    path, state = weights
     state = {k.removeprefix("model."): v for k, v in state.items()}
     eagle3 = any(k.startswith("midlayer.") for k in state)
     if eagle3 and base_layers is None:

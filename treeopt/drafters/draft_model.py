@@ -17,7 +17,6 @@ overwritten by the next step's catch-up, so nothing is moved back.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,22 +54,6 @@ class DraftState:
     pending: torch.Tensor
     count: torch.Tensor
     fresh: bool = True  # nothing fed yet: the prefill's tokens are all new
-
-
-@functools.lru_cache(maxsize=64)
-def _feeds(plan: TreePlan) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    """Per depth d ≥ 1 that has children: the token indices of the nodes fed there (the
-    expanded parents of depth d+1) and their visibility ``[m, fed so far]`` over every node fed
-    up to and including this depth (each sees itself and its fed ancestors; the root is in the
-    prefix)."""
-    fed: list[torch.Tensor] = []
-    out = []
-    for lv in plan.levels[1:]:
-        nodes = lv.prev[:, -1]  # [m]
-        fed.append(nodes)
-        every = torch.cat(fed)
-        out.append((nodes, plan.visible[nodes][:, every]))
-    return tuple(out)
 
 
 class DraftModel(Drafter):
@@ -173,7 +156,8 @@ class DraftModel(Drafter):
         tokens[:, first.nodes] = top_candidates(root_logits, first.width)[:, first.ranks]
         front = max(state.lens)
         fed = 0
-        for lv, (nodes, visible) in zip(plan.levels[1:], _feeds(plan), strict=True):
+        for lv in plan.levels[1:]:
+            nodes, visible = lv.prev[:, -1], lv.parents_seen
             m = nodes.shape[0]
             logits = self._forward(state, tokens[:, nodes], front + fed, visible,
                                    positions=state.lengths[:, None] - 1 + lv.depth - 1)

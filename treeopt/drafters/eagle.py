@@ -48,11 +48,16 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     """Rotary position embedding (the rotate-half form Llama uses) of ``x`` ``[b, h, m, hd]``
     at ``positions`` ``[b, m]``."""
     half = x.shape[-1] // 2
-    freq = theta ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-    angle = positions[:, None, :, None].float() * freq  # [b, 1, m, half]
+    angle = positions[:, None, :, None].float() * _frequencies(half, theta, str(x.device))
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+@functools.lru_cache(maxsize=16)
+def _frequencies(half: int, theta: float, device: str) -> torch.Tensor:
+    """RoPE's inverse frequencies ``[half]`` in float32, made once per shape and device."""
+    return theta ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
 
 
 class DecoderLayer(nn.Module):
@@ -117,19 +122,6 @@ class EagleState:
     features: torch.Tensor
     tokens: torch.Tensor
     count: torch.Tensor
-
-
-@functools.lru_cache(maxsize=64)
-def _feeds(plan: TreePlan) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-    """Per depth d ≥ 1 that has children: the token indices of the nodes fed there (the
-    expanded parents of depth d+1) and their visibility over every node fed so far."""
-    fed: list[torch.Tensor] = []
-    out = []
-    for lv in plan.levels[1:]:
-        nodes = lv.prev[:, -1]
-        fed.append(nodes)
-        out.append((nodes, plan.visible[nodes][:, torch.cat(fed)]))
-    return tuple(out)
 
 
 class EagleDrafter(Drafter):
@@ -275,7 +267,8 @@ class EagleDrafter(Drafter):
         first = plan.levels[0]
         tokens[:, first.nodes] = self.candidates(g_root, first.width)[:, first.ranks]
         fed = 0
-        for lv, (nodes, visible) in zip(plan.levels[1:], _feeds(plan), strict=True):
+        for lv in plan.levels[1:]:
+            nodes, visible = lv.prev[:, -1], lv.parents_seen
             x = self.entries(tokens[:, nodes], g[:, plan.parent[nodes]])
             out = self._forward(state, x, fed, visible,
                                 positions=state.lengths[:, None] - 1 + lv.depth - 1)
