@@ -3,8 +3,9 @@ on the same base model, held-out prompts and machine, goal by goal (never a test
 
 1. E[L] of the growth's trees of 16 and 64 nodes, on the calibration trace and the held-out one;
 2. live greedy decoding of the held-out prompts with those trees: lossless on every prompt
-   (against autoregressive decoding), and the mean accepted length against the held-out trace's
-   per-step walk over the same prompts (goal: within 2%);
+   (against autoregressive decoding), and the mean accepted length against the calibration
+   trace's prediction (its per-step walk; goal: within 2%) and against the held-out trace's walk
+   over the same prompts (equal, up to numerics: the trace is exact);
 3. live speed-up at batch 1 of the tree ``select`` picks from the demo's profiled step costs, and
    of the measured best of the demo's sweep, against autoregressive decoding in the same run
    (interleaved rounds), beside the predicted speed-up;
@@ -51,9 +52,13 @@ def main() -> None:
                                        max_new_tokens=args.new_tokens)
     print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model; {len(prompts)} "
           f"held-out prompts × {args.new_tokens} new tokens; 1 torch thread\n")
-    print("drafter       n   E[L] cal / held-out   live E[L]   walk E[L]   live/walk-1   "
-          "lossless")
-    fidelity_ok, lossless_ok = True, True
+    print("drafter       n   E[L] cal / held-out   live E[L]   calibration walk   held-out walk"
+          "   lossless")
+    fidelity_ok, exact_ok, lossless_ok = True, True, True
+    # the calibration trace over the tokens a live run decodes (its first --new-tokens of each
+    # continuation): acceptance late in a 256-token continuation differs from early on
+    calibration = {k: t.sequences(len(t.meta["sequence_positions"]), positions=args.new_tokens)
+                   for k, t in demo.traces.items()}
     for kind in KINDS:
         growth, held = demo.growths[kind], demo.heldout_traces[kind]
         decoder = Decoder(demo.model, demo.heads[kind])
@@ -62,15 +67,19 @@ def main() -> None:
             tree = growth.tree(min(n, growth.max_nodes))
             run = acceptance_run(decoder, tree, prompts, max_new_tokens=args.new_tokens,
                                  reference=reference)
+            live = run["mean_accept_length"]
             walk = float(np.mean(step_lengths(tree, own)))
-            gap = run["mean_accept_length"] / walk - 1
-            fidelity_ok &= abs(gap) <= 0.02
+            cal = float(np.mean(step_lengths(tree, calibration[kind])))
+            fidelity_ok &= abs(live / cal - 1) <= 0.02
+            exact_ok &= abs(live / walk - 1) <= 0.002
             lossless_ok &= bool(run["lossless"])
             print(f"{kind:12s} {tree.size:3d}   {growth.expected_accept_length[tree.size]:6.3f} / "
-                  f"{growth.evaluate(held)[tree.size]:6.3f}      {run['mean_accept_length']:7.3f}"
-                  f"     {walk:7.3f}      {gap:+7.2%}      {run['lossless_prompts']}")
+                  f"{growth.evaluate(held)[tree.size]:6.3f}      {live:7.3f}   {cal:7.3f} "
+                  f"({live / cal - 1:+6.2%})  {walk:7.3f} ({live / walk - 1:+6.2%})   "
+                  f"{run['lossless_prompts']}")
     print(f"\ngoal: lossless on every prompt, every drafter: {mark(lossless_ok)}")
-    print(f"goal: live E[L] within 2% of the held-out trace's walk: {mark(fidelity_ok)}")
+    print(f"goal: live E[L] within 2% of the calibration trace's prediction: {mark(fidelity_ok)}")
+    print(f"check: live E[L] equal to the held-out trace's walk (within 0.2%): {mark(exact_ok)}")
 
     print("\nbatch 1, interleaved with autoregressive decoding "
           f"(best of {args.rounds} rounds; autoregressive {ar['tokens_per_s']:.0f} tokens/s "

@@ -169,7 +169,8 @@ class DraftModel(Drafter):
     def _catch_up(self, state: DraftState) -> torch.Tensor:
         """Feed every row's pending tokens (ending with its root) and move them to the end of
         the row's prefix; returns the logits after each row's root ``[b, V]``."""
-        P = int(state.count.max())  # a host read: the catch-up's width
+        counts = state.count.tolist()  # the one host read: the catch-up's width and lengths
+        P = max(counts)
         steps = torch.arange(P, device=state.count.device)
         visible = (steps[None, :] <= steps[:, None])  # causal within the block
         front = max(state.lens)
@@ -181,7 +182,7 @@ class DraftModel(Drafter):
         state.cache.move(torch.where(valid, front + steps, scratch),
                          torch.where(valid, state.lengths[:, None] + steps, scratch))
         state.lengths = state.lengths + state.count
-        state.lens = state.lengths.tolist()
+        state.lens = [n + c for n, c in zip(state.lens, counts, strict=True)]
         return logits[rows, (state.count - 1).clamp_min(0)]  # a stopped row's is never used
 
     def _forward(self, state: DraftState, ids: torch.Tensor, front: int, visible: torch.Tensor,

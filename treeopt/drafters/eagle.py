@@ -280,7 +280,8 @@ class EagleDrafter(Drafter):
 
     def _catch_up(self, state: EagleState) -> torch.Tensor:
         """Feed the queued entries at each row's own slots; the output at each row's last."""
-        P = int(state.count.max())  # a host read: the catch-up's width
+        counts = state.count.tolist()  # the one host read: the catch-up's width and lengths
+        P = max(counts)
         steps = torch.arange(P, device=state.count.device)
         x = self.entries(state.tokens[:, :P], state.features[:, :P].to(self.fc.weight.dtype))
         visible = steps[None, :] <= steps[:, None]
@@ -289,7 +290,7 @@ class EagleDrafter(Drafter):
         rows = torch.arange(out.shape[0], device=out.device)
         g = out[rows, (state.count - 1).clamp_min(0)]  # a stopped row's is never used
         state.lengths = state.lengths + state.count
-        state.lens = state.lengths.tolist()
+        state.lens = [n + c for n, c in zip(state.lens, counts, strict=True)]
         return g
 
     def _forward(self, state: EagleState, x: torch.Tensor, offset: int, visible: torch.Tensor,
