@@ -29,12 +29,10 @@ TREES = {
 
 
 @pytest.fixture(scope="module")
-def pair():
-    """A sharpened tiny base model and a draft model that is a noisy copy of it (it agrees with
-    the base model often, not always)."""
-    base = tiny_llama(vocab=V, seed=3)
-    with torch.no_grad():
-        base.lm_head.weight.mul_(25)
+def pair(peaked):
+    """conftest's sharpened tiny base model and a draft model that is a noisy copy of it (it
+    agrees with the base model often, not always)."""
+    base = peaked[0]
     draft_lm = copy.deepcopy(base)
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():

@@ -32,11 +32,9 @@ def eagle_config(**kw):
 
 
 @pytest.fixture(scope="module")
-def base():
-    model = tiny_llama(vocab=V, hidden=D, seed=3)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(25)
-    return model
+def base(peaked):
+    """conftest's sharpened tiny Llama (vocabulary 256, width 64)."""
+    return peaked[0]
 
 
 @pytest.fixture(scope="module")
