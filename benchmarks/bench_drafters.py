@@ -86,12 +86,12 @@ def main() -> None:
     print(f"goal: live E[L] within 2% of the calibration trace's prediction: {mark(fidelity_ok)}")
     print(f"check: live E[L] equal to the held-out trace's walk (within 0.2%): {mark(exact_ok)}")
 
+    config = DecodeConfig(max_new_tokens=args.speed_tokens)
+    timed = prompts[: args.speed_prompts]
     print(f"\nbatch 1, {len(timed)} prompts × {args.speed_tokens} tokens, interleaved with "
           f"autoregressive decoding (best of {args.rounds} rounds):")
     print("drafter       pick (nodes, depth cap)  predicted  live speed-up   sweep best "
           "(nodes: measured)")
-    config = DecodeConfig(max_new_tokens=args.speed_tokens)
-    timed = prompts[: args.speed_prompts]
     selections = {}
     for kind in KINDS:
         priced = demo_pricing(demo, kind)
