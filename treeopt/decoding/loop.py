@@ -34,6 +34,8 @@ from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import additive, verifier, verify_step
 from treeopt.drafters.base import Drafter, LiveState
+from treeopt.dynamic.expand import RowPlan, accept_rows
+from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -53,8 +55,15 @@ class BatchResult:
     stats: DecodeStats
 
 
-def check_tree_for_heads(tree: Tree, heads: Drafter | None) -> None:
-    """Raise unless ``heads`` can draft ``tree`` (an empty tree needs no heads)."""
+def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) -> None:
+    """Raise unless ``heads`` can draft ``tree`` (an empty tree needs no heads), or draft
+    dynamically with ``tree``'s settings."""
+    if isinstance(tree, DynamicSettings):
+        if heads is None or not hasattr(heads, "draft_dynamic"):
+            what = heads.kind.title if heads is not None else "no drafter"
+            raise TreeoptError(f"dynamic trees need an EAGLE drafter (EAGLE-1/2 or EAGLE-3), "
+                               f"not {what}")
+        return
     if tree.size and heads is None:
         raise TreeoptError("tree decoding needs draft heads")
     if heads is not None and tree.depth > heads.config.num_heads:
@@ -77,10 +86,11 @@ class Decoder:
             self.verify = verifier(model, tree=heads is not None, compile=compile,
                                    features=heads.feature_layers if heads is not None else ())
 
-    def decode(self, tree: Tree, prompts: Sequence[Sequence[int]], *,
+    def decode(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,
                streams: Sequence[int] | None = None) -> BatchResult:
-        """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive).
+        """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive;
+        :class:`~treeopt.dynamic.settings.DynamicSettings`: a tree drafted afresh every step).
 
         ``streams``: each row's sampling stream id (default 0 … b-1). Mode ``sample`` draws a
         row's tokens from (seed, stream, position) alone, so a prompt decoded with the same stream
@@ -92,7 +102,8 @@ class Decoder:
         if any(len(p) == 0 for p in prompts):
             raise TreeoptError("a prompt is empty")
         longest = max(len(p) for p in prompts)
-        check_context(self.model, longest + config.max_new_tokens + tree.num_tokens,
+        shape = tree if isinstance(tree, DynamicSettings) else tree_plan(tree, str(self.device))
+        check_context(self.model, longest + config.max_new_tokens + _tokens(shape),
                       what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
         if streams is not None and len(streams) != len(prompts):
             raise TreeoptError(f"{len(streams)} sampling streams for {len(prompts)} prompts")
@@ -100,18 +111,29 @@ class Decoder:
         ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
                            dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            return _Run(self, tree_plan(tree, str(self.device)), config, gen, profile,
-                        prompts, stream_keys(config.seed, ids)).loop()
+            return _Run(self, shape, config, gen, profile, prompts,
+                        stream_keys(config.seed, ids)).loop()
 
 
-def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
+def _tokens(shape: TreePlan | DynamicSettings) -> int:
+    """Tokens a step verifies."""
+    return shape.draft_tokens if isinstance(shape, DynamicSettings) else shape.tree.num_tokens
+
+
+def _drafts(shape: TreePlan | DynamicSettings) -> bool:
+    """Whether a step drafts at all (an empty static tree: autoregressive decoding)."""
+    return isinstance(shape, DynamicSettings) or shape.tree.size > 0
+
+
+def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSettings,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
     (a :class:`Decoder` checks the model once for many calls)."""
     check_tree_for_heads(tree, heads)
-    return Decoder(model, heads if tree.size else None).decode(tree, prompts, config=config,
-                                                               profile=profile, streams=streams)
+    drafts = isinstance(tree, DynamicSettings) or tree.size > 0
+    return Decoder(model, heads if drafts else None).decode(tree, prompts, config=config,
+                                                            profile=profile, streams=streams)
 
 
 def generate(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
@@ -156,7 +178,7 @@ class _Run:
     """One batch decoding: the device state (cache, lengths, roots, drafter state) and the host
     state (tokens emitted, budgets) of its rows."""
 
-    def __init__(self, decoder: Decoder, plan: TreePlan, cfg: DecodeConfig,
+    def __init__(self, decoder: Decoder, plan: TreePlan | DynamicSettings, cfg: DecodeConfig,
                  gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
                  keys: torch.Tensor) -> None:
         self.verify, self.heads, self.plan, self.cfg, self.gen = (
@@ -166,8 +188,10 @@ class _Run:
         self.clock = _Clock(self.device, profile)
         self.prompts = [list(p) for p in prompts]
         b, longest = len(prompts), max(len(p) for p in prompts)
-        q = plan.tree.num_tokens
-        capacity = longest + cfg.max_new_tokens + 2 * q + 1  # + a scratch slot
+        self.drafts = _drafts(plan) and self.heads is not None
+        q = _tokens(plan)
+        fed = plan.topk * (plan.steps - 1) if isinstance(plan, DynamicSettings) else 0
+        capacity = longest + cfg.max_new_tokens + 2 * q + fed + 1  # + a scratch slot
         if self.verify.static:  # compiled steps: one graph per bucket of capacity, not per prompt
             capacity = -(-capacity // CAPACITY_BUCKET) * CAPACITY_BUCKET
         self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity,
@@ -189,16 +213,19 @@ class _Run:
         while any(self.active):
             iterations += 1
             running = all(self.active)
-            tokens = (self.heads.draft(self.plan, h, root, self.state) if self.plan.tree.size
-                      and self.heads is not None else root[:, None])
+            tokens, plan = self._draft(h, root)
             self.clock.lap(0)
-            logits, hidden = verify_step(self.verify, tokens, self.plan, cache=self.cache,
+            logits, hidden = verify_step(self.verify, tokens, plan, cache=self.cache,
                                          lengths=lengths, frontier=frontier)
             self.clock.lap(1)
-            verdict = accept(self.plan, tokens, logits, self.cfg, self.gen,
-                             positions=lengths[:, None] + self.plan.offsets, keys=self.keys)
+            positions = lengths[:, None] + plan.offsets
+            verdict = (accept_rows(plan, tokens, logits, self.cfg, positions=positions,
+                                   keys=self.keys) if isinstance(plan, RowPlan) else
+                       accept(plan, tokens, logits, self.cfg, self.gen, positions=positions,
+                              keys=self.keys))
             accepted, in_place = self._read(verdict, tokens, lens, frontier)  # the host sync
-            lengths, lens = self._move(verdict, accepted, in_place, lengths, lens, frontier)
+            lengths, lens = self._move(verdict, plan.steps, accepted, in_place, lengths, lens,
+                                       frontier)
             frontier = max(lens)
             if running:
                 steady_end = time.perf_counter()
@@ -219,6 +246,15 @@ class _Run:
             iterations=iterations, split=split,
             runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
         return BatchResult(tokens_out, stats)
+
+    def _draft(self, h: torch.Tensor, root: torch.Tensor,
+               ) -> tuple[torch.Tensor, TreePlan | RowPlan]:
+        """The step's tree tokens ``[b, q]`` (root first) and the plan they are verified by."""
+        if not self.drafts:
+            return root[:, None], self.plan
+        if isinstance(self.plan, DynamicSettings):
+            return self.heads.draft_dynamic(self.plan, h, root, self.state)
+        return self.heads.draft(self.plan, h, root, self.state), self.plan
 
     def _prefill(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every prompt at once, right-padded; returns the roots, the features the heads read
@@ -251,7 +287,7 @@ class _Run:
                   count: torch.Tensor, next_root: torch.Tensor) -> tuple[torch.Tensor, LiveState]:
         """The features the drafter reads after the tokens just accepted (``tokens[:, index]``,
         ``count`` of them per row, then ``next_root``)."""
-        if self.heads is None or self.plan.tree.size == 0:
+        if not self.drafts:
             return hidden[:, -1:], None
         return self.heads.advance(hidden, tokens, index, count, next_root, self.state)
 
@@ -278,15 +314,15 @@ class _Run:
             self.active[i] = not self._finished(i, new)
         return accepted, in_place
 
-    def _move(self, verdict: Verdict, accepted: list[int], in_place: bool,
+    def _move(self, verdict: Verdict, steps: torch.Tensor, accepted: list[int], in_place: bool,
               lengths: torch.Tensor, lens: list[int], frontier: int,
               ) -> tuple[torch.Tensor, list[int]]:
         """Move each row's accepted keys and values to the end of its prefix."""
         if not in_place:
             n = torch.tensor(accepted, device=self.device)
-            valid = self.plan.steps[None] < n[:, None]  # [b, depth+1]
+            valid = steps[None] < n[:, None]  # [b, depth+1]
             source = torch.where(valid, frontier + verdict.path, self.scratch)
-            target = torch.where(valid, lengths[:, None] + self.plan.steps, self.scratch)
+            target = torch.where(valid, lengths[:, None] + steps, self.scratch)
             self.cache.move(source, target)
             return lengths + n, [a + b for a, b in zip(lens, accepted, strict=True)]
         if any(accepted):

@@ -27,6 +27,8 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.dynamic.expand import RowPlan
+
 
 def mask_dtype(model: PreTrainedModel) -> torch.dtype:
     """The float dtype of the model's activations (its embeddings' dtype)."""
@@ -40,7 +42,7 @@ def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
-def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: torch.dtype,
+def step_inputs(plan: TreePlan | RowPlan, lengths: torch.Tensor, frontier: int, *, dtype: torch.dtype,
                 width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Position ids ``[b, q]`` and the additive mask ``[b, 1, q, frontier + q]`` of a verify step
     whose rows hold ``lengths`` ``[b]`` cached tokens and write the tree at ``frontier``
@@ -51,8 +53,8 @@ def step_inputs(plan: TreePlan, lengths: torch.Tensor, frontier: int, *, dtype: 
     >>> pos.tolist(), (mask[:, 0] == 0).int().tolist()
     ([[2, 3, 3], [1, 2, 2]], [[[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]], [[1, 0, 1, 0, 0], [1, 0, 1, 1, 0], [1, 0, 1, 0, 1]]])
     """
-    b, q = lengths.shape[0], plan.tree.num_tokens
-    positions = lengths[:, None] + plan.offsets  # [b, q]
+    b, q = lengths.shape[0], plan.offsets.shape[-1]
+    positions = lengths[:, None] + plan.offsets  # [b, q] (offsets [q], or per row [b, q])
     slots = torch.arange(frontier, device=lengths.device)
     prefix = slots < lengths[:, None]  # [b, frontier]: each row's own prefix
     parts = [prefix[:, None, :].expand(b, q, frontier), plan.visible.expand(b, q, q)]
@@ -158,7 +160,7 @@ def _split_is_exact(model: PreTrainedModel) -> bool:
     return got.shape == want.shape and bool(torch.equal(got, want))
 
 
-def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan, *,
+def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan | RowPlan, *,
                 cache: SlotCache, lengths: torch.Tensor, frontier: int,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify tree tokens ``[b, q]`` (root first) after each row's cached prefix; the cache

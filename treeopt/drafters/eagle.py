@@ -36,10 +36,12 @@ from treeopt.drafters import KINDS
 from treeopt.drafters.base import Drafter, _projection, rank_table
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.ranking import rank_of, top_candidates
+from treeopt.dynamic.expand import Pool, RowPlan, best, choose, scored_children
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
+    from treeopt.dynamic.settings import DynamicSettings
 
 KV = tuple[torch.Tensor, torch.Tensor]
 
@@ -278,6 +280,40 @@ class EagleDrafter(Drafter):
             fed += nodes.shape[0]
         return tokens
 
+    def draft_dynamic(self, settings: DynamicSettings, hidden: torch.Tensor, root: torch.Tensor,
+                      state: EagleState | None = None) -> tuple[torch.Tensor, RowPlan]:
+        """A dynamic step (:mod:`treeopt.dynamic`): feed the queued true entries, draft the
+        root's top-k, then ``steps − 1`` times feed the level's k best nodes and draft each one's
+        top-k; verify the best ``draft_tokens − 1``. Returns tree tokens ``[b, N]`` and the
+        rows' trees."""
+        if state is None:
+            raise TreeoptError("an EAGLE drafter drafts from its live state (start, then advance)")
+        b, k = root.shape[0], settings.topk
+        g_root = self._catch_up(state)  # [b, d]
+        tok, score = scored_children(self.logits(g_root), k)  # level 1: [b, k]
+        ones = torch.ones_like(tok)
+        pool = [(tok, score, -ones, ones)]
+        front = torch.arange(k, device=root.device).expand(b, k)  # pool indices of the frontier
+        parent_g = g_root[:, None].expand(b, k, g_root.shape[-1])
+        seen = torch.eye(k, dtype=torch.bool, device=root.device).expand(b, k, k)
+        fed, base = 0, k
+        for depth in range(2, settings.steps + 1):
+            out = self._forward(state, self.entries(tok, parent_g), fed, seen,
+                                positions=state.lengths[:, None] + depth - 2)  # [b, k, d]
+            child, logp = scored_children(self.logits(out), k)  # [b, k, k]
+            child, cum = child.flatten(1), (score[:, :, None] + logp).flatten(1)
+            pool.append((child, cum, front.repeat_interleave(k, dim=1), ones.repeat(1, k) * depth))
+            local = best(cum, k)  # the next frontier, [b, k]
+            up = local // k  # its parents, among the nodes just fed
+            tok, score, front = child.gather(1, local), cum.gather(1, local), base + local
+            parent_g = out.gather(1, up[..., None].expand(-1, -1, out.shape[-1]))
+            rows = seen.gather(1, up[..., None].expand(-1, -1, seen.shape[-1]))
+            seen = torch.cat([rows, torch.eye(k, dtype=torch.bool, device=root.device)
+                              .expand(b, k, k)], dim=-1)  # each sees its fed ancestors, itself
+            fed, base = fed + k, base + k * k
+        columns = [torch.cat(part, dim=1) for part in zip(*pool, strict=True)]
+        return choose(Pool(*columns), root, settings.nodes)
+
     def _catch_up(self, state: EagleState) -> torch.Tensor:
         """Feed the queued entries at each row's own slots; the output at each row's last."""
         counts = state.count.tolist()  # the one host read: the catch-up's width and lengths
@@ -297,12 +333,12 @@ class EagleDrafter(Drafter):
                  *, positions: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
         """Entries ``x`` ``[b, m, d]`` written at slots ``lengths + offset + j`` of each row
         (``valid`` false: at the scratch slot); each sees its row's prefix and the block
-        entries ``visible`` ``[m, block]`` marks (the block: the ``block`` slots from
+        entries ``visible`` ``[m, block]`` (or ``[b, m, block]``, per row) marks (the block: the ``block`` slots from
         ``lengths``, ending with these)."""
         b, m, _ = x.shape
         kv = state.kv
         scratch = kv.shape[4] - 1
-        block = visible.shape[1]
+        block = visible.shape[-1]
         start = state.lengths[:, None] + offset + torch.arange(m, device=x.device)  # [b, m]
         slots = start if valid is None else torch.where(valid, start, scratch)
         width = max(state.lens) + block
@@ -310,7 +346,11 @@ class EagleDrafter(Drafter):
         prefix = cols[None, None, :] < state.lengths[:, None, None]  # [b, 1, width]
         rel = cols[None, :] - state.lengths[:, None] - (offset + m - block)  # [b, width]
         inside = (rel >= 0) & (rel < block)
-        in_block = visible[:, rel.clamp(0, block - 1)].permute(1, 0, 2) & inside[:, None]
+        at = rel.clamp(0, block - 1)
+        if visible.dim() == 2:  # one tree for every row
+            in_block = visible[:, at].permute(1, 0, 2) & inside[:, None]
+        else:  # [b, m, block]: each row's own (dynamic drafting)
+            in_block = visible.gather(2, at[:, None].expand(b, m, -1)) & inside[:, None]
         mask = (prefix | in_block)[:, None]  # [b, 1, m, width]
         rows = torch.arange(b, device=x.device)[:, None]
         for i, layer in enumerate(self.layers):
