@@ -1,0 +1,173 @@
+"""Accepted lengths of every dynamic setting, from calibration text.
+
+At every position of a calibration sequence (prompt + the base model's greedy continuation),
+the drafter runs dynamic drafting on the true prefix (:meth:`~treeopt.drafters.eagle.
+EagleDrafter.rank_dynamic`: batched over positions, one pass per level) and records where the
+true continuation stands in the candidate pool. One run per top-k gives every number of steps
+up to ``steps`` (a tree of fewer steps is the first levels of the pool) and every number of
+draft tokens (a threshold on the same order): a step with settings (k, s, N) accepts the root
+plus every true node whose place in the s-level pool is below N − 1. A :class:`DynamicTrace`
+holds that table (``treeopt.dynamic-trace/1``, an ``.npz`` read without pickle).
+
+Two readings, as for static trees: the mean over positions (E[L] at a random position), and the
+walk, which starts at each sequence's first position and jumps by the accepted length, exactly
+as live decoding steps through the same text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.dynamic.settings import DynamicSettings
+from treeopt.errors import TreeoptError
+from treeopt.files import atomic_write
+from treeopt.stats import AcceptStats
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.drafters.base import Drafter
+
+FORMAT = "treeopt.dynamic-trace/1"
+
+
+@dataclass(frozen=True, eq=False)
+class DynamicTrace:
+    """Pool places ``[positions, S, S]`` of one top-k (:meth:`EagleDrafter.rank_dynamic`:
+    ``[t, s-1, i-1]``, -1 where the true node at depth i is not drafted), positions grouped
+    into sequences of ``lengths``."""
+
+    topk: int
+    places: npt.NDArray[np.int16]
+    lengths: tuple[int, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        p = self.places
+        if p.ndim != 3 or p.shape[1] != p.shape[2]:
+            raise TreeoptError(f"dynamic trace: places must be [positions, S, S], got {p.shape}")
+        if sum(self.lengths) != p.shape[0]:
+            raise TreeoptError(f"dynamic trace: sequence lengths sum to {sum(self.lengths)}, "
+                               f"not the {p.shape[0]} positions")
+
+    @property
+    def steps(self) -> int:
+        return self.places.shape[1]
+
+    def settings_ok(self, s: DynamicSettings) -> None:
+        if s.topk != self.topk or s.steps > self.steps:
+            raise TreeoptError(f"{s.label}: this dynamic trace is top-k {self.topk} with up to "
+                               f"{self.steps} steps")
+
+    def accepted(self, s: DynamicSettings) -> npt.NDArray[np.int64]:
+        """Tokens a step accepts at every position ``[positions]``: the root plus the true
+        nodes kept.
+
+        >>> places = np.array([[[0, -1], [0, 3]], [[-1, -1], [-1, -1]]], dtype=np.int16)
+        >>> tr = DynamicTrace(2, places, (2,))
+        >>> tr.accepted(DynamicSettings(2, 2, 5)).tolist(), tr.accepted(DynamicSettings(2, 2, 4)).tolist()
+        ([3, 1], [2, 1])
+        """
+        self.settings_ok(s)
+        row = self.places[:, s.steps - 1, : s.steps].astype(np.int64)  # [positions, s]
+        kept = (row >= 0) & (row < s.nodes)
+        return 1 + np.cumprod(kept, axis=1).sum(axis=1)
+
+    def stats(self, s: DynamicSettings) -> AcceptStats:
+        """Accepted lengths at every position (E[L] over positions), per sequence."""
+        lengths = self.accepted(s)
+        ends = np.cumsum(self.lengths)
+        per = [(int(lengths[e - n: e].sum()), n) for e, n in zip(ends, self.lengths, strict=True)]
+        return AcceptStats.of(lengths, sequences=per)
+
+    def walk(self, s: DynamicSettings) -> AcceptStats:
+        """The steps live decoding takes through each sequence: from its first position,
+        jumping by the accepted length (the last step of a sequence may reach past its end)."""
+        lengths = self.accepted(s)
+        steps, per, at = [], [], 0
+        for n in self.lengths:
+            t, mine = 0, []
+            while t < n:
+                mine.append(int(lengths[at + t]))
+                t += mine[-1]
+            steps += mine
+            per.append((sum(mine), len(mine)))
+            at += n
+        return AcceptStats.of(steps, sequences=per)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, places=self.places, topk=np.asarray(self.topk),
+                                    lengths=np.asarray(self.lengths, np.int64),
+                                    format=np.asarray(FORMAT), meta=np.asarray(_json(self.meta)))
+
+        atomic_write(path, write)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> DynamicTrace:
+        import json
+
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if str(z["format"]) != FORMAT:
+                    raise TreeoptError(f"{path}: format {str(z['format'])!r}, expected {FORMAT}")
+                return cls(int(z["topk"]), z["places"].astype(np.int16),
+                           tuple(int(x) for x in z["lengths"]), json.loads(str(z["meta"])))
+        except (OSError, KeyError, ValueError) as exc:
+            raise TreeoptError(f"{path}: not a dynamic trace ({exc})") from None
+
+
+def _json(doc: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(doc, sort_keys=True)
+
+
+def simulate_dynamic(model: PreTrainedModel, drafter: Drafter,
+                     sequences: Sequence[Sequence[int]], starts: Sequence[int], *,
+                     topk: int, steps: int, batch_size: int = 4,
+                     progress: Callable[[int, int], None] | None = None) -> DynamicTrace:
+    """The :class:`DynamicTrace` of ``topk`` with up to ``steps`` steps over ``sequences``
+    (prompt + continuation; position ``starts[i]`` is the one whose root is the first
+    continuation token), ``batch_size`` sequences per pass."""
+    import torch
+
+    from treeopt.decoding.models import model_device
+    from treeopt.decoding.ranks import positions_range
+    from treeopt.drafters.base import pick_features
+
+    if not hasattr(drafter, "rank_dynamic"):
+        raise TreeoptError(f"dynamic trees need an EAGLE drafter, not {drafter.kind.title}")
+    device = model_device(model)
+    chunks, done = [], 0
+    for i in range(0, len(sequences), batch_size):
+        part = sequences[i: i + batch_size]
+        T = max(len(s) for s in part)
+        ids = torch.zeros(len(part), T, dtype=torch.long, device=device)
+        for j, s in enumerate(part):
+            ids[j, : len(s)] = torch.tensor(list(s), device=device)
+        with torch.inference_mode():
+            out = model(input_ids=ids, use_cache=False, output_hidden_states=True,
+                        logits_to_keep=1)
+            hidden = pick_features(out.hidden_states, drafter.feature_layers)
+            places = drafter.rank_dynamic(hidden, ids, topk=topk, steps=steps).cpu().numpy()
+        for j, (s, st) in enumerate(zip(part, starts[i: i + batch_size], strict=True)):
+            chunks.append(places[j, positions_range(len(s), st, steps)])
+        done += len(part)
+        if progress is not None:
+            progress(done, len(sequences))
+    lengths = tuple(len(c) for c in chunks)
+    if not sum(lengths):
+        raise TreeoptError(f"the sequences are too short for {steps} steps: no position has "
+                           f"every depth's true token")
+    return DynamicTrace(topk, np.concatenate(chunks).astype(np.int16), lengths,
+                        {"drafter": drafter.config.to_dict(), "steps": steps,
+                         "sequences": len(sequences)})
