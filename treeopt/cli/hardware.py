@@ -99,6 +99,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="layers per head, for --draft-kind (default %(default)s)")
     p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
                    help="depth caps to scan (default: all, when drafting grows with depth)")
+    p.add_argument("--dynamic", nargs="+", metavar="D.npz",
+                   help="dynamic traces (treeopt calibrate-dynamic, one per top-k): also price "
+                        "dynamic drafting and report its best settings per batch beside the "
+                        "static tree, with each engine's flags")
+    p.add_argument("--topk", type=int_list("--topk"), metavar="LIST",
+                   help="with --dynamic: top-k values to scan (default: every trace's)")
+    p.add_argument("--steps", type=int_list("--steps"), metavar="LIST",
+                   help="with --dynamic: numbers of steps (default: 1 … the traces' steps)")
+    p.add_argument("--draft-tokens", type=int_list("--draft-tokens"), metavar="LIST",
+                   help="with --dynamic: tokens verified per step, the root included "
+                        "(default 2, 4, 8, … up to the latency source's largest)")
     add_out(p)
     p.set_defaults(func=cmd_select)
 
@@ -266,12 +277,36 @@ def cmd_select(args: argparse.Namespace) -> int:
     _check_sources(args, growth, trace)
     cfg = _model(args, need=bool(args.hardware))
     costs = _profiled(args)
-    selection = price(growth, _verify_latency(args, growth, cfg, costs),
-                      draft=_draft(args, cfg, costs),
-                      overhead=costs.overhead if costs is not None else NO_OVERHEAD,
-                      batch=args.batch, context=args.context, depth_caps=args.max_depths,
-                      trace=trace)
-    return emit(selection.to_json(), args.out)
+    verify, draft = _verify_latency(args, growth, cfg, costs), _draft(args, cfg, costs)
+    overhead = costs.overhead if costs is not None else NO_OVERHEAD
+    dynamic = _dynamic_traces(args)  # bad traces fail before any pricing
+    selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
+                      context=args.context, depth_caps=args.max_depths, trace=trace)
+    if not dynamic:
+        return emit(selection.to_json(), args.out)
+    from treeopt.dynamic.report import dynamic_selection
+
+    return emit(dynamic_selection(dynamic, verify=verify, draft=draft, overhead=overhead,
+                                  static=selection, topks=args.topk, steps=args.steps,
+                                  draft_tokens=args.draft_tokens,
+                                  sources=dict(zip(map(str, sorted(dynamic)), args.dynamic,
+                                                   strict=True))), args.out)
+
+
+def _dynamic_traces(args: argparse.Namespace) -> dict[int, Any]:
+    """--dynamic's traces by top-k (one per top-k); the other dynamic flags need it."""
+    if not args.dynamic:
+        require(not (args.topk or args.steps or args.draft_tokens),
+                "--topk, --steps and --draft-tokens need --dynamic D.npz")
+        return {}
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    out: dict[int, Any] = {}
+    for path in args.dynamic:
+        trace = DynamicTrace.load(path)
+        require(trace.topk not in out, f"--dynamic: two traces of top-k {trace.topk}")
+        out[trace.topk] = trace
+    return dict(sorted(out.items()))
 
 
 def cmd_choose_drafter(args: argparse.Namespace) -> int:

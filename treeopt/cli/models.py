@@ -13,9 +13,11 @@ from treeopt.cli.common import (
     add_sampling_filters,
     counted,
     emit,
+    int_list,
     load_drafter_from,
     load_model_from,
     progress,
+    require,
 )
 from treeopt.drafters import TRAINED_KINDS
 from treeopt.errors import TreeoptError
@@ -101,6 +103,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the rank trace, written when complete (required)")
     p.set_defaults(func=cmd_calibrate)
 
+    p = sub.add_parser("calibrate-dynamic",
+                       help="dynamic traces: where the true path stands in an EAGLE drafter's "
+                            "dynamic tree, at every position, for every steps and draft tokens")
+    add_model_flags(p)
+    add_heads_flag(p)
+    add_prompts_flag(p)
+    p.add_argument("--topk", type=int_list("--topk"), default=[1, 2, 4, 8], metavar="LIST",
+                   help="top-k values, one trace each (default 1,2,4,8)")
+    p.add_argument("--steps", type=int, default=6, metavar="S",
+                   help="most steps (tree depth); every smaller number comes free (default "
+                        "%(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="greedy tokens generated per prompt (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=4, metavar="N",
+                   help="sequences per pass (memory grows with top-k × vocabulary; default "
+                        "%(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for the traces, dynamic-topk<K>.npz (required)")
+    p.set_defaults(func=cmd_calibrate_dynamic, writes_directory=True)
+
     p = sub.add_parser("trace", help="rank-trace utilities")
     tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
     m = tsub.add_parser("merge", help="concatenate calibration shards into one trace")
@@ -179,6 +201,40 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return emit({"trace": str(path), "positions": trace.positions, "heads": trace.heads,
                  "top_k": trace.top_k, "sequences": trace.meta.get("sequences"),
                  "sampling": trace.sampling, "shard": f"{shard}/{num_shards}"}, None)
+
+
+def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.dynamic.simulate import simulate_dynamic
+    from treeopt.prompts import encode, read_texts
+
+    require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")
+    require(args.steps >= 1, f"--steps must be ≥ 1, got {args.steps}")
+    require(args.batch_size >= 1, f"--batch-size must be ≥ 1, got {args.batch_size}")
+    texts = read_texts(args.prompts)
+    model, tok = load_model_from(args)
+    drafter = load_drafter_from(args, model)
+    require(hasattr(drafter, "rank_dynamic"),
+            f"--heads {args.heads}: dynamic trees need an EAGLE drafter, not "
+            f"{drafter.kind.title.lower()}")
+    prompts = encode(tok, texts, source=" ".join(args.prompts))
+    sequences = greedy_continuations(model, prompts, max_new_tokens=args.max_new_tokens,
+                                     eos_token_id=getattr(tok, "eos_token_id", None))
+    starts = [len(p) - 1 for p in prompts]
+    out, written = Path(args.out), []
+    for k in args.topk:
+        bar, report = counted(f"dynamic top-k {k}", "sequence")
+        trace = simulate_dynamic(model, drafter, sequences, starts, topk=k, steps=args.steps,
+                                 batch_size=args.batch_size, progress=report)
+        bar.close()
+        meta = {**trace.meta, "model": args.model, "heads": args.heads,
+                "prompts": " ".join(args.prompts), "max_new_tokens": args.max_new_tokens}
+        path = out / f"dynamic-topk{k}.npz"
+        type(trace)(trace.topk, trace.places, trace.lengths, meta).save(path)
+        written.append(str(path))
+    return emit({"traces": written, "steps": args.steps, "sequences": len(sequences)}, None)
 
 
 def cmd_trace_merge(args: argparse.Namespace) -> int:
