@@ -33,6 +33,8 @@ from treeopt.costs import expanded_nodes
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import architecture
+from treeopt.dynamic.recommend import expanded as dynamic_expanded
+from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
 from treeopt.grow import Growth
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from treeopt.drafters.base import Drafter
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+Shape = Tree | DynamicSettings  # what one profiled step drafts
 _SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
           "intermediate_size", "vocab_size")
 
@@ -71,21 +74,48 @@ def design_trees(growth: Growth, *, sizes: Sequence[int], per_depth: bool,
     return out
 
 
-def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth,
+def design_dynamic(settings: Sequence[DynamicSettings]) -> list[tuple[int | None, Shape]]:
+    """The steps a dynamic step profile measures: autoregressive decoding, then each setting.
+
+    >>> [s for _, s in design_dynamic([DynamicSettings(2, 2, 4)])]
+    [Tree(()), DynamicSettings(topk=2, steps=2, draft_tokens=4, policy='sglang')]
+    """
+    return [(None, Tree(())), *((None, s) for s in settings)]
+
+
+def _shape(step: Shape) -> dict[str, Any]:
+    """What a record says of the step it profiled: size, depth, tokens q, nodes expanded per
+    depth (and, for dynamic drafting, its settings)."""
+    if isinstance(step, DynamicSettings):
+        return {"size": step.nodes, "depth": step.steps, "q": step.draft_tokens,
+                "expanded": list(dynamic_expanded(step)), "dynamic": step.to_dict()}
+    return {"size": step.size, "depth": step.depth, "q": step.num_tokens,
+            "expanded": list(expanded_nodes(step.paths))}
+
+
+def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, rounds: int = 3, compile: bool = False,
+                  dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Profile the live step of every design tree at every batch size; write and return the
-    file's document (a finished batch size already in ``out`` is kept, not measured again)."""
+    """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
+    of every dynamic setting (then ``growth`` is unused) — and write and return the file's
+    document (a finished batch size already in ``out`` is kept, not measured again)."""
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
     say = log or (lambda line: print(line, file=sys.stderr))
-    trees = design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth)
-    doc = _resume(out, model, heads, prompts, max_new_tokens, compile)
+    if dynamic:
+        trees = design_dynamic(dynamic)
+    elif growth is None:
+        raise TreeoptError("a step profile needs a growth (its trees) or dynamic settings")
+    else:
+        trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
+    doc = _resume(out, model, heads, prompts, max_new_tokens, compile,
+                  design="dynamic" if dynamic else "trees")
     done = {int(r["batch"]) for r in doc["records"]}
     decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
@@ -104,8 +134,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth,
         for j, (cap, tree) in enumerate(trees):
             draft, verify, book = min(phases[j], key=sum)
             doc["records"].append({
-                "batch": b, "size": tree.size, "max_depth": cap, "depth": tree.depth,
-                "q": tree.num_tokens, "expanded": list(expanded_nodes(tree.paths)),
+                "batch": b, "max_depth": cap, **_shape(tree),
                 "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
                 "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
                 "rounds": rounds})
@@ -118,7 +147,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth,
 
 def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
             prompts: Sequence[Sequence[int]], max_new_tokens: int,
-            compile: bool) -> dict[str, Any]:
+            compile: bool, *, design: str = "trees") -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""
     from profiling.verify import device_label
 
@@ -130,14 +159,16 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
     fresh = {"format": STEP_FORMAT, "device": device, "dtype": dtype,
              "threads": torch.get_num_threads(), "model": shape,
              "heads": heads.config.to_dict(), "prompts": len(prompts),
-             "max_new_tokens": max_new_tokens, "compile": compile,
+             "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
              "meta": {"torch": torch.__version__,
                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
              "records": []}
     if not os.path.exists(out):
         return fresh
     old = load_step_profile(out)
-    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens", "compile"):
+    old.setdefault("design", "trees")  # profiles written before dynamic trees
+    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens", "compile",
+                "design"):
         if old[key] != fresh[key]:
             raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
                                f"{fresh[key]!r}); use another --out")

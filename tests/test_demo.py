@@ -48,6 +48,11 @@ def test_tiny_build_writes_every_artifact(tiny_demo):
                   paths.trace(kind, heldout=True, temperature=1.0),
                   paths.growth(kind, temperature=1.0)):
             assert p.is_file(), p
+    for part in ("calibration", "heldout"):
+        for k in (1, 2):
+            assert paths.dynamic_trace(part, k).is_file()
+    assert paths.dynamic_selection("cpu").is_file()
+    assert all(row["lossless"] for row in manifest["dynamic"]["live"]["settings"])
     assert not any(p.name.startswith(".") for p in out.parent.iterdir())  # no work dir left
     listed = {f["path"] for f in manifest["files"]}
     assert "model/model.safetensors" in listed and "traces/hydra.npz" in listed
@@ -60,7 +65,7 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters"}
+                                         "sampled", "drafters", "dynamic"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0

@@ -308,7 +308,7 @@ def test_the_cli_calibrates_dynamic_traces_and_select_recommends_settings(
         assert p["best_chain"]["topk"] == 1
         assert "--speculative-eagle-topk" in p["engines"]["sglang"]["text"]
     proc = run("select", "--growth", tmp_path / "g.json", "--latency", latency, "--topk", "2")
-    assert proc.returncode == 2 and "--topk, --steps and --draft-tokens need --dynamic" in (
+    assert proc.returncode == 2 and "--draft-tokens and --dynamic-profile need --dynamic" in (
         proc.stderr)
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run("select", "--growth", tmp_path / "g.json", "--latency", latency, "--dynamic",

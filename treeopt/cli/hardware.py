@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "step (default %(default)s)")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
+    d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
+                   help="profile dynamic drafting instead of the growth's trees: settings as "
+                        "topk:steps:draft-tokens, comma-separated (an EAGLE drafter)")
     d.add_argument("--out", metavar="FILE", required=True,
                    help="the step profile (JSON); an existing one is resumed (required)")
     d.set_defaults(func=cmd_profile_step)
@@ -103,6 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="dynamic traces (treeopt calibrate-dynamic, one per top-k): also price "
                         "dynamic drafting and report its best settings per batch beside the "
                         "static tree, with each engine's flags")
+    p.add_argument("--dynamic-profile", metavar="S.json",
+                   help="with --dynamic: the dynamic step profiled (treeopt profile step "
+                        "--dynamic), which prices dynamic drafting (default: --step-profile)")
     p.add_argument("--topk", type=int_list("--topk"), metavar="LIST",
                    help="with --dynamic: top-k values to scan (default: every trace's)")
     p.add_argument("--steps", type=int_list("--steps"), metavar="LIST",
@@ -120,6 +126,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "hardware")
     add_out(p)
     p.set_defaults(func=cmd_choose_drafter)
+
+
+def _dynamic_list(text: str) -> list[Any]:
+    """``1:3:4,4:4:16`` → dynamic settings (topk:steps:draft-tokens)."""
+    from treeopt.dynamic import DynamicSettings
+    from treeopt.errors import TreeoptError
+
+    out = []
+    for item in _names(text):
+        parts = item.split(":")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise argparse.ArgumentTypeError(f"{item!r} is not topk:steps:draft-tokens")
+        try:
+            out.append(DynamicSettings(*(int(p) for p in parts)))
+        except TreeoptError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return out
 
 
 def _names(text: str) -> list[str]:
@@ -227,10 +250,14 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
+    require(not args.dynamic or hasattr(heads, "draft_dynamic"),
+            f"--dynamic: --heads {args.heads} is a {heads.kind.title.lower()}, and dynamic "
+            f"trees need an EAGLE drafter")
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                        compile=args.compile, log=lambda _: None, progress=report)
+                        compile=args.compile, dynamic=args.dynamic or (),
+                        log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
     return 0
@@ -286,6 +313,11 @@ def cmd_select(args: argparse.Namespace) -> int:
         return emit(selection.to_json(), args.out)
     from treeopt.dynamic.report import dynamic_selection
 
+    if args.dynamic_profile:
+        from treeopt.workbench.pricing import profiled_costs
+
+        dyn = profiled_costs(args.dynamic_profile)
+        verify, draft, overhead = dyn.verify, dyn.draft, dyn.overhead
     return emit(dynamic_selection(dynamic, verify=verify, draft=draft, overhead=overhead,
                                   static=selection, topks=args.topk, steps=args.steps,
                                   draft_tokens=args.draft_tokens,
@@ -296,8 +328,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _dynamic_traces(args: argparse.Namespace) -> dict[int, Any]:
     """--dynamic's traces by top-k (one per top-k); the other dynamic flags need it."""
     if not args.dynamic:
-        require(not (args.topk or args.steps or args.draft_tokens),
-                "--topk, --steps and --draft-tokens need --dynamic D.npz")
+        require(not (args.topk or args.steps or args.draft_tokens or args.dynamic_profile),
+                "--topk, --steps, --draft-tokens and --dynamic-profile need --dynamic D.npz")
         return {}
     from treeopt.dynamic.simulate import DynamicTrace
 

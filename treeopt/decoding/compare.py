@@ -26,6 +26,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
 from treeopt.drafters.base import Drafter
+from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -40,7 +41,7 @@ LOSSLESS_MODES = ("greedy", "sample")  # tree output must equal autoregressive o
 class Comparison:
     """Both decodings of every batch of prompts, round by round, and the profiled phase times."""
 
-    tree: Tree
+    tree: Tree | DynamicSettings
     config: DecodeConfig
     batch: int
     tree_rounds: tuple[tuple[BatchResult, ...], ...]  # [round][batch of prompts]
@@ -158,7 +159,7 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
     return [list(prompts[i * batch: (i + 1) * batch]) for i in range(full)]
 
 
-def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
+def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSettings,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
             batch: int = 1, rounds: int = 1, split: bool = False, warmup_tokens: int = 8,
             compile: bool = False,
@@ -169,7 +170,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     groups = batches(prompts, batch)
-    decoder = Decoder(model, heads if tree.size else None, compile=compile)
+    drafts = isinstance(tree, DynamicSettings) or tree.size > 0
+    decoder = Decoder(model, heads if drafts else None, compile=compile)
     empty = Tree(())
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     decoder.decode(tree, groups[0], config=warm)

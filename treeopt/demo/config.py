@@ -60,6 +60,15 @@ class DemoConfig:
     sweep_rounds: int = 3
     live_new_tokens: int = 64  # new tokens per prompt in the step profile and the sweep
     live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
+    dynamic_topk: tuple[int, ...] = (1, 2, 4, 8)  # the EAGLE drafter's dynamic traces …
+    dynamic_steps: int = 6  # … up to this many steps …
+    dynamic_prompts: int = 256  # … over this many calibration prompts (and every held-out one)
+    dynamic_check: tuple[tuple[int, int, int], ...] = (  # (topk, steps, draft tokens) decoded
+        (1, 4, 5), (2, 4, 8), (4, 4, 16), (8, 5, 32))  # live on held-out prompts, checked
+    dynamic_check_prompts: int = 48
+    dynamic_profile: tuple[tuple[int, int, int], ...] = (  # settings the dynamic step profile
+        (1, 2, 3), (1, 4, 5), (1, 6, 7), (2, 3, 8), (2, 5, 16), (4, 2, 8), (4, 4, 32),  # times
+        (8, 2, 16), (8, 3, 64), (4, 6, 64))
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -88,7 +97,9 @@ TINY = DemoConfig(
     calibration_prompts=4, heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24,
     calibration_batch=4, top_k=8, sample_temperatures=(1.0,), max_nodes=16, eval_sizes=(4,), latency_context=(16,),
     latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
-    step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8)
+    step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
+    dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
+    dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)))
 
 
 def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) -> DemoConfig:

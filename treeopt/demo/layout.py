@@ -74,6 +74,18 @@ class DemoPaths:
         """The live throughput sweep of the ``kind`` heads' trees on ``device``."""
         return self.root / "sweep" / f"{_kind(kind)}-{device}.json"
 
+    def dynamic_trace(self, part: str, topk: int) -> Path:
+        """The EAGLE drafter's dynamic trace of ``topk`` on ``part`` (calibration, heldout)."""
+        return self.root / "dynamic" / f"eagle-{part}-topk{topk}.npz"
+
+    def dynamic_step_profile(self, device: str = "cpu") -> Path:
+        """The EAGLE drafter's dynamic steps profiled phase by phase on ``device``."""
+        return self.root / "latency" / f"step-eagle-dynamic-{device}.json"
+
+    def dynamic_selection(self, device: str = "cpu") -> Path:
+        """``select --dynamic``'s document for the EAGLE drafter on ``device``."""
+        return self.root / "dynamic" / f"selection-{device}.json"
+
     def require(self) -> DemoPaths:
         """Raise a TreeoptError unless the directory holds a built demo."""
         if not self.manifest.exists():

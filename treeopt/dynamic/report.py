@@ -54,8 +54,9 @@ def dynamic_selection(traces: Mapping[int, DynamicTrace], *, verify: StepLatency
                             draft_tokens=draft_tokens)
     points = []
     for sp in static.points:
+        context = min(verify.contexts, key=lambda s: abs(s - sp.context))  # its own profile's
         choice = recommend(traces, settings, verify=verify, draft=draft, overhead=overhead,
-                           batch=[sp.batch], context=sp.context)[0]
+                           batch=[sp.batch], context=context)[0]
         doc = choice.to_json()
         doc["static"] = {"size": sp.best_size, "tokens": sp.best_size + 1,
                          "expected_accept_length": sp.expected_accept_length,

@@ -1,0 +1,160 @@
+"""Dynamic trees on the demo's EAGLE drafter: simulation against live decoding, and the
+recommended settings against live-measured throughput (issue 16's goals).
+
+    python benchmarks/bench_dynamic.py [--calibration DIR] [--heldout DIR]
+
+DIRs hold dynamic traces (``treeopt calibrate-dynamic --demo eagle``); by default the demo's
+``dynamic/`` traces. Prints, goal by goal:
+
+1. simulated E[L] (the calibration trace's walk) against live dynamic decoding of held-out
+   prompts over a grid of (topk, steps, draft tokens), and the held-out trace's walk (the
+   same text live decodes: equal up to the last step of each sequence);
+2. per batch size: the settings ``select --dynamic`` recommends, their live speed-up, and the
+   best live speed-up of the throughput grid (each point interleaved with autoregressive
+   decoding, best of rounds);
+3. the best chain (top-k 1, steps only: the AutoSpec idea) against the full schedule;
+4. at equal verify budget (N tokens): dynamic against the best static tree of N − 1 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from treeopt.decoding.compare import compare  # noqa: E402
+from treeopt.decoding.config import DecodeConfig  # noqa: E402
+from treeopt.decoding.loop import Decoder  # noqa: E402
+from treeopt.demo.load import load  # noqa: E402
+from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
+from treeopt.dynamic.settings import grid  # noqa: E402
+from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
+from treeopt.select import growth_expected_accept_length, price_tree  # noqa: E402
+from treeopt.workbench.pricing import profiled_costs  # noqa: E402
+
+
+def traces(directory: Path) -> dict[int, DynamicTrace]:
+    out = {}
+    for path in sorted(directory.glob("dynamic-topk*.npz")):
+        t = DynamicTrace.load(path)
+        out[t.topk] = t
+    if not out:
+        sys.exit(f"{directory}: no dynamic-topk*.npz traces (treeopt calibrate-dynamic)")
+    return out
+
+
+def first_sequences(trace: DynamicTrace, count: int) -> DynamicTrace:
+    n = sum(trace.lengths[:count])
+    return DynamicTrace(trace.topk, trace.places[:n], trace.lengths[:count], trace.meta)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", type=Path, default=ROOT / "data/demo/dynamic/calibration")
+    ap.add_argument("--heldout", type=Path, default=ROOT / "data/demo/dynamic/heldout")
+    ap.add_argument("--prompts", type=int, default=48, help="held-out prompts for acceptance")
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--timed-prompts", type=int, default=8)
+    ap.add_argument("--timed-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batches", default="1,2,4,8")
+    args = ap.parse_args()
+
+    demo = load(threads=1)
+    eagle = demo.heads["eagle"]
+    cal, held = traces(args.calibration), traces(args.heldout)
+    held = {k: first_sequences(t, args.prompts) for k, t in held.items()}
+    ids = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
+    dec = Decoder(demo.model, eagle)
+    print(f"demo EAGLE drafter; {args.prompts} held-out prompts × {args.new_tokens} new tokens; "
+          f"1 torch thread\n")
+
+    # 1. simulation against live ------------------------------------------------------------
+    accuracy_grid = grid((1, 2, 4, 8), (2, 3, 4, 5, 6), (4, 8, 16, 32, 64))
+    cfg = DecodeConfig(max_new_tokens=args.new_tokens)
+    plain = dec.decode(_empty(), ids[: args.prompts], config=cfg).tokens
+    print("settings                          live E[L]   calibration walk     held-out walk  "
+          "lossless")
+    worst, lossless = 0.0, True
+    for s in accuracy_grid:
+        runs = [dec.decode(s, ids[i: i + 8], config=cfg) for i in range(0, args.prompts, 8)]
+        lengths = [x for r in runs for x in r.stats.accept_lengths]
+        live = float(np.mean(lengths))
+        same = [t for r in runs for t in r.tokens] == list(plain)
+        lossless &= same
+        sim = acceptance(cal, s)[0]
+        hw = acceptance(held, s)[0]
+        worst = max(worst, abs(sim / live - 1))
+        print(f"{s.label:32s}  {live:8.3f}   {sim:6.3f} ({100 * (sim / live - 1):+5.2f}%)   "
+              f"{hw:6.3f} ({100 * (hw / live - 1):+5.2f}%)  {same}")
+    print(f"\ngoal: simulated E[L] within 2% of live over the grid: "
+          f"{'met' if worst <= 0.02 else 'NOT met'} (largest error {100 * worst:.2f}%)")
+    print(f"check: lossless on every prompt, every setting: {lossless}\n")
+
+    # 2-4. throughput ------------------------------------------------------------------------
+    profile = demo.step_profile("eagle")
+    costs = profiled_costs(profile)
+    context = int(costs.verify.contexts[0])
+    timed = ids[args.prompts: args.prompts + args.timed_prompts]
+    tcfg = DecodeConfig(max_new_tokens=args.timed_tokens)
+    speed_grid = [s for s in grid((1, 2, 4, 8), (2, 3, 4, 5), (4, 8, 16, 32))
+                  if s.draft_tokens <= costs.verify.max_tokens]
+    growth = demo.growths["eagle"]
+    for b in (int(x) for x in args.batches.split(",")):
+        choice = recommend(cal, speed_grid, verify=costs.verify, draft=costs.draft,
+                           overhead=costs.overhead, batch=[b], context=context)[0]
+        t0 = time.perf_counter()
+        measured = {s: compare(demo.model, eagle, s, timed, config=tcfg, batch=b,
+                               rounds=args.rounds).speedup for s in speed_grid}
+        best = max(measured, key=measured.get)
+        pick = choice.best.settings
+        chain_pred = choice.best_chain.settings if choice.best_chain else None
+        chains = {s: v for s, v in measured.items() if s.is_chain}
+        chain_best = max(chains, key=chains.get) if chains else None
+        print(f"batch {b} ({time.perf_counter() - t0:.0f} s): recommended {pick.label}: "
+              f"predicted {choice.best.speedup:.3f}×, live {measured[pick]:.3f}× = "
+              f"{100 * measured[pick] / measured[best]:.1f}% of the live best "
+              f"({best.label}: {measured[best]:.3f}×)")
+        errors = [abs(p.speedup / measured[p.settings] - 1) for p in choice.points]
+        print(f"  speed-up predicted vs live over the grid: mean error "
+              f"{100 * np.mean(errors):.1f}%, largest {100 * max(errors):.1f}%")
+        if chain_best is not None and chain_pred is not None:
+            print(f"  steps only (top-k 1): recommended {chain_pred.label} live "
+                  f"{measured[chain_pred]:.3f}×, best chain live {chain_best.label} "
+                  f"{measured[chain_best]:.3f}×; the full schedule adds "
+                  f"{100 * (measured[pick] / measured[chain_pred] - 1):+.1f}% "
+                  f"(live best over best chain {100 * (measured[best] / measured[chain_best] - 1):+.1f}%)")
+        for n in (4, 8, 16, 32):
+            dyn = [s for s in speed_grid if s.draft_tokens == n]
+            if not dyn or n - 1 > growth.max_nodes:
+                continue
+            d_best = max(dyn, key=measured.get)
+            tree = growth.tree(n - 1)
+            static = compare(demo.model, eagle, tree, timed, config=tcfg, batch=b,
+                             rounds=args.rounds)
+            ell_d = acceptance(cal, d_best)[0]
+            ell_s = growth_expected_accept_length(growth, tree)
+            pred_s = price_tree(tree, verify=costs.verify, draft=costs.draft,
+                                overhead=costs.overhead, batch=b, context=context,
+                                expected_accept_length=ell_s)
+            winner = "dynamic" if measured[d_best] > static.speedup else "static"
+            print(f"  N={n:2d}: dynamic {d_best.label}: E[L] {ell_d:.3f}, live "
+                  f"{measured[d_best]:.3f}× | static {n - 1} nodes: E[L] {ell_s:.3f}, live "
+                  f"{static.speedup:.3f}× (predicted {pred_s[0] / pred_s[1]:.3f}×) → {winner}")
+    return 0
+
+
+def _empty():
+    from treeopt.tree import Tree
+
+    return Tree(())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
