@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--timed-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batches", default="1,2,4,8")
+    ap.add_argument("--steps", default="2,3,4,5,6", help="steps of the acceptance grid")
     args = ap.parse_args()
 
     demo = load(threads=1)
@@ -76,7 +77,8 @@ def main() -> int:
           f"1 torch thread\n")
 
     # 1. simulation against live ------------------------------------------------------------
-    accuracy_grid = grid((1, 2, 4, 8), (2, 3, 4, 5, 6), (4, 8, 16, 32, 64))
+    accuracy_grid = grid((1, 2, 4, 8), tuple(int(x) for x in args.steps.split(",")),
+                         (4, 8, 16, 32, 64))
     cfg = DecodeConfig(max_new_tokens=args.new_tokens)
     plain = dec.decode(_empty(), ids[: args.prompts], config=cfg).tokens
     print("settings                          live E[L]   calibration walk     held-out walk  "
@@ -98,8 +100,10 @@ def main() -> int:
     print(f"check: lossless on every prompt, every setting: {lossless}\n")
 
     # 2-4. throughput ------------------------------------------------------------------------
-    profile = demo.step_profile("eagle")
-    costs = profiled_costs(profile)
+    static_costs = profiled_costs(demo.step_profile("eagle"))
+    dynamic_profile = demo.paths.dynamic_step_profile("cpu")
+    costs = profiled_costs(dynamic_profile) if dynamic_profile.exists() else static_costs
+    print(f"dynamic steps priced with {costs.draft.source}\n")
     context = int(costs.verify.contexts[0])
     timed = ids[args.prompts: args.prompts + args.timed_prompts]
     tcfg = DecodeConfig(max_new_tokens=args.timed_tokens)
@@ -140,12 +144,13 @@ def main() -> int:
                              rounds=args.rounds)
             ell_d = acceptance(cal, d_best)[0]
             ell_s = growth_expected_accept_length(growth, tree)
-            pred_s = price_tree(tree, verify=costs.verify, draft=costs.draft,
-                                overhead=costs.overhead, batch=b, context=context,
+            pred_s = price_tree(tree, verify=static_costs.verify, draft=static_costs.draft,
+                                overhead=static_costs.overhead, batch=b,
+                                context=int(static_costs.verify.contexts[0]),
                                 expected_accept_length=ell_s)
             winner = "dynamic" if measured[d_best] > static.speedup else "static"
-            print(f"  N={n:2d}: dynamic {d_best.label}: E[L] {ell_d:.3f}, live "
-                  f"{measured[d_best]:.3f}× | static {n - 1} nodes: E[L] {ell_s:.3f}, live "
+            print(f"  N={n:2d}: dynamic {d_best.label}: E[L] (walk) {ell_d:.3f}, live "
+                  f"{measured[d_best]:.3f}× | static {n - 1} nodes: E[L] (growth) {ell_s:.3f}, live "
                   f"{static.speedup:.3f}× (predicted {pred_s[0] / pred_s[1]:.3f}×) → {winner}")
     return 0
 
