@@ -78,7 +78,7 @@ def design_dynamic(settings: Sequence[DynamicSettings]) -> list[tuple[int | None
     """The steps a dynamic step profile measures: autoregressive decoding, then each setting.
 
     >>> [s for _, s in design_dynamic([DynamicSettings(2, 2, 4)])]
-    [Tree(()), DynamicSettings(topk=2, steps=2, draft_tokens=4, policy='sglang')]
+    [Tree(size=0, depth=0, widths=[]), DynamicSettings(topk=2, steps=2, draft_tokens=4, policy='sglang')]
     """
     return [(None, Tree(())), *((None, s) for s in settings)]
 
