@@ -2,10 +2,11 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo, demo_pricing, page_errors
+from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
 from roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.drafters import KINDS
 from treeopt.grow import grow
+from treeopt.workbench import plots_dynamic as dyn_plots
 from treeopt.workbench import plots_hardware as hw_plots
 from treeopt.workbench.pricing import roofline_selection
 
@@ -88,3 +89,42 @@ else:
                f"interleaved, {sweep.meta.get('rounds')} rounds. ★ measured best, ◇ the tree "
                "select picks from the step profile (" + "; ".join(picks) + ")"
                + (f"; largest prediction error {max(errors):.1%}." if errors else "."))
+
+st.header("Dynamic trees (EAGLE): static vs dynamic per batch size")
+dynamic = None
+with page_errors(stop=False):
+    dynamic = demo_dynamic_selection()
+if dynamic is None:
+    st.info("The demo holds no dynamic selection of its EAGLE drafter: run "
+            "`treeopt select --dynamic`, or rebuild the demo.")
+else:
+    with page_errors(stop=False):
+        dyn_contexts = dyn_plots.contexts(dynamic)
+        d1, d2, _ = st.columns([1, 1, 2])
+        dyn_ctx = (d2.select_slider("Context", dyn_contexts, dyn_contexts[0], key="hw_dyn_ctx")
+                   if len(dyn_contexts) > 1 else dyn_contexts[0])
+        dyn_batches = [p["batch"] for p in dyn_plots.points_at(dynamic, dyn_ctx)]
+        dyn_batch = d1.selectbox("Batch for the grid", dyn_batches, key="hw_dyn_batch")
+        left, right = st.columns(2)
+        left.plotly_chart(dyn_plots.static_vs_dynamic(dynamic, context=dyn_ctx), width="stretch")
+        right.plotly_chart(dyn_plots.dynamic_grid(dynamic, dyn_batch, context=dyn_ctx),
+                           width="stretch")
+        st.dataframe(dyn_plots.recommended_rows(dynamic, context=dyn_ctx), hide_index=True)
+        grid = dynamic.get("grid", {})
+        st.caption(
+            f"Settings scanned: top-k {grid.get('topk')}, steps {grid.get('steps')}, draft "
+            f"tokens {grid.get('draft_tokens')}; E[L] of each from the dynamic traces, priced by "
+            f"the step profile {dynamic.get('latency', {}).get('source', '?')} on "
+            f"{dynamic.get('latency', {}).get('device', '?')}. Each speed-up is over the "
+            "autoregressive rate of its own profile (static trees: the static step's); the last "
+            "column compares the two tokens/s directly.")
+        chosen = dyn_plots.point(dynamic, dyn_batch, dyn_ctx)
+        with st.expander(f"Engine settings at batch {dyn_batch}: "
+                         f"{dyn_plots.settings_label(chosen['best'])}"):
+            for engine, entry in chosen.get("engines", {}).items():
+                st.markdown(f"**{engine}**")
+                st.code(entry["text"].rstrip("\n"),
+                        language="yaml" if engine == "trtllm" else
+                        "json" if entry["text"].lstrip().startswith("{") else "bash")
+                for problem in entry.get("problems", []):
+                    st.warning(f"{engine}: {problem}")

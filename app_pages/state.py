@@ -54,6 +54,24 @@ def demo_pricing(kind: str) -> DemoPricing | None:
     return build(demo(), kind)
 
 
+def demo_dynamic_selection() -> dict[str, Any] | None:
+    """``select --dynamic``'s document for the demo's EAGLE drafter, on the latency table's
+    device (None when the demo ships none)."""
+    bundle = demo()
+    table = bundle.latency
+    path = bundle.paths.dynamic_selection(table.stem if table else "cpu")
+    return _read_dynamic_selection(str(path), path.stat().st_mtime) if path.exists() else None
+
+
+@st.cache_data(show_spinner=False)
+def _read_dynamic_selection(path: str, mtime: float) -> dict[str, Any]:
+    """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read)."""
+    from treeopt.dynamic.recommend import FORMAT
+    from treeopt.files import read_tagged_json
+
+    return read_tagged_json(path, FORMAT)
+
+
 def demo_drafter(label: str) -> dict[str, Any]:
     """The demo's drafter called ``label`` as a growth records one (kind, checkpoint, depth);
     empty for data that is not the demo's."""

@@ -195,7 +195,8 @@ def test_hardware_page_draws_its_charts(demo):
     figs = figures(at)
     assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
     sweep = demo.sweep(KINDS[0])
-    assert len(figs) == (4 if sweep is not None else 3)
+    dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
+    assert len(figs) == (4 if sweep is not None else 3) + (2 if dynamic.exists() else 0)
     if sweep is not None:  # measured points: exactly the sweep's tokens/s at batch 1
         from treeopt.sweep import Sweep
 
@@ -322,3 +323,122 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
                                          for c in chosen])
     star = next(t for t in speed["data"] if t["name"] == "chosen")
     assert star["text"] == [c.drafter for c in chosen]
+
+
+def priced_setting(topk: int, steps: int, draft_tokens: int, *, batch: int,
+                   speedup: float) -> dict:
+    """One dynamic setting priced at ``batch`` as the dynamic selection records it (made up:
+    the autoregressive rate is 100 tokens/s per sequence)."""
+    plain = 100.0 * batch
+    return {"topk": topk, "steps": steps, "draft_tokens": draft_tokens, "policy": "sglang",
+            "batch": batch, "context": 64, "expected_accept_length": 1.0 + steps * 0.5,
+            "stderr": 0.01, "verify_ms": 1.0, "draft_ms": 0.5, "overhead_ms": 0.1,
+            "tokens_per_s": speedup * plain, "autoregressive_tokens_per_s": plain,
+            "speedup": speedup}
+
+
+def dynamic_selection_doc() -> dict:
+    """A small ``treeopt.dynamic-selection/1`` document: batches 1 and 4, five settings each;
+    at batch 1 a tree wins (topk 2, steps 3, 8 tokens), at batch 4 the chain (topk 1, steps 2)."""
+    from treeopt.dynamic.recommend import FORMAT
+    from treeopt.dynamic.report import engine_settings
+    from treeopt.dynamic.settings import DynamicSettings
+
+    settings = [(1, 1, 2), (1, 2, 3), (2, 2, 4), (2, 3, 4), (2, 3, 8)]
+    speedups = {1: [1.10, 1.20, 1.40, 1.45, 1.50], 4: [1.05, 1.15, 1.00, 0.95, 0.80]}
+    static = {1: (7, 1.30), 4: (3, 1.10)}
+    points = []
+    for batch, ups in speedups.items():
+        grid = [priced_setting(*s, batch=batch, speedup=x)
+                for s, x in zip(settings, ups, strict=True)]
+        best = max(grid, key=lambda p: p["speedup"])
+        chain = max((p for p in grid if p["topk"] == 1), key=lambda p: p["speedup"])
+        size, up = static[batch]
+        points.append({
+            "batch": batch, "context": 64, "best": best, "best_chain": chain,
+            "chain_gain": best["tokens_per_s"] / chain["tokens_per_s"],
+            "static": {"size": size, "tokens": size + 1, "expected_accept_length": 2.0,
+                       "tokens_per_s": up * 100.0 * batch, "speedup": up},
+            "dynamic_over_static": best["speedup"] / up,
+            "engines": engine_settings(DynamicSettings.from_dict(best)), "grid": grid})
+    return {"format": FORMAT, "traces": {}, "latency": {"source": "made-up", "device": "cpu"},
+            "draft": {"kind": "eagle", "source": "made-up"}, "overhead": {"source": "made-up"},
+            "grid": {"topk": [1, 2], "steps": [1, 2, 3], "draft_tokens": [2, 3, 4, 8]},
+            "static_growth": {}, "points": points}
+
+
+def test_dynamic_figures_plot_the_selection_documents_values():
+    from treeopt.workbench import plots_dynamic
+
+    doc = dynamic_selection_doc()
+    fig = plots_dynamic.static_vs_dynamic(doc)
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("best static tree", ["1", "4"], [1.30, 1.10]),
+        ("best dynamic settings", ["1", "4"], [1.50, 1.15]),
+        ("best chain (top-k 1)", ["1", "4"], [1.20, 1.15])]
+    assert fig.data[1].hovertext[0].startswith("batch 1: topk 2, steps 3, draft tokens 8, ")
+    assert fig.data[0].hovertext[1].startswith("batch 4: static tree of 3 nodes (4 tokens)")
+    assert [(s.y0, s.y1, s.line.dash) for s in fig.layout.shapes] == [(1.0, 1.0, "dash")]
+
+    grid = plots_dynamic.dynamic_grid(doc, 1)  # topk 2 at 4 tokens: steps 3 (1.45) beats 2
+    assert [(t.name, list(t.x), list(t.y)) for t in grid.data] == [
+        ("topk 1", [2, 3], [1.10, 1.20]), ("topk 2", [4, 8], [1.45, 1.50]),
+        ("recommended", [8], [1.50])]
+    assert grid.data[1].hovertext[0].startswith("topk 2, steps 3, draft tokens 4")
+    assert grid.data[2].marker.symbol == "star"
+    assert sorted(s.y0 for s in grid.layout.shapes) == [1.0, 1.30]  # autoregressive, static
+    at4 = plots_dynamic.dynamic_grid(doc, 4)
+    assert (list(at4.data[-1].x), list(at4.data[-1].y)) == ([3], [1.15])
+    with pytest.raises(TreeoptError, match="no point at batch 2"):
+        plots_dynamic.dynamic_grid(doc, 2)
+
+    assert [(r["batch"], r["topk"], r["steps"], r["draft tokens"], r["predicted speed-up"],
+             r["static speed-up"]) for r in plots_dynamic.recommended_rows(doc)] == [
+        (1, 2, 3, 8, 1.5, 1.3), (4, 1, 2, 3, 1.15, 1.1)]
+
+
+def use_dynamic_selection(monkeypatch, path: Path) -> None:
+    """Make the demo's dynamic selection the file at ``path`` (present or not)."""
+    from treeopt.demo.layout import DemoPaths
+
+    monkeypatch.setattr(DemoPaths, "dynamic_selection", lambda self, device="cpu": path)
+
+
+def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
+    doc = dynamic_selection_doc()
+    path = tmp_path / "selection-cpu.json"
+    path.write_text(json.dumps(doc))
+    use_dynamic_selection(monkeypatch, path)
+    at = open_page("hardware")
+    assert "Dynamic trees (EAGLE): static vs dynamic per batch size" in [h.value
+                                                                        for h in at.header]
+    compare, grid = figures(at)[-2:]
+    assert [(t["name"], t["y"]) for t in compare["data"]] == [
+        ("best static tree", [1.30, 1.10]), ("best dynamic settings", [1.50, 1.15]),
+        ("best chain (top-k 1)", [1.20, 1.15])]
+    assert grid["data"][-1]["name"] == "recommended" and grid["data"][-1]["x"] == [8]
+    table = at.dataframe[-1].value
+    assert table["batch"].tolist() == [1, 4]
+    assert table[["topk", "steps", "draft tokens"]].values.tolist() == [[2, 3, 8], [1, 2, 3]]
+    assert table["predicted speed-up"].tolist() == [1.5, 1.15]
+    assert table["static speed-up"].tolist() == [1.3, 1.1]
+    engines = doc["points"][0]["engines"]
+    assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
+    assert not at.warning  # batch 1's settings run as given in every engine
+
+    at.selectbox(key="hw_dyn_batch").set_value(4).run()
+    assert_clean(at)
+    assert figures(at)[-1]["data"][-1]["x"] == [3]
+    engines = doc["points"][1]["engines"]
+    assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
+    assert [w.value for w in at.warning] == [f"{name}: {problem}"
+                                             for name, e in engines.items()
+                                             for problem in e["problems"]]
+    assert at.warning  # the chain: TensorRT-LLM takes the linear EAGLE instead
+
+
+def test_hardware_page_without_a_dynamic_selection_says_so(tmp_path, monkeypatch):
+    use_dynamic_selection(monkeypatch, tmp_path / "missing.json")
+    at = open_page("hardware")
+    assert any(i.value.startswith("The demo holds no dynamic selection") for i in at.info)
+    assert not at.dataframe

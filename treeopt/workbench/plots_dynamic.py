@@ -1,0 +1,160 @@
+"""Plotly figures of ``select --dynamic``'s document (``treeopt.dynamic-selection/1``): the best
+static tree, the best dynamic settings and the best chain per batch size, and every dynamic
+setting priced at one batch size. Pure functions of the JSON document."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from treeopt.errors import TreeoptError
+
+Doc = Mapping[str, Any]
+
+_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
+STATIC, DYNAMIC, CHAIN = "best static tree", "best dynamic settings", "best chain (top-k 1)"
+_COLOURS = {STATIC: "#7f7f7f", DYNAMIC: "#1f77b4", CHAIN: "#ff7f0e"}
+
+
+def settings_label(p: Mapping[str, Any]) -> str:
+    """A priced dynamic setting as ``topk 4, steps 4, draft tokens 16``.
+
+    >>> settings_label({"topk": 4, "steps": 4, "draft_tokens": 16})
+    'topk 4, steps 4, draft tokens 16'
+    """
+    return f"topk {p['topk']}, steps {p['steps']}, draft tokens {p['draft_tokens']}"
+
+
+def contexts(doc: Doc) -> list[int]:
+    """The contexts the document's points are priced at, ascending."""
+    return sorted({int(p["context"]) for p in doc["points"]})
+
+
+def points_at(doc: Doc, context: int | None = None) -> list[Mapping[str, Any]]:
+    """The document's points at ``context`` (default: its smallest), by batch size."""
+    if not doc.get("points"):
+        raise TreeoptError("the dynamic selection holds no points")
+    ctx = contexts(doc)[0] if context is None else context
+    found = sorted((p for p in doc["points"] if p["context"] == ctx), key=lambda p: p["batch"])
+    if not found:
+        raise TreeoptError(f"the dynamic selection has no point at context {ctx} (has "
+                           f"{contexts(doc)})")
+    return found
+
+
+def point(doc: Doc, batch: int, context: int | None = None) -> Mapping[str, Any]:
+    """The document's point at (``batch``, ``context``)."""
+    for p in points_at(doc, context):
+        if p["batch"] == batch:
+            return p
+    raise TreeoptError(f"the dynamic selection has no point at batch {batch} (has "
+                       f"{[p['batch'] for p in points_at(doc, context)]})")
+
+
+def _series(name: str, batches: list[str], speedups: list[float | None],
+            hover: list[str], symbol: str) -> go.Scatter:
+    return go.Scatter(x=batches, y=speedups, mode="lines+markers", name=name,
+                      line=dict(color=_COLOURS[name], dash="dot" if name == CHAIN else "solid"),
+                      marker=dict(symbol=symbol, size=10, color=_COLOURS[name]),
+                      hovertext=hover, hoverinfo="text")
+
+
+def static_vs_dynamic(doc: Doc, *, context: int | None = None) -> go.Figure:
+    """Predicted speed-up over autoregressive decoding per batch size (categorical x): the best
+    static tree, the best dynamic settings and the best chain, with each one's settings on
+    hover and a dashed line at 1 (autoregressive)."""
+    pts = points_at(doc, context)
+    batches = [str(p["batch"]) for p in pts]
+    static = [p["static"] for p in pts]
+    best = [p["best"] for p in pts]
+    chain = [p.get("best_chain") for p in pts]
+    fig = go.Figure([
+        _series(STATIC, batches, [s["speedup"] for s in static],
+                [f"batch {b}: static tree of {s['size']} nodes ({s['tokens']} tokens), "
+                 f"E[L] {s['expected_accept_length']:.2f}, {s['speedup']:.2f}×"
+                 for b, s in zip(batches, static, strict=True)], "square"),
+        _series(DYNAMIC, batches, [d["speedup"] for d in best],
+                [f"batch {b}: {settings_label(d)}, E[L] {d['expected_accept_length']:.2f}, "
+                 f"{d['speedup']:.2f}×; {p['dynamic_over_static']:.2f}× the static tree's "
+                 "tokens/s" for b, d, p in zip(batches, best, pts, strict=True)], "circle"),
+        _series(CHAIN, batches, [c["speedup"] if c else None for c in chain],
+                [f"batch {b}: {settings_label(c)} (steps only), "
+                 f"E[L] {c['expected_accept_length']:.2f}, {c['speedup']:.2f}×" if c else
+                 f"batch {b}: no chain in the grid" for b, c in zip(batches, chain, strict=True)],
+                "diamond"),
+    ])
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1),
+                  annotation_text="autoregressive", annotation_position="bottom right")
+    fig.update_layout(title=f"Predicted speed-up per batch size (context {pts[0]['context']})",
+                      xaxis=dict(type="category", title="batch size"),
+                      yaxis_title="speed-up over autoregressive", **_LAYOUT)
+    return fig
+
+
+def best_per_topk(grid: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    """Per top-k, the fastest steps at each draft-token count, by draft tokens.
+
+    >>> g = [{"topk": 2, "steps": s, "draft_tokens": 4, "speedup": x}
+    ...      for s, x in ((2, 1.1), (3, 1.3))]
+    >>> [(p["steps"], p["speedup"]) for p in best_per_topk(g)[2]]
+    [(3, 1.3)]
+    """
+    best: dict[tuple[int, int], Mapping[str, Any]] = {}
+    for p in grid:
+        key = (int(p["topk"]), int(p["draft_tokens"]))
+        if key not in best or p["speedup"] > best[key]["speedup"]:
+            best[key] = p
+    out: dict[int, list[Mapping[str, Any]]] = {}
+    for (k, _), p in sorted(best.items()):
+        out.setdefault(k, []).append(p)
+    return out
+
+
+def dynamic_grid(doc: Doc, batch: int, *, context: int | None = None) -> go.Figure:
+    """At one batch size: predicted speed-up vs draft tokens (log₂ x), one line per top-k at its
+    fastest number of steps (on hover), a star at the recommended setting and a dashed line at
+    the static tree's speed-up."""
+    from plotly.colors import sample_colorscale
+
+    p = point(doc, batch, context)
+    lines = best_per_topk(p["grid"])
+    colours = sample_colorscale("Viridis", [0.9 * i / max(len(lines) - 1, 1)
+                                            for i in range(len(lines))])
+    fig = go.Figure()
+    for (k, row), colour in zip(lines.items(), colours, strict=True):
+        fig.add_trace(go.Scatter(
+            x=[q["draft_tokens"] for q in row], y=[q["speedup"] for q in row],
+            mode="lines+markers", name=f"topk {k}", line=dict(color=colour),
+            marker=dict(color=colour, size=8),
+            hovertext=[f"{settings_label(q)}: E[L] {q['expected_accept_length']:.2f}, "
+                       f"{q['speedup']:.2f}×" for q in row], hoverinfo="text"))
+    best = p["best"]
+    fig.add_trace(go.Scatter(
+        x=[best["draft_tokens"]], y=[best["speedup"]], mode="markers", name="recommended",
+        marker=dict(symbol="star", size=18, color="gold", line=dict(color="black", width=1)),
+        hovertext=f"recommended: {settings_label(best)}, {best['speedup']:.2f}×",
+        hoverinfo="text"))
+    ticks = sorted({int(q["draft_tokens"]) for q in p["grid"]})
+    static = p["static"]
+    fig.add_hline(y=static["speedup"], line=dict(color=_COLOURS[STATIC], dash="dash", width=1),
+                  annotation_text=f"static tree, {static['size']} nodes",
+                  annotation_position="bottom right")
+    fig.add_hline(y=1.0, line=dict(color="black", dash="dot", width=1))
+    fig.update_layout(title=f"Batch {batch}: dynamic settings (each top-k at its fastest steps)",
+                      xaxis=dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
+                                 title="draft tokens verified per step (N, root included)"),
+                      yaxis_title="speed-up over autoregressive", **_LAYOUT)
+    return fig
+
+
+def recommended_rows(doc: Doc, *, context: int | None = None) -> list[dict[str, Any]]:
+    """The recommended settings per batch size beside the best static tree: one table row each."""
+    return [{"batch": p["batch"], "topk": p["best"]["topk"], "steps": p["best"]["steps"],
+             "draft tokens": p["best"]["draft_tokens"],
+             "predicted speed-up": round(p["best"]["speedup"], 3),
+             "static tree (nodes)": p["static"]["size"],
+             "static speed-up": round(p["static"]["speedup"], 3),
+             "dynamic / static tokens/s": round(p["dynamic_over_static"], 3)}
+            for p in points_at(doc, context)]
