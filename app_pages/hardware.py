@@ -116,8 +116,8 @@ else:
             f"tokens {grid.get('draft_tokens')}; E[L] of each from the dynamic traces, priced by "
             f"the step profile {dynamic.get('latency', {}).get('source', '?')} on "
             f"{dynamic.get('latency', {}).get('device', '?')}. Each speed-up is over the "
-            "autoregressive rate of its own profile (static trees: the static step's); the last "
-            "column compares the two tokens/s directly.")
+            "autoregressive rate of its own profile (static trees: the static step's), so the "
+            "last column, the ratio of the two speed-ups, is free of drift between the profiles.")
         chosen = dyn_plots.point(dynamic, dyn_batch, dyn_ctx)
         with st.expander(f"Engine settings at batch {dyn_batch}: "
                          f"{dyn_plots.settings_label(chosen['best'])}"):

@@ -424,7 +424,9 @@ def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     assert table["static speed-up"].tolist() == [1.3, 1.1]
     engines = doc["points"][0]["engines"]
     assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
-    assert not at.warning  # batch 1's settings run as given in every engine
+    assert [w.value for w in at.warning] == [  # a tree: only SGLang's page-size condition
+        "sglang: top-k > 1 drafts a tree: SGLang refuses it with --page-size > 1 unless "
+        "--attention-backend flashinfer, and on the trtllm_mha backend"]
 
     at.selectbox(key="hw_dyn_batch").set_value(4).run()
     assert_clean(at)

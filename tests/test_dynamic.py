@@ -306,6 +306,9 @@ def test_the_cli_calibrates_dynamic_traces_and_select_recommends_settings(
     for p in doc["points"]:
         assert max(g["tokens_per_s"] for g in p["grid"]) == p["best"]["tokens_per_s"]
         assert p["best_chain"]["topk"] == 1
+        assert p["dynamic_over_static"] == p["best"]["speedup"] / p["static"]["speedup"]
+        assert p["static"]["autoregressive_tokens_per_s"] == pytest.approx(
+            p["static"]["tokens_per_s"] / p["static"]["speedup"])
         assert "--speculative-eagle-topk" in p["engines"]["sglang"]["text"]
     proc = run("select", "--growth", tmp_path / "g.json", "--latency", latency, "--topk", "2")
     assert proc.returncode == 2 and "--draft-tokens and --dynamic-profile need --dynamic" in (

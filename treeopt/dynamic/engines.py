@@ -3,11 +3,14 @@
 - ``sglang``: the server's flags (``python -m sglang.launch_server``): ``--speculative-num-steps``
   (the tree's depth), ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens`` (verified
   tokens, the root included). With top-k 1 SGLang drafts a chain and sets the draft tokens to
-  steps + 1 whatever is given.
+  steps + 1 whatever is given; a tree (top-k > 1) is refused with ``--page-size`` > 1 except
+  on the flashinfer attention backend, and on the trtllm_mha backend (``server_args.py``).
 - ``eagle2``: EAGLE-2's reference code (``EaModel.from_pretrained`` keywords): ``top_k``,
-  ``depth`` (expansions after the first level: steps − 1) and ``total_token`` (drafted nodes:
-  draft tokens − 1). This mapping is our reading of the reference code's drafting loop; it has
-  not been checked against a run of it.
+  ``depth`` (expansions after the first level: steps − 1) and ``total_token`` (the verified
+  tokens, the root included: its drafter sets ``total_tokens = total_token − 1`` nodes and
+  keeps that many of the pool by cumulative log-probability). Read from the reference code's
+  drafting loop (``Model.topK_genrate`` in ``eagle/model/cnets.py``), not checked against a run
+  of it.
 - ``trtllm``: TensorRT-LLM's PyTorch backend, ``speculative_config`` of the LLM API
   (``EagleDecodingConfig``): ``use_dynamic_tree: true``, ``dynamic_tree_max_topK`` (top-k),
   ``max_draft_len`` (the depth) and ``max_total_draft_tokens`` (drafted nodes), as its own
@@ -32,7 +35,7 @@ def export_dynamic(s: DynamicSettings, engine: str, *, draft_model: str | None =
     >>> print(export_dynamic(DynamicSettings(4, 3, 16), "sglang"))
     --speculative-algorithm EAGLE --speculative-draft-model-path DRAFT --speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 16
     >>> export_dynamic(DynamicSettings(4, 3, 16), "eagle2")
-    '{"top_k": 4, "depth": 2, "total_token": 15}'
+    '{"top_k": 4, "depth": 2, "total_token": 16}'
     """
     model = draft_model or "DRAFT"
     if engine == "sglang":
@@ -40,7 +43,8 @@ def export_dynamic(s: DynamicSettings, engine: str, *, draft_model: str | None =
                 f"--speculative-num-steps {s.steps} --speculative-eagle-topk {s.topk} "
                 f"--speculative-num-draft-tokens {s.draft_tokens}")
     if engine == "eagle2":
-        return json.dumps({"top_k": s.topk, "depth": s.steps - 1, "total_token": s.nodes})
+        return json.dumps({"top_k": s.topk, "depth": s.steps - 1,
+                           "total_token": s.draft_tokens})
     if engine == "trtllm":
         return ("speculative_config:\n  decoding_type: Eagle\n"
                 f"  speculative_model_dir: {json.dumps(model)}\n"
@@ -62,8 +66,9 @@ def check_dynamic(s: DynamicSettings, engine: str) -> list[str]:
     if engine == "sglang" and s.is_chain and s.draft_tokens != s.steps + 1:
         problems.append(f"top-k 1 drafts a chain: SGLang sets --speculative-num-draft-tokens "
                         f"to steps + 1 = {s.steps + 1}")
-    if engine == "eagle2" and s.steps < 2:
-        problems.append("EAGLE-2's drafting loop expands at least once (depth ≥ 1): steps ≥ 2")
+    if engine == "sglang" and not s.is_chain:
+        problems.append("top-k > 1 drafts a tree: SGLang refuses it with --page-size > 1 unless "
+                        "--attention-backend flashinfer, and on the trtllm_mha backend")
     if engine == "trtllm" and s.is_chain:
         problems.append("top-k 1 is a chain: use TensorRT-LLM's linear EAGLE (no dynamic tree)")
     return problems

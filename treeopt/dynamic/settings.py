@@ -10,7 +10,8 @@ Policies (the same expansion; :mod:`treeopt.dynamic` describes it):
 - ``sglang``: SGLang's EAGLE worker. Scores are products of probabilities.
 - ``eagle2``: EAGLE-2's reference code. Scores are sums of log-probabilities (the same order);
   its ``depth`` counts the levels after the first (``depth = steps − 1``) and its
-  ``total_token`` counts the drafted nodes (``total_token = draft_tokens − 1``).
+  ``total_token`` counts the verified tokens, the root included (``total_token =
+  draft_tokens``: its drafter keeps ``total_token − 1`` nodes).
 
 treeopt drafts both with cumulative log-probabilities in float32; the two engines order nodes
 alike except where products and sums round differently.

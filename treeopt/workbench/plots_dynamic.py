@@ -156,5 +156,5 @@ def recommended_rows(doc: Doc, *, context: int | None = None) -> list[dict[str, 
              "predicted speed-up": round(p["best"]["speedup"], 3),
              "static tree (nodes)": p["static"]["size"],
              "static speed-up": round(p["static"]["speedup"], 3),
-             "dynamic / static tokens/s": round(p["dynamic_over_static"], 3)}
+             "dynamic / static speed-up": round(p["dynamic_over_static"], 3)}
             for p in points_at(doc, context)]
