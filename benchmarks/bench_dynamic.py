@@ -1,7 +1,7 @@
 """Dynamic trees on the demo's EAGLE drafter: simulation against live decoding, and the
 recommended settings against live-measured throughput (issue 16's goals).
 
-    python benchmarks/bench_dynamic.py [--calibration DIR] [--heldout DIR]
+    python benchmarks/bench_dynamic.py [--calibration DIR] [--heldout DIR] [--accuracy-only]
 
 DIRs hold dynamic traces (``treeopt calibrate-dynamic`` writes ``dynamic-topk<K>.npz``); by
 default the demo's own (``data/demo/dynamic/eagle-{calibration,heldout}-topk<K>.npz``). Prints,
@@ -71,6 +71,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--steps", default="2,3,4,5,6", help="steps of the acceptance grid")
+    ap.add_argument("--accuracy-only", action="store_true",
+                    help="goal 1 only (e.g. --prompts 192: every held-out prompt)")
     args = ap.parse_args()
 
     demo = load(threads=1)
@@ -118,6 +120,9 @@ def main() -> int:
           f"calibration walk vs all {len(next(iter(held_all.values())).lengths)} held-out "
           f"prompts' walk: largest {100 * sets:.2f}%)")
     print(f"check: lossless on every prompt, every setting: {lossless}\n")
+
+    if args.accuracy_only:
+        return 0
 
     # 2-4. throughput ------------------------------------------------------------------------
     static_costs = profiled_costs(demo.step_profile("eagle"))

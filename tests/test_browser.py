@@ -114,13 +114,16 @@ SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
     && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
            .every(c => c.querySelector('.main-svg'))
     && [...document.querySelectorAll('[data-testid="stCode"]')]
-           .every(c => c.offsetParent === null || c.innerText.trim())
+           .every(c => c.offsetParent === null || c.closest('details:not([open])')
+                       || c.innerText.trim())
     && document.querySelector('[data-testid="stMain"]').scrollHeight"""
 
 
 def settle(page, *, timeout_s: float = 60, quiet_s: float = 0.6) -> None:
     """Wait until the script run has finished and the page has stopped changing for ``quiet_s``:
-    no running indicator, no stale element, every Plotly chart drawn, a steady height."""
+    no running indicator, no stale element, every Plotly chart drawn, every shown code block
+    filled (a closed expander's content is laid out but not rendered, so its innerText stays
+    empty: chromium hides ``details`` content with content-visibility), a steady height."""
     deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
     while time.monotonic() < deadline:
         state = page.evaluate(SETTLED)
