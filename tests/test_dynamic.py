@@ -12,7 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402, F401
-from test_eagle import PROMPTS, eagle_config  # noqa: E402
+from test_eagle import (  # noqa: E402
+    PROMPTS,
+    eagle_config,
+    random_eagle_drafter,
+    trained_eagle_drafter,
+)
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.costs import DraftCost, OverheadCost, StepLatency  # noqa: E402
@@ -20,7 +25,6 @@ from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
 from treeopt.drafters import build_heads  # noqa: E402
-from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 from treeopt.dynamic import DynamicSettings  # noqa: E402
 from treeopt.dynamic.expand import Pool, RowPlan, accept_rows, ancestry, choose  # noqa: E402
 from treeopt.dynamic.recommend import price_dynamic, recommend  # noqa: E402
@@ -38,21 +42,12 @@ def base(peaked):
 
 @pytest.fixture(scope="module")
 def random_eagle(base):
-    torch.manual_seed(1)
-    drafter = build_heads(eagle_config(kv_heads=2, intermediate_size=96),
-                          lm_head=base.lm_head, embeddings=base.model.embed_tokens)
-    with torch.no_grad():
-        for p in drafter.parameters():
-            if p.requires_grad:
-                p.normal_(0, 0.2)
-    return drafter.eval()
+    return random_eagle_drafter(base, seed=1)
 
 
 @pytest.fixture(scope="module")
 def trained_eagle(base):
-    seqs = greedy_continuations(base, PROMPTS * 4, max_new_tokens=40)
-    cfg = TrainConfig(kind="eagle", num_heads=4, steps=60, batch_size=8, seq_len=40, lr=3e-3)
-    return train_heads(base, seqs, cfg)[0]
+    return trained_eagle_drafter(base)
 
 
 # -- the step's rules -------------------------------------------------------------------------

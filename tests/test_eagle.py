@@ -37,10 +37,9 @@ def base(peaked):
     return peaked[0]
 
 
-@pytest.fixture(scope="module")
-def random_eagle(base):
+def random_eagle_drafter(base, *, seed: int):
     """An untrained EAGLE drafter with random layers (kv heads grouped), for exactness."""
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     drafter = build_heads(eagle_config(kv_heads=2, intermediate_size=96),
                           lm_head=base.lm_head, embeddings=base.model.embed_tokens)
     with torch.no_grad():
@@ -50,11 +49,21 @@ def random_eagle(base):
     return drafter.eval()
 
 
-@pytest.fixture(scope="module")
-def trained_eagle(base):
+def trained_eagle_drafter(base):
+    """An EAGLE drafter trained briefly on the base model's own greedy continuations."""
     seqs = greedy_continuations(base, PROMPTS * 4, max_new_tokens=40)
     cfg = TrainConfig(kind="eagle", num_heads=4, steps=60, batch_size=8, seq_len=40, lr=3e-3)
     return train_heads(base, seqs, cfg)[0]
+
+
+@pytest.fixture(scope="module")
+def random_eagle(base):
+    return random_eagle_drafter(base, seed=0)
+
+
+@pytest.fixture(scope="module")
+def trained_eagle(base):
+    return trained_eagle_drafter(base)
 
 
 def reference_ranks(base, drafter: EagleDrafter, sequence, start, top_k):
