@@ -234,6 +234,11 @@ def accuracy(dec, ids, cal, held, held_all, args) -> None:
     print(f"check: lossless on every prompt, every setting: {lossless}\n")
 
 
+# Settings the recommendation picks among at batch 1-8 on the demo, beyond the demo build's
+# design set: profiled here so that they are priced as measured (treeopt.costs.step_costs).
+PICKED = ((1, 3, 4), (2, 2, 4))
+
+
 def error_factors(point, run) -> tuple[float, float]:
     """The prediction's error in its two factors, each predicted / live − 1: E[L], and the
     step's cost in autoregressive steps (E[L] / speed-up). The speed-up's error is
@@ -245,7 +250,8 @@ def error_factors(point, run) -> tuple[float, float]:
 
 
 def profile_here(demo, batches):
-    """The dynamic step profile measured now, as the demo build measures it."""
+    """The dynamic step profile measured now, as the demo build measures it, over the demo's
+    design set and :data:`PICKED`."""
     import tempfile
 
     from profiling.step import profile_steps
@@ -254,12 +260,13 @@ def profile_here(demo, batches):
     from treeopt.prompts import encode, read_texts
 
     c = DemoConfig()
+    design = [DynamicSettings(*s) for s in (*c.dynamic_profile, *PICKED)]
     prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
     out = Path(tempfile.mkdtemp()) / "step-eagle-dynamic-here.json"
     t0 = time.perf_counter()
     profile_steps(demo.model, demo.heads["eagle"], None, prompts[: max(batches)],
                   batch=batches, out=out, max_new_tokens=c.live_new_tokens,
-                  rounds=c.step_rounds, dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
+                  rounds=c.step_rounds, dynamic=design,
                   log=lambda line: None)
     print(f"dynamic step profile measured here ({time.perf_counter() - t0:.0f} s)")
     return profiled_costs(out)

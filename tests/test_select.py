@@ -131,6 +131,30 @@ def test_step_costs_give_back_a_known_profile_exactly(kind):
         costs.draft.seconds(2, (1,))
 
 
+def test_dynamic_records_are_priced_as_measured_and_the_rest_by_the_fit():
+    """A dynamic profile whose (2, 3, 8) step drafts 0.4 ms and books 0.05 ms off the linear
+    model: that setting is priced as measured; an unmeasured one, and static records, by the
+    fit."""
+    records = profile_records("hydra")
+    off = {"batch": 1, "size": 7, "depth": 3, "q": 8, "expanded": [1, 2, 2], "context": 100,
+           "ms_verify": 18.0, "dynamic": {"topk": 2, "steps": 3, "draft_tokens": 8}}
+    feats = [1.0, 3.0, 5.0]
+    linear_draft = sum(c * f for c, f in zip(DRAFT["hydra"], feats, strict=True))
+    linear_over = OVERHEAD[0] + OVERHEAD[1] + OVERHEAD[2] * 7 + OVERHEAD[3] * 3
+    off["ms_draft"] = linear_draft + 0.4 + RESIDUE
+    off["ms_bookkeeping"] = linear_over + 0.05 - RESIDUE
+    fit_only = step_costs(records + [{**off, "dynamic": None}], kind="hydra", source="s.json")
+    costs = step_costs(records + [off], kind="hydra", source="s.json")
+    assert costs.draft.seconds(1, (1, 2, 2)) == pytest.approx((linear_draft + 0.4) / 1e3,
+                                                               abs=1e-15)
+    assert costs.overhead.seconds(1, 8, 3) == pytest.approx((linear_over + 0.05) / 1e3,
+                                                            abs=1e-15)
+    assert fit_only.draft.seconds(1, (1, 2, 2)) != pytest.approx((linear_draft + 0.4) / 1e3)
+    # elsewhere both price by the same fit
+    assert costs.draft.seconds(1, (1, 2)) == fit_only.draft.seconds(1, (1, 2))
+    assert costs.overhead.seconds(1, 4, 2) == fit_only.overhead.seconds(1, 4, 2)
+
+
 def test_selection_prices_a_step_from_all_three_terms():
     costs = step_costs(profile_records("hydra"), kind="hydra", source="s.json")
     sel = select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],

@@ -179,12 +179,21 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
 
     The loop's time outside drafting when there is no tree (the autoregressive records) belongs
     to the overhead; drafting is what a tree adds on top of it.
+
+    Dynamic records (a ``dynamic`` key: settings drafted at run time) are priced as measured
+    where the profile measured them — drafting by (batch, nodes expanded per depth), the
+    overhead by (batch, q, depth) — and by the fit in between: dynamic drafting's cost is not
+    quite linear in those features (on the demo, chains fit 5–10% dear and top-k 2 at 3 steps
+    8% cheap, enough to swap the pick between near-equal settings), and the settings a
+    recommendation picks among are few enough to profile.
     """
     per_depth = drafter_kind(kind, source=f"{source}: heads kind").per_depth
     batches = sorted({int(r["batch"]) for r in records})
     contexts = [int(r["context"]) for r in records]
     context = int(np.median(contexts)) if contexts else 0
     coefficients: dict[str, dict[int, list[float]]] = {"draft": {}, "overhead": {}}
+    measured_draft: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+    measured_overhead: dict[tuple[int, int, int], list[float]] = {}
     worst = 0.0
     points = []
     for b in batches:
@@ -198,6 +207,10 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         xo = np.array([overhead_features(int(r["q"]), int(r["depth"])) for r in rows])
         yo = np.array([r["ms_bookkeeping"] + residue for r in rows])
         cd, co = _fit(xd, yd), _fit(xo, yo)
+        for r, d, o in zip(rows, yd, yo, strict=True):
+            if r.get("dynamic"):
+                measured_draft.setdefault((b, tuple(r["expanded"])), []).append(float(d))
+                measured_overhead.setdefault((b, int(r["q"]), int(r["depth"])), []).append(float(o))
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
         step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
@@ -208,10 +221,14 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
 
     def draft_s(b: int, expanded: tuple[int, ...]) -> float:
         coef = _coefficients(coefficients["draft"], b, source)
+        if (b, tuple(expanded)) in measured_draft:
+            return max(float(np.median(measured_draft[(b, tuple(expanded))])), 0.0) / 1e3
         return float(np.dot(draft_features(expanded, per_depth=per_depth), coef)) / 1e3
 
     def overhead_s(b: int, tokens: int, depth: int) -> float:
         coef = _coefficients(coefficients["overhead"], b, source)
+        if (b, tokens, depth) in measured_overhead:
+            return float(np.median(measured_overhead[(b, tokens, depth)])) / 1e3
         return float(np.dot(overhead_features(tokens, depth), coef)) / 1e3
 
     return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
