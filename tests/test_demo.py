@@ -212,6 +212,11 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
     with pytest.raises(TreeoptError, match="--redo speed: no such stage; the stages are "
                                            "tokenizer, prompts"):
         build.build_demo(out, cfg, log=logs.append, redo=("speed",))
+    other = replace(cfg, step_rounds=cfg.step_rounds + 1)
+    with pytest.raises(TreeoptError, match=r"--redo dynamic: the demo in .* was built with other "
+                                           r"settings \(step_rounds\); --redo re-runs"):
+        build.build_demo(out, other, log=logs.append, redo=("dynamic",))
+    assert not (out.parent / f".{out.name}.building").exists()  # nothing started
 
 
 def test_corpus_split_is_deterministic_and_disjoint():

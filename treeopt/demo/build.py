@@ -44,6 +44,12 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                            f"{', '.join(names)}")
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
+    differ = settings_differ(target, config)
+    if redo and differ:
+        raise TreeoptError(f"--redo {','.join(redo)}: the demo in {target} was built with other "
+                           f"settings ({', '.join(differ)}); --redo re-runs stages of a demo "
+                           "built with the same ones (other settings mean a fresh build: run "
+                           "without --redo)")
     work = _workdir(target, config)
     for name in redo:  # measured afresh: the stage's record and the files it would resume from
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
@@ -77,17 +83,32 @@ def _workdir(target: Path, config: DemoConfig) -> Path:
     return work
 
 
+def settings_differ(target: Path, config: DemoConfig) -> list[str]:
+    """The settings of the finished demo at ``target`` that ``config`` changes (settings it does
+    not record, added since, take their defaults); ``["config"]`` when it records none, empty
+    when there is no finished demo.
+
+    >>> import tempfile
+    >>> settings_differ(Path(tempfile.mkdtemp()), DemoConfig())
+    []
+    """
+    manifest_path = target / "manifest.json"
+    if not manifest_path.exists():
+        return []
+    old, new = read_json(manifest_path).get("config", {}), _jsonable(config)
+    if not old:
+        return ["config"]
+    return [k for k, v in old.items() if new.get(k) != v]
+
+
 def _seed_from_published(target: Path, work: Path, config: DemoConfig) -> None:
     """Copy a finished demo built with ``config``'s settings into ``work``, with a stage record
     for every stage its manifest holds. Settings the finished demo does not record (added since)
     take their defaults; any other difference means a fresh build."""
     manifest_path = target / "manifest.json"
-    if not manifest_path.exists():
+    if not manifest_path.exists() or settings_differ(target, config):
         return
     manifest = read_json(manifest_path)
-    old, new = manifest.get("config", {}), _jsonable(config)
-    if not old or any(new.get(k) != v for k, v in old.items()):
-        return
     shutil.copytree(target, work, ignore=shutil.ignore_patterns("manifest.json"))
     for name, _ in stages.PIPELINE:
         if name in manifest and name in manifest.get("timings_s", {}):
