@@ -11,9 +11,11 @@ the autoregressive step it is compared with. So every round runs each tree right
 autoregressive decode of the same prompts (its reference, timed at the same moment); a tree's
 record is its phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive
 step of the whole batch size, also the autoregressive record — taken from the round with the
-median scaled step (one disturbed decode, tree or reference, moves no record). Measured this
-way, a step's cost in autoregressive steps repeats to a few per cent between runs; timed apart
-(one fastest round per tree), it moved by up to 20% at batch 2–4 on the demo's 2-core host.
+median scaled step (one disturbed decode, tree or reference, moves no record). A slow
+autoregressive record no longer shifts every step of its batch size (timed apart, one fastest
+round per tree, two profiles an hour apart differed by ~15% across the whole of batch 2); what
+remains is each step's own noise: two profiles taken this way 40 minutes apart on the demo's
+2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, up to 22%.
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``threads``, ``model``

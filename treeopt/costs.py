@@ -218,17 +218,19 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
             at = [r["ms_verify"] for r in rows if int(r["q"]) == q]
             points.append((b, context, q, float(np.median(at)) / 1e3))
     verify = StepLatency.from_points(points, source, context=context, device=device)
+    draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
+    overhead_at = {k: float(np.median(v)) for k, v in measured_overhead.items()}
 
     def draft_s(b: int, expanded: tuple[int, ...]) -> float:
         coef = _coefficients(coefficients["draft"], b, source)
-        if (b, tuple(expanded)) in measured_draft:
-            return max(float(np.median(measured_draft[(b, tuple(expanded))])), 0.0) / 1e3
+        if (b, tuple(expanded)) in draft_at:
+            return draft_at[(b, tuple(expanded))] / 1e3
         return float(np.dot(draft_features(expanded, per_depth=per_depth), coef)) / 1e3
 
     def overhead_s(b: int, tokens: int, depth: int) -> float:
         coef = _coefficients(coefficients["overhead"], b, source)
-        if (b, tokens, depth) in measured_overhead:
-            return float(np.median(measured_overhead[(b, tokens, depth)])) / 1e3
+        if (b, tokens, depth) in overhead_at:
+            return overhead_at[(b, tokens, depth)] / 1e3
         return float(np.dot(overhead_features(tokens, depth), coef)) / 1e3
 
     return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
