@@ -21,7 +21,7 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     save_heads,
 )
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
-from treeopt.drafters.ranking import rank_keys, rank_of, top_candidates  # noqa: E402
+from treeopt.drafters.ranking import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
 
 D, V = 64, 256
 
@@ -83,14 +83,17 @@ def test_rank_and_candidates_break_ties_by_token_id():
     assert [int(rank_of(logits, torch.tensor(t))) for t in order] == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=4),
        st.integers(1, 12))
-def test_top_candidates_equal_the_full_stable_sort(rows, k):
-    """Few distinct values, so ties inside and across the k-th place are common."""
-    logits = torch.tensor(rows, dtype=torch.float32)
+def test_top_candidates_equal_the_full_stable_sort(dtype, rows, k):
+    """Few distinct values, so ties inside and across the k-th place are common (as in 16-bit
+    logits, where the tie path is the one usually taken)."""
+    logits = torch.tensor(rows, dtype=dtype)
     want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
     assert torch.equal(top_candidates(logits, k), want)
+    assert torch.equal(best_token(logits), want[..., 0])
 
 
 @settings(max_examples=200, deadline=None)

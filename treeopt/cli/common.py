@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from treeopt.decoding.config import ATTENTIONS
 from treeopt.errors import TreeoptError
 from treeopt.files import dumps, write_json
 
@@ -164,6 +165,11 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
                    help="cpu, cuda, cuda:1, … (default %(default)s)")
     p.add_argument("--dtype", default="float32", metavar="DTYPE",
                    help="float32, bfloat16, float16 or float64 (default %(default)s)")
+    p.add_argument("--attention", choices=ATTENTIONS, default="auto",
+                   help="attention implementation: auto (default) is treeopt's exact attention "
+                        "for 16-bit dtypes — a node's logits then do not depend on the tree "
+                        "verified with it, so greedy tree decoding stays token-for-token "
+                        "lossless — and the model's own otherwise")
     p.add_argument("--device-map", metavar="MAP",
                    help="passed to from_pretrained, e.g. auto to spread a model over several "
                         "GPUs (default: the whole model on --device)")
@@ -181,7 +187,8 @@ def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
 
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,
-                                trust_remote_code=args.trust_remote_code, threads=args.threads))
+                                trust_remote_code=args.trust_remote_code, threads=args.threads,
+                                attention=args.attention))
 
 
 def add_live_flags(p: argparse.ArgumentParser) -> None:

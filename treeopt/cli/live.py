@@ -147,6 +147,7 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from treeopt.decoding.models import attention_of
     from treeopt.decoding.verify import check_tree_for, verify
     from treeopt.formats import load_tree_arg
     from treeopt.prompts import read_texts
@@ -172,13 +173,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     batch=args.batch, rounds=args.rounds, compile=args.compile, progress=tick)
     bar.close()
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
-                   "dtype": args.dtype})
+                   "dtype": args.dtype, "attention": attention_of(model)})
     return emit(report, args.out)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from profiling.table import load_step_profile
     from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.models import attention_of
     from treeopt.decoding.tune import family_tree, tune
     from treeopt.grow import Growth
     from treeopt.prompts import read_texts
@@ -216,7 +218,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,
                                      eos_token_id=getattr(tok, "eos_token_id", None)),
                  meta={"model": args.model, "growth": args.growth, "device": args.device,
-                       "dtype": args.dtype, "threads": args.threads},
+                       "dtype": args.dtype, "attention": attention_of(model),
+                       "threads": args.threads},
                  compile=args.compile, progress=report)
     bar.close()
     for row in sweep.summary():

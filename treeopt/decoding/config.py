@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from treeopt.errors import TreeoptError
 
 MODES = ("greedy", "sample", "typical")
+ATTENTIONS = ("auto", "exact", "sdpa", "eager")  # --attention (treeopt.decoding.attention)
 
 
 @dataclass(frozen=True)

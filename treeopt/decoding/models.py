@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from treeopt.decoding.attention import attention_for
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ class ModelSpec:
     device_map: str | None = None
     trust_remote_code: bool = False
     threads: int | None = None  # CPU threads for torch (None: torch's own choice)
+    attention: str = "auto"  # see treeopt.decoding.attention.attention_for
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -49,11 +52,24 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
                            f"directory is expected)")
     if not spec.device_map:
         check_device(spec.device)
-    kwargs: dict[str, Any] = {"dtype": parse_dtype(spec.dtype), "local_files_only": True,
+    dtype = parse_dtype(spec.dtype)
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True,
                               "trust_remote_code": spec.trust_remote_code}
     if spec.device_map:
         kwargs["device_map"] = spec.device_map
-    model = from_pretrained(str(path), **kwargs)
+    attention = attention_for(spec.attention, dtype)
+    if attention is None:
+        model = from_pretrained(str(path), **kwargs)
+    else:
+        try:
+            model = from_pretrained(str(path), attn_implementation=attention, **kwargs)
+        except TreeoptError as exc:
+            if spec.attention != "auto":
+                raise TreeoptError(f"--attention {spec.attention}: {exc}") from None
+            warnings.warn(f"--model {spec.path}: the model does not take treeopt's exact "
+                          f"attention, so 16-bit tree decoding may differ from autoregressive "
+                          f"decoding in rounding ({exc})", stacklevel=2)
+            model = from_pretrained(str(path), **kwargs)
     if not spec.device_map:
         model.to(spec.device)
     model.eval().requires_grad_(False)
@@ -116,6 +132,11 @@ def set_threads(threads: int | None) -> None:
     if threads < 1:
         raise TreeoptError(f"--threads must be ≥ 1, got {threads}")
     torch.set_num_threads(threads)
+
+
+def attention_of(model: PreTrainedModel) -> str:
+    """The attention implementation the model runs (``treeopt_exact``, ``sdpa``, …)."""
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
 
 
 def architecture(model: PreTrainedModel) -> str:
