@@ -16,8 +16,15 @@ Goals (issue "Prove the speed"): batch-1 pick ≥ 1.3× autoregressive (stretch 
 point predicted within 5%; select's pick ≥ 97% of the measured best at every batch size;
 bookkeeping ≤ 15% of an autoregressive step; lossless at every batch size; spread ≤ 3%.
 
-Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--out bench-live]`` on a quiet
-machine (it sets one torch thread, as the app does). About 10 minutes per head kind on 2 cores.
+With ``--dtype bfloat16`` the demo model and its drafters run in bfloat16 with treeopt's exact
+attention (:mod:`treeopt.decoding.attention`; losslessness is checked at every point as in
+float32), and step 2 works from traces calibrated in bfloat16 here — the calibration prompts and
+the swept ones — and trees grown from them (the shipped traces describe the float32 model's
+text, which bfloat16 greedy decoding leaves after a while).
+
+Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16] [--out
+bench-live]`` on a quiet machine (it sets one torch thread, as the app does). About 10 minutes
+per head kind on 2 cores (bfloat16: 5 more for its calibration).
 """
 
 from __future__ import annotations
@@ -32,17 +39,43 @@ from pathlib import Path
 import torch
 
 from profiling.step import profile_steps
+from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import tune
 from treeopt.demo import load
+from treeopt.grow import Growth, grow
+from treeopt.prompts import encode, read_texts
 from treeopt.select import price_tree, select
 from treeopt.simulate import simulate
+from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.workbench.pricing import profiled_costs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 BATCHES = (1, 2, 4, 8)
+
+
+def own_traces(demo, kind: str, args, out: Path) -> tuple[Growth, RankTrace, RankTrace]:
+    """Growth, calibration trace and the swept prompts' trace of the demo as loaded (its
+    dtype): the shipped ones in float32, calibrated and grown here otherwise."""
+    if args.dtype == "float32":
+        return (demo.growths[kind], demo.traces[kind],
+                demo.heldout_traces[kind].sequences(args.prompts, positions=args.new_tokens))
+    shipped = demo.traces[kind].meta
+    config = CalibrateConfig(top_k=int(shipped.get("top_k", 16)), max_new_tokens=args.new_tokens,
+                             batch_size=16)
+    traces = []
+    for part, prompts in (("calibration", read_texts([demo.paths.prompts("calibration")])),
+                          ("heldout", demo.prompts[: args.prompts])):
+        print(f"  calibrating {kind} in {args.dtype}: {part} prompts", end="\r", flush=True)
+        trace, _ = calibrate(demo.model, demo.heads[kind], encode(demo.tokenizer, prompts),
+                             out / f"trace-{kind}-{part}-{args.dtype}.npz", config=config,
+                             meta={"model": "treeopt demo", "dtype": args.dtype})
+        traces.append(trace)
+    growth = grow(traces[0], method="empirical", max_nodes=max(SIZES))
+    return growth, traces[0], traces[1]
 
 
 def mark(ok: bool) -> str:
@@ -51,21 +84,21 @@ def mark(ok: bool) -> str:
 
 def bench_kind(demo, kind: str, args, out: Path) -> dict:
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
-    growth, trace = demo.growths[kind], demo.traces[kind]
+    batches = args.batches
+    growth, trace, own = own_traces(demo, kind, args, out)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
     step_path = out / f"step-{kind}.json"
-    profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(BATCHES)],
-                  batch=list(BATCHES), out=step_path, max_new_tokens=args.new_tokens, rounds=3,
+    profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(batches)],
+                  batch=list(batches), out=step_path, max_new_tokens=args.new_tokens, rounds=3,
                   log=lambda _: None)
     costs = profiled_costs(step_path)
     print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
           f"profiled trees {costs.fit['draft_and_overhead']:.1%})", flush=True)
-    # the swept prompts' own trace, over the tokens they decode
-    own = demo.heldout_traces[kind].sequences(args.prompts, positions=args.new_tokens)
     sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
-                 batch=list(BATCHES), sizes=[n for n in SIZES if n <= growth.max_nodes],
+                 batch=list(batches), sizes=[n for n in args.sizes if n <= growth.max_nodes],
                  out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
-                 costs=costs, trace=own, meta={"model": "demo", "device": "cpu"},
+                 costs=costs, trace=own,
+                 meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                  progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r", flush=True))
     print(" " * 40, end="\r")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
@@ -97,7 +130,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     ar_step = sum(ar_ms.values())
     summary = sweep.summary()
     b1 = next(p for p in sweep.points if p.batch == 1 and p.selected)
-    b8 = next(p for p in sweep.points if p.batch == max(BATCHES) and p.selected)
+    b8 = next(p for p in sweep.points if p.batch == max(batches) and p.selected)
     errors = [abs(p.error) for p in sweep.points if p.error is not None]
     result = {
         "kind": kind, "pick_batch1": {"size": pick.tree.size, "max_depth": pick.max_depth,
@@ -136,11 +169,12 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     print(f"- per step (ms): tree draft {tree_ms['draft']:.3f} / verify {tree_ms['verify']:.3f} / "
           f"bookkeeping {tree_ms['bookkeeping']:.3f}; autoregressive step {ar_step:.3f} — "
           f"bookkeeping {book:.1%} of it, ≤ 15%: {mark(book <= 0.15)}")
-    print(f"- lossless at batch {', '.join(map(str, BATCHES))}: "
+    print(f"- lossless at batch {', '.join(map(str, batches))}: "
           f"{mark(result['lossless_every_point'])}")
-    print(f"- batch 8 (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside 8 × batch 1 = "
-          f"{8 * b1.tree_tokens_per_s:.0f}; autoregressive {b8.autoregressive_tokens_per_s:.0f} "
-          f"beside {8 * b1.autoregressive_tokens_per_s:.0f}")
+    top = b8.batch
+    print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
+          f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
+          f"{b8.autoregressive_tokens_per_s:.0f} beside {top * b1.autoregressive_tokens_per_s:.0f}")
     return result
 
 
@@ -153,13 +187,20 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="the demo model's and drafters' dtype (bfloat16: exact attention)")
+    ap.add_argument("--batches", type=lambda t: [int(x) for x in t.split(",")],
+                    default=list(BATCHES), help="default 1,2,4,8")
+    ap.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")],
+                    default=list(SIZES), help="tree sizes swept (default 1,2,4,…,64)")
     ap.add_argument("--out", help="where the step profiles, sweeps and results go")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-live-"))
     out.mkdir(parents=True, exist_ok=True)
-    demo = load(args.demo_dir, threads=1)
-    print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model; 1 torch thread; "
+    demo = load(args.demo_dir, threads=1, dtype=args.dtype)
+    print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model in {args.dtype} "
+          f"(attention {attention_of(demo.model)}); 1 torch thread; "
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
           f"rounds; files in {out}", file=sys.stderr)
     for kind in args.kinds.split(","):
