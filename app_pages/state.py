@@ -21,12 +21,13 @@ TREE_KEY = "chosen_tree"
 
 
 @st.cache_resource(show_spinner="Loading the demo…")
-def demo() -> Any:
-    """The shipped demo (model, heads, traces, growths), loaded once per server."""
+def demo(dtype: str = "float32") -> Any:
+    """The shipped demo (model, heads, traces, growths), loaded once per server and dtype
+    (bfloat16 runs with treeopt's exact attention, so tree decoding stays lossless)."""
     from treeopt.demo.load import load
 
     # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
-    return load(threads=1)
+    return load(threads=1, dtype=dtype)
 
 
 @st.cache_resource(show_spinner=False)

@@ -18,7 +18,7 @@ remains is each step's own noise: two profiles taken this way 40 minutes apart o
 2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, up to 22%.
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
-File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``threads``, ``model``
+File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
 (architecture and shape), ``heads`` (the heads' config), ``prompts``,
 ``max_new_tokens``, ``meta`` and ``records``; written atomically after each batch size, so an
 interrupted run keeps every finished batch and resumes after it.
@@ -40,7 +40,7 @@ from profiling.table import STEP_FORMAT, load_step_profile
 from treeopt.costs import expanded_nodes
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
-from treeopt.decoding.models import architecture
+from treeopt.decoding.models import architecture, attention_of
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
@@ -199,6 +199,7 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
     shape = {"architecture": architecture(model),
              **{k: getattr(cfg, k, None) for k in _SHAPE}}
     fresh = {"format": STEP_FORMAT, "device": device, "dtype": dtype,
+             "attention": attention_of(model),
              "threads": torch.get_num_threads(), "model": shape,
              "heads": heads.config.to_dict(), "prompts": len(prompts),
              "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
@@ -210,8 +211,9 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
         return fresh
     old = load_step_profile(out)
     old.setdefault("design", "trees")  # profiles written before dynamic trees
-    for key in ("device", "dtype", "threads", "model", "heads", "max_new_tokens", "compile",
-                "design"):
+    old.setdefault("attention", "sdpa")  # profiles written before exact attention
+    for key in ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
+                "compile", "design"):
         if old[key] != fresh[key]:
             raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
                                f"{fresh[key]!r}); use another --out")

@@ -230,8 +230,10 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
     assert len(at.get("html")) == 1 and 'title="step 0"' in at.get("html")[0].proto.body
 
 
-def test_verify_page_decodes_a_batch_losslessly(demo):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_verify_page_decodes_a_batch_losslessly(demo, dtype):
     at = open_page("verify")
+    at.radio(key="verify_dtype").set_value(dtype)
     at.select_slider(key="verify_batch").set_value(2)
     at.slider(key="verify_tokens").set_value(32)
     at.button(key="verify_run").click().run()
