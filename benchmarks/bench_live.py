@@ -20,7 +20,10 @@ With ``--dtype bfloat16`` the demo model and its drafters run in bfloat16 with t
 attention (:mod:`treeopt.decoding.attention`; losslessness is checked at every point as in
 float32), and step 2 works from traces calibrated in bfloat16 here — the calibration prompts and
 the swept ones — and trees grown from them (the shipped traces describe the float32 model's
-text, which bfloat16 greedy decoding leaves after a while).
+text, which bfloat16 greedy decoding leaves after a while). Its speed-ups are against bfloat16
+autoregressive decoding; since a small model may run faster in float32, the batch-1 pick is also
+timed against float32 autoregressive decoding of the same prompts: only that ratio says whether
+the tree makes the model faster than it could run without one.
 
 Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16] [--out
 bench-live]`` on a quiet machine (it sets one torch thread, as the app does). About 10 minutes
@@ -42,6 +45,7 @@ from profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import tune
 from treeopt.demo import load
@@ -76,6 +80,29 @@ def own_traces(demo, kind: str, args, out: Path) -> tuple[Growth, RankTrace, Ran
         traces.append(trace)
     growth = grow(traces[0], method="empirical", max_nodes=max(SIZES))
     return growth, traces[0], traces[1]
+
+
+def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
+                    rounds: int) -> tuple[float, float]:
+    """Batch-1 steady tokens/s of ``tree`` on the demo as loaded (bfloat16) and of float32
+    autoregressive decoding (the demo model's faster dtype on the CPUs measured) on the same
+    prompts, interleaved prompt by prompt, each prompt's best of ``rounds`` (greedy decoding
+    emits the same tokens every round, so the best round is the fastest)."""
+    f32 = load(demo.paths.root, threads=1)
+    decoders = {"tree": (Decoder(demo.model, demo.heads[kind]), tree),
+                "float32 AR": (Decoder(f32.model), Tree(()))}
+    best = {name: [float("inf")] * len(prompts) for name in decoders}
+    tokens = {name: [0] * len(prompts) for name in decoders}
+    for r in range(rounds + 1):  # round 0 warms up
+        for i, prompt in enumerate(prompts):
+            for name in (list(decoders) if (i + r) % 2 == 0 else list(decoders)[::-1]):
+                decoder, shape = decoders[name]
+                stats = decoder.decode(shape, [prompt], config=config).stats
+                if r:
+                    best[name][i] = min(best[name][i], stats.decode_seconds)
+                    tokens[name][i] = stats.decode_tokens
+    rate = {name: sum(tokens[name]) / sum(best[name]) for name in decoders}
+    return rate["tree"], rate["float32 AR"]
 
 
 def mark(ok: bool) -> str:
@@ -171,6 +198,16 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
           f"bookkeeping {book:.1%} of it, ≤ 15%: {mark(book <= 0.15)}")
     print(f"- lossless at batch {', '.join(map(str, batches))}: "
           f"{mark(result['lossless_every_point'])}")
+    if args.dtype != "float32":
+        tree_rate, f32_rate = against_float32(demo, kind, pick.tree, prompts[: args.prompts],
+                                              config, args.rounds)
+        result.update(batch1_tokens_per_s_own_dtype=tree_rate,
+                      batch1_float32_autoregressive_tokens_per_s=f32_rate)
+        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        print(f"- in absolute terms, batch 1: the pick in {args.dtype} {tree_rate:.0f} tokens/s, "
+              f"float32 autoregressive decoding of the same prompts {f32_rate:.0f} tokens/s — "
+              f"{tree_rate / f32_rate:.3f}× float32 autoregressive "
+              f"(≥ 1.3×: {mark(tree_rate / f32_rate >= 1.3)})")
     top = b8.batch
     print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
           f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
