@@ -14,7 +14,7 @@ goal by goal:
    prompts: the simulation plus the difference between prompt sets, with its standard error);
 2. per batch size: the settings ``select --dynamic`` recommends, their live speed-up, and the
    best live speed-up of the throughput grid (each point interleaved with autoregressive
-   decoding, best of rounds), then the finalists — the recommended settings, the scan's best,
+   decoding, the median of the paired rounds), then the finalists — the recommended settings, the scan's best,
    the recommended and the best chain — re-measured head to head with more rounds and tokens
    (the scan's maximum over ~40 noisy points is biased upward); the prediction's error split into its two factors, E[L] (the
    calibration walk against the timed prompts' live E[L]) and the step's cost in

@@ -146,6 +146,30 @@ def test_a_sequence_that_stops_early_leaves_the_others_lossless(peaked, trained)
     assert any(len(t) == 30 for t in run.tokens)  # the others ran on to their budget
 
 
+def test_profiled_phases_are_the_steps_alone(peaked, trained, monkeypatch):
+    """The prefill (here made 0.3 s slower) is no step's time: charged to the first step's
+    draft phase, it made a profile price drafting by how long the prompt was."""
+    import time
+
+    from treeopt.decoding.loop import Decoder
+
+    model, _, prompts = peaked
+    decoder = Decoder(model, trained["hydra"])
+    eager = type(decoder.verify).eager
+
+    def slow_prefill(self, input_ids, **kw):
+        if input_ids.shape[1] > TREES["chain"].num_tokens:  # only the prompt is this long
+            time.sleep(0.3)
+        return eager(self, input_ids, **kw)
+
+    monkeypatch.setattr(type(decoder.verify), "eager", slow_prefill)
+    long_prompt = (prompts[0] * 3)[:12]
+    stats = decoder.decode(TREES["chain"], [long_prompt], config=DecodeConfig(max_new_tokens=16),
+                           profile=True).stats
+    assert stats.seconds > 0.3  # the prefill was slow …
+    assert sum(stats.split.to_dict().values()) < 0.2  # … and no phase of any step holds it
+
+
 def test_batched_autoregressive_equals_one_at_a_time(peaked):
     model, _, prompts = peaked
     rows = ragged(prompts, 5)

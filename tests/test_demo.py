@@ -210,13 +210,54 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
     assert again["base"] == first["base"]
     assert json.loads(sweep_file.read_text())["points"][0]["measured"]["speedup"] != 99.0
     with pytest.raises(TreeoptError, match="--redo speed: no such stage; the stages are "
-                                           "tokenizer, prompts"):
+                                           "tokenizer, prompts.* and timing"):
         build.build_demo(out, cfg, log=logs.append, redo=("speed",))
     other = replace(cfg, step_rounds=cfg.step_rounds + 1)
     with pytest.raises(TreeoptError, match=r"--redo dynamic: the demo in .* was built with other "
                                            r"settings \(step_rounds\); --redo re-runs"):
         build.build_demo(out, other, log=logs.append, redo=("dynamic",))
     assert not (out.parent / f".{out.name}.building").exists()  # nothing started
+
+
+def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path, monkeypatch):
+    import torch
+
+    from treeopt.demo import build, stages
+    from treeopt.demo.layout import DemoPaths
+
+    torch.set_num_threads(1)
+    cfg = replace(TINY, seed=5)
+    out = tmp_path / "demo"
+    first = build.build_demo(out, cfg, log=lambda s: None)
+    paths = DemoPaths(out)
+    timed = [*stages.outputs("latency", paths, cfg), *stages.outputs("sweep", paths, cfg),
+             *stages.timing_outputs(paths, cfg)]
+    assert {paths.step_profile("eagle"), paths.dynamic_step_profile("cpu")} <= set(timed)
+    digest = {f["path"]: f["sha256"] for f in first["files"]}
+    timed_names = {p.relative_to(out).as_posix() for p in timed}
+    for p in timed:  # marks a re-measurement must replace
+        doc = json.loads(p.read_text())
+        doc["mark"] = "old"
+        p.write_text(json.dumps(doc))
+
+    def interrupted(ctx, traces=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "dynamic_timing", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, cfg, log=lambda s: None, redo=(stages.TIMING,))
+    monkeypatch.undo()
+    logs: list[str] = []
+    again = build.build_demo(out, cfg, log=logs.append)  # resumes the re-measurement, no --redo
+    assert "[dynamic] speed measured again" in logs and "[base] done earlier, reusing" in logs
+    for p in timed:
+        assert "mark" not in json.loads(p.read_text()), p
+    for f in again["files"]:  # weights, traces, growths: untouched
+        if f["path"] not in timed_names:
+            assert digest[f["path"]] == f["sha256"], f["path"]
+    assert again["drafters"]["eagle"]["training"] == first["drafters"]["eagle"]["training"]
+    assert again["dynamic"]["selection"]["file"] == first["dynamic"]["selection"]["file"]
+    assert again["dynamic"]["live"] == first["dynamic"]["live"]
 
 
 def test_corpus_split_is_deterministic_and_disjoint():

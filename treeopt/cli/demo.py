@@ -27,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     b.add_argument("--redo", metavar="STAGES", default="",
                    help="comma-separated stages to run again over a finished demo built with the "
-                        "same settings, e.g. latency,sweep to re-measure it on this machine "
-                        "(default: none)")
+                        "same settings, e.g. latency,sweep; 'timing' re-measures every speed "
+                        "figure of the demo on this machine (profiles, sweeps, the dynamic "
+                        "recommendation) without training anything again (default: none)")
     b.set_defaults(func=cmd_build, writes_directory=True)
 
     i = demo_sub.add_parser("info", help="headline numbers and file locations of a demo")

@@ -167,6 +167,11 @@ class _Clock:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
+    def restart(self) -> None:
+        """Phases count from here: what came before (setting up, the prefill) is no step's."""
+        if self.on:
+            self.last = self.now()
+
     def lap(self, phase: int) -> None:
         if self.on:
             t = self.now()
@@ -206,6 +211,7 @@ class _Run:
     def loop(self) -> BatchResult:
         start = self.clock.now()
         root, h, lengths = self._prefill()
+        self.clock.restart()
         frontier = max(len(p) for p in self.prompts)
         lens = [len(p) for p in self.prompts]
         prefilled = steady_end = time.perf_counter()

@@ -34,14 +34,20 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                show_progress: bool = False, redo: tuple[str, ...] = ()) -> dict[str, Any]:
     """Build the demo described by ``config`` into ``out``; return its manifest. ``redo``: stages
     to run again although a finished demo (or an interrupted build) has them — e.g. ``latency``
-    and ``sweep`` to re-measure a demo on this machine."""
+    and ``sweep`` — or ``timing``: every speed measurement of the demo (those two stages, the
+    drafters' step profiles and sweeps, the dynamic step profile and recommendation), to
+    re-measure a demo on this machine without training or tracing anything again."""
     import torch
 
     names = [name for name, _ in stages.PIPELINE]
-    unknown = [r for r in redo if r not in names]
+    unknown = [r for r in redo if r not in names and r != stages.TIMING]
     if unknown:
         raise TreeoptError(f"--redo {','.join(unknown)}: no such stage; the stages are "
-                           f"{', '.join(names)}")
+                           f"{', '.join(names)}, and {stages.TIMING} (every speed measurement)")
+    retime = stages.TIMING in redo
+    if retime:
+        redo = tuple(dict.fromkeys([*stages.TIMING_STAGES,
+                                    *(r for r in redo if r != stages.TIMING)]))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     differ = settings_differ(target, config)
@@ -55,12 +61,20 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
         for path in stages.outputs(name, DemoPaths(work), config):
             path.unlink(missing_ok=True)
+    marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
+    if retime:  # and the speed measured inside the drafters and dynamic stages
+        for path in stages.timing_outputs(DemoPaths(work), config):
+            path.unlink(missing_ok=True)
+        write_json(marker, {"redo": stages.TIMING})
     paths = DemoPaths(work)
     torch.manual_seed(config.seed)
     ctx = stages.Context(config, paths, work / ".stages", say, show_progress)
     results: dict[str, Any] = {}
     for name, fn in stages.PIPELINE:
         results[name] = _stage(ctx, name, fn)
+    if marker.exists():  # an interrupted re-measurement resumes here too, --redo or not
+        stages.retime(ctx, results)
+        marker.unlink()
     manifest = _manifest(config, paths, results)
     write_json(paths.manifest, manifest)
     _publish(work, target)

@@ -489,9 +489,7 @@ def drafters(ctx: Context) -> dict[str, Any]:
         ell, held = kind_growths(ctx, kind)
         record["growth"] = {"expected_accept_length": ell, "heldout_expected_accept_length": held}
         record["quality"] = kind_quality(ctx, kind, reference)
-        if _has_profiler():
-            record["step_profile"] = kind_step_profile(ctx, kind)
-            record["sweep"] = kind_sweep(ctx, kind)
+        record.update(drafter_timing(ctx, kind))
         record["sampled"] = {f"{t:g}": kind_sampled(ctx, kind, t) for t in c.sample_temperatures}
         write_json(done, record)
         out[kind] = json.loads(done.read_text())
@@ -529,10 +527,55 @@ def dynamic(ctx: Context) -> dict[str, Any]:
             traces[part][k] = trace
         out["traces"][part] = {"prompts": len(prompts), "positions": sum(trace.lengths)}
     out["live"] = _dynamic_check(ctx, traces)
-    if _has_profiler() and ctx.paths.step_profile("eagle", c.device).exists():
-        out["step_profile"] = _dynamic_step_profile(ctx)
-        out["selection"] = _dynamic_selection(ctx, traces["calibration"])
+    out.update(dynamic_timing(ctx, traces["calibration"]))
     return out
+
+
+def drafter_timing(ctx: Context, kind: str) -> dict[str, Any]:
+    """What the drafters stage measures of a ``kind`` drafter's speed (its step profile and live
+    sweep; nothing without the profiler)."""
+    if not _has_profiler():
+        return {}
+    return {"step_profile": kind_step_profile(ctx, kind), "sweep": kind_sweep(ctx, kind)}
+
+
+def dynamic_timing(ctx: Context, traces: dict[int, Any] | None = None) -> dict[str, Any]:
+    """What the dynamic stage measures of dynamic drafting's speed: the dynamic step profile and
+    the recommendation priced from it (``traces``: the calibration dynamic traces by top-k, read
+    from the demo's files when not given)."""
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    c = ctx.config
+    if not _has_profiler() or not ctx.paths.step_profile("eagle", c.device).exists():
+        return {}
+    if traces is None:
+        traces = {k: DynamicTrace.load(ctx.paths.dynamic_trace("calibration", k))
+                  for k in c.dynamic_topk}
+    return {"step_profile": _dynamic_step_profile(ctx),
+            "selection": _dynamic_selection(ctx, traces)}
+
+
+TIMING = "timing"  # --redo timing: every speed measurement of the demo, nothing trained or traced
+TIMING_STAGES = ("latency", "sweep")  # stages that only measure speed, redone whole
+
+
+def timing_outputs(paths: DemoPaths, config: DemoConfig) -> list[Path]:
+    """The files of the speed measurements inside the drafters and dynamic stages."""
+    return [*(paths.step_profile(k, config.device) for k in NEW_KINDS),
+            *(paths.sweep(k, config.device) for k in NEW_KINDS),
+            paths.dynamic_step_profile(config.device), paths.dynamic_selection(config.device)]
+
+
+def retime(ctx: Context, results: dict[str, Any]) -> None:
+    """Measure the drafters' and dynamic drafting's speed again (their files removed first by
+    the caller) and update those stages' results and records in place."""
+    for kind in NEW_KINDS:
+        results["drafters"].setdefault(kind, {}).update(drafter_timing(ctx, kind))
+    write_json(ctx.scratch / "drafters.json", results["drafters"])
+    ctx.log("[drafters] speed measured again")
+    results["dynamic"].update(dynamic_timing(ctx))
+    write_json(ctx.scratch / "dynamic.json", results["dynamic"])
+    ctx.log("[dynamic] speed measured again")
 
 
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
