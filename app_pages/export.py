@@ -46,9 +46,10 @@ if tree.size == 0:
     st.stop()
 
 c1, c2, c3 = st.columns([1, 1, 2])
+heads_needed = max(tree.depth, drafter.get("depth") or 1, 1)
 num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
-                            value=max(tree.depth, drafter.get("depth") or 1, 1),
-                            key=f"export_heads_{tree.depth}")  # a deeper tree resets it
+                            value=heads_needed,  # another tree or drafter that needs
+                            key=f"export_heads_{heads_needed}")  # another count resets it
 typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
 eagle = typed != "medusa"
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
