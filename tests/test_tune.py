@@ -75,3 +75,28 @@ def test_sizes_beyond_the_growth_and_batches_beyond_the_prompts(model_and_heads,
         sweep_of(model_and_heads, tmp_path / "a.json", sizes=[4])
     with pytest.raises(TreeoptError, match="--batch 3 is larger than the 2 prompts"):
         sweep_of(model_and_heads, tmp_path / "b.json", batch=[3])
+
+
+def test_the_speed_up_pairs_each_round_with_its_own_autoregressive_run():
+    """Round 1 ran on a slow machine (both decodings 2× slower), round 2 on a fast one: each
+    side's best round alone would pair the tree's slow round with autoregressive decoding's fast
+    one. The paired rounds' median is the speed-up; autoregressive tokens/s are its best round and
+    the tree's that times the speed-up."""
+    from treeopt.decoding.compare import Comparison
+    from treeopt.decoding.loop import BatchResult
+    from treeopt.decoding.stats import DecodeStats
+    from treeopt.tree import Tree
+
+    def run(tokens: int, seconds: float) -> BatchResult:
+        return BatchResult(((1,),), DecodeStats(tokens, (1,), seconds, tokens, seconds))
+
+    tree = (run(30, 2.0), run(30, 0.8))  # round 1: 15 tokens/s, round 2: 37.5
+    ar = (run(20, 2.0), run(20, 1.0))  # round 1: 10 tokens/s, round 2: 20
+    c = Comparison(Tree.chain(1), DecodeConfig(), 1, tuple((t,) for t in tree),
+                   tuple((a,) for a in ar))
+    assert c.round_speedups() == [1.5, 1.875]
+    assert c.speedup == 1.6875  # the median of the two paired rounds
+    assert c.autoregressive_tokens_per_s == 20.0
+    assert c.tree_tokens_per_s == 20.0 * 1.6875
+    assert c.to_dict()["tree_decoding"]["decode_tokens_per_s_best"] == 37.5
+

@@ -562,7 +562,7 @@ TIMING_STAGES = ("latency", "sweep")  # stages that only measure speed, redone w
 def timing_outputs(paths: DemoPaths, config: DemoConfig) -> list[Path]:
     """The files of the speed measurements inside the drafters and dynamic stages."""
     return [*(paths.step_profile(k, config.device) for k in NEW_KINDS),
-            *(paths.sweep(k, config.device) for k in NEW_KINDS),
+            *_files_of("sweep", NEW_KINDS, paths, config),
             paths.dynamic_step_profile(config.device), paths.dynamic_selection(config.device)]
 
 
