@@ -279,6 +279,23 @@ def test_plan_sizes_to_the_budget():
         plan(device="tpu")
 
 
+def test_plan_of_a_deeper_base_keeps_the_steps_in_a_longer_budget():
+    preset, deep = plan(budget_minutes=30), plan(budget_minutes=60, base_layers=16)
+    assert (preset.base.num_layers, deep.base.num_layers) == (8, 16)
+    assert (deep.base.steps, deep.head_steps) == (preset.base.steps, preset.head_steps)
+    assert replace(deep.base, num_layers=8) == preset.base
+    with pytest.raises(TreeoptError, match="--base-layers must be at least 1, got 0"):
+        plan(base_layers=0)
+
+
+def test_cli_build_rejects_a_bad_depth(tmp_path, capsys):
+    from treeopt.cli import main
+
+    assert main(["demo", "build", "--out", str(tmp_path / "d"), "--base-layers", "0"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--base-layers must be at least 1, got 0")
+    assert not (tmp_path / "d").exists()
+
+
 def test_cli_info_and_missing_demo(tiny_demo, tmp_path, capsys):
     from treeopt.cli import main
 

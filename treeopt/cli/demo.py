@@ -20,6 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "pipeline check) (default %(default)s)")
     b.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the demo trains (default %(default)s)")
+    b.add_argument("--base-layers", type=int, metavar="N",
+                   help="decoder layers of the base model (default: the preset's 8); a deeper "
+                        "base has a larger fixed cost per step, which speculation amortises, and "
+                        "needs a budget as many times larger for the same training steps")
     b.add_argument("--seed", type=int, default=0, metavar="N",
                    help="random seed of the whole build (default %(default)s)")
     b.add_argument("--threads", type=int, metavar="N",
@@ -47,7 +51,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     check_device(args.device)
     set_threads(args.threads)
-    config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed)
+    config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed,
+                  base_layers=args.base_layers)
     redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
                           and sys.stderr.isatty(), redo=redo)

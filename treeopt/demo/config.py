@@ -18,6 +18,7 @@ _THROUGHPUT = {"cpu": 4000.0, "cuda": 60000.0}
 _BASE_SHARE, _HEAD_SHARE = 0.55, 0.1  # of the budget: base training, each head kind
 _HEAD_COST = 1.5  # a head-training token costs about 1.5 base-training tokens (K vocab projections)
 _HEAD_TOKENS = 4 * 256  # head_batch × head_seq_len of the presets
+_PRESET_LAYERS = 8  # the presets' depth, which the planning throughputs are for
 
 
 @dataclass(frozen=True)
@@ -102,17 +103,27 @@ TINY = DemoConfig(
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)))
 
 
-def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) -> DemoConfig:
+def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
+         base_layers: int | None = None) -> DemoConfig:
     """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
+
+    ``base_layers``: the base model's decoder layers instead of the preset's 8; the planning
+    throughput scales inversely with them, so a base twice as deep needs twice the budget for the
+    same training steps.
 
     >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
     (128, 1289, 468)
     >>> plan(budget_minutes=0.5).base.hidden_size  # too little time: the tiny test build
     32
+    >>> deep = plan(budget_minutes=60, base_layers=16)
+    >>> deep.base.num_layers, deep.base.steps, deep.head_steps
+    (16, 1289, 468)
     """
     if device not in _THROUGHPUT:
         raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
+    if base_layers is not None and base_layers < 1:
+        raise TreeoptError(f"--base-layers must be at least 1, got {base_layers}")
     if budget_minutes < 2:
         return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
     # CPU: 8 narrow layers (2.2M parameters): a step's fixed cost, which speculation amortises,
@@ -120,7 +131,10 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0) ->
     base = BaseConfig(num_layers=8, ditto_share=0.75) if device == "cpu" else BaseConfig(
         hidden_size=256, num_layers=8, num_heads=4, num_kv_heads=4, intermediate_size=704,
         batch_size=32, lr=2e-3, ditto_share=0.75)  # 7.5M parameters
-    seconds, rate = budget_minutes * 60.0, _THROUGHPUT[device]
+    if base_layers is not None:
+        base = replace(base, num_layers=base_layers)
+    seconds = budget_minutes * 60.0
+    rate = _THROUGHPUT[device] * _PRESET_LAYERS / base.num_layers
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))
     head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / _HEAD_TOKENS))
