@@ -86,23 +86,27 @@ def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
                     rounds: int) -> tuple[float, float]:
     """Batch-1 steady tokens/s of ``tree`` on the demo as loaded (bfloat16) and of float32
     autoregressive decoding (the demo model's faster dtype on the CPUs measured) on the same
-    prompts, interleaved prompt by prompt, each prompt's best of ``rounds`` (greedy decoding
-    emits the same tokens every round, so the best round is the fastest)."""
+    prompts, interleaved prompt by prompt, paired as :func:`~treeopt.decoding.compare.compare`
+    pairs: float32 tokens/s is its best of ``rounds`` prompt by prompt, the tree's that times
+    the median over rounds of the tree's tokens/s over float32's in the same round."""
     f32 = load(demo.paths.root, threads=1)
     decoders = {"tree": (Decoder(demo.model, demo.heads[kind]), tree),
                 "float32 AR": (Decoder(f32.model), Tree(()))}
-    best = {name: [float("inf")] * len(prompts) for name in decoders}
-    tokens = {name: [0] * len(prompts) for name in decoders}
+    seconds = {name: [[0.0] * len(prompts) for _ in range(rounds)] for name in decoders}
+    tokens = dict.fromkeys(decoders, 0)
     for r in range(rounds + 1):  # round 0 warms up
         for i, prompt in enumerate(prompts):
             for name in (list(decoders) if (i + r) % 2 == 0 else list(decoders)[::-1]):
                 decoder, shape = decoders[name]
                 stats = decoder.decode(shape, [prompt], config=config).stats
                 if r:
-                    best[name][i] = min(best[name][i], stats.decode_seconds)
-                    tokens[name][i] = stats.decode_tokens
-    rate = {name: sum(tokens[name]) / sum(best[name]) for name in decoders}
-    return rate["tree"], rate["float32 AR"]
+                    seconds[name][r - 1][i] = stats.decode_seconds
+                    tokens[name] += stats.decode_tokens if r == 1 else 0
+    ratios = [(tokens["tree"] / sum(t)) / (tokens["float32 AR"] / sum(a))
+              for t, a in zip(seconds["tree"], seconds["float32 AR"], strict=True)]
+    best = [min(rnd[i] for rnd in seconds["float32 AR"]) for i in range(len(prompts))]
+    f32_rate = tokens["float32 AR"] / sum(best)
+    return f32_rate * statistics.median(ratios), f32_rate
 
 
 def mark(ok: bool) -> str:
