@@ -128,7 +128,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                  batch=list(batches), sizes=[n for n in args.sizes if n <= growth.max_nodes],
                  out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
-                 costs=costs, trace=own,
+                 costs=costs, trace=own, select_trace=trace,
                  meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                  progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r", flush=True))
     print(" " * 40, end="\r")

@@ -100,3 +100,34 @@ def test_the_speed_up_pairs_each_round_with_its_own_autoregressive_run():
     assert c.tree_tokens_per_s == 20.0 * 1.6875
     assert c.to_dict()["tree_decoding"]["decode_tokens_per_s_best"] == 37.5
 
+
+
+def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_other(
+        model_and_heads, tmp_path):
+    """A calibration trace in which every head is right (select's pick: the deepest chain) and a
+    swept-prompts trace in which none is (every prediction: E[L] 1): the selected point is the
+    one the calibration trace picks, and every point, the pick included, is predicted at E[L] 1.
+    """
+    from test_select import profile_records
+
+    from treeopt.costs import step_costs
+    from treeopt.trace import RankTrace
+
+    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    meta = {"top_k": 4, "sequence_positions": [20, 20]}
+    right = RankTrace(np.zeros((40, 2), np.int16), meta)
+    wrong = RankTrace(np.full((40, 2), -1, np.int16), meta)
+    sweep = sweep_of(model_and_heads, tmp_path / "s.json", batch=[1], sizes=[1], costs=costs,
+                     trace=wrong, select_trace=right)
+    picked = [p for p in sweep.points if p.selected]
+    # the chain of two (0,), (0, 0): E[L] 3 where every head is right; the third node, rank 1,
+    # never is, so it only costs
+    assert [(p.size, p.max_depth) for p in picked] == [(2, None)]
+    assert [p.size for p in sweep.points] == [1, 2]
+    for p in sweep.points:  # the step costs more with a tree; with E[L] 1 it cannot pay
+        assert p.predicted_speedup < 1.0
+    assert sweep.meta["selection"] == "a trace of its own (calibration)"
+    alone = sweep_of(model_and_heads, tmp_path / "t.json", batch=[1], sizes=[1], costs=costs,
+                     trace=wrong)  # select picks with the predictions' trace: no tree pays
+    assert [p.size for p in alone.points if p.selected] == [0]
+    assert alone.meta["selection"] == "the predictions' trace"

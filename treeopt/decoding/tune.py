@@ -4,7 +4,10 @@ interleaved, warmed up, in rounds), beside what the step-cost model predicts for
 
 With a step profile (:class:`~treeopt.costs.StepCosts`) the sweep also measures, per batch, the
 tree :func:`~treeopt.select.select` picks over the whole growth (every size and depth cap), so the
-sweep shows how close the model's choice comes to the measured best.
+sweep shows how close the model's choice comes to the measured best. Two traces may play two
+parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
+error is the step-cost model's alone), ``select_trace`` is what select picks with (a calibration
+trace: what a user's select sees before any live run; by default ``trace``).
 """
 
 from __future__ import annotations
@@ -44,20 +47,25 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
          config: DecodeConfig | None = None, rounds: int = 3, costs: StepCosts | None = None,
-         trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
-         compile: bool = False, progress: Callable[[int, int], None] | None = None) -> Sweep:
+         trace: RankTrace | None = None, select_trace: RankTrace | None = None,
+         meta: dict[str, Any] | None = None, compile: bool = False,
+         progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
-    given — writing ``out`` after each point; points already in ``out`` are kept."""
+    given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
+    points already in ``out`` are kept."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
+    picker = select_trace if select_trace is not None else trace
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
-                   trace=trace)  # checks every size before anything runs
+                   trace=picker)  # checks every size before anything runs
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": rounds, "compile": compile,
         "predicted": costs.verify.source if costs is not None else None,
         "acceptance": "per-step walk of the trace" if trace is not None else "growth E[L]",
+        "selection": ("growth E[L]" if picker is None else "the predictions' trace"
+                      if picker is trace else "a trace of its own (calibration)"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):

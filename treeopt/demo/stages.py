@@ -445,7 +445,8 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     threads(c.live_threads)
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
     # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
-    # step-cost model's error, not the sampling error of a handful of prompts
+    # step-cost model's error, not the sampling error of a handful of prompts; select picks with
+    # the calibration trace, as a user's select does before any live run
     path = ctx.paths.sweep(kind, c.device)
     growth = Growth.load(ctx.paths.growth(kind))
     sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
@@ -456,6 +457,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
                   costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
                   trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
                       c.sweep_prompts, positions=c.live_new_tokens),
+                  select_trace=RankTrace.load(ctx.paths.trace(kind)),
                   meta={"model": "treeopt demo", "device": c.device},
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
