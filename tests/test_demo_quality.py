@@ -158,3 +158,49 @@ def test_training_switches_to_ditto_rows_at_the_phase_start(monkeypatch):
     assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
     assert calls == [2, 2, 2]  # three phase steps (7, 8, 9), two span rows each
     assert not model.training and not any(p.requires_grad for p in model.parameters())
+
+
+def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
+    """Stopped after step 5 (checkpoints every 2 steps: the last after step 4), the training
+    resumes from step 4 and ends with the very weights and losses of an uninterrupted run —
+    across the DITTO phase, whose spans come from the same generator. A checkpoint of another
+    training is refused."""
+    import torch
+
+    from treeopt.demo import base
+    from treeopt.errors import TreeoptError
+
+    cfg = base.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                          intermediate_size=32, max_positions=32, seq_len=16, batch_size=4,
+                          steps=10, warmup=2, ditto_share=0.5, ditto_phase=0.3)
+    stream = np.arange(400, dtype=np.int32) % 50 + 3
+    whole = base.new_model(cfg, 64, seed=0)
+    want = base.train_base(whole, stream, cfg, seed=0)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(step: int, loss: float) -> None:
+        if step == 5:
+            raise Stop
+
+    ckpt = tmp_path / "base.pt"
+    with pytest.raises(Stop):
+        base.train_base(base.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt,
+                        every=2, progress=stop_at_5)
+    seen = []
+    resumed = base.new_model(cfg, 64, seed=0)
+    got = base.train_base(resumed, stream, cfg, seed=0, checkpoint=ckpt, every=2,
+                          progress=lambda step, loss: seen.append(step))
+    assert seen == [5, 6, 7, 8, 9, 10]  # steps 1-4 came from the checkpoint
+    assert got == want
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    with pytest.raises(TreeoptError, match="a checkpoint of another base-model training"):
+        base.train_base(base.new_model(cfg, 64, seed=0), stream,
+                        base.BaseConfig(**{**cfg.to_dict(), "lr": 1e-3}), seed=0,
+                        checkpoint=ckpt)
+    ckpt.write_bytes(b"torn")
+    with pytest.raises(TreeoptError, match="not a base-model checkpoint"):
+        base.train_base(base.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt)

@@ -19,6 +19,7 @@ pure MLE.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -30,8 +31,11 @@ import torch
 
 from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from treeopt.errors import TreeoptError
+from treeopt.files import atomic_write
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from transformers import PreTrainedModel
 
 
@@ -175,8 +179,14 @@ def lr_factor(step: int, cfg: BaseConfig) -> float:
 
 def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseConfig, *, seed: int,
                device: str = "cpu", progress: Callable[[int, float], None] | None = None,
-               ) -> list[float]:
-    """Train in place; return the loss of every step."""
+               checkpoint: Path | None = None, every: int | None = None) -> list[float]:
+    """Train in place; return the loss of every step.
+
+    ``checkpoint``: every ``every`` steps (default a tenth of them) the whole training state —
+    weights, optimiser, schedule, the data generator, the losses so far — is written there
+    atomically, and a run that finds one continues from it, taking exactly the steps an
+    uninterrupted run would have taken.
+    """
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     rest = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -185,8 +195,11 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
                             lr=cfg.lr, betas=(0.9, 0.95), fused=False)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     gen = torch.Generator().manual_seed(seed)
-    losses = []
-    for step in range(cfg.steps):
+    losses: list[float] = []
+    if checkpoint is not None and checkpoint.exists():
+        losses = _restore(checkpoint, model, opt, sched, gen, cfg)
+    every = every or max(1, cfg.steps // 10)
+    for step in range(len(losses), cfg.steps):
         ditto = cfg.ditto_rows if step >= cfg.ditto_start else 0
         plain = cfg.batch_size - ditto  # rows of ordinary next-token windows
         ids = windows(stream, seq_len=cfg.seq_len, count=plain, generator=gen).to(device)
@@ -202,10 +215,38 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
         opt.step()
         sched.step()
         losses.append(float(loss.detach()))
-        if progress is not None:
+        if progress is not None:  # first: what it records at this step is in the checkpoint
             progress(step + 1, losses[-1])
+        if checkpoint is not None and (step + 1) % every == 0 and step + 1 < cfg.steps:
+            _save(checkpoint, model, opt, sched, gen, losses, cfg)
     model.eval().requires_grad_(False)
     return losses
+
+
+def _save(path: Path, model: PreTrainedModel, opt: torch.optim.Optimizer, sched: Any,
+          gen: torch.Generator, losses: list[float], cfg: BaseConfig) -> None:
+    state = {"config": json.dumps(cfg.to_dict(), sort_keys=True), "model": model.state_dict(),
+             "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
+             "generator": gen.get_state(), "losses": torch.tensor(losses, dtype=torch.float64)}
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
+
+def _restore(path: Path, model: PreTrainedModel, opt: torch.optim.Optimizer, sched: Any,
+             gen: torch.Generator, cfg: BaseConfig) -> list[float]:
+    """Load a checkpoint of this very training (``weights_only``: tensors and plain data)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 — torn bytes fail anywhere in the unpickler
+        raise TreeoptError(f"{path}: not a base-model checkpoint ({type(exc).__name__}); "
+                           "delete it to train from the start") from None
+    if state.get("config") != json.dumps(cfg.to_dict(), sort_keys=True):
+        raise TreeoptError(f"{path}: a checkpoint of another base-model training; delete it to "
+                           "train from the start")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    sched.load_state_dict(state["schedule"])
+    gen.set_state(state["generator"])
+    return state["losses"].tolist()
 
 
 def heldout_loss(model: PreTrainedModel, stream: npt.NDArray[np.int32], *, seq_len: int,

@@ -14,7 +14,7 @@ import numpy as np
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
-from treeopt.files import write_json
+from treeopt.files import read_json, write_json
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
@@ -129,7 +129,10 @@ def base_model(ctx: Context) -> dict[str, Any]:
     c = ctx.config
     model = new_model(c.base, len(ctx.tokenizer), seed=c.seed)
     bar = ctx.bar(c.base.steps, "base model")
-    before_ditto: dict[str, float] = {}  # held-out loss when the DITTO phase starts: its cost
+    checkpoint = ctx.scratch / "base-checkpoint.pt"  # an interrupted training resumes from it
+    ditto_file = ctx.scratch / "base-before-ditto.json"
+    # held-out loss when the DITTO phase starts: its cost (kept on disk across a resume)
+    before_ditto: dict[str, float] = read_json(ditto_file) if ditto_file.exists() else {}
 
     def tick(step: int, loss: float) -> None:
         bar.update(1)
@@ -138,12 +141,16 @@ def base_model(ctx: Context) -> dict[str, Any]:
             ctx.log(f"  base step {step}/{c.base.steps} loss {loss:.3f}")
         if step == c.base.ditto_start < c.base.steps:
             before_ditto.update(heldout_loss(model, ctx.stream("heldout"), seq_len=c.base.seq_len))
+            write_json(ditto_file, before_ditto)
             ctx.log(f"  held-out loss {before_ditto['loss']:.3f} before the DITTO phase")
 
+    if checkpoint.exists():
+        ctx.log("  resuming the base model's training from its last checkpoint")
     losses = train_base(model, ctx.stream("train"), c.base, seed=c.seed, device=c.device,
-                        progress=tick)
+                        progress=tick, checkpoint=checkpoint)
     bar.close()
     model.to(torch.float16).save_pretrained(str(ctx.paths.model))
+    checkpoint.unlink(missing_ok=True)
     ctx.reload("model")
     heldout = heldout_loss(ctx.model, ctx.stream("heldout"), seq_len=c.base.seq_len)
     return {"parameters": sum(p.numel() for p in model.parameters()),
