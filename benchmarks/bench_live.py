@@ -63,9 +63,10 @@ BATCHES = (1, 2, 4, 8)
 
 def own_traces(demo, kind: str, args, out: Path) -> tuple[Growth, RankTrace, RankTrace]:
     """Growth, calibration trace and the swept prompts' trace of the demo as loaded (its
-    dtype): the shipped ones in float32, calibrated and grown here otherwise."""
+    dtype): the shipped ones in float32, calibrated and grown here otherwise; both traces over
+    the positions a run of ``--new-tokens`` decodes."""
     if args.dtype == "float32":
-        return (demo.growths[kind], demo.traces[kind],
+        return (demo.growths[kind], demo.traces[kind].first_positions(args.new_tokens),
                 demo.heldout_traces[kind].sequences(args.prompts, positions=args.new_tokens))
     shipped = demo.traces[kind].meta
     config = CalibrateConfig(top_k=int(shipped.get("top_k", 16)), max_new_tokens=args.new_tokens,

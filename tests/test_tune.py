@@ -131,3 +131,25 @@ def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_o
                      trace=wrong)  # select picks with the predictions' trace: no tree pays
     assert [p.size for p in alone.points if p.selected] == [0]
     assert alone.meta["selection"] == "the predictions' trace"
+
+
+def test_points_are_predicted_over_the_positions_the_sweep_decodes(model_and_heads, tmp_path):
+    """Heads that miss on each sequence's first 4 positions and are right after them: a sweep of
+    4 new tokens is predicted at E[L] 1, exactly as by a trace that always misses, and select
+    (picking with the same trace) takes no tree."""
+    from test_select import profile_records
+
+    from treeopt.costs import step_costs
+    from treeopt.trace import RankTrace
+
+    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    meta = {"top_k": 4, "sequence_positions": [20, 20]}
+    late = np.zeros((40, 2), np.int16)
+    late[[0, 1, 2, 3, 20, 21, 22, 23]] = -1
+    never = np.full((40, 2), -1, np.int16)
+    got, want = (sweep_of(model_and_heads, tmp_path / f"{name}.json", batch=[1], sizes=[1, 2],
+                          costs=costs, trace=RankTrace(ranks, meta))
+                 for name, ranks in (("late", late), ("never", never)))
+    assert [p.predicted_speedup for p in got.points] == [p.predicted_speedup
+                                                         for p in want.points]
+    assert [p.size for p in got.points if p.selected] == [0]  # select, too: no tree pays

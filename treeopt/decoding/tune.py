@@ -7,7 +7,8 @@ tree :func:`~treeopt.select.select` picks over the whole growth (every size and 
 sweep shows how close the model's choice comes to the measured best. Two traces may play two
 parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
 error is the step-cost model's alone), ``select_trace`` is what select picks with (a calibration
-trace: what a user's select sees before any live run; by default ``trace``).
+trace: what a user's select sees before any live run; by default ``trace``). Both are read over
+the positions the sweep decodes: each sequence's first ``max_new_tokens``.
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
-    picker = select_trace if select_trace is not None else trace
+    # E[L] over the positions the sweep decodes (each sequence's first max_new_tokens)
+    trace = trace.first_positions(config.max_new_tokens) if trace is not None else None
+    picker = (select_trace.first_positions(config.max_new_tokens)
+              if select_trace is not None else trace)
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker)  # checks every size before anything runs
     sweep = Sweep.resume(out, {

@@ -65,8 +65,9 @@ def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
                                           "choices": tree.as_choices()},
         "heads": heads.config.kind, "mode": config.mode, "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, **result.to_dict()}
-    if trace is not None:
-        report["predicted"] = prediction(tree, trace, result.tree_stats.mean_accept_length)
+    if trace is not None:  # over the positions the run decodes
+        report["predicted"] = prediction(tree, trace.first_positions(config.max_new_tokens),
+                                         result.tree_stats.mean_accept_length)
     return report
 
 
