@@ -197,10 +197,10 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(),
                                  strict=True):
         assert torch.equal(a, b), name
-    with pytest.raises(TreeoptError, match="a checkpoint of another base-model training"):
+    with pytest.raises(TreeoptError, match="not of this base-model training"):
         base.train_base(base.new_model(cfg, 64, seed=0), stream,
                         base.BaseConfig(**{**cfg.to_dict(), "lr": 1e-3}), seed=0,
                         checkpoint=ckpt)
     ckpt.write_bytes(b"torn")
-    with pytest.raises(TreeoptError, match="not a base-model checkpoint"):
+    with pytest.raises(TreeoptError, match="not a checkpoint of a base-model training"):
         base.train_base(base.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt)

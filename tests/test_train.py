@@ -57,6 +57,49 @@ def test_training_lowers_the_loss_and_leaves_the_base_frozen(setup, kind, option
         assert heads.prefix_layer.out.weight.abs().sum() > 0  # the prefix layer learned
 
 
+@pytest.mark.parametrize("kind", ["hydra", "draft-model"])
+def test_an_interrupted_training_resumes_to_the_same_drafter(setup, kind, tmp_path):
+    """Stopped after step 7 (checkpoints every 2 of 20 steps: the last after step 6), heads or a
+    draft model resume from step 6 and end with the weights and history of an uninterrupted
+    run; the base model is left as it was."""
+    from treeopt.drafters.training import distill_draft_model
+
+    model, seqs = setup
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = TrainConfig(kind=kind, num_heads=3, steps=20, batch_size=4, seq_len=40, lr=3e-3,
+                      prefix_attention=kind == "hydra")
+
+    def train(**kw):
+        if kind == "draft-model":
+            return distill_draft_model(model, seqs, cfg, **kw)
+        return train_heads(model, seqs, cfg, **kw)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_7(step: int, total: int, loss: float) -> None:
+        if step == 7:
+            raise Stop
+
+    whole, want = train()
+    ckpt = tmp_path / "train.pt"
+    with pytest.raises(Stop):
+        train(checkpoint=ckpt, progress=stop_at_7)
+    seen = []
+    resumed, got = train(checkpoint=ckpt, progress=lambda s, n, loss: seen.append(s))
+    assert seen == list(range(7, 21))  # steps 1-6 came from the checkpoint
+    assert got == want
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(),
+                                 strict=True):
+        assert torch.equal(a, b), name
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    with pytest.raises(TreeoptError, match="a checkpoint of another training, not of this "
+                                           "hydra training"):
+        train_heads(model, seqs, TrainConfig(kind="hydra", num_heads=3, steps=20, batch_size=4,
+                                             seq_len=40, lr=1e-3), checkpoint=ckpt)
+
+
 def test_too_little_data(setup):
     with pytest.raises(TreeoptError, match="fewer than --seq-len 64"):
         windows([[1, 2, 3]], 64)

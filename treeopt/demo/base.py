@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from treeopt.checkpoint import restore_training, save_training
 from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from treeopt.errors import TreeoptError
-from treeopt.files import atomic_write
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -196,8 +196,10 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
     gen = torch.Generator().manual_seed(seed)
     losses: list[float] = []
+    loop = {"settings": json.dumps(cfg.to_dict(), sort_keys=True), "module": model,
+            "optimizer": opt, "schedule": sched, "generator": gen}
     if checkpoint is not None and checkpoint.exists():
-        losses = _restore(checkpoint, model, opt, sched, gen, cfg)
+        losses = restore_training(checkpoint, **loop, what="base-model training")
     every = every or max(1, cfg.steps // 10)
     for step in range(len(losses), cfg.steps):
         ditto = cfg.ditto_rows if step >= cfg.ditto_start else 0
@@ -218,35 +220,9 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
         if progress is not None:  # first: what it records at this step is in the checkpoint
             progress(step + 1, losses[-1])
         if checkpoint is not None and (step + 1) % every == 0 and step + 1 < cfg.steps:
-            _save(checkpoint, model, opt, sched, gen, losses, cfg)
+            save_training(checkpoint, **loop, history=losses)
     model.eval().requires_grad_(False)
     return losses
-
-
-def _save(path: Path, model: PreTrainedModel, opt: torch.optim.Optimizer, sched: Any,
-          gen: torch.Generator, losses: list[float], cfg: BaseConfig) -> None:
-    state = {"config": json.dumps(cfg.to_dict(), sort_keys=True), "model": model.state_dict(),
-             "optimizer": opt.state_dict(), "schedule": sched.state_dict(),
-             "generator": gen.get_state(), "losses": torch.tensor(losses, dtype=torch.float64)}
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
-
-
-def _restore(path: Path, model: PreTrainedModel, opt: torch.optim.Optimizer, sched: Any,
-             gen: torch.Generator, cfg: BaseConfig) -> list[float]:
-    """Load a checkpoint of this very training (``weights_only``: tensors and plain data)."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 — torn bytes fail anywhere in the unpickler
-        raise TreeoptError(f"{path}: not a base-model checkpoint ({type(exc).__name__}); "
-                           "delete it to train from the start") from None
-    if state.get("config") != json.dumps(cfg.to_dict(), sort_keys=True):
-        raise TreeoptError(f"{path}: a checkpoint of another base-model training; delete it to "
-                           "train from the start")
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    sched.load_state_dict(state["schedule"])
-    gen.set_state(state["generator"])
-    return state["losses"].tolist()
 
 
 def heldout_loss(model: PreTrainedModel, stream: npt.NDArray[np.int32], *, seq_len: int,

@@ -215,18 +215,22 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     def tick(step: int, total: int, loss: float) -> None:
         bar.update(1)
 
+    checkpoint = ctx.scratch / f"train-{kind}-checkpoint.pt"  # an interruption resumes here
     if drafter_kind(kind).trained:
-        trained, history = train_heads(ctx.model, rows, cfg, progress=tick)
+        trained, history = train_heads(ctx.model, rows, cfg, progress=tick,
+                                       checkpoint=checkpoint)
         save_heads(copy.deepcopy(trained).to(torch.float16), ctx.paths.heads(kind),
                    meta={"training": {**cfg.__dict__},
                          "data": "train-part prompts continued greedily by the base model"})
     else:  # a draft model: a one-layer copy of the base model, distilled
         from treeopt.drafters.draft_model import DraftModel
 
-        lm, history = distill_draft_model(ctx.model, rows, cfg, layers=layers, progress=tick)
+        lm, history = distill_draft_model(ctx.model, rows, cfg, layers=layers, progress=tick,
+                                          checkpoint=checkpoint)
         DraftModel(lm.to(torch.float16), depth=c.num_heads).save(ctx.paths.heads(kind),
                                                                  tokenizer=ctx.tokenizer)
     bar.close()
+    checkpoint.unlink(missing_ok=True)
     last = history[-max(1, len(history) // 10):]
     out = {"steps": c.head_steps, "tokens": c.head_steps * c.head_batch * c.head_seq_len,
            "layers": layers, "prefix_attention": cfg.prefix_attention,

@@ -10,6 +10,7 @@ the same way: a shallower copy of the base model trained on its next-token distr
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from treeopt.checkpoint import restore_training, save_training
 from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
 from treeopt.drafters.base import pick_features
@@ -24,6 +26,8 @@ from treeopt.drafters.config import TrainConfig
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from transformers import PreTrainedModel
 
     from treeopt.drafters.base import DraftHeads
@@ -91,17 +95,26 @@ def _schedule(cfg: TrainConfig) -> Callable[[int], float]:
 
 def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
               step: Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, Any]]],
-              progress: Callable[[int, int, float], None] | None) -> list[dict[str, Any]]:
+              progress: Callable[[int, int, float], None] | None,
+              checkpoint: Path | None = None) -> list[dict[str, Any]]:
     """``config.steps`` AdamW steps on ``module``'s trainable weights, each on a random batch of
     ``data``'s rows (seeded) whose loss ``step`` gives; gradients clipped to norm 1, learning
-    rate warmed up then cosine-decayed. Returns the history of every step."""
+    rate warmed up then cosine-decayed. Returns the history of every step. ``checkpoint``: the
+    whole state is written there every tenth of the steps, and a run that finds it continues
+    from it (:mod:`treeopt.checkpoint`)."""
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
     gen = torch.Generator().manual_seed(config.seed)
     history: list[dict[str, Any]] = []
+    loop = {"settings": json.dumps({**config.__dict__, "rows": list(data.shape)},
+                                   sort_keys=True, default=str),
+            "module": module, "optimizer": opt, "schedule": sched, "generator": gen}
+    if checkpoint is not None and checkpoint.exists():
+        history = restore_training(checkpoint, **loop, what=f"{config.kind} training")
+    every = max(1, config.steps // 10)
     module.train()
-    for i in range(config.steps):
+    for i in range(len(history), config.steps):
         rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
         loss, extra = step(data[rows.to(data.device)])
         opt.zero_grad(set_to_none=True)
@@ -113,14 +126,17 @@ def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
                         "lr": sched.get_last_lr()[0]})
         if progress is not None:
             progress(i + 1, config.steps, float(loss.detach()))
+        if checkpoint is not None and (i + 1) % every == 0 and i + 1 < config.steps:
+            save_training(checkpoint, **loop, history=history)
     return history
 
 
 def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
                 heads: DraftHeads | None = None,
                 progress: Callable[[int, int, float], None] | None = None,
-                ) -> tuple[DraftHeads, list[dict[str, Any]]]:
-    """Train (new or given) heads on ``sequences`` of token ids; return them and a loss history."""
+                checkpoint: Path | None = None) -> tuple[DraftHeads, list[dict[str, Any]]]:
+    """Train (new or given) heads on ``sequences`` of token ids; return them and a loss history
+    (``checkpoint``: resumable, see :func:`_optimise`)."""
     torch.manual_seed(config.seed)
     device = model_device(model)
     if heads is None:
@@ -137,13 +153,14 @@ def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], conf
         return loss, {"head_loss": per_head, "top1_agreement": agree}
 
     history = _optimise(heads, windows(sequences, config.seq_len).to(device), config, step,
-                        progress)
+                        progress, checkpoint)
     return heads.eval(), history
 
 
 def distill_draft_model(model: PreTrainedModel, sequences: Sequence[Sequence[int]],
                         config: TrainConfig, *, layers: int = 1,
                         progress: Callable[[int, int, float], None] | None = None,
+                        checkpoint: Path | None = None,
                         ) -> tuple[PreTrainedModel, list[dict[str, Any]]]:
     """A draft model for ``model``: the same architecture with ``layers`` decoder layers,
     started from the base model's embeddings, first layers, final norm and LM head (so it
@@ -174,5 +191,5 @@ def distill_draft_model(model: PreTrainedModel, sequences: Sequence[Sequence[int
         return loss, {"top1_agreement": [agree]}
 
     history = _optimise(draft, windows(sequences, config.seq_len).to(device), config, step,
-                        progress)
+                        progress, checkpoint)
     return draft.eval().requires_grad_(False), history
