@@ -29,8 +29,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from treeopt.checkpoint import restore_training, save_training
 from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from treeopt.drafters.resume import restore_training, save_training
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from treeopt.checkpoint import restore_training, save_training
 from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
 from treeopt.drafters.base import pick_features
 from treeopt.drafters.config import TrainConfig
+from treeopt.drafters.resume import restore_training, save_training
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
     ``data``'s rows (seeded) whose loss ``step`` gives; gradients clipped to norm 1, learning
     rate warmed up then cosine-decayed. Returns the history of every step. ``checkpoint``: the
     whole state is written there every tenth of the steps, and a run that finds it continues
-    from it (:mod:`treeopt.checkpoint`)."""
+    from it (:mod:`treeopt.drafters.resume`)."""
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(config))
