@@ -227,7 +227,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="hydra,medusa")
     ap.add_argument("--prompts", type=int, default=32, help="held-out prompts per point")
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds per point and per repeated run (verify's and tune's default)")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the demo model's and drafters' dtype (bfloat16: exact attention)")
