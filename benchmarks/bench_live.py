@@ -26,7 +26,7 @@ timed against float32 autoregressive decoding of the same prompts: only that rat
 the tree makes the model faster than it could run without one.
 
 Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16] [--out
-bench-live]`` on a quiet machine (it sets one torch thread, as the app does). About 10 minutes
+bench-live]`` on a quiet machine (it sets one torch thread, as the app does). About 15 minutes
 per head kind on 2 cores (bfloat16: 5 more for its calibration).
 """
 
