@@ -30,7 +30,7 @@ import numpy.typing as npt
 import torch
 
 from treeopt.demo.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from treeopt.drafters.resume import restore_training, save_training
+from treeopt.drafters.resume import due, restore_training, save_training
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -200,7 +200,6 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
             "optimizer": opt, "schedule": sched, "generator": gen}
     if checkpoint is not None and checkpoint.exists():
         losses = restore_training(checkpoint, **loop, what="base-model training")
-    every = every or max(1, cfg.steps // 10)
     for step in range(len(losses), cfg.steps):
         ditto = cfg.ditto_rows if step >= cfg.ditto_start else 0
         plain = cfg.batch_size - ditto  # rows of ordinary next-token windows
@@ -219,7 +218,7 @@ def train_base(model: PreTrainedModel, stream: npt.NDArray[np.int32], cfg: BaseC
         losses.append(float(loss.detach()))
         if progress is not None:  # first: what it records at this step is in the checkpoint
             progress(step + 1, losses[-1])
-        if checkpoint is not None and (step + 1) % every == 0 and step + 1 < cfg.steps:
+        if checkpoint is not None and due(step + 1, cfg.steps, every):
             save_training(checkpoint, **loop, history=losses)
     model.eval().requires_grad_(False)
     return losses

@@ -19,6 +19,16 @@ from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write
 
 
+def due(done: int, steps: int, every: int | None = None) -> bool:
+    """Whether a checkpoint is written after ``done`` of ``steps`` steps: every ``every`` steps
+    (default a tenth of them), never after the last (the finished result is saved instead).
+
+    >>> [d for d in range(1, 21) if due(d, 20)]
+    [2, 4, 6, 8, 10, 12, 14, 16, 18]
+    """
+    return done % (every or max(1, steps // 10)) == 0 and done < steps
+
+
 def save_training(path: Path, *, settings: str, module: torch.nn.Module,
                   optimizer: torch.optim.Optimizer, schedule: Any, generator: torch.Generator,
                   history: list[Any]) -> None:

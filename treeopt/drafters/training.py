@@ -22,7 +22,7 @@ from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
 from treeopt.drafters.base import pick_features
 from treeopt.drafters.config import TrainConfig
-from treeopt.drafters.resume import restore_training, save_training
+from treeopt.drafters.resume import due, restore_training, save_training
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -112,7 +112,6 @@ def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
             "module": module, "optimizer": opt, "schedule": sched, "generator": gen}
     if checkpoint is not None and checkpoint.exists():
         history = restore_training(checkpoint, **loop, what=f"{config.kind} training")
-    every = max(1, config.steps // 10)
     module.train()
     for i in range(len(history), config.steps):
         rows = torch.randint(len(data), (min(config.batch_size, len(data)),), generator=gen)
@@ -126,7 +125,7 @@ def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
                         "lr": sched.get_last_lr()[0]})
         if progress is not None:
             progress(i + 1, config.steps, float(loss.detach()))
-        if checkpoint is not None and (i + 1) % every == 0 and i + 1 < config.steps:
+        if checkpoint is not None and due(i + 1, config.steps):
             save_training(checkpoint, **loop, history=history)
     return history
 
