@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.demo import stages
-from treeopt.demo.config import DemoConfig
+from treeopt.demo.config import DemoConfig, command_line
 from treeopt.demo.layout import DEMO_FORMAT, DemoPaths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json, write_json
@@ -157,8 +157,7 @@ def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> 
     return {
         "format": DEMO_FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": (f"treeopt demo build --budget-minutes {config.budget_minutes:g} "
-                    f"--device {config.device} --seed {config.seed}"),
+        "command": command_line(config),
         "config": _jsonable(config),
         "environment": {"treeopt": __version__, "python": platform.python_version(),
                         "torch": torch.__version__, "transformers": transformers.__version__,

@@ -103,6 +103,21 @@ TINY = DemoConfig(
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)))
 
 
+def command_line(config: DemoConfig) -> str:
+    """The ``treeopt demo build`` command that plans ``config`` (recorded in the manifest).
+
+    >>> command_line(plan(budget_minutes=60))
+    'treeopt demo build --budget-minutes 60 --device cpu --seed 0'
+    >>> command_line(plan(budget_minutes=120, base_layers=16))
+    'treeopt demo build --budget-minutes 120 --base-layers 16 --device cpu --seed 0'
+    """
+    preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed)
+    layers = ("" if config.base.num_layers == preset.base.num_layers
+              else f" --base-layers {config.base.num_layers}")
+    return (f"treeopt demo build --budget-minutes {config.budget_minutes:g}{layers} "
+            f"--device {config.device} --seed {config.seed}")
+
+
 def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
          base_layers: int | None = None) -> DemoConfig:
     """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
