@@ -116,8 +116,12 @@ def test_load_returns_everything(tiny_demo):
         assert sweep.batches == list(TINY.live_batches)
         assert all(p.lossless for p in sweep.points)
         assert all(sweep.selected(b) is not None for b in sweep.batches)  # select's pick, measured
+        # the profile it was priced from, named inside the demo, not in the build's work dir
+        assert sweep.meta["predicted"] == f"latency/step-{kind}-cpu.json"
         priced = demo_pricing(demo, kind)
         assert priced is not None and priced.selection.batches == list(TINY.live_batches)
+    dynamic = json.loads(demo.paths.dynamic_selection("cpu").read_text())
+    assert ".building" not in json.dumps(dynamic)
     light = load(out, with_model=False)
     assert light.model is None and light.heads == {}
 

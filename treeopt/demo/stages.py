@@ -23,6 +23,7 @@ DRAFTERS = KINDS
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.costs import StepCosts
     from treeopt.drafters.base import Drafter
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
@@ -450,7 +451,6 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.decoding.tune import tune
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
-    from treeopt.workbench.pricing import profiled_costs
 
     c = ctx.config
     threads(c.live_threads)
@@ -465,7 +465,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, rounds=c.sweep_rounds,
                   config=DecodeConfig(max_new_tokens=c.live_new_tokens),
-                  costs=profiled_costs(ctx.paths.step_profile(kind, c.device)),
+                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)),
                   trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
                       c.sweep_prompts, positions=c.live_new_tokens),
                   select_trace=RankTrace.load(ctx.paths.trace(kind)),
@@ -653,14 +653,13 @@ def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
     from treeopt.dynamic.report import dynamic_selection
     from treeopt.grow import Growth
     from treeopt.select import select
-    from treeopt.workbench.pricing import profiled_costs
 
     c = ctx.config
-    costs = profiled_costs(ctx.paths.step_profile("eagle", c.device))
+    costs = demo_costs(ctx, ctx.paths.step_profile("eagle", c.device))
     static = select(Growth.load(ctx.paths.growth("eagle")), costs.verify, draft=costs.draft,
                     overhead=costs.overhead, batch=costs.verify.batches,
                     context=costs.verify.contexts)
-    dyn = profiled_costs(ctx.paths.dynamic_step_profile(c.device))
+    dyn = demo_costs(ctx, ctx.paths.dynamic_step_profile(c.device))
     doc = dynamic_selection(traces, verify=dyn.verify, draft=dyn.draft,
                             overhead=dyn.overhead, static=static,
                             sources={str(k): ctx.paths.dynamic_trace("calibration", k).name
@@ -678,6 +677,14 @@ def _has_profiler() -> bool:
     except ImportError:
         return False
     return True
+
+
+def demo_costs(ctx: Context, profile: Path) -> StepCosts:
+    """The step costs of a profile of the demo, named by its path inside the demo (a build's
+    work directory is not where the demo will be read)."""
+    from treeopt.workbench.pricing import profiled_costs
+
+    return profiled_costs(profile, source=profile.relative_to(ctx.paths.root).as_posix())
 
 
 def threads(n: int) -> None:

@@ -80,12 +80,13 @@ def roofline_latency(growth: Growth, *, model: ModelConfig, hardware: Hardware,
                                    dtype=precision.compute, model=model.name)
 
 
-def profiled_costs(path: str | os.PathLike[str]) -> StepCosts:
-    """Verify, drafting and overhead costs from a ``treeopt profile step`` file."""
+def profiled_costs(path: str | os.PathLike[str], *, source: str | None = None) -> StepCosts:
+    """Verify, drafting and overhead costs from a ``treeopt profile step`` file; ``source``:
+    how what is priced names the file (default its path)."""
     from profiling.table import load_step_profile
 
     doc = load_step_profile(path)
-    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=str(path),
+    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=source or str(path),
                       device=str(doc.get("device", "")))
 
 
