@@ -126,7 +126,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                   log=lambda _: None)
     costs = profiled_costs(step_path)
     print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
-          f"profiled trees {costs.fit['draft_and_overhead']:.1%})", flush=True)
+          f"profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of the verify "
+          f"time as q grows {costs.fit['verify_dip']:.1%}, which should be 0)", flush=True)
     sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                  batch=list(batches), sizes=[n for n in args.sizes if n <= growth.max_nodes],
                  out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,

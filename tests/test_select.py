@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from profiling.table import LatencyRecord, LatencyTable
 from roofline import preset
-from treeopt.costs import DraftCost, StepLatency, expanded_nodes, step_costs
+from treeopt.costs import DraftCost, StepLatency, expanded_nodes, step_costs, verify_dips
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import growth_expected_accept_length, price_tree, select
@@ -119,6 +119,7 @@ def test_step_costs_give_back_a_known_profile_exactly(kind):
     assert costs.coefficients["draft"][1] == pytest.approx(DRAFT[kind], abs=1e-12)
     assert costs.coefficients["overhead"][1] == pytest.approx(OVERHEAD, abs=1e-12)
     assert costs.fit["draft_and_overhead"] < 1e-12
+    assert costs.fit["verify_dip"] == 0.0  # verify 10 + q ms: rising in q
     assert costs.draft.seconds(1, ()) == 0.0
     want_draft = {"hydra": 0.5 + 2 * 1.0 + 3 * 0.25, "medusa": 0.5 + 2 * 0.75}[kind]
     assert costs.draft.seconds(1, (1, 2)) == pytest.approx(want_draft / 1e3, abs=1e-15)
@@ -272,3 +273,12 @@ def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path)
     only = select(GROWTH, verify, batch=[8], context=[128])
     with pytest.raises(TreeoptError, match="share no .batch, context. point"):
         choose_drafter({"a": select(GROWTH, verify, batch=[1], context=[128]), "b": only})
+
+
+def test_a_verify_time_that_falls_as_q_grows_is_reported_as_noise():
+    records = profile_records("hydra") + profile_records("hydra", batch=2)
+    noisy = next(r for r in records if r["batch"] == 2 and r["q"] == 5)
+    noisy["ms_verify"] = 12.6  # below q = 3's 13 ms and q = 4's 14 ms
+    assert verify_dips(records) == [(2, 5, 4, 0.1)]
+    assert step_costs(records, kind="hydra", source="s.json").fit["verify_dip"] == 0.1
+

@@ -130,7 +130,9 @@ class StepCosts:
     verify: StepLatency
     draft: DraftCost
     overhead: OverheadCost
-    fit: dict[str, float]  # largest relative error of draft + overhead over the profiled trees
+    # largest relative error of draft + overhead over the profiled trees, and the largest fall
+    # of the verify time as q grows (verify_dips: noise, where it is not 0)
+    fit: dict[str, float]
     coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
 
 
@@ -234,7 +236,34 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         return float(np.dot(overhead_features(tokens, depth), coef)) / 1e3
 
     return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
-                     {"draft_and_overhead": worst}, coefficients)
+                     {"draft_and_overhead": worst,
+                      "verify_dip": max((d[3] for d in verify_dips(records)), default=0.0)},
+                     coefficients)
+
+
+def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, float]]:
+    """Where a step profile's verify time falls as q grows — (batch, q, the smaller q it fell
+    below, the fall as a share of that q's time) — largest first. A verify forward of more
+    tokens is never cheaper, so a fall is noise in the measurement (a busy host during one
+    record), and select would price the tree of that record from it.
+
+    >>> verify_dips([{"batch": 1, "q": 1, "ms_verify": 6.8}, {"batch": 1, "q": 3, "ms_verify": 8.7},
+    ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
+    [(1, 4, 3, 0.2)]
+    """
+    dips = []
+    for b in sorted({int(r["batch"]) for r in records}):
+        at = {}
+        for q in sorted({int(r["q"]) for r in records if int(r["batch"]) == b}):
+            at[q] = float(np.median([r["ms_verify"] for r in records
+                                     if int(r["batch"]) == b and int(r["q"]) == q]))
+        top_q, top = None, 0.0
+        for q, ms in at.items():
+            if top_q is not None and ms < top:
+                dips.append((b, q, top_q, round(1.0 - ms / top, 12)))
+            if ms >= top:
+                top_q, top = q, ms
+    return sorted(dips, key=lambda d: -d[3])
 
 
 def _coefficients(table: dict[int, list[float]], batch: int, source: str) -> list[float]:
