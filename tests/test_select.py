@@ -281,4 +281,3 @@ def test_a_verify_time_that_falls_as_q_grows_is_reported_as_noise():
     noisy["ms_verify"] = 12.6  # below q = 3's 13 ms and q = 4's 14 ms
     assert verify_dips(records) == [(2, 5, 4, 0.1)]
     assert step_costs(records, kind="hydra", source="s.json").fit["verify_dip"] == 0.1
-

@@ -251,13 +251,14 @@ def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, 
     ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
     [(1, 4, 3, 0.2)]
     """
-    dips = []
+    dips: list[tuple[int, int, int, float]] = []
     for b in sorted({int(r["batch"]) for r in records}):
-        at = {}
+        at: dict[int, float] = {}
         for q in sorted({int(r["q"]) for r in records if int(r["batch"]) == b}):
             at[q] = float(np.median([r["ms_verify"] for r in records
                                      if int(r["batch"]) == b and int(r["q"]) == q]))
-        top_q, top = None, 0.0
+        top_q: int | None = None
+        top = 0.0
         for q, ms in at.items():
             if top_q is not None and ms < top:
                 dips.append((b, q, top_q, round(1.0 - ms / top, 12)))
