@@ -197,7 +197,6 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
     measured_draft: dict[tuple[int, tuple[int, ...]], list[float]] = {}
     measured_overhead: dict[tuple[int, int, int], list[float]] = {}
     worst = 0.0
-    points = []
     for b in batches:
         rows = [r for r in records if int(r["batch"]) == b]
         ar = [r for r in rows if int(r["size"]) == 0]
@@ -216,9 +215,8 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
         step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
-        for q in sorted({int(r["q"]) for r in rows}):
-            at = [r["ms_verify"] for r in rows if int(r["q"]) == q]
-            points.append((b, context, q, float(np.median(at)) / 1e3))
+    verify_ms = _verify_medians(records)
+    points = [(b, context, q, ms / 1e3) for b, by_q in verify_ms.items() for q, ms in by_q.items()]
     verify = StepLatency.from_points(points, source, context=context, device=device)
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
     overhead_at = {k: float(np.median(v)) for k, v in measured_overhead.items()}
@@ -237,7 +235,7 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
 
     return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
                      {"draft_and_overhead": worst,
-                      "verify_dip": max((d[3] for d in verify_dips(records)), default=0.0)},
+                      "verify_dip": max((d[3] for d in _dips(verify_ms)), default=0.0)},
                      coefficients)
 
 
@@ -251,18 +249,26 @@ def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, 
     ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
     [(1, 4, 3, 0.2)]
     """
-    dips: list[tuple[int, int, int, float]] = []
-    for b in sorted({int(r["batch"]) for r in records}):
-        at: dict[int, float] = {}
-        for q in sorted({int(r["q"]) for r in records if int(r["batch"]) == b}):
-            at[q] = float(np.median([r["ms_verify"] for r in records
-                                     if int(r["batch"]) == b and int(r["q"]) == q]))
-        top_q: int | None = None
-        top = 0.0
-        for q, ms in at.items():
-            if top_q is not None and ms < top:
+    return _dips(_verify_medians(records))
+
+
+def _verify_medians(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """batch → q → the median verify milliseconds of a profile's records, both ascending."""
+    grouped: dict[int, dict[int, list[float]]] = {}
+    for r in records:
+        grouped.setdefault(int(r["batch"]), {}).setdefault(int(r["q"]), []).append(r["ms_verify"])
+    return {b: {q: float(np.median(ms)) for q, ms in sorted(by_q.items())}
+            for b, by_q in sorted(grouped.items())}
+
+
+def _dips(verify_ms: dict[int, dict[int, float]]) -> list[tuple[int, int, int, float]]:
+    dips = []
+    for b, by_q in verify_ms.items():
+        top_q, top = 0, 0.0  # the most expensive smaller q so far
+        for q, ms in by_q.items():
+            if ms < top:
                 dips.append((b, q, top_q, round(1.0 - ms / top, 12)))
-            if ms >= top:
+            else:
                 top_q, top = q, ms
     return sorted(dips, key=lambda d: -d[3])
 

@@ -261,12 +261,11 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
                         log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
-    for b, q, below, fall in verify_dips(doc["records"])[:3]:
-        if fall > 0.05:
-            print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
-                  f"{fall:.0%} below {below} tokens' — the host was busy during a record; "
-                  f"profile again on a quiet machine (select prices that tree from it)",
-                  file=sys.stderr)
+    for b, q, below, fall in [d for d in verify_dips(doc["records"]) if d[3] > 0.05][:3]:
+        print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
+              f"{fall:.0%} below {below} tokens' — the host was busy during a record; "
+              f"profile again on a quiet machine (select prices that tree from it)",
+              file=sys.stderr)
     return 0
 
 
