@@ -187,20 +187,39 @@ def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
     return out
 
 
+SETUP = ("device", "dtype", "attention", "model")  # what a profile's figures depend on
+
+
+def setup_of(model: PreTrainedModel) -> dict[str, Any]:
+    """The fields of :data:`SETUP` for ``model`` as loaded: the device (``cpu`` or
+    ``cuda:<name>``), dtype, attention implementation and shape a step profile records."""
+    from profiling.verify import device_label
+
+    cfg = model.config
+    return {"device": device_label(str(next(model.parameters()).device)),
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "attention": attention_of(model),
+            "model": {"architecture": architecture(model),
+                      **{k: getattr(cfg, k, None) for k in _SHAPE}}}
+
+
+def check_setup(profile: dict[str, Any], model: PreTrainedModel, *, source: str) -> None:
+    """Raise a TreeoptError naming ``source`` when ``profile`` was measured on another device,
+    dtype, attention or model shape than ``model`` runs with (its figures would not hold)."""
+    here = setup_of(model)
+    for key in SETUP:
+        if key in profile and profile[key] != here[key]:
+            raise TreeoptError(f"{source}: profiled with another {key} ({profile[key]!r}, not "
+                               f"{here[key]!r} as loaded here); profile this setup first "
+                               f"(treeopt profile step)")
+
+
 def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
             prompts: Sequence[Sequence[int]], max_new_tokens: int,
             compile: bool, *, design: str = "trees") -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""
-    from profiling.verify import device_label
-
-    device = device_label(str(next(model.parameters()).device))
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    cfg = model.config
-    shape = {"architecture": architecture(model),
-             **{k: getattr(cfg, k, None) for k in _SHAPE}}
-    fresh = {"format": STEP_FORMAT, "device": device, "dtype": dtype,
-             "attention": attention_of(model),
-             "threads": torch.get_num_threads(), "model": shape,
+    fresh = {"format": STEP_FORMAT, **setup_of(model),
+             "threads": torch.get_num_threads(),
              "heads": heads.config.to_dict(), "prompts": len(prompts),
              "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
              "meta": {"torch": torch.__version__,

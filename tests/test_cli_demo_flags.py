@@ -95,3 +95,16 @@ def test_export_gets_the_eagle_checkpoint_for_the_demo_eagle_drafter_only(fake_d
     argv = expand_demo(["export", "--demo", "hydra", "--tree", "s.json", "--format", "vllm"],
                        build_parser())
     assert "--speculative-model" not in argv
+
+
+def test_a_nested_sub_command_gets_its_own_flags(fake_demo):
+    """``profile step`` is a form of ``profile``: the demo fills step's flags, not profile's."""
+    argv = expand_demo(["profile", "step", "--demo", "medusa", "--out", "s.json"], build_parser())
+    added = dict(zip(argv[6::2], argv[7::2], strict=True))
+    assert added == {"--model": str(fake_demo.model), "--heads": str(fake_demo.heads("medusa")),
+                     "--growth": str(fake_demo.growth("medusa")),
+                     "--prompts": str(fake_demo.prompts("heldout"))}
+    args = build_parser().parse_args(argv)
+    assert (args.form, args.demo, args.heads) == ("step", "medusa", str(fake_demo.heads("medusa")))
+    assert expand_demo(["profile", "--demo", "--out", "l.json"], build_parser())[4:] == [
+        "--model", str(fake_demo.model)]

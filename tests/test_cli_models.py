@@ -209,6 +209,23 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert not (workdir / "x.json").exists()
 
 
+def test_tune_refuses_a_step_profile_of_another_device_or_dtype(workdir, tiny_model_dir,
+                                                               prompts_file, profiled):
+    """Predictions from a profile measured elsewhere would not hold: one line, exit 2."""
+    base = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
+            workdir / "growth.json", "--prompts", prompts_file, "--sizes", "1",
+            "--prompt-count", "2", "--out", workdir / "y.json"]
+    doc = json.loads(profiled.read_text())
+    for key, value, said in (("device", "cuda:NVIDIA H200", "another device ('cuda:NVIDIA H200', "
+                                                            "not 'cpu' as loaded here)"),
+                             ("dtype", "bfloat16", "another dtype ('bfloat16', not 'float32'")):
+        other = workdir / f"step-other-{key}.json"
+        other.write_text(json.dumps({**doc, key: value}))
+        assert_user_error(run(*base, "--step-profile", other),
+                          f"--step-profile {other}: profiled with {said}")
+    assert not (workdir / "y.json").exists()
+
+
 def test_select_prices_with_the_step_profile(workdir, profiled):
     proc = run("select", "--growth", workdir / "growth.json", "--step-profile", profiled,
                "--trace", workdir / "t.shard-0-of-2.npz")

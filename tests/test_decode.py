@@ -273,3 +273,10 @@ def test_a_static_cache_step_is_lossless_too(peaked, trained):
     assert decoder.verify.static
     run = decoder.decode(TREES["wide"], rows, config=cfg)
     assert list(run.tokens) == [autoregressive(model, p, config=cfg).tokens for p in rows]
+    # Compiled steps write into one buffer per (batch, capacity), reused run after run (a CUDA
+    # graph's static address); an earlier run leaves nothing in it.
+    first = decoder.cache(batch=3, capacity=256)
+    with torch.inference_mode():
+        first.kv.normal_()
+    assert decoder.cache(batch=3, capacity=256).kv is first.kv and not first.kv.any()
+    assert decoder.decode(TREES["wide"], rows, config=cfg).tokens == run.tokens

@@ -19,8 +19,12 @@ FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out":
 
 
 def add_demo_flags(sub: argparse._SubParsersAction) -> None:
-    """Give ``--demo`` to every sub-command that has at least one fillable flag."""
+    """Give ``--demo`` to every sub-command that has at least one fillable flag, nested ones
+    (``profile step``) included."""
     for parser in sub.choices.values():
+        nested = _subparsers_action(parser)
+        if nested is not None:
+            add_demo_flags(nested)
         if _options(parser) & set(FLAGS.values()):
             parser.add_argument("--demo", nargs="?", const="hydra", choices=KINDS,
                                 metavar="KIND", help="use the shipped demo's files for the "
@@ -35,8 +39,7 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
         return args
     i = args.index("--demo")
     kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KINDS else "hydra"
-    command = next((a for a in args if not a.startswith("-")), None)
-    sub = _subparsers(parser).get(command or "")
+    sub = _command_parser(args, parser)
     if sub is None:
         return args
     from treeopt.demo.layout import demo_defaults
@@ -62,8 +65,27 @@ def _group_options(group: argparse._MutuallyExclusiveGroup) -> set[str]:
     return {s for action in group._group_actions for s in action.option_strings}  # noqa: SLF001
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+def _command_parser(args: Sequence[str],
+                    parser: argparse.ArgumentParser) -> argparse.ArgumentParser | None:
+    """The parser of the (innermost) sub-command ``args`` name: ``profile step``'s, not
+    ``profile``'s."""
+    words = iter(a for a in args if not a.startswith("-"))
+    found = None
+    while (choices := _subparsers(parser)):
+        command = next((w for w in words if w in choices), None)
+        if command is None:
+            break
+        found = parser = choices[command]
+    return found
+
+
+def _subparsers_action(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
     for action in parser._actions:  # noqa: SLF001
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+            return action
+    return None
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = _subparsers_action(parser)
+    return {} if action is None else dict(action.choices)

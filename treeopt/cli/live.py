@@ -207,6 +207,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     heads = load_drafter_from(args, model)
     costs = None
     if profile is not None:
+        from profiling.step import check_setup
+
+        check_setup(profile, model, source=f"--step-profile {args.step_profile}")
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
                 f"{args.step_profile}: profiled with other heads ({profile['heads']['kind']}, "
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")

@@ -82,9 +82,26 @@ class Decoder:
                  compile: bool = False) -> None:
         self.model, self.heads = model, heads
         self.device = model_device(model)
+        self._static_kv: dict[tuple[int, int], torch.Tensor] = {}  # compiled: (b, capacity) → kv
         with torch.inference_mode():
             self.verify = verifier(model, tree=heads is not None, compile=compile,
                                    features=heads.feature_layers if heads is not None else ())
+
+    def cache(self, *, batch: int, capacity: int) -> SlotCache:
+        """An empty cache for one run. Compiled steps write into one buffer per batch and
+        capacity, allocated once and marked as a static address: a CUDA graph may then write into
+        it in place (it would skip graphs for a mutated input otherwise), and no run re-records
+        a graph for a new buffer."""
+        with torch.inference_mode():  # as every run
+            if not self.verify.static:
+                return SlotCache.allocate(self.model, batch=batch, capacity=capacity)
+            kv = self._static_kv.get((batch, capacity))
+            if kv is None:
+                kv = SlotCache.allocate(self.model, batch=batch, capacity=capacity).kv
+                torch._dynamo.mark_static_address(kv)
+                self._static_kv[batch, capacity] = kv
+            kv.zero_()  # nothing of an earlier run stays
+            return SlotCache(kv, static=True)
 
     def decode(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,
@@ -199,8 +216,7 @@ class _Run:
         capacity = longest + cfg.max_new_tokens + 2 * q + fed + 1  # + a scratch slot
         if self.verify.static:  # compiled steps: one graph per bucket of capacity, not per prompt
             capacity = -(-capacity // CAPACITY_BUCKET) * CAPACITY_BUCKET
-        self.cache = SlotCache.allocate(decoder.model, batch=b, capacity=capacity,
-                                        static=self.verify.static)
+        self.cache = decoder.cache(batch=b, capacity=capacity)
         self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
                                  if self.heads is not None else None)
         self.scratch = capacity - 1

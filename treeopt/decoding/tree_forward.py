@@ -108,9 +108,15 @@ class Verifier:
                 attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q
         (through the compiled step when there is one)."""
-        run = self.compiled or self.eager
-        return run(input_ids, cache=cache, position_ids=position_ids,
-                   attention_mask=attention_mask)
+        if self.compiled is None:
+            return self.eager(input_ids, cache=cache, position_ids=position_ids,
+                              attention_mask=attention_mask)
+        # A CUDA graph's replay reuses its output memory: each call is a new step, and its
+        # outputs are copied out before the next replay can overwrite them.
+        torch.compiler.cudagraph_mark_step_begin()
+        logits, hidden = self.compiled(input_ids, cache=cache, position_ids=position_ids,
+                                       attention_mask=attention_mask)
+        return logits.clone(), hidden.clone()
 
     def eager(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
               attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
