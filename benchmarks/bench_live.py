@@ -1,12 +1,12 @@
 """The live-speed goals on the shipped demo, measured and printed goal by goal (never a test).
 
 For each head kind:
-1. profile the live step on this machine (``profiling.step``: the decoder's own loop, phase by
-   phase) and fit the step-cost model;
-2. ``select`` per batch size from it, E[L] from the calibration trace walked step by step;
-3. the live sweep (``treeopt tune``): every growth tree of the sizes below at every batch size,
-   plus select's pick, decoded against autoregressive decoding (interleaved, warmed up, in
-   rounds) on held-out prompts, beside the prediction;
+1. per batch size, profile the live step on this machine (``profiling.step``: the decoder's own
+   loop, phase by phase) and fit the step-cost model;
+2. ``select`` at that batch size from it, E[L] from the calibration trace walked step by step;
+3. right after, that batch size's part of the live sweep (``treeopt tune``): every growth tree of
+   the sizes below, plus select's pick, decoded against autoregressive decoding (interleaved,
+   warmed up, in rounds) on held-out prompts, beside the prediction;
 4. select's pick at batch 1 compared again, ``--repeats`` times, as re-running the command would:
    the spread of those speed-ups is how well the figure holds;
 5. a profiled pass of the pick: draft / verify / bookkeeping per step against an autoregressive
@@ -121,20 +121,25 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     growth, trace, own = own_traces(demo, kind, args, out)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
     step_path = out / f"step-{kind}.json"
-    profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(batches)],
-                  batch=list(batches), out=step_path, max_new_tokens=args.new_tokens, rounds=3,
-                  log=lambda _: None)
-    costs = profiled_costs(step_path)
-    print(f"\n== {kind}: step profile fitted (largest error of draft + overhead over the "
-          f"profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of the verify "
-          f"time as q grows {costs.fit['verify_dip']:.1%}, which should be 0)", flush=True)
-    sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
-                 batch=list(batches), sizes=[n for n in args.sizes if n <= growth.max_nodes],
-                 out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
-                 costs=costs, trace=own, select_trace=trace,
-                 meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
-                 progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r", flush=True))
-    print(" " * 40, end="\r")
+    # Each batch size is profiled right before its own sweep points: on a host whose speed
+    # drifts, a profile taken an hour before the points it predicts no longer describes them.
+    for b in batches:
+        profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(batches)],
+                      batch=[b], out=step_path, max_new_tokens=args.new_tokens, rounds=3,
+                      log=lambda _: None)
+        costs = profiled_costs(step_path)
+        print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
+              f"over the profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of "
+              f"the verify time as q grows {costs.fit['verify_dip']:.1%}, which should be 0)",
+              flush=True)
+        sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
+                     batch=[b], sizes=[n for n in args.sizes if n <= growth.max_nodes],
+                     out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
+                     costs=costs, trace=own, select_trace=trace,
+                     meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
+                     progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
+                                                 flush=True))
+        print(" " * 40, end="\r")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  predicted  error  "

@@ -140,6 +140,40 @@ def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
         profile_steps(model, heads, growth, prompts, batch=[1], out=out, max_new_tokens=8)
 
 
+def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeypatch):
+    """One busy moment makes a tree's verify step look cheaper than a smaller tree's: that
+    record and the one it fell below get another round, and the fall is gone."""
+    import profiling.step as step
+    from treeopt.costs import verify_dips
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
+
+    calls: list[tuple[int, int]] = []
+
+    def fake_phases(decoder, tree, group, config):
+        q = tree.num_tokens
+        calls.append((len(group), q))
+        busy = (len(group), q) == (1, 3) and calls.count((1, 3)) == 1  # the first such record
+        return (1e-4 * q, 2e-3 if busy else 1e-3 * (5 + q), 1e-4)
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head,
+                        embeddings=model.get_input_embeddings()).eval()
+    growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]),
+                    {})
+    doc = step.profile_steps(model, heads, growth, [[5, 6, 7, 8], [9, 10, 11]], batch=[1, 2],
+                             sizes=[1, 2, 3], out=tmp_path / "step.json", max_new_tokens=6,
+                             rounds=2, log=lambda _: None)
+    rounds = {(r["batch"], r["q"]): r["rounds"] for r in doc["records"]}
+    assert rounds == {(1, 1): 2, (1, 2): 3, (1, 3): 3, (1, 4): 2,
+                      (2, 1): 2, (2, 2): 2, (2, 3): 2, (2, 4): 2}
+    verify = {(r["batch"], r["q"]): r["ms_verify"] for r in doc["records"]}
+    assert verify[1, 3] == pytest.approx(8.0) and not verify_dips(doc["records"])
+
+
 def test_device_micro_benchmarks_make_a_hardware_row(tmp_path):
     doc = measure_device(device="cpu", dtypes=["fp32"], matmul_size=128, copy_mib=4, repeats=3,
                          warmup=1)

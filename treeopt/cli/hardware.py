@@ -239,7 +239,7 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_step(args: argparse.Namespace) -> int:
-    from profiling.step import SIZES, profile_steps
+    from profiling.step import FALL_LIMIT, SIZES, profile_steps
     from treeopt.costs import verify_dips
     from treeopt.grow import Growth
     from treeopt.prompts import encode, read_texts
@@ -261,9 +261,9 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
                         log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
-    for b, q, below, fall in [d for d in verify_dips(doc["records"]) if d[3] > 0.05][:3]:
+    for b, q, below, fall in [d for d in verify_dips(doc["records"]) if d[3] > FALL_LIMIT][:3]:
         print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
-              f"{fall:.0%} below {below} tokens' — the host was busy during a record; "
+              f"{fall:.0%} below {below} tokens', even measured again — the host was busy; "
               f"profile again on a quiet machine (select prices that tree from it)",
               file=sys.stderr)
     return 0
