@@ -48,12 +48,11 @@ from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import attention_of
-from treeopt.decoding.tune import tune
+from treeopt.decoding.tune import sweep_accept_length, tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
 from treeopt.prompts import encode, read_texts
 from treeopt.select import price_tree, select
-from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.workbench.pricing import profiled_costs
@@ -148,7 +147,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
-        ell = simulate(tree, trace, per_step=True).mean_accept_length
+        ell = sweep_accept_length(tree, trace, p.batch)
         tps, ar = price_tree(tree, verify=costs.verify, draft=costs.draft,
                              overhead=costs.overhead, batch=p.batch,
                              context=costs.verify.contexts[0], expected_accept_length=ell)

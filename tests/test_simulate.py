@@ -131,3 +131,38 @@ def test_simulation_matches_the_definition(case):
     assert sum(s.histogram) == tr.positions and len(s.histogram) == tree.depth + 2
     counts = prefix_counts(tr, max_depth=tree.depth, max_rank=max(tree.max_rank + 1, 1))
     assert visits.tolist() == [counts.get(p, 0) for p in tree.paths]
+
+
+def reference_window(tree: Tree, tr: RankTrace, counts: list[int], batch: int) -> float:
+    """The steady window of batches of ``batch`` sequences, by a plain loop: every row of a group
+    steps together until the first reaches the end of its sequence."""
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    tokens = row_steps = 0
+    for g in range(len(counts) // batch):
+        at = [0] * batch
+        rows = range(g * batch, (g + 1) * batch)
+        while all(at[k] < counts[i] for k, i in enumerate(rows)):
+            for k, i in enumerate(rows):
+                taken = reference_accept_length(tree, tr.ranks[starts[i] + at[k]].tolist())
+                at[k] += taken
+                tokens += taken
+            row_steps += batch
+    return tokens / row_steps
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace_and_tree(), st.data())
+def test_the_batch_window_counts_every_row_until_the_first_finishes(case, data):
+    from treeopt.simulate import batch_window_accept_length
+
+    tr, tree = case
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, tr.positions - 1), max_size=6)))
+                  ) if tr.positions > 1 else []
+    counts = [b - a for a, b in zip([0, *cuts], [*cuts, tr.positions], strict=True)]
+    tr = RankTrace(tr.ranks, {"sequence_positions": counts})
+    batch = data.draw(st.integers(1, len(counts)))
+    got = batch_window_accept_length(tree, tr, batch)
+    assert got == pytest.approx(reference_window(tree, tr, counts, batch), rel=1e-12)
+    if batch == 1:  # one row per group: the pooled per-step mean
+        assert got == pytest.approx(simulate(tree, tr, per_step=True).mean_accept_length)
+    assert batch_window_accept_length(tree, tr, len(counts) + 1) is None

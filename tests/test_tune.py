@@ -153,3 +153,32 @@ def test_points_are_predicted_over_the_positions_the_sweep_decodes(model_and_hea
     assert [p.predicted_speedup for p in got.points] == [p.predicted_speedup
                                                          for p in want.points]
     assert [p.size for p in got.points if p.selected] == [0]  # select, too: no tree pays
+
+
+def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tmp_path):
+    """Two sequences, one the heads always get right and one they never do, 4 positions each
+    (the sweep's 4 new tokens). Decoded together, both rows count until the first finishes: a
+    one-node tree accepts (2 + 1) / 2 = 1.5 per row and step. The pooled walk (4 + 4 tokens in
+    2 + 4 steps) says 4/3, which is what batch 1 sees."""
+    from test_select import profile_records
+
+    from treeopt.costs import step_costs
+    from treeopt.select import price_tree
+    from treeopt.trace import RankTrace
+    from treeopt.tree import Tree
+
+    costs = step_costs(profile_records("medusa", 1) + profile_records("medusa", 2),
+                       kind="medusa", source="s.json")
+    ranks = np.zeros((40, 2), np.int16)
+    ranks[20:] = -1
+    trace = RankTrace(ranks, {"top_k": 4, "sequence_positions": [20, 20]})
+    sweep = sweep_of(model_and_heads, tmp_path / "w.json", sizes=[1], costs=costs, trace=trace)
+    one = Tree.from_choices([[0]])
+    points = [p for p in sweep.points if p.size == 1]
+    assert sorted(p.batch for p in points) == [1, 2]
+    for p in points:
+        ell = 1.5 if p.batch == 2 else 4 / 3
+        tps, ar = price_tree(one, verify=costs.verify, draft=costs.draft, overhead=costs.overhead,
+                             batch=p.batch, context=costs.verify.contexts[0],
+                             expected_accept_length=ell)
+        assert p.predicted_speedup == pytest.approx(tps / ar, rel=1e-12)

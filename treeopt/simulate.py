@@ -114,6 +114,42 @@ def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
     return None if walk is None else walk[0]
 
 
+def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float | None:
+    """Mean accepted length per row and step that batches of ``batch`` sequences show while all
+    their rows run: what a batched live measurement counts (tokens/s in the steady window, which
+    ends when a batch's first row finishes). The trace's sequences go in consecutive groups of
+    ``batch``, a shorter last group dropped, as the live comparison groups its prompts. Each
+    group counts its rows over its first S steps, S being the fewest steps any of its rows takes
+    (:func:`step_walk`).
+
+    A row that accepts well then counts as much as one that accepts badly. The pooled per-step
+    mean instead weights each sequence by its steps, so where acceptance differs from sequence to
+    sequence the window's mean is the higher. At batch 1 the two are the same. Returns None
+    without ``sequence_positions``, or with fewer sequences than ``batch``.
+
+    >>> tr = RankTrace(np.array([[0], [0], [0], [0], [-1], [-1], [-1], [-1]], np.int16),
+    ...                {"sequence_positions": [4, 4]})
+    >>> walk = step_walk(Tree.chain(1), tr)
+    >>> walk[0].tolist(), walk[1]
+    ([2, 2, 1, 1, 1, 1], [(4, 2), (4, 4)])
+    >>> batch_window_accept_length(Tree.chain(1), tr, 1), batch_window_accept_length(Tree.chain(1), tr, 2)
+    (1.3333333333333333, 1.5)
+    """
+    walk = step_walk(tree, trace)
+    if walk is None or len(walk[1]) < batch:
+        return None
+    steps, per_sequence = walk
+    bounds = np.cumsum([n for _, n in per_sequence])[:-1]
+    rows = np.split(steps, bounds)  # each sequence's accepted lengths, in step order
+    tokens = row_steps = 0
+    for g in range(len(rows) // batch):
+        group = rows[g * batch: (g + 1) * batch]
+        window = min(len(r) for r in group)
+        tokens += sum(int(r[:window].sum()) for r in group)
+        row_steps += batch * window
+    return tokens / row_steps if row_steps else None
+
+
 class Simulation(AcceptStats):
     """Acceptance of a tree on a trace: accepted-length statistics over its positions (or, per
     step, over the steps decoding takes), with the position count."""

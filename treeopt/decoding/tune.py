@@ -23,7 +23,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import growth_expected_accept_length, price_tree, select
-from treeopt.simulate import simulate
+from treeopt.simulate import batch_window_accept_length, simulate
 from treeopt.sweep import Sweep, SweepPoint
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
@@ -67,7 +67,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": rounds, "compile": compile,
         "predicted": costs.verify.source if costs is not None else None,
-        "acceptance": "per-step walk of the trace" if trace is not None else "growth E[L]",
+        "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
+                       "window" if trace is not None else "growth E[L]"),
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
@@ -105,12 +106,22 @@ def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
     return todo
 
 
+def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
+    """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
+    batch b > 1 counted over each group of b sequences' steady window
+    (:func:`~treeopt.simulate.batch_window_accept_length`; the pooled walk where the trace has
+    fewer than b sequences)."""
+    window = batch_window_accept_length(tree, trace, batch) if batch > 1 else None
+    return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
+
+
 def _predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
              batch: int) -> tuple[float, float]:
     """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
-    by step when there is one, else the growth's values summed over the tree's nodes)."""
+    by step when there is one — at batch b > 1 through the steady window the sweep measures,
+    its sequences b at a time — else the growth's values summed over the tree's nodes)."""
     if trace is not None:
-        ell = simulate(tree, trace, per_step=True).mean_accept_length
+        ell = sweep_accept_length(tree, trace, batch)
     else:
         ell = growth_expected_accept_length(growth, tree)
     tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
