@@ -167,7 +167,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     tree_ms, ar_ms = split["tree_decoding"]["ms_per_step"], split["autoregressive"]["ms_per_step"]
     ar_step = sum(ar_ms.values())
     summary = sweep.summary()
-    b1 = next(p for p in sweep.points if p.batch == 1 and p.selected)
+    b1 = next((p for p in sweep.points if p.batch == 1 and p.selected), None)  # --batches 1,…
     b8 = next(p for p in sweep.points if p.batch == max(batches) and p.selected)
     errors = [abs(p.error) for p in sweep.points if p.error is not None]
     result = {
@@ -183,9 +183,9 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         "ms_per_step_tree": tree_ms, "ms_per_step_autoregressive": ar_ms,
         "bookkeeping_share_of_ar_step": tree_ms["bookkeeping"] / ar_step,
         "lossless_every_point": all(p.lossless for p in sweep.points),
-        "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1.tree_tokens_per_s,
+        "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1 and b1.tree_tokens_per_s,
         "batch8_autoregressive": b8.autoregressive_tokens_per_s,
-        "batch1_autoregressive": b1.autoregressive_tokens_per_s}
+        "batch1_autoregressive": b1 and b1.autoregressive_tokens_per_s}
     (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
     print(f"\n{kind} goals:")
     sp = result["batch1_speedup"]
@@ -220,9 +220,11 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
               f"{tree_rate / f32_rate:.3f}× float32 autoregressive "
               f"(≥ 1.3×: {mark(tree_rate / f32_rate >= 1.3)})")
     top = b8.batch
-    print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
-          f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
-          f"{b8.autoregressive_tokens_per_s:.0f} beside {top * b1.autoregressive_tokens_per_s:.0f}")
+    if b1 is not None:
+        print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
+              f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
+              f"{b8.autoregressive_tokens_per_s:.0f} beside "
+              f"{top * b1.autoregressive_tokens_per_s:.0f}")
     return result
 
 
