@@ -111,7 +111,7 @@ def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
     batch b > 1 counted over each group of b sequences' steady window
     (:func:`~treeopt.simulate.batch_window_accept_length`; the pooled walk where the trace has
     fewer than b sequences)."""
-    window = batch_window_accept_length(tree, trace, batch) if batch > 1 else None
+    window = batch_window_accept_length(tree, trace, batch)  # batch 1: the pooled walk itself
     return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
 
 
