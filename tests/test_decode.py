@@ -280,3 +280,11 @@ def test_a_static_cache_step_is_lossless_too(peaked, trained):
         first.kv.normal_()
     assert decoder.cache(batch=3, capacity=256).kv is first.kv and not first.kv.any()
     assert decoder.decode(TREES["wide"], rows, config=cfg).tokens == run.tokens
+
+
+def test_no_blas_choice_off_cuda():
+    """Only CUDA has two BLAS libraries to choose between (treeopt.decoding.blas)."""
+    from treeopt.decoding.blas import blas_choice
+
+    model = tiny_llama(vocab=64, seed=1)
+    assert blas_choice(model) is None and verifier(model, tree=False).blas is None

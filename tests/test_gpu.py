@@ -92,3 +92,26 @@ def test_compiled_batched_decoding_on_cuda_is_lossless(kind):
     assert counters["inductor"]["cudagraph_skips"] == 0
     want = [autoregressive(model, p, config=config).tokens for p in prompts]
     assert list(run.tokens) == want and list(again.tokens) == want
+
+
+def test_blas_choice_times_each_row_count_once_and_restores_the_preference():
+    """On CUDA a verify forward runs under the faster of cuBLAS and cuBLASLt for its row count
+    (treeopt.decoding.blas), measured on the model's own projection shapes; the process-wide
+    preference is as it was afterwards."""
+    from treeopt.decoding.blas import LIBRARIES
+    from treeopt.decoding.loop import Decoder
+
+    model = tiny_llama(vocab=256, seed=3).to("cuda")
+    decoder = Decoder(model)
+    blas = decoder.verify.blas
+    assert blas is not None
+    before = torch.backends.cuda.preferred_blas_library()
+    timed = [blas.timer(lib, 9) for lib in LIBRARIES]
+    assert all(t > 0 for t in timed)
+    assert blas.library(9) in LIBRARIES
+    with blas.use(9):
+        assert torch.backends.cuda.preferred_blas_library().name.lower() == blas.library(9)
+    assert torch.backends.cuda.preferred_blas_library() == before
+    out = decoder.decode(Tree(()), [list(range(3, 11))], config=DecodeConfig(max_new_tokens=8))
+    assert len(out.tokens[0]) == 8 and 1 in blas.chosen  # the steps' one row was measured
+    assert torch.backends.cuda.preferred_blas_library() == before

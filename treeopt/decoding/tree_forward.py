@@ -12,11 +12,13 @@ nothing is patched onto the model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from treeopt.decoding.blas import BlasChoice, blas_choice
 from treeopt.decoding.cache import SlotCache, new_cache
 from treeopt.decoding.models import architecture
 from treeopt.decoding.plan import TreePlan, tree_plan
@@ -90,7 +92,8 @@ class Verifier:
     ``split``: the model's decoder (``get_decoder()``) then its LM head
     (``get_output_embeddings()``), which skips the wrapper's collection of every layer's hidden
     states — used only where a probe found it gives the model's own logits exactly (not for
-    models that scale or cap their logits in the wrapper).
+    models that scale or cap their logits in the wrapper). ``blas``: on CUDA, which BLAS library
+    runs a forward of so many rows (:mod:`treeopt.decoding.blas`).
     """
 
     model: PreTrainedModel
@@ -98,6 +101,7 @@ class Verifier:
     dtype: torch.dtype  # of the additive masks
     compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     features: tuple[int, ...] = ()  # hidden states the drafter reads (empty: the last)
+    blas: BlasChoice | None = None
 
     @property
     def static(self) -> bool:
@@ -114,21 +118,27 @@ class Verifier:
         # A CUDA graph's replay reuses its output memory: each call is a new step, and its
         # outputs are copied out before the next replay can overwrite them.
         torch.compiler.cudagraph_mark_step_begin()
-        logits, hidden = self.compiled(input_ids, cache=cache, position_ids=position_ids,
-                                       attention_mask=attention_mask)
+        with self._library(input_ids):  # what the graph records, the first time
+            logits, hidden = self.compiled(input_ids, cache=cache, position_ids=position_ids,
+                                           attention_mask=attention_mask)
         return logits.clone(), hidden.clone()
 
     def eager(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
               attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward as the model runs it, uncompiled (prefill, and every step by default)."""
-        if not self.split:
-            return forward_with_cache(self.model, input_ids, cache=cache,
-                                      position_ids=position_ids, attention_mask=attention_mask,
-                                      layers=self.features)
-        hidden = self.model.get_decoder()(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=cache, use_cache=True).last_hidden_state
-        return self.model.get_output_embeddings()(hidden), hidden
+        with self._library(input_ids):
+            if not self.split:
+                return forward_with_cache(self.model, input_ids, cache=cache,
+                                          position_ids=position_ids,
+                                          attention_mask=attention_mask, layers=self.features)
+            hidden = self.model.get_decoder()(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                past_key_values=cache, use_cache=True).last_hidden_state
+            return self.model.get_output_embeddings()(hidden), hidden
+
+    def _library(self, input_ids: torch.Tensor) -> AbstractContextManager[None]:
+        """The faster BLAS library for a forward of these tokens, where there is a choice."""
+        return nullcontext() if self.blas is None else self.blas.use(input_ids.numel())
 
 
 def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False,
@@ -141,13 +151,14 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     if tree:
         check_tree_support(model)
     plain = Verifier(model, not features and _split_is_exact(model), mask_dtype(model),
-                     features=features)
+                     features=features)  # no BLAS choice inside what torch.compile traces
+    blas = blas_choice(model)
     if not compile:
-        return plain
+        return Verifier(model, plain.split, plain.dtype, features=features, blas=blas)
     device = model.get_input_embeddings().weight.device
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     return Verifier(model, plain.split, plain.dtype,
-                    torch.compile(plain.eager, mode=mode, dynamic=False), features)
+                    torch.compile(plain.eager, mode=mode, dynamic=False), features, blas)
 
 
 def _split_is_exact(model: PreTrainedModel) -> bool:
