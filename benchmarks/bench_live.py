@@ -49,11 +49,11 @@ from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import attention_of
-from treeopt.decoding.tune import sweep_accept_length, tune
+from treeopt.decoding.tune import predict, tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
 from treeopt.prompts import encode, read_texts
-from treeopt.select import price_tree, select
+from treeopt.select import select
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.workbench.pricing import profiled_costs
@@ -148,15 +148,12 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
-        ell = sweep_accept_length(tree, trace, p.batch)
-        tps, ar = price_tree(tree, verify=costs.verify, draft=costs.draft,
-                             overhead=costs.overhead, batch=p.batch,
-                             context=costs.verify.contexts[0], expected_accept_length=ell)
-        cal = tps / ar / p.speedup - 1
+        _, speedup = predict(tree, growth, costs, trace, p.batch)  # tune's, calibration E[L]
+        cal = speedup / p.speedup - 1
         cal_errors.append(abs(cal))
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {tps / ar:11.3f}  {cal:+6.1%}  "
+              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {speedup:11.3f}  {cal:+6.1%}  "
               f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,

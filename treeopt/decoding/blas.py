@@ -13,7 +13,7 @@ of that many rows (and is what a CUDA graph of it records). On other devices not
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -46,17 +46,21 @@ class BlasChoice:
             self.chosen[rows] = min(LIBRARIES, key=lambda lib: self.timer(lib, rows))
         return self.chosen[rows]
 
-    @contextmanager
-    def use(self, rows: int) -> Iterator[None]:
+    def use(self, rows: int) -> AbstractContextManager[None]:
         """Run the block with the faster library for ``rows`` rows, then restore torch's
         preference as it was."""
-        library = self.library(rows)
-        previous = torch.backends.cuda.preferred_blas_library()
-        torch.backends.cuda.preferred_blas_library(library)
-        try:
-            yield
-        finally:
-            torch.backends.cuda.preferred_blas_library(previous)
+        return preferred(self.library(rows))
+
+
+@contextmanager
+def preferred(library: str) -> Iterator[None]:
+    """torch's preferred BLAS library set to ``library`` inside the block, restored after."""
+    previous = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(previous)
 
 
 def blas_choice(model: nn.Module, *, repeats: int = 20) -> BlasChoice | None:
@@ -80,24 +84,19 @@ def blas_choice(model: nn.Module, *, repeats: int = 20) -> BlasChoice | None:
         graph: kernels back to back, as a compiled step runs them (launches timed one by one
         would hide a slow kernel behind the launch cost)."""
         inputs = [torch.ones(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
-        previous = torch.backends.cuda.preferred_blas_library()
-        torch.backends.cuda.preferred_blas_library(library)
-        try:
-            with torch.inference_mode():
-                for x, w in zip(inputs, weights, strict=True):  # warm: first calls load kernels
-                    nn.functional.linear(x, w)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for _ in range(repeats):
-                        for x, w in zip(inputs, weights, strict=True):
-                            nn.functional.linear(x, w)
-                start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end) / 1e3
-        finally:
-            torch.backends.cuda.preferred_blas_library(previous)
+        with preferred(library), torch.inference_mode():
+            for x, w in zip(inputs, weights, strict=True):  # warm: first calls load kernels
+                nn.functional.linear(x, w)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(repeats):
+                    for x, w in zip(inputs, weights, strict=True):
+                        nn.functional.linear(x, w)
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
 
     return BlasChoice(timer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -154,11 +154,11 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
                      features=features)  # no BLAS choice inside what torch.compile traces
     blas = blas_choice(model)
     if not compile:
-        return Verifier(model, plain.split, plain.dtype, features=features, blas=blas)
+        return replace(plain, blas=blas)
     device = model.get_input_embeddings().weight.device
     mode = "reduce-overhead" if device.type == "cuda" else "default"
-    return Verifier(model, plain.split, plain.dtype,
-                    torch.compile(plain.eager, mode=mode, dynamic=False), features, blas)
+    return replace(plain, blas=blas,
+                   compiled=torch.compile(plain.eager, mode=mode, dynamic=False))
 
 
 def _split_is_exact(model: PreTrainedModel) -> bool:

@@ -76,7 +76,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if not sweep.has((b, tree.size, cap)):
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
                              compile=compile)
-            predicted = (_predict(tree, growth, costs, trace, b) if costs is not None
+            predicted = (predict(tree, growth, costs, trace, b) if costs is not None
                          else (None, None))
             sweep = sweep.with_point(SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
@@ -115,8 +115,8 @@ def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
     return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
 
 
-def _predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
-             batch: int) -> tuple[float, float]:
+def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
+            batch: int) -> tuple[float, float]:
     """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
     by step when there is one — at batch b > 1 through the steady window the sweep measures,
     its sequences b at a time — else the growth's values summed over the tree's nodes)."""
