@@ -115,6 +115,9 @@ def mark(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+PROFILE_SEQUENCES = 8  # sequences each step-profile record decodes, at least
+
+
 def bench_kind(demo, kind: str, args, out: Path) -> dict:
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
     batches = args.batches
@@ -123,10 +126,12 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     step_path = out / f"step-{kind}.json"
     # Each batch size is profiled right before its own sweep points: on a host whose speed
     # drifts, a profile taken an hour before the points it predicts no longer describes them.
+    # Every record averages over the same 8 (or more) sequences, whatever its batch size.
+    sequences = max(PROFILE_SEQUENCES, *batches)
     for b in batches:
-        profile_steps(demo.model, demo.heads[kind], growth, prompts[: max(batches)],
+        profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
                       batch=[b], out=step_path, max_new_tokens=args.new_tokens, rounds=3,
-                      log=lambda _: None)
+                      sequences=sequences, log=lambda _: None)
         costs = profiled_costs(step_path)
         print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
               f"over the profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of "

@@ -6,6 +6,11 @@ drafter is called once per depth, and the empty tree (autoregressive decoding) �
 gives the milliseconds per loop step of its draft, verify and bookkeeping phases, the tree's shape
 (size, depth, tokens q, nodes expanded per depth) and the mean context.
 
+A record averages over as many sequences at every batch size — at least ``sequences``
+(default: the largest batch), so a batch-1 record is not one prompt's: round r decodes the r-th
+group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
+beyond ``rounds`` as that takes (at batch 1 with 8 sequences, 8 rounds; each decode is short).
+
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
 the autoregressive step it is compared with. So every round runs each tree right after an
 autoregressive decode of the same prompts (its reference, timed at the same moment); a tree's
@@ -104,8 +109,8 @@ def _shape(step: Shape) -> dict[str, Any]:
 def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
-                  max_new_tokens: int = 64, rounds: int = 3, compile: bool = False,
-                  dynamic: Sequence[DynamicSettings] = (),
+                  max_new_tokens: int = 64, rounds: int = 3, sequences: int | None = None,
+                  compile: bool = False, dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
@@ -113,6 +118,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     document (a finished batch size already in ``out`` is kept, not measured again)."""
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    if sequences is not None and sequences < 1:
+        raise TreeoptError(f"--sequences must be ≥ 1, got {sequences}")
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
     say = log or (lambda line: print(line, file=sys.stderr))
@@ -128,24 +135,22 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     todo = [b for b in batch if b not in done]
+    sequences = max(batch) if sequences is None else sequences
     for i, b in enumerate(todo):
-        group = [list(p) for p in prompts[:b]]
-        context = statistics.mean(len(p) for p in group) + max_new_tokens / 2
-        decoder.decode(trees[-1][1], group, config=DecodeConfig(max_new_tokens=8))  # warm-up
+        count = max(rounds, -(-sequences // b))  # rounds at this batch size
+        used = [p for r in range(count) for p in rotating_group(prompts, b, r)]
+        context = statistics.mean(len(p) for p in used) + max_new_tokens / 2
+        decoder.decode(trees[-1][1], rotating_group(prompts, b, 0),
+                       config=DecodeConfig(max_new_tokens=8))  # warm-up
         phases: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
         reference: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
-        for _ in range(rounds):
-            for j, (_, tree) in enumerate(trees):
-                if j:
-                    reference[j].append(_phases(decoder, trees[0][1], group, config))
-                phases[j].append(_phases(decoder, tree, group, config))
+        for _ in range(count):
+            for j in range(len(trees)):
+                _measure(decoder, trees, j, prompts, b, config, phases, reference)
         kept = _scaled(phases, reference)
         for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
-            noisy = _falling(trees, kept)
-            for j in noisy:
-                if j:
-                    reference[j].append(_phases(decoder, trees[0][1], group, config))
-                phases[j].append(_phases(decoder, trees[j][1], group, config))
+            for j in _falling(trees, kept):
+                _measure(decoder, trees, j, prompts, b, config, phases, reference)
             kept = _scaled(phases, reference)
         for j, (cap, tree) in enumerate(trees):
             draft, verify, book = kept[j]
@@ -159,6 +164,26 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         if progress is not None:
             progress(i + 1, len(todo))
     return doc
+
+
+def _measure(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]], j: int,
+             prompts: Sequence[Sequence[int]], batch: int, config: DecodeConfig,
+             phases: dict[int, list[Phases]], reference: dict[int, list[Phases]]) -> None:
+    """Entry j's next round, on its next group of prompts: its autoregressive reference (none
+    for the autoregressive entry itself), then the entry."""
+    group = rotating_group(prompts, batch, len(phases[j]))
+    if j:
+        reference[j].append(_phases(decoder, trees[0][1], group, config))
+    phases[j].append(_phases(decoder, trees[j][1], group, config))
+
+
+def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list[list[int]]:
+    """Round r's ``batch`` prompts: the r-th group of ``batch``, taken cyclically.
+
+    >>> [rotating_group([[1], [2], [3]], 2, r) for r in range(3)]
+    [[[1], [2]], [[3], [1]], [[2], [3]]]
+    """
+    return [list(prompts[(r * batch + i) % len(prompts)]) for i in range(batch)]
 
 
 Phases = tuple[float, float, float]  # seconds per loop step: draft, verify, bookkeeping

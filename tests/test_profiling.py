@@ -174,6 +174,45 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     assert verify[1, 3] == pytest.approx(8.0) and not verify_dips(doc["records"])
 
 
+def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp_path,
+                                                                             monkeypatch):
+    """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,
+    cyclically, and smaller batches get the rounds it takes to decode ``sequences`` of them."""
+    import profiling.step as step
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
+
+    groups: dict[tuple[int, int], list[list[int]]] = {}  # (batch, q) → first token of each row
+
+    def fake_phases(decoder, tree, group, config):
+        groups.setdefault((len(group), tree.num_tokens), []).append([p[0] for p in group])
+        return (1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4)
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13]]
+    doc = step.profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1],
+                             out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
+                             sequences=3, log=lambda _: None)
+    # the tree of q = 2 (and its autoregressive references, q = 1, at each round)
+    assert groups[1, 2] == [[5], [9], [12]]
+    assert groups[2, 2] == [[5, 9], [12, 5]]
+    # each round: the autoregressive entry, then the tree's reference, on the round's prompts
+    assert groups[1, 1] == [[5], [5], [9], [9], [12], [12]]
+    rounds = {(r["batch"], r["q"]): r["rounds"] for r in doc["records"]}
+    assert rounds == {(1, 1): 3, (1, 2): 3, (2, 1): 2, (2, 2): 2}
+    context = {r["batch"]: r["context"] for r in doc["records"]}
+    # the mean length of the prompts decoded (3, and 3.25 → 3.2 to a tenth), + half the new tokens
+    assert context == {1: 6.0, 2: 6.2}
+    with pytest.raises(TreeoptError, match="--sequences must be ≥ 1"):
+        step.profile_steps(model, heads, growth, prompts, batch=[1], sizes=[1],
+                           out=tmp_path / "other.json", sequences=0, log=lambda _: None)
+
+
 def test_device_micro_benchmarks_make_a_hardware_row(tmp_path):
     doc = measure_device(device="cpu", dtypes=["fp32"], matmul_size=128, copy_mib=4, repeats=3,
                          warmup=1)

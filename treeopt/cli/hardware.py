@@ -57,8 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--max-new-tokens", type=int, default=64, metavar="N",
                    help="tokens decoded per prompt (default %(default)s)")
     d.add_argument("--rounds", type=int, default=3, metavar="R",
-                   help="rounds over every tree; each record keeps the round with the fastest "
-                        "step (default %(default)s)")
+                   help="rounds over every tree, each beside an autoregressive reference; a "
+                        "record keeps its median round (default %(default)s)")
+    d.add_argument("--sequences", type=int, metavar="N",
+                   help="sequences each record decodes at least, rotating through the prompts: "
+                        "smaller batches get more rounds (default: the largest --batch)")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
@@ -257,7 +260,8 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                        compile=args.compile, dynamic=args.dynamic or (),
+                        sequences=args.sequences, compile=args.compile,
+                        dynamic=args.dynamic or (),
                         log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
