@@ -167,6 +167,17 @@ def profiled(workdir, tiny_model_dir, prompts_file):
     return workdir / "step.json"
 
 
+def test_profile_step_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir,
+                                                               prompts_file, profiled):
+    base = ["profile", "step", "--model", tiny_model_dir, "--heads", workdir / "heads",
+            "--growth", workdir / "growth.json", "--prompts", prompts_file, "--out",
+            workdir / "other-step.json"]
+    assert_user_error(run(*base, "--batch", "1", "--sequences", "0"),
+                      "--sequences must be ≥ 1, got 0")
+    assert_user_error(run(*base, "--batch", "99"), "--batch 99 is larger than the")
+    assert not (workdir / "other-step.json").exists()
+
+
 def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir, prompts_file,
                                                          profiled):
     out = workdir / "sweep.json"

@@ -251,6 +251,8 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     texts = read_texts(args.prompts)
     require(max(args.batch) <= len(texts), f"--batch {max(args.batch)} is larger than the "
             f"{len(texts)} prompts in {' '.join(args.prompts)}")
+    require(args.sequences is None or args.sequences >= 1,
+            f"--sequences must be ≥ 1, got {args.sequences}")
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
