@@ -28,8 +28,8 @@ the tree makes the model faster than it could run without one.
 
 Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16] [--out
 bench-live]`` on a quiet machine (it sets one torch thread, as the app does). On 2 cores with the
-shipped 16-layer demo: about 95 minutes per head kind at batches 1, 2, 4, 8 (the step profile of
-each batch size 4–10 of them), about 35 at ``--batches 1`` (bfloat16: 5 more for its calibration).
+shipped 16-layer demo: about 100 minutes per head kind at batches 1, 2, 4, 8 (the step profile of
+each batch size 4–12 of them), 35–40 at ``--batches 1`` (bfloat16: 5 more for its calibration).
 """
 
 from __future__ import annotations
