@@ -22,6 +22,7 @@ from treeopt.decoding.blas import BlasChoice, blas_choice
 from treeopt.decoding.cache import SlotCache, new_cache
 from treeopt.decoding.models import architecture
 from treeopt.decoding.plan import TreePlan, tree_plan
+from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.drafters.base import pick_features
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
@@ -147,7 +148,9 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     4D tree mask (:func:`check_tree_support`); with ``compile``, steps run through
     ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one per batch and q);
     ``features``: the hidden states a drafter reads besides the last (then the wrapper's own
-    forward runs, which collects them)."""
+    forward runs, which collects them). On the CPU, ``model``'s float32 linear weights are stored
+    column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
+    lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
     if tree:
         check_tree_support(model)
     plain = Verifier(model, not features and _split_is_exact(model), mask_dtype(model),
