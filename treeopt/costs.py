@@ -242,8 +242,9 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
 def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, float]]:
     """Where a step profile's verify time falls as q grows — (batch, q, the smaller q it fell
     below, the fall as a share of that q's time) — largest first. A verify forward of more
-    tokens is never cheaper, so a fall is noise in the measurement (a busy host during one
-    record), and select would price the tree of that record from it.
+    tokens is almost never cheaper, so a fall is mostly noise in the measurement (a busy host
+    during one record), and select would price the tree of that record from it. (A real one:
+    MKL's column-major 3-row product is slower than its 4-row one, docs/hardware.md.)
 
     >>> verify_dips([{"batch": 1, "q": 1, "ms_verify": 6.8}, {"batch": 1, "q": 3, "ms_verify": 8.7},
     ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
