@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from profiling.table import LatencyRecord, LatencyTable
 from roofline import preset
-from treeopt.costs import DraftCost, StepLatency, expanded_nodes, step_costs, verify_dips
+from treeopt.costs import (
+    DraftCost,
+    StepLatency,
+    expanded_nodes,
+    non_decreasing,
+    step_costs,
+    verify_dips,
+)
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import growth_expected_accept_length, price_tree, select
@@ -280,4 +287,29 @@ def test_a_verify_time_that_falls_as_q_grows_is_reported_as_noise():
     noisy = next(r for r in records if r["batch"] == 2 and r["q"] == 5)
     noisy["ms_verify"] = 12.6  # below q = 3's 13 ms and q = 4's 14 ms
     assert verify_dips(records) == [(2, 5, 4, 0.1)]
-    assert step_costs(records, kind="hydra", source="s.json").fit["verify_dip"] == 0.1
+    costs = step_costs(records, kind="hydra", source="s.json")
+    assert costs.fit["verify_dip"] == 0.1
+    # priced pooled: q = 4's three records (14 ms) and q = 5's one (12.6) at their mean, 13.65
+    assert costs.verify.seconds(2, 100, np.array([3, 4, 5, 9])).tolist() == [
+        0.013, 0.01365, 0.01365, 0.019]
+    assert costs.verify.seconds(1, 100, np.array([3, 4, 5])).tolist() == [0.013, 0.014, 0.015]
+
+
+finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False)
+
+
+@given(st.lists(st.tuples(finite, st.integers(1, 5)), min_size=1, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_non_decreasing_is_the_closest_rising_fit(pairs):
+    values, weights = [v for v, _ in pairs], [w for _, w in pairs]
+    fit = np.array(non_decreasing(values, weights))
+    assert (np.diff(fit) >= -1e-9).all()
+    assert np.dot(fit, weights) == pytest.approx(np.dot(values, weights), abs=1e-6)
+    assert non_decreasing(list(fit), weights) == pytest.approx(list(fit), abs=1e-9)
+    if (np.diff(values) >= 0).all():
+        assert fit.tolist() == pytest.approx(values, abs=1e-9)
+    # no simple rising alternative (running max, running min from the end, the mean) is closer
+    err = np.dot(weights, (fit - values) ** 2)
+    for other in (np.maximum.accumulate(values), np.minimum.accumulate(values[::-1])[::-1],
+                  np.full(len(values), np.average(values, weights=weights))):
+        assert err <= np.dot(weights, (other - values) ** 2) + 1e-6

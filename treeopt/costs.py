@@ -1,8 +1,8 @@
 """What a live decoding step costs: ``t_step = t_verify(b, s, q) + t_draft(T, b) +
 t_overhead(b, q, depth)``.
 
-``t_verify`` comes from a latency table, a step profile or a roofline, interpolated linearly
-between measured q (:class:`StepLatency`); the drafter's cost (:class:`DraftCost`) is a function of
+``t_verify`` comes from a latency table, a step profile (its per-q medians made non-decreasing in
+q) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's cost (:class:`DraftCost`) is a function of
 the batch and the nodes expanded at each depth (:func:`expanded_nodes`); the decoder's own
 overhead (:class:`OverheadCost`) of the batch, the tokens verified and the depth. A step profile
 (``treeopt profile step``: the live decoder timed phase by phase on real trees) gives all three
@@ -131,7 +131,8 @@ class StepCosts:
     draft: DraftCost
     overhead: OverheadCost
     # largest relative error of draft + overhead over the profiled trees, and the largest fall
-    # of the verify time as q grows (verify_dips: noise, where it is not 0)
+    # of the measured verify time as q grows (verify_dips: noise, where it is not 0; priced
+    # pooled)
     fit: dict[str, float]
     coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
 
@@ -216,7 +217,8 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
     verify_ms = _verify_medians(records)
-    points = [(b, context, q, ms / 1e3) for b, by_q in verify_ms.items() for q, ms in by_q.items()]
+    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(records).items()
+              for q, ms in by_q.items()]
     verify = StepLatency.from_points(points, source, context=context, device=device)
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
     overhead_at = {k: float(np.median(v)) for k, v in measured_overhead.items()}
@@ -242,9 +244,9 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
 def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, float]]:
     """Where a step profile's verify time falls as q grows — (batch, q, the smaller q it fell
     below, the fall as a share of that q's time) — largest first. A verify forward of more
-    tokens is almost never cheaper, so a fall is mostly noise in the measurement (a busy host
-    during one record), and select would price the tree of that record from it. (A real one:
-    MKL's column-major 3-row product is slower than its 4-row one, docs/hardware.md.)
+    tokens does no less work, so a fall is noise in the measurement (a busy moment during the
+    smaller q's record or a quiet one during the larger's). The profiler measures both sides of
+    a fall again; select prices what is left pooled (:func:`_verify_priced`).
 
     >>> verify_dips([{"batch": 1, "q": 1, "ms_verify": 6.8}, {"batch": 1, "q": 3, "ms_verify": 8.7},
     ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
@@ -253,13 +255,58 @@ def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, 
     return _dips(_verify_medians(records))
 
 
-def _verify_medians(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
-    """batch → q → the median verify milliseconds of a profile's records, both ascending."""
+def _verify_groups(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, list[float]]]:
+    """batch → q → the verify milliseconds of a profile's records at that q, both ascending."""
     grouped: dict[int, dict[int, list[float]]] = {}
     for r in records:
         grouped.setdefault(int(r["batch"]), {}).setdefault(int(r["q"]), []).append(r["ms_verify"])
-    return {b: {q: float(np.median(ms)) for q, ms in sorted(by_q.items())}
-            for b, by_q in sorted(grouped.items())}
+    return {b: dict(sorted(by_q.items())) for b, by_q in sorted(grouped.items())}
+
+
+def _verify_medians(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """batch → q → the median verify milliseconds of a profile's records, both ascending."""
+    return {b: {q: float(np.median(ms)) for q, ms in by_q.items()}
+            for b, by_q in _verify_groups(records).items()}
+
+
+def _verify_priced(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """batch → q → the verify milliseconds select prices: each q's median, made non-decreasing
+    in q (:func:`non_decreasing`, weighted by each q's number of records).
+
+    A forward of more tokens does no less work, so a verify time that falls as q grows is a
+    measurement's noise (a record taken at a quiet moment) — priced as it stands, it makes one
+    tree look cheap and select picks it for that. Pooling it with the q it fell below prices
+    both at their common mean. On the demo's batch-1 Medusa bench (2026-11-26) the q = 4 record
+    sat 10% below q = 3's; priced as measured, the 3-node tree's prediction was 6.7% high and
+    the 2-node tree's 3.9% low; pooled, 1.7% and 0.6% (docs/hardware.md).
+    """
+    out = {}
+    for b, by_q in _verify_groups(records).items():
+        medians = [float(np.median(ms)) for ms in by_q.values()]
+        fitted = non_decreasing(medians, [len(ms) for ms in by_q.values()])
+        out[b] = dict(zip(by_q, fitted, strict=True))
+    return out
+
+
+def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``values`` in weighted least squares (isotonic
+    regression, by pooling adjacent violators): every run of values that falls is replaced by
+    its weighted mean, repeatedly, until nothing falls.
+
+    >>> non_decreasing([5.0, 7.0, 6.0, 8.0], [1, 1, 1, 1])
+    [5.0, 6.5, 6.5, 8.0]
+    >>> non_decreasing([14.0, 12.6], [3, 1])  # the better-measured value moves less
+    [13.65, 13.65]
+    """
+    if len(values) != len(weights):
+        raise ValueError(f"{len(values)} values but {len(weights)} weights")
+    blocks: list[list[float]] = []  # [weighted mean, total weight, count] of each pooled run
+    for v, w in zip(values, weights, strict=True):
+        blocks.append([float(v), float(w), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [round(v, 12) for v, _, n in blocks for _ in range(int(n))]
 
 
 def _dips(verify_ms: dict[int, dict[int, float]]) -> list[tuple[int, int, int, float]]:

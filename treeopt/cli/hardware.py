@@ -270,7 +270,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     for b, q, below, fall in [d for d in verify_dips(doc["records"]) if d[3] > FALL_LIMIT][:3]:
         print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
               f"{fall:.0%} below {below} tokens', even measured again — the host was busy; "
-              f"profile again on a quiet machine (select prices that tree from it)",
+              f"select prices the two at their pooled mean; profile again on a quiet machine",
               file=sys.stderr)
     return 0
 
