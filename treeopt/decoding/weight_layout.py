@@ -49,7 +49,7 @@ def lay_out_for_cpu(*modules: nn.Module | None) -> int:
                 continue
             seen.add(id(weight))
             if (weight.device.type == "cpu" and weight.dtype == torch.float32
-                    and weight.dim() == 2 and not weight.t().is_contiguous()):
+                    and not weight.t().is_contiguous()):
                 with torch.inference_mode(False):  # a normal tensor: the model may train later
                     weight.data = column_major(weight.data)
                 moved += 1
