@@ -2,9 +2,10 @@
 t_overhead(b, q, depth)``.
 
 ``t_verify`` comes from a latency table, a step profile (its per-q medians made non-decreasing in
-q) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's cost (:class:`DraftCost`) is a function of
-the batch and the nodes expanded at each depth (:func:`expanded_nodes`); the decoder's own
-overhead (:class:`OverheadCost`) of the batch, the tokens verified and the depth. A step profile
+q) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's
+cost (:class:`DraftCost`) is a function of the batch and the nodes expanded at each depth
+(:func:`expanded_nodes`); the decoder's own overhead (:class:`OverheadCost`) of the batch, the
+tokens verified and the depth. A step profile
 (``treeopt profile step``: the live decoder timed phase by phase on real trees) gives all three
 (:func:`step_costs`), fitted as linear terms whose coefficients are milliseconds.
 """
@@ -278,7 +279,8 @@ def _verify_priced(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, flo
     tree look cheap and select picks it for that. Pooling it with the q it fell below prices
     both at their common mean. On the demo's batch-1 Medusa bench (2026-11-26) the q = 4 record
     sat 10% below q = 3's; priced as measured, the 3-node tree's prediction was 6.7% high and
-    the 2-node tree's 3.9% low; pooled, 1.7% and 0.6% (docs/hardware.md).
+    the 2-node tree's 3.9% low; pooled, 1.7% and 0.6%. Measured again with a fresh profile
+    priced this way, every point of that bench came within 1.5% (docs/hardware.md).
     """
     out = {}
     for b, by_q in _verify_groups(records).items():
@@ -306,6 +308,7 @@ def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[fl
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
             blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    # rounded to 12 decimals, far below any timing's precision, so that a mean reads as itself
     return [round(v, 12) for v, _, n in blocks for _ in range(int(n))]
 
 
