@@ -217,8 +217,9 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
         step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
-    verify_ms = _verify_medians(records)
-    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(records).items()
+    groups = _verify_groups(records)
+    verify_ms = _medians(groups)
+    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups).items()
               for q, ms in by_q.items()]
     verify = StepLatency.from_points(points, source, context=context, device=device)
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
@@ -253,7 +254,7 @@ def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, 
     ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
     [(1, 4, 3, 0.2)]
     """
-    return _dips(_verify_medians(records))
+    return _dips(_medians(_verify_groups(records)))
 
 
 def _verify_groups(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, list[float]]]:
@@ -264,15 +265,15 @@ def _verify_groups(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, lis
     return {b: dict(sorted(by_q.items())) for b, by_q in sorted(grouped.items())}
 
 
-def _verify_medians(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
-    """batch → q → the median verify milliseconds of a profile's records, both ascending."""
-    return {b: {q: float(np.median(ms)) for q, ms in by_q.items()}
-            for b, by_q in _verify_groups(records).items()}
+def _medians(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[int, float]]:
+    """batch → q → the median verify milliseconds of :func:`_verify_groups`' records."""
+    return {b: {q: float(np.median(ms)) for q, ms in by_q.items()} for b, by_q in groups.items()}
 
 
-def _verify_priced(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, float]]:
-    """batch → q → the verify milliseconds select prices: each q's median, made non-decreasing
-    in q (:func:`non_decreasing`, weighted by each q's number of records).
+def _verify_priced(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[int, float]]:
+    """batch → q → the verify milliseconds select prices: each q's median of
+    :func:`_verify_groups`, made non-decreasing in q (:func:`non_decreasing`, weighted by each
+    q's number of records).
 
     A forward of more tokens does no less work, so a verify time that falls as q grows is a
     measurement's noise (a record taken at a quiet moment) — priced as it stands, it makes one
@@ -282,12 +283,10 @@ def _verify_priced(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, flo
     the 2-node tree's 3.9% low; pooled, 1.7% and 0.6%. Measured again with a fresh profile
     priced this way, every point of that bench came within 1.5% (docs/hardware.md).
     """
-    out = {}
-    for b, by_q in _verify_groups(records).items():
-        medians = [float(np.median(ms)) for ms in by_q.values()]
-        fitted = non_decreasing(medians, [len(ms) for ms in by_q.values()])
-        out[b] = dict(zip(by_q, fitted, strict=True))
-    return out
+    medians = _medians(groups)
+    return {b: dict(zip(by_q, non_decreasing(list(medians[b].values()),
+                                             [len(ms) for ms in by_q.values()]), strict=True))
+            for b, by_q in groups.items()}
 
 
 def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
@@ -302,14 +301,14 @@ def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[fl
     """
     if len(values) != len(weights):
         raise ValueError(f"{len(values)} values but {len(weights)} weights")
-    blocks: list[list[float]] = []  # [weighted mean, total weight, count] of each pooled run
+    blocks: list[tuple[float, float, int]] = []  # (weighted mean, weight, count) of each run
     for v, w in zip(values, weights, strict=True):
-        blocks.append([float(v), float(w), 1.0])
+        blocks.append((float(v), float(w), 1))
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+            blocks.append(((v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2))
     # rounded to 12 decimals, far below any timing's precision, so that a mean reads as itself
-    return [round(v, 12) for v, _, n in blocks for _ in range(int(n))]
+    return [round(v, 12) for v, _, n in blocks for _ in range(n)]
 
 
 def _dips(verify_ms: dict[int, dict[int, float]]) -> list[tuple[int, int, int, float]]:
