@@ -219,7 +219,7 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
     groups = _verify_groups(records)
     verify_ms = _medians(groups)
-    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups).items()
+    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups, verify_ms).items()
               for q, ms in by_q.items()]
     verify = StepLatency.from_points(points, source, context=context, device=device)
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
@@ -270,9 +270,10 @@ def _medians(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[int, f
     return {b: {q: float(np.median(ms)) for q, ms in by_q.items()} for b, by_q in groups.items()}
 
 
-def _verify_priced(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[int, float]]:
-    """batch → q → the verify milliseconds select prices: each q's median of
-    :func:`_verify_groups`, made non-decreasing in q (:func:`non_decreasing`, weighted by each
+def _verify_priced(groups: dict[int, dict[int, list[float]]],
+                   medians: dict[int, dict[int, float]]) -> dict[int, dict[int, float]]:
+    """batch → q → the verify milliseconds select prices: each q's median (``medians``, of
+    ``groups``' records), made non-decreasing in q (:func:`non_decreasing`, weighted by each
     q's number of records).
 
     A forward of more tokens does no less work, so a verify time that falls as q grows is a
@@ -283,7 +284,6 @@ def _verify_priced(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[
     the 2-node tree's 3.9% low; pooled, 1.7% and 0.6%. Measured again with a fresh profile
     priced this way, every point of that bench came within 1.5% (docs/hardware.md).
     """
-    medians = _medians(groups)
     return {b: dict(zip(by_q, non_decreasing(list(medians[b].values()),
                                              [len(ms) for ms in by_q.values()]), strict=True))
             for b, by_q in groups.items()}
