@@ -3,8 +3,9 @@
 For every batch size and every tree of a design set — sizes of a growth, each depth cap where the
 drafter is called once per depth, and the empty tree (autoregressive decoding) — the live decoder
 (:class:`treeopt.decoding.loop.Decoder`) decodes real prompts with ``profile=True``. A record
-gives the milliseconds per loop step of its draft, verify and bookkeeping phases, the tree's shape
-(size, depth, tokens q, nodes expanded per depth) and the mean context.
+gives the milliseconds per loop step of its draft, verify and bookkeeping phases — over the steps
+during which every row of the batch ran, the steady state that a live run's throughput counts —
+the tree's shape (size, depth, tokens q, nodes expanded per depth) and the mean context.
 
 A record averages over as many sequences at every batch size — at least ``sequences``
 (default: the largest batch), so a batch-1 record is not one prompt's: round r decodes the r-th
@@ -213,8 +214,8 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
 def _phases(decoder: Decoder, tree: Shape, group: Sequence[Sequence[int]],
             config: DecodeConfig) -> Phases:
     stats = decoder.decode(tree, group, config=config, profile=True).stats
-    split, n = stats.split, max(stats.iterations, 1)
-    return split.draft_s / n, split.verify_s / n, split.bookkeeping_s / n
+    per_step = stats.split.per_step()  # the steady steps: what throughput counts
+    return per_step["draft"], per_step["verify"], per_step["bookkeeping"]
 
 
 def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],

@@ -170,6 +170,37 @@ def test_profiled_phases_are_the_steps_alone(peaked, trained, monkeypatch):
     assert sum(stats.split.to_dict().values()) < 0.2  # … and no phase of any step holds it
 
 
+
+def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, monkeypatch):
+    """A batch's split covers its steady steps (every row running: what throughput counts), not
+    the tail after its first row stops; here every tail step is made 50 ms slower."""
+    import time
+
+    import treeopt.decoding.loop as loop
+
+    model, _, prompts = peaked
+    rows = ragged(prompts, 4)
+    plain = autoregressive(model, rows[1], config=DecodeConfig(max_new_tokens=30)).tokens
+    cfg = DecodeConfig(max_new_tokens=30, eos_token_id=plain[6])  # row 1 stops at its 7th token
+    decoder = loop.Decoder(model, trained["hydra"])
+    window = min(n for _, n in decoder.decode(TREES["chain"], rows, config=cfg).stats.runs)
+    calls = 0
+    verify_step = loop.verify_step
+
+    def slow_tail(*args, **kw):
+        nonlocal calls
+        calls += 1
+        if calls > window:
+            time.sleep(0.05)
+        return verify_step(*args, **kw)
+
+    monkeypatch.setattr(loop, "verify_step", slow_tail)
+    stats = decoder.decode(TREES["chain"], rows, config=cfg, profile=True).stats
+    assert stats.split.steps == window < stats.iterations == calls
+    assert stats.split.verify_s < 0.05 <= stats.seconds - sum(stats.split.to_dict().values())
+    alone = decoder.decode(TREES["chain"], rows[:1], config=cfg, profile=True).stats
+    assert alone.split.steps == alone.iterations  # one row: every step is steady
+
 def test_batched_autoregressive_equals_one_at_a_time(peaked):
     model, _, prompts = peaked
     rows = ragged(prompts, 5)

@@ -125,8 +125,7 @@ class Comparison:
         tree_doc, ar_doc = self.tree_stats.to_dict(), self.autoregressive_stats.to_dict()
         for doc, prof in ((tree_doc, self.tree_profile), (ar_doc, self.autoregressive_profile)):
             if prof is not None and prof.split is not None:
-                doc["ms_per_step"] = {k: 1e3 * v / max(prof.iterations, 1)
-                                      for k, v in prof.split.to_dict().items()}
+                doc["ms_per_step"] = {k: 1e3 * v for k, v in prof.split.per_step().items()}
         tree_doc["decode_tokens_per_s_paired"] = self.tree_tokens_per_s
         tree_doc["decode_tokens_per_s_best"] = best_of_rounds(self.tree_rounds)
         ar_doc["decode_tokens_per_s_best"] = self.autoregressive_tokens_per_s
