@@ -26,7 +26,8 @@ remains is each step's own noise: two profiles taken this way 40 minutes apart o
 
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
 (architecture and shape), ``heads`` (the heads' config), ``prompts``,
-``max_new_tokens``, ``meta`` and ``records``; written atomically after each batch size, so an
+``max_new_tokens``, ``steps`` (``"steady"``; profiles that timed every step, the tail after a
+batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``; written atomically after each batch size, so an
 interrupted run keeps every finished batch and resumes after it.
 """
 
@@ -241,6 +242,7 @@ def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
     return out
 
 
+STEPS = "steady"  # records time the steps during which every row ran (older profiles: "all")
 SETUP = ("device", "dtype", "attention", "model")  # what a profile's figures depend on
 
 
@@ -276,6 +278,7 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
              "threads": torch.get_num_threads(),
              "heads": heads.config.to_dict(), "prompts": len(prompts),
              "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
+             "steps": STEPS,
              "meta": {"torch": torch.__version__,
                       "timing": "each step beside an autoregressive reference",
                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
@@ -285,8 +288,9 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
     old = load_step_profile(out)
     old.setdefault("design", "trees")  # profiles written before dynamic trees
     old.setdefault("attention", "sdpa")  # profiles written before exact attention
+    old.setdefault("steps", "all")  # profiles written before the steady window
     for key in ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
-                "compile", "design"):
+                "compile", "design", "steps"):
         if old[key] != fresh[key]:
             raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
                                f"{fresh[key]!r}); use another --out")

@@ -138,6 +138,11 @@ def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
     assert again["records"] == doc["records"]  # resumed: nothing measured twice
     with pytest.raises(TreeoptError, match="another max_new_tokens"):
         profile_steps(model, heads, growth, prompts, batch=[1], out=out, max_new_tokens=8)
+    older = {k: v for k, v in doc.items() if k != "steps"}  # timed every step, tail included
+    out.write_text(json.dumps(older))
+    with pytest.raises(TreeoptError, match="another steps \\('all', not 'steady'\\)"):
+        profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
+                      max_new_tokens=6, rounds=2, log=lambda _: None)
 
 
 def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeypatch):
