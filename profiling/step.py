@@ -27,8 +27,9 @@ remains is each step's own noise: two profiles taken this way 40 minutes apart o
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
 (architecture and shape), ``heads`` (the heads' config), ``prompts``,
 ``max_new_tokens``, ``steps`` (``"steady"``; profiles that timed every step, the tail after a
-batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``; written atomically after each batch size, so an
-interrupted run keeps every finished batch and resumes after it.
+batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``;
+written atomically after each batch size, so an interrupted run keeps every finished batch and
+resumes after it.
 """
 
 from __future__ import annotations
