@@ -209,6 +209,8 @@ class _Clock:
 
     def end_step(self, *, counted: bool) -> None:
         """The step's laps join the totals when ``counted`` (a steady step); the next begins."""
+        if not self.on:  # unprofiled runs keep no phase times: nothing on their hot path
+            return
         if counted:
             self.totals = [a + b for a, b in zip(self.totals, self.step, strict=True)]
             self.steps += 1
