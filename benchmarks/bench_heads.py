@@ -65,7 +65,8 @@ def demo_config(demo):
     what its manifest records."""
     recorded = demo.manifest["config"]
     config = plan(budget_minutes=recorded["budget_minutes"], device=recorded["device"],
-                  seed=recorded["seed"], base_layers=recorded["base"]["num_layers"])
+                  seed=recorded["seed"], base_layers=recorded["base"]["num_layers"],
+                  medusa_head_layers=recorded.get("medusa_head_layers"))
     for key in ("head_steps", "head_layers", "head_batch", "head_lr", "head_seq_len",
                 "head_data_prompts", "head_prefix_attention"):
         if getattr(config, key) != recorded[key]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from treeopt.demo import DEMO_FORMAT, KINDS, demo_paths
-from treeopt.demo.config import TINY, plan
+from treeopt.demo.config import TINY, command_line, plan
 from treeopt.demo.corpus import load_corpus, part_of
 from treeopt.errors import TreeoptError
 
@@ -292,11 +292,52 @@ def test_plan_of_a_deeper_base_keeps_the_steps_in_a_longer_budget():
         plan(base_layers=0)
 
 
+def test_medusa_heads_get_their_own_depth_and_the_command_says_so():
+    deep = plan(budget_minutes=120, base_layers=16, medusa_head_layers=8)
+    assert [deep.layers_of(k) for k in ("medusa", "hydra", "eagle", "draft-model")] == [8, 2, 1, 1]
+    assert plan(budget_minutes=120).layers_of("medusa") == 2
+    assert plan(budget_minutes=1, medusa_head_layers=3).layers_of("medusa") == 3  # tiny build
+    assert command_line(deep).endswith("--base-layers 16 --medusa-head-layers 8 --device cpu "
+                                       "--seed 0")
+    with pytest.raises(TreeoptError, match="--medusa-head-layers must be at least 1, got 0"):
+        plan(medusa_head_layers=0)
+
+
+def test_a_setting_the_finished_demo_does_not_record_counts_as_its_default(tmp_path):
+    from treeopt.demo.build import _jsonable, settings_differ
+
+    recorded = _jsonable(plan(budget_minutes=120, base_layers=16))
+    del recorded["medusa_head_layers"]  # a demo built before the setting existed
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": recorded}))
+    assert settings_differ(tmp_path, plan(budget_minutes=120, base_layers=16)) == []
+    deeper = plan(budget_minutes=120, base_layers=16, medusa_head_layers=8)
+    assert settings_differ(tmp_path, deeper) == ["medusa_head_layers"]
+
+
+def test_a_tiny_build_trains_medusa_heads_of_the_depth_asked(tmp_path):
+    import torch
+
+    from treeopt.demo import build
+    from treeopt.drafters.checkpoints import read_heads_config
+
+    torch.set_num_threads(1)
+    manifest = build.build_demo(tmp_path / "demo", replace(TINY, medusa_head_layers=3),
+                                log=lambda s: None)
+    paths = demo_paths(tmp_path / "demo")
+    assert read_heads_config(paths.heads("medusa")).num_layers == 3
+    assert read_heads_config(paths.heads("hydra")).num_layers == TINY.head_layers
+    assert manifest["heads"]["medusa"]["layers"] == 3
+    assert manifest["config"]["medusa_head_layers"] == 3
+
+
 def test_cli_build_rejects_a_bad_depth(tmp_path, capsys):
     from treeopt.cli import main
 
     assert main(["demo", "build", "--out", str(tmp_path / "d"), "--base-layers", "0"]) == 2
     assert capsys.readouterr().err.strip().endswith("--base-layers must be at least 1, got 0")
+    assert main(["demo", "build", "--out", str(tmp_path / "d"), "--medusa-head-layers", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--medusa-head-layers must be at least 1, got 0") and "\n" not in err
     assert not (tmp_path / "d").exists()
 
 

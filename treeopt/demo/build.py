@@ -112,7 +112,9 @@ def settings_differ(target: Path, config: DemoConfig) -> list[str]:
     old, new = read_json(manifest_path).get("config", {}), _jsonable(config)
     if not old:
         return ["config"]
-    return [k for k, v in old.items() if new.get(k) != v]
+    defaults = _jsonable(DemoConfig())  # what a setting the demo does not record meant
+    return [k for k in dict.fromkeys([*old, *new])
+            if old.get(k, defaults.get(k)) != new.get(k, defaults.get(k))]
 
 
 def _seed_from_published(target: Path, work: Path, config: DemoConfig) -> None:

@@ -33,6 +33,7 @@ class DemoConfig:
     base: BaseConfig = field(default_factory=BaseConfig)
     num_heads: int = 4
     head_layers: int = 2  # residual blocks per head (Hydra: its input layer and one block)
+    medusa_head_layers: int | None = None  # Medusa's residual blocks per head (None: head_layers)
     head_prefix_attention: bool = True  # Hydra++'s prefix layer, where the kind has one
     head_data_prompts: int = 1536  # train-part prompts the base model continues greedily …
     head_seq_len: int = 256  # … to this many tokens: the heads learn on the model's own text
@@ -72,6 +73,9 @@ class DemoConfig:
         (8, 2, 16), (8, 3, 64), (4, 6, 64))
 
     def __post_init__(self) -> None:
+        if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
+            raise TreeoptError(f"--medusa-head-layers must be at least 1, got "
+                               f"{self.medusa_head_layers}")
         if self.device not in ("cpu", "cuda"):
             raise TreeoptError(f"--device {self.device!r}: expected cpu or cuda")
         if self.budget_minutes <= 0:
@@ -87,6 +91,22 @@ class DemoConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def layers_of(self, kind: str) -> int:
+        """Layers of the ``kind`` drafter: residual blocks per head for Medusa and Hydra, decoder
+        layers for EAGLE and the draft model.
+
+        >>> c = DemoConfig(medusa_head_layers=8)
+        >>> c.layers_of("medusa"), c.layers_of("hydra"), c.layers_of("eagle")
+        (8, 2, 1)
+        """
+        if kind == "eagle":
+            return self.eagle_layers
+        if kind == "draft-model":
+            return self.draft_model_layers
+        if kind == "medusa" and self.medusa_head_layers is not None:
+            return self.medusa_head_layers
+        return self.head_layers
 
 
 TINY = DemoConfig(
@@ -110,21 +130,27 @@ def command_line(config: DemoConfig) -> str:
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0'
     >>> command_line(plan(budget_minutes=120, base_layers=16))
     'treeopt demo build --budget-minutes 120 --base-layers 16 --device cpu --seed 0'
+    >>> command_line(plan(budget_minutes=120, base_layers=16, medusa_head_layers=8))
+    'treeopt demo build --budget-minutes 120 --base-layers 16 --medusa-head-layers 8 --device cpu --seed 0'
     """
     preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed)
     layers = ("" if config.base.num_layers == preset.base.num_layers
               else f" --base-layers {config.base.num_layers}")
+    if config.medusa_head_layers is not None:
+        layers += f" --medusa-head-layers {config.medusa_head_layers}"
     return (f"treeopt demo build --budget-minutes {config.budget_minutes:g}{layers} "
             f"--device {config.device} --seed {config.seed}")
 
 
 def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
-         base_layers: int | None = None) -> DemoConfig:
+         base_layers: int | None = None, medusa_head_layers: int | None = None) -> DemoConfig:
     """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
 
     ``base_layers``: the base model's decoder layers instead of the preset's 8; the planning
     throughput scales inversely with them, so a base twice as deep needs twice the budget for the
-    same training steps.
+    same training steps. ``medusa_head_layers``: residual blocks per Medusa head instead of
+    ``head_layers`` (2); more blocks cost little time and accept more (docs/hardware.md, "Medusa
+    at batch 1").
 
     >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
@@ -140,7 +166,8 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     if base_layers is not None and base_layers < 1:
         raise TreeoptError(f"--base-layers must be at least 1, got {base_layers}")
     if budget_minutes < 2:
-        return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes)
+        return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes,
+                       medusa_head_layers=medusa_head_layers)
     # CPU: 8 narrow layers (2.2M parameters): a step's fixed cost, which speculation amortises,
     # grows with depth, while drafting (one vocabulary projection per call) does not
     base = BaseConfig(num_layers=8, ditto_share=0.75) if device == "cpu" else BaseConfig(
@@ -154,4 +181,4 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     base = replace(base, steps=steps, warmup=max(5, steps // 20))
     head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / _HEAD_TOKENS))
     return DemoConfig(seed=seed, device=device, budget_minutes=budget_minutes, base=base,
-                      head_steps=head_steps)
+                      head_steps=head_steps, medusa_head_layers=medusa_head_layers)

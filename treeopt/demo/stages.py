@@ -203,8 +203,7 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     if not path.exists():  # scratch is not shipped: a build seeded from a finished demo remakes it
         head_data(ctx)
     rows = np.load(path).tolist()
-    layers = (c.eagle_layers if kind == "eagle" else c.draft_model_layers
-              if kind == "draft-model" else c.head_layers)
+    layers = c.layers_of(kind)
     cfg = TrainConfig(kind=kind, num_heads=c.num_heads, num_layers=layers,
                       share_lm_head=True, steps=c.head_steps, batch_size=c.head_batch,
                       prefix_attention=c.head_prefix_attention
