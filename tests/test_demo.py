@@ -296,6 +296,7 @@ def test_medusa_heads_get_their_own_depth_and_the_command_says_so():
     deep = plan(budget_minutes=120, base_layers=16, medusa_head_layers=8)
     assert [deep.layers_of(k) for k in ("medusa", "hydra", "eagle", "draft-model")] == [8, 2, 1, 1]
     assert plan(budget_minutes=120).layers_of("medusa") == 2
+    assert plan(budget_minutes=120, medusa_head_layers=2) == plan(budget_minutes=120)
     assert plan(budget_minutes=1, medusa_head_layers=3).layers_of("medusa") == 3  # tiny build
     assert command_line(deep).endswith("--base-layers 16 --medusa-head-layers 8 --device cpu "
                                        "--seed 0")

@@ -165,6 +165,8 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
         raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
     if base_layers is not None and base_layers < 1:
         raise TreeoptError(f"--base-layers must be at least 1, got {base_layers}")
+    if medusa_head_layers == DemoConfig.head_layers:
+        medusa_head_layers = None  # the default, recorded as such (the same build)
     if budget_minutes < 2:
         return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes,
                        medusa_head_layers=medusa_head_layers)
