@@ -117,21 +117,21 @@ def train_variant(demo, config, kind: str, layers: int, steps: int, rows, out: P
                       and drafter_kind(kind).prefix_attention, seq_len=config.head_seq_len,
                       lr=config.head_lr, warmup=max(1, steps // 20),
                       seed=config.seed + 1 + stages.DRAFTERS.index(kind))
+    path = out / f"{kind}-{layers}x{steps}.pt"
+    if not path.exists():  # train_heads seeds before it builds the heads, as the build does
+        print(f"training {kind} heads {layers}x{steps} …", file=sys.stderr)
+        checkpoint = out / f"{kind}-{layers}x{steps}-checkpoint.pt"
+        trained, _ = train_heads(demo.model, rows, cfg, checkpoint=checkpoint)
+        torch.save(trained.state_dict(), path)
+        checkpoint.unlink(missing_ok=True)
+        return trained
     hidden, vocab = model_dims(demo.model)
     heads = build_heads(cfg.heads_config(hidden, vocab,
                                          base_layers=demo.model.config.num_hidden_layers),
                         lm_head=demo.model.get_output_embeddings(),
                         embeddings=demo.model.get_input_embeddings())
-    path = out / f"{kind}-{layers}x{steps}.pt"
-    if path.exists():
-        heads.load_state_dict(torch.load(path, weights_only=True))
-        return heads.eval()
-    print(f"training {kind} heads {layers}x{steps} …", file=sys.stderr)
-    heads, _ = train_heads(demo.model, rows, cfg, heads=heads,
-                           checkpoint=out / f"{kind}-{layers}x{steps}-checkpoint.pt")
-    torch.save(heads.state_dict(), path)
-    (out / f"{kind}-{layers}x{steps}-checkpoint.pt").unlink(missing_ok=True)
-    return heads
+    heads.load_state_dict(torch.load(path, weights_only=True))
+    return heads.eval()
 
 
 def price(demo, kind: str, heads, name: str, args, out: Path):
