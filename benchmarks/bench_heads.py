@@ -147,8 +147,8 @@ def price(demo, kind: str, heads, name: str, args, out: Path):
     profile = demo.step_profile(kind)
     if args.profile:  # these heads' own step, timed on this machine now
         profile = out / f"step-{kind}-{name}.json"
-        prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts[:PROFILE_SEQUENCES]]
-        profile_steps(demo.model, heads, growth, prompts, batch=[1], out=profile,
+        decoded = [demo.tokenizer(p)["input_ids"] for p in demo.prompts[:PROFILE_SEQUENCES]]
+        profile_steps(demo.model, heads, growth, decoded, batch=[1], out=profile,
                       sizes=PROFILE_SIZES, log=lambda _: None)
     costs = profiled_costs(profile)
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
