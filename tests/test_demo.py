@@ -331,6 +331,59 @@ def test_a_tiny_build_trains_medusa_heads_of_the_depth_asked(tmp_path):
     assert manifest["config"]["medusa_head_layers"] == 3
 
 
+def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tmp_path, monkeypatch):
+    import torch
+
+    from treeopt.demo import build, stages
+    from treeopt.drafters.checkpoints import read_heads_config
+
+    torch.set_num_threads(1)
+    cfg = replace(TINY, seed=6)
+    out = tmp_path / "demo"
+    build.build_demo(out, cfg, log=lambda s: None)
+    first = json.loads((out / "manifest.json").read_text())  # as read back (string keys)
+    deeper = replace(cfg, medusa_head_layers=3)
+
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    pipeline = tuple((n, interrupted if n == "sweep" else f) for n, f in stages.PIPELINE)
+    monkeypatch.setattr(stages, "PIPELINE", pipeline)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, deeper, log=lambda s: None)
+    assert (tmp_path / ".demo.building" / ".stages" / "sweep.kept.json").exists()
+    monkeypatch.undo()
+    logs: list[str] = []
+    again = build.build_demo(out, deeper, log=logs.append)  # resumes at the sweep
+    assert "[base] done earlier, reusing" in logs and "[heads] done earlier, reusing" in logs
+    assert "[sweep] medusa again, the other kinds' work kept …" in logs
+    assert "[drafters] done earlier, reusing" in logs
+    paths = demo_paths(out)
+    assert read_heads_config(paths.heads("medusa")).num_layers == 3
+    assert again["config"]["medusa_head_layers"] == 3 and again["heads"]["medusa"]["layers"] == 3
+    before = {f["path"]: f["sha256"] for f in first["files"]}
+    after = {f["path"]: f["sha256"] for f in again["files"]}
+    assert set(before) == set(after)
+    changed = {p for p in after if after[p] != before[p]}
+    assert "heads/medusa/heads.safetensors" in changed
+    medusa = {p.relative_to(out).as_posix() for name in stages.KIND_STAGES
+              for p in stages.kind_outputs(name, ("medusa",), paths, cfg)}
+    assert changed <= medusa | {"heads/medusa/heads.json"}, changed - medusa
+    assert paths.trace("medusa").relative_to(out).as_posix() in changed
+    for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new
+        assert json.dumps(again[name]).count('"hydra"') == json.dumps(first[name]).count('"hydra"')
+    assert again["heads"]["hydra"] == first["heads"]["hydra"]
+    assert again["quality"]["live"]["hydra"] == first["quality"]["live"]["hydra"]
+    assert again["quality"]["live"]["medusa"] != first["quality"]["live"]["medusa"]
+    assert again["sweep"]["hydra"] == first["sweep"]["hydra"]
+    assert again["latency"]["file"] == first["latency"]["file"]
+    assert again["latency"]["step_profiles"]["hydra"] == first["latency"]["step_profiles"]["hydra"]
+    assert again["sampled"]["1"]["hydra"] == first["sampled"]["1"]["hydra"]
+    assert again["drafters"] == first["drafters"] and again["dynamic"] == first["dynamic"]
+    assert again["base"] == first["base"]
+    assert "--medusa-head-layers 3" in again["command"]
+
+
 def test_cli_build_rejects_a_bad_depth(tmp_path, capsys):
     from treeopt.cli import main
 

@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--medusa-head-layers", type=int, metavar="N",
                    help="residual blocks per Medusa head (default: 2, as Hydra's heads); on the "
                         "16-layer CPU demo 8 blocks accept 9–11%% more tokens per step for little "
-                        "drafting time")
+                        "drafting time; over a finished demo that differs in this alone, only "
+                        "Medusa's heads, traces, checks and timings are made again")
     b.add_argument("--seed", type=int, default=0, metavar="N",
                    help="random seed of the whole build (default %(default)s)")
     b.add_argument("--threads", type=int, metavar="N",

@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -120,31 +120,57 @@ def settings_differ(target: Path, config: DemoConfig) -> list[str]:
 def _seed_from_published(target: Path, work: Path, config: DemoConfig) -> None:
     """Copy a finished demo built with ``config``'s settings into ``work``, with a stage record
     for every stage its manifest holds. Settings the finished demo does not record (added since)
-    take their defaults; any other difference means a fresh build."""
+    take their defaults. When the settings that differ are one head kind's own (such as
+    ``medusa_head_layers``), the kind stages keep their records as ``<stage>.kept.json`` and that
+    kind's files are removed: the build makes that kind again and keeps the rest. Any other
+    difference means a fresh build."""
     manifest_path = target / "manifest.json"
-    if not manifest_path.exists() or settings_differ(target, config):
+    differ = settings_differ(target, config)
+    scope = stages.kind_scope(differ)
+    if not manifest_path.exists() or (differ and scope is None):
         return
     manifest = read_json(manifest_path)
     shutil.copytree(target, work, ignore=shutil.ignore_patterns("manifest.json"))
+    paths = DemoPaths(work)
     for name, _ in stages.PIPELINE:
         if name in manifest and name in manifest.get("timings_s", {}):
-            write_json(work / ".stages" / f"{name}.json",
-                       {**manifest[name], "seconds": manifest["timings_s"][name]})
+            record = {**manifest[name], "seconds": manifest["timings_s"][name]}
+            if scope and name in stages.KIND_STAGES:
+                write_json(work / ".stages" / f"{name}.kept.json",
+                           {"kinds": list(scope), "record": record})
+                for path in stages.kind_outputs(name, scope, paths, config):
+                    path.unlink(missing_ok=True)
+            else:
+                write_json(work / ".stages" / f"{name}.json", record)
 
 
 def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[str, Any]],
            ) -> dict[str, Any]:
-    """Run a stage unless its record exists; the record carries the stage's seconds."""
+    """Run a stage unless its record exists; the record carries the stage's seconds. A kind
+    stage with a kept record (see :func:`_seed_from_published`) runs for the kinds it names
+    alone, and their results replace theirs in the kept record."""
     record = ctx.scratch / f"{name}.json"
     if record.exists():
         ctx.log(f"[{name}] done earlier, reusing")
         return read_json(record)
-    ctx.log(f"[{name}] …")
+    kept_path = ctx.scratch / f"{name}.kept.json"
+    kept = read_json(kept_path) if kept_path.exists() else None
+    if kept is not None:
+        ctx = replace(ctx, kinds=tuple(kept["kinds"]))
+        ctx.log(f"[{name}] {', '.join(ctx.kinds)} again, the other kinds' work kept …")
+    else:
+        ctx.log(f"[{name}] …")
     start = time.perf_counter()
     result = fn(ctx)
-    result["seconds"] = round(time.perf_counter() - start, 2)
+    seconds = time.perf_counter() - start
+    if kept is not None:  # the kept kinds' share of the old time, and this run's
+        share = 1 - len(ctx.kinds) / len(stages.HEAD_KINDS)
+        seconds += kept["record"]["seconds"] * share
+        result = stages.merge_kinds(kept["record"], result)
+    result["seconds"] = round(seconds, 2)
     write_json(record, result)
-    ctx.log(f"[{name}] {result['seconds']:.1f} s")
+    kept_path.unlink(missing_ok=True)
+    ctx.log(f"[{name}] {time.perf_counter() - start:.1f} s")
     return result
 
 

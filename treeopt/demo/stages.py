@@ -19,6 +19,11 @@ from treeopt.files import read_json, write_json
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
 DRAFTERS = KINDS
+# the stages that do each head kind's work apart (a record per kind inside the stage's record)
+KIND_STAGES = ("heads", "traces", "growth", "quality", "latency", "sweep", "sampled")
+# settings that touch one head kind's work alone: changing one redoes that kind's part of the
+# kind stages and keeps everything else of a finished demo
+KIND_SETTINGS: dict[str, tuple[str, ...]] = {"medusa_head_layers": ("medusa",)}
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -33,7 +38,7 @@ SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 class Context:
     """What the stages share: settings, output paths, scratch space, log; the corpus, tokenizer
     and model are loaded on first use and kept in ``loaded`` (a stage that rewrites one calls
-    :meth:`reload`)."""
+    :meth:`reload`); ``kinds``: the head kinds the kind stages (:data:`KIND_STAGES`) make."""
 
     config: DemoConfig
     paths: DemoPaths
@@ -41,6 +46,7 @@ class Context:
     log: Callable[[str], None]
     show_progress: bool = False
     loaded: dict[str, Any] = field(default_factory=dict)
+    kinds: tuple[str, ...] = HEAD_KINDS  # the head kinds the kind stages make (or make again)
 
     def _once(self, name: str, load: Callable[[], Any]) -> Any:
         if name not in self.loaded:
@@ -186,7 +192,7 @@ def head_data(ctx: Context) -> dict[str, Any]:
 
 
 def heads(ctx: Context) -> dict[str, Any]:
-    return {kind: train_drafter(ctx, kind) for kind in HEAD_KINDS}
+    return {kind: train_drafter(ctx, kind) for kind in ctx.kinds}
 
 
 def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
@@ -241,7 +247,7 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
 
 
 def traces(ctx: Context) -> dict[str, Any]:
-    return {kind: kind_traces(ctx, kind) for kind in HEAD_KINDS}
+    return {kind: kind_traces(ctx, kind) for kind in ctx.kinds}
 
 
 def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
@@ -266,7 +272,7 @@ def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
 
 def growths(ctx: Context) -> dict[str, Any]:
     ell, held = {}, {}
-    for kind in HEAD_KINDS:
+    for kind in ctx.kinds:
         ell[kind], held[kind] = kind_growths(ctx, kind)
     return {"max_nodes": ctx.config.max_nodes, "expected_accept_length": ell,
             "heldout_expected_accept_length": held}
@@ -293,7 +299,7 @@ def sampled(ctx: Context) -> dict[str, Any]:
     each temperature, and what a greedy-grown tree gives up there."""
     out: dict[str, Any] = {}
     for t in ctx.config.sample_temperatures:
-        out[f"{t:g}"] = {kind: kind_sampled(ctx, kind, t) for kind in HEAD_KINDS}
+        out[f"{t:g}"] = {kind: kind_sampled(ctx, kind, t) for kind in ctx.kinds}
     return out
 
 
@@ -339,7 +345,7 @@ def quality(ctx: Context) -> dict[str, Any]:
     prompt_ids = ctx.prompt_ids("heldout")
     reference, ar = autoregressive_run(Decoder(ctx.model), prompt_ids,
                                        max_new_tokens=c.max_new_tokens)
-    live = {kind: kind_quality(ctx, kind, reference) for kind in HEAD_KINDS}
+    live = {kind: kind_quality(ctx, kind, reference) for kind in ctx.kinds}
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
             "looping_reference": _looping_reference(ctx, prompt_ids), "live": live}
@@ -412,12 +418,14 @@ def latency(ctx: Context) -> dict[str, Any]:
 
     c = ctx.config
     threads(c.live_threads)
+    steps = {kind: kind_step_profile(ctx, kind) for kind in ctx.kinds}
+    if ctx.kinds != HEAD_KINDS and ctx.paths.latency(c.device).exists():
+        return {"step_profiles": steps}  # one kind made again: the model's table is the same
     table = profile_verify(load_config(ctx.paths.model), out=ctx.paths.latency(c.device),
                            device=c.device, dtype="fp32", batch=[1],
                            context=list(c.latency_context), tokens=list(c.latency_tokens),
                            repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
                            log=lambda line: ctx.log(f"  {line}"))
-    steps = {kind: kind_step_profile(ctx, kind) for kind in HEAD_KINDS}
     return {"device": table.device, "file": ctx.paths.latency(c.device).name,
             "records": len(table.records), "step_profiles": steps}
 
@@ -441,7 +449,7 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
 def sweep(ctx: Context) -> dict[str, Any]:
     """The live throughput sweep of each head kind's trees on the held-out prompts, beside the
     step-cost model's prediction and with the tree select picks: the Hardware page's figure."""
-    return {kind: kind_sweep(ctx, kind) for kind in HEAD_KINDS}
+    return {kind: kind_sweep(ctx, kind) for kind in ctx.kinds}
 
 
 def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
@@ -705,6 +713,44 @@ def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
             paths.root / ".stages" / f"{record}-{k}.json" for k in kinds
             for record in ("drafters", "train")]
     return _files_of(name, kinds, paths, config)
+
+
+def kind_scope(changed: list[str]) -> tuple[str, ...] | None:
+    """The head kinds whose work the ``changed`` settings touch, when each of them is one kind's
+    own setting (:data:`KIND_SETTINGS`); None when any touches shared work (a fresh build).
+
+    >>> kind_scope(["medusa_head_layers"]), kind_scope(["medusa_head_layers", "seed"])
+    (('medusa',), None)
+    """
+    if not changed or any(name not in KIND_SETTINGS for name in changed):
+        return None
+    touched = {kind for name in changed for kind in KIND_SETTINGS[name]}
+    return tuple(kind for kind in HEAD_KINDS if kind in touched)
+
+
+def kind_outputs(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoConfig,
+                 ) -> list[Path]:
+    """The files kind stage ``name`` writes for ``kinds`` alone (not the files all kinds share,
+    such as the model's verify table): what making those kinds again removes first."""
+    shared = set(_files_of(name, (), paths, config))
+    kind_dirs = [paths.heads(k) for k in kinds] if name == "heads" else []
+    return [p for p in _files_of(name, kinds, paths, config) if p not in shared] + [
+        p for d in kind_dirs if d.is_dir() for p in sorted(d.iterdir())]
+
+
+def merge_kinds(kept: dict[str, Any], made: dict[str, Any]) -> dict[str, Any]:
+    """A kind stage's record: ``kept`` (all kinds, from a finished demo) with the kinds ``made``
+    again replaced wherever they appear (the records nest per kind at different depths).
+
+    >>> merge_kinds({"max_nodes": 8, "ell": {"medusa": 1.5, "hydra": 2.0}},
+    ...             {"max_nodes": 8, "ell": {"medusa": 1.7}})
+    {'max_nodes': 8, 'ell': {'medusa': 1.7, 'hydra': 2.0}}
+    """
+    out = dict(kept)
+    for key, value in made.items():
+        nested = isinstance(value, dict) and isinstance(kept.get(key), dict)
+        out[key] = merge_kinds(kept[key], value) if nested and key not in KINDS else value
+    return out
 
 
 def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoConfig,
