@@ -52,6 +52,24 @@ def test_interface_shapes(model):
         hydra.head_logits(2, torch.zeros(2, 5, D), prev[..., :2])
 
 
+@pytest.mark.parametrize("layers", [0, 1, 3])
+def test_medusa_blocks_at_once_equal_each_head_alone_and_follow_the_weights(layers):
+    heads = _perturb(build_heads(HeadsConfig(kind="medusa", num_heads=4, hidden_size=D,
+                                             vocab_size=V, num_layers=layers)))
+    hidden = torch.randn(3, D, generator=torch.Generator().manual_seed(1))
+    for depth in (1, 4):
+        alone = torch.stack([heads.blocks[k](hidden) for k in range(depth)], dim=1)
+        assert torch.allclose(heads.blocks_at_once(hidden, depth), alone, atol=1e-6)
+    if layers:  # the stacked weights are stacked again once a block's weight changes
+        with torch.no_grad():
+            heads.blocks[2][0].linear.weight.mul_(-3.0)
+        alone = torch.stack([heads.blocks[k](hidden) for k in range(4)], dim=1)
+        assert torch.allclose(heads.blocks_at_once(hidden, 4), alone, atol=1e-6)
+        moved = heads.to(torch.float64)
+        assert heads.blocks_at_once(hidden.double(), 4).dtype == torch.float64
+        assert moved is heads
+
+
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 @pytest.mark.parametrize("share", [False, True])
 def test_untrained_heads_equal_the_lm_head(model, kind, share):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from treeopt.drafters import KINDS
 from treeopt.drafters.base import DraftHeads, ResBlock
@@ -31,6 +32,8 @@ class MedusaHeads(DraftHeads):
             nn.Sequential(*(ResBlock(cfg.hidden_size) for _ in range(cfg.num_layers)))
             for _ in range(cfg.num_heads)
         )
+        # the blocks' weights stacked for drafting, with the key they were stacked under
+        self._pack: tuple[tuple[object, ...], torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def build(cls, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
@@ -51,10 +54,40 @@ class MedusaHeads(DraftHeads):
         """Every depth from one call of the heads the tree reaches: node i takes its depth's
         head's candidate of its rank."""
         tree = plan.tree
-        z = torch.stack([self.blocks[k](hidden[:, 0]) for k in range(tree.depth)], dim=1)
+        z = self.blocks_at_once(hidden[:, 0], tree.depth)
         if self.proj is None:  # the shared LM head: one projection for every depth
             logits = self.project(0, z)  # [b, depth, V]
         else:
             logits = torch.stack([self.project(k, z[:, k]) for k in range(tree.depth)], dim=1)
         cand = top_candidates(logits, tree.max_rank + 1)  # [b, depth, R]
         return torch.cat([root[:, None], cand[:, plan.depths, plan.ranks]], dim=1)
+
+    def blocks_at_once(self, hidden: torch.Tensor, depth: int) -> torch.Tensor:
+        """The first ``depth`` heads' residual blocks on ``hidden`` ``[b, d]`` → ``[b, depth, d]``,
+        one batched product per layer for all those heads: what ``self.blocks[k](hidden)`` gives
+        each, to rounding, in a few operations instead of ``depth × num_layers`` blocks (on the
+        CPU demo with 8 blocks per head, 0.15–0.23 ms against 0.8 for 4 heads)."""
+        z = hidden.expand(depth, *hidden.shape)
+        if self.config.num_layers == 0:
+            return z.transpose(0, 1)
+        weights, biases = self._packed_blocks()
+        for w, b in zip(weights, biases, strict=True):
+            z = z + F.silu(torch.baddbmm(b[:depth], z, w[:depth]))
+        return z.transpose(0, 1)
+
+    def _packed_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per layer, every head's block weight (transposed, ``[L, K, d, d]``) and bias
+        (``[L, K, 1, d]``), stacked; made again whenever a block parameter is replaced or
+        changed in place (the key: each one's storage and version)."""
+        params = list(self.blocks.parameters())
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        if self._pack is None or self._pack[0] != key:
+            with torch.no_grad():
+                layers = range(self.config.num_layers)
+                heads = [self.blocks[k] for k in range(self.config.num_heads)]
+                w = torch.stack([torch.stack([h[i].linear.weight.t() for h in heads])
+                                 for i in layers]).contiguous()
+                b = torch.stack([torch.stack([h[i].linear.bias for h in heads])
+                                 for i in layers])[:, :, None, :].contiguous()
+            self._pack = (key, w.detach(), b.detach())
+        return self._pack[1], self._pack[2]
