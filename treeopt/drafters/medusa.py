@@ -32,8 +32,9 @@ class MedusaHeads(DraftHeads):
             nn.Sequential(*(ResBlock(cfg.hidden_size) for _ in range(cfg.num_layers)))
             for _ in range(cfg.num_heads)
         )
-        # the blocks' weights stacked for drafting, with the key they were stacked under
-        self._pack: tuple[tuple[object, ...], torch.Tensor, torch.Tensor] | None = None
+        # for drafting: the block parameters, the key their stack was made under, the stack
+        self._pack: tuple[tuple[nn.Parameter, ...], tuple[tuple[int, int], ...],
+                          tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
 
     @classmethod
     def build(cls, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
@@ -75,13 +76,19 @@ class MedusaHeads(DraftHeads):
             z = z + F.silu(torch.baddbmm(b[:depth], z, w[:depth]))
         return z.transpose(0, 1)
 
-    def _packed_blocks(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per layer, every head's block weight (transposed, ``[L, K, d, d]``) and bias
-        (``[L, K, 1, d]``), stacked; made again whenever a block parameter is replaced or
-        changed in place (the key: each one's storage and version)."""
-        params = list(self.blocks.parameters())
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        if self._pack is None or self._pack[0] != key:
+    def _packed_blocks(self) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Per layer, every head's block weight (transposed, ``[K, d, d]``) and bias
+        (``[K, 1, d]``), stacked; stacked again whenever a block parameter's storage or
+        version changes (an in-place update, ``load_state_dict``, a new layout). The parameters
+        themselves are looked up once (walking the modules costs 0.1–0.2 ms a call) and again
+        after a conversion (:meth:`_apply`: ``.to()``, ``.float()``, ...)."""
+        if self._pack is None:
+            params = tuple(p for head in self.blocks for block in head
+                           for p in (block.linear.weight, block.linear.bias))
+        else:
+            params = self._pack[0]
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if self._pack is None or self._pack[1] != key:
             with torch.no_grad():
                 layers = range(self.config.num_layers)
                 heads = [self.blocks[k] for k in range(self.config.num_heads)]
@@ -89,5 +96,9 @@ class MedusaHeads(DraftHeads):
                                  for i in layers]).contiguous()
                 b = torch.stack([torch.stack([h[i].linear.bias for h in heads])
                                  for i in layers])[:, :, None, :].contiguous()
-            self._pack = (key, w.detach(), b.detach())
-        return self._pack[1], self._pack[2]
+            self._pack = (params, key, w.detach().unbind(0), b.detach().unbind(0))
+        return self._pack[2], self._pack[3]
+
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        self._pack = None  # a conversion may give the blocks new parameter objects
+        return super()._apply(fn, recurse)
