@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "needs a budget as many times larger for the same training steps")
     b.add_argument("--medusa-head-layers", type=int, metavar="N",
                    help="residual blocks per Medusa head (default: 2, as Hydra's heads); on the "
-                        "16-layer CPU demo 8 blocks accept 9–11%% more tokens per step for little "
+                        "16-layer CPU demo 8 blocks accept 12–14%% more tokens per step for little "
                         "drafting time; over a finished demo that differs in this alone, only "
                         "Medusa's heads, traces, checks and timings are made again")
     b.add_argument("--seed", type=int, default=0, metavar="N",
