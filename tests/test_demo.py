@@ -139,25 +139,32 @@ def test_tiny_tree_decoding_is_lossless(tiny_demo):
         assert generate(demo.model, demo.heads[kind], tree, prompt, config=cfg).tokens == want
 
 
+def _interrupted_at(stage, out, cfg, monkeypatch):
+    """Build ``cfg`` into ``out`` with ``stage`` interrupted (Ctrl-C), then restore the
+    pipeline."""
+    from treeopt.demo import build, stages
+
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "PIPELINE", tuple(
+        (n, interrupted if n == stage else f) for n, f in stages.PIPELINE))
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, cfg, log=lambda s: None)
+    monkeypatch.undo()
+
+
 def test_interrupted_build_resumes_and_never_publishes_half(tmp_path, monkeypatch):
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build
 
     torch.set_num_threads(1)
     cfg = replace(TINY, seed=3)
     out = tmp_path / "demo"
-
-    def boom(ctx):
-        raise KeyboardInterrupt
-
-    pipeline = tuple((n, boom if n == "heads" else f) for n, f in stages.PIPELINE)
-    monkeypatch.setattr(stages, "PIPELINE", pipeline)
-    with pytest.raises(KeyboardInterrupt):
-        build.build_demo(out, cfg, log=lambda s: None)
+    _interrupted_at("heads", out, cfg, monkeypatch)
     assert not out.exists()
     assert (tmp_path / ".demo.building" / ".stages" / "base.json").exists()
-    monkeypatch.undo()
     logs: list[str] = []
     manifest = build.build_demo(out, cfg, log=logs.append)
     assert "[base] done earlier, reusing" in logs and "[heads] …" in logs
@@ -343,16 +350,8 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tmp_path, m
     build.build_demo(out, cfg, log=lambda s: None)
     first = json.loads((out / "manifest.json").read_text())  # as read back (string keys)
     deeper = replace(cfg, medusa_head_layers=3)
-
-    def interrupted(ctx):
-        raise KeyboardInterrupt
-
-    pipeline = tuple((n, interrupted if n == "sweep" else f) for n, f in stages.PIPELINE)
-    monkeypatch.setattr(stages, "PIPELINE", pipeline)
-    with pytest.raises(KeyboardInterrupt):
-        build.build_demo(out, deeper, log=lambda s: None)
+    _interrupted_at("sweep", out, deeper, monkeypatch)
     assert (tmp_path / ".demo.building" / ".stages" / "sweep.kept.json").exists()
-    monkeypatch.undo()
     logs: list[str] = []
     again = build.build_demo(out, deeper, log=logs.append)  # resumes at the sweep
     assert "[base] done earlier, reusing" in logs and "[heads] done earlier, reusing" in logs
