@@ -89,14 +89,14 @@ class MedusaHeads(DraftHeads):
             params = self._pack[0]
         key = tuple((p.data_ptr(), p._version) for p in params)
         if self._pack is None or self._pack[1] != key:
+            weights, biases = params[0::2], params[1::2]  # head by head, block by block
+            heads, layers = range(self.config.num_heads), self.config.num_layers
             with torch.no_grad():
-                layers = range(self.config.num_layers)
-                heads = [self.blocks[k] for k in range(self.config.num_heads)]
-                w = torch.stack([torch.stack([h[i].linear.weight.t() for h in heads])
-                                 for i in layers]).contiguous()
-                b = torch.stack([torch.stack([h[i].linear.bias for h in heads])
-                                 for i in layers])[:, :, None, :].contiguous()
-            self._pack = (params, key, w.detach().unbind(0), b.detach().unbind(0))
+                w = tuple(torch.stack([weights[k * layers + i].t() for k in heads]).contiguous()
+                          for i in range(layers))
+                b = tuple(torch.stack([biases[k * layers + i] for k in heads])[:, None, :]
+                          for i in range(layers))
+            self._pack = (params, key, w, b)
         return self._pack[2], self._pack[3]
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
