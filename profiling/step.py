@@ -13,15 +13,15 @@ group of b prompts, taken cyclically from those given, and a batch size gets as 
 beyond ``rounds`` as that takes (at batch 1 with 8 sequences, 8 rounds; each decode is short).
 
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
-the autoregressive step it is compared with. So every round runs each tree right after an
-autoregressive decode of the same prompts (its reference, timed at the same moment); a tree's
-record is its phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive
-step of the whole batch size, also the autoregressive record — taken from the round with the
-median scaled step (one disturbed decode, tree or reference, moves no record). A slow
-autoregressive record no longer shifts every step of its batch size (timed apart, one fastest
-round per tree, two profiles an hour apart differed by ~15% across the whole of batch 2); what
-remains is each step's own noise: two profiles taken this way 40 minutes apart on the demo's
-2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, up to 22%.
+the autoregressive step it is compared with. So every round decodes each tree alongside an
+autoregressive decode of the same prompts, their steps interleaved
+(:meth:`~treeopt.decoding.loop.Decoder.decode_alongside`: the reference meets the machine at the
+same moments, a few milliseconds apart, as the live comparison's does); a tree's record is its
+phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive step of the
+whole batch size, also the autoregressive record — taken from the round with the median scaled
+step (one disturbed decode moves no record). Before the steps were interleaved, the reference ran
+right before the tree, a whole decode apart: two profiles taken that way 40 minutes apart on the
+demo's 2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, up to 22%.
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
@@ -172,12 +172,15 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
 def _measure(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]], j: int,
              prompts: Sequence[Sequence[int]], batch: int, config: DecodeConfig,
              phases: dict[int, list[Phases]], reference: dict[int, list[Phases]]) -> None:
-    """Entry j's next round, on its next group of prompts: its autoregressive reference (none
-    for the autoregressive entry itself), then the entry."""
+    """Entry j's next round, on its next group of prompts: the entry and its autoregressive
+    reference, their steps interleaved (the autoregressive entry itself: alone)."""
     group = rotating_group(prompts, batch, len(phases[j]))
-    if j:
-        reference[j].append(_phases(decoder, trees[0][1], group, config))
-    phases[j].append(_phases(decoder, trees[j][1], group, config))
+    if not j:
+        phases[j].extend(_phases(decoder, [trees[0][1]], group, config))
+        return
+    ref, run = _phases(decoder, [trees[0][1], trees[j][1]], group, config)
+    reference[j].append(ref)
+    phases[j].append(run)
 
 
 def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list[list[int]]:
@@ -213,11 +216,12 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     return [j for j, q in enumerate(q_of) if q in noisy]
 
 
-def _phases(decoder: Decoder, tree: Shape, group: Sequence[Sequence[int]],
-            config: DecodeConfig) -> Phases:
-    stats = decoder.decode(tree, group, config=config, profile=True).stats
-    per_step = stats.split.per_step()  # the steady steps: what throughput counts
-    return per_step["draft"], per_step["verify"], per_step["bookkeeping"]
+def _phases(decoder: Decoder, shapes: Sequence[Shape], group: Sequence[Sequence[int]],
+            config: DecodeConfig) -> list[Phases]:
+    """Each shape's seconds per steady step, phase by phase (the steps throughput counts), the
+    shapes decoded alongside each other."""
+    runs = decoder.decode_alongside(shapes, group, config=config, profile=True)
+    return [tuple(r.stats.split.per_step().values()) for r in runs]  # type: ignore[misc]
 
 
 def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
@@ -281,7 +285,7 @@ def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
              "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
              "steps": STEPS,
              "meta": {"torch": torch.__version__,
-                      "timing": "each step beside an autoregressive reference",
+                      "timing": "each step interleaved with an autoregressive reference",
                       "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
              "records": []}
     if not os.path.exists(out):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 
@@ -200,6 +201,69 @@ def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, 
     assert stats.split.verify_s < 0.05 <= stats.seconds - sum(stats.split.to_dict().values())
     alone = decoder.decode(TREES["chain"], rows[:1], config=cfg, profile=True).stats
     assert alone.split.steps == alone.iterations  # one row: every step is steady
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+@pytest.mark.parametrize("static", [False, True])
+def test_runs_decoded_alongside_are_each_the_run_alone(peaked, trained, mode, static):
+    """A tree and autoregressive decoding, their steps interleaved, emit what each does alone,
+    step for step, whatever the mode and cache layout (compiled steps keep a buffer per run);
+    row 1 stops early at EOS, so the batch is ragged."""
+    import dataclasses
+
+    from treeopt.decoding.loop import Decoder
+
+    model, _, prompts = peaked
+    rows = ragged(prompts, 3)
+    decoder = Decoder(model, trained["hydra"])
+    cfg = DecodeConfig(max_new_tokens=24, mode=mode, temperature=0.8)
+    plain = decoder.decode(Tree(()), rows, config=cfg, streams=[4, 5, 6]).tokens[1]
+    cfg = dataclasses.replace(cfg, eos_token_id=plain[5])  # row 1 stops by its 6th token
+    if static:
+        decoder.verify = dataclasses.replace(decoder.verify, compiled=decoder.verify.eager)
+    shapes = (TREES["wide"], Tree(()))
+    together = decoder.decode_alongside(shapes, rows, config=cfg, streams=[4, 5, 6])
+    for shape, run in zip(shapes, together, strict=True):
+        alone = decoder.decode(shape, rows, config=cfg, streams=[4, 5, 6])
+        assert run.tokens == alone.tokens
+        assert run.stats.accept_lengths == alone.stats.accept_lengths
+        assert (run.stats.decode_tokens, run.stats.iterations) == (
+            alone.stats.decode_tokens, alone.stats.iterations)
+    assert together[0].tokens == together[1].tokens  # lossless, both modes
+    assert len(together[0].tokens[1]) <= 6 and max(map(len, together[0].tokens)) > 6
+
+
+@pytest.mark.parametrize("profile", [False, True])
+def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trained, monkeypatch,
+                                                                    profile):
+    """Every tree step is made 20 ms slower: the steps of the two runs alternate throughout, and
+    the autoregressive run's time (and, profiled, its phases) holds none of the tree's."""
+    import time
+
+    import treeopt.decoding.loop as loop
+
+    model, _, prompts = peaked
+    order = []
+    verify_step = loop.verify_step
+
+    def slow_tree(verify, tokens, *args, **kw):
+        order.append("tree" if tokens.shape[1] > 1 else "ar")
+        if tokens.shape[1] > 1:
+            time.sleep(0.02)
+        return verify_step(verify, tokens, *args, **kw)
+
+    monkeypatch.setattr(loop, "verify_step", slow_tree)
+    decoder = loop.Decoder(model, trained["hydra"])
+    tree, ar = decoder.decode_alongside((TREES["chain"], Tree(())), prompts[:1],
+                                        config=DecodeConfig(max_new_tokens=32), profile=profile)
+    switches = sum(a != b for a, b in itertools.pairwise(order))
+    assert switches >= 2 * order.count("tree") - 2  # no two tree steps in a row
+    assert order.count("tree") == tree.stats.iterations < ar.stats.iterations == order.count("ar")
+    assert tree.stats.decode_seconds > 0.02 * tree.stats.iterations
+    assert ar.stats.seconds < 0.02 * tree.stats.iterations / 2
+    if profile:
+        assert tree.stats.split.verify_s > 0.02 * tree.stats.iterations
+        assert sum(ar.stats.split.to_dict().values()) < ar.stats.seconds
+
 
 def test_batched_autoregressive_equals_one_at_a_time(peaked):
     model, _, prompts = peaked

@@ -156,11 +156,14 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
 
     calls: list[tuple[int, int]] = []
 
-    def fake_phases(decoder, tree, group, config):
-        q = tree.num_tokens
-        calls.append((len(group), q))
-        busy = (len(group), q) == (1, 3) and calls.count((1, 3)) == 1  # the first such record
-        return (1e-4 * q, 2e-3 if busy else 1e-3 * (5 + q), 1e-4)
+    def fake_phases(decoder, shapes, group, config):
+        out = []
+        for tree in shapes:
+            q = tree.num_tokens
+            calls.append((len(group), q))
+            busy = (len(group), q) == (1, 3) and calls.count((1, 3)) == 1  # the first such
+            out.append((1e-4 * q, 2e-3 if busy else 1e-3 * (5 + q), 1e-4))
+        return out
 
     monkeypatch.setattr(step, "_phases", fake_phases)
     model = build_model(TINY, device="cpu", dtype="fp32")
@@ -190,9 +193,10 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
 
     groups: dict[tuple[int, int], list[list[int]]] = {}  # (batch, q) → first token of each row
 
-    def fake_phases(decoder, tree, group, config):
-        groups.setdefault((len(group), tree.num_tokens), []).append([p[0] for p in group])
-        return (1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4)
+    def fake_phases(decoder, shapes, group, config):
+        for tree in shapes:
+            groups.setdefault((len(group), tree.num_tokens), []).append([p[0] for p in group])
+        return [(1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4) for tree in shapes]
 
     monkeypatch.setattr(step, "_phases", fake_phases)
     model = build_model(TINY, device="cpu", dtype="fp32")

@@ -4,8 +4,14 @@ benchmarks use.
 
 Both run through the same batched loop (:func:`~treeopt.decoding.loop.decode`), ``batch`` prompts
 at a time. After a warm-up of each, every round decodes every batch of prompts with the tree and
-autoregressively, interleaved batch by batch (tree first on even batches, autoregressive first on
-odd ones), so drift of the machine's speed falls on both alike.
+autoregressively, the two runs' steps interleaved (:meth:`~treeopt.decoding.loop.Decoder.
+decode_alongside`: each next step is the run furthest behind in its budget, each run timing its
+own steps), so both meet the machine at the same moments. A shared host's speed moves in spells
+of tenths of a second to seconds (on the demo's 2-core host a fixed product loop ran 5% to 55%
+over its fastest in 0.25 s windows); two whole decodes of a batch, each about that long, taken
+one after the other met different spells. Five repeats of the same batch-1 comparison (Medusa,
+16 nodes, 16 prompts × 64 tokens, 3 rounds) spread 11.1% with the runs alternated batch by batch
+and 2.4% with their steps interleaved, on the same host in the same half hour.
 
 The speed-up is the median of the rounds' speed-ups, each the tree's tokens/s over the
 autoregressive tokens/s *of the same round*: the pairing is what interleaving buys, and the
@@ -202,12 +208,12 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         ar_runs: list[BatchResult] = []
         for i, group in enumerate(groups):
             streams = range(i * batch, (i + 1) * batch)  # a prompt's sampling stream: its index
-            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-                if which == 0:
-                    tree_runs.append(decoder.decode(tree, group, config=config, streams=streams))
-                else:
-                    ar_runs.append(decoder.decode(empty, group, config=config, streams=streams))
-                tick()
+            t, a = decoder.decode_alongside((tree, empty), group, config=config,
+                                            streams=streams)
+            tree_runs.append(t)
+            ar_runs.append(a)
+            tick()
+            tick()
         tree_rounds.append(tuple(tree_runs))
         ar_rounds.append(tuple(ar_runs))
     tree_prof = ar_prof = None

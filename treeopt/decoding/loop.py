@@ -92,12 +92,13 @@ class Decoder:
         self.model, self.heads = model, heads
         self.device = model_device(model)
         lay_out_for_cpu(heads)  # the model's: in verifier()
-        self._static_kv: dict[tuple[int, int], torch.Tensor] = {}  # compiled: (b, capacity) → kv
+        # compiled: (b, capacity, slot) → kv; runs decoded alongside each other use their own slot
+        self._static_kv: dict[tuple[int, int, int], torch.Tensor] = {}
         with torch.inference_mode():
             self.verify = verifier(model, tree=heads is not None, compile=compile,
                                    features=heads.feature_layers if heads is not None else ())
 
-    def cache(self, *, batch: int, capacity: int) -> SlotCache:
+    def cache(self, *, batch: int, capacity: int, slot: int = 0) -> SlotCache:
         """An empty cache for one run. Compiled steps write into one buffer per batch and
         capacity, allocated once and marked as a static address: a CUDA graph may then write into
         it in place (it would skip graphs for a mutated input otherwise), and no run re-records
@@ -105,11 +106,11 @@ class Decoder:
         with torch.inference_mode():  # as every run
             if not self.verify.static:
                 return SlotCache.allocate(self.model, batch=batch, capacity=capacity)
-            kv = self._static_kv.get((batch, capacity))
+            kv = self._static_kv.get((batch, capacity, slot))
             if kv is None:
                 kv = SlotCache.allocate(self.model, batch=batch, capacity=capacity).kv
                 torch._dynamo.mark_static_address(kv)
-                self._static_kv[batch, capacity] = kv
+                self._static_kv[batch, capacity, slot] = kv
             kv.zero_()  # nothing of an earlier run stays
             return SlotCache(kv, static=True)
 
@@ -122,6 +123,43 @@ class Decoder:
         ``streams``: each row's sampling stream id (default 0 … b-1). Mode ``sample`` draws a
         row's tokens from (seed, stream, position) alone, so a prompt decoded with the same stream
         id emits the same tokens in any batch, with any tree."""
+        with torch.inference_mode():
+            return self._run(tree, prompts, config, profile=profile, streams=streams).loop()
+
+    def decode_alongside(self, shapes: Sequence[Tree | DynamicSettings],
+                         prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
+                         profile: bool = False,
+                         streams: Sequence[int] | None = None) -> list[BatchResult]:
+        """Decode ``prompts`` once with each of ``shapes`` (e.g. a tree and the empty tree), their
+        steps interleaved: each next step is the run furthest behind in its token budget, so every
+        run spreads over the same stretch of time, a few milliseconds apart. Each run counts only
+        its own calls' time. A shared machine's speed drifts over tenths of a second to seconds:
+        decoded one after the other, two runs meet different speeds; interleaved step by step,
+        they meet the same, and the ratio of their throughputs holds still.
+
+        The same tokens as :meth:`decode` of each shape alone (a run's state is its own)."""
+        config = config or DecodeConfig()
+        sync = self.device.type == "cuda"  # a step's queued work is timed with that step
+        with torch.inference_mode():
+            runs = [self._run(shape, prompts, config, profile=profile, streams=streams, slot=i)
+                    for i, shape in enumerate(shapes)]
+            for run in runs:
+                run.begin()
+                if sync:
+                    torch.cuda.synchronize(self.device)
+            live = [r for r in runs if any(r.active)]
+            while live:
+                run = min(live, key=lambda r: r.progress)
+                if not run.step():
+                    live.remove(run)
+                if sync:
+                    torch.cuda.synchronize(self.device)
+            return [run.result() for run in runs]
+
+    def _run(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]],
+             config: DecodeConfig | None, *, profile: bool,
+             streams: Sequence[int] | None, slot: int = 0) -> _Run:
+        """A checked, ready run of ``tree`` over ``prompts`` (the prefill not yet done)."""
         config = config or DecodeConfig()
         check_tree_for_heads(tree, self.heads)
         if not prompts:
@@ -137,9 +175,8 @@ class Decoder:
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
         ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
                            dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            return _Run(self, shape, config, gen, profile, prompts,
-                        stream_keys(config.seed, ids)).loop()
+        return _Run(self, shape, config, gen, profile, prompts, stream_keys(config.seed, ids),
+                    slot=slot)
 
 
 def _tokens(shape: TreePlan | DynamicSettings) -> int:
@@ -226,7 +263,7 @@ class _Run:
 
     def __init__(self, decoder: Decoder, plan: TreePlan | DynamicSettings, cfg: DecodeConfig,
                  gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
-                 keys: torch.Tensor) -> None:
+                 keys: torch.Tensor, *, slot: int = 0) -> None:
         self.verify, self.heads, self.plan, self.cfg, self.gen = (
             decoder.verify, decoder.heads, plan, cfg, gen)
         self.keys = keys  # [b]: each row's sampling stream
@@ -240,7 +277,7 @@ class _Run:
         capacity = longest + cfg.max_new_tokens + 2 * q + fed + 1  # + a scratch slot
         if self.verify.static:  # compiled steps: one graph per bucket of capacity, not per prompt
             capacity = -(-capacity // CAPACITY_BUCKET) * CAPACITY_BUCKET
-        self.cache = decoder.cache(batch=b, capacity=capacity)
+        self.cache = decoder.cache(batch=b, capacity=capacity, slot=slot)
         self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
                                  if self.heads is not None else None)
         self.scratch = capacity - 1
@@ -249,48 +286,76 @@ class _Run:
         self.active = [True] * b
 
     def loop(self) -> BatchResult:
-        start = self.clock.now()
-        root, h, lengths = self._prefill()
+        """Decode to the end, step after step."""
+        self.begin()
+        while self.step():
+            pass
+        return self.result()
+
+    def begin(self) -> None:
+        """The prefill: every prompt's first token and the drafter's first features."""
+        entered = self.clock.now()
+        self.root, self.h, self.lengths = self._prefill()
         self.clock.restart()
-        frontier = max(len(p) for p in self.prompts)
-        lens = [len(p) for p in self.prompts]
-        prefilled = steady_end = time.perf_counter()
-        steady_tokens = iterations = 0
-        while any(self.active):
-            iterations += 1
-            running = all(self.active)
-            tokens, plan = self._draft(h, root)
-            self.clock.lap(0)
-            logits, hidden = verify_step(self.verify, tokens, plan, cache=self.cache,
-                                         lengths=lengths, frontier=frontier)
-            self.clock.lap(1)
-            positions = lengths[:, None] + plan.offsets
-            verdict = (accept_rows(plan, tokens, logits, self.cfg, positions=positions,
-                                   keys=self.keys) if isinstance(plan, RowPlan) else
-                       accept(plan, tokens, logits, self.cfg, self.gen, positions=positions,
-                              keys=self.keys))
-            accepted, in_place = self._read(verdict, tokens, lens, frontier)  # the host sync
-            lengths, lens = self._move(verdict, plan.steps, accepted, in_place, lengths, lens,
-                                       frontier)
-            frontier = max(lens)
-            if running:
-                steady_end = time.perf_counter()
-                steady_tokens += sum(a for a in accepted)
-            self.clock.lap(2)
-            self.clock.end_step(counted=running)
-            root = verdict.next_root
-            if any(self.active):
-                count = (verdict.length if running
-                         else torch.tensor(accepted, device=self.device))  # stopped rows: 0
-                h, self.state = self._features(hidden, tokens, verdict.path, count, root)
-        seconds = self.clock.now() - start
+        self.frontier = max(len(p) for p in self.prompts)
+        self.lens = [len(p) for p in self.prompts]
+        self.steady_tokens = self.iterations = 0
+        self.busy = time.perf_counter() - entered  # seconds spent in this run's own calls
+        self.prefill_s = self.steady_seconds = self.busy
+
+    def step(self) -> bool:
+        """One decode step of every running row; whether any row still runs.
+
+        Time is counted per call (``busy``), so two runs whose steps alternate
+        (:meth:`Decoder.decode_alongside`) each count their own steps alone; run by itself, the
+        sum is the wall time."""
+        if not any(self.active):
+            return False
+        self.clock.restart()  # (profiled) a step's phases are its own, whatever ran before it
+        entered = time.perf_counter()
+        self.iterations += 1
+        running = all(self.active)
+        tokens, plan = self._draft(self.h, self.root)
+        self.clock.lap(0)
+        logits, hidden = verify_step(self.verify, tokens, plan, cache=self.cache,
+                                     lengths=self.lengths, frontier=self.frontier)
+        self.clock.lap(1)
+        positions = self.lengths[:, None] + plan.offsets
+        verdict = (accept_rows(plan, tokens, logits, self.cfg, positions=positions,
+                               keys=self.keys) if isinstance(plan, RowPlan) else
+                   accept(plan, tokens, logits, self.cfg, self.gen, positions=positions,
+                          keys=self.keys))
+        accepted, in_place = self._read(verdict, tokens, self.lens, self.frontier)  # host sync
+        self.lengths, self.lens = self._move(verdict, plan.steps, accepted, in_place,
+                                             self.lengths, self.lens, self.frontier)
+        self.frontier = max(self.lens)
+        if running:  # a steady step: its time so far (the features below belong to the next)
+            self.steady_seconds = self.busy + time.perf_counter() - entered
+            self.steady_tokens += sum(accepted)
+        self.clock.lap(2)
+        self.clock.end_step(counted=running)
+        self.root = verdict.next_root
+        if any(self.active):
+            count = (verdict.length if running
+                     else torch.tensor(accepted, device=self.device))  # stopped rows: 0
+            self.h, self.state = self._features(hidden, tokens, verdict.path, count, self.root)
+        self.busy += time.perf_counter() - entered
+        return any(self.active)
+
+    @property
+    def progress(self) -> float:
+        """The share of the batch's token budget emitted so far."""
+        return sum(len(o) for o in self.out) / (len(self.out) * self.cfg.max_new_tokens)
+
+    def result(self) -> BatchResult:
+        self.clock.now()  # on CUDA: what the last step queued is done
         split = self.clock.split()
         tokens_out = tuple(tuple(self._truncate(o)) for o in self.out)
         stats = DecodeStats(
             tokens=sum(len(t) for t in tokens_out),
-            accept_lengths=tuple(x for s in self.steps for x in s), seconds=seconds,
-            decode_tokens=steady_tokens, decode_seconds=steady_end - prefilled,
-            iterations=iterations, split=split,
+            accept_lengths=tuple(x for s in self.steps for x in s), seconds=self.busy,
+            decode_tokens=self.steady_tokens, decode_seconds=self.steady_seconds - self.prefill_s,
+            iterations=self.iterations, split=split,
             runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
         return BatchResult(tokens_out, stats)
 
