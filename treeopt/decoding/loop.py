@@ -259,7 +259,9 @@ class _Clock:
 
 class _Run:
     """One batch decoding: the device state (cache, lengths, roots, drafter state) and the host
-    state (tokens emitted, budgets) of its rows."""
+    state (tokens emitted, budgets) of its rows. :meth:`begin` prefills, :meth:`step` runs one
+    step while any row runs, :meth:`result` reads the outcome: :meth:`loop` does all three, and
+    :meth:`Decoder.decode_alongside` steps several runs in turn."""
 
     def __init__(self, decoder: Decoder, plan: TreePlan | DynamicSettings, cfg: DecodeConfig,
                  gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
