@@ -313,7 +313,7 @@ class _Run:
         sum is the wall time."""
         if not any(self.active):
             return False
-        self.clock.restart()  # (profiled) a step's phases are its own, whatever ran before it
+        self.clock.restart()  # (profiled) a step's phases hold nothing that ran between steps
         entered = time.perf_counter()
         self.iterations += 1
         running = all(self.active)
@@ -341,6 +341,7 @@ class _Run:
             count = (verdict.length if running
                      else torch.tensor(accepted, device=self.device))  # stopped rows: 0
             self.h, self.state = self._features(hidden, tokens, verdict.path, count, self.root)
+            self.clock.lap(0)  # the drafter's features for the next step: that step's drafting
         self.busy += time.perf_counter() - entered
         return any(self.active)
 
