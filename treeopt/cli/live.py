@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="prompts decoded together; with a selection, also the point whose tree "
                         "is decoded (default 1)")
     p.add_argument("--rounds", type=int, default=3, metavar="R",
-                   help="timed rounds, interleaved; tokens/s is the best of them (default 3)")
+                   help="timed rounds, tree and autoregressive steps interleaved; the "
+                        "speed-up is the median of the rounds' (default 3)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     add_decode_mode_flags(p)
     _add_compile(p)
@@ -64,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
                    help="tokens decoded per prompt (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, metavar="R",
-                   help="timed rounds, interleaved; each point keeps the best (default "
-                        "%(default)s)")
+                   help="timed rounds per point, tree and autoregressive steps interleaved; "
+                        "the speed-up is the median of the rounds' (default %(default)s)")
     p.add_argument("--step-profile", metavar="S.json",
                    help="predict every point with this step profile (and measure select's pick)")
     p.add_argument("--trace", metavar="T.npz",

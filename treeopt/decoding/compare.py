@@ -181,8 +181,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             batch: int = 1, rounds: int = 1, split: bool = False, warmup_tokens: int = 8,
             compile: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Comparison:
-    """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, interleaved,
-    ``rounds`` times after a warm-up (``compile``: steps through torch.compile, for CUDA)."""
+    """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, their steps
+    interleaved, ``rounds`` times after a warm-up (``compile``: steps through torch.compile, for CUDA)."""
     config = config or DecodeConfig()
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
