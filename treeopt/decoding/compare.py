@@ -25,8 +25,8 @@ varied by ±8% from round to round, drifting, where a 32-node tree varied by ±2
 rounds against best of rounds put the speed-up 8% below the paired median. The spread of the
 per-round speed-ups says how much the machine moved. Throughput is the steady-state decode rate
 (every row of the batch running, prefill excluded: what the cost model predicts) and, beside it,
-end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass, since
-timing phases costs time itself.
+end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass (its
+steps interleaved too), since timing phases costs time itself.
 """
 
 from __future__ import annotations
@@ -218,12 +218,13 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         ar_rounds.append(tuple(ar_runs))
     tree_prof = ar_prof = None
     if split:
-        some = groups[:SPLIT_BATCHES]
-        profiled = {t: [] for t in (tree, empty)}
-        for g in some:
-            for t in (tree, empty):
-                profiled[t].append(decoder.decode(t, g, config=config, profile=True).stats)
-                tick()
-        tree_prof, ar_prof = combine(profiled[tree]), combine(profiled[empty])
+        tree_split, ar_split = [], []
+        for g in groups[:SPLIT_BATCHES]:
+            t, a = decoder.decode_alongside((tree, empty), g, config=config, profile=True)
+            tree_split.append(t.stats)
+            ar_split.append(a.stats)
+            tick()
+            tick()
+        tree_prof, ar_prof = combine(tree_split), combine(ar_split)
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
                       ar_prof)
