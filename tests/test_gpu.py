@@ -94,6 +94,24 @@ def test_compiled_batched_decoding_on_cuda_is_lossless(kind):
     assert list(run.tokens) == want and list(again.tokens) == want
 
 
+@pytest.mark.parametrize("compile", [False, True])
+def test_runs_decoded_alongside_on_cuda_are_each_the_run_alone(compile):
+    """Tree and autoregressive steps interleaved on CUDA (each step waits for its own device
+    work before it counts its time): each run's tokens are its own, eager and compiled (a
+    static buffer per run)."""
+    from treeopt.decoding.loop import Decoder
+
+    model, heads = _model_and_heads("hydra", "cuda")
+    prompts = [list(range(3, 11)), list(range(20, 26))]
+    config = DecodeConfig(max_new_tokens=40)
+    decoder = Decoder(model, heads, compile=compile)
+    tree, ar = decoder.decode_alongside((TREE, Tree(())), prompts, config=config)
+    want = [autoregressive(model, p, config=config).tokens for p in prompts]
+    assert list(tree.tokens) == want and list(ar.tokens) == want
+    assert tree.stats.decode_seconds > 0 and ar.stats.decode_seconds > 0
+    assert tree.stats.iterations < ar.stats.iterations
+
+
 def test_blas_choice_times_each_row_count_once_and_restores_the_preference():
     """On CUDA a verify forward runs under the faster of cuBLAS and cuBLASLt for its row count
     (treeopt.decoding.blas), measured on the model's own projection shapes; the process-wide

@@ -139,21 +139,17 @@ class Decoder:
 
         The same tokens as :meth:`decode` of each shape alone (a run's state is its own)."""
         config = config or DecodeConfig()
-        sync = self.device.type == "cuda"  # a step's queued work is timed with that step
         with torch.inference_mode():
             runs = [self._run(shape, prompts, config, profile=profile, streams=streams, slot=i)
                     for i, shape in enumerate(shapes)]
             for run in runs:
+                run.settle = True  # a step's device work is done, and timed, within that step
                 run.begin()
-                if sync:
-                    torch.cuda.synchronize(self.device)
             live = [r for r in runs if any(r.active)]
             while live:
                 run = min(live, key=lambda r: r.progress)
                 if not run.step():
                     live.remove(run)
-                if sync:
-                    torch.cuda.synchronize(self.device)
             return [run.result() for run in runs]
 
     def _run(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]],
@@ -286,6 +282,7 @@ class _Run:
         self.out: list[list[int]] = [[] for _ in range(b)]
         self.steps: list[list[int]] = [[] for _ in range(b)]
         self.active = [True] * b
+        self.settle = False  # whether each call waits for its device work (decode_alongside)
 
     def loop(self) -> BatchResult:
         """Decode to the end, step after step."""
@@ -302,7 +299,7 @@ class _Run:
         self.frontier = max(len(p) for p in self.prompts)
         self.lens = [len(p) for p in self.prompts]
         self.steady_tokens = self.iterations = 0
-        self.busy = time.perf_counter() - entered  # seconds spent in this run's own calls
+        self.busy = self._settled() - entered  # seconds spent in this run's own calls
         self.prefill_s = self.steady_seconds = self.busy
 
     def step(self) -> bool:
@@ -342,8 +339,15 @@ class _Run:
                      else torch.tensor(accepted, device=self.device))  # stopped rows: 0
             self.h, self.state = self._features(hidden, tokens, verdict.path, count, self.root)
             self.clock.lap(0)  # the drafter's features for the next step: that step's drafting
-        self.busy += time.perf_counter() - entered
+        self.busy += self._settled() - entered
         return any(self.active)
+
+    def _settled(self) -> float:
+        """The time now; with ``settle`` (runs stepped in turn), once the device has finished
+        what this run queued, so none of it runs, unseen, inside another run's step."""
+        if self.settle and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     @property
     def progress(self) -> float:
