@@ -8,7 +8,7 @@ autoregressively, the two runs' steps interleaved (:meth:`~treeopt.decoding.loop
 decode_alongside`: each next step is the run furthest behind in its budget, each run timing its
 own steps), so both meet the machine at the same moments. A shared host's speed moves in spells
 of tenths of a second to seconds (on the demo's 2-core host a fixed product loop ran 5% to 55%
-over its fastest in 0.25 s windows); two whole decodes of a batch, each about that long, taken
+over its fastest, p10 to p90, in 0.35 s windows); two whole decodes of a batch, each about that long, taken
 one after the other met different spells. Five repeats of the same batch-1 comparison (Medusa,
 16 nodes, 16 prompts × 64 tokens, 3 rounds) spread 11.1% with the runs alternated batch by batch
 and 2.4% with their steps interleaved, on the same host in the same half hour.
