@@ -139,7 +139,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
               flush=True)
         sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                      batch=[b], sizes=[n for n in args.sizes if n <= growth.max_nodes],
-                     out=out / f"sweep-{kind}.json", rounds=args.rounds, config=config,
+                     out=out / f"sweep-{kind}.json", rounds=args.rounds,
+                     min_seconds=args.min_seconds, config=config,
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
@@ -147,7 +148,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         print(" " * 40, end="\r")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)")
-    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  predicted  error  "
+    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds  predicted  error  "
           "calibration  error  E[L] measured  lossless")
     cal_errors = []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
@@ -158,13 +159,14 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         cal_errors.append(abs(cal))
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.predicted_speedup:9.3f}  {p.error:+6.1%}  {speedup:11.3f}  {cal:+6.1%}  "
+              f"{p.rounds or 0:6d}  {p.predicted_speedup:9.3f}  {p.error:+6.1%}  {speedup:11.3f}  {cal:+6.1%}  "
               f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
-                    config=config, batch=first, rounds=args.rounds, split=True)
+                    config=config, batch=first, rounds=args.rounds,
+                    min_seconds=args.min_seconds, split=True)
             for _ in range(args.repeats)]
     speedups = [r.speedup for r in runs]
     repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
@@ -243,6 +245,11 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved rounds per point and per repeated run (verify's and tune's default)")
+    ap.add_argument("--min-seconds", type=float, default=36.0,
+                    help="and more rounds until a point has been timed this long (tree and "
+                         "autoregressive together; tune's --min-seconds): 36 s is about 3 "
+                         "rounds at batch 1 with 16 prompts × 64 tokens on the demo's 2-core "
+                         "host, 12–15 at batch 8")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the demo model's and drafters' dtype (bfloat16: exact attention)")
@@ -259,7 +266,7 @@ def main() -> None:
     print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model in {args.dtype} "
           f"(attention {attention_of(demo.model)}); 1 torch thread; "
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
-          f"rounds; files in {out}", file=sys.stderr)
+          f"rounds and at least {args.min_seconds:g} s; files in {out}", file=sys.stderr)
     for kind in args.kinds.split(","):
         bench_kind(demo, kind, args, out)
 

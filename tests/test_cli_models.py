@@ -184,11 +184,13 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     args = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
             workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
             "1,2", "--prompt-count", "2", "--max-new-tokens", "8", "--rounds", "2",
-            "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
+            "--min-seconds", "0.05", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
     proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["format"] == "treeopt.sweep/1"
+    assert doc["meta"]["rounds"] == 2 and doc["meta"]["min_seconds"] == 0.05
+    assert all(2 <= p["measured"]["rounds"] <= 64 for p in doc["points"])
     grid = {(p["batch"], p["size"]) for p in doc["points"] if not p["selected"]}
     assert {(1, 1), (1, 2), (2, 1), (2, 2)} <= grid
     assert sorted(p["batch"] for p in doc["points"] if p["selected"]) == [1, 2]
@@ -212,6 +214,7 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert_user_error(run(*base, "--batch", "8", "--prompt-count", "4"),
                       "--prompt-count 4 is smaller than --batch 8")
     assert_user_error(run(*base, "--prompt-count", "9"), "6 prompts, fewer than --prompt-count 9")
+    assert_user_error(run(*base, "--min-seconds", "-1"), "--min-seconds must be ≥ 0, got -1.0")
     sampled = workdir / "sampled-for-tune.npz"
     RankTrace(np.zeros((4, 3), np.int16), {"top_k": 8, "sampling": {"temperature": 1.0}}).save(
         sampled)

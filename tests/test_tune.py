@@ -182,3 +182,63 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
                              batch=p.batch, context=costs.verify.contexts[0],
                              expected_accept_length=ell)
         assert p.predicted_speedup == pytest.approx(tps / ar, rel=1e-12)
+
+
+class _TimedDecoder:
+    """Stands for the decoder: every decoding of a batch takes one second, tokens (1,)."""
+
+    def __init__(self, model, heads, *, compile=False):
+        pass
+
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+        from treeopt.decoding.loop import BatchResult
+        from treeopt.decoding.stats import DecodeStats
+
+        return tuple(BatchResult(((1,),) * len(group), DecodeStats(2, (1, 1), 1.0, 2, 1.0))
+                     for _ in shapes)
+
+
+@pytest.mark.parametrize(("rounds", "min_seconds", "expected"),
+                         [(3, 0.0, 3), (3, 7.0, 4), (3, 8.0, 4), (3, 8.5, 5), (5, 7.0, 5),
+                          (1, 1e9, 6)])
+def test_rounds_go_on_until_the_point_was_timed_min_seconds(monkeypatch, rounds, min_seconds,
+                                                           expected):
+    """Each round times the tree's and the autoregressive decoding of one batch, a second each:
+    2 s a round. Rounds stop at ``rounds`` once 2 s × rounds ≥ min_seconds, and at MAX_ROUNDS
+    (here 6) however long is asked; the progress bar's last tick is its total."""
+    from treeopt.decoding import compare as compare_module
+    from treeopt.tree import Tree
+
+    monkeypatch.setattr(compare_module, "Decoder", _TimedDecoder)
+    monkeypatch.setattr(compare_module, "MAX_ROUNDS", 6)
+    ticks: list[tuple[int, int]] = []
+    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2, rounds=rounds,
+                               min_seconds=min_seconds, progress=lambda d, t: ticks.append((d, t)))
+    assert len(c.tree_rounds) == len(c.autoregressive_rounds) == expected
+    assert ticks[-1] == (2 * expected, 2 * expected)
+
+
+def test_min_seconds_below_zero_is_refused(model_and_heads):
+    from treeopt.decoding.compare import compare
+    from treeopt.tree import Tree
+
+    model, heads = model_and_heads
+    with pytest.raises(TreeoptError, match="--min-seconds must be ≥ 0, got -1"):
+        compare(model, heads, Tree.chain(1), PROMPTS, min_seconds=-1)
+
+
+def test_each_point_keeps_its_rounds_and_a_sweep_from_before_min_seconds_resumes(
+        model_and_heads, tmp_path):
+    out = tmp_path / "sweep.json"
+    first = sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2)
+    assert [p.rounds for p in first.points] == [2]
+    assert Sweep.load(out).points == first.points  # the rounds read back
+    doc = json.loads(out.read_text())  # as written before min_seconds existed
+    del doc["meta"]["min_seconds"]
+    del doc["points"][0]["measured"]["rounds"]
+    out.write_text(json.dumps(doc))
+    assert Sweep.load(out).points[0].rounds is None
+    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # min_seconds 0
+    assert [p.rounds for p in again.points] == [None, 2]
+    with pytest.raises(TreeoptError, match="a sweep measured with other min_seconds"):
+        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, min_seconds=5.0)

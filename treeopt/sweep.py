@@ -3,9 +3,10 @@ per batch size, beside what the step-cost model predicts for the same points (``
 the Hydra paper's procedure for choosing the tree size, §4 and App. B).
 
 File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threads, prompts, new
-tokens, rounds, what predicted) and ``points``, one per (batch, tree): the tree (size, depth cap,
+tokens, rounds and the least time measured per point, what predicted) and ``points``, one per (batch, tree): the tree (size, depth cap,
 depth, choices), ``measured`` (tree and autoregressive steady-state tokens/s of the whole batch,
-the speed-up as the median over rounds and its spread, the mean accepted length, lossless) and,
+the speed-up as the median over rounds and its spread, the rounds timed, the mean accepted
+length, lossless) and,
 when a step profile was given, ``predicted`` (tokens/s and speed-up) and ``error`` (predicted /
 measured speed-up − 1). ``selected`` marks the tree ``select`` picks for that batch. Written
 atomically after every point, so an interrupted sweep resumes where it stopped.
@@ -22,6 +23,7 @@ from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
 SWEEP_FORMAT = "treeopt.sweep/1"
+LATER_META = {"min_seconds": 0.0}  # meta added since the format's first files: what they meant
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class SweepPoint:
     predicted_tokens_per_s: float | None = None
     predicted_speedup: float | None = None
     selected: bool = False
+    rounds: int | None = None  # timed rounds (files written before rounds varied lack it)
 
     @property
     def key(self) -> tuple[int, int, int | None]:
@@ -64,6 +67,8 @@ class SweepPoint:
                          "speedup": self.speedup, "spread": self.spread,
                          "mean_accept_length": self.mean_accept_length,
                          "lossless": self.lossless}}
+        if self.rounds is not None:
+            doc["measured"]["rounds"] = self.rounds
         if self.predicted_speedup is not None:
             doc["predicted"] = {"tokens_per_s": self.predicted_tokens_per_s,
                                 "speedup": self.predicted_speedup}
@@ -79,7 +84,8 @@ class SweepPoint:
                        float(m["tree_tokens_per_s"]), float(m["autoregressive_tokens_per_s"]),
                        float(m["speedup"]), float(m["spread"]), float(m["mean_accept_length"]),
                        m.get("lossless"), p.get("tokens_per_s"), p.get("speedup"),
-                       bool(doc.get("selected", False)))
+                       bool(doc.get("selected", False)),
+                       int(m["rounds"]) if m.get("rounds") is not None else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise TreeoptError(f"{source}: malformed sweep point ({exc!r})") from None
 
@@ -157,7 +163,8 @@ class Sweep:
         if not Path(path).exists():
             return cls(meta, source=str(path))
         old = cls.load(path)
-        differ = [k for k in meta if k != "created" and old.meta.get(k) != meta[k]]
+        differ = [k for k in meta if k != "created"
+                  and old.meta.get(k, LATER_META.get(k)) != meta[k]]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
                                f"use another --out")

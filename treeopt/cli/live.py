@@ -67,6 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="timed rounds per point, tree and autoregressive steps interleaved; "
                         "the speed-up is the median of the rounds' (default %(default)s)")
+    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="more rounds, until a point has been timed S seconds (tree and "
+                        "autoregressive together): a round at batch 8 is short and measures "
+                        "less well than one at batch 1 (default 0: --rounds only)")
     p.add_argument("--step-profile", metavar="S.json",
                    help="predict every point with this step profile (and measure select's pick)")
     p.add_argument("--trace", metavar="T.npz",
@@ -201,6 +205,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                              greedy="tune decodes greedily and")
     profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
+    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
             f"smaller than --batch {max(args.batch)}")
     require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
@@ -219,7 +224,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     prompts = _prompts(args, tok)[: args.prompt_count]
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
-                 depth_caps=caps, out=args.out, rounds=args.rounds, costs=costs, trace=trace,
+                 depth_caps=caps, out=args.out, rounds=args.rounds,
+                 min_seconds=args.min_seconds, costs=costs, trace=trace,
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,
                                      eos_token_id=getattr(tok, "eos_token_id", None)),
                  meta={"model": args.model, "growth": args.growth, "device": args.device,

@@ -47,13 +47,17 @@ def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
 def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
-         config: DecodeConfig | None = None, rounds: int = 3, costs: StepCosts | None = None,
+         config: DecodeConfig | None = None, rounds: int = 3, min_seconds: float = 0.0,
+         costs: StepCosts | None = None,
          trace: RankTrace | None = None, select_trace: RankTrace | None = None,
          meta: dict[str, Any] | None = None, compile: bool = False,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
-    points already in ``out`` are kept."""
+    points already in ``out`` are kept. Each point is timed ``rounds`` rounds and, with
+    ``min_seconds``, for at least that long (:func:`~treeopt.decoding.compare.compare`): a
+    round at batch 8 lasts about a quarter of one at batch 1, so the same rounds would measure
+    it less well."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
@@ -65,7 +69,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
                    trace=picker)  # checks every size before anything runs
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, "rounds": rounds, "compile": compile,
+        "max_new_tokens": config.max_new_tokens, "rounds": rounds,
+        "min_seconds": min_seconds, "compile": compile,
         "predicted": costs.verify.source if costs is not None else None,
         "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
                        "window" if trace is not None else "growth E[L]"),
@@ -75,14 +80,14 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
-                             compile=compile)
+                             min_seconds=min_seconds, compile=compile)
             predicted = (predict(tree, growth, costs, trace, b) if costs is not None
                          else (None, None))
             sweep = sweep.with_point(SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
                 result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
                 result.tree_stats.mean_accept_length, result.lossless, *predicted,
-                selected=picked))
+                selected=picked, rounds=len(result.tree_rounds)))
         sweep.save(out)
         if progress is not None:
             progress(i + 1, len(todo))
