@@ -39,15 +39,16 @@ import json
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-from treeopt.decoding.compare import compare
+from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.loop import Decoder
+from treeopt.decoding.loop import Decoder, decode_alongside
 from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import predict, tune
 from treeopt.demo import load
@@ -88,27 +89,21 @@ def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
                     rounds: int) -> tuple[float, float]:
     """Batch-1 steady tokens/s of ``tree`` on the demo as loaded (bfloat16) and of float32
     autoregressive decoding (the demo model's faster dtype on the CPUs measured) on the same
-    prompts, interleaved prompt by prompt, paired as :func:`~treeopt.decoding.compare.compare`
-    pairs: float32 tokens/s is its best of ``rounds`` prompt by prompt, the tree's that times
-    the median over rounds of the tree's tokens/s over float32's in the same round."""
+    prompts, their steps interleaved prompt by prompt (:func:`~treeopt.decoding.loop.
+    decode_alongside` over the two models' decoders), paired as
+    :func:`~treeopt.decoding.compare.compare` pairs (:class:`~treeopt.decoding.compare.
+    Comparison`): float32 tokens/s is its best of ``rounds`` prompt by prompt, the tree's that
+    times the median over rounds of the tree's tokens/s over float32's in the same round."""
     f32 = load(demo.paths.root, threads=1)
-    decoders = {"tree": (Decoder(demo.model, demo.heads[kind]), tree),
-                "float32 AR": (Decoder(f32.model), Tree(()))}
-    seconds = {name: [[0.0] * len(prompts) for _ in range(rounds)] for name in decoders}
-    tokens = dict.fromkeys(decoders, 0)
-    for r in range(rounds + 1):  # round 0 warms up
-        for i, prompt in enumerate(prompts):
-            for name in (list(decoders) if (i + r) % 2 == 0 else list(decoders)[::-1]):
-                decoder, shape = decoders[name]
-                stats = decoder.decode(shape, [prompt], config=config).stats
-                if r:
-                    seconds[name][r - 1][i] = stats.decode_seconds
-                    tokens[name] += stats.decode_tokens if r == 1 else 0
-    ratios = [(tokens["tree"] / sum(t)) / (tokens["float32 AR"] / sum(a))
-              for t, a in zip(seconds["tree"], seconds["float32 AR"], strict=True)]
-    best = [min(rnd[i] for rnd in seconds["float32 AR"]) for i in range(len(prompts))]
-    f32_rate = tokens["float32 AR"] / sum(best)
-    return f32_rate * statistics.median(ratios), f32_rate
+    runs = [(Decoder(demo.model, demo.heads[kind]), tree), (Decoder(f32.model), Tree(()))]
+    decode_alongside(runs, prompts[:1], config=replace(config, max_new_tokens=8))  # warm-up
+    tree_rounds, f32_rounds = [], []
+    for _ in range(rounds):
+        pairs = [decode_alongside(runs, [prompt], config=config) for prompt in prompts]
+        tree_rounds.append(tuple(t for t, _ in pairs))
+        f32_rounds.append(tuple(a for _, a in pairs))
+    paired = Comparison(tree, config, 1, tuple(tree_rounds), tuple(f32_rounds))
+    return paired.tree_tokens_per_s, paired.autoregressive_tokens_per_s
 
 
 def mark(ok: bool) -> str:
@@ -131,7 +126,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     for b in batches:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
                       batch=[b], out=step_path, max_new_tokens=args.new_tokens, rounds=3,
-                      sequences=sequences, log=lambda _: None)
+                      sequences=sequences, min_seconds=args.profile_seconds,
+                      log=lambda _: None)
         costs = profiled_costs(step_path)
         print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
               f"over the profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of "
@@ -251,6 +247,10 @@ def main() -> None:
                          "rounds at batch 1 with 16 prompts × 64 tokens on the demo's 2-core "
                          "host, 12–15 at batch 8")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
+    ap.add_argument("--profile-seconds", type=float, default=10.0,
+                    help="each step-profile record timed at least this long (profile step "
+                         "--min-seconds): 8 rounds at batch 1 take about 6 s, 3 at batch 8 "
+                         "about 4")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the demo model's and drafters' dtype (bfloat16: exact attention)")
     ap.add_argument("--batches", type=lambda t: [int(x) for x in t.split(",")],

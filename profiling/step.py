@@ -11,6 +11,12 @@ A record averages over as many sequences at every batch size — at least ``sequ
 (default: the largest batch), so a batch-1 record is not one prompt's: round r decodes the r-th
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
 beyond ``rounds`` as that takes (at batch 1 with 8 sequences, 8 rounds; each decode is short).
+With ``min_seconds``, a record also gets rounds (up to :data:`MAX_ROUNDS`) until its decodes —
+the tree's and its reference's — have taken that long: a round at batch 4 or 8 is a single
+decode of one group and lasts about half of batch 1's 8 rounds together, and what a round's noise
+leaves averages out over the time measured. On the demo's host, the batch-4 record of q = 17
+sat 10% above the line through its neighbours after 3 rounds (3 s), and the sweep point it
+priced was predicted 10% slow.
 
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
 the autoregressive step it is compared with. So every round decodes each tree alongside an
@@ -28,7 +34,7 @@ File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``atten
 (architecture and shape), ``heads`` (the heads' config), ``prompts``,
 ``max_new_tokens``, ``steps`` (``"steady"``; profiles that timed every step, the tail after a
 batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``;
-written atomically after each batch size, so an interrupted run keeps every finished batch and
+each record gives its ``rounds`` and the ``seconds`` its decodes took; written atomically after each batch size, so an interrupted run keeps every finished batch and
 resumes after it.
 """
 
@@ -39,6 +45,7 @@ import statistics
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np  # noqa: F401  (the doctest below builds a Growth)
@@ -113,7 +120,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, rounds: int = 3, sequences: int | None = None,
-                  compile: bool = False, dynamic: Sequence[DynamicSettings] = (),
+                  min_seconds: float = 0.0, compile: bool = False, dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
@@ -123,6 +130,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     if sequences is not None and sequences < 1:
         raise TreeoptError(f"--sequences must be ≥ 1, got {sequences}")
+    if min_seconds < 0:
+        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
     say = log or (lambda line: print(line, file=sys.stderr))
@@ -147,13 +156,19 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                        config=DecodeConfig(max_new_tokens=8))  # warm-up
         phases: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
         reference: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
+        timed = dict.fromkeys(range(len(trees)), 0.0)  # seconds each record's decodes took
+        state = (phases, reference, timed)
         for _ in range(count):
             for j in range(len(trees)):
-                _measure(decoder, trees, j, prompts, b, config, phases, reference)
+                _measure(decoder, trees, j, prompts, b, config, *state)
+        while short := [j for j in timed if timed[j] < min_seconds
+                        and len(phases[j]) < MAX_ROUNDS]:
+            for j in short:  # a pass over every record still short of its time
+                _measure(decoder, trees, j, prompts, b, config, *state)
         kept = _scaled(phases, reference)
         for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
             for j in _falling(trees, kept):
-                _measure(decoder, trees, j, prompts, b, config, phases, reference)
+                _measure(decoder, trees, j, prompts, b, config, *state)
             kept = _scaled(phases, reference)
         for j, (cap, tree) in enumerate(trees):
             draft, verify, book = kept[j]
@@ -161,7 +176,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                 "batch": b, "max_depth": cap, **_shape(tree),
                 "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
                 "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
-                "rounds": len(phases[j])})
+                "rounds": len(phases[j]), "seconds": round(timed[j], 3)})
         write_json(out, doc)
         say(f"batch {b}: {len(trees)} trees profiled")
         if progress is not None:
@@ -171,16 +186,20 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
 
 def _measure(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]], j: int,
              prompts: Sequence[Sequence[int]], batch: int, config: DecodeConfig,
-             phases: dict[int, list[Phases]], reference: dict[int, list[Phases]]) -> None:
+             phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
+             timed: dict[int, float]) -> None:
     """Entry j's next round, on its next group of prompts: the entry and its autoregressive
-    reference, their steps interleaved (the autoregressive entry itself: alone)."""
+    reference, their steps interleaved (the autoregressive entry itself: alone); the time the
+    round took is added to ``timed[j]``."""
     group = rotating_group(prompts, batch, len(phases[j]))
+    started = perf_counter()
     if not j:
         phases[j].extend(_phases(decoder, [trees[0][1]], group, config))
-        return
-    ref, run = _phases(decoder, [trees[0][1], trees[j][1]], group, config)
-    reference[j].append(ref)
-    phases[j].append(run)
+    else:
+        ref, run = _phases(decoder, [trees[0][1], trees[j][1]], group, config)
+        reference[j].append(ref)
+        phases[j].append(run)
+    timed[j] += perf_counter() - started
 
 
 def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list[list[int]]:
@@ -195,6 +214,7 @@ def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list
 Phases = tuple[float, float, float]  # seconds per loop step: draft, verify, bookkeeping
 FALL_LIMIT = 0.05  # a verify time this far below a smaller q's is noise, measured again
 REMEASURES = 2  # extra rounds, at most, for the entries of such a fall
+MAX_ROUNDS = 32  # rounds at most that ``min_seconds`` adds up to, however short a round is
 
 
 def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases]) -> list[int]:

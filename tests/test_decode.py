@@ -262,6 +262,26 @@ def test_runs_decoded_alongside_are_each_the_run_alone(peaked, trained, mode, st
     assert len(together[0].tokens[1]) <= 6 and max(map(len, together[0].tokens)) > 6
 
 
+def test_runs_of_two_models_decoded_alongside_are_each_the_run_alone(peaked, trained):
+    """A tree on one model beside autoregressive decoding of a copy of it in bfloat16 (how the
+    benchmark times bfloat16 trees against float32): each run emits what it does alone."""
+    import copy
+
+    from treeopt.decoding.loop import Decoder, decode_alongside
+
+    model, _, prompts = peaked
+    rows = ragged(prompts, 2)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    runs = [(Decoder(model, trained["hydra"]), TREES["wide"]), (Decoder(half), Tree(()))]
+    cfg = DecodeConfig(max_new_tokens=16)
+    together = decode_alongside(runs, rows, config=cfg)
+    for (decoder, shape), run in zip(runs, together, strict=True):
+        alone = decoder.decode(shape, rows, config=cfg)
+        assert run.tokens == alone.tokens
+        assert run.stats.accept_lengths == alone.stats.accept_lengths
+    assert together[0].tokens == Decoder(model).decode(Tree(()), rows, config=cfg).tokens
+
+
 @pytest.mark.parametrize("profile", [False, True])
 def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trained, monkeypatch,
                                                                     profile):

@@ -182,6 +182,46 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     assert verify[1, 3] == pytest.approx(8.0) and not verify_dips(doc["records"])
 
 
+@pytest.mark.parametrize(("min_seconds", "max_rounds", "expected"),
+                         [(0.0, 32, (1, 1)), (3.0, 32, (3, 2)), (4.5, 32, (5, 3)),
+                          (4.5, 2, (2, 2))])
+def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monkeypatch,
+                                                                 min_seconds, max_rounds,
+                                                                 expected):
+    """Every decode takes one second on the profiler's clock: a round of the autoregressive
+    record is one decode, a tree's round two (the tree and its reference). Records get rounds
+    until they were timed ``min_seconds``, at most ``MAX_ROUNDS``; each says its rounds and
+    seconds."""
+    import profiling.step as step
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
+
+    clock = [0.0]
+
+    def fake_phases(decoder, shapes, group, config):
+        clock[0] += len(shapes)
+        return [(1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4) for tree in shapes]
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    monkeypatch.setattr(step, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
+    doc = step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1, 2],
+                             out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
+                             min_seconds=min_seconds, log=lambda _: None)
+    ar, tree_rounds = expected
+    assert [(r["q"], r["rounds"], r["seconds"]) for r in doc["records"]] == [
+        (1, ar, float(ar)), (2, tree_rounds, 2.0 * tree_rounds),
+        (3, tree_rounds, 2.0 * tree_rounds)]
+    with pytest.raises(TreeoptError, match="--min-seconds must be ≥ 0, got -1"):
+        step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1],
+                           out=tmp_path / "other.json", min_seconds=-1, log=lambda _: None)
+
+
 def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp_path,
                                                                              monkeypatch):
     """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,

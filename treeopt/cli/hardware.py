@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--sequences", type=int, metavar="N",
                    help="sequences each record decodes at least, rotating through the prompts: "
                         "smaller batches get more rounds (default: the largest --batch)")
+    d.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="more rounds, until each record's decodes took S seconds: a round at "
+                        "batch 8 is one short decode (default 0: --rounds and --sequences only)")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
@@ -253,6 +256,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
             f"{len(texts)} prompts in {' '.join(args.prompts)}")
     require(args.sequences is None or args.sequences >= 1,
             f"--sequences must be ≥ 1, got {args.sequences}")
+    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
@@ -262,7 +266,8 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                        sequences=args.sequences, compile=args.compile,
+                        sequences=args.sequences, min_seconds=args.min_seconds,
+                        compile=args.compile,
                         dynamic=args.dynamic or (),
                         log=lambda _: None, progress=report)
     bar.close()

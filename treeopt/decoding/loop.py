@@ -138,19 +138,8 @@ class Decoder:
         they meet the same, and the ratio of their throughputs holds still.
 
         The same tokens as :meth:`decode` of each shape alone (a run's state is its own)."""
-        config = config or DecodeConfig()
-        with torch.inference_mode():
-            runs = [self._run(shape, prompts, config, profile=profile, streams=streams, slot=i)
-                    for i, shape in enumerate(shapes)]
-            for run in runs:
-                run.settle = True  # a step's device work is done, and timed, within that step
-                run.begin()
-            live = [r for r in runs if any(r.active)]
-            while live:
-                run = min(live, key=lambda r: r.progress)
-                if not run.step():
-                    live.remove(run)
-            return [run.result() for run in runs]
+        return decode_alongside([(self, shape) for shape in shapes], prompts, config=config,
+                                profile=profile, streams=streams)
 
     def _run(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]],
              config: DecodeConfig | None, *, profile: bool,
@@ -173,6 +162,28 @@ class Decoder:
                            dtype=torch.long, device=self.device)
         return _Run(self, shape, config, gen, profile, prompts, stream_keys(config.seed, ids),
                     slot=slot)
+
+
+def decode_alongside(runs: Sequence[tuple[Decoder, Tree | DynamicSettings]],
+                     prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
+                     profile: bool = False,
+                     streams: Sequence[int] | None = None) -> list[BatchResult]:
+    """:meth:`Decoder.decode_alongside` over runs of several decoders — e.g. a tree on a model
+    in bfloat16 beside autoregressive decoding of the same model in float32: each (decoder,
+    shape) decodes ``prompts`` once, the runs' steps interleaved, each timing its own calls."""
+    config = config or DecodeConfig()
+    with torch.inference_mode():
+        started = [decoder._run(shape, prompts, config, profile=profile, streams=streams, slot=i)
+                   for i, (decoder, shape) in enumerate(runs)]
+        for run in started:
+            run.settle = True  # a step's device work is done, and timed, within that step
+            run.begin()
+        live = [r for r in started if any(r.active)]
+        while live:
+            run = min(live, key=lambda r: r.progress)
+            if not run.step():
+                live.remove(run)
+        return [run.result() for run in started]
 
 
 def _tokens(shape: TreePlan | DynamicSettings) -> int:
