@@ -242,3 +242,49 @@ def test_each_point_keeps_its_rounds_and_a_sweep_from_before_min_seconds_resumes
     assert [p.rounds for p in again.points] == [None, 2]
     with pytest.raises(TreeoptError, match="a sweep measured with other min_seconds"):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, min_seconds=5.0)
+
+
+class _RaceDecoder:
+    """Stands for the decoder: round r's decoding of shape k takes (k + 1) × (r + 1) seconds
+    for 4 tokens — every round slower than the one before, the shapes' ratio the same."""
+
+    calls = 0
+
+    def __init__(self, model, heads, *, compile=False):
+        pass
+
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+        from treeopt.decoding.loop import BatchResult
+        from treeopt.decoding.stats import DecodeStats
+
+        _RaceDecoder.calls += 1
+        slow = _RaceDecoder.calls  # call 1 is the warm-up
+        return tuple(BatchResult(((1,),) * len(group),
+                                 DecodeStats(4, (2, 2), 9.0, 4, (k + 1.0) * slow))
+                     for k in range(len(shapes)))
+
+
+def test_a_race_gives_each_tree_its_throughput_over_the_first_trees(monkeypatch):
+    from treeopt.decoding import compare as compare_module
+    from treeopt.tree import Tree
+
+    monkeypatch.setattr(compare_module, "Decoder", _RaceDecoder)
+    _RaceDecoder.calls = 0
+    trees = [Tree.chain(1), Tree.chain(2), Tree(())]
+    ratios = compare_module.race(None, None, trees, [[1], [2]], batch=1, rounds=2)
+    assert ratios == [1.0, 0.5, 1 / 3]
+    assert _RaceDecoder.calls == 1 + 2 * 2  # the warm-up, then 2 rounds of 2 batches
+    _RaceDecoder.calls = 0
+    compare_module.race(None, None, trees, [[1], [2]], batch=2, rounds=1, min_seconds=50.0)
+    # a round of one batch of 2 is timed 3 × 9 s: 2 rounds reach 50 s
+    assert _RaceDecoder.calls == 1 + 2
+
+
+def test_a_race_on_a_model_decodes_every_tree(model_and_heads):
+    from treeopt.decoding.compare import race
+    from treeopt.tree import Tree
+
+    model, heads = model_and_heads
+    ratios = race(model, heads, [Tree.chain(1), Tree.chain(2)], PROMPTS,
+                  config=DecodeConfig(max_new_tokens=4), batch=2, rounds=1)
+    assert ratios[0] == 1.0 and len(ratios) == 2 and ratios[1] > 0

@@ -243,3 +243,34 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         tree_prof, ar_prof = combine(tree_split), combine(ar_split)
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
                       ar_prof)
+
+
+def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
+         Sequence[Sequence[int]], *, config: DecodeConfig | None = None, batch: int = 1,
+         rounds: int = 3, min_seconds: float = 0.0) -> list[float]:
+    """Each of ``trees`` against the first, head to head: every batch of prompts decoded with all
+    of them, their steps interleaved, ``rounds`` times (and more until ``min_seconds`` were timed);
+    each tree's steady tokens/s over the first's, the median over rounds (the first: 1.0).
+
+    Which of a sweep's points measured fastest is partly which one the noise favoured: the best of
+    several points measured with the same noise is, on average, measured high. Raced directly
+    against each other, two trees meet the same moments, and their ratio is measured afresh.
+    """
+    config = config or DecodeConfig()
+    if rounds < 1:
+        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    groups = batches(prompts, batch)
+    decoder = Decoder(model, heads)
+    warm = replace(config, max_new_tokens=min(8, config.max_new_tokens))
+    decoder.decode_alongside(trees, groups[0], config=warm)
+    ratios: list[list[float]] = []
+    timed = 0.0
+    while len(ratios) < rounds or (timed < min_seconds and len(ratios) < MAX_ROUNDS):
+        runs = [decoder.decode_alongside(trees, group, config=config,
+                                         streams=range(i * batch, (i + 1) * batch))
+                for i, group in enumerate(groups)]
+        rates = [combine([r[k].stats for r in runs]).decode_tokens_per_s
+                 for k in range(len(trees))]
+        ratios.append([rate / rates[0] for rate in rates])
+        timed += sum(r.stats.seconds for group_runs in runs for r in group_runs)
+    return [statistics.median(r[k] for r in ratios) for k in range(len(trees))]
