@@ -7,6 +7,8 @@ For each head kind:
 3. right after, that batch size's part of the live sweep (``treeopt tune``): every growth tree of
    the sizes below, plus select's pick, decoded against autoregressive decoding (interleaved,
    warmed up, in rounds) on held-out prompts, beside the prediction;
+   where select's pick is not the measured best, the two raced head to head (``tune
+   --race-best``: the best of several noisy points is measured high);
 4. select's pick at batch 1 (the smallest of ``--batches``) compared again, ``--repeats`` times,
    as re-running the command would:
    the spread of those speed-ups is how well the figure holds;
@@ -46,7 +48,7 @@ import torch
 
 from profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-from treeopt.decoding.compare import Comparison, compare, race
+from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder, decode_alongside
 from treeopt.decoding.models import attention_of
@@ -106,21 +108,6 @@ def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
     return paired.tree_tokens_per_s, paired.autoregressive_tokens_per_s
 
 
-def race_the_best(demo, kind: str, sweep, prompts, config: DecodeConfig,
-                  args) -> dict[int, float]:
-    """Per batch where select's pick is not the sweep's measured best: the pick's tokens/s over
-    the best's, the two decoded head to head (:func:`~treeopt.decoding.compare.race`)."""
-    out = {}
-    for b in sweep.batches:
-        best, pick = sweep.best(b), sweep.selected(b)
-        if pick is None or pick.key == best.key:
-            continue
-        trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
-        out[b] = race(demo.model, demo.heads[kind], trees, prompts, config=config, batch=b,
-                      rounds=args.rounds, min_seconds=args.min_seconds)[1]
-    return out
-
-
 def mark(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -154,6 +141,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      min_seconds=args.min_seconds, config=config,
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
+                     race_best=True,
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
         print(" " * 40, end="\r")
@@ -222,7 +210,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     print("- select's pick against the measured best: " + ", ".join(
         f"batch {b} {s:.1%}" for b, s in shares.items())
         + f" — ≥ 97% everywhere: {mark(min(shares.values()) >= 0.97)}")
-    raced = race_the_best(demo, kind, sweep, prompts[: args.prompts], config, args)
+    raced = {r["batch"]: r["selected_share_of_best_raced"] for r in summary
+             if "selected_share_of_best_raced" in r}
     if raced:
         result["pick_share_of_best_head_to_head"] = {**shares, **raced}
         (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))

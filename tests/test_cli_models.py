@@ -184,7 +184,7 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     args = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
             workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
             "1,2", "--prompt-count", "2", "--max-new-tokens", "8", "--rounds", "2",
-            "--min-seconds", "0.05", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
+            "--min-seconds", "0.05", "--race-best", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
     proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -199,6 +199,10 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
         assert p["error"] == pytest.approx(p["predicted"]["speedup"]
                                            / p["measured"]["speedup"] - 1)
     assert [r["batch"] for r in doc["summary"]] == [1, 2]
+    for row in doc["summary"]:  # raced where the pick is not the measured best
+        raced = row["selected_size"] != row["best_size"] or (
+            row["selected_max_depth"] != row["best_max_depth"])
+        assert ("selected_share_of_best_raced" in row) == raced
     assert "batch 1: best measured" in proc.stderr
     before = out.read_text()
     assert run(*args).returncode == 0  # everything is there: resumed, nothing measured again
@@ -215,6 +219,7 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
                       "--prompt-count 4 is smaller than --batch 8")
     assert_user_error(run(*base, "--prompt-count", "9"), "6 prompts, fewer than --prompt-count 9")
     assert_user_error(run(*base, "--min-seconds", "-1"), "--min-seconds must be ≥ 0, got -1.0")
+    assert_user_error(run(*base, "--race-best"), "--race-best needs --step-profile")
     sampled = workdir / "sampled-for-tune.npz"
     RankTrace(np.zeros((4, 3), np.int16), {"top_k": 8, "sampling": {"temperature": 1.0}}).save(
         sampled)

@@ -288,3 +288,63 @@ def test_a_race_on_a_model_decodes_every_tree(model_and_heads):
     ratios = race(model, heads, [Tree.chain(1), Tree.chain(2)], PROMPTS,
                   config=DecodeConfig(max_new_tokens=4), batch=2, rounds=1)
     assert ratios[0] == 1.0 and len(ratios) == 2 and ratios[1] > 0
+
+
+def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
+        model_and_heads, tmp_path, monkeypatch):
+    """The 1-node tree measures fastest, select picks the 2-node chain: with ``race_best`` the
+    two are raced once (best first), the pick's share recorded beside the sweep's own; resumed,
+    nothing is raced again; the progress bar counts the race."""
+    from types import SimpleNamespace
+
+    from test_select import profile_records
+
+    import treeopt.decoding.tune as tune_module
+    from treeopt.costs import step_costs
+    from treeopt.trace import RankTrace
+
+    def fake_compare(model, heads, tree, prompts, **kw):
+        speedup = 2.0 if tree.size == 1 else 1.5
+        return SimpleNamespace(tree_tokens_per_s=100 * speedup, autoregressive_tokens_per_s=100,
+                               speedup=speedup, speedup_spread=0.01, lossless=True,
+                               tree_stats=SimpleNamespace(mean_accept_length=1.5),
+                               tree_rounds=((),) * 3)
+
+    raced = []
+
+    def fake_race(model, heads, trees, prompts, **kw):
+        raced.append([t.size for t in trees])
+        return [1.0, 0.98]
+
+    monkeypatch.setattr(tune_module, "compare", fake_compare)
+    monkeypatch.setattr(tune_module, "race", fake_race)
+    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    right = RankTrace(np.zeros((40, 2), np.int16), {"top_k": 4, "sequence_positions": [20, 20]})
+    ticks = []
+    out = tmp_path / "s.json"
+    sweep = sweep_of(model_and_heads, out, batch=[1], sizes=[1], costs=costs, trace=right,
+                     race_best=True, progress=lambda d, t: ticks.append((d, t)))
+    assert raced == [[1, 2]] and ticks == [(1, 3), (2, 3), (3, 3)]
+    row = sweep.summary()[0]
+    assert (row["best_size"], row["selected_size"]) == (1, 2)
+    assert row["selected_share_of_best"] == 0.75 and row["selected_share_of_best_raced"] == 0.98
+    assert Sweep.load(out).races == sweep.races
+    assert json.loads(out.read_text())["races"] == [
+        {"batch": 1, "best": [1, 1, None], "selected": [1, 2, None], "selected_over_best": 0.98}]
+    sweep_of(model_and_heads, out, batch=[1], sizes=[1], costs=costs, trace=right,
+             race_best=True)
+    assert raced == [[1, 2]]  # resumed: the race is there
+
+
+def test_a_race_of_other_points_than_the_best_and_the_pick_is_not_reported():
+    from treeopt.sweep import Race, SweepPoint
+
+    def point(size, speedup, selected=False):
+        return SweepPoint(1, size, None, 1, ((0,),), 1.0, 1.0, speedup, 0.0, 1.5, True,
+                          selected=selected)
+
+    sweep = Sweep({}, (point(1, 2.0), point(2, 1.5, selected=True)))
+    stale = sweep.with_race(Race(1, (1, 3, None), (1, 2, None), 0.99))
+    assert stale.race(1) is None and "selected_share_of_best_raced" not in stale.summary()[0]
+    fresh = stale.with_race(Race(1, (1, 1, None), (1, 2, None), 0.97))
+    assert len(fresh.races) == 1 and fresh.summary()[0]["selected_share_of_best_raced"] == 0.97

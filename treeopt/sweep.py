@@ -8,7 +8,8 @@ depth, choices), ``measured`` (tree and autoregressive steady-state tokens/s of 
 the speed-up as the median over rounds and its spread, the rounds timed, the mean accepted
 length, lossless) and,
 when a step profile was given, ``predicted`` (tokens/s and speed-up) and ``error`` (predicted /
-measured speed-up − 1). ``selected`` marks the tree ``select`` picks for that batch. Written
+measured speed-up − 1). ``selected`` marks the tree ``select`` picks for that batch; ``races``
+(optional), per batch where the pick is not the measured best, the two raced head to head. Written
 atomically after every point, so an interrupted sweep resumes where it stopped.
 """
 
@@ -91,12 +92,39 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class Race:
+    """Select's pick at one batch size decoded head to head with the sweep's measured best
+    (:func:`~treeopt.decoding.compare.race`): the best of several points measured with the same
+    noise is, on average, measured high, and the pick's share of it low; raced, the two meet the
+    same moments and their ratio is measured afresh."""
+
+    batch: int
+    best: tuple[int, int, int | None]  # (batch, size, depth cap): the points raced
+    selected: tuple[int, int, int | None]
+    selected_over_best: float  # the pick's tokens/s over the best's, median over rounds
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "best": list(self.best), "selected": list(self.selected),
+                "selected_over_best": self.selected_over_best}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], *, source: str) -> Race:
+        try:
+            best, sel = doc["best"], doc["selected"]
+            return cls(int(doc["batch"]), (int(best[0]), int(best[1]), best[2]),
+                       (int(sel[0]), int(sel[1]), sel[2]), float(doc["selected_over_best"]))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise TreeoptError(f"{source}: malformed race ({exc!r})") from None
+
+
+@dataclass(frozen=True)
 class Sweep:
     """The points of a live sweep and how they were measured."""
 
     meta: dict[str, Any]
     points: tuple[SweepPoint, ...] = ()
     source: str = field(default="sweep", compare=False)
+    races: tuple[Race, ...] = ()  # select's pick raced against the measured best, per batch
 
     def with_point(self, point: SweepPoint) -> Sweep:
         """The sweep with ``point`` added (replacing a point with the same key)."""
@@ -105,6 +133,18 @@ class Sweep:
 
     def has(self, key: tuple[int, int, int | None]) -> bool:
         return any(p.key == key for p in self.points)
+
+    def with_race(self, race: Race) -> Sweep:
+        """The sweep with ``race`` recorded (replacing its batch's earlier one)."""
+        kept = tuple(r for r in self.races if r.batch != race.batch)
+        return replace(self, races=(*kept, race))
+
+    def race(self, batch: int) -> Race | None:
+        """The race of ``batch``'s pick against its best, when the two are still the points
+        raced (a point measured again may have changed which is best)."""
+        best, pick = self.best(batch), self.selected(batch)
+        return next((r for r in self.races if r.batch == batch and pick is not None
+                     and (r.best, r.selected) == (best.key, pick.key)), None)
 
     @property
     def batches(self) -> list[int]:
@@ -137,13 +177,18 @@ class Sweep:
                 row.update(selected_size=pick.size, selected_max_depth=pick.max_depth,
                            selected_speedup=pick.speedup,
                            selected_share_of_best=pick.speedup / best.speedup)
+                if (race := self.race(b)) is not None:
+                    row["selected_share_of_best_raced"] = race.selected_over_best
             out.append(row)
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": SWEEP_FORMAT, "meta": self.meta,
-                "points": [p.to_json() for p in sorted(self.points, key=_order)],
-                "summary": self.summary()}
+        doc = {"format": SWEEP_FORMAT, "meta": self.meta,
+               "points": [p.to_json() for p in sorted(self.points, key=_order)],
+               "summary": self.summary()}
+        if self.races:
+            doc["races"] = [r.to_json() for r in sorted(self.races, key=lambda r: r.batch)]
+        return doc
 
     def save(self, path: str | os.PathLike[str]) -> None:
         write_json(path, self.to_json())
@@ -154,7 +199,8 @@ class Sweep:
         if not isinstance(doc.get("points"), list) or not isinstance(doc.get("meta"), dict):
             raise TreeoptError(f"{path}: a sweep needs 'meta' and 'points'")
         points = tuple(SweepPoint.from_json(p, source=str(path)) for p in doc["points"])
-        return cls(doc["meta"], points, source=str(path))
+        races = tuple(Race.from_json(r, source=str(path)) for r in doc.get("races", []))
+        return cls(doc["meta"], points, source=str(path), races=races)
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any]) -> Sweep:
@@ -175,5 +221,5 @@ def _order(p: SweepPoint) -> tuple[int, int, int, int]:
     return (p.batch, -1 if p.max_depth is None else p.max_depth, p.size, int(p.selected))
 
 
-__all__ = ["SWEEP_FORMAT", "Sweep", "SweepPoint"]
+__all__ = ["SWEEP_FORMAT", "Race", "Sweep", "SweepPoint"]
 

@@ -73,6 +73,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "less well than one at batch 1 (default 0: --rounds only)")
     p.add_argument("--step-profile", metavar="S.json",
                    help="predict every point with this step profile (and measure select's pick)")
+    p.add_argument("--race-best", action="store_true",
+                   help="with --step-profile: where select's pick is not the measured best, "
+                        "race the two head to head (the best of several noisy points is "
+                        "measured high)")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: predicted E[L] is its per-step walk")
     _add_compile(p)
@@ -206,6 +210,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
+    require(not args.race_best or profile is not None,
+            "--race-best needs --step-profile (select's pick is what is raced)")
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
             f"smaller than --batch {max(args.batch)}")
     require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
@@ -231,12 +237,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  meta={"model": args.model, "growth": args.growth, "device": args.device,
                        "dtype": args.dtype, "attention": attention_of(model),
                        "threads": args.threads},
-                 compile=args.compile, progress=report)
+                 compile=args.compile, race_best=args.race_best, progress=report)
     bar.close()
     for row in sweep.summary():
+        raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"
+                 if "selected_share_of_best_raced" in row else "")
         pick = (f"; select picks {row['selected_size']} nodes: {row['selected_speedup']:.2f}× "
-                f"({row['selected_share_of_best']:.1%} of the best)" if "selected_size" in row
-                else "")
+                f"({row['selected_share_of_best']:.1%} of the best{raced})"
+                if "selected_size" in row else "")
         print(f"batch {row['batch']}: best measured {row['best_size']} nodes "
               f"(depth cap {row['best_max_depth']}), {row['best_speedup']:.2f}× autoregressive"
               f"{pick}", file=sys.stderr)

@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from treeopt.costs import StepCosts
-from treeopt.decoding.compare import compare
+from treeopt.decoding.compare import compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.select import growth_expected_accept_length, price_tree, select
 from treeopt.simulate import batch_window_accept_length, simulate
-from treeopt.sweep import Sweep, SweepPoint
+from treeopt.sweep import Race, Sweep, SweepPoint
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -50,14 +50,16 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          config: DecodeConfig | None = None, rounds: int = 3, min_seconds: float = 0.0,
          costs: StepCosts | None = None,
          trace: RankTrace | None = None, select_trace: RankTrace | None = None,
-         meta: dict[str, Any] | None = None, compile: bool = False,
+         meta: dict[str, Any] | None = None, compile: bool = False, race_best: bool = False,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
     points already in ``out`` are kept. Each point is timed ``rounds`` rounds and, with
     ``min_seconds``, for at least that long (:func:`~treeopt.decoding.compare.compare`): a
     round at batch 8 lasts about a quarter of one at batch 1, so the same rounds would measure
-    it less well."""
+    it less well. ``race_best``: then, per batch where select's pick is not the measured best,
+    the two raced head to head (:func:`~treeopt.decoding.compare.race`, as many rounds and
+    seconds), recorded in the sweep's ``races``."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
@@ -77,6 +79,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
@@ -90,7 +93,17 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
                 selected=picked, rounds=len(result.tree_rounds)))
         sweep.save(out)
         if progress is not None:
-            progress(i + 1, len(todo))
+            progress(i + 1, total)
+    for i, b in enumerate(batch if race_best else ()):
+        best, pick = sweep.best(b), sweep.selected(b)
+        if pick is not None and pick.key != best.key and sweep.race(b) is None:
+            trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
+            share = race(model, heads, trees, prompts, config=config, batch=b, rounds=rounds,
+                         min_seconds=min_seconds)[1]
+            sweep = sweep.with_race(Race(b, best.key, pick.key, share))
+            sweep.save(out)
+        if progress is not None:
+            progress(len(todo) + i + 1, total)
     return sweep
 
 
