@@ -150,6 +150,14 @@ def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
                workdir / "tree.json", "--prompts", prompts_file, "--batch", "7")
     assert_user_error(proc, "--batch 7 is larger than the 6 prompts")
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--min-seconds", "-2")
+    assert_user_error(proc, "--min-seconds must be ≥ 0, got -2.0")
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "4",
+               "--rounds", "1", "--min-seconds", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["rounds"] >= 1
 
 
 @pytest.fixture(scope="module")

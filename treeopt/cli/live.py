@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=3, metavar="R",
                    help="timed rounds, tree and autoregressive steps interleaved; the "
                         "speed-up is the median of the rounds' (default 3)")
+    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="more rounds, until tree and autoregressive decoding were timed S "
+                        "seconds together (default 0: --rounds only)")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     add_decode_mode_flags(p)
     _add_compile(p)
@@ -172,6 +175,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         check_trace_sampling(trace, decoding, source=args.trace)
     texts = read_texts(args.prompts)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
+    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
     require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
             f"prompts in {' '.join(args.prompts)}")
     model, tok = load_model_from(args)
@@ -180,7 +184,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     cfg = decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None))
     bar, tick = counted("verify", "decode")
     report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
-                    batch=args.batch, rounds=args.rounds, compile=args.compile, progress=tick)
+                    batch=args.batch, rounds=args.rounds, min_seconds=args.min_seconds,
+                    compile=args.compile, progress=tick)
     bar.close()
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
                    "dtype": args.dtype, "attention": attention_of(model)})
