@@ -147,8 +147,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         print(" " * 40, end="\r")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)")
-    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds  predicted  error  "
-          "calibration  error  E[L] measured  lossless")
+    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds  predicted  "
+          "error  calibration  error  E[L] measured  lossless")
     cal_errors = []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
@@ -158,7 +158,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         cal_errors.append(abs(cal))
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.rounds or 0:6d}  {p.predicted_speedup:9.3f}  {p.error:+6.1%}  {speedup:11.3f}  {cal:+6.1%}  "
+              f"{p.rounds or 0:6d}  {p.predicted_speedup:9.3f}  {p.error:+6.1%}  "
+              f"{speedup:11.3f}  {cal:+6.1%}  "
               f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,

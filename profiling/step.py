@@ -33,9 +33,9 @@ demo's 2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, 
 File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
 (architecture and shape), ``heads`` (the heads' config), ``prompts``,
 ``max_new_tokens``, ``steps`` (``"steady"``; profiles that timed every step, the tail after a
-batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``;
-each record gives its ``rounds`` and the ``seconds`` its decodes took; written atomically after each batch size, so an interrupted run keeps every finished batch and
-resumes after it.
+batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``
+(each with its ``rounds`` and the ``seconds`` its decodes took); written atomically after each
+batch size, so an interrupted run keeps every finished batch and resumes after it.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, rounds: int = 3, sequences: int | None = None,
-                  min_seconds: float = 0.0, compile: bool = False, dynamic: Sequence[DynamicSettings] = (),
+                  min_seconds: float = 0.0, compile: bool = False,
+                  dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,

@@ -3,14 +3,14 @@ per batch size, beside what the step-cost model predicts for the same points (``
 the Hydra paper's procedure for choosing the tree size, §4 and App. B).
 
 File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threads, prompts, new
-tokens, rounds and the least time measured per point, what predicted) and ``points``, one per (batch, tree): the tree (size, depth cap,
-depth, choices), ``measured`` (tree and autoregressive steady-state tokens/s of the whole batch,
-the speed-up as the median over rounds and its spread, the rounds timed, the mean accepted
-length, lossless) and,
-when a step profile was given, ``predicted`` (tokens/s and speed-up) and ``error`` (predicted /
-measured speed-up − 1). ``selected`` marks the tree ``select`` picks for that batch; ``races``
-(optional), per batch where the pick is not the measured best, the two raced head to head. Written
-atomically after every point, so an interrupted sweep resumes where it stopped.
+tokens, rounds and the least time measured per point, what predicted) and ``points``, one per
+(batch, tree): the tree (size, depth cap, depth, choices), ``measured`` (tree and autoregressive
+steady-state tokens/s of the whole batch, the speed-up as the median over rounds and its spread,
+the rounds timed, the mean accepted length, lossless) and, when a step profile was given,
+``predicted`` (tokens/s and speed-up) and ``error`` (predicted / measured speed-up − 1).
+``selected`` marks the tree ``select`` picks for that batch; ``races`` (optional), per batch
+where the pick is not the measured best, the two raced head to head. Written atomically after
+every point, so an interrupted sweep resumes where it stopped.
 """
 
 from __future__ import annotations
