@@ -203,34 +203,24 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     decoder = Decoder(model, heads if drafts else None, compile=compile)
     empty = Tree(())
-    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
-    # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
-    decoder.decode_alongside((tree, empty), groups[0], config=warm)
-    tree_rounds: list[tuple[BatchResult, ...]] = []
-    ar_rounds: list[tuple[BatchResult, ...]] = []
     split_runs = 2 * min(SPLIT_BATCHES, len(groups)) if split else 0
-    done, timed = 0, 0.0
+    done = 0
 
-    def tick() -> None:
+    def tick(known_rounds: int) -> None:
         nonlocal done
         done += 1
         if progress is not None:  # the rounds still to come as far as now known
-            progress(done, max(rounds, len(tree_rounds) + 1) * len(groups) * 2 + split_runs)
+            progress(done, max(rounds, known_rounds) * len(groups) * 2 + split_runs)
 
-    while len(tree_rounds) < rounds or (timed < min_seconds and len(tree_rounds) < MAX_ROUNDS):
-        tree_runs: list[BatchResult] = []
-        ar_runs: list[BatchResult] = []
-        for i, group in enumerate(groups):
-            streams = range(i * batch, (i + 1) * batch)  # a prompt's sampling stream: its index
-            t, a = decoder.decode_alongside((tree, empty), group, config=config,
-                                            streams=streams)
-            tree_runs.append(t)
-            ar_runs.append(a)
-            tick()
-            tick()
-        tree_rounds.append(tuple(tree_runs))
-        ar_rounds.append(tuple(ar_runs))
-        timed += sum(r.stats.seconds for r in (*tree_runs, *ar_runs))
+    def on_batch(r: int) -> None:  # two decodings of a batch of prompts done in round r
+        tick(r + 1)
+        tick(r + 1)
+
+    timed = timed_rounds(decoder, (tree, empty), groups, config=config, rounds=rounds,
+                         min_seconds=min_seconds, warmup_tokens=warmup_tokens,
+                         on_batch=on_batch)
+    tree_rounds = [tuple(runs[0] for runs in rnd) for rnd in timed]
+    ar_rounds = [tuple(runs[1] for runs in rnd) for rnd in timed]
     tree_prof = ar_prof = None
     if split:
         tree_split, ar_split = [], []
@@ -238,8 +228,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             t, a = decoder.decode_alongside((tree, empty), g, config=config, profile=True)
             tree_split.append(t.stats)
             ar_split.append(a.stats)
-            tick()
-            tick()
+            tick(len(timed))
+            tick(len(timed))
         tree_prof, ar_prof = combine(tree_split), combine(ar_split)
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
                       ar_prof)
@@ -257,20 +247,43 @@ def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
     against each other, two trees meet the same moments, and their ratio is measured afresh.
     """
     config = config or DecodeConfig()
-    if rounds < 1:
-        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
-    groups = batches(prompts, batch)
-    decoder = Decoder(model, heads)
-    warm = replace(config, max_new_tokens=min(8, config.max_new_tokens))
-    decoder.decode_alongside(trees, groups[0], config=warm)
-    ratios: list[list[float]] = []
-    timed = 0.0
-    while len(ratios) < rounds or (timed < min_seconds and len(ratios) < MAX_ROUNDS):
-        runs = [decoder.decode_alongside(trees, group, config=config,
-                                         streams=range(i * batch, (i + 1) * batch))
-                for i, group in enumerate(groups)]
-        rates = [combine([r[k].stats for r in runs]).decode_tokens_per_s
+    timed = timed_rounds(Decoder(model, heads), trees, batches(prompts, batch), config=config,
+                         rounds=rounds, min_seconds=min_seconds)
+    ratios = []
+    for rnd in timed:
+        rates = [combine([runs[k].stats for runs in rnd]).decode_tokens_per_s
                  for k in range(len(trees))]
         ratios.append([rate / rates[0] for rate in rates])
-        timed += sum(r.stats.seconds for group_runs in runs for r in group_runs)
     return [statistics.median(r[k] for r in ratios) for k in range(len(trees))]
+
+
+def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
+                 groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
+                 rounds: int, min_seconds: float = 0.0, warmup_tokens: int = 8,
+                 on_batch: Callable[[int], None] | None = None,
+                 ) -> list[list[list[BatchResult]]]:
+    """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
+    after a warm-up: ``rounds`` rounds, and more (up to :data:`MAX_ROUNDS`) until every decode
+    together was timed ``min_seconds``; ``[round][batch][shape]``. A prompt's sampling stream is
+    its index; ``on_batch(round)`` after each batch."""
+    if rounds < 1:
+        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    if min_seconds < 0:
+        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
+    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
+    # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
+    decoder.decode_alongside(shapes, groups[0], config=warm)
+    out: list[list[list[BatchResult]]] = []
+    timed = 0.0
+    while len(out) < rounds or (timed < min_seconds and len(out) < MAX_ROUNDS):
+        rnd = []
+        for i, group in enumerate(groups):
+            size = len(group)
+            runs = decoder.decode_alongside(shapes, group, config=config,
+                                            streams=range(i * size, (i + 1) * size))
+            rnd.append(runs)
+            timed += sum(r.stats.seconds for r in runs)
+            if on_batch is not None:
+                on_batch(len(out))
+        out.append(rnd)
+    return out
