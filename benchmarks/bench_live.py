@@ -131,7 +131,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
                       batch=[b], out=step_path, max_new_tokens=args.new_tokens, rounds=3,
                       sequences=sequences, min_seconds=args.profile_seconds,
-                      log=lambda _: None)
+                      target_se=args.target_se, log=lambda _: None)
         costs = profiled_costs(step_path)
         print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
               f"over the profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of "
@@ -140,7 +140,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                      batch=[b], sizes=[n for n in args.sizes if n <= growth.max_nodes],
                      out=out / f"sweep-{kind}.json", rounds=args.rounds,
-                     min_seconds=args.min_seconds, config=config,
+                     min_seconds=args.min_seconds, target_se=args.target_se, config=config,
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                      race_best=True,
@@ -149,8 +149,9 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         print(" " * 40, end="\r")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)")
-    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds  predicted  "
-          "error  calibration  error  E[L] measured  lossless")
+    print("se: the relative standard error of the rounds' mean speed-up")
+    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "
+          "predicted  error  calibration  error  E[L] measured  lossless")
     cal_errors = []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
@@ -160,7 +161,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         cal_errors.append(abs(cal))
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.rounds or 0:6d}  {p.predicted_speedup:9.3f}  {p.error:+6.1%}  "
+              f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
+              f"{p.error:+6.1%}  "
               f"{speedup:11.3f}  {cal:+6.1%}  "
               f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
@@ -168,7 +170,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
                     config=config, batch=first, rounds=args.rounds,
-                    min_seconds=args.min_seconds, split=True)
+                    min_seconds=args.min_seconds, target_se=args.target_se, split=True)
             for _ in range(args.repeats)]
     speedups = [r.speedup for r in runs]
     repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
@@ -262,6 +264,11 @@ def main() -> None:
                          "autoregressive together; tune's --min-seconds): 36 s is about 3 "
                          "rounds at batch 1 with 16 prompts × 64 tokens on the demo's 2-core "
                          "host, 12–15 at batch 8")
+    ap.add_argument("--target-se", type=float, default=0.015,
+                    help="and more rounds until a point's mean speed-up, and a profile record's "
+                         "step over its reference, have at most this relative standard error "
+                         "(tune's, verify's and profile step's --target-se): each as many "
+                         "rounds as its own noise needs")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
     ap.add_argument("--profile-seconds", type=float, default=10.0,
                     help="each step-profile record timed at least this long (profile step "
@@ -282,7 +289,8 @@ def main() -> None:
     print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model in {args.dtype} "
           f"(attention {attention_of(demo.model)}); 1 torch thread; "
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
-          f"rounds and at least {args.min_seconds:g} s; files in {out}", file=sys.stderr)
+          f"rounds and at least {args.min_seconds:g} s, standard error ≤ {args.target_se:.1%}; "
+          f"files in {out}", file=sys.stderr)
     for kind in args.kinds.split(","):
         bench_kind(demo, kind, args, out)
 

@@ -16,7 +16,10 @@ the tree's and its reference's — have taken that long: a round at batch 4 or 8
 decode of one group and lasts about half of batch 1's 8 rounds together, and what a round's noise
 leaves averages out over the time measured. On the demo's host, the batch-4 record of q = 17
 sat 10% above the line through its neighbours after 3 rounds (3 s), and the sweep point it
-priced was predicted 10% slow.
+priced was predicted 10% slow. With ``target_se``, a record gets rounds (up to
+:data:`MAX_ROUNDS`) until its step over its reference's, round by round, has a relative standard
+error of at most that: each record as many rounds as its own noise needs (records say their
+``se``).
 
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
 the autoregressive step it is compared with. So every round decodes each tree alongside an
@@ -53,9 +56,11 @@ import torch
 
 from profiling.table import STEP_FORMAT, load_step_profile
 from treeopt.costs import expanded_nodes, verify_dips
+from treeopt.decoding.compare import check_timing
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import architecture, attention_of
+from treeopt.decoding.stats import relative_se
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
@@ -120,7 +125,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, rounds: int = 3, sequences: int | None = None,
-                  min_seconds: float = 0.0, compile: bool = False,
+                  min_seconds: float = 0.0, target_se: float = 0.0, compile: bool = False,
                   dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
@@ -131,8 +136,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     if sequences is not None and sequences < 1:
         raise TreeoptError(f"--sequences must be ≥ 1, got {sequences}")
-    if min_seconds < 0:
-        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
+    check_timing(min_seconds=min_seconds, target_se=target_se)
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
     say = log or (lambda line: print(line, file=sys.stderr))
@@ -162,9 +166,9 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         for _ in range(count):
             for j in range(len(trees)):
                 _measure(decoder, trees, j, prompts, b, config, *state)
-        while short := [j for j in timed if timed[j] < min_seconds
-                        and len(phases[j]) < MAX_ROUNDS]:
-            for j in short:  # a pass over every record still short of its time
+        while short := [j for j in timed if _wanted(j, *state, min_seconds=min_seconds,
+                                                   target_se=target_se)]:
+            for j in short:  # a pass over every record still short of its time or precision
                 _measure(decoder, trees, j, prompts, b, config, *state)
         kept = _scaled(phases, reference)
         for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
@@ -177,7 +181,9 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                 "batch": b, "max_depth": cap, **_shape(tree),
                 "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
                 "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
-                "rounds": len(phases[j]), "seconds": round(timed[j], 3)})
+                "rounds": len(phases[j]), "seconds": round(timed[j], 3),
+                **({"se": round(_se(phases[j], reference[j]), 6)}
+                   if j > 0 and len(phases[j]) > 1 else {})})
         write_json(out, doc)
         say(f"batch {b}: {len(trees)} trees profiled")
         if progress is not None:
@@ -215,7 +221,7 @@ def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list
 Phases = tuple[float, float, float]  # seconds per loop step: draft, verify, bookkeeping
 FALL_LIMIT = 0.05  # a verify time this far below a smaller q's is noise, measured again
 REMEASURES = 2  # extra rounds, at most, for the entries of such a fall
-MAX_ROUNDS = 32  # rounds at most that ``min_seconds`` adds up to, however short a round is
+MAX_ROUNDS = 32  # rounds at most that ``min_seconds`` or ``target_se`` add up to
 
 
 def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases]) -> list[int]:
@@ -235,6 +241,24 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     noisy = {q for _, low, high, fall in verify_dips(records) if fall > FALL_LIMIT
              for q in (low, high)}
     return [j for j, q in enumerate(q_of) if q in noisy]
+
+
+def _wanted(j: int, phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
+            timed: dict[int, float], *, min_seconds: float, target_se: float) -> bool:
+    """Whether record j gets another round: short of ``min_seconds`` or, beside a reference,
+    of ``target_se`` (:func:`_se`), and under :data:`MAX_ROUNDS`."""
+    return len(phases[j]) < MAX_ROUNDS and (
+        timed[j] < min_seconds
+        or (target_se > 0 and j > 0 and _se(phases[j], reference[j]) > target_se))
+
+
+def _se(phases: Sequence[Phases], reference: Sequence[Phases]) -> float:
+    """The relative standard error of a record's step over its reference's, over its rounds.
+
+    >>> round(_se([(0, 2.0, 0), (0, 2.2, 0)], [(0, 1.0, 0), (0, 1.0, 0)]), 6)
+    0.047619
+    """
+    return relative_se([sum(p) / sum(ref) for p, ref in zip(phases, reference, strict=True)])
 
 
 def _phases(decoder: Decoder, shapes: Sequence[Shape], group: Sequence[Sequence[int]],

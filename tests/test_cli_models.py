@@ -154,6 +154,9 @@ def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
                workdir / "tree.json", "--prompts", prompts_file, "--min-seconds", "-2")
     assert_user_error(proc, "--min-seconds must be ≥ 0, got -2.0")
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--target-se", "1.5")
+    assert_user_error(proc, "--target-se must be in [0, 1), got 1.5")
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
                workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "4",
                "--rounds", "1", "--min-seconds", "0.2")
     assert proc.returncode == 0, proc.stderr
@@ -183,6 +186,8 @@ def test_profile_step_refuses_bad_input_before_loading_a_model(workdir, tiny_mod
     assert_user_error(run(*base, "--batch", "1", "--sequences", "0"),
                       "--sequences must be ≥ 1, got 0")
     assert_user_error(run(*base, "--batch", "99"), "--batch 99 is larger than the")
+    assert_user_error(run(*base, "--batch", "1", "--target-se", "-0.01"),
+                      "--target-se must be in [0, 1), got -0.01")
     assert not (workdir / "other-step.json").exists()
 
 
@@ -192,13 +197,16 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     args = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
             workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
             "1,2", "--prompt-count", "2", "--max-new-tokens", "8", "--rounds", "2",
-            "--min-seconds", "0.05", "--race-best", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
+            "--min-seconds", "0.05", "--target-se", "0.2", "--race-best", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
     proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     assert doc["format"] == "treeopt.sweep/1"
     assert doc["meta"]["rounds"] == 2 and doc["meta"]["min_seconds"] == 0.05
+    assert doc["meta"]["target_se"] == 0.2
     assert all(2 <= p["measured"]["rounds"] <= 64 for p in doc["points"])
+    assert all(p["measured"]["speedup_se"] <= 0.2 or p["measured"]["rounds"] == 64
+               for p in doc["points"])
     grid = {(p["batch"], p["size"]) for p in doc["points"] if not p["selected"]}
     assert {(1, 1), (1, 2), (2, 1), (2, 2)} <= grid
     assert sorted(p["batch"] for p in doc["points"] if p["selected"]) == [1, 2]
@@ -227,6 +235,7 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
                       "--prompt-count 4 is smaller than --batch 8")
     assert_user_error(run(*base, "--prompt-count", "9"), "6 prompts, fewer than --prompt-count 9")
     assert_user_error(run(*base, "--min-seconds", "-1"), "--min-seconds must be ≥ 0, got -1.0")
+    assert_user_error(run(*base, "--target-se", "1"), "--target-se must be in [0, 1), got 1.0")
     assert_user_error(run(*base, "--race-best"), "--race-best needs --step-profile")
     sampled = workdir / "sampled-for-tune.npz"
     RankTrace(np.zeros((4, 3), np.int16), {"top_k": 8, "sampling": {"temperature": 1.0}}).save(

@@ -222,6 +222,50 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
                            out=tmp_path / "other.json", min_seconds=-1, log=lambda _: None)
 
 
+@pytest.mark.parametrize(("target_se", "max_rounds", "expected"),
+                         [(0.0, 32, 3), (0.06, 32, 4), (0.05, 32, 5), (0.04, 32, 7),
+                          (0.04, 6, 6)])
+def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_target_se(
+        tmp_path, monkeypatch, target_se, max_rounds, expected):
+    """A tree's step is 1.0 × its own in its even rounds and 1.2 × in its odd ones, beside a
+    steady reference: the rounds' ratios run 1, 1.2, 1, …, relative standard errors 0.0625
+    after 3 rounds, 0.0525 after 4, 0.0454 after 5, 0.0407 after 6, 0.0372 after 7. Tree
+    records get rounds until theirs is at most ``target_se`` (at most ``MAX_ROUNDS``) and say
+    it; the autoregressive record, with no reference, keeps its 3."""
+    import profiling.step as step
+    from treeopt.decoding.stats import relative_se
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
+
+    seen: dict[int, int] = {}
+
+    def fake_phases(decoder, shapes, group, config):
+        out = [(1e-4, 6e-3, 1e-4)]  # the reference (or the autoregressive record itself)
+        for tree in shapes[1:]:
+            q = tree.num_tokens
+            slow = 1.2 if seen.get(q, 0) % 2 else 1.0
+            seen[q] = seen.get(q, 0) + 1
+            out.append((1e-4 * slow, 1e-3 * (5 + q) * slow, 1e-4 * slow))
+        return out
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
+    doc = step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1, 2],
+                             out=tmp_path / "step.json", max_new_tokens=6, rounds=3,
+                             target_se=target_se, log=lambda _: None)
+    se = relative_se([1.2 if r % 2 else 1.0 for r in range(expected)])
+    assert [(r["q"], r["rounds"], r.get("se")) for r in doc["records"]] == [
+        (1, 3, None), (2, expected, round(se, 6)), (3, expected, round(se, 6))]
+    with pytest.raises(TreeoptError, match="--target-se must be in"):
+        step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1],
+                           out=tmp_path / "other.json", target_se=2, log=lambda _: None)
+
+
 def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp_path,
                                                                              monkeypatch):
     """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,

@@ -218,6 +218,61 @@ def test_rounds_go_on_until_the_point_was_timed_min_seconds(monkeypatch, rounds,
     assert ticks[-1] == (2 * expected, 2 * expected)
 
 
+class _NoisyDecoder:
+    """Stands for the decoder: the tree's decoding of a batch takes 1.0 s in even rounds and
+    1.2 s in odd ones, autoregressive decoding 1.0 s always (call 1 is the warm-up)."""
+
+    calls = 0
+
+    def __init__(self, model, heads, *, compile=False):
+        pass
+
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+        from treeopt.decoding.loop import BatchResult
+        from treeopt.decoding.stats import DecodeStats
+
+        _NoisyDecoder.calls += 1
+        tree_s = 1.2 if _NoisyDecoder.calls % 2 else 1.0  # call 2 is round 0
+        return tuple(BatchResult(((1,),) * len(group),
+                                 DecodeStats(2, (1, 1), s, 2, s)) for s in (tree_s, 1.0))
+
+
+@pytest.mark.parametrize(("target_se", "expected"),
+                         [(0.0, 3), (0.07, 3), (0.06, 4), (0.05, 5), (0.04, 7), (0.001, 9)])
+def test_rounds_go_on_until_the_speedup_s_standard_error_is_at_most_target_se(
+        monkeypatch, target_se, expected):
+    """The rounds' speed-ups run 1, 1/1.2, 1, 1/1.2, …: relative standard errors of their
+    mean (the autoregressive rate over the tree's: 1, 1.2, …) 0.0625 after 3 rounds, 0.0525
+    after 4, 0.0454 after 5, 0.0407 after 6, 0.0372 after 7; at most MAX_ROUNDS (here 9). The
+    comparison reports its own."""
+    from treeopt.decoding import compare as compare_module
+    from treeopt.decoding.stats import relative_se
+    from treeopt.tree import Tree
+
+    monkeypatch.setattr(compare_module, "Decoder", _NoisyDecoder)
+    monkeypatch.setattr(compare_module, "MAX_ROUNDS", 9)
+    _NoisyDecoder.calls = 0
+    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2, rounds=3,
+                               target_se=target_se)
+    assert len(c.tree_rounds) == expected
+    speedups = [1.0 if r % 2 == 0 else 1 / 1.2 for r in range(expected)]
+    assert c.round_speedups() == pytest.approx(speedups, rel=1e-12)
+    assert c.speedup_se == pytest.approx(relative_se(speedups), rel=1e-12)
+    assert c.to_dict()["speedup_se"] == c.speedup_se
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0])
+def test_target_se_outside_0_to_1_is_refused(model_and_heads, bad):
+    from treeopt.decoding.compare import compare, race
+    from treeopt.tree import Tree
+
+    model, heads = model_and_heads
+    with pytest.raises(TreeoptError, match=f"--target-se must be in \\[0, 1\\), got {bad}"):
+        compare(model, heads, Tree.chain(1), PROMPTS, target_se=bad)
+    with pytest.raises(TreeoptError, match="--target-se must be in"):
+        race(model, heads, [Tree.chain(1)], PROMPTS, target_se=bad)
+
+
 def test_min_seconds_below_zero_is_refused(model_and_heads):
     from treeopt.decoding.compare import compare
     from treeopt.tree import Tree
@@ -242,6 +297,25 @@ def test_each_point_keeps_its_rounds_and_a_sweep_from_before_min_seconds_resumes
     assert [p.rounds for p in again.points] == [None, 2]
     with pytest.raises(TreeoptError, match="a sweep measured with other min_seconds"):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, min_seconds=5.0)
+
+
+def test_each_point_keeps_its_standard_error_and_a_sweep_from_before_target_se_resumes(
+        model_and_heads, tmp_path):
+    out = tmp_path / "sweep.json"
+    first = sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, target_se=0.5)
+    assert Sweep.load(out).meta["target_se"] == 0.5
+    (point,) = first.points
+    assert point.se is not None and (point.rounds == 2 or point.se <= 0.5)
+    assert Sweep.load(out).points == first.points  # the standard error reads back
+    doc = json.loads(out.read_text())  # as written before target_se existed
+    del doc["meta"]["target_se"]
+    del doc["points"][0]["measured"]["speedup_se"]
+    out.write_text(json.dumps(doc))
+    assert Sweep.load(out).points[0].se is None
+    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # target_se 0
+    assert [p.se is None for p in again.points] == [True, False]
+    with pytest.raises(TreeoptError, match="a sweep measured with other target_se"):
+        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, target_se=0.02)
 
 
 class _RaceDecoder:
@@ -308,7 +382,7 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
         return SimpleNamespace(tree_tokens_per_s=100 * speedup, autoregressive_tokens_per_s=100,
                                speedup=speedup, speedup_spread=0.01, lossless=True,
                                tree_stats=SimpleNamespace(mean_accept_length=1.5),
-                               tree_rounds=((),) * 3)
+                               tree_rounds=((),) * 3, speedup_se=0.004)
 
     raced = []
 

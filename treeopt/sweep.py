@@ -6,7 +6,7 @@ File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threa
 tokens, rounds and the least time measured per point, what predicted) and ``points``, one per
 (batch, tree): the tree (size, depth cap, depth, choices), ``measured`` (tree and autoregressive
 steady-state tokens/s of the whole batch, the speed-up as the median over rounds and its spread,
-the rounds timed, the mean accepted length, lossless) and, when a step profile was given,
+the rounds timed and the relative standard error of their mean speed-up, the mean accepted length, lossless) and, when a step profile was given,
 ``predicted`` (tokens/s and speed-up) and ``error`` (predicted / measured speed-up − 1).
 ``selected`` marks the tree ``select`` picks for that batch; ``races`` (optional), per batch
 where the pick is not the measured best, the two raced head to head. Written atomically after
@@ -24,7 +24,8 @@ from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
 SWEEP_FORMAT = "treeopt.sweep/1"
-LATER_META = {"min_seconds": 0.0}  # meta added since the format's first files: what they meant
+# meta added since the format's first files, and what their absence meant
+LATER_META = {"min_seconds": 0.0, "target_se": 0.0}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class SweepPoint:
     predicted_speedup: float | None = None
     selected: bool = False
     rounds: int | None = None  # timed rounds (files written before rounds varied lack it)
+    se: float | None = None  # relative standard error of the rounds' mean speed-up (ditto)
 
     @property
     def key(self) -> tuple[int, int, int | None]:
@@ -70,6 +72,8 @@ class SweepPoint:
                          "lossless": self.lossless}}
         if self.rounds is not None:
             doc["measured"]["rounds"] = self.rounds
+        if self.se is not None:
+            doc["measured"]["speedup_se"] = self.se
         if self.predicted_speedup is not None:
             doc["predicted"] = {"tokens_per_s": self.predicted_tokens_per_s,
                                 "speedup": self.predicted_speedup}
@@ -86,7 +90,8 @@ class SweepPoint:
                        float(m["speedup"]), float(m["spread"]), float(m["mean_accept_length"]),
                        m.get("lossless"), p.get("tokens_per_s"), p.get("speedup"),
                        bool(doc.get("selected", False)),
-                       int(m["rounds"]) if m.get("rounds") is not None else None)
+                       int(m["rounds"]) if m.get("rounds") is not None else None,
+                       float(m["speedup_se"]) if m.get("speedup_se") is not None else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise TreeoptError(f"{source}: malformed sweep point ({exc!r})") from None
 

@@ -224,6 +224,18 @@ def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:
     return load_heads_for(model, args.heads, depth=depth)
 
 
+def add_target_se(p: argparse.ArgumentParser, *, what: str) -> None:
+    """``--target-se F``: more rounds until ``what`` is known to a relative standard error F."""
+    p.add_argument("--target-se", type=float, default=0.0, metavar="F",
+                   help=f"more rounds (up to a cap), until the standard error of {what} is at "
+                        f"most F of it, e.g. 0.015: each gets the rounds its own noise needs "
+                        f"(default 0: off)")
+
+
+def check_target_se(args: argparse.Namespace) -> None:
+    require(0 <= args.target_se < 1, f"--target-se must be in [0, 1), got {args.target_se}")
+
+
 def add_prompts_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", nargs="+", required=True, metavar="FILE",
                    help="JSONL files with a 'prompt' field, text files (one text each) or "

@@ -10,6 +10,8 @@ from typing import Any
 from treeopt.cli.common import (
     add_live_flags,
     add_out,
+    add_target_se,
+    check_target_se,
     counted,
     emit,
     int_list,
@@ -65,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
                    help="more rounds, until each record's decodes took S seconds: a round at "
                         "batch 8 is one short decode (default 0: --rounds and --sequences only)")
+    add_target_se(d, what="a record's step, relative to its reference's, over its rounds")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
@@ -257,6 +260,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     require(args.sequences is None or args.sequences >= 1,
             f"--sequences must be ≥ 1, got {args.sequences}")
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
+    check_target_se(args)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
@@ -267,7 +271,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
                         batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
                         sequences=args.sequences, min_seconds=args.min_seconds,
-                        compile=args.compile,
+                        target_se=args.target_se, compile=args.compile,
                         dynamic=args.dynamic or (),
                         log=lambda _: None, progress=report)
     bar.close()

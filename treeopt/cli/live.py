@@ -15,6 +15,8 @@ from treeopt.cli.common import (
     add_out,
     add_prompts_flag,
     add_sampling_filters,
+    add_target_se,
+    check_target_se,
     counted,
     emit,
     int_list,
@@ -50,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
                    help="more rounds, until tree and autoregressive decoding were timed S "
                         "seconds together (default 0: --rounds only)")
+    add_target_se(p, what="the rounds' mean speed-up")
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     add_decode_mode_flags(p)
     _add_compile(p)
@@ -74,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="more rounds, until a point has been timed S seconds (tree and "
                         "autoregressive together): a round at batch 8 is short and measures "
                         "less well than one at batch 1 (default 0: --rounds only)")
+    add_target_se(p, what="a point's mean speed-up over its rounds")
     p.add_argument("--step-profile", metavar="S.json",
                    help="predict every point with this step profile (and measure select's pick)")
     p.add_argument("--race-best", action="store_true",
@@ -176,6 +180,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     texts = read_texts(args.prompts)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
+    check_target_se(args)
     require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
             f"prompts in {' '.join(args.prompts)}")
     model, tok = load_model_from(args)
@@ -185,7 +190,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     bar, tick = counted("verify", "decode")
     report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
                     batch=args.batch, rounds=args.rounds, min_seconds=args.min_seconds,
-                    compile=args.compile, progress=tick)
+                    target_se=args.target_se, compile=args.compile, progress=tick)
     bar.close()
     report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
                    "dtype": args.dtype, "attention": attention_of(model)})
@@ -215,6 +220,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     profile = load_step_profile(args.step_profile) if args.step_profile else None
     texts = read_texts(args.prompts)
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
+    check_target_se(args)
     require(not args.race_best or profile is not None,
             "--race-best needs --step-profile (select's pick is what is raced)")
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
@@ -236,7 +242,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
                  depth_caps=caps, out=args.out, rounds=args.rounds,
-                 min_seconds=args.min_seconds, costs=costs, trace=trace,
+                 min_seconds=args.min_seconds, target_se=args.target_se, costs=costs,
+                 trace=trace,
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,
                                      eos_token_id=getattr(tok, "eos_token_id", None)),
                  meta={"model": args.model, "growth": args.growth, "device": args.device,

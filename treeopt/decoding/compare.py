@@ -34,11 +34,16 @@ spells after interleaving — one caught in the tree's step but not in the autor
 around it — averages out over the time measured, not over the rounds: on the demo's host a
 round of 16 prompts × 64 tokens lasts about 13 s at batch 1 and 3 s at batch 8, and over 3 rounds
 the rounds' speed-ups spread 3.3–4.2% (mean over a sweep's points) at batch 1 and 7.9–8.9% at
-batch 8. Measuring every point of a sweep for the same time measures them all alike.
+batch 8. Measuring every point of a sweep for the same time measures them all alike; but a
+batch-8 round times about 60 steady tree steps against batch 1's 500, so alike is not equally
+well. With ``target_se``, rounds go on (up to :data:`MAX_ROUNDS`) until the standard error of the
+rounds' mean speed-up is at most that share of it: each point gets the rounds its own noise
+needs, and says how precisely it was measured (:attr:`Comparison.speedup_se`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -46,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import BatchResult, Decoder
-from treeopt.decoding.stats import DecodeStats, combine
+from treeopt.decoding.stats import DecodeStats, combine, relative_se
 from treeopt.drafters.base import Drafter
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
@@ -114,6 +119,12 @@ class Comparison:
         return (max(s) - min(s)) / statistics.median(s)
 
     @property
+    def speedup_se(self) -> float | None:
+        """The relative standard error of the rounds' mean speed-up (None with one round)."""
+        se = relative_se(self.round_speedups())
+        return se if math.isfinite(se) else None
+
+    @property
     def tree_tokens_per_s(self) -> float:
         """The tree's steady-state decode tokens/s (the whole batch) where autoregressive
         decoding ran its best: that best times the paired speed-up."""
@@ -148,6 +159,7 @@ class Comparison:
             "batch": self.batch, "rounds": len(self.tree_rounds),
             "tree_decoding": tree_doc, "autoregressive": ar_doc,
             "speedup": self.speedup, "speedup_spread": self.speedup_spread,
+            "speedup_se": self.speedup_se,
             "round_speedups": self.round_speedups(),
             "end_to_end_speedup": statistics.median(self.round_speedups(end_to_end=True))}
         if self.config.mode in LOSSLESS_MODES:
@@ -187,18 +199,18 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
 
 def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSettings,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-            batch: int = 1, rounds: int = 1, min_seconds: float = 0.0, split: bool = False,
-            warmup_tokens: int = 8, compile: bool = False,
+            batch: int = 1, rounds: int = 1, min_seconds: float = 0.0, target_se: float = 0.0,
+            split: bool = False, warmup_tokens: int = 8, compile: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, their steps
     interleaved, ``rounds`` times after a warm-up — and more rounds, up to :data:`MAX_ROUNDS`,
-    until both have been timed ``min_seconds`` together (``compile``: steps through
+    until both have been timed ``min_seconds`` together and, with ``target_se``, until the
+    rounds' speed-ups have a relative standard error of at most that (``compile``: steps through
     torch.compile, for CUDA)."""
     config = config or DecodeConfig()
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
-    if min_seconds < 0:
-        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
+    check_timing(min_seconds=min_seconds, target_se=target_se)
     groups = batches(prompts, batch)
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     decoder = Decoder(model, heads if drafts else None, compile=compile)
@@ -217,8 +229,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         tick(r + 1)
 
     timed = timed_rounds(decoder, (tree, empty), groups, config=config, rounds=rounds,
-                         min_seconds=min_seconds, warmup_tokens=warmup_tokens,
-                         on_batch=on_batch)
+                         min_seconds=min_seconds, target_se=target_se,
+                         warmup_tokens=warmup_tokens, on_batch=on_batch)
     tree_rounds = [tuple(runs[0] for runs in rnd) for rnd in timed]
     ar_rounds = [tuple(runs[1] for runs in rnd) for rnd in timed]
     tree_prof = ar_prof = None
@@ -237,9 +249,10 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
          Sequence[Sequence[int]], *, config: DecodeConfig | None = None, batch: int = 1,
-         rounds: int = 3, min_seconds: float = 0.0) -> list[float]:
+         rounds: int = 3, min_seconds: float = 0.0, target_se: float = 0.0) -> list[float]:
     """Each of ``trees`` against the first, head to head: every batch of prompts decoded with all
-    of them, their steps interleaved, ``rounds`` times (and more until ``min_seconds`` were timed);
+    of them, their steps interleaved, ``rounds`` times (and more until ``min_seconds`` were timed
+    and the ratios' relative standard error was at most ``target_se``);
     each tree's steady tokens/s over the first's, the median over rounds (the first: 1.0).
 
     Which of a sweep's points measured fastest is partly which one the noise favoured: the best of
@@ -248,34 +261,65 @@ def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
     """
     config = config or DecodeConfig()
     timed = timed_rounds(Decoder(model, heads), trees, batches(prompts, batch), config=config,
-                         rounds=rounds, min_seconds=min_seconds)
-    ratios = []
+                         rounds=rounds, min_seconds=min_seconds, target_se=target_se)
+    return [statistics.median(column) for column in zip(*round_ratios(timed), strict=True)]
+
+
+def round_ratios(timed: Sequence[Sequence[Sequence[BatchResult]]]) -> list[list[float]]:
+    """Per round of :func:`timed_rounds`' ``[round][batch][shape]``: each shape's steady tokens/s
+    (all batches of the round) over the first shape's.
+
+    >>> from treeopt.decoding.stats import DecodeStats
+    >>> run = lambda s: BatchResult(((1,),), DecodeStats(4, (2, 2), s, 4, s))
+    >>> round_ratios([[[run(1.0), run(2.0)]], [[run(1.0), run(4.0)], [run(1.0), run(4.0)]]])
+    [[1.0, 0.5], [1.0, 0.25]]
+    """
+    out = []
     for rnd in timed:
         rates = [combine([runs[k].stats for runs in rnd]).decode_tokens_per_s
-                 for k in range(len(trees))]
-        ratios.append([rate / rates[0] for rate in rates])
-    return [statistics.median(r[k] for r in ratios) for k in range(len(trees))]
+                 for k in range(len(rnd[0]))]
+        out.append([rate / rates[0] for rate in rates])
+    return out
+
+
+def check_timing(*, min_seconds: float, target_se: float) -> None:
+    """Refuse a negative ``--min-seconds`` and a ``--target-se`` outside [0, 1)."""
+    if min_seconds < 0:
+        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
+    if not 0 <= target_se < 1:
+        raise TreeoptError(f"--target-se must be in [0, 1), got {target_se}")
 
 
 def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
-                 rounds: int, min_seconds: float = 0.0, warmup_tokens: int = 8,
-                 on_batch: Callable[[int], None] | None = None,
+                 rounds: int, min_seconds: float = 0.0, target_se: float = 0.0,
+                 warmup_tokens: int = 8, on_batch: Callable[[int], None] | None = None,
                  ) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
     after a warm-up: ``rounds`` rounds, and more (up to :data:`MAX_ROUNDS`) until every decode
-    together was timed ``min_seconds``; ``[round][batch][shape]``. A prompt's sampling stream is
-    its index; ``on_batch(round)`` after each batch."""
+    together was timed ``min_seconds`` and, with ``target_se``, until the rounds' ratio of each
+    shape's throughput to the first's (:func:`round_ratios`) has a relative standard error of at
+    most that; ``[round][batch][shape]``. A prompt's sampling stream is its index;
+    ``on_batch(round)`` after each batch."""
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
-    if min_seconds < 0:
-        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
+    check_timing(min_seconds=min_seconds, target_se=target_se)
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
     decoder.decode_alongside(shapes, groups[0], config=warm)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
-    while len(out) < rounds or (timed < min_seconds and len(out) < MAX_ROUNDS):
+
+    def short() -> bool:  # whether another round is wanted
+        if len(out) < rounds:
+            return True
+        if len(out) >= MAX_ROUNDS:
+            return False
+        return timed < min_seconds or (
+            target_se > 0 and max(relative_se(column) for column
+                                  in list(zip(*round_ratios(out), strict=True))[1:]) > target_se)
+
+    while short():
         rnd = []
         for i, group in enumerate(groups):
             size = len(group)

@@ -3,6 +3,8 @@ step's time goes. Accepted lengths are summarised by the one :class:`treeopt.sta
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +120,20 @@ def combine(stats: Sequence[DecodeStats]) -> DecodeStats:
                        decode_tokens=sum(s.decode_tokens for s in stats),
                        decode_seconds=sum(s.decode_seconds for s in stats),
                        iterations=sum(s.iterations for s in stats), split=split, runs=runs)
+
+
+def relative_se(values: Sequence[float]) -> float:
+    """The standard error of the mean of ``values``, relative to that mean: how closely repeated
+    rounds of a timing pin its figure down (infinite with fewer than two).
+
+    >>> round(relative_se([1.0, 1.1, 0.9, 1.0]), 6)  # stdev 0.0816 over √4, of a mean of 1
+    0.040825
+    >>> relative_se([1.3])
+    inf
+    """
+    if len(values) < 2:
+        return math.inf
+    return statistics.stdev(values) / math.sqrt(len(values)) / abs(statistics.fmean(values))
 
 
 @dataclass(frozen=True)

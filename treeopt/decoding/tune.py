@@ -48,7 +48,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
          config: DecodeConfig | None = None, rounds: int = 3, min_seconds: float = 0.0,
-         costs: StepCosts | None = None,
+         target_se: float = 0.0, costs: StepCosts | None = None,
          trace: RankTrace | None = None, select_trace: RankTrace | None = None,
          meta: dict[str, Any] | None = None, compile: bool = False, race_best: bool = False,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
@@ -57,7 +57,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     points already in ``out`` are kept. Each point is timed ``rounds`` rounds and, with
     ``min_seconds``, for at least that long (:func:`~treeopt.decoding.compare.compare`): a
     round at batch 8 lasts about a quarter of one at batch 1, so the same rounds would measure
-    it less well. ``race_best``: then, per batch where select's pick is not the measured best,
+    it less well; with ``target_se``, until the rounds' mean speed-up has at most that relative
+    standard error (each point as many rounds as its noise needs). ``race_best``: then, per batch where select's pick is not the measured best,
     the two raced head to head (:func:`~treeopt.decoding.compare.race`, as many rounds and
     seconds), recorded in the sweep's ``races``."""
     config = config or DecodeConfig()
@@ -72,7 +73,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": rounds,
-        "min_seconds": min_seconds, "compile": compile,
+        "min_seconds": min_seconds, "target_se": target_se, "compile": compile,
         "predicted": costs.verify.source if costs is not None else None,
         "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
                        "window" if trace is not None else "growth E[L]"),
@@ -83,14 +84,14 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
-                             min_seconds=min_seconds, compile=compile)
+                             min_seconds=min_seconds, target_se=target_se, compile=compile)
             predicted = (predict(tree, growth, costs, trace, b) if costs is not None
                          else (None, None))
             sweep = sweep.with_point(SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
                 result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
                 result.tree_stats.mean_accept_length, result.lossless, *predicted,
-                selected=picked, rounds=len(result.tree_rounds)))
+                selected=picked, rounds=len(result.tree_rounds), se=result.speedup_se))
         sweep.save(out)
         if progress is not None:
             progress(i + 1, total)
@@ -99,7 +100,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if pick is not None and pick.key != best.key and sweep.race(b) is None:
             trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
             share = race(model, heads, trees, prompts, config=config, batch=b, rounds=rounds,
-                         min_seconds=min_seconds)[1]
+                         min_seconds=min_seconds, target_se=target_se)[1]
             sweep = sweep.with_race(Race(b, best.key, pick.key, share))
             sweep.save(out)
         if progress is not None:

@@ -50,16 +50,18 @@ def check_trace_for(trace: RankTrace, heads: Drafter) -> None:
 def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            trace: RankTrace | None = None, batch: int = 1, rounds: int = 1,
-           min_seconds: float = 0.0, compile: bool = False,
+           min_seconds: float = 0.0, target_se: float = 0.0, compile: bool = False,
            progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Decode every prompt with the tree and autoregressively, ``batch`` at a time, ``rounds``
-    times (and more until both were timed ``min_seconds``); return the report (JSON-ready)."""
+    times (and more until both were timed ``min_seconds`` and, with ``target_se``, until the
+    speed-up's relative standard error was at most that); return the report (JSON-ready)."""
     config = config or DecodeConfig()
     check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
     if trace is not None:
         check_trace_for(trace, heads)
     result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
-                     min_seconds=min_seconds, split=True, compile=compile, progress=progress)
+                     min_seconds=min_seconds, target_se=target_se, split=True, compile=compile,
+                     progress=progress)
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},
