@@ -422,3 +422,25 @@ def test_a_race_of_other_points_than_the_best_and_the_pick_is_not_reported():
     assert stale.race(1) is None and "selected_share_of_best_raced" not in stale.summary()[0]
     fresh = stale.with_race(Race(1, (1, 1, None), (1, 2, None), 0.97))
     assert len(fresh.races) == 1 and fresh.summary()[0]["selected_share_of_best_raced"] == 0.97
+
+
+def test_the_sweep_figure_says_how_each_point_was_timed_and_what_the_race_found():
+    """Hover text: a point's rounds and standard error (a point from before either: neither);
+    select's pick, when raced against the measured best, its share of it."""
+    from treeopt.sweep import Race, SweepPoint
+    from treeopt.workbench.plots_hardware import sweep_figure
+
+    def point(size, speedup, **kw):
+        return SweepPoint(1, size, None, 1, ((0,),) * size, 100 * speedup, 100.0, speedup,
+                          0.02, 1.5, True, **kw)
+
+    sweep = Sweep({}, (point(1, 1.2), point(2, 1.3, rounds=7, se=0.0123),
+                       point(4, 1.25, rounds=3, se=0.004, selected=True)),
+                  races=(Race(1, (1, 2, None), (1, 4, None), 0.987),))
+    measured, *_ = sweep_figure(sweep, title="t").data
+    assert [c[2] for c in measured.customdata] == [
+        "", ", 7 rounds, ± 1.2% (standard error)", ", 3 rounds, ± 0.4% (standard error)"]
+    pick = next(t for t in sweep_figure(sweep, title="t").data
+                if t.hovertext and "select's pick" in t.hovertext)
+    assert pick.hovertext == ("batch 1: select's pick, 4 nodes (depth cap None), 1.25× "
+                              "measured; raced against the best: 98.7% of it")

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from treeopt.selection import Selection
-from treeopt.sweep import Sweep
+from treeopt.sweep import Sweep, SweepPoint
 
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
 
@@ -125,10 +125,10 @@ def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
             marker=dict(color=colour, size=8),
             error_y=dict(type="data", array=[p.spread * p.tree_tokens_per_s / 2 for p in pts],
                          visible=True, thickness=1),
-            customdata=[[p.speedup, p.mean_accept_length] for p in pts],
+            customdata=[[p.speedup, p.mean_accept_length, _timed(p)] for p in pts],
             hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.0f}} tokens/s, "
                           "%{customdata[0]:.2f}× autoregressive, E[L] %{customdata[1]:.2f}"
-                          "<extra></extra>"))
+                          "%{customdata[2]}<extra></extra>"))
         if all(p.predicted_tokens_per_s is not None for p in pts):
             fig.add_trace(go.Scatter(
                 x=x, y=[p.predicted_tokens_per_s for p in pts], mode="lines",
@@ -146,7 +146,7 @@ def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
                 marker=dict(symbol="diamond-open", size=15, color="black",
                             line=dict(color="black", width=2)),
                 hovertext=f"batch {b}: select's pick, {pick.size} nodes (depth cap "
-                          f"{pick.max_depth}), {pick.speedup:.2f}× measured",
+                          f"{pick.max_depth}), {pick.speedup:.2f}× measured" + _raced(sweep, b),
                 hoverinfo="text"))
         fig.add_trace(go.Scatter(
             x=[min(x, default=1), max(x, default=1)], y=[pts[0].autoregressive_tokens_per_s] * 2
@@ -156,3 +156,15 @@ def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
                       yaxis_title="tokens/s, whole batch (dotted: autoregressive)", **_LAYOUT)
     return fig
 
+
+def _timed(point: SweepPoint) -> str:
+    """How a point was timed, for its hover: rounds and the speed-up's standard error."""
+    rounds = f", {point.rounds} rounds" if point.rounds is not None else ""
+    se = f", ± {point.se:.1%} (standard error)" if point.se is not None else ""
+    return rounds + se
+
+
+def _raced(sweep: Sweep, batch: int) -> str:
+    """The pick's share of the best when the two were raced head to head, for its hover."""
+    race = sweep.race(batch)
+    return "" if race is None else f"; raced against the best: {race.selected_over_best:.1%} of it"
