@@ -8,7 +8,12 @@ For each head kind:
    the sizes below, plus select's pick, decoded against autoregressive decoding (interleaved,
    warmed up, in rounds) on held-out prompts, beside the prediction;
    where select's pick is not the measured best, the two raced head to head (``tune
-   --race-best``: the best of several noisy points is measured high);
+   --race-best``: the best of several noisy points is measured high); every point and profile
+   record gets rounds until its speed-up (or step over the reference) has at most
+   ``--target-se`` relative standard error;
+   with ``--bracket`` (default), the batch size is profiled again right after its points, how
+   far the records moved is printed, and the points are predicted also from both profiles
+   pooled;
 4. select's pick at batch 1 (the smallest of ``--batches``) compared again, ``--repeats`` times,
    as re-running the command would:
    the spread of those speed-ups is how well the figure holds;
@@ -49,6 +54,8 @@ from pathlib import Path
 import torch
 
 from profiling.step import profile_steps
+from profiling.table import load_step_profile
+from treeopt.costs import step_costs
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
@@ -110,6 +117,23 @@ def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
     return paired.tree_tokens_per_s, paired.autoregressive_tokens_per_s
 
 
+def drift(before: list[dict], after: list[dict]) -> dict[int, tuple[tuple, float]]:
+    """Per batch: the record whose step (draft + verify + bookkeeping) over the autoregressive
+    step changed most from one step profile to the next, as (q, depth cap), and the change."""
+    def ratios(records):
+        step = {(r["batch"], r["q"], r["max_depth"]): r["ms_draft"] + r["ms_verify"]
+                + r["ms_bookkeeping"] for r in records}
+        return {k: v / step[(k[0], 1, None)] for k, v in step.items() if k[1] > 1}
+
+    old, new = ratios(before), ratios(after)
+    out: dict[int, tuple[tuple, float]] = {}
+    for k in sorted(old.keys() & new.keys()):
+        change = new[k] / old[k] - 1
+        if k[0] not in out or abs(change) > abs(out[k[0]][1]):
+            out[k[0]] = ((k[1], k[2]), change)
+    return out
+
+
 def mark(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -122,7 +146,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     batches = args.batches
     growth, trace, own = own_traces(demo, kind, args, out)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
-    step_path = out / f"step-{kind}.json"
+    step_path, after_path = out / f"step-{kind}.json", out / f"step-{kind}-after.json"
     # Each batch size is profiled right before its own sweep points: on a host whose speed
     # drifts, a profile taken an hour before the points it predicts no longer describes them.
     # Every record averages over the same 8 (or more) sequences, whatever its batch size.
@@ -146,24 +170,45 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      race_best=True,
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
+        if args.bracket:  # the same records again, right after the points they predict
+            profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
+                          batch=[b], out=after_path, max_new_tokens=args.new_tokens, rounds=3,
+                          sequences=sequences, min_seconds=args.profile_seconds,
+                          target_se=args.target_se, log=lambda _: None)
         print(" " * 40, end="\r")
+    bracketed = None
+    if args.bracket:
+        before, after = load_step_profile(step_path), load_step_profile(after_path)
+        bracketed = step_costs(before["records"] + after["records"], kind=kind,
+                               source=f"{step_path} + {after_path}")
+        for b, (key, change) in drift(before["records"], after["records"]).items():
+            print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
+                  f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
+                  f"cap {key[1]})")
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
-          "calibration: E[L] from the calibration trace (what select sees before any live run)")
+          "calibration: E[L] from the calibration trace (what select sees before any live run)"
+          + ("; bracketed: the model from the profiles before and after the points, pooled"
+             if bracketed else ""))
     print("se: the relative standard error of the rounds' mean speed-up")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "
-          "predicted  error  calibration  error  E[L] measured  lossless")
-    cal_errors = []
+          "predicted  error  calibration  error" + ("  bracketed  error" if bracketed else "")
+          + "  E[L] measured  lossless")
+    cal_errors, bracket_errors = [], []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
         _, speedup = predict(tree, growth, costs, trace, p.batch)  # tune's, calibration E[L]
         cal = speedup / p.speedup - 1
         cal_errors.append(abs(cal))
+        both = ""
+        if bracketed is not None:
+            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch)[1] / p.speedup - 1)
+            both = f"  {(1 + bracket_errors[-1]) * p.speedup:9.3f}  {bracket_errors[-1]:+6.1%}"
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
               f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
               f"{p.error:+6.1%}  "
-              f"{speedup:11.3f}  {cal:+6.1%}  "
+              f"{speedup:11.3f}  {cal:+6.1%}{both}  "
               f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
@@ -211,6 +256,15 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
           f"trace): largest {max(errors):.1%}, mean {statistics.mean(errors):.1%} — every point "
           f"≤ 5%: {mark(max(errors) <= 0.05)}; with E[L] from the calibration trace: largest "
           f"{max(cal_errors):.1%}, mean {statistics.mean(cal_errors):.1%}")
+    if bracket_errors:
+        worst = max(abs(e) for e in bracket_errors)
+        result.update(sweep_max_abs_error_bracketed=worst,
+                      sweep_mean_abs_error_bracketed=statistics.mean(map(abs, bracket_errors)))
+        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        print(f"  with the step profiled before and after each batch size's points, pooled: "
+              f"largest {worst:.1%}, mean {result['sweep_mean_abs_error_bracketed']:.1%}, "
+              f"{sum(abs(e) <= 0.05 for e in bracket_errors)} of {len(bracket_errors)} within "
+              f"5% — every point ≤ 5%: {mark(worst <= 0.05)}")
     shares = {b: s for b, s in result["pick_share_of_best"].items() if s is not None}
     print("- select's pick against the measured best: " + ", ".join(
         f"batch {b} {s:.1%}" for b, s in shares.items())
@@ -269,6 +323,11 @@ def main() -> None:
                          "step over its reference, have at most this relative standard error "
                          "(tune's, verify's and profile step's --target-se): each as many "
                          "rounds as its own noise needs")
+    ap.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
+                    help="profile each batch size again right after its points and predict "
+                         "them also from both profiles pooled (default on): on a shared host "
+                         "the steps' relative costs drift over the minutes between a profile "
+                         "and the points it predicts; how far, this prints")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
     ap.add_argument("--profile-seconds", type=float, default=10.0,
                     help="each step-profile record timed at least this long (profile step "

@@ -11,6 +11,8 @@ A record averages over as many sequences at every batch size — at least ``sequ
 (default: the largest batch), so a batch-1 record is not one prompt's: round r decodes the r-th
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
 beyond ``rounds`` as that takes (at batch 1 with 8 sequences, 8 rounds; each decode is short).
+Rounds added for time or precision (below) come a whole cycle at a time, so that every
+sequence weighs alike in a record: a verify step's cost depends on its context.
 With ``min_seconds``, a record also gets rounds (up to :data:`MAX_ROUNDS`) until its decodes —
 the tree's and its reference's — have taken that long: a round at batch 4 or 8 is a single
 decode of one group and lasts about half of batch 1's 8 rounds together, and what a round's noise
@@ -166,10 +168,12 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         for _ in range(count):
             for j in range(len(trees)):
                 _measure(decoder, trees, j, prompts, b, config, *state)
+        cycle = -(-sequences // b)  # rounds that decode every sequence once
         while short := [j for j in timed if _wanted(j, *state, min_seconds=min_seconds,
                                                    target_se=target_se)]:
-            for j in short:  # a pass over every record still short of its time or precision
-                _measure(decoder, trees, j, prompts, b, config, *state)
+            for j in short:  # a cycle more of every record still short of time or precision
+                for _ in range(min(cycle, MAX_ROUNDS - len(phases[j]))):
+                    _measure(decoder, trees, j, prompts, b, config, *state)
         kept = _scaled(phases, reference)
         for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
             for j in _falling(trees, kept):

@@ -222,6 +222,36 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
                            out=tmp_path / "other.json", min_seconds=-1, log=lambda _: None)
 
 
+def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_path,
+                                                                          monkeypatch):
+    """Two prompts at batch 1: a cycle is 2 rounds. Every decode takes a second; asked for 5 s,
+    the autoregressive record (1 s a round) gets 2 + 2 + 2 rounds, a tree's (2 s a round, with
+    its reference) 2 + 2, and each prompt is decoded as often as the other."""
+    import profiling.step as step
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.grow import Growth
+
+    clock, decoded = [0.0], []
+
+    def fake_phases(decoder, shapes, group, config):
+        clock[0] += len(shapes)
+        decoded.append((shapes[-1].num_tokens, group[0][0]))
+        return [(1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4) for tree in shapes]
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    monkeypatch.setattr(step, "perf_counter", lambda: clock[0])
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    growth = Growth("empirical", "none", ((0,),), np.array([1.0, 1.8]), {})
+    doc = step.profile_steps(model, heads, growth, [[5, 6], [7, 8]], batch=[1], sizes=[1],
+                             out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
+                             sequences=2, min_seconds=5.0, log=lambda _: None)
+    assert [(r["q"], r["rounds"]) for r in doc["records"]] == [(1, 6), (2, 4)]
+    assert sorted(decoded) == [(1, 5)] * 3 + [(1, 7)] * 3 + [(2, 5)] * 2 + [(2, 7)] * 2
+
+
 @pytest.mark.parametrize(("target_se", "max_rounds", "expected"),
                          [(0.0, 32, 3), (0.06, 32, 4), (0.05, 32, 5), (0.04, 32, 7),
                           (0.04, 6, 6)])
