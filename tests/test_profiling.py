@@ -20,6 +20,30 @@ from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
 TINY = preset("tiny")
+
+
+def tiny_medusa() -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A tiny model (``TINY``) and two Medusa heads on it, for tests that fake the timing."""
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+
+    model = build_model(TINY, device="cpu", dtype="fp32")
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
+                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    return model, heads
+
+
+def profile_chains(out, **kw):
+    """The step profile, at batch 1 on one prompt, of the chains of 1 and 2 nodes."""
+    import profiling.step as step
+    from treeopt.grow import Growth
+
+    model, heads = tiny_medusa()
+    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
+    return step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1, 2],
+                              out=out, max_new_tokens=6, log=lambda _: None, **kw)
+
+
 GRID = {"batch": [1, 2], "context": [16, 64], "tokens": [1, 4]}
 
 
@@ -193,9 +217,6 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
     until they were timed ``min_seconds``, at most ``MAX_ROUNDS``; each says its rounds and
     seconds."""
     import profiling.step as step
-    from treeopt.drafters import build_heads
-    from treeopt.drafters.config import HeadsConfig
-    from treeopt.grow import Growth
 
     clock = [0.0]
 
@@ -206,20 +227,13 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
     monkeypatch.setattr(step, "_phases", fake_phases)
     monkeypatch.setattr(step, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
-    model = build_model(TINY, device="cpu", dtype="fp32")
-    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
-                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
-    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
-    doc = step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1, 2],
-                             out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
-                             min_seconds=min_seconds, log=lambda _: None)
+    doc = profile_chains(tmp_path / "step.json", rounds=1, min_seconds=min_seconds)
     ar, tree_rounds = expected
     assert [(r["q"], r["rounds"], r["seconds"]) for r in doc["records"]] == [
         (1, ar, float(ar)), (2, tree_rounds, 2.0 * tree_rounds),
         (3, tree_rounds, 2.0 * tree_rounds)]
     with pytest.raises(TreeoptError, match="--min-seconds must be ≥ 0, got -1"):
-        step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1],
-                           out=tmp_path / "other.json", min_seconds=-1, log=lambda _: None)
+        profile_chains(tmp_path / "other.json", min_seconds=-1)
 
 
 def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_path,
@@ -228,8 +242,6 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
     the autoregressive record (1 s a round) gets 2 + 2 + 2 rounds, a tree's (2 s a round, with
     its reference) 2 + 2, and each prompt is decoded as often as the other."""
     import profiling.step as step
-    from treeopt.drafters import build_heads
-    from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
 
     clock, decoded = [0.0], []
@@ -241,9 +253,7 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
 
     monkeypatch.setattr(step, "_phases", fake_phases)
     monkeypatch.setattr(step, "perf_counter", lambda: clock[0])
-    model = build_model(TINY, device="cpu", dtype="fp32")
-    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
-                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    model, heads = tiny_medusa()
     growth = Growth("empirical", "none", ((0,),), np.array([1.0, 1.8]), {})
     doc = step.profile_steps(model, heads, growth, [[5, 6], [7, 8]], batch=[1], sizes=[1],
                              out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
@@ -264,9 +274,6 @@ def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_ta
     it; the autoregressive record, with no reference, keeps its 3."""
     import profiling.step as step
     from treeopt.decoding.stats import relative_se
-    from treeopt.drafters import build_heads
-    from treeopt.drafters.config import HeadsConfig
-    from treeopt.grow import Growth
 
     seen: dict[int, int] = {}
 
@@ -281,19 +288,12 @@ def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_ta
 
     monkeypatch.setattr(step, "_phases", fake_phases)
     monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
-    model = build_model(TINY, device="cpu", dtype="fp32")
-    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
-                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
-    growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
-    doc = step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1, 2],
-                             out=tmp_path / "step.json", max_new_tokens=6, rounds=3,
-                             target_se=target_se, log=lambda _: None)
+    doc = profile_chains(tmp_path / "step.json", rounds=3, target_se=target_se)
     se = relative_se([1.2 if r % 2 else 1.0 for r in range(expected)])
     assert [(r["q"], r["rounds"], r.get("se")) for r in doc["records"]] == [
         (1, 3, None), (2, expected, round(se, 6)), (3, expected, round(se, 6))]
     with pytest.raises(TreeoptError, match="--target-se must be in"):
-        step.profile_steps(model, heads, growth, [[5, 6, 7]], batch=[1], sizes=[1],
-                           out=tmp_path / "other.json", target_se=2, log=lambda _: None)
+        profile_chains(tmp_path / "other.json", target_se=2)
 
 
 def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp_path,
@@ -301,8 +301,6 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
     """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,
     cyclically, and smaller batches get the rounds it takes to decode ``sequences`` of them."""
     import profiling.step as step
-    from treeopt.drafters import build_heads
-    from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
 
     groups: dict[tuple[int, int], list[list[int]]] = {}  # (batch, q) → first token of each row
@@ -313,9 +311,7 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
         return [(1e-4, 1e-3 * (5 + tree.num_tokens), 1e-4) for tree in shapes]
 
     monkeypatch.setattr(step, "_phases", fake_phases)
-    model = build_model(TINY, device="cpu", dtype="fp32")
-    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
-                                    vocab_size=TINY.vocab_size), lm_head=model.lm_head).eval()
+    model, heads = tiny_medusa()
     growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
     prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13]]
     doc = step.profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1],

@@ -282,40 +282,28 @@ def test_min_seconds_below_zero_is_refused(model_and_heads):
         compare(model, heads, Tree.chain(1), PROMPTS, min_seconds=-1)
 
 
-def test_each_point_keeps_its_rounds_and_a_sweep_from_before_min_seconds_resumes(
-        model_and_heads, tmp_path):
-    out = tmp_path / "sweep.json"
-    first = sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2)
-    assert [p.rounds for p in first.points] == [2]
-    assert Sweep.load(out).points == first.points  # the rounds read back
-    doc = json.loads(out.read_text())  # as written before min_seconds existed
-    del doc["meta"]["min_seconds"]
-    del doc["points"][0]["measured"]["rounds"]
-    out.write_text(json.dumps(doc))
-    assert Sweep.load(out).points[0].rounds is None
-    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # min_seconds 0
-    assert [p.rounds for p in again.points] == [None, 2]
-    with pytest.raises(TreeoptError, match="a sweep measured with other min_seconds"):
-        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, min_seconds=5.0)
-
-
-def test_each_point_keeps_its_standard_error_and_a_sweep_from_before_target_se_resumes(
-        model_and_heads, tmp_path):
+@pytest.mark.parametrize(("meta", "measured", "field", "other"),
+                         [("min_seconds", "rounds", "rounds", 5.0),
+                          ("target_se", "speedup_se", "se", 0.02)])
+def test_each_point_keeps_how_it_was_timed_and_a_sweep_from_before_resumes(
+        model_and_heads, tmp_path, meta, measured, field, other):
+    """A point's rounds and standard error read back; a sweep written before the meta keys and
+    the point's field existed resumes as if measured with 0 (its old point lacks the field),
+    and is refused when asked for another value."""
     out = tmp_path / "sweep.json"
     first = sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, target_se=0.5)
-    assert Sweep.load(out).meta["target_se"] == 0.5
     (point,) = first.points
-    assert point.se is not None and (point.rounds == 2 or point.se <= 0.5)
-    assert Sweep.load(out).points == first.points  # the standard error reads back
-    doc = json.loads(out.read_text())  # as written before target_se existed
-    del doc["meta"]["target_se"]
-    del doc["points"][0]["measured"]["speedup_se"]
+    assert point.rounds == 2 and 0 < point.se <= 0.5  # 2 rounds of a tiny model: well within
+    assert Sweep.load(out).points == first.points
+    doc = json.loads(out.read_text())  # as written before either key existed
+    del doc["meta"]["min_seconds"], doc["meta"]["target_se"]
+    del doc["points"][0]["measured"][measured]
     out.write_text(json.dumps(doc))
-    assert Sweep.load(out).points[0].se is None
-    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # target_se 0
-    assert [p.se is None for p in again.points] == [True, False]
-    with pytest.raises(TreeoptError, match="a sweep measured with other target_se"):
-        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, target_se=0.02)
+    assert getattr(Sweep.load(out).points[0], field) is None
+    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # both 0
+    assert [getattr(p, field) is None for p in again.points] == [True, False]
+    with pytest.raises(TreeoptError, match=f"a sweep measured with other {meta}"):
+        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, **{meta: other})
 
 
 class _RaceDecoder:
