@@ -37,8 +37,9 @@ Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16]
 bench-live]`` on a quiet machine (it sets one torch thread, as the app does). On 2 cores with the
 shipped 16-layer demo: about 100 minutes per head kind at batches 1, 2, 4, 8 (the step profile of
 each batch size 4–12 of them), 35–40 at ``--batches 1`` (bfloat16: 5 more for its calibration).
-At ``--prompts 16 --new-tokens 64`` with the default minimum times: 34 minutes for Medusa, 59 for
-Hydra (2026-11-27).
+At ``--prompts 16 --new-tokens 64``: 81 minutes for Medusa with the defaults (``--target-se
+0.015 --bracket``), 51 with ``--no-bracket`` (2026-11-27); Hydra's profile has about three
+times the records.
 """
 
 from __future__ import annotations
