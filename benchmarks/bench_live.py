@@ -152,11 +152,14 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     # drifts, a profile taken an hour before the points it predicts no longer describes them.
     # Every record averages over the same 8 (or more) sequences, whatever its batch size.
     sequences = max(PROFILE_SEQUENCES, *batches)
-    for b in batches:
+    def profile(b: int, path: Path) -> None:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
-                      batch=[b], out=step_path, max_new_tokens=args.new_tokens, rounds=3,
+                      batch=[b], out=path, max_new_tokens=args.new_tokens, rounds=3,
                       sequences=sequences, min_seconds=args.profile_seconds,
                       target_se=args.target_se, log=lambda _: None)
+
+    for b in batches:
+        profile(b, step_path)
         costs = profiled_costs(step_path)
         print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
               f"over the profiled trees {costs.fit['draft_and_overhead']:.1%}; largest fall of "
@@ -172,10 +175,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
         if args.bracket:  # the same records again, right after the points they predict
-            profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
-                          batch=[b], out=after_path, max_new_tokens=args.new_tokens, rounds=3,
-                          sequences=sequences, min_seconds=args.profile_seconds,
-                          target_se=args.target_se, log=lambda _: None)
+            profile(b, after_path)
         print(" " * 40, end="\r")
     bracketed = None
     if args.bracket:
