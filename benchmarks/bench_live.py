@@ -56,7 +56,6 @@ import torch
 
 from profiling.step import profile_steps
 from profiling.table import load_step_profile
-from treeopt.costs import step_costs
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
@@ -180,8 +179,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     bracketed = None
     if args.bracket:
         before, after = load_step_profile(step_path), load_step_profile(after_path)
-        bracketed = step_costs(before["records"] + after["records"], kind=kind,
-                               source=f"{step_path} + {after_path}")
+        bracketed = profiled_costs([step_path, after_path])  # pooled, as tune would
         for b, (key, change) in drift(before["records"], after["records"]).items():
             print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
                   f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,25 @@ def load_step_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
         if missing:
             raise TreeoptError(f"{path}: record {r!r} lacks {', '.join(missing)}")
     return doc
+
+
+# what a step's cost depends on: profiles pooled together must agree on all of it
+POOLED_ALIKE = ("device", "dtype", "attention", "model", "threads", "heads", "compile", "design")
+
+
+def pool_step_profiles(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+    """The step profiles at ``paths`` as one: the first one's document with every file's
+    records, which the step-cost fit averages. Profiles of one setup taken at different times
+    (before and after a sweep, say) pooled describe a host whose speed drifts better than either
+    alone. Refuses profiles that differ in anything a step's cost depends on."""
+    if not paths:
+        raise TreeoptError("no step profile to pool")
+    docs = [load_step_profile(p) for p in paths]
+    first = docs[0]
+    for path, doc in zip(paths[1:], docs[1:], strict=True):
+        differ = [k for k in POOLED_ALIKE if doc.get(k) != first.get(k)]
+        if differ:
+            raise TreeoptError(f"{path}: profiled with other {', '.join(differ)} than "
+                               f"{paths[0]}; only profiles of one setup can be pooled")
+    return {**first, "records": [r for doc in docs for r in doc["records"]],
+            "pooled": [str(p) for p in paths]}

@@ -224,6 +224,21 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     assert run(*args).returncode == 0  # everything is there: resumed, nothing measured again
     assert out.read_text().count('"tree_tokens_per_s"') == before.count('"tree_tokens_per_s"')
     assert json.loads(out.read_text())["points"] == doc["points"]
+    # a profile taken after the points (its verify step slower), pooled with the one before:
+    # the sweep is predicted again, nothing measured again but a pick that changed
+    prof = json.loads(profiled.read_text())
+    after = workdir / "step-after.json"
+    after.write_text(json.dumps({**prof, "records": [{**r, "ms_verify": 2 * r["ms_verify"]}
+                                                      for r in prof["records"]]}))
+    pooled = [a for x in args for a in ([x, after] if x is profiled else [x])]
+    assert run(*pooled).returncode == 0
+    again = json.loads(out.read_text())
+    assert again["meta"]["predicted"] == f"{profiled} + {after}"
+    old = {(p["batch"], p["size"], p["max_depth"]): p for p in doc["points"]}
+    for p in again["points"]:
+        if (kept := old.get((p["batch"], p["size"], p["max_depth"]))) is not None:
+            assert p["measured"] == kept["measured"]
+            assert p["predicted"]["tokens_per_s"] < kept["predicted"]["tokens_per_s"]
 
 
 def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, prompts_file,
@@ -259,6 +274,9 @@ def test_tune_refuses_a_step_profile_of_another_device_or_dtype(workdir, tiny_mo
         other.write_text(json.dumps({**doc, key: value}))
         assert_user_error(run(*base, "--step-profile", other),
                           f"--step-profile {other}: profiled with {said}")
+        assert_user_error(run(*base, "--step-profile", profiled, other),
+                          f"{other}: profiled with other {key} than {profiled}; only profiles "
+                          "of one setup can be pooled")
     assert not (workdir / "y.json").exists()
 
 
@@ -270,6 +288,11 @@ def test_select_prices_with_the_step_profile(workdir, profiled):
     assert [p["batch"] for p in sel["points"]] == [1, 2]
     assert all(p["overhead_ms"] > 0 for p in sel["points"])
     assert sel["growth"]["acceptance"].startswith("per-step walk")
+    twice = run("select", "--growth", workdir / "growth.json", "--step-profile", profiled,
+                profiled, "--trace", workdir / "t.shard-0-of-2.npz")
+    assert twice.returncode == 0, twice.stderr  # the same records twice: the same fit
+    assert ([p["tokens_per_s"] for p in json.loads(twice.stdout)["points"]]
+            == pytest.approx([p["tokens_per_s"] for p in sel["points"]], rel=1e-12))
 
 
 def test_sampled_calibration_and_lossless_sampling_verify(workdir, tiny_model_dir, prompts_file):

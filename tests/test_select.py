@@ -139,6 +139,41 @@ def test_step_costs_give_back_a_known_profile_exactly(kind):
         costs.draft.seconds(2, (1,))
 
 
+def test_profiles_of_one_setup_pooled_are_priced_as_their_records_together(tmp_path):
+    """A profile taken after the points whose verify step runs 2 ms slower and whose
+    bookkeeping is 0.1 ms dearer, pooled with the one before: every verify time is the median
+    of the two (11 + q ms), the overhead fit splits the difference and drafting is as both
+    measured it. A profile of another setup is refused, naming both files."""
+    import json
+
+    from profiling.table import STEP_FORMAT
+    from treeopt.workbench.pricing import profiled_costs
+
+    setup = {"format": STEP_FORMAT, "device": "cpu", "dtype": "float32", "attention": "sdpa",
+             "model": {"hidden_size": 32}, "threads": 1,
+             "heads": {"kind": "hydra", "num_heads": 2}}
+    before = profile_records("hydra")
+    after = [{**r, "ms_verify": r["ms_verify"] + 2, "ms_bookkeeping": r["ms_bookkeeping"] + 0.1}
+             for r in before]
+    paths = [tmp_path / "before.json", tmp_path / "after.json", tmp_path / "threads.json"]
+    for path, doc in zip(paths, [{**setup, "records": before}, {**setup, "records": after},
+                                 {**setup, "threads": 2, "records": after}], strict=True):
+        path.write_text(json.dumps(doc))
+    costs = profiled_costs(paths[:2])
+    assert costs.verify.source == f"{paths[0]} + {paths[1]}"
+    assert costs.verify.seconds(1, 100, np.array([1, 4])).tolist() == [0.012, 0.015]
+    assert costs.overhead.seconds(1, 1, 0) == pytest.approx((0.2 + 0.05) / 1e3, abs=1e-15)
+    assert costs.overhead.seconds(1, 4, 2) == pytest.approx(
+        (0.2 + 0.05 + 0.07 + 3 * 0.05 + 2 * 0.1) / 1e3, abs=1e-15)
+    assert costs.draft.seconds(1, (1, 2)) == pytest.approx((0.5 + 2 * 1.0 + 3 * 0.25) / 1e3,
+                                                           abs=1e-15)
+    assert profiled_costs(paths[0]).verify.seconds(1, 100, np.array([1])).tolist() == [0.011]
+    with pytest.raises(TreeoptError, match=f"{paths[2]}: profiled with other threads than "
+                                           f"{paths[0]}; only profiles of one setup can be "
+                                           "pooled"):
+        profiled_costs([paths[0], paths[2]])
+
+
 def test_dynamic_records_are_priced_as_measured_and_the_rest_by_the_fit():
     """A dynamic profile whose (2, 3, 8) step drafts 0.4 ms and books 0.05 ms off the linear
     model: that setting is priced as measured; an unmeasured one, and static records, by the

@@ -155,6 +155,41 @@ def test_points_are_predicted_over_the_positions_the_sweep_decodes(model_and_hea
     assert [p.size for p in got.points if p.selected] == [0]  # select, too: no tree pays
 
 
+def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_and_heads,
+                                                                        tmp_path):
+    """A finished sweep priced with a verify step that costs the same at any q (the pick: a
+    tree), run again with one that costs 10 ms more per token (no tree pays: the pick is
+    autoregressive decoding): the kept points are not measured again, each is predicted as
+    the new model predicts it, the old pick is no longer marked and the new one is measured."""
+    from test_select import profile_records
+
+    from treeopt.costs import step_costs
+    from treeopt.decoding.tune import predict
+    from treeopt.tree import Tree
+
+    flat, steep = ([{**r, "ms_verify": ms(r["q"])} for r in profile_records("medusa")]
+                   for ms in (lambda q: 10.0, lambda q: 10.0 * q))
+    cheap = step_costs(flat, kind="medusa", source="flat.json")
+    dear = step_costs(steep, kind="medusa", source="flat.json + steep.json")
+    out = tmp_path / "s.json"
+    first = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], costs=cheap)
+    assert [p.size for p in first.points if p.selected] == [3]
+    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], costs=dear)
+    assert again.meta["predicted"] == "flat.json + steep.json"
+    assert [p.size for p in again.points if p.selected] == [0]
+    kept = {p.key: p for p in first.points}
+    for p in again.points:
+        tree = Tree.from_choices([list(c) for c in p.choices])
+        assert (p.predicted_tokens_per_s, p.predicted_speedup) == predict(tree, GROWTH, dear,
+                                                                          None, 1)
+        if p.key in kept:  # measured once: only the prediction and the mark are new
+            assert (p.tree_tokens_per_s, p.speedup) == (kept[p.key].tree_tokens_per_s,
+                                                         kept[p.key].speedup)
+    assert set(Sweep.load(out).points) == set(again.points)
+    with pytest.raises(TreeoptError, match="a sweep measured with other predicted"):
+        sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2])  # predictions not dropped
+
+
 def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tmp_path):
     """Two sequences, one the heads always get right and one they never do, 4 positions each
     (the sweep's 4 new tokens). Decoded together, both rows count until the first finishes: a

@@ -16,6 +16,7 @@ every point, so an interrupted sweep resumes where it stopped.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -208,18 +209,31 @@ class Sweep:
         return cls(doc["meta"], points, source=str(path), races=races)
 
     @classmethod
-    def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any]) -> Sweep:
+    def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any], *,
+               renewed: Collection[str] = ()) -> Sweep:
         """The sweep at ``path`` when it was measured the same way (its points are kept), else
-        a new one; a file from another setup is refused rather than mixed in."""
+        a new one; a file from another setup is refused rather than mixed in. The ``renewed``
+        keys of ``meta`` may differ: they describe what the caller makes afresh for every
+        kept point (the predictions), and take the new values."""
         if not Path(path).exists():
             return cls(meta, source=str(path))
         old = cls.load(path)
-        differ = [k for k in meta if k != "created"
+        differ = [k for k in meta if k != "created" and k not in renewed
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
                                f"use another --out")
-        return old
+        return replace(old, meta={**old.meta, **{k: meta[k] for k in renewed if k in meta}})
+
+    def with_predictions(self, predicted: Mapping[tuple[int, int, int | None],
+                                                   tuple[float, float]],
+                         selected: Collection[tuple[int, int, int | None]]) -> Sweep:
+        """Every point with its (tokens/s, speed-up) from ``predicted`` and marked selected
+        when its key is in ``selected``: the points priced again by another step-cost model."""
+        return replace(self, points=tuple(
+            replace(p, predicted_tokens_per_s=predicted[p.key][0],
+                    predicted_speedup=predicted[p.key][1], selected=p.key in selected)
+            for p in self.points))
 
 
 def _order(p: SweepPoint) -> tuple[int, int, int, int]:

@@ -99,9 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=int_list("--context"), metavar="LIST",
                    help="comma-separated context lengths (required with --hardware; default: "
                         "every context the latency source holds)")
-    p.add_argument("--step-profile", metavar="S.json",
+    p.add_argument("--step-profile", nargs="+", metavar="S.json",
                    help="the live step profiled (treeopt profile step): drafting and the "
-                        "decoder's overhead, and the verify step when no other source is given")
+                        "decoder's overhead, and the verify step when no other source is given; "
+                        "several profiles of one setup are pooled")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: E[L] of every tree from its per-step walk")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
@@ -387,10 +388,11 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:
     if trace is not None:
         records.append(pv.recorded_by_trace(trace, f"--trace {args.trace}"))
     if args.step_profile:
-        from profiling.table import load_step_profile
+        from profiling.table import pool_step_profiles
 
-        records.append(pv.recorded_by_step_profile(load_step_profile(args.step_profile),
-                                                   f"--step-profile {args.step_profile}"))
+        records.append(pv.recorded_by_step_profile(pool_step_profiles(args.step_profile),
+                                                   f"--step-profile "
+                                                   f"{' '.join(args.step_profile)}"))
     if args.latency:
         from profiling.table import LatencyTable
 
@@ -430,7 +432,7 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
         table = LatencyTable.load(args.latency)
         device = costs.verify.meta.get("device") if costs is not None else None
         table.check_matches(model=cfg, dtype=args.dtype, device=device,
-                            source=f"{args.latency} (beside --step-profile {args.step_profile})"
+                            source=f"{args.latency} (beside --step-profile {' '.join(args.step_profile)})"
                             if device else args.latency)
         return pricing.table_latency(table, source=args.latency)
     if args.roofline:

@@ -78,8 +78,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "autoregressive together): a round at batch 8 is short and measures "
                         "less well than one at batch 1 (default 0: --rounds only)")
     add_target_se(p, what="a point's mean speed-up over its rounds")
-    p.add_argument("--step-profile", metavar="S.json",
-                   help="predict every point with this step profile (and measure select's pick)")
+    p.add_argument("--step-profile", nargs="+", metavar="S.json",
+                   help="predict every point with this step profile (and measure select's "
+                        "pick); several of one setup are pooled, e.g. one taken before the "
+                        "sweep and one after: an existing sweep is then predicted again")
     p.add_argument("--race-best", action="store_true",
                    help="with --step-profile: where select's pick is not the measured best, "
                         "race the two head to head (the best of several noisy points is "
@@ -198,7 +200,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from profiling.table import load_step_profile
+    from profiling.table import pool_step_profiles
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.models import attention_of
     from treeopt.decoding.tune import family_tree, tune
@@ -217,7 +219,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if trace is not None:
         check_trace_sampling(trace, DecodeConfig(), source=args.trace,
                              greedy="tune decodes greedily and")
-    profile = load_step_profile(args.step_profile) if args.step_profile else None
+    profile = pool_step_profiles(args.step_profile) if args.step_profile else None
+    named = " ".join(args.step_profile or ())
     texts = read_texts(args.prompts)
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
     check_target_se(args)
@@ -233,9 +236,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if profile is not None:
         from profiling.step import check_setup
 
-        check_setup(profile, model, source=f"--step-profile {args.step_profile}")
+        check_setup(profile, model, source=f"--step-profile {named}")
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
-                f"{args.step_profile}: profiled with other heads ({profile['heads']['kind']}, "
+                f"{named}: profiled with other heads ({profile['heads']['kind']}, "
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
         costs = profiled_costs(args.step_profile)
     prompts = _prompts(args, tok)[: args.prompt_count]

@@ -60,7 +60,10 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     it less well; with ``target_se``, until the rounds' mean speed-up has at most that relative
     standard error (each point as many rounds as its noise needs). ``race_best``: then, per batch where select's pick is not the measured best,
     the two raced head to head (:func:`~treeopt.decoding.compare.race`, as many rounds and
-    seconds), recorded in the sweep's ``races``."""
+    seconds), recorded in the sweep's ``races``. With ``costs``, the points kept from ``out``
+    are predicted again by them, and select's pick marked again: run again with profiles taken
+    after the points pooled with those before, a finished sweep is re-priced without measuring
+    anything but a pick that changed."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
@@ -70,6 +73,9 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
               if select_trace is not None else trace)
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker)  # checks every size before anything runs
+    # with a step-cost model, every kept point is priced again by the one given now (profiles
+    # taken after the points, pooled with those before, describe them better than either)
+    renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": rounds,
@@ -79,7 +85,13 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
                        "window" if trace is not None else "growth E[L]"),
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed)
+    if costs is not None and sweep.points:
+        picks = {(b, tree.size, cap) for (b, tree), (cap, picked) in todo.items() if picked}
+        picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
+        sweep = sweep.with_predictions(
+            {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
+                            trace, p.batch) for p in sweep.points}, picks)
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):

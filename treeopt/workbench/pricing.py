@@ -80,13 +80,18 @@ def roofline_latency(growth: Growth, *, model: ModelConfig, hardware: Hardware,
                                    dtype=precision.compute, model=model.name)
 
 
-def profiled_costs(path: str | os.PathLike[str], *, source: str | None = None) -> StepCosts:
-    """Verify, drafting and overhead costs from a ``treeopt profile step`` file; ``source``:
-    how what is priced names the file (default its path)."""
-    from profiling.table import load_step_profile
+def profiled_costs(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+                   source: str | None = None) -> StepCosts:
+    """Verify, drafting and overhead costs from a ``treeopt profile step`` file, or from
+    several of one setup pooled (:func:`profiling.table.pool_step_profiles`: profiles taken
+    before and after a sweep describe a drifting host better than either); ``source``: how what
+    is priced names the files (default their paths, joined by " + ")."""
+    from profiling.table import pool_step_profiles
 
-    doc = load_step_profile(path)
-    return step_costs(doc["records"], kind=doc["heads"]["kind"], source=source or str(path),
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    doc = pool_step_profiles(paths)
+    return step_costs(doc["records"], kind=doc["heads"]["kind"],
+                      source=source or " + ".join(str(p) for p in paths),
                       device=str(doc.get("device", "")))
 
 
