@@ -186,7 +186,9 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
             assert (p.tree_tokens_per_s, p.speedup) == (kept[p.key].tree_tokens_per_s,
                                                          kept[p.key].speedup)
     assert set(Sweep.load(out).points) == set(again.points)
-    with pytest.raises(TreeoptError, match="a sweep measured with other predicted"):
+    with pytest.raises(TreeoptError, match=f"{out}: a sweep predicted from flat.json \\+ "
+                                           "steep.json; give --step-profile to predict its "
+                                           "points again, or use another --out"):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2])  # predictions not dropped
 
 

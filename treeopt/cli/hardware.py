@@ -431,9 +431,9 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
 
         table = LatencyTable.load(args.latency)
         device = costs.verify.meta.get("device") if costs is not None else None
+        beside = f" (beside --step-profile {' '.join(args.step_profile)})" if device else ""
         table.check_matches(model=cfg, dtype=args.dtype, device=device,
-                            source=f"{args.latency} (beside --step-profile {' '.join(args.step_profile)})"
-                            if device else args.latency)
+                            source=f"{args.latency}{beside}")
         return pricing.table_latency(table, source=args.latency)
     if args.roofline:
         return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treeopt.costs import StepCosts
@@ -58,12 +59,14 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     ``min_seconds``, for at least that long (:func:`~treeopt.decoding.compare.compare`): a
     round at batch 8 lasts about a quarter of one at batch 1, so the same rounds would measure
     it less well; with ``target_se``, until the rounds' mean speed-up has at most that relative
-    standard error (each point as many rounds as its noise needs). ``race_best``: then, per batch where select's pick is not the measured best,
-    the two raced head to head (:func:`~treeopt.decoding.compare.race`, as many rounds and
-    seconds), recorded in the sweep's ``races``. With ``costs``, the points kept from ``out``
-    are predicted again by them, and select's pick marked again: run again with profiles taken
-    after the points pooled with those before, a finished sweep is re-priced without measuring
-    anything but a pick that changed."""
+    standard error (each point as many rounds as its noise needs). ``race_best``: then, per
+    batch where select's pick is not the measured best, the two raced head to head
+    (:func:`~treeopt.decoding.compare.race`, as many rounds and seconds), recorded in the
+    sweep's ``races``. With ``costs``, the points kept from ``out`` are predicted again by them
+    and select's pick is marked again: run again with profiles taken after the points pooled
+    with those before, a finished sweep is re-priced, measuring nothing but a pick that
+    changed. Without ``costs``, a sweep whose points were predicted is refused (its
+    predictions would no longer say by what)."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
@@ -76,6 +79,9 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     # with a step-cost model, every kept point is priced again by the one given now (profiles
     # taken after the points, pooled with those before, describe them better than either)
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
+    if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
+        raise TreeoptError(f"{out}: a sweep predicted from {was}; give --step-profile to "
+                           "predict its points again, or use another --out")
     sweep = Sweep.resume(out, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": rounds,
