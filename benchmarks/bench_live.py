@@ -127,7 +127,7 @@ def drift(before: list[dict], after: list[dict]) -> dict[int, tuple[tuple, float
 
     old, new = ratios(before), ratios(after)
     out: dict[int, tuple[tuple, float]] = {}
-    for k in sorted(old.keys() & new.keys()):
+    for k in sorted(old.keys() & new.keys(), key=lambda k: (k[0], k[1], k[2] or 0)):  # cap None
         change = new[k] / old[k] - 1
         if k[0] not in out or abs(change) > abs(out[k[0]][1]):
             out[k[0]] = ((k[1], k[2]), change)
