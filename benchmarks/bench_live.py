@@ -2,15 +2,16 @@
 
 For each head kind:
 1. per batch size, profile the live step on this machine (``profiling.step``: the decoder's own
-   loop, phase by phase) and fit the step-cost model;
+   loop, phase by phase) of the trees of the swept sizes (each depth cap for Hydra) and fit the
+   step-cost model; the swept trees are then priced as measured, the others by the fit;
 2. ``select`` at that batch size from it, E[L] from the calibration trace walked step by step;
 3. right after, that batch size's part of the live sweep (``treeopt tune``): every growth tree of
    the sizes below, plus select's pick, decoded against autoregressive decoding (interleaved,
    warmed up, in rounds) on held-out prompts, beside the prediction;
    where select's pick is not the measured best, the two raced head to head (``tune
-   --race-best``: the best of several noisy points is measured high); every point and profile
-   record gets rounds until its speed-up (or step over the reference) has at most
-   ``--target-se`` relative standard error;
+   --race-best``: the best of several noisy points is measured high); every point gets rounds
+   until its speed-up has at most ``--target-se`` relative standard error, every profile record
+   until its step over the reference has at most ``--profile-target-se``;
    with ``--bracket`` (default), the batch size is profiled again right after its points, how
    far the records moved is printed, and the points are predicted also from both profiles
    pooled;
@@ -153,9 +154,9 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     sequences = max(PROFILE_SEQUENCES, *batches)
     def profile(b: int, path: Path) -> None:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
-                      batch=[b], out=path, max_new_tokens=args.new_tokens, rounds=3,
-                      sequences=sequences, min_seconds=args.profile_seconds,
-                      target_se=args.target_se, log=lambda _: None)
+                      batch=[b], out=path, sizes=args.sizes, max_new_tokens=args.new_tokens,
+                      rounds=3, sequences=sequences, min_seconds=args.profile_seconds,
+                      target_se=args.profile_target_se, log=lambda _: None)
 
     for b in batches:
         profile(b, step_path)
@@ -321,7 +322,12 @@ def main() -> None:
                     help="and more rounds until a point's mean speed-up, and a profile record's "
                          "step over its reference, have at most this relative standard error "
                          "(tune's, verify's and profile step's --target-se): each as many "
-                         "rounds as its own noise needs")
+                         "rounds as its own noise needs (profile records: "
+                         "--profile-target-se)")
+    ap.add_argument("--profile-target-se", type=float, default=0.02,
+                    help="a step-profile record's --target-se (default 0.02): with --bracket "
+                         "each record is measured twice and pooled, about 1.4%% together, for "
+                         "half the rounds of 1.5%% each")
     ap.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
                     help="profile each batch size again right after its points and predict "
                          "them also from both profiles pooled (default on): on a shared host "

@@ -174,28 +174,47 @@ def test_profiles_of_one_setup_pooled_are_priced_as_their_records_together(tmp_p
         profiled_costs([paths[0], paths[2]])
 
 
-def test_dynamic_records_are_priced_as_measured_and_the_rest_by_the_fit():
-    """A dynamic profile whose (2, 3, 8) step drafts 0.4 ms and books 0.05 ms off the linear
-    model: that setting is priced as measured; an unmeasured one, and static records, by the
-    fit."""
+@pytest.mark.parametrize("dynamic", [None, {"topk": 2, "steps": 3, "draft_tokens": 8}])
+def test_profiled_steps_are_priced_as_measured_and_the_rest_by_the_fit(dynamic):
+    """A profile whose (1, 2, 2) step — a static tree or a dynamic setting alike — drafts 0.4 ms
+    and books 0.05 ms off the linear model: that step is priced as measured; a step it did not
+    measure by the fit, as without it."""
     records = profile_records("hydra")
     off = {"batch": 1, "size": 7, "depth": 3, "q": 8, "expanded": [1, 2, 2], "context": 100,
-           "ms_verify": 18.0, "dynamic": {"topk": 2, "steps": 3, "draft_tokens": 8}}
+           "ms_verify": 18.0, **({"dynamic": dynamic} if dynamic else {})}
     feats = [1.0, 3.0, 5.0]
     linear_draft = sum(c * f for c, f in zip(DRAFT["hydra"], feats, strict=True))
     linear_over = OVERHEAD[0] + OVERHEAD[1] + OVERHEAD[2] * 7 + OVERHEAD[3] * 3
     off["ms_draft"] = linear_draft + 0.4 + RESIDUE
     off["ms_bookkeeping"] = linear_over + 0.05 - RESIDUE
-    fit_only = step_costs(records + [{**off, "dynamic": None}], kind="hydra", source="s.json")
     costs = step_costs(records + [off], kind="hydra", source="s.json")
     assert costs.draft.seconds(1, (1, 2, 2)) == pytest.approx((linear_draft + 0.4) / 1e3,
                                                                abs=1e-15)
     assert costs.overhead.seconds(1, 8, 3) == pytest.approx((linear_over + 0.05) / 1e3,
                                                             abs=1e-15)
-    assert fit_only.draft.seconds(1, (1, 2, 2)) != pytest.approx((linear_draft + 0.4) / 1e3)
-    # elsewhere both price by the same fit
-    assert costs.draft.seconds(1, (1, 2)) == fit_only.draft.seconds(1, (1, 2))
-    assert costs.overhead.seconds(1, 4, 2) == fit_only.overhead.seconds(1, 4, 2)
+    # a step not profiled: the fit, which the off record pulls away from the exact model
+    fit = costs.coefficients["draft"][1]
+    assert costs.draft.seconds(1, (1, 3, 3)) == pytest.approx(
+        np.dot([1.0, 3.0, 7.0], fit) / 1e3, abs=1e-15)
+    assert costs.draft.seconds(1, (1, 3, 3)) != pytest.approx(
+        (0.5 + 3 * 1.0 + 7 * 0.25) / 1e3, rel=1e-6)
+    # the exactly linear records are priced as measured too, which is their linear value
+    assert costs.draft.seconds(1, (1, 2)) == pytest.approx((0.5 + 2 + 0.75) / 1e3, abs=1e-15)
+    assert costs.overhead.seconds(1, 4, 2) == pytest.approx(
+        (0.2 + 0.07 + 3 * 0.05 + 2 * 0.1) / 1e3, abs=1e-15)
+
+
+def test_records_that_share_a_step_are_priced_at_their_median():
+    """Three records of the (1, 1) tree at q = 3 drafting 0.1, 0.3 and 0.2 ms off the model,
+    beside the q = 4 tree that expands the same nodes and drafts on it: drafting (1, 1) is
+    priced at the median of the four, 0.15 ms off."""
+    records = profile_records("hydra")
+    base = next(r for r in records if r["expanded"] == [1, 1] and r["q"] == 3)
+    extra = [{**base, "ms_draft": base["ms_draft"] + d} for d in (0.1, 0.3, 0.2)]
+    costs = step_costs([r for r in records if r is not base] + extra, kind="hydra",
+                       source="s.json")
+    assert costs.draft.seconds(1, (1, 1)) == pytest.approx(
+        (0.5 + 2 * 1.0 + 2 * 0.25 + 0.15) / 1e3, abs=1e-15)
 
 
 def test_selection_prices_a_step_from_all_three_terms():
