@@ -323,9 +323,10 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     growth = Growth.load(args.growth)
     trace = RankTrace.load(args.trace) if args.trace else None
-    _check_sources(args, growth, trace)
+    profile = _step_profile(args)
+    _check_sources(args, growth, trace, profile)
     cfg = _model(args, need=bool(args.hardware))
-    costs = _profiled(args)
+    costs = _profiled(args, profile)
     verify, draft = _verify_latency(args, growth, cfg, costs), _draft(args, cfg, costs)
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     dynamic = _dynamic_traces(args)  # bad traces fail before any pricing
@@ -379,7 +380,17 @@ def cmd_choose_drafter(args: argparse.Namespace) -> int:
         args.out)
 
 
-def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:
+def _step_profile(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The --step-profile files read and pooled (one document), if given."""
+    if not args.step_profile:
+        return None
+    from profiling.table import pool_step_profiles
+
+    return pool_step_profiles(args.step_profile)
+
+
+def _check_sources(args: argparse.Namespace, growth: Any, trace: Any,
+                   profile: dict[str, Any] | None) -> None:
     """Refuse a growth, trace, step profile, latency table or drafter made with other heads or
     another model than the rest (as far as each file records), and too few --draft-heads."""
     from treeopt.workbench import provenance as pv
@@ -387,11 +398,8 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:
     records = [pv.recorded_by_growth(growth, f"--growth {args.growth}")]
     if trace is not None:
         records.append(pv.recorded_by_trace(trace, f"--trace {args.trace}"))
-    if args.step_profile:
-        from profiling.table import pool_step_profiles
-
-        records.append(pv.recorded_by_step_profile(pool_step_profiles(args.step_profile),
-                                                   f"--step-profile "
+    if profile is not None:
+        records.append(pv.recorded_by_step_profile(profile, f"--step-profile "
                                                    f"{' '.join(args.step_profile)}"))
     if args.latency:
         from profiling.table import LatencyTable
@@ -406,13 +414,13 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any) -> None:
                              depth_caps=args.max_depths)
 
 
-def _profiled(args: argparse.Namespace) -> Any:
-    """The step costs of --step-profile, if given."""
-    if not args.step_profile:
+def _profiled(args: argparse.Namespace, profile: dict[str, Any] | None) -> Any:
+    """The step costs of --step-profile (``profile``: its files pooled), if given."""
+    if profile is None:
         return None
-    from treeopt.workbench.pricing import profiled_costs
+    from treeopt.workbench.pricing import costs_of_profile
 
-    return profiled_costs(args.step_profile)
+    return costs_of_profile(profile, source=" + ".join(args.step_profile))
 
 
 def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any) -> Any:

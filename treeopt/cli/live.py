@@ -207,7 +207,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from treeopt.grow import Growth
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
-    from treeopt.workbench.pricing import profiled_costs
+    from treeopt.workbench.pricing import costs_of_profile
 
     growth = Growth.load(args.growth)
     caps = [None, *(args.max_depths or [])]
@@ -240,7 +240,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
                 f"{named}: profiled with other heads ({profile['heads']['kind']}, "
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
-        costs = profiled_costs(args.step_profile)
+        costs = costs_of_profile(profile, source=" + ".join(args.step_profile))
     prompts = _prompts(args, tok)[: args.prompt_count]
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,

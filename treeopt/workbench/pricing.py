@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from treeopt.costs import (
     NO_DRAFT,
@@ -89,10 +89,15 @@ def profiled_costs(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str
     from profiling.table import pool_step_profiles
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    doc = pool_step_profiles(paths)
-    return step_costs(doc["records"], kind=doc["heads"]["kind"],
-                      source=source or " + ".join(str(p) for p in paths),
-                      device=str(doc.get("device", "")))
+    return costs_of_profile(pool_step_profiles(paths),
+                            source=source or " + ".join(str(p) for p in paths))
+
+
+def costs_of_profile(profile: dict[str, Any], *, source: str) -> StepCosts:
+    """The step costs of a step profile's document already read (and pooled), named
+    ``source``."""
+    return step_costs(profile["records"], kind=profile["heads"]["kind"], source=source,
+                      device=str(profile.get("device", "")))
 
 
 def roofline_draft(kind: str | None, *, num_heads: int, model: ModelConfig, hardware: Hardware,
