@@ -189,27 +189,31 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
           "calibration: E[L] from the calibration trace (what select sees before any live run)"
           + ("; bracketed: the model from the profiles before and after the points, pooled"
              if bracketed else ""))
-    print("se: the relative standard error of the rounds' mean speed-up")
+    print("se: the relative standard error of the rounds' mean speed-up; E[L]: accepted "
+          "tokens per row and steady step (at batch > 1 the steady window's), live and as "
+          "predicted (the swept prompts' own trace)")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "
           "predicted  error  calibration  error" + ("  bracketed  error" if bracketed else "")
-          + "  E[L] measured  lossless")
+          + "  E[L] live  priced  lossless")
     cal_errors, bracket_errors = [], []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
-        _, speedup = predict(tree, growth, costs, trace, p.batch)  # tune's, calibration E[L]
+        speedup = predict(tree, growth, costs, trace, p.batch).speedup  # calibration E[L]
         cal = speedup / p.speedup - 1
         cal_errors.append(abs(cal))
         both = ""
         if bracketed is not None:
-            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch)[1] / p.speedup - 1)
+            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch).speedup
+                                  / p.speedup - 1)
             both = f"  {(1 + bracket_errors[-1]) * p.speedup:9.3f}  {bracket_errors[-1]:+6.1%}"
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
               f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
               f"{p.error:+6.1%}  "
               f"{speedup:11.3f}  {cal:+6.1%}{both}  "
-              f"{p.mean_accept_length:13.3f}  {str(p.lossless):>8}{star}")
+              f"{p.steady_accept_length or 0:9.3f}  {p.predicted_accept_length or 0:6.3f}  "
+              f"{str(p.lossless):>8}{star}")
     first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]

@@ -136,6 +136,25 @@ def test_batched_tree_decoding_is_lossless_for_every_sequence(peaked, trained, k
                                                          for x in s.accept_lengths)
 
 
+def test_the_steady_accepted_length_counts_every_row_until_the_first_finishes(peaked, trained):
+    """A ragged batch of 4: its steady E[L] is every row's accepted tokens over the steps of
+    the row that finishes first (each row accepting as it does decoded alone), per row and
+    step — what the sweep's window walk of a trace predicts; at batch 1 it is the plain E[L]."""
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=24)
+    rows = ragged(prompts, 4)
+    run = decode(model, trained["hydra"], TREES["medusa-63"], rows, config=cfg).stats
+    alone = [decode(model, trained["hydra"], TREES["medusa-63"], [p], config=cfg).stats
+             for p in rows]
+    window = min(s.steps for s in alone)
+    assert len({s.steps for s in alone}) > 1  # the rows really finish apart
+    tokens = sum(sum(s.accept_lengths[:window]) for s in alone)
+    assert (run.decode_tokens, run.decode_row_steps) == (tokens, 4 * window)
+    assert run.decode_accept_length == tokens / (4 * window)
+    assert run.decode_accept_length != run.mean_accept_length
+    assert [s.decode_accept_length for s in alone] == [s.mean_accept_length for s in alone]
+
+
 def test_a_sequence_that_stops_early_leaves_the_others_lossless(peaked, trained):
     model, _, prompts = peaked
     rows = ragged(prompts, 4)

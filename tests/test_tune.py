@@ -180,8 +180,8 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
     kept = {p.key: p for p in first.points}
     for p in again.points:
         tree = Tree.from_choices([list(c) for c in p.choices])
-        assert (p.predicted_tokens_per_s, p.predicted_speedup) == predict(tree, GROWTH, dear,
-                                                                          None, 1)
+        assert (p.predicted_tokens_per_s, p.predicted_speedup,
+                p.predicted_accept_length) == predict(tree, GROWTH, dear, None, 1)
         if p.key in kept:  # measured once: only the prediction and the mark are new
             assert (p.tree_tokens_per_s, p.speedup) == (kept[p.key].tree_tokens_per_s,
                                                          kept[p.key].speedup)
@@ -219,6 +219,10 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
                              batch=p.batch, context=costs.verify.contexts[0],
                              expected_accept_length=ell)
         assert p.predicted_speedup == pytest.approx(tps / ar, rel=1e-12)
+        assert p.predicted_accept_length == pytest.approx(ell, rel=1e-12)
+        assert p.steady_accept_length is not None and p.steady_accept_length >= 1.0
+    # the file keeps both E[L]s, the live one and the one priced
+    assert set(Sweep.load(tmp_path / "w.json").points) == set(sweep.points)
 
 
 class _TimedDecoder:
@@ -406,7 +410,8 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
         speedup = 2.0 if tree.size == 1 else 1.5
         return SimpleNamespace(tree_tokens_per_s=100 * speedup, autoregressive_tokens_per_s=100,
                                speedup=speedup, speedup_spread=0.01, lossless=True,
-                               tree_stats=SimpleNamespace(mean_accept_length=1.5),
+                               tree_stats=SimpleNamespace(mean_accept_length=1.5,
+                                                           decode_accept_length=1.5),
                                tree_rounds=((),) * 3, speedup_se=0.004)
 
     raced = []

@@ -6,8 +6,10 @@ File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threa
 tokens, rounds and the least time measured per point, what predicted) and ``points``, one per
 (batch, tree): the tree (size, depth cap, depth, choices), ``measured`` (tree and autoregressive
 steady-state tokens/s of the whole batch, the speed-up as the median over rounds and its spread,
-the rounds timed and the relative standard error of their mean speed-up, the mean accepted length, lossless) and, when a step profile was given,
-``predicted`` (tokens/s and speed-up) and ``error`` (predicted / measured speed-up − 1).
+the rounds timed and the relative standard error of their mean speed-up, the mean accepted
+length, the accepted tokens per row and steady step — the E[L] the steady tokens/s counts —,
+lossless) and, when a step profile was given, ``predicted`` (tokens/s, speed-up and the E[L]
+priced) and ``error`` (predicted / measured speed-up − 1).
 ``selected`` marks the tree ``select`` picks for that batch; ``races`` (optional), per batch
 where the pick is not the measured best, the two raced head to head. Written atomically after
 every point, so an interrupted sweep resumes where it stopped.
@@ -49,10 +51,20 @@ class SweepPoint:
     selected: bool = False
     rounds: int | None = None  # timed rounds (files written before rounds varied lack it)
     se: float | None = None  # relative standard error of the rounds' mean speed-up (ditto)
+    # accepted tokens per row and steady step, measured and as priced: the E[L] the steady
+    # tokens/s counts (files written before 2026-11-27 afternoon lack them)
+    steady_accept_length: float | None = None
+    predicted_accept_length: float | None = None
 
     @property
     def key(self) -> tuple[int, int, int | None]:
         return (self.batch, self.size, self.max_depth)
+
+    def predicted_by(self, prediction: tuple[float, float, float]) -> SweepPoint:
+        """The point with a prediction: (tokens/s, speed-up, E[L] it was priced with)."""
+        tokens_per_s, speedup, accept_length = prediction
+        return replace(self, predicted_tokens_per_s=tokens_per_s, predicted_speedup=speedup,
+                       predicted_accept_length=accept_length)
 
     @property
     def error(self) -> float | None:
@@ -75,9 +87,13 @@ class SweepPoint:
             doc["measured"]["rounds"] = self.rounds
         if self.se is not None:
             doc["measured"]["speedup_se"] = self.se
+        if self.steady_accept_length is not None:
+            doc["measured"]["steady_accept_length"] = self.steady_accept_length
         if self.predicted_speedup is not None:
             doc["predicted"] = {"tokens_per_s": self.predicted_tokens_per_s,
                                 "speedup": self.predicted_speedup}
+            if self.predicted_accept_length is not None:
+                doc["predicted"]["accept_length"] = self.predicted_accept_length
             doc["error"] = self.error
         return doc
 
@@ -92,7 +108,8 @@ class SweepPoint:
                        m.get("lossless"), p.get("tokens_per_s"), p.get("speedup"),
                        bool(doc.get("selected", False)),
                        int(m["rounds"]) if m.get("rounds") is not None else None,
-                       float(m["speedup_se"]) if m.get("speedup_se") is not None else None)
+                       _optional(m, "speedup_se"), _optional(m, "steady_accept_length"),
+                       _optional(p, "accept_length"))
         except (KeyError, TypeError, ValueError) as exc:
             raise TreeoptError(f"{source}: malformed sweep point ({exc!r})") from None
 
@@ -226,14 +243,18 @@ class Sweep:
         return replace(old, meta={**old.meta, **{k: meta[k] for k in renewed if k in meta}})
 
     def with_predictions(self, predicted: Mapping[tuple[int, int, int | None],
-                                                   tuple[float, float]],
+                                                   tuple[float, float, float]],
                          selected: Collection[tuple[int, int, int | None]]) -> Sweep:
-        """Every point with its (tokens/s, speed-up) from ``predicted`` and marked selected
-        when its key is in ``selected``: the points priced again by another step-cost model."""
+        """Every point with its (tokens/s, speed-up, E[L]) from ``predicted`` and marked
+        selected when its key is in ``selected``: the points priced again by another step-cost
+        model."""
         return replace(self, points=tuple(
-            replace(p, predicted_tokens_per_s=predicted[p.key][0],
-                    predicted_speedup=predicted[p.key][1], selected=p.key in selected)
+            replace(p.predicted_by(predicted[p.key]), selected=p.key in selected)
             for p in self.points))
+
+
+def _optional(doc: dict[str, Any], key: str) -> float | None:
+    return float(doc[key]) if doc.get(key) is not None else None
 
 
 def _order(p: SweepPoint) -> tuple[int, int, int, int]:

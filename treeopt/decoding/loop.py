@@ -309,7 +309,7 @@ class _Run:
         self.clock.restart()
         self.frontier = max(len(p) for p in self.prompts)
         self.lens = [len(p) for p in self.prompts]
-        self.steady_tokens = self.iterations = 0
+        self.steady_tokens = self.steady_row_steps = self.iterations = 0
         self.busy = self._settled() - entered  # seconds spent in this run's own calls
         self.prefill_s = self.steady_seconds = self.busy
 
@@ -342,6 +342,7 @@ class _Run:
         if running:  # a steady step: its time so far (the features below belong to the next)
             self.steady_seconds = self.busy + time.perf_counter() - entered
             self.steady_tokens += sum(accepted)
+            self.steady_row_steps += len(accepted)
         self.clock.lap(2)
         self.clock.end_step(counted=running)
         self.root = verdict.next_root
@@ -373,7 +374,7 @@ class _Run:
             tokens=sum(len(t) for t in tokens_out),
             accept_lengths=tuple(x for s in self.steps for x in s), seconds=self.busy,
             decode_tokens=self.steady_tokens, decode_seconds=self.steady_seconds - self.prefill_s,
-            iterations=self.iterations, split=split,
+            iterations=self.iterations, split=split, decode_row_steps=self.steady_row_steps,
             runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
         return BatchResult(tokens_out, stats)
 

@@ -44,9 +44,11 @@ class DecodeStats:
     profiled.
 
     >>> s = DecodeStats(tokens=7, accept_lengths=(1, 3, 2), seconds=2.0, decode_tokens=6,
-    ...                 decode_seconds=1.5)
+    ...                 decode_seconds=1.5, decode_row_steps=3)
     >>> s.steps, s.mean_accept_length, s.histogram, s.tokens_per_s, s.decode_tokens_per_s
     (3, 2.0, (0, 1, 1, 1), 3.5, 4.0)
+    >>> s.decode_accept_length
+    2.0
     """
 
     tokens: int
@@ -57,6 +59,7 @@ class DecodeStats:
     iterations: int = 0  # steps of the decoding loop (each advances every running row)
     split: StepSplit | None = None
     runs: tuple[tuple[int, int], ...] = ()
+    decode_row_steps: int = 0  # rows × steps of the steady state (decode_tokens' denominator)
 
     @property
     def accept(self) -> AcceptStats:
@@ -86,6 +89,13 @@ class DecodeStats:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def decode_accept_length(self) -> float:
+        """Steady state: accepted tokens per row and step while every sequence ran — the E[L]
+        that the steady tokens/s counts (at batch > 1 it weighs every row alike over the window,
+        not each sequence by its steps as :attr:`mean_accept_length` does)."""
+        return self.decode_tokens / self.decode_row_steps if self.decode_row_steps else 0.0
+
+    @property
     def decode_tokens_per_s(self) -> float:
         """Steady state: tokens of the decode steps while every sequence ran, over their time."""
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
@@ -94,7 +104,8 @@ class DecodeStats:
         doc = {"steps": self.steps, "tokens": self.tokens, **self.accept.to_json(),
                "tokens_per_s": self.tokens_per_s, "seconds": self.seconds,
                "decode_tokens_per_s": self.decode_tokens_per_s,
-               "decode_tokens": self.decode_tokens, "decode_seconds": self.decode_seconds}
+               "decode_tokens": self.decode_tokens, "decode_seconds": self.decode_seconds,
+               "decode_accept_length": self.decode_accept_length}
         if self.split is not None:
             doc["seconds_split"] = self.split.to_dict()
         return doc
@@ -119,7 +130,8 @@ def combine(stats: Sequence[DecodeStats]) -> DecodeStats:
                        seconds=sum(s.seconds for s in stats),
                        decode_tokens=sum(s.decode_tokens for s in stats),
                        decode_seconds=sum(s.decode_seconds for s in stats),
-                       iterations=sum(s.iterations for s in stats), split=split, runs=runs)
+                       iterations=sum(s.iterations for s in stats), split=split, runs=runs,
+                       decode_row_steps=sum(s.decode_row_steps for s in stats))
 
 
 def relative_se(values: Sequence[float]) -> float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from treeopt.costs import StepCosts
 from treeopt.decoding.compare import compare, race
@@ -103,13 +103,15 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if not sweep.has((b, tree.size, cap)):
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
                              min_seconds=min_seconds, target_se=target_se, compile=compile)
-            predicted = (predict(tree, growth, costs, trace, b) if costs is not None
-                         else (None, None))
-            sweep = sweep.with_point(SweepPoint(
+            point = SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
                 result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
-                result.tree_stats.mean_accept_length, result.lossless, *predicted,
-                selected=picked, rounds=len(result.tree_rounds), se=result.speedup_se))
+                result.tree_stats.mean_accept_length, result.lossless, selected=picked,
+                rounds=len(result.tree_rounds), se=result.speedup_se,
+                steady_accept_length=result.tree_stats.decode_accept_length)
+            if costs is not None:
+                point = point.predicted_by(predict(tree, growth, costs, trace, b))
+            sweep = sweep.with_point(point)
         sweep.save(out)
         if progress is not None:
             progress(i + 1, total)
@@ -152,8 +154,16 @@ def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
     return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
 
 
+class Prediction(NamedTuple):
+    """What the step-cost model predicts for a sweep point."""
+
+    tokens_per_s: float
+    speedup: float
+    accept_length: float  # the E[L] it was priced with (at batch > 1: the steady window's)
+
+
 def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
-            batch: int) -> tuple[float, float]:
+            batch: int) -> Prediction:
     """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
     by step when there is one — at batch b > 1 through the steady window the sweep measures,
     its sequences b at a time — else the growth's values summed over the tree's nodes)."""
@@ -164,4 +174,4 @@ def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | Non
     tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
                                   overhead=costs.overhead, batch=batch,
                                   context=costs.verify.contexts[0], expected_accept_length=ell)
-    return tree_tps, tree_tps / ar_tps
+    return Prediction(tree_tps, tree_tps / ar_tps, ell)

@@ -125,9 +125,9 @@ def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
             marker=dict(color=colour, size=8),
             error_y=dict(type="data", array=[p.spread * p.tree_tokens_per_s / 2 for p in pts],
                          visible=True, thickness=1),
-            customdata=[[p.speedup, p.mean_accept_length, _timed(p)] for p in pts],
+            customdata=[[p.speedup, _accepted(p), _timed(p)] for p in pts],
             hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.0f}} tokens/s, "
-                          "%{customdata[0]:.2f}× autoregressive, E[L] %{customdata[1]:.2f}"
+                          "%{customdata[0]:.2f}× autoregressive, %{customdata[1]}"
                           "%{customdata[2]}<extra></extra>"))
         if all(p.predicted_tokens_per_s is not None for p in pts):
             fig.add_trace(go.Scatter(
@@ -155,6 +155,22 @@ def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
     fig.update_layout(title=title, xaxis=dict(type="log", title="tree size (nodes)"),
                       yaxis_title="tokens/s, whole batch (dotted: autoregressive)", **_LAYOUT)
     return fig
+
+
+def _accepted(point: SweepPoint) -> str:
+    """A point's E[L], for its hover: per row and steady step (what its tokens/s counts) beside
+    the one priced, where the sweep recorded them.
+
+    >>> from dataclasses import replace
+    >>> p = SweepPoint(4, 8, None, 3, ((0,),), 1.0, 1.0, 1.2, 0.01, 2.17, True)
+    >>> _accepted(p), _accepted(replace(p, steady_accept_length=2.27, predicted_accept_length=2.3))
+    ('E[L] 2.17', 'E[L] 2.27 per row and steady step (priced 2.30)')
+    """
+    if point.steady_accept_length is None:
+        return f"E[L] {point.mean_accept_length:.2f}"
+    priced = (f" (priced {point.predicted_accept_length:.2f})"
+              if point.predicted_accept_length is not None else "")
+    return f"E[L] {point.steady_accept_length:.2f} per row and steady step{priced}"
 
 
 def _timed(point: SweepPoint) -> str:
