@@ -39,8 +39,10 @@ bench-live]`` on a quiet machine (it sets one torch thread, as the app does). On
 shipped 16-layer demo: about 100 minutes per head kind at batches 1, 2, 4, 8 (the step profile of
 each batch size 4–12 of them), 35–40 at ``--batches 1`` (bfloat16: 5 more for its calibration).
 At ``--prompts 16 --new-tokens 64``: 81 minutes for Medusa with the defaults (``--target-se
-0.015 --bracket``), 51 with ``--no-bracket``; Hydra with the defaults about 3 h 10 min (its
-profiles take 12–14 minutes at batches 1–2, 19 at batch 4, 33 at batch 8; 2026-11-27).
+0.015 --bracket``, records then to 1.5%), 51 with ``--no-bracket``; Hydra 92 minutes with
+today's defaults (records of the swept sizes only, ``--profile-target-se 0.02``: its profiles
+took 2–7 minutes at batches 1–4 and 11 at batch 8; before, every design size to 1.5%, 12–33
+minutes each and about 3 h 10 min in all; 2026-11-27).
 """
 
 from __future__ import annotations
