@@ -326,7 +326,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     profile = _step_profile(args)
     _check_sources(args, growth, trace, profile)
     cfg = _model(args, need=bool(args.hardware))
-    costs = _profiled(args, profile)
+    costs = _profiled(profile)
     verify, draft = _verify_latency(args, growth, cfg, costs), _draft(args, cfg, costs)
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     dynamic = _dynamic_traces(args)  # bad traces fail before any pricing
@@ -414,13 +414,13 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any,
                              depth_caps=args.max_depths)
 
 
-def _profiled(args: argparse.Namespace, profile: dict[str, Any] | None) -> Any:
+def _profiled(profile: dict[str, Any] | None) -> Any:
     """The step costs of --step-profile (``profile``: its files pooled), if given."""
     if profile is None:
         return None
     from treeopt.workbench.pricing import costs_of_profile
 
-    return costs_of_profile(profile, source=" + ".join(args.step_profile))
+    return costs_of_profile(profile)
 
 
 def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any) -> Any:

@@ -240,7 +240,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
                 f"{named}: profiled with other heads ({profile['heads']['kind']}, "
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
-        costs = costs_of_profile(profile, source=" + ".join(args.step_profile))
+        costs = costs_of_profile(profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,

@@ -89,14 +89,15 @@ def profiled_costs(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str
     from profiling.table import pool_step_profiles
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    return costs_of_profile(pool_step_profiles(paths),
-                            source=source or " + ".join(str(p) for p in paths))
+    return costs_of_profile(pool_step_profiles(paths), source=source)
 
 
-def costs_of_profile(profile: dict[str, Any], *, source: str) -> StepCosts:
-    """The step costs of a step profile's document already read (and pooled), named
-    ``source``."""
-    return step_costs(profile["records"], kind=profile["heads"]["kind"], source=source,
+def costs_of_profile(profile: dict[str, Any], *, source: str | None = None) -> StepCosts:
+    """The step costs of a step profile's files already read and pooled
+    (:func:`profiling.table.pool_step_profiles`), named ``source`` (default: the pooled files'
+    paths, joined by " + ")."""
+    return step_costs(profile["records"], kind=profile["heads"]["kind"],
+                      source=source or " + ".join(profile["pooled"]),
                       device=str(profile.get("device", "")))
 
 
