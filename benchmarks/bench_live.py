@@ -57,6 +57,7 @@ from pathlib import Path
 
 import torch
 
+from profiling.alongside import AlongsideProfile
 from profiling.step import profile_steps
 from profiling.table import load_step_profile
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
@@ -150,6 +151,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     growth, trace, own = own_traces(demo, kind, args, out)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
     step_path, after_path = out / f"step-{kind}.json", out / f"step-{kind}-after.json"
+    alongside_path = out / f"step-{kind}-alongside.json"
     # Each batch size is profiled right before its own sweep points: on a host whose speed
     # drifts, a profile taken an hour before the points it predicts no longer describes them.
     # Every record averages over the same 8 (or more) sequences, whatever its batch size.
@@ -160,6 +162,11 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                       rounds=3, sequences=sequences, min_seconds=args.profile_seconds,
                       target_se=args.profile_target_se, log=lambda _: None)
 
+    alongside = (AlongsideProfile(demo.model, demo.heads[kind], prompts[:sequences],
+                                  out=alongside_path, max_new_tokens=args.new_tokens,
+                                  sequences=sequences, min_seconds=args.profile_seconds,
+                                  target_se=args.alongside_target_se)
+                 if args.alongside else None)
     for b in batches:
         profile(b, step_path)
         costs = profiled_costs(step_path)
@@ -173,7 +180,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      min_seconds=args.min_seconds, target_se=args.target_se, config=config,
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
-                     race_best=True,
+                     race_best=True, before_point=alongside,
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
         if args.bracket:  # the same records again, right after the points they predict
@@ -187,17 +194,22 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
             print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
                   f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
                   f"cap {key[1]})")
+    beside = profiled_costs(alongside_path) if args.alongside else None
+    records = ({(r["batch"], r["size"], r["max_depth"]): r
+                for r in load_step_profile(alongside_path)["records"]} if beside else {})
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)"
           + ("; bracketed: the model from the profiles before and after the points, pooled"
-             if bracketed else ""))
+             if bracketed else "")
+          + ("; alongside: the model from each point's tree profiled right before the point"
+             if beside else ""))
     print("se: the relative standard error of the rounds' mean speed-up; E[L]: accepted "
           "tokens per row and steady step (at batch > 1 the steady window's), live and as "
           "predicted (the swept prompts' own trace)")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "
           "predicted  error  calibration  error" + ("  bracketed  error" if bracketed else "")
-          + "  E[L] live  priced  lossless")
-    cal_errors, bracket_errors = [], []
+          + ("  alongside  error" if beside else "") + "  E[L] live  priced  lossless")
+    cal_errors, bracket_errors, beside_errors, beside_z = [], [], [], []
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
@@ -209,6 +221,13 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
             bracket_errors.append(predict(tree, growth, bracketed, own, p.batch).speedup
                                   / p.speedup - 1)
             both = f"  {(1 + bracket_errors[-1]) * p.speedup:9.3f}  {bracket_errors[-1]:+6.1%}"
+        if beside is not None:
+            beside_errors.append(predict(tree, growth, beside, own, p.batch).speedup
+                                 / p.speedup - 1)
+            both += f"  {(1 + beside_errors[-1]) * p.speedup:9.3f}  {beside_errors[-1]:+6.1%}"
+            record = records.get(p.key)
+            if record is not None and record.get("se") is not None and p.se is not None:
+                beside_z.append(beside_errors[-1] / (p.se ** 2 + record["se"] ** 2) ** 0.5)
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
               f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
@@ -221,7 +240,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
                     config=config, batch=first, rounds=args.rounds,
-                    min_seconds=args.min_seconds, target_se=args.target_se, split=True)
+                    min_seconds=args.min_seconds, target_se=args.repeat_target_se, split=True)
             for _ in range(args.repeats)]
     speedups = [r.speedup for r in runs]
     repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
@@ -271,6 +290,20 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
               f"largest {worst:.1%}, mean {result['sweep_mean_abs_error_bracketed']:.1%}, "
               f"{sum(abs(e) <= 0.05 for e in bracket_errors)} of {len(bracket_errors)} within "
               f"5% — every point ≤ 5%: {mark(worst <= 0.05)}")
+    if beside_errors:
+        worst = max(map(abs, beside_errors))
+        rms_z = statistics.fmean(z * z for z in beside_z) ** 0.5 if beside_z else float("nan")
+        result.update(sweep_max_abs_error_alongside=worst,
+                      sweep_mean_abs_error_alongside=statistics.mean(map(abs, beside_errors)),
+                      sweep_rms_error_over_se_alongside=rms_z)
+        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        print(f"  with each point's tree profiled right before the point (the host's drift "
+              f"between profile and point taken out): largest {worst:.1%}, mean "
+              f"{result['sweep_mean_abs_error_alongside']:.1%}, "
+              f"{sum(abs(e) <= 0.05 for e in beside_errors)} of {len(beside_errors)} within 5% "
+              f"— every point ≤ 5%: {mark(worst <= 0.05)}; root mean square of each error over "
+              f"its standard error (the point's and its record's): {rms_z:.2f} (1 where the "
+              f"rounds' noise is all there is)")
     shares = {b: s for b, s in result["pick_share_of_best"].items() if s is not None}
     print("- select's pick against the measured best: " + ", ".join(
         f"batch {b} {s:.1%}" for b, s in shares.items())
@@ -334,12 +367,23 @@ def main() -> None:
                     help="a step-profile record's --target-se (default 0.02): with --bracket "
                          "each record is measured twice and pooled, about 1.4%% together, for "
                          "half the rounds of 1.5%% each")
-    ap.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=True,
+    ap.add_argument("--bracket", action=argparse.BooleanOptionalAction, default=False,
                     help="profile each batch size again right after its points and predict "
-                         "them also from both profiles pooled (default on): on a shared host "
+                         "them also from both profiles pooled (default off): on a shared host "
                          "the steps' relative costs drift over the minutes between a profile "
                          "and the points it predicts; how far, this prints")
+    ap.add_argument("--alongside", action=argparse.BooleanOptionalAction, default=True,
+                    help="profile each point's tree right before the point is measured "
+                         "(profiling.alongside, to --alongside-target-se) and predict the points "
+                         "also from that profile (default on): the host's drift between a "
+                         "profile and the points it predicts taken out of the error")
+    ap.add_argument("--alongside-target-se", type=float, default=0.01,
+                    help="an alongside record's --target-se (default 0.01): with a point's "
+                         "1.5%%, the two together about 1.8%%, so 5%% is 2.8 standard errors")
     ap.add_argument("--repeats", type=int, default=3, help="repeated runs of the batch-1 pick")
+    ap.add_argument("--repeat-target-se", type=float, default=0.01,
+                    help="each repeated run's --target-se (default 0.01: three runs each "
+                         "within 1%% standard error span about 1.7%% on average)")
     ap.add_argument("--profile-seconds", type=float, default=10.0,
                     help="each step-profile record timed at least this long (profile step "
                          "--min-seconds): 8 rounds at batch 1 take about 6 s, 3 at batch 8 "

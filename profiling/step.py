@@ -148,7 +148,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         raise TreeoptError("a step profile needs a growth (its trees) or dynamic settings")
     else:
         trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
-    doc = _resume(out, model, heads, prompts, max_new_tokens, compile,
+    doc = resume_document(out, model, heads, prompts, max_new_tokens, compile,
                   design="dynamic" if dynamic else "trees")
     done = {int(r["batch"]) for r in doc["records"]}
     decoder = Decoder(model, heads, compile=compile)
@@ -156,43 +156,58 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     todo = [b for b in batch if b not in done]
     sequences = max(batch) if sequences is None else sequences
     for i, b in enumerate(todo):
-        count = max(rounds, -(-sequences // b))  # rounds at this batch size
-        used = [p for r in range(count) for p in rotating_group(prompts, b, r)]
-        context = statistics.mean(len(p) for p in used) + max_new_tokens / 2
-        decoder.decode(trees[-1][1], rotating_group(prompts, b, 0),
-                       config=DecodeConfig(max_new_tokens=8))  # warm-up
-        phases: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
-        reference: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
-        timed = dict.fromkeys(range(len(trees)), 0.0)  # seconds each record's decodes took
-        state = (phases, reference, timed)
-        for _ in range(count):
-            for j in range(len(trees)):
-                _measure(decoder, trees, j, prompts, b, config, *state)
-        cycle = -(-sequences // b)  # rounds that decode every sequence once
-        while short := [j for j in timed if _wanted(j, *state, min_seconds=min_seconds,
-                                                   target_se=target_se)]:
-            for j in short:  # a cycle more of every record still short of time or precision
-                for _ in range(min(cycle, MAX_ROUNDS - len(phases[j]))):
-                    _measure(decoder, trees, j, prompts, b, config, *state)
-        kept = _scaled(phases, reference)
-        for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
-            for j in _falling(trees, kept):
-                _measure(decoder, trees, j, prompts, b, config, *state)
-            kept = _scaled(phases, reference)
-        for j, (cap, tree) in enumerate(trees):
-            draft, verify, book = kept[j]
-            doc["records"].append({
-                "batch": b, "max_depth": cap, **_shape(tree),
-                "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
-                "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
-                "rounds": len(phases[j]), "seconds": round(timed[j], 3),
-                **({"se": round(_se(phases[j], reference[j]), 6)}
-                   if j > 0 and len(phases[j]) > 1 else {})})
+        doc["records"].extend(batch_records(decoder, trees, prompts, b, config=config,
+                                            rounds=rounds, sequences=sequences,
+                                            min_seconds=min_seconds, target_se=target_se))
         write_json(out, doc)
         say(f"batch {b}: {len(trees)} trees profiled")
         if progress is not None:
             progress(i + 1, len(todo))
     return doc
+
+
+def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
+                  prompts: Sequence[Sequence[int]], b: int, *, config: DecodeConfig,
+                  rounds: int, sequences: int, min_seconds: float = 0.0,
+                  target_se: float = 0.0) -> list[dict[str, Any]]:
+    """The records of ``trees`` (the first: the empty tree, their reference) at batch ``b``:
+    each tree's steps interleaved with an autoregressive decode of the same prompts, in rounds
+    over at least ``sequences`` sequences, more for ``min_seconds`` and ``target_se``, scaled
+    to the fastest autoregressive step (the module's docstring)."""
+    count = max(rounds, -(-sequences // b))  # rounds at this batch size
+    used = [p for r in range(count) for p in rotating_group(prompts, b, r)]
+    context = statistics.mean(len(p) for p in used) + config.max_new_tokens / 2
+    decoder.decode(trees[-1][1], rotating_group(prompts, b, 0),
+                   config=DecodeConfig(max_new_tokens=8))  # warm-up
+    phases: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
+    reference: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
+    timed = dict.fromkeys(range(len(trees)), 0.0)  # seconds each record's decodes took
+    state = (phases, reference, timed)
+    for _ in range(count):
+        for j in range(len(trees)):
+            _measure(decoder, trees, j, prompts, b, config, *state)
+    cycle = -(-sequences // b)  # rounds that decode every sequence once
+    while short := [j for j in timed if _wanted(j, *state, min_seconds=min_seconds,
+                                               target_se=target_se)]:
+        for j in short:  # a cycle more of every record still short of time or precision
+            for _ in range(min(cycle, MAX_ROUNDS - len(phases[j]))):
+                _measure(decoder, trees, j, prompts, b, config, *state)
+    kept = _scaled(phases, reference)
+    for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
+        for j in _falling(trees, kept):
+            _measure(decoder, trees, j, prompts, b, config, *state)
+        kept = _scaled(phases, reference)
+    records = []
+    for j, (cap, tree) in enumerate(trees):
+        draft, verify, book = kept[j]
+        records.append({
+            "batch": b, "max_depth": cap, **_shape(tree),
+            "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
+            "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
+            "rounds": len(phases[j]), "seconds": round(timed[j], 3),
+            **({"se": round(_se(phases[j], reference[j]), 6)}
+               if j > 0 and len(phases[j]) > 1 else {})})
+    return records
 
 
 def _measure(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]], j: int,
@@ -324,7 +339,7 @@ def check_setup(profile: dict[str, Any], model: PreTrainedModel, *, source: str)
                                f"(treeopt profile step)")
 
 
-def _resume(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
+def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
             prompts: Sequence[Sequence[int]], max_new_tokens: int,
             compile: bool, *, design: str = "trees") -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""

@@ -169,6 +169,61 @@ def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
                       max_new_tokens=6, rounds=2, log=lambda _: None)
 
 
+def test_an_alongside_profile_records_each_point_once_and_resumes(tmp_path, monkeypatch):
+    """Each call profiles one tree beside the batch's autoregressive reference, in the
+    decoder's loop; the file is a step profile; a tree recorded at a batch is not measured
+    again, nor after a restart from the file."""
+    import profiling.alongside as alongside
+
+    model, heads = tiny_medusa()
+    out = tmp_path / "alongside.json"
+    profile = alongside.AlongsideProfile(model, heads, [[5, 6, 7], [8, 9, 10, 11]], out=out,
+                                         max_new_tokens=6, rounds=1, sequences=2)
+    chain1, chain2 = Tree.chain(1), Tree.chain(2)
+    for b, cap, tree in ((1, None, chain1), (1, 1, chain2), (2, None, chain1), (1, 1, chain2)):
+        profile(b, cap, tree)
+    doc = load_step_profile(out)
+    assert [(r["batch"], r["size"], r["max_depth"]) for r in doc["records"]] == [
+        (1, 0, None), (1, 1, None), (1, 2, 1), (2, 0, None), (2, 1, None)]
+    assert all(r["ms_verify"] > 0 for r in doc["records"])
+    assert all(r["rounds"] >= 2 // r["batch"] for r in doc["records"])  # both sequences each
+    monkeypatch.setattr(alongside, "batch_records", lambda *a, **kw: pytest.fail("measured"))
+    again = alongside.AlongsideProfile(model, heads, [[5, 6, 7], [8, 9, 10, 11]], out=out,
+                                       max_new_tokens=6, rounds=1, sequences=2)
+    again(1, None, chain1)
+    again(2, None, Tree(()))  # the reference is every batch's own, never a point
+    with pytest.raises(TreeoptError, match="--batch 3 is larger than the 2 prompts"):
+        again(3, None, chain1)
+
+
+def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, monkeypatch):
+    """A later tree's record keeps its step over its own reference, in terms of the reference
+    measured with the batch's first tree — and the file prices as a step profile: the tree at
+    that record, to the last digit."""
+    import profiling.alongside as alongside
+    from treeopt.workbench.pricing import profiled_costs
+
+    def record(size, q, draft, verify, book):
+        return {"batch": 1, "max_depth": None, "size": size, "depth": min(size, 1), "q": q,
+                "expanded": [size] if size else [], "context": 10.0, "ms_draft": draft,
+                "ms_verify": verify, "ms_bookkeeping": book, "rounds": 3, "seconds": 1.0}
+
+    measured = iter([[record(0, 1, 0.1, 1.5, 0.4), record(1, 2, 0.5, 2.0, 0.5)],  # 2 ms AR
+                     [record(0, 1, 0.2, 3.0, 0.8), record(2, 3, 1.0, 4.4, 1.6)]])  # 4 ms AR
+    monkeypatch.setattr(alongside, "batch_records", lambda *a, **kw: next(measured))
+    model, heads = tiny_medusa()
+    out = tmp_path / "alongside.json"
+    profile = alongside.AlongsideProfile(model, heads, [[5, 6, 7]], out=out, max_new_tokens=6)
+    profile(1, None, Tree.chain(1))
+    profile(1, None, Tree.from_choices([[0], [1]]))
+    second = load_step_profile(out)["records"][2]
+    assert (second["ms_draft"], second["ms_verify"], second["ms_bookkeeping"]) == (0.5, 2.2, 0.8)
+    costs = profiled_costs(out)
+    assert costs.draft.seconds(1, (2,)) * 1e3 == pytest.approx(0.5 - 0.1, abs=1e-12)
+    assert costs.overhead.seconds(1, 3, 1) * 1e3 == pytest.approx(0.8 + 0.1, abs=1e-12)
+    assert costs.verify.seconds(1, 10, np.array([3]))[0] * 1e3 == pytest.approx(2.2, abs=1e-12)
+
+
 def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeypatch):
     """One busy moment makes a tree's verify step look cheaper than a smaller tree's: that
     record and the one it fell below get another round, and the fall is gone."""

@@ -63,6 +63,26 @@ def test_an_interrupted_sweep_keeps_its_points_and_resumes(model_and_heads, tmp_
     assert json.loads(out.read_text())["summary"][0]["batch"] == 1
 
 
+def test_before_point_runs_right_before_each_point_measured_and_never_for_a_kept_one(
+        model_and_heads, tmp_path, monkeypatch):
+    """The hook a step profile taken at the points' own moments hangs on: called with each
+    point's batch, depth cap and tree just before its comparison starts, and not again for the
+    points a resumed sweep keeps."""
+    import treeopt.decoding.tune as tune_module
+
+    events = []
+    measure = tune_module.compare
+    monkeypatch.setattr(tune_module, "compare", lambda model, heads, tree, *a, **kw: (
+        events.append(("point", kw["batch"], tree.size)), measure(model, heads, tree, *a, **kw))[1])
+    out = tmp_path / "sweep.json"
+    hook = lambda b, cap, tree: events.append(("profile", b, tree.size))  # noqa: E731
+    sweep_of(model_and_heads, out, batch=[1], before_point=hook)
+    assert events == [("profile", 1, 1), ("point", 1, 1), ("profile", 1, 2), ("point", 1, 2)]
+    events.clear()
+    sweep_of(model_and_heads, out, batch=[1, 2], before_point=hook)
+    assert events == [("profile", 2, 1), ("point", 2, 1), ("profile", 2, 2), ("point", 2, 2)]
+
+
 def test_a_sweep_of_another_setup_is_refused(model_and_heads, tmp_path):
     out = tmp_path / "sweep.json"
     sweep_of(model_and_heads, out, batch=[1], sizes=[1])

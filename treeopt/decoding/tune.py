@@ -52,6 +52,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          target_se: float = 0.0, costs: StepCosts | None = None,
          trace: RankTrace | None = None, select_trace: RankTrace | None = None,
          meta: dict[str, Any] | None = None, compile: bool = False, race_best: bool = False,
+         before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
@@ -66,7 +67,9 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     and select's pick is marked again: run again with profiles taken after the points pooled
     with those before, a finished sweep is re-priced, measuring nothing but a pick that
     changed. Without ``costs``, a sweep whose points were predicted is refused (its
-    predictions would no longer say by what)."""
+    predictions would no longer say by what). ``before_point(batch, cap, tree)`` is called right
+    before each point is measured (not for points kept from ``out``): a step profile taken at
+    the points' own moments (:class:`profiling.alongside.AlongsideProfile`)."""
     config = config or DecodeConfig()
     if max(batch) > len(prompts):
         raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
@@ -101,6 +104,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
+            if before_point is not None:
+                before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
                              min_seconds=min_seconds, target_se=target_se, compile=compile)
             point = SweepPoint(
