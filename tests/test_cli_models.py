@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from profiling.table import load_step_profile  # noqa: E402
 from treeopt.trace import RankTrace  # noqa: E402
 
 
@@ -197,7 +198,8 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     args = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
             workdir / "growth.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
             "1,2", "--prompt-count", "2", "--max-new-tokens", "8", "--rounds", "2",
-            "--min-seconds", "0.05", "--target-se", "0.2", "--race-best", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out]
+            "--min-seconds", "0.05", "--target-se", "0.2", "--race-best", "--step-profile", profiled, "--trace", workdir / "t.shard-0-of-2.npz", "--out", out,
+            "--profile-alongside", alongside := workdir / "alongside.json"]
     proc = run(*args)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -220,10 +222,16 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
             row["selected_max_depth"] != row["best_max_depth"])
         assert ("selected_share_of_best_raced" in row) == raced
     assert "batch 1: best measured" in proc.stderr
-    before = out.read_text()
+    keys = [(r["batch"], r["size"], r["max_depth"])  # each measured point's tree, once
+            for r in load_step_profile(alongside)["records"]]
+    assert [k for k in keys if k[1] == 0] == [(1, 0, None), (2, 0, None)]  # a reference each
+    assert sorted(keys, key=str) == sorted([(1, 0, None), (2, 0, None)] + [
+        (p["batch"], p["size"], p["max_depth"]) for p in doc["points"] if p["size"]], key=str)
+    before, profiled_before = out.read_text(), alongside.read_text()
     assert run(*args).returncode == 0  # everything is there: resumed, nothing measured again
     assert out.read_text().count('"tree_tokens_per_s"') == before.count('"tree_tokens_per_s"')
     assert json.loads(out.read_text())["points"] == doc["points"]
+    assert alongside.read_text() == profiled_before
     # a profile taken after the points (its verify step slower), pooled with the one before:
     # the sweep is predicted again, nothing measured again but a pick that changed
     prof = json.loads(profiled.read_text())
@@ -252,6 +260,9 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert_user_error(run(*base, "--min-seconds", "-1"), "--min-seconds must be ≥ 0, got -1.0")
     assert_user_error(run(*base, "--target-se", "1"), "--target-se must be in [0, 1), got 1.0")
     assert_user_error(run(*base, "--race-best"), "--race-best needs --step-profile")
+    assert_user_error(run(*base, "--step-profile", profiled, "--profile-alongside", profiled),
+                      f"--profile-alongside {profiled}: the file of --out or --step-profile; "
+                      "name a file of its own")
     sampled = workdir / "sampled-for-tune.npz"
     RankTrace(np.zeros((4, 3), np.int16), {"top_k": 8, "sampling": {"temperature": 1.0}}).save(
         sampled)

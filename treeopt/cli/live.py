@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from treeopt.cli.common import (
@@ -88,6 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "measured high)")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: predicted E[L] is its per-step walk")
+    p.add_argument("--profile-alongside", metavar="S.json",
+                   help="profile each point's tree right before the point is measured, into "
+                        "this step profile (to --target-se; resumed): a profile taken at the "
+                        "sweep's own moments, free of the host's drift between a profile and "
+                        "the points; give it to --step-profile to predict the points from it")
     _add_compile(p)
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the sweep (JSON); an existing one is resumed (required)")
@@ -228,6 +234,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "--race-best needs --step-profile (select's pick is what is raced)")
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
             f"smaller than --batch {max(args.batch)}")
+    require(not args.profile_alongside or not args.compile,
+            "--profile-alongside times the eager loop; leave out --compile")
+    require(not args.profile_alongside or Path(args.profile_alongside).resolve() not in {
+        Path(f).resolve() for f in [args.out, *(args.step_profile or ())]},
+        f"--profile-alongside {args.profile_alongside}: the file of --out or --step-profile; "
+        "name a file of its own")
     require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
             f"--prompt-count {args.prompt_count}")
     model, tok = load_model_from(args)
@@ -242,6 +254,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
         costs = costs_of_profile(profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
+    alongside = None
+    if args.profile_alongside:
+        from profiling.alongside import AlongsideProfile
+
+        alongside = AlongsideProfile(model, heads, prompts, out=args.profile_alongside,
+                                     max_new_tokens=args.max_new_tokens, rounds=args.rounds,
+                                     sequences=max(8, *args.batch), target_se=args.target_se)
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
                  depth_caps=caps, out=args.out, rounds=args.rounds,
@@ -252,7 +271,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  meta={"model": args.model, "growth": args.growth, "device": args.device,
                        "dtype": args.dtype, "attention": attention_of(model),
                        "threads": args.threads},
-                 compile=args.compile, race_best=args.race_best, progress=report)
+                 compile=args.compile, race_best=args.race_best, before_point=alongside,
+                 progress=report)
     bar.close()
     for row in sweep.summary():
         raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"
