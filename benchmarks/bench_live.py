@@ -12,11 +12,15 @@ For each head kind:
    --race-best``: the best of several noisy points is measured high); every point gets rounds
    until its speed-up has at most ``--target-se`` relative standard error, every profile record
    until its step over the reference has at most ``--profile-target-se``;
-   with ``--bracket`` (default), the batch size is profiled again right after its points, how
-   far the records moved is printed, and the points are predicted also from both profiles
-   pooled;
-4. select's pick at batch 1 (the smallest of ``--batches``) compared again, ``--repeats`` times,
-   as re-running the command would:
+   with ``--alongside`` (default), each point's tree is also profiled right before the point
+   (:mod:`profiling.alongside`, to ``--alongside-target-se``) and the points are predicted also
+   from that profile, which met the host as the points did; each error is printed over its
+   standard error (the point's and its record's combined), whose root mean square is 1 where the
+   rounds' noise is all there is; with ``--bracket``, the batch size is profiled again right
+   after its points, how far the records moved is printed, and the points are predicted also
+   from both profiles pooled;
+4. select's pick at batch 1 (the smallest of ``--batches``) compared again, ``--repeats`` times
+   (each to ``--repeat-target-se``), as re-running the command would:
    the spread of those speed-ups is how well the figure holds;
 5. a profiled pass of the pick: draft / verify / bookkeeping per step against an autoregressive
    step.
