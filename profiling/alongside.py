@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from treeopt.drafters.base import Drafter
 
 PHASES = ("ms_draft", "ms_verify", "ms_bookkeeping")
+TIMING = ("each tree profiled right before its sweep point, beside an autoregressive reference; "
+          "one reference per batch")  # the file's meta.timing, which says how it was taken
 
 
 class AlongsideProfile:
@@ -59,8 +61,10 @@ class AlongsideProfile:
         self.decoder = Decoder(model, heads)
         self.doc: dict[str, Any] = resume_document(out, model, heads, self.prompts,
                                                    max_new_tokens, False)
-        self.doc["meta"]["timing"] = ("each tree profiled right before its sweep point, beside "
-                                      "an autoregressive reference; one reference per batch")
+        if self.doc["records"] and self.doc["meta"].get("timing") != TIMING:
+            raise TreeoptError(f"{out}: a step profile not taken alongside a sweep; name a file "
+                               "of its own")
+        self.doc["meta"]["timing"] = TIMING
 
     def __call__(self, batch: int, cap: int | None, tree: Tree) -> None:
         if tree.size == 0 or self.recorded(batch, cap, tree):

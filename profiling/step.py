@@ -149,7 +149,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     else:
         trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
     doc = resume_document(out, model, heads, prompts, max_new_tokens, compile,
-                  design="dynamic" if dynamic else "trees")
+                          design="dynamic" if dynamic else "trees")
     done = {int(r["batch"]) for r in doc["records"]}
     decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
@@ -340,8 +340,8 @@ def check_setup(profile: dict[str, Any], model: PreTrainedModel, *, source: str)
 
 
 def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
-            prompts: Sequence[Sequence[int]], max_new_tokens: int,
-            compile: bool, *, design: str = "trees") -> dict[str, Any]:
+                    prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    compile: bool, *, design: str = "trees") -> dict[str, Any]:
     """The document to extend: the one at ``out`` when it was measured the same way."""
     fresh = {"format": STEP_FORMAT, **setup_of(model),
              "threads": torch.get_num_threads(),

@@ -194,6 +194,11 @@ def test_an_alongside_profile_records_each_point_once_and_resumes(tmp_path, monk
     again(2, None, Tree(()))  # the reference is every batch's own, never a point
     with pytest.raises(TreeoptError, match="--batch 3 is larger than the 2 prompts"):
         again(3, None, chain1)
+    profiled = tmp_path / "step.json"  # a profile step file is not extended as if alongside
+    profile_chains(profiled)
+    with pytest.raises(TreeoptError, match="step.json: a step profile not taken alongside a "
+                                           "sweep; name a file of its own"):
+        alongside.AlongsideProfile(model, heads, [[5, 6, 7]], out=profiled, max_new_tokens=6)
 
 
 def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, monkeypatch):
