@@ -57,6 +57,7 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,6 +144,11 @@ def drift(before: list[dict], after: list[dict]) -> dict[int, tuple[tuple, float
     return out
 
 
+def results_saver(out: Path, kind: str) -> Callable[[dict], None]:
+    """Writes a head kind's results to ``out``/result-KIND.json (again as figures are added)."""
+    return lambda result: (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+
+
 def mark(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -154,6 +160,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
     batches = args.batches
     growth, trace, own = own_traces(demo, kind, args, out)
+    save = results_saver(out, kind)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
     step_path, after_path = out / f"step-{kind}.json", out / f"step-{kind}-after.json"
     alongside_path = out / f"step-{kind}-alongside.json"
@@ -200,8 +207,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                   f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
                   f"cap {key[1]})")
     beside = profiled_costs(alongside_path) if args.alongside else None
-    records = ({(r["batch"], r["size"], r["max_depth"]): r
-                for r in load_step_profile(alongside_path)["records"]} if beside else {})
+    records = ({(r["batch"], r["size"], r["max_depth"]): r for r in alongside.doc["records"]}
+               if alongside is not None else {})  # the alongside profile as written
     print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
           "calibration: E[L] from the calibration trace (what select sees before any live run)"
           + ("; bracketed: the model from the profiles before and after the points, pooled"
@@ -272,7 +279,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1 and b1.tree_tokens_per_s,
         "batch8_autoregressive": b8.autoregressive_tokens_per_s,
         "batch1_autoregressive": b1 and b1.autoregressive_tokens_per_s}
-    (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+    save(result)
     print(f"\n{kind} goals:")
     sp = result["batch1_speedup"]
     goal = (f"≥ 1.3×: {mark(sp >= 1.3)}; stretch 1.5×: {mark(sp >= 1.5)}" if first == 1 else
@@ -290,7 +297,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         worst = max(abs(e) for e in bracket_errors)
         result.update(sweep_max_abs_error_bracketed=worst,
                       sweep_mean_abs_error_bracketed=statistics.mean(map(abs, bracket_errors)))
-        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        save(result)
         print(f"  with the step profiled before and after each batch size's points, pooled: "
               f"largest {worst:.1%}, mean {result['sweep_mean_abs_error_bracketed']:.1%}, "
               f"{sum(abs(e) <= 0.05 for e in bracket_errors)} of {len(bracket_errors)} within "
@@ -301,7 +308,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         result.update(sweep_max_abs_error_alongside=worst,
                       sweep_mean_abs_error_alongside=statistics.mean(map(abs, beside_errors)),
                       sweep_rms_error_over_se_alongside=rms_z)
-        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        save(result)
         print(f"  with each point's tree profiled right before the point (the host's drift "
               f"between profile and point taken out): largest {worst:.1%}, mean "
               f"{result['sweep_mean_abs_error_alongside']:.1%}, "
@@ -317,7 +324,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
              if "selected_share_of_best_raced" in r}
     if raced:
         result["pick_share_of_best_head_to_head"] = {**shares, **raced}
-        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        save(result)
         both = result["pick_share_of_best_head_to_head"]
         print("  where the pick was not the measured best, the two raced head to head (steps "
               "interleaved; the sweep's best is the best of several noisy points): " + ", ".join(
@@ -334,7 +341,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                                               config, args.rounds)
         result.update(batch1_tokens_per_s_own_dtype=tree_rate,
                       batch1_float32_autoregressive_tokens_per_s=f32_rate)
-        (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
+        save(result)
         print(f"- in absolute terms, batch 1: the pick in {args.dtype} {tree_rate:.0f} tokens/s, "
               f"float32 autoregressive decoding of the same prompts {f32_rate:.0f} tokens/s — "
               f"{tree_rate / f32_rate:.3f}× float32 autoregressive "
