@@ -1,9 +1,9 @@
 """Predicted latency of one verify step: every operator's FLOPs and bytes, bounded by the hardware.
 
 A verify step runs ``b`` sequences, each with ``q`` new tokens (the tree and its root) attending
-to an ``s``-token KV cache. With T = b·q tokens, K = s + q keys, h = hidden size, i = intermediate
-size, d_q = heads·head_dim, d_kv = KV heads·head_dim, V = vocabulary, and bytes per element
-``w`` (weights), ``a`` (activations) and ``c`` (KV cache), each layer costs:
+to an ``s``-token KV cache. With T = b·q tokens, h = hidden size, i = intermediate size,
+d_q = heads·head_dim, d_kv = KV heads·head_dim, V = vocabulary, and bytes per element ``w``
+(weights), ``a`` (activations) and ``c`` (KV cache), each layer costs:
 
 =============  ===========  =====================  ==========================================
 operator       class        FLOPs                  bytes
@@ -12,7 +12,8 @@ input_norm     elementwise  4·T·h                  w·h + 2·a·T·h
 q_proj         matmul       2·T·h·d_q              w·h·d_q + a·T·h + a·T·d_q
 k_proj         matmul       2·T·h·d_kv             w·h·d_kv + a·T·h + a·T·d_kv
 v_proj         matmul       2·T·h·d_kv             w·h·d_kv + a·T·h + c·T·d_kv (KV written)
-rope           elementwise  3·T·(d_q + d_kv)       a·T·(d_q + d_kv) + a·T·d_q + c·T·d_kv
+qk_norm        elementwise  4·T·(d_q + d_kv)       2·w·head_dim + 2·a·T·(d_q + d_kv)
+rope           elementwise  3·r·T·(d_q + d_kv)     a·T·(d_q + d_kv) + a·T·d_q + c·T·d_kv
 attn_qk        attention    2·b·H·q·K·head_dim     a·T·d_q + c·b·K·d_kv (KV read)
 softmax        attention    5·b·H·q·K              0 fused; eager: a·b·q·K·(2H + 1)
 attn_pv        attention    2·b·H·q·K·head_dim     c·b·K·d_kv + a·T·d_q
@@ -26,26 +27,44 @@ down_proj      matmul       2·T·i·h                w·i·h + a·T·i + a·T·
 mlp_residual   elementwise  T·h                    3·a·T·h
 =============  ===========  =====================  ==========================================
 
-and once per step: ``embedding`` (w·T·h gathered rows + a·T·h), ``final_norm`` and ``lm_head``
-(2·T·h·V FLOPs, w·h·V + a·T·h + a·T·V bytes: logits for all q tokens). A matmul is 2 FLOPs per
-multiply-add; RMSNorm counts 4 FLOPs per element, RoPE 3, SiLU·up 5, softmax 5 per score; the
-projections of ``attention_bias`` configs add their biases. "Fused" attention (FlashAttention-like)
-keeps scores on chip; "eager" writes scores, reads the mask and the scores back, writes
-probabilities. Each operator takes ``max(FLOPs / peak, bytes / bandwidth) / efficiency`` seconds,
-where the peak is the dtype's tensor peak for matmuls and QKᵀ/PV and the FP32 vector peak for
-element-wise work; the step is the sum over operators plus a fixed overhead. Operational
-intensity is FLOPs / bytes; an operator is compute-bound when FLOPs / peak ≥ bytes / bandwidth.
+K = s + q keys on full-attention layers; a layer of sliding window W (or attention chunk C) reads
+at most W (C) cached keys, K = min(s, W) + q, and its attention rows are named by the kind and
+window (``attn_qk[sliding_attention 1024]``), one row per kind with the count of its layers (a
+chunk's worst case: a query at the end of its chunk). ``qk_norm`` is there for families that norm
+queries and keys (Qwen3, Gemma 3, OLMo 3, Llama 4); ``rope`` rotates a share r of each head
+(``partial_rotary_factor``; no row and k_proj writes the cache when positions are learned, gpt2).
+Sandwich-norm families (Gemma 2/3) add ``pre_mlp_norm`` and ``post_mlp_norm``; a parallel
+residual (GPT-NeoX, Cohere 2) has no ``attn_residual`` and a ``mlp_residual`` adding three
+tensors (2·T·h FLOPs, 4·a·T·h bytes), and Cohere 2's one norm has no ``post_norm``. A non-gated
+MLP (gpt2, GPT-NeoX) is ``up_proj``, ``act`` (8·T·i FLOPs, 2·a·T·i bytes), ``down_proj``, with
+biases. MLA layers replace q_proj … attn_pv by :mod:`roofline.mla`'s rows; the MLP of an MoE
+layer is :mod:`roofline.moe`'s rows (their counts: MoE layers; the dense rows': the others).
+
+Once per step: ``embedding`` (w·T·h gathered rows + a·T·h), a learned ``position_embedding``
+(T·h FLOPs, w·T·h + 2·a·T·h bytes), ``final_norm`` and ``lm_head`` (2·T·h·V FLOPs,
+w·h·V + a·T·h + a·T·V bytes: logits for all q tokens; tied embeddings read the same bytes).
+A matmul is 2 FLOPs per multiply-add; RMSNorm counts 4 FLOPs per element, RoPE 3, SiLU·up 5,
+softmax 5 per score; the projections of ``attention_bias`` configs add their biases. "Fused"
+attention (FlashAttention-like) keeps scores on chip; "eager" writes scores, reads the mask and
+the scores back, writes probabilities. Each operator takes
+``max(FLOPs / peak, bytes / bandwidth) / efficiency`` seconds, where the peak is the dtype's
+tensor peak for matmuls and QKᵀ/PV and the FP32 vector peak for element-wise work; the step is
+the sum over operators plus a fixed overhead. Operational intensity is FLOPs / bytes; an operator
+is compute-bound when FLOPs / peak ≥ bytes / bandwidth.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from roofline.config import ModelConfig
+from roofline.mla import mla_rows
+from roofline.moe import moe_rows
+from roofline.rows import Grid, Row, attention_core, elementwise, gated_mlp, linear, norm
 from treeopt.errors import TreeoptError
 
 ROOFLINE_FORMAT = "treeopt.roofline/1"
@@ -145,47 +164,63 @@ def operators(cfg: ModelConfig, precision: Precision, batch: Sequence[int],
     )
 
 
-def _rows(cfg: ModelConfig, p: Precision, b: Array, s: Array, q: Array, *, eager: bool):
-    """(name, class, count, tensor peak?, flops, (weights, act_in, act_out, kv_read, kv_write))."""
-    h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    dq, dkv, nh, hd = cfg.q_dim, cfg.kv_dim, cfg.num_heads, cfg.head_dim
-    w, a, c = p.weight_bytes, p.activation_bytes, p.kv_bytes
-    t, k, layers = b * q, s + q, cfg.num_layers
-    bias = 1 if cfg.attention_bias else 0
+def _rows(cfg: ModelConfig, p: Precision, b: Array, s: Array, q: Array, *,
+          eager: bool) -> Iterator[Row]:
+    """Every operator row of one step (see the table above)."""
+    g = Grid(b, s, q, p.weight_bytes, p.activation_bytes, p.kv_bytes)
+    h, v, t, n, a = cfg.hidden_size, cfg.vocab_size, g.t, cfg.num_layers, g.a
+    yield norm(g, "input_norm", h, count=n)
+    if cfg.mla is not None:
+        yield from mla_rows(cfg, g, eager=eager)
+    else:
+        yield from _attention(cfg, g, eager=eager)
+    if not cfg.parallel_residual:
+        yield elementwise("attn_residual", n, t * h, 2 * a * t * h, a * t * h)
+    if cfg.norms_per_layer > 1:
+        yield norm(g, "post_norm", h, count=n)
+    if cfg.norms_per_layer > 3:
+        yield norm(g, "pre_mlp_norm", h, count=n)
+    dense = cfg.dense_layers
+    if dense and cfg.gated_mlp:
+        yield from gated_mlp(g, "", h, cfg.intermediate_size, count=dense, bias=cfg.mlp_bias)
+    elif dense:
+        i = cfg.intermediate_size
+        yield linear(g, "up_proj", h, i, count=dense, bias=cfg.mlp_bias)
+        yield elementwise("act", dense, 8 * t * i, a * t * i, a * t * i)
+        yield linear(g, "down_proj", i, h, count=dense, bias=cfg.mlp_bias)
+    if cfg.moe is not None:
+        yield from moe_rows(cfg.moe, g, h)
+    if cfg.norms_per_layer > 3:
+        yield norm(g, "post_mlp_norm", h, count=n)
+    added = 3 if cfg.parallel_residual else 2
+    yield elementwise("mlp_residual", n, (added - 1) * t * h, added * a * t * h, a * t * h)
+    yield ("embedding", "elementwise", 1, False, 0 * t, (g.w * t * h, 0, a * t * h, 0, 0))
+    if cfg.position_embeddings:
+        yield ("position_embedding", "elementwise", 1, False, t * h,
+               (g.w * t * h, a * t * h, a * t * h, 0, 0))
+    yield norm(g, "final_norm", h, count=1)
+    yield linear(g, "lm_head", h, v, count=1)
 
-    def linear(name: str, n_in: int, n_out: int, *, kv_out: bool = False, count: int = layers,
-               has_bias: int = 0):
-        out = (0, c * t * n_out) if kv_out else (a * t * n_out, 0)
-        return (name, "matmul", count, True, 2 * t * n_in * n_out + has_bias * t * n_out,
-                (w * (n_in * n_out + has_bias * n_out), a * t * n_in, out[0], 0, out[1]))
 
-    def norm(name: str, count: int = layers):
-        return (name, "elementwise", count, False, 4 * t * h, (w * h, a * t * h, a * t * h, 0, 0))
+def _attention(cfg: ModelConfig, g: Grid, *, eager: bool) -> Iterator[Row]:
+    """Projections, q/k norms, RoPE and, per attention kind, QKᵀ, softmax and PV."""
+    h, dq, dkv, hd, n = cfg.hidden_size, cfg.q_dim, cfg.kv_dim, cfg.head_dim, cfg.num_layers
+    t, a, c, bias = g.t, g.a, g.c, cfg.attention_bias
+    rope = cfg.rotary_fraction > 0
+    yield linear(g, "q_proj", h, dq, count=n, bias=bias)
+    yield linear(g, "k_proj", h, dkv, count=n, bias=bias, kv_out=not rope)
+    yield linear(g, "v_proj", h, dkv, count=n, bias=bias, kv_out=True)
+    if cfg.qk_norm:
+        yield ("qk_norm", "elementwise", n, False, 4 * t * (dq + dkv),
+               (2 * g.w * hd, a * t * (dq + dkv), a * t * (dq + dkv), 0, 0))
+    if rope:
+        yield ("rope", "elementwise", n, False, 3 * cfg.rotary_fraction * t * (dq + dkv),
+               (0, a * t * (dq + dkv), a * t * dq, 0, c * t * dkv))
+    for kind, layers in cfg.attention_groups().items():
+        window = cfg.window(kind)
+        k = g.s + g.q if window is None else np.minimum(g.s, window) + g.q
+        tag = "" if window is None else f"[{kind} {window}]"
+        yield from attention_core(g, tag, layers, cfg.num_heads, k, qk_dim=hd, v_dim=hd,
+                                  q_width=dq, k_read=dkv, v_read=dkv, eager=eager)
+    yield linear(g, "o_proj", dq, h, count=n)
 
-    def residual(name: str):
-        return (name, "elementwise", layers, False, t * h, (0, 2 * a * t * h, a * t * h, 0, 0))
-
-    scores = b * nh * q * k
-    yield norm("input_norm")
-    yield linear("q_proj", h, dq, has_bias=bias)
-    yield linear("k_proj", h, dkv, has_bias=bias)
-    yield linear("v_proj", h, dkv, kv_out=True, has_bias=bias)
-    yield ("rope", "elementwise", layers, False, 3 * t * (dq + dkv),
-           (0, a * t * (dq + dkv), a * t * dq, 0, c * t * dkv))
-    yield ("attn_qk", "attention", layers, True, 2 * scores * hd,
-           (0, a * t * dq, a * scores if eager else 0, c * b * k * dkv, 0))
-    yield ("softmax", "attention", layers, False, 5 * scores,
-           (0, a * (scores + b * q * k) if eager else 0, a * scores if eager else 0, 0, 0))
-    yield ("attn_pv", "attention", layers, True, 2 * scores * hd,
-           (0, a * scores if eager else 0, a * t * dq, c * b * k * dkv, 0))
-    yield linear("o_proj", dq, h)
-    yield residual("attn_residual")
-    yield norm("post_norm")
-    yield linear("gate_proj", h, i)
-    yield linear("up_proj", h, i)
-    yield ("act_mul", "elementwise", layers, False, 5 * t * i, (0, 2 * a * t * i, a * t * i, 0, 0))
-    yield linear("down_proj", i, h)
-    yield residual("mlp_residual")
-    yield ("embedding", "elementwise", 1, False, 0 * t, (w * t * h, 0, a * t * h, 0, 0))
-    yield norm("final_norm", count=1)
-    yield linear("lm_head", h, v, count=1)

@@ -160,8 +160,13 @@ def test_config_files_and_their_errors(tmp_path):
                                "num_attention_heads": 4, "vocab_size": 100}))
     with pytest.raises(TreeoptError, match=r"config.json: missing field\(s\) intermediate_size"):
         load_config(cfg)
-    cfg.write_text(json.dumps({**preset("tiny").to_hf(), "model_type": "gpt2"}))
-    with pytest.raises(TreeoptError, match="model_type 'gpt2' is not supported"):
+    cfg.write_text(json.dumps({**preset("tiny").to_hf(), "model_type": "bert"}))
+    with pytest.raises(TreeoptError, match="model_type 'bert' is not supported; the roofline "
+                                           "reads llama, mistral"):
+        load_config(tmp_path)
+    cfg.write_text(json.dumps({**preset("tiny").to_hf(), "model_type": "qwen3_next"}))
+    with pytest.raises(TreeoptError, match="'qwen3_next' has Gated DeltaNet linear-attention "
+                                           "layers, which the roofline does not model"):
         load_config(tmp_path)
     cfg.write_text(json.dumps({**preset("tiny").to_hf(), "head_dim": None}))
     assert load_config(tmp_path).head_dim == 16  # hidden / heads when absent
