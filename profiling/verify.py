@@ -84,11 +84,11 @@ def _step(model: torch.nn.Module, batch: int, context: int, q: int,
           device: str) -> tuple[Callable[[], object], SlotCache]:
     """The decoder's own verify step of a q-token chain (a chain stands for any q-token tree:
     the cost depends on q only) after ``context`` cached tokens per row."""
-    cache = SlotCache.random(model, batch=batch, context=context, extra=q)
+    verify = verifier(model, tree=False)
+    cache = SlotCache.random(verify.shape, batch=batch, context=context, extra=q)
     ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
     plan = tree_plan(Tree.chain(q - 1), device)
     lengths = torch.full((batch,), context, dtype=torch.long, device=device)
-    verify = verifier(model, tree=False)
     return (lambda: verify_step(verify, ids, plan, cache=cache, lengths=lengths,
                                 frontier=context)), cache
 

@@ -17,7 +17,6 @@ from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate
 from treeopt.decoding.plan import tree_plan  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
 from treeopt.decoding.tree_forward import (  # noqa: E402
-    check_tree_support,
     verifier,
     verify_step,
 )
@@ -42,7 +41,7 @@ TREES = {
 
 def prefill(model, rows, capacity=32):
     """A SlotCache holding each row of ``rows`` (equal lengths) at slots 0 … len-1."""
-    cache = SlotCache.allocate(model, batch=len(rows), capacity=capacity)
+    cache = verifier(model, tree=False).cache(batch=len(rows), capacity=capacity)
     n = len(rows[0])
     verify_step(verifier(model, tree=False), torch.tensor(rows), tree_plan(Tree.chain(n - 1), "cpu"), cache=cache,
                 lengths=torch.zeros(len(rows), dtype=torch.long), frontier=0)
@@ -404,7 +403,7 @@ def test_model_rejecting_4d_masks_is_named(peaked):
     wrapped.config = copy.deepcopy(peaked[0].config)
     wrapped.config.architectures = ["NoMaskForCausalLM"]
     with pytest.raises(TreeoptError, match="NoMaskForCausalLM: its forward rejects a 4D"):
-        check_tree_support(wrapped)
+        verifier(wrapped)
 
 
 def test_qwen2_decodes_losslessly():

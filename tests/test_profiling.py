@@ -13,7 +13,7 @@ from profiling.table import LatencyRecord, LatencyTable, load_step_profile
 from profiling.timing import Call, interleaved
 from profiling.verify import build_model, profile_verify
 from roofline import Hardware, ModelConfig, preset
-from treeopt.decoding.cache import SlotCache
+from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
@@ -53,7 +53,7 @@ def test_verify_step_matches_a_full_forward():
     ids = torch.randint(0, TINY.vocab_size, (2, 10))
     with torch.inference_mode():
         full = model(input_ids=ids).logits  # [b, 10, V]
-        cache = SlotCache.allocate(model, batch=2, capacity=11)
+        cache = SlotCache.allocate(cache_shape(model), batch=2, capacity=11)
         verify_step(verifier(model, tree=False), ids[:, :6], tree_plan(Tree.chain(5), "cpu"), cache=cache,
                     lengths=torch.zeros(2, dtype=torch.long), frontier=0)
         step, _ = verify_step(verifier(model, tree=False), ids[:, 6:], tree_plan(Tree.chain(3), "cpu"), cache=cache,
@@ -64,7 +64,7 @@ def test_verify_step_matches_a_full_forward():
 
 def test_random_cache_has_the_context_length():
     model = build_model(TINY, device="cpu", dtype="fp32")
-    cache = SlotCache.random(model, batch=3, context=17, extra=4)
+    cache = SlotCache.random(cache_shape(model), batch=3, context=17, extra=4)
     assert cache.get_seq_length() == 17 and cache.capacity == 22
 
 

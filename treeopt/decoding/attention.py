@@ -36,12 +36,15 @@ _registered = False
 def exact_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                     value: torch.Tensor, attention_mask: torch.Tensor | None, *,
                     scaling: float | None = None, dropout: float = 0.0,
+                    softcap: float | None = None, s_aux: torch.Tensor | None = None,
                     **_: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: ``query`` ``[b, h, q, d]``, ``key`` and
-    ``value`` ``[b, h_kv, L, d]`` (grouped-query heads repeated here), ``attention_mask``
-    ``[b, 1, q, ≥L]`` additive float or boolean (True: visible), or None (causal, the last q
-    of the L keys being the queries). Returns ``[b, q, h, d]`` in the query's dtype and no
-    weights.
+    ``value`` ``[b, h_kv, L, d]`` / ``[b, h_kv, L, d_v]`` (grouped-query heads repeated here),
+    ``attention_mask`` ``[b, 1, q, ≥L]`` additive float or boolean (True: visible), or None
+    (causal, the last q of the L keys being the queries). As the models' own eager attention:
+    ``softcap`` caps the scores at ±softcap by tanh before the mask (Gemma 2), and ``s_aux``
+    ``[h]`` is each head's attention sink, a logit that joins the softmax and is then dropped
+    (GPT-OSS). Returns ``[b, q, h, d_v]`` in the query's dtype and no weights.
 
     >>> q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 5, 8)
     >>> out, _ = exact_attention(None, q, k, k, None, scaling=8 ** -0.5)
@@ -58,6 +61,8 @@ def exact_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query.double(), k.transpose(-1, -2)) * scale  # [b, h, q, L]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     n_q, n_k = scores.shape[-2:]
     if attention_mask is None:
         visible = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
@@ -66,7 +71,12 @@ def exact_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
         scores = scores.masked_fill(~attention_mask[..., :n_k], float("-inf"))
     else:
         scores = scores + attention_mask[..., :n_k].double()
-    out = torch.matmul(torch.softmax(scores, dim=-1), v).to(query.dtype)
+    if s_aux is not None:  # [h] sinks: one more logit per row, dropped after the softmax
+        sink = s_aux.double().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v).to(query.dtype)
     return out.transpose(1, 2).contiguous(), None
 
 

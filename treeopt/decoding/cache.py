@@ -5,6 +5,7 @@ how transformers stores a cache's tensors."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,18 +47,50 @@ def cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor, Put]]:
     return items
 
 
-def compact_cache(cache: Any, past: int, keep: torch.Tensor) -> None:
-    """Keep the first ``past`` cached tokens and then tree tokens ``keep`` (indices in the tree)."""
-    index = torch.cat([torch.arange(past, device=keep.device), past + keep])
-    for keys, values, put in cache_tensors(cache):
-        idx = index.to(keys.device)
-        put(keys.index_select(-2, idx), values.index_select(-2, idx))
+@dataclass(frozen=True)
+class CacheShape:
+    """What the model's own cache holds per token: ``kv_heads`` keys of ``key_dim`` and values
+    of ``value_dim`` in each of ``layers`` layers (MLA: decompressed keys wider than values)."""
+
+    layers: int
+    kv_heads: int
+    key_dim: int
+    value_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def widths(self) -> tuple[int, int] | None:
+        """(key_dim, value_dim) where they differ (MLA), else None."""
+        return (self.key_dim, self.value_dim) if self.key_dim != self.value_dim else None
+
+
+def cache_shape(model: PreTrainedModel) -> CacheShape:
+    """Read from the model's own cache after a one-token forward (not guessed from the config:
+    MLA caches keys of ``qk_head_dim`` and values of ``v_head_dim``); layers whose shapes
+    differ are refused."""
+    from treeopt.errors import TreeoptError
+
+    device = model.get_input_embeddings().weight.device
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=torch.ones(1, 1, dtype=torch.long, device=device),
+              past_key_values=cache, use_cache=True)
+    shapes = {(k.shape[1], k.shape[-1], v.shape[-1], k.dtype) for k, v, _ in cache_tensors(cache)}
+    if len(shapes) != 1:
+        raise TreeoptError(f"{type(model).__name__}: its layers cache keys and values of "
+                           f"different shapes ({sorted(s[:3] for s in shapes)}), which treeopt's "
+                           f"batch cache does not hold")
+    heads, key_dim, value_dim, dtype = shapes.pop()
+    return CacheShape(len(cache_tensors(cache)), int(heads), int(key_dim), int(value_dim), dtype,
+                      device)
 
 
 class SlotCache(DynamicCache):
     """Keys and values of a batch of sequences in one preallocated buffer, written in place.
 
-    ``kv`` is ``[layers, 2, batch, kv_heads, capacity, head_dim]``. Row i's cached tokens are the
+    ``kv`` is ``[layers, 2, batch, kv_heads, capacity, head_dim]``, ``head_dim`` the wider of
+    the key and value widths (MLA: the values fill the first ``value_dim``). Row i's cached tokens are the
     slots ``[0, length_i)`` (the lengths are kept by the decoder, which masks the rest). A forward
     writes its q new tokens at ``[frontier, frontier + q)`` of every row and attends over
     ``[0, frontier + q)``; afterwards :meth:`move` copies each row's accepted tokens down to the
@@ -69,31 +102,29 @@ class SlotCache(DynamicCache):
     batch and q only — what CUDA graphs and ``torch.compile`` need.
     """
 
-    def __init__(self, kv: torch.Tensor, *, static: bool = False) -> None:
+    def __init__(self, kv: torch.Tensor, *, static: bool = False,
+                 widths: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.kv = kv
+        self.widths = widths  # (key_dim, value_dim) where they differ, else None
         self.frontier = 0
         self.static = static
         self.slots = torch.zeros(0, dtype=torch.long, device=kv.device)  # static: written here
 
     @classmethod
-    def allocate(cls, model: PreTrainedModel, *, batch: int, capacity: int,
+    def allocate(cls, shape: CacheShape, *, batch: int, capacity: int,
                  static: bool = False) -> SlotCache:
         """An empty cache for ``batch`` sequences of up to ``capacity - 1`` tokens."""
-        cfg = model.config
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        p = next(model.parameters())
-        kv = torch.zeros(cfg.num_hidden_layers, 2, batch, heads, capacity, head_dim,
-                         dtype=p.dtype, device=p.device)
-        return cls(kv, static=static)
+        width = max(shape.key_dim, shape.value_dim)
+        kv = torch.zeros(shape.layers, 2, batch, shape.kv_heads, capacity, width,
+                         dtype=shape.dtype, device=shape.device)
+        return cls(kv, static=static, widths=shape.widths)
 
     @classmethod
-    def random(cls, model: PreTrainedModel, *, batch: int, context: int,
-               extra: int) -> SlotCache:
+    def random(cls, shape: CacheShape, *, batch: int, context: int, extra: int) -> SlotCache:
         """A cache whose rows hold ``context`` random keys and values (the latency of a step does
         not depend on the cached values), with room for ``extra`` more tokens."""
-        cache = cls.allocate(model, batch=batch, capacity=context + extra + 1)
+        cache = cls.allocate(shape, batch=batch, capacity=context + extra + 1)
         cache.kv[:, :, :, :, :context].normal_()
         cache.frontier = context
         return cache
@@ -107,6 +138,8 @@ class SlotCache(DynamicCache):
         """Write ``[b, kv_heads, q, head_dim]`` at the frontier; return keys and values up to it
         (static: at ``slots``, and every slot)."""
         keys, values = self.kv[layer_idx, 0], self.kv[layer_idx, 1]
+        if self.widths is not None:  # MLA: keys and values of their own widths
+            keys, values = keys[..., : self.widths[0]], values[..., : self.widths[1]]
         if self.static:
             keys.index_copy_(2, self.slots, key_states)
             values.index_copy_(2, self.slots, value_states)

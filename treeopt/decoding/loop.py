@@ -35,7 +35,7 @@ from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
-from treeopt.decoding.tree_forward import additive, verifier, verify_step
+from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.drafters.base import Drafter, LiveState
 from treeopt.dynamic.expand import RowPlan, accept_rows
@@ -105,14 +105,14 @@ class Decoder:
         a graph for a new buffer."""
         with torch.inference_mode():  # as every run
             if not self.verify.static:
-                return SlotCache.allocate(self.model, batch=batch, capacity=capacity)
+                return self.verify.cache(batch=batch, capacity=capacity)
             kv = self._static_kv.get((batch, capacity, slot))
             if kv is None:
-                kv = SlotCache.allocate(self.model, batch=batch, capacity=capacity).kv
+                kv = self.verify.cache(batch=batch, capacity=capacity).kv
                 torch._dynamo.mark_static_address(kv)
                 self._static_kv[batch, capacity, slot] = kv
             kv.zero_()  # nothing of an earlier run stays
-            return SlotCache(kv, static=True)
+            return SlotCache(kv, static=True, widths=self.verify.shape.widths)
 
     def decode(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,
@@ -396,13 +396,7 @@ class _Run:
             ids[i, : len(p)] = torch.tensor(p)
         ids = ids.to(self.device)
         lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
-        width = self.cache.capacity if self.cache.static else longest
-        causal = torch.ones(longest, width, dtype=torch.bool, device=self.device).tril()
-        mask = additive(causal, self.verify.dtype)[None, None].expand(b, 1, -1, -1)
-        positions = torch.arange(longest, device=self.device)[None].expand(b, -1)
-        self.cache.place(0, longest)
-        logits, hidden = self.verify.eager(ids, cache=self.cache, position_ids=positions,
-                                           attention_mask=mask)
+        logits, hidden = self.verify.prefill(ids, lengths, cache=self.cache)
         rows = torch.arange(b, device=self.device)
         first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
                        logits[rows, lengths - 1][:, None], self.cfg, self.gen,

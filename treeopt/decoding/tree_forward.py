@@ -5,8 +5,9 @@ A batch of rows, each with its own cached prefix (``lengths``: slots ``[0, lengt
 :class:`~treeopt.decoding.cache.SlotCache`), verifies the tree's q tokens written at
 ``[frontier, frontier + q)``. Each tree token attends to its row's prefix and to its own
 ancestors (a float 4D mask ``[b, 1, q, frontier + q]``: 0 where visible, the dtype's minimum
-where not) at positions ``length_i + depth``. Masks, positions and the cache are arguments:
-nothing is patched onto the model.
+where not) at positions ``length_i + depth``, narrowed per layer to the model's own sliding
+window or chunk (:mod:`treeopt.decoding.layers`). Masks, positions and the cache are
+arguments: nothing is patched onto the model.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.decoding.blas import BlasChoice, blas_choice
-from treeopt.decoding.cache import SlotCache, new_cache
-from treeopt.decoding.models import architecture
+from treeopt.decoding.cache import CacheShape, SlotCache, cache_shape
+from treeopt.decoding.layers import AttentionLayout, Masks, additive, attention_layout
+from treeopt.decoding.models import architecture, check_context
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.drafters.base import pick_features
@@ -39,17 +41,14 @@ def mask_dtype(model: PreTrainedModel) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.float32
 
 
-def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean visibility → additive float mask (0 where visible, the dtype's minimum where not)."""
-    zero = torch.zeros((), dtype=dtype, device=visible.device)
-    return torch.where(visible, zero, torch.finfo(dtype).min)
-
-
 def step_inputs(plan: TreePlan | RowPlan, lengths: torch.Tensor, frontier: int, *, dtype: torch.dtype,
-                width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                width: int | None = None, layout: AttentionLayout | None = None,
+                ) -> tuple[torch.Tensor, Masks]:
     """Position ids ``[b, q]`` and the additive mask ``[b, 1, q, frontier + q]`` of a verify step
     whose rows hold ``lengths`` ``[b]`` cached tokens and write the tree at ``frontier``
-    (``width``: a mask over that many slots, the rest hidden — a static cache's whole buffer).
+    (``width``: a mask over that many slots, the rest hidden — a static cache's whole buffer;
+    ``layout``: the model's layers, when some see less than the whole prefix — then one mask
+    per layer type).
 
     >>> pos, mask = step_inputs(tree_plan(Tree.from_choices([[0], [1]]), "cpu"),
     ...                         torch.tensor([2, 1]), 2, dtype=torch.float32)
@@ -61,14 +60,39 @@ def step_inputs(plan: TreePlan | RowPlan, lengths: torch.Tensor, frontier: int, 
     slots = torch.arange(frontier, device=lengths.device)
     prefix = slots < lengths[:, None]  # [b, frontier]: each row's own prefix
     parts = [prefix[:, None, :].expand(b, q, frontier), plan.visible.expand(b, q, q)]
-    if width is not None:
-        parts.append(prefix.new_zeros(b, q, width - frontier - q))
+    rest = 0 if width is None else width - frontier - q
+    if rest:
+        parts.append(prefix.new_zeros(b, q, rest))
     visible = torch.cat(parts, dim=-1)  # [b, q, frontier + q (or width)]
-    return positions, additive(visible, dtype)[:, None]
+    if layout is None or layout.full_only:
+        return positions, additive(visible, dtype)[:, None]
+    keys = torch.cat([slots.expand(b, frontier), positions.expand(b, q),
+                      positions.new_zeros(b, rest)], dim=-1)  # [b, K]: each slot's position
+    return positions, layout.masks(visible, positions, keys, dtype=dtype)
+
+
+def prefix_inputs(lengths: torch.Tensor, longest: int, *, dtype: torch.dtype,
+                  width: int | None = None, layout: AttentionLayout | None = None,
+                  ) -> tuple[torch.Tensor, Masks]:
+    """Position ids ``[b, longest]`` and mask(s) of a prefill of right-padded rows into an
+    empty cache (``width``: a static cache's whole buffer): causal, each layer narrowed as
+    the model narrows it.
+
+    >>> pos, mask = prefix_inputs(torch.tensor([3]), 3, dtype=torch.float32)
+    >>> (mask[0, 0] == 0).int().tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    """
+    b, device = lengths.shape[0], lengths.device
+    causal = torch.ones(longest, width or longest, dtype=torch.bool, device=device).tril()
+    positions = torch.arange(longest, device=device)[None].expand(b, -1)
+    if layout is None or layout.full_only:
+        return positions, additive(causal, dtype)[None, None].expand(b, 1, -1, -1)
+    keys = torch.arange(width or longest, device=device)[None].expand(b, -1)
+    return positions, layout.masks(causal[None].expand(b, -1, -1), positions, keys, dtype=dtype)
 
 
 def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
-                       position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                       position_ids: torch.Tensor, attention_mask: Masks | None = None,
                        layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]`` (``layers``: those hidden
     states concatenated, what an EAGLE-3 drafter reads) from the model's own forward; the cache
@@ -77,11 +101,12 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     past_key_values=cache, use_cache=True, output_hidden_states=True)
     except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
-        if attention_mask is None or attention_mask.dim() != 4:
+        if attention_mask is None:
             raise
         raise TreeoptError(
-            f"{architecture(model)}: its forward rejects a 4D attention mask with position_ids "
-            f"and a cache, so tree verification cannot drive it ({type(exc).__name__}: "
+            f"{architecture(model)}: its forward rejects "
+            f"{'per-layer 4D attention masks' if isinstance(attention_mask, dict) else 'a 4D attention mask'} "
+            f"with position_ids and a cache, so tree verification cannot drive it ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     return out.logits, pick_features(out.hidden_states, layers)
 
@@ -94,12 +119,15 @@ class Verifier:
     (``get_output_embeddings()``), which skips the wrapper's collection of every layer's hidden
     states — used only where a probe found it gives the model's own logits exactly (not for
     models that scale or cap their logits in the wrapper). ``blas``: on CUDA, which BLAS library
-    runs a forward of so many rows (:mod:`treeopt.decoding.blas`).
+    runs a forward of so many rows (:mod:`treeopt.decoding.blas`). ``layout``: each layer's
+    attention kind, which the masks follow; ``shape``: what the model's cache holds per token.
     """
 
     model: PreTrainedModel
     split: bool
     dtype: torch.dtype  # of the additive masks
+    layout: AttentionLayout
+    shape: CacheShape
     compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     features: tuple[int, ...] = ()  # hidden states the drafter reads (empty: the last)
     blas: BlasChoice | None = None
@@ -110,7 +138,7 @@ class Verifier:
         return self.compiled is not None
 
     def forward(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                attention_mask: Masks) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]``; the cache takes the q
         (through the compiled step when there is one)."""
         if self.compiled is None:
@@ -125,7 +153,7 @@ class Verifier:
         return logits.clone(), hidden.clone()
 
     def eager(self, input_ids: torch.Tensor, *, cache: Any, position_ids: torch.Tensor,
-              attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+              attention_mask: Masks) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward as the model runs it, uncompiled (prefill, and every step by default)."""
         with self._library(input_ids):
             if not self.split:
@@ -137,6 +165,20 @@ class Verifier:
                 past_key_values=cache, use_cache=True).last_hidden_state
             return self.model.get_output_embeddings()(hidden), hidden
 
+    def cache(self, *, batch: int, capacity: int, static: bool = False) -> SlotCache:
+        """An empty batch cache of what this model caches."""
+        return SlotCache.allocate(self.shape, batch=batch, capacity=capacity, static=static)
+
+    def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor, *, cache: SlotCache,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded prompts ``[b, longest]`` (``lengths`` ``[b]``) into an empty ``cache``,
+        eager; logits ``[b, longest, V]`` and hidden states."""
+        positions, mask = prefix_inputs(lengths, input_ids.shape[1], dtype=self.dtype,
+                                        width=cache.capacity if cache.static else None,
+                                        layout=self.layout)
+        cache.place(0, input_ids.shape[1])
+        return self.eager(input_ids, cache=cache, position_ids=positions, attention_mask=mask)
+
     def _library(self, input_ids: torch.Tensor) -> AbstractContextManager[None]:
         """The faster BLAS library for a forward of these tokens, where there is a choice."""
         return nullcontext() if self.blas is None else self.blas.use(input_ids.numel())
@@ -144,17 +186,21 @@ class Verifier:
 
 def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False,
              features: tuple[int, ...] = ()) -> Verifier:
-    """The :class:`Verifier` of ``model``; with ``tree``, first check that its forward honours a
-    4D tree mask (:func:`check_tree_support`); with ``compile``, steps run through
-    ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one per batch and q);
-    ``features``: the hidden states a drafter reads besides the last (then the wrapper's own
-    forward runs, which collects them). On the CPU, ``model``'s float32 linear weights are stored
-    column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
+    """The :class:`Verifier` of ``model``: its layers' attention kinds (models with recurrent
+    layers are refused, :func:`~treeopt.decoding.layers.attention_layout`) and its cache's
+    shape; with ``tree``, first check that the model's forward, driven with treeopt's masks,
+    gives its own logits across every window (:func:`check_tree_support`); with ``compile``,
+    steps run through ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one
+    per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
+    wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
+    weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
+    layout = attention_layout(model)  # before anything runs: refusals cost nothing
     lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
-    if tree:
-        check_tree_support(model)
-    plain = Verifier(model, not features and _split_is_exact(model), mask_dtype(model),
+    plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces
+    if tree:
+        check_tree_support(plain)
+    plain = replace(plain, split=not features and _split_is_exact(model))
     blas = blas_choice(model)
     if not compile:
         return replace(plain, blas=blas)
@@ -186,36 +232,80 @@ def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan | RowPlan
     """Verify tree tokens ``[b, q]`` (root first) after each row's cached prefix; the cache
     takes them at ``frontier``. Returns logits ``[b, q, V]`` and hidden states ``[b, q, d]``."""
     positions, mask = step_inputs(plan, lengths, frontier, dtype=verify.dtype,
-                                  width=cache.capacity if cache.static else None)
+                                  width=cache.capacity if cache.static else None,
+                                  layout=verify.layout)
     cache.place(frontier, tokens.shape[1])
     return verify.forward(tokens, cache=cache, position_ids=positions, attention_mask=mask)
 
 
-def check_tree_support(model: PreTrainedModel) -> None:
-    """Probe that ``model`` honours a 4D mask: a masked tree token must not see its sibling.
+PROBE_TREE = Tree.from_choices([[0], [1], [0, 0]])  # root → a → c, and a's sibling b
 
-    Raises a TreeoptError naming the architecture when the forward rejects the mask or ignores it.
-    """
-    device = model.get_input_embeddings().weight.device
-    cache = SlotCache.allocate(model, batch=1, capacity=5)
-    plan = tree_plan(Tree.from_choices([[0], [1]]), str(device))  # two siblings, one position
-    plain = Verifier(model, split=False, dtype=mask_dtype(model))
+
+@dataclass(frozen=True)
+class SupportProbe:
+    """How far treeopt's tree step strays from the model's own forward: the largest logit
+    difference over every probed token, against the tolerance of the dtype."""
+
+    prefix: int  # tokens cached before the tree (past every window and chunk)
+    max_abs_diff: float
+    tolerance: float
+
+    @property
+    def exact(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+
+def probe_tree_support(verify: Verifier) -> SupportProbe:
+    """Prefill two rows of random tokens (lengths differing by one, longer than every window
+    and chunk: each layer's boundary falls inside the prefix), verify a 3-node tree after
+    them, and compare each tree token's logits with the model's own forward — no cache, no
+    mask from treeopt — over the row's prefix and that token's path."""
+    model, device = verify.model, verify.shape.device
+    n = verify.layout.reach + 3
+    check_context(model, n + PROBE_TREE.depth + 1, what="the tree-support probe")
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, min(vocab, 1000), (2, n + PROBE_TREE.num_tokens), generator=gen)
+    ids = ids.to(device)
+    lengths = torch.tensor([n, n - 1], device=device)
+    plan = tree_plan(PROBE_TREE, str(device))
+    cache = verify.cache(batch=2, capacity=n + PROBE_TREE.num_tokens + 1)
     with torch.no_grad():
-        verify_step(plain, torch.tensor([[1]], device=device), tree_plan(Tree(()), str(device)),
-                    cache=cache, lengths=torch.zeros(1, dtype=torch.long, device=device),
-                    frontier=0)
-        logits, _ = verify_step(plain, torch.tensor([[1, 2, 3]], device=device), plan,
-                                cache=cache, lengths=torch.ones(1, dtype=torch.long,
-                                                                device=device), frontier=1)
-        ref, _ = forward_with_cache(model, torch.tensor([[1, 1, 3]], device=device),
-                                    cache=new_cache(model),
-                                    position_ids=torch.tensor([[0, 1, 2]], device=device))
-    sequential = ref[0, 1:].float()  # [root, node 3 as if it followed the root]
-    got = torch.stack([logits[0, 0], logits[0, 2]]).float()
-    tol = 1e-3 if logits.dtype == torch.float32 else 5e-2
-    if not torch.allclose(got, sequential, atol=tol * max(1.0, float(sequential.abs().max())),
-                          rtol=0):
+        verify.prefill(ids[:, :n], lengths, cache=cache)
+        tokens = torch.stack([ids[i, lengths[i]: lengths[i] + PROBE_TREE.num_tokens]
+                              for i in range(2)])  # [2, q]: root, a, b, c
+        logits, _ = verify_step(verify, tokens, plan, cache=cache, lengths=lengths, frontier=n)
+        seqs = [torch.cat([ids[i, :length], tokens[i, _ancestry(plan, node)]])
+                for i, length in enumerate(lengths.tolist()) for node in range(tokens.shape[1])]
+        padded = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)  # right-padded
+        last = torch.tensor([len(x) - 1 for x in seqs], device=device)
+        rows = torch.arange(len(seqs), device=device)
+        want = model(input_ids=padded).logits[rows, last].float()
+    got = logits.reshape(len(seqs), -1).float()  # rows × nodes, in the order of ``seqs``
+    worst = float((got - want).abs().max())
+    scale = max(1.0, float(want.abs().max()))
+    tol = (1e-3 if logits.dtype in (torch.float32, torch.float64) else 5e-2) * scale
+    return SupportProbe(n, worst, tol)
+
+
+def _ancestry(plan: TreePlan, token: int) -> list[int]:
+    """Token indices root … ``token`` along the tree."""
+    chain, parents = [token], plan.parent.tolist()
+    while parents[chain[-1]] >= 0:
+        chain.append(parents[chain[-1]])
+    return chain[::-1]
+
+
+def check_tree_support(verify: Verifier) -> SupportProbe:
+    """Raise a TreeoptError naming the architecture unless treeopt's tree step gives the
+    model's own logits (:func:`probe_tree_support`); returns the probe."""
+    probe = probe_tree_support(verify)
+    if not probe.exact:
+        model = verify.model
         raise TreeoptError(
-            f"{architecture(model)}: its forward accepts a 4D attention mask but does not honour "
-            f"it (attention implementation {getattr(model.config, '_attn_implementation', '?')}); "
-            f"load it with attn_implementation='sdpa' or 'eager'")
+            f"{architecture(model)}: treeopt's tree step differs from the model's own forward "
+            f"(logits by up to {probe.max_abs_diff:.3g} after {probe.prefix} tokens, tolerance "
+            f"{probe.tolerance:.3g}; attention implementation "
+            f"{getattr(model.config, '_attn_implementation', '?')}), so its masks cannot be "
+            f"trusted with this model; load it with attn_implementation='sdpa' or 'eager'")
+    return probe

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.tree_forward import Verifier, additive, verifier
+from treeopt.decoding.layers import additive
+from treeopt.decoding.tree_forward import Verifier, verifier
 from treeopt.drafters import KINDS
 from treeopt.drafters.base import Drafter, rank_table
 from treeopt.drafters.config import HeadsConfig
@@ -107,7 +108,12 @@ class DraftModel(Drafter):
         """How the draft model's tree forwards run, probed once (it must honour a tree mask)."""
         if self._verify is None:
             with torch.inference_mode():
-                self._verify = verifier(self.lm, tree=True)
+                verify = verifier(self.lm, tree=True)
+            if not verify.layout.full_only:  # its block masks know no positions of their own
+                raise TreeoptError(f"draft model {type(self.lm).__name__}: layers that see a "
+                                   f"window or chunk of the prefix are not supported in a draft "
+                                   f"model (only in the base model)")
+            self._verify = verify
         return self._verify
 
     def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
@@ -126,7 +132,7 @@ class DraftModel(Drafter):
     def start(self, *, batch: int, capacity: int) -> DraftState:
         device = self.lm.get_input_embeddings().weight.device
         zeros = torch.zeros(batch, dtype=torch.long, device=device)
-        return DraftState(SlotCache.allocate(self.lm, batch=batch, capacity=capacity), zeros,
+        return DraftState(self.verify.cache(batch=batch, capacity=capacity), zeros,
                           [0] * batch, zeros[:, None], zeros)
 
     def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
