@@ -56,7 +56,7 @@ _DEFAULTS: dict[str, dict[str, Any]] = {  # transformers' defaults for the field
                                                                   "num_experts_per_tok": 2},
     "qwen2": {"attention_bias": True, "max_window_layers": 28, "sliding_window": 4096},
     "qwen3": {"max_window_layers": 28, "sliding_window": 4096},
-    "qwen3_moe": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "qwen3_moe": {"num_experts_per_tok": 8, "moe_intermediate_size": 768,
                   "decoder_sparse_step": 1, "sliding_window": 4096},
     "phi3": {},
     "gemma2": {"head_dim": 256, "vocab_size": 256000, "tie_word_embeddings": True,
@@ -109,7 +109,8 @@ def read_hf(doc: Any, *, source: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "model_type": family, "hidden_size": hidden, "intermediate_size": d["intermediate_size"],
         "num_layers": d["num_hidden_layers"], "num_heads": heads,
-        "num_kv_heads": d.get("num_key_value_heads") or heads,
+        "num_kv_heads": (family not in ("gpt2", "gpt_neox") and d.get("num_key_value_heads"))
+        or heads,
         "head_dim": d.get("head_dim") or (hidden // heads if isinstance(hidden, int)
                                           and isinstance(heads, int) and heads else 0),
         "vocab_size": d["vocab_size"], "max_positions": d.get("max_position_embeddings"),
@@ -169,15 +170,14 @@ def _block(family: str, d: dict[str, Any]) -> dict[str, Any]:
         "parallel_residual": family == "cohere2"
         or (family == "gpt_neox" and bool(d["use_parallel_residual"])),
     }
+    rope = d.get("rope_parameters") or {}
+    fraction = (d.get("rotary_pct") or d.get("partial_rotary_factor")
+                or rope.get("partial_rotary_factor") or (0.25 if family == "gpt_neox" else 1.0))
+    out["rotary_fraction"] = float(fraction)
     if family in ("gpt2", "gpt_neox"):
-        rope = d.get("rope_parameters") or {}
-        fraction = 0.0 if family == "gpt2" else d.get("rotary_pct",
-                                                     rope.get("partial_rotary_factor", 0.25))
-        out.update(gated_mlp=False, mlp_bias=True, attention_bias=True,
-                   rotary_fraction=float(fraction),
-                   position_embeddings=d["max_position_embeddings"] if family == "gpt2" else 0)
-    elif family == "phi3":
-        out["rotary_fraction"] = float(d.get("partial_rotary_factor", 1.0))
+        out.update(gated_mlp=False, mlp_bias=True, attention_bias=True)
+    if family == "gpt2":
+        out.update(rotary_fraction=0.0, position_embeddings=d["max_position_embeddings"])
     n, moe = d["num_hidden_layers"], None
     if family in ("mixtral", "gpt_oss"):
         moe = MoE(d["num_local_experts"], d["num_experts_per_tok"], d["intermediate_size"],
@@ -185,7 +185,8 @@ def _block(family: str, d: dict[str, Any]) -> dict[str, Any]:
     elif family == "qwen3_moe":
         step, dense = d["decoder_sparse_step"], set(d.get("mlp_only_layers") or ())
         layers = tuple(i for i in range(n) if i not in dense and (i + 1) % step == 0)
-        moe = MoE(d["num_experts"], d["num_experts_per_tok"], d["moe_intermediate_size"], layers)
+        experts = d.get("num_experts") or d.get("num_local_experts") or 128  # to_dict's spelling
+        moe = MoE(experts, d["num_experts_per_tok"], d["moe_intermediate_size"], layers)
     elif family == "llama4_text":
         step = d["interleave_moe_layer_step"]
         layers = tuple(d.get("moe_layers") or range(step - 1, n, step))
@@ -223,6 +224,8 @@ def write_hf(cfg: Any) -> dict[str, Any]:
                 "n_head": cfg.num_heads, "n_inner": cfg.intermediate_size,
                 "vocab_size": cfg.vocab_size, "n_positions": cfg.position_embeddings,
                 "tie_word_embeddings": cfg.tie_embeddings}
+    if family == "phi3":
+        doc["partial_rotary_factor"] = cfg.rotary_fraction
     if family == "gpt_neox":
         doc.update(rotary_pct=cfg.rotary_fraction, use_parallel_residual=cfg.parallel_residual)
         doc.pop("head_dim"), doc.pop("num_key_value_heads")
