@@ -176,3 +176,29 @@ def test_time_never_decreases_with_batch_context_or_tokens(name):
                  context=[0, 500, 2000, 30000], tokens=[1, 2, 17, 64])
     for axis in range(3):
         assert np.all(np.diff(r.total_s, axis=axis) >= -1e-15)
+
+
+NEW_PRESETS = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b",
+               "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "mistral-small-24b", "deepseek-v3"]
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_select_and_roofline_work_for_every_preset(name, tmp_path):
+    import contextlib
+    import io
+    import json
+
+    from treeopt.cli import main
+
+    def cli(*args: str) -> dict:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(list(args)) == 0
+        return json.loads(out.getvalue())
+
+    doc = cli("select", "--growth", "data/demo/growth/hydra.json", "--hardware", "h100-sxm",
+              "--preset", name, "--batch", "1,8,64", "--context", "512")
+    assert [p["batch"] for p in doc["points"]] == [1, 8, 64]
+    r = cli("roofline", "--preset", name, "--hardware", "h100-sxm", "--batch", "1",
+            "--context", "512", "--tokens", "1,8", "--totals")
+    assert r["model"]["name"] == name and len(r["records"]) == 2
