@@ -1,25 +1,35 @@
-"""Predicted verify-step latency: per-operator FLOPs and bytes of a Llama-family model, bounded by
-a hardware row's peak FLOP/s and bandwidth (numpy only; see :mod:`roofline.model` for formulas).
+"""Predicted verify-step latency: per-operator FLOPs and bytes of a decoder of any family
+:mod:`roofline.families` reads (dense, sliding-window, MLA, MoE), bounded by a hardware row's peak
+FLOP/s and bandwidth (numpy only; formulas in :mod:`roofline.model`, :mod:`roofline.mla` and
+:mod:`roofline.moe`).
 """
 
-from roofline.config import ModelConfig, load_config, preset, preset_names
+from roofline.config import MLA, ModelConfig, MoE, load_config, preset, preset_names
 from roofline.fit import Fit, fit_efficiency
 from roofline.hardware import Hardware, hardware_names, load_hardware
 from roofline.model import Efficiency, Precision, operators
+from roofline.moe import expected_experts
+from roofline.params import ParameterCount, kv_bytes_per_token, parameter_count
 from roofline.sweep import Roofline, roofline
 
 __all__ = [
     "Efficiency",
     "Fit",
     "Hardware",
+    "MLA",
     "ModelConfig",
+    "MoE",
+    "ParameterCount",
     "Precision",
     "Roofline",
+    "expected_experts",
     "fit_efficiency",
     "hardware_names",
+    "kv_bytes_per_token",
     "load_config",
     "load_hardware",
     "operators",
+    "parameter_count",
     "preset",
     "preset_names",
     "roofline",
