@@ -75,8 +75,14 @@ if st.button("Run live verification", type="primary", key="verify_run"):
                 help=f"the same loop with no tree{whole}")
     plain = ("plain greedy decoding" if mode == "greedy"
              else f"plain sampling at T = {temperature:g} with seed {seed}")
-    if run.outputs_match is True:
-        rows = "every prompt's output equals" if run.batch > 1 else "the tree's output equals"
+    rows = "every prompt's output equals" if run.batch > 1 else "the tree's output equals"
+    if run.outputs_match is True and run.generate_match is True:
+        st.success(f"Lossless: {rows} the model's own greedy `generate` and treeopt's "
+                   f"{plain} token for token.")
+    elif run.generate_match is False:
+        st.error("The outputs differ from the model's own greedy `generate`: treeopt does not "
+                 "decode this model as the model decodes itself — please report it.")
+    elif run.outputs_match is True:
         st.success(f"Lossless: {rows} {plain} token for token.")
     elif run.outputs_match is False:
         st.error(f"The outputs differ from {plain}: {mode} tree decoding should be lossless — "

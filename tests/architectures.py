@@ -90,3 +90,138 @@ FAMILIES = (
         layer_types=["linear_attention", "full_attention"] * 2),
            "gated delta-net", refused="recurrent state"),
 )
+
+
+PROMPT_LENGTHS = (13, 17, 11)  # a batch of three rows of different lengths, each past WINDOW
+NEW_TOKENS = 20  # decoding crosses further window and chunk boundaries
+DRAFTERS = ("medusa", "hydra", "eagle")
+TOP_K = 8
+
+
+def tree() -> Any:
+    from treeopt import Tree
+
+    return Tree.from_choices([[0], [1], [2], [0, 0], [1, 0], [0, 0, 0]])
+
+
+def prompts(count: int = len(PROMPT_LENGTHS), *, seed: int = 1) -> list[list[int]]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    lengths = (PROMPT_LENGTHS * count)[:count]
+    return [torch.randint(3, VOCAB, (n,), generator=gen).tolist() for n in lengths]
+
+
+def train_drafter(model: Any, kind: str, sequences: list[list[int]]) -> Any:
+    """A drafter of ``kind`` trained briefly on the model's own greedy text (it drafts well
+    enough that tree paths are accepted, and accepted paths move in the cache)."""
+    from treeopt.drafters.training import TrainConfig, train_heads
+
+    cfg = TrainConfig(kind=kind, num_heads=3, steps=80, batch_size=4, seq_len=24, lr=5e-3,
+                      prefix_attention=kind == "hydra")
+    return train_heads(model, sequences, cfg)[0]
+
+
+def greedy_matches(model: Any, heads: Any, batch: list[list[int]],
+                   want: list[tuple[int, ...]]) -> tuple[int, int]:
+    """How many rows of the batch treeopt's autoregressive loop and its tree decoding decode
+    exactly as ``want`` (the model's own ``generate``)."""
+    from treeopt import Tree
+    from treeopt.decoding.loop import DecodeConfig, decode
+
+    cfg = DecodeConfig(max_new_tokens=NEW_TOKENS, eos_token_id=2)
+    loop = decode(model, None, Tree(()), batch, config=cfg).tokens
+    spec = decode(model, heads, tree(), batch, config=cfg).tokens
+    same = lambda got: sum(tuple(g) == w for g, w in zip(got, want, strict=True))  # noqa: E731
+    return same(loop), same(spec)
+
+
+def ranks_match(model: Any, heads: Any, sequences: list[list[int]]) -> bool:
+    """Calibration's one batched teacher-forced pass equals the step-by-step reference (for
+    EAGLE, test_eagle's: the drafter re-run over its true and predicted entries)."""
+    import numpy as np
+
+    from treeopt.decoding.ranks import rank_batch, reference_ranks
+
+    if heads.config.kind == "eagle":
+        from test_eagle import reference_ranks as eagle_reference
+
+        def reference(s: list[int], st: int) -> Any:
+            return eagle_reference(model, heads, s, st, TOP_K)
+    else:
+        def reference(s: list[int], st: int) -> Any:
+            return reference_ranks(model, heads, s, st, top_k=TOP_K)
+
+    starts = [len(p) - 1 for p in prompts()]
+    got = rank_batch(model, heads, sequences, starts, top_k=TOP_K)
+    return all(np.array_equal(g, reference(s, st))
+               for g, s, st in zip(got, sequences, starts, strict=True))
+
+
+def walk_matches(model: Any, heads: Any, prompt: list[int], directory: Any) -> tuple[bool, float]:
+    """A trace calibrated on ``prompt``, walked step by step, gives every accepted length live
+    decoding of that prompt gives; returns that and the live mean accepted length."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.loop import DecodeConfig, generate
+    from treeopt.simulate import step_lengths
+
+    trace, _ = calibrate(model, heads, [prompt], directory / f"{heads.config.kind}.npz",
+                         config=CalibrateConfig(top_k=TOP_K, max_new_tokens=NEW_TOKENS))
+    walk = step_lengths(tree(), trace).tolist()
+    live = generate(model, heads, tree(), prompt, config=DecodeConfig(max_new_tokens=NEW_TOKENS))
+    lengths = list(live.stats.accept_lengths)
+    return lengths[: len(walk)] == walk and len(walk) > 0, sum(lengths) / len(lengths)
+
+
+def sampling_matches(model: Any, heads: Any, batch: list[list[int]]) -> bool:
+    """Sample-and-match tree decoding emits treeopt's plain sampling's tokens, seed for seed."""
+    from treeopt import Tree
+    from treeopt.decoding.loop import DecodeConfig, decode
+
+    for seed in (0, 1):
+        cfg = DecodeConfig(max_new_tokens=NEW_TOKENS, mode="sample", temperature=1.0, seed=seed)
+        if decode(model, heads, tree(), batch, config=cfg).tokens != decode(
+                model, None, Tree(()), batch, config=cfg).tokens:
+            return False
+    return True
+
+
+CHECKS = ("loop = generate", "tree = generate", "ranks = reference", "walk = live",
+          "sampling = plain")
+
+
+def refusal(family: Family) -> str:
+    """The one line treeopt answers a refused family with (empty when it decodes)."""
+    from treeopt import Tree, TreeoptError
+    from treeopt.decoding.loop import decode
+
+    try:
+        decode(family.build(), None, Tree(()), prompts(), config=None)
+    except TreeoptError as exc:
+        return str(exc)
+    return ""
+
+
+def matrix_row(family: Family, directory: Any) -> dict[str, Any]:
+    """Every check of one family, for each drafter kind: ``{kind: {check: passed}}`` plus each
+    kind's live mean accepted length (``E[L]``, showing that paths were accepted)."""
+    from treeopt.decoding.reference import own_greedy
+
+    model = family.build()
+    batch = prompts()
+    want = own_greedy(model, batch, max_new_tokens=NEW_TOKENS, eos_token_id=2)
+    full = own_greedy(model, batch, max_new_tokens=NEW_TOKENS, eos_token_id=None)
+    sequences = [[*p, *c] for p, c in zip(batch, full, strict=True)]
+    train = prompts(8, seed=5)
+    train = [[*p, *c] for p, c in zip(train, own_greedy(model, train, max_new_tokens=24,
+                                                          eos_token_id=None), strict=True)]
+    row: dict[str, Any] = {}
+    for kind in DRAFTERS:
+        heads = train_drafter(model, kind, train)
+        loop, spec = greedy_matches(model, heads, batch, want)
+        walk, mean = walk_matches(model, heads, batch[1], directory)
+        row[kind] = {"loop = generate": loop == len(batch), "tree = generate": spec == len(batch),
+                     "ranks = reference": ranks_match(model, heads, sequences),
+                     "walk = live": walk, "sampling = plain": sampling_matches(model, heads, batch),
+                     "E[L]": mean}
+    return row

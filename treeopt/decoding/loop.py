@@ -95,7 +95,7 @@ class Decoder:
         # compiled: (b, capacity, slot) → kv; runs decoded alongside each other use their own slot
         self._static_kv: dict[tuple[int, int, int], torch.Tensor] = {}
         with torch.inference_mode():
-            self.verify = verifier(model, tree=heads is not None, compile=compile,
+            self.verify = verifier(model, tree=True, compile=compile,
                                    features=heads.feature_layers if heads is not None else ())
 
     def cache(self, *, batch: int, capacity: int, slot: int = 0) -> SlotCache:

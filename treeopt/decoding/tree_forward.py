@@ -22,7 +22,7 @@ import torch
 from treeopt.decoding.blas import BlasChoice, blas_choice
 from treeopt.decoding.cache import CacheShape, SlotCache, cache_shape
 from treeopt.decoding.layers import AttentionLayout, Masks, additive, attention_layout
-from treeopt.decoding.models import architecture, check_context
+from treeopt.decoding.models import architecture, check_context, context_length
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.drafters.base import pick_features
@@ -261,7 +261,7 @@ def probe_tree_support(verify: Verifier) -> SupportProbe:
     them, and compare each tree token's logits with the model's own forward — no cache, no
     mask from treeopt — over the row's prefix and that token's path."""
     model, device = verify.model, verify.shape.device
-    n = verify.layout.reach + 3
+    n = max(verify.layout.reach, _config_spans(model)) + 3
     check_context(model, n + PROBE_TREE.depth + 1, what="the tree-support probe")
     vocab = model.get_input_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
@@ -286,6 +286,18 @@ def probe_tree_support(verify: Verifier) -> SupportProbe:
     scale = max(1.0, float(want.abs().max()))
     tol = (1e-3 if logits.dtype in (torch.float32, torch.float64) else 5e-2) * scale
     return SupportProbe(n, worst, tol)
+
+
+def _config_spans(model: PreTrainedModel) -> int:
+    """The longest window or chunk the config names under any field (``sliding_window``,
+    ``attention_chunk_size``, …), within the model's context: the probe passes it whatever
+    treeopt believes the layers do, so a window treeopt missed shows as a difference."""
+    config = model.config.get_text_config(decoder=True)
+    limit = context_length(model) or 0
+    spans = [v for k, v in vars(config).items()
+             if ("window" in k or "chunk" in k) and isinstance(v, int)
+             and not isinstance(v, bool) and 0 < v and (not limit or v < limit)]
+    return max(spans, default=0)
 
 
 def _ancestry(plan: TreePlan, token: int) -> list[int]:

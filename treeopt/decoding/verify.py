@@ -1,7 +1,11 @@
 """Verify a tree by decoding for real: measured acceptance and tokens/s beside the prediction.
 
 Tree and autoregressive decoding are compared by :func:`treeopt.decoding.compare.compare`. Under
-greedy verification the two outputs must be identical token for token; a rank trace, when given,
+greedy verification "lossless" means the tree's output equals the model's own greedy
+``generate`` token for token (:mod:`treeopt.decoding.reference`), and treeopt's autoregressive
+loop is held to the same; under sampling, the tree's output equals treeopt's plain sampling with
+the same seed. Beside them, the support probe's largest logit difference between treeopt's tree
+step and the model's own forward, past every sliding window and chunk. A rank trace, when given,
 predicts the mean accepted length (E[L], and the per-step walk) the measurement is compared with.
 """
 
@@ -14,6 +18,8 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.reference import check_against_generate
+from treeopt.decoding.tree_forward import check_tree_support, verifier
 from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
@@ -62,11 +68,24 @@ def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
     result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
                      min_seconds=min_seconds, target_se=target_se, split=True, compile=compile,
                      progress=progress)
+    probe = check_tree_support(verifier(model, tree=False))
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},
         "heads": heads.config.kind, "mode": config.mode, "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, **result.to_dict()}
+        "max_new_tokens": config.max_new_tokens, **result.to_dict(),
+        "support_probe": {"prefix_tokens": probe.prefix, "max_abs_logit_diff": probe.max_abs_diff,
+                          "tolerance": probe.tolerance}}
+    if config.mode == "greedy":
+        decoded = result.tree_outputs
+        check = check_against_generate(model, prompts[: len(decoded)], decoded,
+                                       result.autoregressive_outputs,
+                                       max_new_tokens=config.max_new_tokens,
+                                       eos_token_id=config.eos_token_id)
+        report["model_generate"] = check.to_dict()
+        report["lossless"] = check.tree_equals_generate and not result.mismatched
+    else:
+        report["lossless"] = result.lossless  # sample: per seed; typical: None
     if trace is not None:  # over the positions the run decodes
         report["predicted"] = prediction(tree, trace.first_positions(config.max_new_tokens),
                                          result.tree_stats.mean_accept_length)

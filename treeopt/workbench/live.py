@@ -32,6 +32,7 @@ class LiveRun:
     autoregressive_tokens_per_s: float
     speedup: float
     outputs_match: bool | None  # greedy / sample: equal to plain decoding; None under typical
+    generate_match: bool | None  # greedy: tree and plain outputs equal the model's own generate
     predicted_accept_length: float | None  # position-weighted E[L] of the calibration trace
     predicted_per_step: float | None  # the calibration trace walked as decoding steps through it
     time_split: dict[str, float]  # milliseconds per step drafting, verifying, bookkeeping
@@ -46,6 +47,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
     at ``temperature`` with ``seed``."""
     from treeopt.decoding.compare import compare
     from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.reference import check_against_generate
     from treeopt.decoding.verify import check_tree_for
     from treeopt.simulate import simulate
 
@@ -74,12 +76,19 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
         if "sequence_positions" in trace.meta:
             per_step = simulate(tree, trace, per_step=True).mean_accept_length
     split = result.to_dict()["tree_decoding"].get("ms_per_step", {})
+    generate_match = None
+    if mode == "greedy":
+        check = check_against_generate(model, ids[: len(result.tree_outputs)],
+                                       result.tree_outputs, result.autoregressive_outputs,
+                                       max_new_tokens=max_new_tokens,
+                                       eos_token_id=config.eos_token_id)
+        generate_match = check.tree_equals_generate and check.loop_equals_generate
     return LiveRun(
         segments=segments, accept_lengths=tuple(first), histogram=stats.histogram,
         mean_accept_length=stats.mean_accept_length, stderr=stats.stderr, batch=batch,
         tree_tokens_per_s=result.tree_tokens_per_s,
         autoregressive_tokens_per_s=result.autoregressive_tokens_per_s, speedup=result.speedup,
-        outputs_match=result.lossless,
+        outputs_match=result.lossless, generate_match=generate_match,
         predicted_accept_length=predicted, predicted_per_step=per_step,
         time_split={"drafting": split.get("draft", 0.0), "verification": split.get("verify", 0.0),
                     "bookkeeping": split.get("bookkeeping", 0.0)})
