@@ -1,6 +1,8 @@
 """docs/byo-model.md end to end: a local Hugging Face model directory → train-heads → calibrate →
-grow → select → export → verify, each through ``python -m treeopt`` in a subprocess; and every
-``treeopt`` command written in the guide parses with the real parser."""
+grow → select (predicted on a roofline preset, and measured: profile step → select
+--step-profile) → export → verify, each through ``python -m treeopt`` in a subprocess; an EAGLE
+drafter trained, calibrated, grown and exported; and every ``treeopt`` command written in the
+guide parses with the real parser."""
 
 from __future__ import annotations
 
@@ -108,6 +110,36 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     ranges = sel["schedules"][0]["ranges"]
     assert (ranges[0]["min_batch"], ranges[-1]["max_batch"]) == (1, 256)
 
+    # contexts that fit: s + max-nodes + 1 ≤ max_position_embeddings (512; 8 nodes → s ≤ 503)
+    assert json.loads(ok("select", "--growth", growth_file, "--trace", trace, "--hardware",
+                         "h100-sxm", "--model", my_model, "--batch", "1", "--context",
+                         "503").stdout)["points"][0]["context"] == 503
+    assert "context 504 + 9 tree tokens exceeds" in user_error(
+        "select", "--growth", growth_file, "--trace", trace, "--hardware", "h100-sxm",
+        "--model", my_model, "--batch", "1", "--context", "504")
+
+    # 5, measured: the live step profiled phase by phase, then priced from the profile alone,
+    # at the one context its prompts reach
+    step_file = tmp_path / "step.json"
+    ok("profile", "step", "--model", my_model, "--heads", heads, "--growth", growth_file,
+       "--prompts", prompts, "--batch", "1,2", "--sizes", "1,2,4,8", "--max-new-tokens", "16",
+       "--rounds", "1", "--threads", "1", "--out", step_file)
+    profile = json.loads(step_file.read_text())
+    assert profile["format"] == "treeopt.step-profile/1"
+    assert {(r["batch"], r["size"]) for r in profile["records"]} >= {
+        (b, n) for b in (1, 2) for n in (0, 1, 2, 4, 8)}
+    measured_file = tmp_path / "selection-measured.json"
+    ok("select", "--growth", growth_file, "--step-profile", step_file, "--trace", trace,
+       "--out", measured_file)
+    measured = json.loads(measured_file.read_text())
+    assert measured["latency"]["source"] == measured["draft"]["source"] == str(step_file)
+    assert [p["batch"] for p in measured["points"]] == [1, 2]
+    context = measured["points"][0]["context"]
+    assert all(p["context"] == context for p in measured["points"]) and 0 < context < 24 + 16
+    line = user_error("select", "--growth", growth_file, "--step-profile", step_file,
+                      "--trace", trace, "--context", "64", "--out", tmp_path / "none.json")
+    assert "no measurements at batch 1, context 64" in line
+
     # 6. export straight from the selection: one file, then one per batch range
     tree_file = tmp_path / "hydra_choices.json"
     ok("export", "--tree", sel_file, "--batch", "1", "--format", "hydra", "--out", tree_file)
@@ -137,11 +169,45 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert report["tree"]["choices"] == pick["choices"] == json.loads(tree_file.read_text())
     assert (report["mode"], report["outputs_match"], report["mismatched_prompts"]) == (
         "greedy", True, [])
+    # lossless against the model's own greedy generate; the support probe within tolerance
+    reference = report["model_generate"]
+    assert report["lossless"] is True
+    assert reference["tree_equals_generate"] and reference["autoregressive_equals_generate"]
+    probe = report["support_probe"]
+    assert probe["max_abs_logit_diff"] <= probe["tolerance"] and probe["prefix_tokens"] >= 1
     tree_run, plain = report["tree_decoding"], report["autoregressive"]
     assert tree_run["tokens"] == plain["tokens"] == 6 * 16
     assert tree_run["steps"] < plain["steps"] and tree_run["mean_accept_length"] > 1.2
     # predicted over what a 16-token run visits: the first 16 of each sequence's 21 positions
     assert report["predicted"]["trace_positions"] == 6 * 16
+
+
+def test_an_eagle_drafter_end_to_end(my_model, prompts_file, tmp_path):
+    """Section 2's EAGLE drafter: trained by train-heads --kind eagle, calibrated with --drafter,
+    grown contiguous, and exported to TensorRT-LLM's EAGLE YAML with no --draft flags: the
+    growth records the drafter."""
+    eagle = tmp_path / "eagle"
+    summary = json.loads(ok("train-heads", "--model", my_model, "--kind", "eagle", "--data",
+                            prompts_file, "--generate", "32", "--num-heads", "3", "--steps",
+                            "30", "--seq-len", "32", "--lr", "1e-2", "--warmup", "2",
+                            "--threads", "1", "--out", eagle).stdout)
+    assert summary["kind"] == "eagle" and summary["final_loss"] < summary["first_loss"]
+    assert len(summary["final_top1_agreement"]) == 3  # one per depth
+    assert sorted(os.listdir(eagle)) == ["heads.json", "heads.safetensors"]
+    config = json.loads((eagle / "heads.json").read_text())["config"]
+    assert (config["kind"], config["num_heads"], config["num_layers"]) == ("eagle", 3, 1)
+    assert config["share_lm_head"] is True
+
+    trace = tmp_path / "eagle-calibration.npz"
+    doc = json.loads(ok("calibrate", "--model", my_model, "--drafter", eagle, "--prompts",
+                        prompts_file, "--max-new-tokens", "24", "--top-k", "8", "--threads", "1",
+                        "--out", trace).stdout)
+    assert (doc["heads"], doc["top_k"], doc["sequences"]) == (3, 8, 6)
+    growth = tmp_path / "eagle-growth.json"
+    ok("grow", "--trace", trace, "--max-nodes", "8", "--constraint", "contiguous", "--out", growth)
+    assert json.loads(growth.read_text())["meta"]["head_kind"] == "eagle"
+    yaml = ok("export", "--tree", growth, "--size", "8", "--format", "trtllm-yaml").stdout
+    assert "decoding_type: Eagle" in yaml and f'speculative_model: "{eagle}"' in yaml
 
 
 def test_train_heads_defaults_on_a_few_short_lines(my_model, tmp_path):
@@ -176,9 +242,16 @@ def guide_commands() -> list[str]:
 
 
 def test_the_guide_covers_every_step():
-    names = [shlex.split(c)[1] for c in guide_commands()]
+    argvs = [shlex.split(c)[1:] for c in guide_commands()]
+    names = [argv[0] for argv in argvs]
     for step in ("train-heads", "calibrate", "grow", "select", "profile", "export", "verify"):
         assert step in names, step
+    assert any(a[0] == "train-heads" and "eagle" in a for a in argvs)  # the EAGLE drafter
+    assert any(a[:2] == ["profile", "step"] for a in argvs)  # the measured route …
+    assert any(a[0] == "select" and "--step-profile" in a and "--hardware" not in a
+               and "--latency" not in a for a in argvs)  # … priced from the profile alone
+    text = GUIDE.read_text()  # the architecture table's place: right after section 1
+    assert text.index("## 1.") < text.index("## Supported architectures") < text.index("## 2.")
 
 
 @pytest.mark.parametrize("command", guide_commands())
