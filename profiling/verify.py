@@ -35,6 +35,7 @@ from profiling.timing import (
 )
 from roofline.config import ModelConfig
 from treeopt.decoding.cache import SlotCache
+from treeopt.decoding.models import check_decodable
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
@@ -172,6 +173,7 @@ def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str
     table = _resume(out, cfg, dtype, label, method)
     done = {k for k, r in table.by_key().items()}
     model = build_model(cfg, device=device, dtype=dtype, weights_dir=weights_dir)
+    check_decodable(model)  # the step timed is one that decodes this model as itself
     say = log or (lambda line: print(line, file=sys.stderr))
     groups = [(b, s, [q for q in tokens if (b, s, q) not in done]) for b in batch for s in context]
     groups = [g for g in groups if g[2]]

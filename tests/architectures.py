@@ -89,6 +89,13 @@ FAMILIES = (
         linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
         layer_types=["linear_attention", "full_attention"] * 2),
            "gated delta-net", refused="recurrent state"),
+    Family("mamba", "mamba", dict(vocab_size=VOCAB, hidden_size=32, state_size=8,
+                                  num_hidden_layers=2, bos_token_id=1, eos_token_id=2),
+           "selective state space", refused="recurrent state", common=False),
+    Family("jamba", "jamba", dict(num_experts=4, num_experts_per_tok=2, attn_layer_period=2,
+                                  attn_layer_offset=1, expert_layer_period=2,
+                                  expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=4),
+           "attention beside Mamba, MoE", refused="recurrent state"),
 )
 
 

@@ -216,7 +216,8 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
     at.button(key="verify_run").click().run()
     assert_clean(at)
     assert [s.value for s in at.success] == [
-        "Lossless: the tree's output equals plain greedy decoding token for token."]
+        "Lossless: the tree's output equals the model's own greedy `generate` and treeopt's "
+        "plain greedy decoding token for token."]
     shown = metrics(at)
     trace = demo.traces[KINDS[0]]
     tree = default_tree(demo)
@@ -239,7 +240,8 @@ def test_verify_page_decodes_a_batch_losslessly(demo, dtype):
     at.button(key="verify_run").click().run()
     assert_clean(at)
     assert [s.value for s in at.success] == [
-        "Lossless: every prompt's output equals plain greedy decoding token for token."]
+        "Lossless: every prompt's output equals the model's own greedy `generate` and "
+        "treeopt's plain greedy decoding token for token."]
     assert "batch of 2" in next(m.help for m in at.metric if m.label == "Tree decoding")
 
 

@@ -67,7 +67,12 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
                "--trace", workdir / "t.npz", "--out", workdir / "report.json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads((workdir / "report.json").read_text())
-    assert report["outputs_match"] is True
+    assert report["outputs_match"] is True and report["lossless"] is True
+    reference = report["model_generate"]
+    assert (reference["tree_equals_generate"], reference["autoregressive_equals_generate"],
+            reference["prompts"]) == (True, True, 6)
+    probe = report["support_probe"]
+    assert probe["prefix_tokens"] == 3 and probe["max_abs_logit_diff"] <= probe["tolerance"]
     assert report["tree_decoding"]["tokens"] == report["autoregressive"]["tokens"]
     assert report["tree"]["size"] == 5
     pred = report["predicted"]

@@ -25,6 +25,7 @@ work (:func:`attention_layout`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,11 +71,11 @@ class AttentionLayout:
 
     layers: tuple[LayerKind, ...]
 
-    @property
+    @functools.cached_property
     def kinds(self) -> tuple[LayerKind, ...]:
         return tuple(dict.fromkeys(self.layers))
 
-    @property
+    @functools.cached_property
     def full_only(self) -> bool:
         """Every layer sees its whole prefix: the plain tree mask is every layer's mask."""
         return all(k.kind == FULL for k in self.layers)

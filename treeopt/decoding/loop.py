@@ -78,9 +78,10 @@ def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) ->
 
 
 class Decoder:
-    """The live decoder of one model and its heads, checked once: the model honours a tree mask
-    (when there are heads) and how its verify forward runs (:func:`~treeopt.decoding.
-    tree_forward.verifier`). :meth:`decode` then decodes any tree, or none.
+    """The live decoder of one model and its heads, checked once: each layer's attention kind,
+    that treeopt's tree step gives the model's own logits past every window, and how its verify
+    forward runs (:func:`~treeopt.decoding.tree_forward.verifier`). :meth:`decode` then decodes
+    any tree, or none.
 
     On the CPU the float32 linear weights of the model and the heads are first stored
     column-major, in place (the same values and shapes:

@@ -73,12 +73,23 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     if not spec.device_map:
         model.to(spec.device)
     model.eval().requires_grad_(False)
+    check_decodable(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True,
                                                   trust_remote_code=spec.trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError):
         tokenizer = None
     return model, tokenizer
+
+
+def check_decodable(model: PreTrainedModel) -> None:
+    """Refuse, before any long job, a model treeopt cannot decode as it decodes itself: layers
+    of another kind than attention, or a tree step whose logits differ from the model's own
+    forward past every window (:func:`~treeopt.decoding.tree_forward.check_tree_support`)."""
+    from treeopt.decoding.tree_forward import verifier
+
+    with torch.inference_mode():
+        verifier(model, tree=True)
 
 
 def from_pretrained(path: str, *, flag: str = "--model", **kwargs: Any) -> Any:
