@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.decoding.cache import SlotCache  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
 from treeopt.decoding.plan import tree_plan  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
