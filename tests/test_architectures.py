@@ -96,3 +96,37 @@ def test_a_refused_family_fails_before_decoding_anything():
         autoregressive(falcon.build(), [5, 6, 7])
     with pytest.raises(TreeoptError, match="recurrent state"):
         verifier(falcon.build(), tree=False)
+
+
+def test_the_cli_refuses_a_recurrent_model_in_one_line_before_training(tmp_path, prompts_file):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import tiny_tokenizer
+
+    lfm2 = next(f for f in REFUSED if f.name == "lfm2")
+    model_dir = tmp_path / "lfm2"
+    lfm2.build().save_pretrained(model_dir)
+    tiny_tokenizer(arch.VOCAB).save_pretrained(model_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "treeopt", "train-heads", "--kind", "medusa", "--model",
+         str(model_dir), "--data", str(prompts_file), "--steps", "1", "--out",
+         str(tmp_path / "heads")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"})
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "Lfm2ForCausalLM" in line and "'conv'" in line and "recurrent state" in line
+    assert not (tmp_path / "heads").exists()  # refused before any work
+
+
+@pytest.mark.parametrize("family", DECODED, ids=lambda f: f.name)
+def test_the_rule_for_older_transformers_reads_what_transformers_reads(family):
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    from treeopt.decoding.layers import config_layer_types
+
+    config = family.build().config.get_text_config(decoder=True)
+    types, kwargs = get_layer_types_and_kwargs(config)
+    assert config_layer_types(config) == (list(types), list(kwargs))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -125,11 +125,9 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
     >>> attention_layout(m).kinds
     (LayerKind(kind='sliding_attention', span=5),)
     """
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
     config = model.config.get_text_config(decoder=True)
     name = type(model).__name__
-    types, kwargs = get_layer_types_and_kwargs(config)
+    types, kwargs = _layer_types(config)
     layers = []
     for i, (kind, kw) in enumerate(zip(types, kwargs, strict=True)):
         if kind not in KINDS:
@@ -149,6 +147,28 @@ def attention_layout(model: PreTrainedModel) -> AttentionLayout:
             f"branch (a mask hides keys; it cannot undo a state update); only attention layers "
             f"({', '.join(KINDS)}) can verify a tree")
     return AttentionLayout(tuple(layers))
+
+
+def _layer_types(config: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each layer's type and its window (``sliding_window``; a chunked layer's chunk there too),
+    by transformers' own reader where it has one (5.x), else :func:`config_layer_types`."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+    except ImportError:
+        return config_layer_types(config)
+    types, kwargs = get_layer_types_and_kwargs(config)
+    return list(types), list(kwargs)
+
+
+def config_layer_types(config: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """transformers 5's rule, for older versions: ``layer_types``, or every layer sliding where
+    ``sliding_window`` is set, chunked where ``attention_chunk_size`` is, full otherwise."""
+    window = getattr(config, "sliding_window", None)
+    chunk = getattr(config, "attention_chunk_size", None)
+    default = SLIDING if window is not None else CHUNKED if chunk is not None else FULL
+    types = list(getattr(config, "layer_types", None) or [default] * config.num_hidden_layers)
+    spans = {SLIDING: window, CHUNKED: chunk}
+    return types, [{"sliding_window": spans[t]} if t in spans else {} for t in types]
 
 
 def _stateful_layers(model: PreTrainedModel) -> str | None:
