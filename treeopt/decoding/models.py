@@ -85,7 +85,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
 def check_decodable(model: PreTrainedModel) -> None:
     """Refuse, before any long job, a model treeopt cannot decode as it decodes itself: layers
     of another kind than attention, or a tree step whose logits differ from the model's own
-    forward past every window (:func:`~treeopt.decoding.tree_forward.check_tree_support`)."""
+    forward past every window (:func:`~treeopt.decoding.probe.check_tree_support`)."""
     from treeopt.decoding.tree_forward import verifier
 
     with torch.inference_mode():

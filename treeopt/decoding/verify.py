@@ -18,8 +18,9 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.probe import check_tree_support
 from treeopt.decoding.reference import check_against_generate
-from treeopt.decoding.tree_forward import check_tree_support, verifier
+from treeopt.decoding.tree_forward import verifier
 from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
