@@ -131,3 +131,24 @@ def test_the_rule_for_older_transformers_reads_what_transformers_reads(family):
     config = family.build().config.get_text_config(decoder=True)
     types, kwargs = get_layer_types_and_kwargs(config)
     assert config_layer_types(config) == (list(types), list(kwargs))
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gpt_oss", "llama4_text", "deepseek_v3"])
+def test_bfloat16_with_exact_attention_decodes_as_the_model_does(name):
+    """16-bit decoding runs treeopt's exact attention (soft-capping, sinks, windows, MLA): the
+    loop and the tree still equal the model's own generate (with the same attention)."""
+    from treeopt.decoding.attention import register
+    from treeopt.decoding.reference import own_greedy
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+
+    model = next(f for f in arch.FAMILIES if f.name == name).build().to(torch.bfloat16)
+    model.set_attn_implementation(register())
+    hidden = model.get_input_embeddings().weight.shape[1]
+    heads = build_heads(HeadsConfig(kind="hydra", num_heads=3, hidden_size=hidden,
+                                    vocab_size=arch.VOCAB),
+                        lm_head=model.get_output_embeddings(),
+                        embeddings=model.get_input_embeddings()).eval().to(torch.bfloat16)
+    batch = arch.prompts()
+    want = own_greedy(model, batch, max_new_tokens=arch.NEW_TOKENS, eos_token_id=2)
+    assert arch.greedy_matches(model, heads, batch, want) == (len(batch), len(batch))
