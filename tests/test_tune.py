@@ -122,6 +122,39 @@ def test_the_speed_up_pairs_each_round_with_its_own_autoregressive_run():
 
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_rounds_stop_on_the_standard_error_they_report(monkeypatch, seed):
+    """Rounds drawn from a noisy machine (each run's time off by up to ×3, the tree's and the
+    autoregressive run's independently): every comparison reports a speed-up whose standard
+    error meets its target, or it hit the round cap."""
+    from treeopt.decoding import compare as comparing
+    from treeopt.decoding.loop import BatchResult
+    from treeopt.decoding.stats import DecodeStats
+    from treeopt.tree import Tree
+
+    rng = np.random.default_rng(seed)
+
+    class NoisyDecoder:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+            out = []
+            for shape in shapes:
+                tokens = 30 if shape.size else 20
+                seconds = float(np.exp(rng.uniform(0.0, np.log(3.0))))
+                out.append(BatchResult(((1,),), DecodeStats(tokens, (1,), seconds, tokens,
+                                                            seconds)))
+            return out
+
+    monkeypatch.setattr(comparing, "Decoder", NoisyDecoder)
+    monkeypatch.setattr(comparing, "MAX_ROUNDS", 40)
+    for target in (0.05, 0.1, 0.2):
+        c = comparing.compare(None, None, Tree.chain(1), [[1], [2]], rounds=2,
+                              target_se=target)
+        assert c.speedup_se <= target or len(c.tree_rounds) == 40, (target, c.speedup_se)
+
+
 def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_other(
         model_and_heads, tmp_path):
     """A calibration trace in which every head is right (select's pick: the deepest chain) and a
