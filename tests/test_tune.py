@@ -4,6 +4,7 @@ after it; a file from another setup is refused."""
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -135,6 +136,8 @@ def test_rounds_stop_on_the_standard_error_they_report(monkeypatch, seed):
     rng = np.random.default_rng(seed)
 
     class NoisyDecoder:
+        verify = types.SimpleNamespace(probe=None)
+
         def __init__(self, *args, **kwargs):
             pass
 
@@ -281,6 +284,8 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
 class _TimedDecoder:
     """Stands for the decoder: every decoding of a batch takes one second, tokens (1,)."""
 
+    verify = types.SimpleNamespace(probe=None)
+
     def __init__(self, model, heads, *, compile=False):
         pass
 
@@ -317,6 +322,7 @@ class _NoisyDecoder:
     1.2 s in odd ones, autoregressive decoding 1.0 s always (call 1 is the warm-up)."""
 
     calls = 0
+    verify = types.SimpleNamespace(probe=None)
 
     def __init__(self, model, heads, *, compile=False):
         pass

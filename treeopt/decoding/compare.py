@@ -60,6 +60,8 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.probe import SupportProbe
+
 SPLIT_BATCHES = 2  # batches of the profiled pass that measures the per-step phase times
 MAX_ROUNDS = 64  # rounds at most, however short a round is against ``min_seconds``
 LOSSLESS_MODES = ("greedy", "sample")  # tree output must equal autoregressive output exactly
@@ -76,6 +78,7 @@ class Comparison:
     autoregressive_rounds: tuple[tuple[BatchResult, ...], ...]
     tree_profile: DecodeStats | None = None
     autoregressive_profile: DecodeStats | None = None
+    probe: SupportProbe | None = None  # the decoder's support probe
 
     @property
     def tree_outputs(self) -> list[tuple[int, ...]]:
@@ -246,7 +249,7 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             tick(len(timed))
         tree_prof, ar_prof = combine(tree_split), combine(ar_split)
     return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
-                      ar_prof)
+                      ar_prof, probe=decoder.verify.probe)
 
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:

@@ -31,6 +31,7 @@ from treeopt.errors import TreeoptError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.probe import SupportProbe
     from treeopt.dynamic.expand import RowPlan
 
 
@@ -132,6 +133,7 @@ class Verifier:
     compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
     features: tuple[int, ...] = ()  # hidden states the drafter reads (empty: the last)
     blas: BlasChoice | None = None
+    probe: SupportProbe | None = None  # what the support probe found, when it ran
 
     @property
     def static(self) -> bool:
@@ -202,7 +204,7 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     if tree:
         from treeopt.decoding.probe import check_tree_support  # the probe drives a Verifier
 
-        check_tree_support(plain)
+        plain = replace(plain, probe=check_tree_support(plain))
     plain = replace(plain, split=not features and _split_is_exact(model))
     blas = blas_choice(model)
     if not compile:

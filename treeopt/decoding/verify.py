@@ -18,9 +18,7 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.probe import check_tree_support
 from treeopt.decoding.reference import check_against_generate
-from treeopt.decoding.tree_forward import verifier
 from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
@@ -69,7 +67,7 @@ def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
     result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
                      min_seconds=min_seconds, target_se=target_se, split=True, compile=compile,
                      progress=progress)
-    probe = check_tree_support(verifier(model, tree=False))
+    probe = result.probe  # the decoder's, run before it decoded anything
     report: dict[str, Any] = {
         "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
                                           "choices": tree.as_choices()},
