@@ -37,7 +37,7 @@ from roofline.config import ModelConfig
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.models import check_decodable
 from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import verifier, verify_step
+from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -81,27 +81,26 @@ def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str |
     return model.eval()
 
 
-def _step(model: torch.nn.Module, batch: int, context: int, q: int,
+def _step(verify: Verifier, batch: int, context: int, q: int,
           device: str) -> tuple[Callable[[], object], SlotCache]:
     """The decoder's own verify step of a q-token chain (a chain stands for any q-token tree:
     the cost depends on q only) after ``context`` cached tokens per row."""
-    verify = verifier(model, tree=False)
     cache = SlotCache.random(verify.shape, batch=batch, context=context, extra=q)
-    ids = torch.randint(0, model.config.vocab_size, (batch, q), device=device)
+    ids = torch.randint(0, verify.model.config.vocab_size, (batch, q), device=device)
     plan = tree_plan(Tree.chain(q - 1), device)
     lengths = torch.full((batch,), context, dtype=torch.long, device=device)
     return (lambda: verify_step(verify, ids, plan, cache=cache, lengths=lengths,
                                 frontier=context)), cache
 
 
-def _eager_calls(model, batch, context, tokens, device) -> dict[int, Call]:
+def _eager_calls(verify, batch, context, tokens, device) -> dict[int, Call]:
     """One call per q; each writes at the same frontier, so no reset is needed."""
-    return {q: Call(run=_step(model, batch, context, q, device)[0]) for q in tokens}
+    return {q: Call(run=_step(verify, batch, context, q, device)[0]) for q in tokens}
 
 
-def _graph_call(model, batch, context, q, device) -> Call:
+def _graph_call(verify, batch, context, q, device) -> Call:
     """The verify step captured as a CUDA graph and replayed."""
-    step, cache = _step(model, batch, context, q, device)
+    step, cache = _step(verify, batch, context, q, device)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
@@ -123,14 +122,15 @@ def measure_group(model: torch.nn.Module, cfg: ModelConfig, *, batch: int, conte
                   method: str = "eager") -> list[LatencyRecord]:
     """Records for every q of one (b, s): measured, or the out-of-memory that stopped it."""
     errors: dict[int, str] = {}
+    verify = verifier(model, tree=False)  # once for every q of the group
     try:
         if method == "eager":
-            calls = _eager_calls(model, batch, context, tokens, device)
+            calls = _eager_calls(verify, batch, context, tokens, device)
         else:
             calls = {}
             for q in tokens:
                 try:
-                    calls[q] = _graph_call(model, batch, context, q, device)
+                    calls[q] = _graph_call(verify, batch, context, q, device)
                 except RuntimeError as exc:
                     if not is_out_of_memory(exc):
                         raise

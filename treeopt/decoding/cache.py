@@ -50,7 +50,8 @@ def cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor, Put]]:
 @dataclass(frozen=True)
 class CacheShape:
     """What the model's own cache holds per token: ``kv_heads`` keys of ``key_dim`` and values
-    of ``value_dim`` in each of ``layers`` layers (MLA: decompressed keys wider than values)."""
+    of ``value_dim`` in each of ``layers`` layers (transformers' MLA: the compressed latent as
+    the "keys" and the shared rotary key as the "values", one head each)."""
 
     layers: int
     kv_heads: int
@@ -66,8 +67,8 @@ class CacheShape:
 
 
 def cache_shape(model: PreTrainedModel) -> CacheShape:
-    """Read from the model's own cache after a one-token forward (not guessed from the config:
-    MLA caches keys of ``qk_head_dim`` and values of ``v_head_dim``); layers whose shapes
+    """Read from the model's own cache after a one-token forward, not guessed from the config
+    (what MLA caches differs from ``head_dim`` and between versions); layers whose shapes
     differ are refused."""
     from treeopt.errors import TreeoptError
 
@@ -89,8 +90,9 @@ def cache_shape(model: PreTrainedModel) -> CacheShape:
 class SlotCache(DynamicCache):
     """Keys and values of a batch of sequences in one preallocated buffer, written in place.
 
-    ``kv`` is ``[layers, 2, batch, kv_heads, capacity, head_dim]``, ``head_dim`` the wider of
-    the key and value widths (MLA: the values fill the first ``value_dim``). Row i's cached tokens are the
+    ``kv`` is ``[layers, 2, batch, kv_heads, capacity, width]``, ``width`` the wider of the key
+    and value widths (where they differ, as under MLA, each fills its first ``widths``). Row
+    i's cached tokens are the
     slots ``[0, length_i)`` (the lengths are kept by the decoder, which masks the rest). A forward
     writes its q new tokens at ``[frontier, frontier + q)`` of every row and attends over
     ``[0, frontier + q)``; afterwards :meth:`move` copies each row's accepted tokens down to the
