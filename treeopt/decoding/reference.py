@@ -18,6 +18,8 @@ from treeopt.decoding.models import model_device
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.compare import Comparison
+
 
 def own_greedy(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *,
                max_new_tokens: int, eos_token_id: int | None) -> list[tuple[int, ...]]:
@@ -85,3 +87,17 @@ def check_against_generate(model: PreTrainedModel, prompts: Sequence[Sequence[in
         return tuple(i for i, (g, w) in enumerate(zip(got, want, strict=True)) if tuple(g) != w)
 
     return ReferenceCheck(len(prompts), differ(tree_outputs), differ(loop_outputs))
+
+
+def check_comparison(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
+                     comparison: Comparison) -> ReferenceCheck | None:
+    """A greedy comparison's tree and autoregressive outputs (of the first prompts, as many as
+    it decoded) against ``generate``; None for sampling and typical acceptance."""
+    config = comparison.config
+    if config.mode != "greedy":
+        return None
+    decoded = comparison.tree_outputs
+    return check_against_generate(model, prompts[: len(decoded)], decoded,
+                                  comparison.autoregressive_outputs,
+                                  max_new_tokens=config.max_new_tokens,
+                                  eos_token_id=config.eos_token_id)

@@ -18,7 +18,7 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.reference import check_against_generate
+from treeopt.decoding.reference import check_comparison
 from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
@@ -75,12 +75,8 @@ def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
         "max_new_tokens": config.max_new_tokens, **result.to_dict(),
         "support_probe": {"prefix_tokens": probe.prefix, "max_abs_logit_diff": probe.max_abs_diff,
                           "tolerance": probe.tolerance}}
-    if config.mode == "greedy":
-        decoded = result.tree_outputs
-        check = check_against_generate(model, prompts[: len(decoded)], decoded,
-                                       result.autoregressive_outputs,
-                                       max_new_tokens=config.max_new_tokens,
-                                       eos_token_id=config.eos_token_id)
+    check = check_comparison(model, prompts, result)
+    if check is not None:  # greedy
         report["model_generate"] = check.to_dict()
         report["lossless"] = check.tree_equals_generate and not result.mismatched
     else:

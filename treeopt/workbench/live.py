@@ -47,7 +47,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
     at ``temperature`` with ``seed``."""
     from treeopt.decoding.compare import compare
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.reference import check_against_generate
+    from treeopt.decoding.reference import check_comparison
     from treeopt.decoding.verify import check_tree_for
     from treeopt.simulate import simulate
 
@@ -76,13 +76,9 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
         if "sequence_positions" in trace.meta:
             per_step = simulate(tree, trace, per_step=True).mean_accept_length
     split = result.to_dict()["tree_decoding"].get("ms_per_step", {})
-    generate_match = None
-    if mode == "greedy":
-        check = check_against_generate(model, ids[: len(result.tree_outputs)],
-                                       result.tree_outputs, result.autoregressive_outputs,
-                                       max_new_tokens=max_new_tokens,
-                                       eos_token_id=config.eos_token_id)
-        generate_match = check.tree_equals_generate and check.loop_equals_generate
+    check = check_comparison(model, ids, result)
+    generate_match = None if check is None else (check.tree_equals_generate
+                                                 and check.loop_equals_generate)
     return LiveRun(
         segments=segments, accept_lengths=tuple(first), histogram=stats.histogram,
         mean_accept_length=stats.mean_accept_length, stderr=stats.stderr, batch=batch,
