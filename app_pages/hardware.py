@@ -3,7 +3,7 @@
 import streamlit as st
 
 from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
-from roofline import hardware_names, load_hardware, preset, preset_names, roofline
+from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.drafters import KINDS
 from treeopt.grow import grow
 from treeopt.workbench import plots_dynamic as dyn_plots

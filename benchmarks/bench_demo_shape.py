@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from profiling.step import profile_steps
+from treeopt.profiling.step import profile_steps
 from treeopt.demo import load
 from treeopt.drafters import build_heads
 from treeopt.select import select

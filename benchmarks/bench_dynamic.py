@@ -254,7 +254,7 @@ def profile_here(demo, batches):
     design set and :data:`PICKED`."""
     import tempfile
 
-    from profiling.step import profile_steps
+    from treeopt.profiling.step import profile_steps
     from treeopt.demo.config import DemoConfig
     from treeopt.dynamic.settings import DynamicSettings
     from treeopt.prompts import encode, read_texts

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from profiling.step import profile_steps
+from treeopt.profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder

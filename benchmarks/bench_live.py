@@ -63,9 +63,9 @@ from pathlib import Path
 
 import torch
 
-from profiling.alongside import AlongsideProfile
-from profiling.step import profile_steps
-from profiling.table import load_step_profile
+from treeopt.profiling.alongside import AlongsideProfile
+from treeopt.profiling.step import profile_steps
+from treeopt.profiling.table import load_step_profile
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig

@@ -12,8 +12,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from profiling.verify import profile_verify
-from roofline import Precision, load_hardware, preset, roofline
+from treeopt.profiling.verify import profile_verify
+from treeopt.roofline import Precision, load_hardware, preset, roofline
 
 
 def main() -> None:

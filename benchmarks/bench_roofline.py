@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from roofline import load_hardware, preset, roofline
+from treeopt.roofline import load_hardware, preset, roofline
 
 BATCH = [1, 2, 4, 8, 16, 32, 64]
 CONTEXT = [128, 256, 512, 1024, 2048, 4096]

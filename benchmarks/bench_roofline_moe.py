@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from roofline import ModelConfig, load_hardware, preset
-from roofline.params import parameter_count
+from treeopt.roofline import ModelConfig, load_hardware, preset
+from treeopt.roofline.params import parameter_count
 from treeopt.grow import Growth
 from treeopt.workbench.pricing import roofline_selection
 

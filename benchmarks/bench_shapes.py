@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from profiling.timing import Call, interleaved, summarize
+from treeopt.profiling.timing import Call, interleaved, summarize
 from treeopt.decoding.attention import register
 
 SHAPES = "128x8x384,256x4x768,384x4x1152,512x4x1536,512x2x1536"

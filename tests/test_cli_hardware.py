@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from profiling.table import LatencyRecord, LatencyTable
-from roofline import preset
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 from treeopt.cli import main
 from treeopt.grow import Growth
 

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from profiling.table import load_step_profile  # noqa: E402
+from treeopt.profiling.table import load_step_profile  # noqa: E402
 from treeopt.trace import RankTrace  # noqa: E402
 
 

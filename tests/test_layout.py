@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "streamlit", "safetensors", "accelerate")
 APP = ("treeopt.workbench", "treeopt.cli", "treeopt.demo", "app_pages", "streamlit")
 TORCH_SIDE = ("treeopt.drafters", "treeopt.decoding", "treeopt.workbench", "treeopt.cli",
-              "treeopt.demo", "profiling")
+              "treeopt.demo", "treeopt.profiling")
 TORCH_FREE_DRAFTERS = ("treeopt.drafters", "treeopt.drafters.config")
 
 

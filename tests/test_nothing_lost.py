@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from profiling.table import LatencyRecord, LatencyTable
-from roofline import preset
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 from treeopt import RankTrace, TreeoptError
 from treeopt.cli import main
 from treeopt.files import dumps

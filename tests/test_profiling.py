@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from profiling.device import measure_device
-from profiling.table import LatencyRecord, LatencyTable, load_step_profile
-from profiling.timing import Call, interleaved
-from profiling.verify import build_model, profile_verify
-from roofline import Hardware, ModelConfig, preset
+from treeopt.profiling.device import measure_device
+from treeopt.profiling.table import LatencyRecord, LatencyTable, load_step_profile
+from treeopt.profiling.timing import Call, interleaved
+from treeopt.profiling.verify import build_model, profile_verify
+from treeopt.roofline import Hardware, ModelConfig, preset
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
@@ -35,7 +35,7 @@ def tiny_medusa() -> tuple[torch.nn.Module, torch.nn.Module]:
 
 def profile_chains(out, **kw):
     """The step profile, at batch 1 on one prompt, of the chains of 1 and 2 nodes."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
     from treeopt.grow import Growth
 
     model, heads = tiny_medusa()
@@ -137,7 +137,7 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
-    from profiling.step import profile_steps
+    from treeopt.profiling.step import profile_steps
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
@@ -173,7 +173,7 @@ def test_an_alongside_profile_records_each_point_once_and_resumes(tmp_path, monk
     """Each call profiles one tree beside the batch's autoregressive reference, in the
     decoder's loop; the file is a step profile; a tree recorded at a batch is not measured
     again, nor after a restart from the file."""
-    import profiling.alongside as alongside
+    import treeopt.profiling.alongside as alongside
 
     model, heads = tiny_medusa()
     out = tmp_path / "alongside.json"
@@ -205,7 +205,7 @@ def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, m
     """A later tree's record keeps its step over its own reference, in terms of the reference
     measured with the batch's first tree — and the file prices as a step profile: the tree at
     that record, to the last digit."""
-    import profiling.alongside as alongside
+    import treeopt.profiling.alongside as alongside
     from treeopt.workbench.pricing import profiled_costs
 
     def record(size, q, draft, verify, book):
@@ -232,7 +232,7 @@ def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, m
 def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeypatch):
     """One busy moment makes a tree's verify step look cheaper than a smaller tree's: that
     record and the one it fell below get another round, and the fall is gone."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
     from treeopt.costs import verify_dips
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
@@ -276,7 +276,7 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
     record is one decode, a tree's round two (the tree and its reference). Records get rounds
     until they were timed ``min_seconds``, at most ``MAX_ROUNDS``; each says its rounds and
     seconds."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
 
     clock = [0.0]
 
@@ -301,7 +301,7 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
     """Two prompts at batch 1: a cycle is 2 rounds. Every decode takes a second; asked for 5 s,
     the autoregressive record (1 s a round) gets 2 + 2 + 2 rounds, a tree's (2 s a round, with
     its reference) 2 + 2, and each prompt is decoded as often as the other."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
     from treeopt.grow import Growth
 
     clock, decoded = [0.0], []
@@ -332,7 +332,7 @@ def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_ta
     after 3 rounds, 0.0525 after 4, 0.0454 after 5, 0.0407 after 6, 0.0372 after 7. Tree
     records get rounds until theirs is at most ``target_se`` (at most ``MAX_ROUNDS``) and say
     it; the autoregressive record, with no reference, keeps its 3."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
     from treeopt.decoding.stats import relative_se
 
     seen: dict[int, int] = {}
@@ -360,7 +360,7 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
                                                                              monkeypatch):
     """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,
     cyclically, and smaller batches get the rounds it takes to decode ``sequences`` of them."""
-    import profiling.step as step
+    import treeopt.profiling.step as step
     from treeopt.grow import Growth
 
     groups: dict[tuple[int, int], list[list[int]]] = {}  # (batch, q) → first token of each row

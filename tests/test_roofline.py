@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roofline import (
+from treeopt.roofline import (
     Efficiency,
     Hardware,
     ModelConfig,
@@ -203,14 +203,14 @@ def test_efficiency_bounds():
 
 
 def test_roofline_imports_numpy_only():
-    code = "import roofline, profiling, sys; print('torch' in sys.modules)"
+    code = "import treeopt.roofline, treeopt.profiling, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_every_drafter_kind_has_a_drafting_formula_that_grows_with_depth():
-    from roofline.draft import _FORMULAS, DraftSpec, draft_seconds
-    from roofline.hardware import Hardware
+    from treeopt.roofline.draft import _FORMULAS, DraftSpec, draft_seconds
+    from treeopt.roofline.hardware import Hardware
     from treeopt.drafters import KIND_NAMES, drafter_kind
 
     assert set(_FORMULAS) == set(KIND_NAMES)

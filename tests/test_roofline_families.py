@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from roofline import ModelConfig, Precision, load_hardware, operators, preset, roofline
-from roofline.config import preset_names, preset_row
-from roofline.moe import expected_experts
-from roofline.params import kv_bytes_per_token, parameter_count
+from treeopt.roofline import ModelConfig, Precision, load_hardware, operators, preset, roofline
+from treeopt.roofline.config import preset_names, preset_row
+from treeopt.roofline.moe import expected_experts
+from treeopt.roofline.params import kv_bytes_per_token, parameter_count
 from treeopt.errors import TreeoptError
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6,

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiling.table import LatencyRecord, LatencyTable
-from roofline import preset
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 from treeopt.costs import (
     DraftCost,
     StepLatency,
@@ -146,7 +146,7 @@ def test_profiles_of_one_setup_pooled_are_priced_as_their_records_together(tmp_p
     measured it. A profile of another setup is refused, naming both files."""
     import json
 
-    from profiling.table import STEP_FORMAT
+    from treeopt.profiling.table import STEP_FORMAT
     from treeopt.workbench.pricing import profiled_costs
 
     setup = {"format": STEP_FORMAT, "device": "cpu", "dtype": "float32", "attention": "sdpa",

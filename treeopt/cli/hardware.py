@@ -175,7 +175,7 @@ def _add_device(p: argparse.ArgumentParser) -> None:
 
 def _add_precision(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--hardware", required=required, metavar="NAME|FILE",
-                   help="a row of data/hardware/gpus.csv or a hardware JSON"
+                   help="a row of treeopt/roofline/gpus.csv or a hardware JSON"
                         + (" (required)" if required else ""))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                    help="compute dtype (default bf16)")
@@ -197,7 +197,7 @@ def _add_grid(p: argparse.ArgumentParser, *, tokens: bool) -> None:
 
 
 def _model(args: argparse.Namespace, *, need: bool = True) -> Any:
-    from roofline.config import load_config, preset
+    from treeopt.roofline.config import load_config, preset
 
     if args.preset:
         return preset(args.preset)
@@ -217,7 +217,7 @@ def _dtype(args: argparse.Namespace) -> str:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from profiling.verify import profile_verify
+    from treeopt.profiling.verify import profile_verify
 
     cfg = _model(args)
     _need_grid(args, "batch", "context", "tokens")
@@ -241,7 +241,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_device(args: argparse.Namespace) -> int:
-    from profiling.device import measure_device
+    from treeopt.profiling.device import measure_device
 
     dtypes = args.dtype or (["bf16", "fp32"] if args.device.startswith("cuda") else ["fp32"])
     return emit(measure_device(device=args.device, dtypes=dtypes, matmul_size=args.matmul_size,
@@ -249,7 +249,7 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_step(args: argparse.Namespace) -> int:
-    from profiling.step import FALL_LIMIT, SIZES, profile_steps
+    from treeopt.profiling.step import FALL_LIMIT, SIZES, profile_steps
     from treeopt.costs import verify_dips
     from treeopt.grow import Growth
     from treeopt.prompts import encode, read_texts
@@ -286,14 +286,14 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
 
 
 def _precision(args: argparse.Namespace) -> Any:
-    from roofline.model import Precision
+    from treeopt.roofline.model import Precision
 
     return Precision.from_dtypes(args.dtype or "bf16", weight=args.weight_dtype, kv=args.kv_dtype)
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
-    from profiling.table import LatencyTable
-    from roofline import fit_efficiency, load_hardware, roofline
+    from treeopt.profiling.table import LatencyTable
+    from treeopt.roofline import fit_efficiency, load_hardware, roofline
 
     cfg, hw, precision = _model(args), load_hardware(args.hardware), _precision(args)
     _need_grid(args, "batch", "context", "tokens")
@@ -384,7 +384,7 @@ def _step_profile(args: argparse.Namespace) -> dict[str, Any] | None:
     """The --step-profile files read and pooled (one document), if given."""
     if not args.step_profile:
         return None
-    from profiling.table import pool_step_profiles
+    from treeopt.profiling.table import pool_step_profiles
 
     return pool_step_profiles(args.step_profile)
 
@@ -402,7 +402,7 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any,
         records.append(pv.recorded_by_step_profile(profile, f"--step-profile "
                                                    f"{' '.join(args.step_profile)}"))
     if args.latency:
-        from profiling.table import LatencyTable
+        from treeopt.profiling.table import LatencyTable
 
         records.append(pv.recorded_by_table(LatencyTable.load(args.latency),
                                             f"--latency {args.latency}"))
@@ -435,7 +435,7 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
     if not sources:
         return costs.verify
     if args.latency:
-        from profiling.table import LatencyTable
+        from treeopt.profiling.table import LatencyTable
 
         table = LatencyTable.load(args.latency)
         device = costs.verify.meta.get("device") if costs is not None else None
@@ -445,7 +445,7 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
         return pricing.table_latency(table, source=args.latency)
     if args.roofline:
         return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)
-    from roofline import load_hardware
+    from treeopt.roofline import load_hardware
 
     _need_grid(args, "batch", "context")
     return pricing.roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
@@ -464,7 +464,7 @@ def _draft(args: argparse.Namespace, cfg: Any, costs: Any) -> Any:
     require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),
             "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
             "(--preset/--config) and --draft-heads K")
-    from roofline import load_hardware
+    from treeopt.roofline import load_hardware
     from treeopt.workbench.pricing import roofline_draft
 
     return roofline_draft(args.draft_kind, num_heads=args.draft_heads, model=cfg,

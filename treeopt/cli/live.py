@@ -206,7 +206,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from profiling.table import pool_step_profiles
+    from treeopt.profiling.table import pool_step_profiles
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.models import attention_of
     from treeopt.decoding.tune import family_tree, tune
@@ -246,7 +246,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     heads = load_drafter_from(args, model)
     costs = None
     if profile is not None:
-        from profiling.step import check_setup
+        from treeopt.profiling.step import check_setup
 
         check_setup(profile, model, source=f"--step-profile {named}")
         require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
@@ -256,7 +256,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     prompts = _prompts(args, tok)[: args.prompt_count]
     alongside = None
     if args.profile_alongside:
-        from profiling.alongside import AlongsideProfile
+        from treeopt.profiling.alongside import AlongsideProfile
 
         alongside = AlongsideProfile(model, heads, prompts, out=args.profile_alongside,
                                      max_new_tokens=args.max_new_tokens, rounds=args.rounds,

@@ -412,9 +412,9 @@ def latency(ctx: Context) -> dict[str, Any]:
     """The verify-step table (batch 1, the profiler's own sweep) and, for each head kind, the
     live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
     if not _has_profiler():
-        return {"skipped": "the profiler is not available (profiling/ is not importable)"}
-    from profiling.verify import profile_verify
-    from roofline.config import load_config
+        return {"skipped": "the profiler is not available (treeopt.profiling is not importable)"}
+    from treeopt.profiling.verify import profile_verify
+    from treeopt.roofline.config import load_config
 
     c = ctx.config
     threads(c.live_threads)
@@ -432,7 +432,7 @@ def latency(ctx: Context) -> dict[str, Any]:
 
 def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
-    from profiling.step import profile_steps
+    from treeopt.profiling.step import profile_steps
     from treeopt.grow import Growth
 
     c = ctx.config
@@ -601,7 +601,7 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     """The live dynamic step of the EAGLE drafter, profiled phase by phase at every live batch
     size over a design set of settings: what prices dynamic drafting."""
-    from profiling.step import profile_steps
+    from treeopt.profiling.step import profile_steps
     from treeopt.dynamic import DynamicSettings
 
     c = ctx.config
@@ -680,7 +680,7 @@ def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
 
 def _has_profiler() -> bool:
     try:
-        import profiling.step  # noqa: F401
+        import treeopt.profiling.step  # noqa: F401
     except ImportError:
         return False
     return True

@@ -28,8 +28,8 @@ from treeopt.sweep import Sweep
 from treeopt.trace import RankTrace
 
 if TYPE_CHECKING:
-    from profiling.table import LatencyTable
-    from roofline import Hardware, ModelConfig, Precision
+    from treeopt.profiling.table import LatencyTable
+    from treeopt.roofline import Hardware, ModelConfig, Precision
     from treeopt.demo.load import Demo
 
 
@@ -52,8 +52,8 @@ def table_latency(table: LatencyTable, *, source: str) -> StepLatency:
 def saved_roofline_latency(path: str | os.PathLike[str], *, model: ModelConfig | None = None,
                            dtype: str | None = None) -> StepLatency:
     """Verify latency from a saved ``treeopt roofline`` file, checked against the model/dtype."""
-    from roofline.config import ModelConfig
-    from roofline.sweep import read_roofline_points
+    from treeopt.roofline.config import ModelConfig
+    from treeopt.roofline.sweep import read_roofline_points
     from treeopt.files import read_json
 
     doc = read_json(path)
@@ -71,7 +71,7 @@ def roofline_latency(growth: Growth, *, model: ModelConfig, hardware: Hardware,
                      batch: Sequence[int], context: Sequence[int], precision: Precision,
                      attention: str = "fused") -> StepLatency:
     """Verify-step latency predicted for every tree size of ``growth`` (q = 1 … N+1)."""
-    from roofline import roofline
+    from treeopt.roofline import roofline
 
     r = roofline(model, hardware, batch=batch, context=context,
                  tokens=list(range(1, growth.max_nodes + 2)), precision=precision,
@@ -86,7 +86,7 @@ def profiled_costs(path: str | os.PathLike[str] | Sequence[str | os.PathLike[str
     several of one setup pooled (:func:`profiling.table.pool_step_profiles`: profiles taken
     before and after a sweep describe a drifting host better than either); ``source``: how what
     is priced names the files (default their paths, joined by " + ")."""
-    from profiling.table import pool_step_profiles
+    from treeopt.profiling.table import pool_step_profiles
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     return costs_of_profile(pool_step_profiles(paths), source=source)
@@ -106,7 +106,7 @@ def roofline_draft(kind: str | None, *, num_heads: int, model: ModelConfig, hard
     """Predicted cost of ``num_heads`` draft heads of ``kind`` on ``hardware`` (none if no kind)."""
     if not kind:
         return NO_DRAFT
-    from roofline.draft import DraftSpec, draft_seconds
+    from treeopt.roofline.draft import DraftSpec, draft_seconds
 
     spec = DraftSpec(kind, num_heads, model.hidden_size, model.vocab_size, num_layers)
     return DraftCost(kind, f"roofline on {hardware.name}",
@@ -119,7 +119,7 @@ def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware
                        precision: Precision | None = None, draft_kind: str | None = None,
                        draft_heads: int = 0) -> Selection:
     """Best tree per (b, s) with the verify step predicted by the roofline of ``model``."""
-    from roofline.model import BF16
+    from treeopt.roofline.model import BF16
 
     precision = precision or BF16
     verify = roofline_latency(growth, model=model, hardware=hardware, batch=batch,

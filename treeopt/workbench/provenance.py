@@ -21,7 +21,7 @@ from treeopt.grow import Growth
 from treeopt.trace import RankTrace
 
 if TYPE_CHECKING:
-    from profiling.table import LatencyTable
+    from treeopt.profiling.table import LatencyTable
 
 _LABELS = {"kind": "head kind", "num_heads": "head count", "hidden_size": "hidden size",
            "vocab_size": "vocabulary", "num_layers": "base model layers"}

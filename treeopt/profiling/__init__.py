@@ -3,6 +3,6 @@ cost, and device micro-benchmarks. Importing the package needs numpy only; the m
 (:mod:`profiling.verify`, :mod:`profiling.drafting`, :mod:`profiling.device`) import torch.
 """
 
-from profiling.table import LATENCY_FORMAT, LatencyRecord, LatencyTable
+from treeopt.profiling.table import LATENCY_FORMAT, LatencyRecord, LatencyTable
 
 __all__ = ["LATENCY_FORMAT", "LatencyRecord", "LatencyTable"]

@@ -4,13 +4,13 @@ FLOP/s and bandwidth (numpy only; formulas in :mod:`roofline.model`, :mod:`roofl
 :mod:`roofline.moe`).
 """
 
-from roofline.config import MLA, ModelConfig, MoE, load_config, preset, preset_names
-from roofline.fit import Fit, fit_efficiency
-from roofline.hardware import Hardware, hardware_names, load_hardware
-from roofline.model import Efficiency, Precision, operators
-from roofline.moe import expected_experts
-from roofline.params import ParameterCount, kv_bytes_per_token, parameter_count
-from roofline.sweep import Roofline, roofline
+from treeopt.roofline.config import MLA, ModelConfig, MoE, load_config, preset, preset_names
+from treeopt.roofline.fit import Fit, fit_efficiency
+from treeopt.roofline.hardware import Hardware, hardware_names, load_hardware
+from treeopt.roofline.model import Efficiency, Precision, operators
+from treeopt.roofline.moe import expected_experts
+from treeopt.roofline.params import ParameterCount, kv_bytes_per_token, parameter_count
+from treeopt.roofline.sweep import Roofline, roofline
 
 __all__ = [
     "Efficiency",

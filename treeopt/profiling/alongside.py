@@ -25,7 +25,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from profiling.step import batch_records, resume_document
+from treeopt.profiling.step import batch_records, resume_document
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.errors import TreeoptError

@@ -1,7 +1,7 @@
 """Hardware specs: peak matmul FLOP/s and memory bandwidth, each row with its source.
 
 Three kinds of rows, one type:
-- the built-in table ``data/hardware/gpus.csv`` (vendor datasheets, dense — not sparse — peaks);
+- the built-in table ``treeopt/roofline/gpus.csv`` (vendor datasheets, dense — not sparse — peaks);
 - "this machine, measured": the JSON that ``treeopt profile device`` writes;
 - any user-supplied JSON of the same format (``"format": "treeopt.hardware/1"``).
 
@@ -23,7 +23,7 @@ from treeopt.errors import TreeoptError
 from treeopt.files import check_format, read_json, write_json
 
 HARDWARE_FORMAT = "treeopt.hardware/1"
-HARDWARE_CSV = Path(__file__).resolve().parents[1] / "data" / "hardware" / "gpus.csv"
+HARDWARE_CSV = Path(__file__).resolve().parent / "gpus.csv"
 COMPUTE_DTYPES = ("bf16", "fp16", "fp32")
 
 

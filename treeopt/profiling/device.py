@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from profiling.timing import TORCH_DTYPES, Call, interleaved, summarize
-from profiling.verify import check_device, device_label
-from roofline.hardware import HARDWARE_FORMAT
+from treeopt.profiling.timing import TORCH_DTYPES, Call, interleaved, summarize
+from treeopt.profiling.verify import check_device, device_label
+from treeopt.roofline.hardware import HARDWARE_FORMAT
 from treeopt.errors import TreeoptError
 
 

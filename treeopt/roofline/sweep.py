@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from roofline.config import ModelConfig
-from roofline.hardware import Hardware
-from roofline.model import (
+from treeopt.roofline.config import ModelConfig
+from treeopt.roofline.hardware import Hardware
+from treeopt.roofline.model import (
     BF16,
     BYTE_KINDS,
     OP_CLASSES,
@@ -30,7 +30,7 @@ from treeopt.files import check_format
 class Roofline:
     """Predicted step latency on a grid; ``total_s[ib, is, iq]`` in seconds.
 
-    >>> from roofline.config import preset
+    >>> from treeopt.roofline.config import preset
     >>> hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
     >>> r = roofline(preset("llama-2-7b"), hw, batch=[1], context=[512], tokens=[1, 64])
     >>> [round(float(x) * 1e3, 3) for x in r.total_s[0, 0]]  # memory-bound: 13.2 GB of weights

@@ -156,13 +156,13 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, doc: dict[str, Any], *, name: str, source: str) -> ModelConfig:
         """Read a Hugging Face ``config.json`` dict; ``source`` names it in errors."""
-        from roofline.families import read_hf
+        from treeopt.roofline.families import read_hf
 
         return cls(name=name, **read_hf(doc, source=source))
 
     def to_hf(self) -> dict[str, Any]:
         """The Hugging Face config fields (for ``AutoConfig.for_model``)."""
-        from roofline.families import write_hf
+        from treeopt.roofline.families import write_hf
 
         return write_hf(self)
 
@@ -189,7 +189,7 @@ FIELDS = tuple(f.name for f in fields(ModelConfig))
 
 @functools.lru_cache(maxsize=1)
 def _presets() -> dict[str, dict[str, Any]]:
-    text = resources.files("roofline").joinpath("presets.json").read_text(encoding="utf-8")
+    text = resources.files("treeopt.roofline").joinpath("presets.json").read_text(encoding="utf-8")
     return json.loads(text)["presets"]
 
 

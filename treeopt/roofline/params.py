@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roofline.config import ModelConfig
-from roofline.model import BF16, Precision
+from treeopt.roofline.config import ModelConfig
+from treeopt.roofline.model import BF16, Precision
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ParameterCount:
 def parameter_count(cfg: ModelConfig) -> ParameterCount:
     """Parameters of ``cfg``.
 
-    >>> from roofline import preset
+    >>> from treeopt.roofline import preset
     >>> preset_count = parameter_count(preset("llama-3.1-8b"))
     >>> preset_count.total, preset_count.active == preset_count.total
     (8030261248, True)
@@ -74,7 +74,7 @@ def _mlp(h: int, i: int, *, gated: bool, bias: bool) -> int:
 def kv_bytes_per_token(cfg: ModelConfig, precision: Precision = BF16) -> float:
     """KV-cache bytes one token adds at every layer (MLA: the latent and the RoPE key).
 
-    >>> from roofline import preset
+    >>> from treeopt.roofline import preset
     >>> kv_bytes_per_token(preset("llama-3.1-8b")), kv_bytes_per_token(preset("deepseek-v3"))
     (131072, 70272)
     """
@@ -85,7 +85,7 @@ def kv_cache_bytes(cfg: ModelConfig, context: int, precision: Precision = BF16) 
     """KV-cache bytes of one sequence of ``context`` tokens: sliding-window and chunked layers
     keep at most their window.
 
-    >>> from roofline import preset
+    >>> from treeopt.roofline import preset
     >>> kv_cache_bytes(preset("gemma-3-27b"), 32768) / kv_cache_bytes(preset("gemma-3-27b"), 1024)
     6.0
     """

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roofline.config import ModelConfig
-from roofline.hardware import Hardware
-from roofline.model import BF16, OP_CLASSES, Array, Efficiency, Precision
-from roofline.sweep import roofline
+from treeopt.roofline.config import ModelConfig
+from treeopt.roofline.hardware import Hardware
+from treeopt.roofline.model import BF16, OP_CLASSES, Array, Efficiency, Precision
+from treeopt.roofline.sweep import roofline
 from treeopt.errors import TreeoptError
 
 Point = tuple[int, int, int, float]  # batch, context, tokens, measured seconds

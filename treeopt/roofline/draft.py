@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from roofline.hardware import Hardware
-from roofline.model import BF16, Precision
+from treeopt.roofline.hardware import Hardware
+from treeopt.roofline.model import BF16, Precision
 from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from roofline.rows import Grid, Row, attention_core, elementwise, linear, norm
+from treeopt.roofline.rows import Grid, Row, attention_core, elementwise, linear, norm
 
 
 def mla_rows(cfg: Any, g: Grid, *, eager: bool) -> Iterator[Row]:

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np  # noqa: F401  (the doctest below builds a Growth)
 import torch
 
-from profiling.table import STEP_FORMAT, load_step_profile
+from treeopt.profiling.table import STEP_FORMAT, load_step_profile
 from treeopt.costs import expanded_nodes, verify_dips
 from treeopt.decoding.compare import check_timing
 from treeopt.decoding.config import DecodeConfig
@@ -318,7 +318,7 @@ SETUP = ("device", "dtype", "attention", "model")  # what a profile's figures de
 def setup_of(model: PreTrainedModel) -> dict[str, Any]:
     """The fields of :data:`SETUP` for ``model`` as loaded: the device (``cpu`` or
     ``cuda:<name>``), dtype, attention implementation and shape a step profile records."""
-    from profiling.verify import device_label
+    from treeopt.profiling.verify import device_label
 
     cfg = model.config
     return {"device": device_label(str(next(model.parameters()).device)),

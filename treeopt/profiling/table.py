@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from roofline.config import ModelConfig
+from treeopt.roofline.config import ModelConfig
 from treeopt.drafters import KIND_NAMES
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json

@@ -150,7 +150,7 @@ def _attention(family: str, d: dict[str, Any]) -> dict[str, Any]:
         "attention_chunk_size": chunk if "chunked_attention" in types else None,
     }
     if family == "deepseek_v3":
-        from roofline.config import MLA
+        from treeopt.roofline.config import MLA
 
         mla = MLA(d["kv_lora_rank"], d.get("q_lora_rank"), d["qk_rope_head_dim"],
                   d["qk_nope_head_dim"], d["v_head_dim"])
@@ -161,7 +161,7 @@ def _attention(family: str, d: dict[str, Any]) -> dict[str, Any]:
 
 def _block(family: str, d: dict[str, Any]) -> dict[str, Any]:
     """Norms, MLP form, residual, positions, experts."""
-    from roofline.config import MoE
+    from treeopt.roofline.config import MoE
 
     out: dict[str, Any] = {
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3_text", "olmo3")

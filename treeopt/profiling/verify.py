@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from profiling.table import LatencyRecord, LatencyTable
-from profiling.timing import (
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.profiling.timing import (
     TORCH_DTYPES,
     Call,
     free_memory,
@@ -33,7 +33,7 @@ from profiling.timing import (
     oom_message,
     summarize,
 )
-from roofline.config import ModelConfig
+from treeopt.roofline.config import ModelConfig
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.models import check_decodable
 from treeopt.decoding.plan import tree_plan

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from roofline.config import MoE
-from roofline.rows import Grid, Row, elementwise, gated_mlp, linear
+from treeopt.roofline.config import MoE
+from treeopt.roofline.rows import Grid, Row, elementwise, gated_mlp, linear
 
 
 def expected_experts(experts: int, top_k: int, tokens: Any) -> Any:
