@@ -27,12 +27,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from treeopt.decoding.cache import new_cache
+from treeopt.decoding.drafter import pick_features
+from treeopt.decoding.ranking import rank_of
 from treeopt.decoding.ranks import rank_batch
 from treeopt.decoding.tree_forward import forward_with_cache
 from treeopt.drafters import KIND_NAMES, build_heads
-from treeopt.drafters.base import pick_features
 from treeopt.drafters.config import HeadsConfig, default_feature_layers
-from treeopt.drafters.ranking import rank_of
 
 
 def timed(fn, device, repeats):

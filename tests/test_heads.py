@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
+from treeopt.decoding.ranking import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
 from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.checkpoints import (  # noqa: E402
     import_medusa,
@@ -21,7 +22,6 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     save_heads,
 )
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
-from treeopt.drafters.ranking import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
 
 D, V = 64, 256
 

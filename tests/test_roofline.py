@@ -213,7 +213,7 @@ def test_every_drafter_kind_has_a_drafting_formula_that_grows_with_depth():
     from treeopt.roofline.hardware import Hardware
     from treeopt.drafters import KIND_NAMES, drafter_kind
 
-    assert set(_FORMULAS) == set(KIND_NAMES)
+    assert {drafter_kind(k).draft_formula for k in KIND_NAMES} == set(_FORMULAS)
     hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
     for kind in KIND_NAMES:
         spec = DraftSpec(kind, num_heads=4, hidden_size=1024, vocab_size=32000)

@@ -265,7 +265,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
-    require(not args.dynamic or hasattr(heads, "draft_dynamic"),
+    require(not args.dynamic or heads.kind.dynamic,
             f"--dynamic: --heads {args.heads} is a {heads.kind.title.lower()}, and dynamic "
             f"trees need an EAGLE drafter")
     doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),

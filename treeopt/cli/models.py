@@ -207,7 +207,7 @@ def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from treeopt.decoding.ranks import greedy_continuations
-    from treeopt.dynamic.simulate import simulate_dynamic
+    from treeopt.decoding.dynamic_ranks import simulate_dynamic
     from treeopt.prompts import encode, read_texts
 
     require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")
@@ -216,7 +216,7 @@ def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
     texts = read_texts(args.prompts)
     model, tok = load_model_from(args)
     drafter = load_drafter_from(args, model)
-    require(hasattr(drafter, "rank_dynamic"),
+    require(drafter.kind.dynamic,
             f"--heads {args.heads}: dynamic trees need an EAGLE drafter, not "
             f"{drafter.kind.title.lower()}")
     prompts = encode(tok, texts, source=" ".join(args.prompts))

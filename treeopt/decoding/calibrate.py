@@ -37,7 +37,7 @@ from treeopt.trace import RankTrace, merge_traces
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 TARGETS = ("greedy", "texts")
 

@@ -50,9 +50,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine, relative_se
-from treeopt.drafters.base import Drafter
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree

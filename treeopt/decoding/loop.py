@@ -1,7 +1,7 @@
 """Live decoding with a static tree on a Hugging Face causal LM and its draft heads, batched.
 
 ``b`` prompts decode together in one :class:`~treeopt.decoding.cache.SlotCache`. Each step
-drafts every row's tree (:meth:`~treeopt.drafters.base.Drafter.draft`), verifies them in one
+drafts every row's tree (:meth:`~treeopt.decoding.drafter.Drafter.draft`), verifies them in one
 forward (:func:`~treeopt.decoding.tree_forward.verify_step`), accepts each row's longest passing
 path (:mod:`treeopt.decoding.accept`), reads the accepted tokens back in the step's one host
 sync, and moves each row's accepted keys and values down to the end of its prefix. Rows accept
@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from treeopt.decoding.accept import Verdict, accept
+from treeopt.decoding.accept import Verdict, accept, accept_rows
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.drafter import Drafter, LiveState
+from treeopt.decoding.dynamic import RowPlan
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.decoding.weight_layout import lay_out_for_cpu
-from treeopt.drafters.base import Drafter, LiveState
-from treeopt.dynamic.expand import RowPlan, accept_rows
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
@@ -63,7 +63,7 @@ def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) ->
     """Raise unless ``heads`` can draft ``tree`` (an empty tree needs no heads), or draft
     dynamically with ``tree``'s settings."""
     if isinstance(tree, DynamicSettings):
-        if heads is None or not hasattr(heads, "draft_dynamic"):
+        if heads is None or not heads.kind.dynamic:
             what = heads.kind.title if heads is not None else "no drafter"
             raise TreeoptError(f"dynamic trees need an EAGLE drafter (EAGLE-1/2 or EAGLE-3), "
                                f"not {what}")

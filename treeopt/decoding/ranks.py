@@ -19,14 +19,14 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.models import model_device
-from treeopt.drafters.base import pick_features
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.drafters.base import Drafter, DraftHeads
+    from treeopt.decoding.drafter import Drafter
 
 
 def positions_range(length: int, start: int, num_heads: int) -> range:
@@ -67,9 +67,11 @@ def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Seque
             for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]
 
 
-def reference_ranks(model: PreTrainedModel, heads: DraftHeads, sequence: Sequence[int], start: int, *,
+def reference_ranks(model: PreTrainedModel, heads: Drafter, sequence: Sequence[int], start: int, *,
                     top_k: int) -> npt.NDArray[np.int16]:
-    """Slow, readable reference: one position and one head at a time, ranks by a stable sort."""
+    """Slow, readable reference: one position and one head at a time, ranks by a stable sort
+    (draft heads: :class:`~treeopt.drafters.base.DraftHeads`' ``features`` and
+    ``head_logits``)."""
     K, device = heads.config.num_heads, model_device(model)
     ids = torch.tensor([list(sequence)], device=device)
     out = np.full((len(positions_range(len(sequence), start, K)), K), -1, dtype=np.int16)

@@ -21,18 +21,18 @@ import torch
 
 from treeopt.decoding.blas import BlasChoice, blas_choice
 from treeopt.decoding.cache import CacheShape, SlotCache, cache_shape
+from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.layers import AttentionLayout, Masks, additive, attention_layout
 from treeopt.decoding.models import architecture
 from treeopt.decoding.plan import TreePlan
 from treeopt.decoding.weight_layout import lay_out_for_cpu
-from treeopt.drafters.base import pick_features
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.dynamic import RowPlan
     from treeopt.decoding.probe import SupportProbe
-    from treeopt.dynamic.expand import RowPlan
 
 
 def mask_dtype(model: PreTrainedModel) -> torch.dtype:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
     """The growth's tree of ``size`` nodes among those no deeper than ``cap``."""

@@ -18,8 +18,8 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.reference import check_comparison
-from treeopt.drafters.base import Drafter
 from treeopt.errors import TreeoptError
 from treeopt.simulate import simulate, step_walk
 from treeopt.trace import RankTrace

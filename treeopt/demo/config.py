@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from treeopt.demo.base import BaseConfig
+from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
@@ -94,19 +95,17 @@ class DemoConfig:
 
     def layers_of(self, kind: str) -> int:
         """Layers of the ``kind`` drafter: residual blocks per head for Medusa and Hydra, decoder
-        layers for EAGLE and the draft model.
+        layers for EAGLE and the draft model (the first of the kind's ``demo_layers`` settings
+        that is set).
 
         >>> c = DemoConfig(medusa_head_layers=8)
         >>> c.layers_of("medusa"), c.layers_of("hydra"), c.layers_of("eagle")
         (8, 2, 1)
+        >>> DemoConfig().layers_of("medusa")
+        2
         """
-        if kind == "eagle":
-            return self.eagle_layers
-        if kind == "draft-model":
-            return self.draft_model_layers
-        if kind == "medusa" and self.medusa_head_layers is not None:
-            return self.medusa_head_layers
-        return self.head_layers
+        settings = [getattr(self, name) for name in drafter_kind(kind).demo_layers]
+        return next(n for n in settings if n is not None)
 
 
 TINY = DemoConfig(

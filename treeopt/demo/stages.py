@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from treeopt.costs import StepCosts
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
@@ -520,8 +520,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     """Dynamic trees for the EAGLE drafter: its dynamic traces (calibration and held-out), live
     dynamic decoding of a few settings against both traces' predictions, and ``select
     --dynamic``'s recommendation per batch from the EAGLE step profile."""
+    from treeopt.decoding.dynamic_ranks import simulate_dynamic
     from treeopt.decoding.ranks import greedy_continuations
-    from treeopt.dynamic.simulate import simulate_dynamic
 
     c = ctx.config
     drafter = ctx.heads("eagle")

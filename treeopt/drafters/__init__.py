@@ -2,13 +2,18 @@
 drafter and a separate draft model.
 
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
-:mod:`treeopt.select` and :mod:`roofline.draft` read how a kind's cost grows, and only
+:mod:`treeopt.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
+decoder reads whether it drafts dynamic trees, the demo which of its settings sizes it, and only
 :func:`build_heads` imports the torch implementations (:mod:`treeopt.drafters.medusa`,
 :mod:`treeopt.drafters.hydra`, :mod:`treeopt.drafters.eagle`, :mod:`treeopt.drafters.eagle3`,
-:mod:`treeopt.drafters.draft_model`). Nothing outside this package branches on a kind's name.
+:mod:`treeopt.drafters.draft_model`) of the interface :class:`treeopt.decoding.drafter.Drafter`.
+Nothing outside this package branches on a kind's name or probes a drafter for a method: what
+differs between kinds is a field of its :class:`DrafterKind`.
 
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
 (True, False)
+>>> [k.name for k in KINDS.values() if k.dynamic]
+['eagle', 'eagle3']
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
-    from treeopt.drafters.base import Drafter, DraftHeads
+    from treeopt.decoding.drafter import Drafter
     from treeopt.drafters.config import HeadsConfig
 
 
@@ -31,7 +36,13 @@ class DrafterKind:
     ``per_depth``: one drafter call per tree depth, on the nodes expanded there (sequentially
     dependent drafters), rather than one call per step for every depth at once. ``reads_path``:
     the candidates at depth k depend on the tokens of the path above them, so teacher forcing
-    feeds the true tokens and the base model's input embeddings are needed.
+    feeds the true tokens and the base model's input embeddings are needed. ``dynamic``: it
+    drafts dynamic trees (``Drafter.draft_dynamic`` and ``Drafter.rank_dynamic``).
+    ``draft_formula``, ``fc_inputs`` and ``fc_bias``: how :mod:`treeopt.roofline.draft` prices
+    its drafting (the formula's name in ``roofline.draft._FORMULAS``; for EAGLE's formula, how
+    many hidden-size vectors its fc reads at the first depth, and whether it has a bias).
+    ``demo_layers``: the :class:`~treeopt.demo.config.DemoConfig` settings that give its layer
+    count, the first one set.
     """
 
     name: str
@@ -39,10 +50,17 @@ class DrafterKind:
     per_depth: bool
     reads_path: bool
     implementation: str  # "module:Class" of the torch implementation
+    draft_formula: str  # the roofline's formula of its drafting cost
+    demo_layers: tuple[str, ...]  # the demo settings of its layer count, the first one set
     min_layers: int = 0  # residual blocks per head (Hydra's first block is its input layer)
     prefix_attention: bool = False  # Hydra++'s extra attention layer over the base hiddens
     reads_features: bool = True  # reads the base model's hidden states (a draft model does not)
+    fused_layers: int = 0  # base layers whose hidden states it fuses (EAGLE-3: 3; 0: any)
+    base_lm_head: bool = False  # drafts through the base model's frozen LM head (EAGLE)
     trained: bool = True  # ``treeopt train`` makes one (a draft model is brought, not trained)
+    dynamic: bool = False  # drafts dynamic trees
+    fc_inputs: int = 0  # EAGLE's formula: hidden-size vectors into its fc at the first depth
+    fc_bias: bool = False  # EAGLE's formula: its fc has a bias
     engine_draft: str = "medusa"  # the engines' name of the drafter type (TensorRT-LLM, vLLM)
 
     def heads_class(self) -> type[Drafter]:
@@ -52,19 +70,27 @@ class DrafterKind:
 
 KINDS: dict[str, DrafterKind] = {
     "medusa": DrafterKind("medusa", "Medusa heads", per_depth=False, reads_path=False,
-                          implementation="treeopt.drafters.medusa:MedusaHeads"),
+                          implementation="treeopt.drafters.medusa:MedusaHeads",
+                          draft_formula="medusa",
+                          demo_layers=("medusa_head_layers", "head_layers")),
     "hydra": DrafterKind("hydra", "Hydra heads", per_depth=True, reads_path=True,
-                         implementation="treeopt.drafters.hydra:HydraHeads", min_layers=1,
+                         implementation="treeopt.drafters.hydra:HydraHeads",
+                         draft_formula="hydra", demo_layers=("head_layers",), min_layers=1,
                          prefix_attention=True),
     "eagle": DrafterKind("eagle", "EAGLE drafter", per_depth=True, reads_path=True,
-                         implementation="treeopt.drafters.eagle:EagleDrafter", min_layers=1,
+                         implementation="treeopt.drafters.eagle:EagleDrafter",
+                         draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
+                         base_lm_head=True, dynamic=True, fc_inputs=2, fc_bias=True,
                          engine_draft="eagle"),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
-                          implementation="treeopt.drafters.eagle3:Eagle3Drafter", min_layers=1,
-                          engine_draft="eagle3"),
+                          implementation="treeopt.drafters.eagle3:Eagle3Drafter",
+                          draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
+                          fused_layers=3, dynamic=True, fc_inputs=3, engine_draft="eagle3"),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
-                               reads_features=False, trained=False),
+                               draft_formula="draft-model",
+                               demo_layers=("draft_model_layers",), reads_features=False,
+                               trained=False),
 }
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
@@ -90,7 +116,7 @@ def drafter_kind(name: str, *, source: str = "head kind") -> DrafterKind:
                            f"{list(KIND_NAMES)}") from None
 
 
-def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None) -> DraftHeads:
+def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None) -> Drafter:
     """Draft heads for ``cfg``; with ``lm_head`` (and, for path readers, ``embeddings``) from
     the base model. Shapes are checked against the config.
 

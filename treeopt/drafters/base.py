@@ -1,31 +1,26 @@
-"""What every set of draft heads shares: the :class:`DraftHeads` interface, Medusa's residual
-block, the vocabulary projection (a per-head copy of the base LM head or the frozen LM head
-itself), and the one ranking rule of candidates.
+"""What every set of draft heads shares: the :class:`DraftHeads` interface (a
+:class:`~treeopt.decoding.drafter.Drafter`), Medusa's residual block, the vocabulary projection
+(a per-head copy of the base LM head or the frozen LM head itself), and the table of ranks a
+drafter returns.
 
 Heads read the base model's last hidden state ``h_t`` (after the final norm). Untrained heads
 equal the LM head: every block starts at zero. Candidates are ranked by
-:mod:`treeopt.drafters.ranking`, the same rule in calibration and in decoding.
+:mod:`treeopt.decoding.ranking`, the same rule in calibration and in decoding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.drafters import DrafterKind
+from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.ranking import rank_of
 from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.ranking import rank_of
-from treeopt.errors import TreeoptError
-
-if TYPE_CHECKING:
-    from treeopt.decoding.plan import TreePlan
 
 PrefixCache = tuple[torch.Tensor, torch.Tensor] | None
-LiveState = Any  # a kind's own state across live steps (Hydra++: its prefix layer's cache)
 
 
 class ResBlock(nn.Module):
@@ -48,82 +43,11 @@ def _projection(cfg: HeadsConfig, lm_head: nn.Module | None) -> nn.Linear:
     return proj
 
 
-class Drafter(nn.Module):
-    """What proposes a live step's tree and what calibration ranks: the one interface every
-    stage uses (calibration, live decoding, profiling), whatever the kind.
-
-    - :meth:`rank_depths`: teacher-forced ranks of every depth over already generated text;
-    - :meth:`start`, :meth:`advance`: the live state, and the features read next, for a batch of
-      rows that accept ragged numbers of tokens;
-    - :meth:`draft`: a live step's tree tokens for every row, batched;
-    - ``config``: its :class:`~treeopt.drafters.config.HeadsConfig` (``num_heads``: the depths it
-      drafts), written beside every trace and profile.
-    """
-
-    kind: ClassVar[DrafterKind]
-    config: HeadsConfig
-
-    @property
-    def feature_layers(self) -> tuple[int, ...]:
-        """The base model's ``hidden_states`` it reads, concatenated (empty: the last one)."""
-        return self.config.feature_layers
-
-    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
-                    ) -> torch.Tensor:
-        """Teacher-forced ranks of every depth at every position, in one pass per depth.
-
-        ``hidden`` ``[b, T, d]``: the base model's last hidden states over ``stream`` ``[b, T]``
-        (the tokens the drafter is ranked against). Position t's root is ``stream[t+1]``; depth k
-        (0-based) proposes ``stream[t+2+k]`` and reads the true path ``stream[t+1 … t+1+k]``.
-        Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
-        """
-        raise NotImplementedError
-
-    def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
-                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Self-distillation on a batch: per depth k, (loss, logits ``[b, n, V]``, teacher
-        distribution ``[b, n, V]``), from the base model's hiddens ``[b, T, d]`` and next-token
-        distributions ``teacher`` ``[b, T, V]`` over ``ids`` ``[b, T]`` (training)."""
-        raise TreeoptError(f"a {self.kind.title.lower()} is not trained by treeopt")
-
-    def start(self, *, batch: int, capacity: int) -> LiveState:
-        """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
-        return None
-
-    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
-                count: torch.Tensor, next_root: torch.Tensor, state: LiveState,
-                ) -> tuple[torch.Tensor, LiveState]:
-        """After a step (or the prefill): the features ``[b, 1, d]`` the drafter reads next,
-        and its state. Each row just accepted ``count[row]`` tokens, ``tokens[row, index[row,
-        :count[row]]]`` with base hidden states ``hidden[row, index[row, :count[row]]]``
-        (``hidden`` ``[b, t, d]``, ``tokens`` ``[b, t]``); ``next_root`` ``[b]`` is the token the
-        base model chose after them, the next step's root. A row that accepted nothing, having
-        stopped, gets features it never uses."""
-        last = index.gather(1, (count - 1).clamp_min(0)[:, None])  # [b, 1]
-        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
-        return hidden[rows, last], state
-
-    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
-              state: LiveState = None) -> torch.Tensor:
-        """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]``, roots ``[b]`` and
-        the live state (which a drafter with a cache of its own updates in place)."""
-        raise NotImplementedError
-
-
 def rank_table(per_depth: Iterable[torch.Tensor], *, top_k: int) -> torch.Tensor:
     """Ranks of every depth ``[b, n]`` each, as a trace's int16 ``[b, n, K]``: -1 beyond
     ``top_k`` (and where a drafter cannot propose the token at all, already -1)."""
     return torch.stack([torch.where((r >= 0) & (r < top_k), r, -1) for r in per_depth],
                        dim=-1).to(torch.int16)
-
-
-def pick_features(hidden_states: tuple[torch.Tensor, ...] | list[torch.Tensor],
-                  layers: tuple[int, ...]) -> torch.Tensor:
-    """A drafter's features from a forward's ``hidden_states``: the last (after the final norm)
-    when ``layers`` is empty, else those layers' concatenated ``[b, t, len(layers)·d]``."""
-    if not layers:
-        return hidden_states[-1]
-    return torch.cat([hidden_states[i] for i in layers], dim=-1)
 
 
 class DraftHeads(Drafter):

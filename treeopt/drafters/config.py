@@ -49,15 +49,15 @@ class HeadsConfig:
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
         object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
-        if self.kind == "eagle3" and len(self.feature_layers) != 3:
-            raise TreeoptError(f"heads config: an EAGLE-3 drafter reads three base layers, got "
-                               f"feature_layers {list(self.feature_layers)}")
+        if kind.fused_layers and len(self.feature_layers) != kind.fused_layers:
+            raise TreeoptError(f"heads config: an {kind.title} reads {kind.fused_layers} base "
+                               f"layers, got feature_layers {list(self.feature_layers)}")
         if not 0 <= self.draft_vocab_size <= self.vocab_size:
             raise TreeoptError(f"heads config: draft_vocab_size {self.draft_vocab_size} is not "
                                f"in 0 … {self.vocab_size}")
-        if self.kind == "eagle" and not self.share_lm_head:
-            raise TreeoptError("heads config: an EAGLE drafter reads through the base model's "
-                               "LM head (share_lm_head must be true)")
+        if kind.base_lm_head and not self.share_lm_head:
+            raise TreeoptError(f"heads config: an {kind.title} reads through the base model's "
+                               f"LM head (share_lm_head must be true)")
         for name in ("num_heads", "hidden_size", "vocab_size"):
             if int(getattr(self, name)) < 1:
                 raise TreeoptError(f"heads config: {name} must be ≥ 1, got {getattr(self, name)}")
@@ -126,9 +126,10 @@ class TrainConfig:
                      base_layers: int = 0) -> HeadsConfig:
         """The drafter's shape for a base model of this hidden size, vocabulary and depth
         (``base_layers``: where an EAGLE-3 drafter reads its three features)."""
-        layers = default_feature_layers(base_layers) if self.kind == "eagle3" else ()
+        kind = drafter_kind(self.kind)
+        layers = default_feature_layers(base_layers) if kind.fused_layers else ()
         return HeadsConfig(kind=self.kind, num_heads=self.num_heads, hidden_size=hidden_size,
                            vocab_size=vocab_size, num_layers=self.num_layers,
                            feature_layers=layers,
-                           share_lm_head=self.share_lm_head or self.kind == "eagle",
+                           share_lm_head=self.share_lm_head or kind.base_lm_head,
                            prefix_attention=self.prefix_attention)

@@ -32,11 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.dynamic import Pool, RowPlan, best, choose, scored_children
+from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import Drafter, _projection, rank_table
+from treeopt.drafters.base import _projection, rank_table
 from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.ranking import rank_of, top_candidates
-from treeopt.dynamic.expand import Pool, RowPlan, best, choose, scored_children
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

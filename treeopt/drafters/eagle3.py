@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.eagle import DecoderLayer, EagleDrafter
-from treeopt.drafters.ranking import rank_of, top_candidates
 from treeopt.errors import TreeoptError
 
 

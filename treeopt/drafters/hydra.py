@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeopt.decoding.ranking import top_candidates
 from treeopt.drafters import KINDS
 from treeopt.drafters.base import DraftHeads, PrefixCache, ResBlock
 from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.ranking import top_candidates
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

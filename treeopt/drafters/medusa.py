@@ -12,10 +12,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from treeopt.decoding.ranking import top_candidates
 from treeopt.drafters import KINDS
 from treeopt.drafters.base import DraftHeads, ResBlock
 from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.ranking import top_candidates
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

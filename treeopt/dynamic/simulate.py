@@ -7,7 +7,8 @@ true continuation stands in the candidate pool. One run per top-k gives every nu
 up to ``steps`` (a tree of fewer steps is the first levels of the pool) and every number of
 draft tokens (a threshold on the same order): a step with settings (k, s, N) accepts the root
 plus every true node whose place in the s-level pool is below N − 1. A :class:`DynamicTrace`
-holds that table (``treeopt.dynamic-trace/1``, an ``.npz`` read without pickle).
+holds that table (``treeopt.dynamic-trace/1``, an ``.npz`` read without pickle), which
+:func:`treeopt.decoding.dynamic_ranks.simulate_dynamic` records.
 
 Two readings, as for static trees: the mean over positions (E[L] at a random position), and the
 walk, which starts at each sequence's first position and jumps by the accepted length, exactly
@@ -17,10 +18,9 @@ as live decoding steps through the same text.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,11 +29,6 @@ from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write
 from treeopt.stats import AcceptStats
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
-    from treeopt.drafters.base import Drafter
 
 FORMAT = "treeopt.dynamic-trace/1"
 
@@ -129,45 +124,3 @@ def _json(doc: dict[str, Any]) -> str:
     import json
 
     return json.dumps(doc, sort_keys=True)
-
-
-def simulate_dynamic(model: PreTrainedModel, drafter: Drafter,
-                     sequences: Sequence[Sequence[int]], starts: Sequence[int], *,
-                     topk: int, steps: int, batch_size: int = 4,
-                     progress: Callable[[int, int], None] | None = None) -> DynamicTrace:
-    """The :class:`DynamicTrace` of ``topk`` with up to ``steps`` steps over ``sequences``
-    (prompt + continuation; position ``starts[i]`` is the one whose root is the first
-    continuation token), ``batch_size`` sequences per pass."""
-    import torch
-
-    from treeopt.decoding.models import model_device
-    from treeopt.decoding.ranks import positions_range
-    from treeopt.drafters.base import pick_features
-
-    if not hasattr(drafter, "rank_dynamic"):
-        raise TreeoptError(f"dynamic trees need an EAGLE drafter, not {drafter.kind.title}")
-    device = model_device(model)
-    chunks, done = [], 0
-    for i in range(0, len(sequences), batch_size):
-        part = sequences[i: i + batch_size]
-        T = max(len(s) for s in part)
-        ids = torch.zeros(len(part), T, dtype=torch.long, device=device)
-        for j, s in enumerate(part):
-            ids[j, : len(s)] = torch.tensor(list(s), device=device)
-        with torch.inference_mode():
-            out = model(input_ids=ids, use_cache=False, output_hidden_states=True,
-                        logits_to_keep=1)
-            hidden = pick_features(out.hidden_states, drafter.feature_layers)
-            places = drafter.rank_dynamic(hidden, ids, topk=topk, steps=steps).cpu().numpy()
-        for j, (s, st) in enumerate(zip(part, starts[i: i + batch_size], strict=True)):
-            chunks.append(places[j, positions_range(len(s), st, steps)])
-        done += len(part)
-        if progress is not None:
-            progress(done, len(sequences))
-    lengths = tuple(len(c) for c in chunks)
-    if not sum(lengths):
-        raise TreeoptError(f"the sequences are too short for {steps} steps: no position has "
-                           f"every depth's true token")
-    return DynamicTrace(topk, np.concatenate(chunks).astype(np.int16), lengths,
-                        {"drafter": drafter.config.to_dict(), "steps": steps,
-                         "sequences": len(sequences)})

@@ -35,7 +35,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 PHASES = ("ms_draft", "ms_verify", "ms_bookkeeping")
 TIMING = ("each tree profiled right before its sweep point, beside an autoregressive reference; "

@@ -73,7 +73,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 Shape = Tree | DynamicSettings  # what one profiled step drafts

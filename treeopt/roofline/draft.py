@@ -12,6 +12,9 @@ The shapes follow :mod:`treeopt.drafters.base` (T = tokens the heads run on, h =
 - EAGLE / EAGLE-3 and a draft model (one call per depth): decoder layers of a Llama-like shape
   (see :func:`_eagle` and :func:`_draft_model`); attention over the cached context is left out.
 
+Which formula prices a kind, and the shape of EAGLE's fc, are fields of the kind's
+:class:`~treeopt.drafters.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
+
 Each operator takes max(FLOPs / peak, bytes / bandwidth): matmuls at the dtype's tensor peak,
 element-wise work at the FP32 vector peak.
 """
@@ -21,15 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from treeopt.roofline.hardware import Hardware
-from treeopt.roofline.model import BF16, Precision
 from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
+from treeopt.roofline.hardware import Hardware
+from treeopt.roofline.model import BF16, Precision
 
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """The shape of a set of draft heads (the fields of ``treeopt.heads.HeadsConfig``).
+    """The shape of a set of draft heads (the fields of
+    :class:`treeopt.drafters.config.HeadsConfig`).
 
     >>> hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
     >>> spec = DraftSpec("medusa", num_heads=4, hidden_size=4096, vocab_size=32000)
@@ -56,7 +60,7 @@ def draft_seconds(spec: DraftSpec, hardware: Hardware, *, batch: int, expanded: 
     if not expanded:
         return 0.0
     cost = _Cost(hardware, precision)
-    _FORMULAS[spec.kind](cost, spec, batch, expanded)
+    _FORMULAS[drafter_kind(spec.kind).draft_formula](cost, spec, batch, expanded)
     return cost.seconds
 
 
@@ -124,14 +128,15 @@ def _draft_model(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[in
 def _eagle(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
     """One call per depth on the ``expanded[k]`` nodes of every sequence (the first also feeds
     the entries committed last step, about one more per sequence): the embedding gather, fc
-    (2h→h; EAGLE-3's first call fuses three layers, 3h→h), ``num_layers`` decoder layers of a
-    Llama-like shape (attention 4·h², MLP 8·h²), then the projection h→V."""
+    (2h→h; at the first call the kind's ``fc_inputs``·h→h: EAGLE-3 fuses three layers),
+    ``num_layers`` decoder layers of a Llama-like shape (attention 4·h², MLP 8·h²), then the
+    projection h→V."""
     h, v, p = spec.hidden_size, spec.vocab_size, cost.p
-    wide = 3 if spec.kind == "eagle3" else 2
+    kind = drafter_kind(spec.kind)
     for k, m in enumerate(expanded[: spec.num_heads]):
         t = batch * (m + (1 if k == 0 else 0))
         cost.memory(p.weight_bytes * t * h)
-        cost.linear(t, (wide if k == 0 else 2) * h, h, bias=spec.kind == "eagle")
+        cost.linear(t, (kind.fc_inputs if k == 0 else 2) * h, h, bias=kind.fc_bias)
         for _ in range(max(spec.num_layers, 1)):
             cost.linear(t, h, 12 * h, bias=False)
             cost.elementwise(t * h, per_element=10, tensors=6)
@@ -139,6 +144,5 @@ def _eagle(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) ->
 
 
 _FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
-    "medusa": _medusa, "hydra": _hydra, "eagle": _eagle, "eagle3": _eagle,
-    "draft-model": _draft_model,
-}  # one per registered drafter kind (tests/test_roofline.py checks)
+    "medusa": _medusa, "hydra": _hydra, "eagle": _eagle, "draft-model": _draft_model,
+}  # by name: each registered kind's ``draft_formula`` (tests/test_roofline.py checks)

@@ -14,7 +14,7 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import Drafter
+    from treeopt.decoding.drafter import Drafter
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""One step of dynamic drafting, batched: the candidate pool, the frontier of each level, the
-nodes verified, and acceptance over trees that differ from row to row.
+"""One step of dynamic drafting, batched (:mod:`treeopt.dynamic` describes the settings): the
+candidate pool, the frontier of each level, and the nodes verified, as trees that differ from
+row to row. Acceptance over such trees is :func:`treeopt.decoding.accept.accept_rows`.
 
 The pool is laid out level by level (level 1's k candidates, then k² per later level, each
 parent's children in rank order), so a parent always precedes its children. Every choice —
@@ -14,10 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from treeopt.decoding.accept import Verdict
-from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.sampling import sample
-from treeopt.drafters.ranking import best_token, top_candidates
+from treeopt.decoding.ranking import top_candidates
 
 
 def best(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -32,7 +30,7 @@ def best(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def scored_children(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` best candidate tokens ``[..., k]`` of ``logits`` ``[..., V]`` (the ranking
-    rule of :func:`~treeopt.drafters.ranking.top_candidates`) and their log-probabilities."""
+    rule of :func:`~treeopt.decoding.ranking.top_candidates`) and their log-probabilities."""
     tokens = top_candidates(logits, k).to(logits.device)
     logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens)
     return tokens, logp
@@ -98,33 +96,3 @@ def ancestry(parent: torch.Tensor, depth: int) -> torch.Tensor:
         at = up.gather(1, at)
         visible.scatter_(2, at[..., None], True)
     return visible
-
-
-def accept_rows(plan: RowPlan, tokens: torch.Tensor, logits: torch.Tensor, cfg: DecodeConfig, *,
-                positions: torch.Tensor, keys: torch.Tensor) -> Verdict:
-    """Greedy or sample-and-match acceptance (:mod:`treeopt.decoding.accept`) on trees that
-    differ from row to row; a node's children carry distinct tokens, so at most one passes and
-    the passing nodes form one path."""
-    if cfg.mode == "greedy":
-        chosen = best_token(logits).to(tokens.device)  # [b, N]
-    elif cfg.mode == "sample":
-        chosen = sample(logits, keys, positions + 1, temperature=cfg.temperature,
-                        top_k=cfg.top_k, top_p=cfg.top_p).to(tokens.device)
-    else:
-        raise ValueError(f"dynamic trees accept greedily or by sampling, not {cfg.mode!r}")
-    up = plan.parent.clamp_min(0)
-    ok = tokens == chosen.gather(1, up)
-    ok[:, 0] = True
-    passed = ok
-    for _ in range(len(plan.steps) - 1):
-        passed = ok & passed.gather(1, up)
-    reach = torch.where(passed, plan.offsets, -1)  # depth of every passing node
-    deepest = reach.argmax(dim=1)  # [b]
-    length = reach.gather(1, deepest[:, None])[:, 0] + 1
-    chain = [deepest]
-    for _ in range(len(plan.steps) - 1):
-        chain.append(up.gather(1, chain[-1][:, None])[:, 0])
-    chain_t = torch.stack(chain, dim=1)  # [b, S+1]: deepest, its parent, …
-    back = (length[:, None] - 1 - plan.steps[None]).clamp_min(0)
-    path = torch.where(plan.steps[None] < length[:, None], chain_t.gather(1, back), 0)
-    return Verdict(path, length, chosen.gather(1, deepest[:, None])[:, 0])

@@ -1,0 +1,110 @@
+"""The interface every drafter offers the decoder, calibration and the profiler: :class:`Drafter`.
+
+The implementations (Medusa and Hydra heads, EAGLE drafters, a draft model) live in
+:mod:`treeopt.drafters`; what the rest of treeopt knows about a kind without torch — including
+whether it drafts dynamic trees — is its :class:`~treeopt.drafters.DrafterKind` in the registry.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+from treeopt.drafters import DrafterKind
+from treeopt.drafters.config import HeadsConfig
+from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from treeopt.decoding.dynamic import RowPlan
+    from treeopt.decoding.plan import TreePlan
+    from treeopt.dynamic.settings import DynamicSettings
+
+LiveState = Any  # a kind's own state across live steps (Hydra++: its prefix layer's cache)
+
+
+class Drafter(nn.Module):
+    """What proposes a live step's tree and what calibration ranks: the one interface every
+    stage uses (calibration, live decoding, profiling), whatever the kind.
+
+    - :meth:`rank_depths`: teacher-forced ranks of every depth over already generated text;
+    - :meth:`start`, :meth:`advance`: the live state, and the features read next, for a batch of
+      rows that accept ragged numbers of tokens;
+    - :meth:`draft`: a live step's tree tokens for every row, batched;
+    - :meth:`draft_dynamic`, :meth:`rank_dynamic`: the same for dynamic trees, in the kinds
+      whose ``kind.dynamic`` is true;
+    - ``config``: its :class:`~treeopt.drafters.config.HeadsConfig` (``num_heads``: the depths it
+      drafts), written beside every trace and profile.
+    """
+
+    kind: ClassVar[DrafterKind]
+    config: HeadsConfig
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The base model's ``hidden_states`` it reads, concatenated (empty: the last one)."""
+        return self.config.feature_layers
+
+    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+                    ) -> torch.Tensor:
+        """Teacher-forced ranks of every depth at every position, in one pass per depth.
+
+        ``hidden`` ``[b, T, d]``: the base model's last hidden states over ``stream`` ``[b, T]``
+        (the tokens the drafter is ranked against). Position t's root is ``stream[t+1]``; depth k
+        (0-based) proposes ``stream[t+2+k]`` and reads the true path ``stream[t+1 … t+1+k]``.
+        Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
+        """
+        raise NotImplementedError
+
+    def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
+                      ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Self-distillation on a batch: per depth k, (loss, logits ``[b, n, V]``, teacher
+        distribution ``[b, n, V]``), from the base model's hiddens ``[b, T, d]`` and next-token
+        distributions ``teacher`` ``[b, T, V]`` over ``ids`` ``[b, T]`` (training)."""
+        raise TreeoptError(f"a {self.kind.title.lower()} is not trained by treeopt")
+
+    def start(self, *, batch: int, capacity: int) -> LiveState:
+        """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
+        return None
+
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor, state: LiveState,
+                ) -> tuple[torch.Tensor, LiveState]:
+        """After a step (or the prefill): the features ``[b, 1, d]`` the drafter reads next,
+        and its state. Each row just accepted ``count[row]`` tokens, ``tokens[row, index[row,
+        :count[row]]]`` with base hidden states ``hidden[row, index[row, :count[row]]]``
+        (``hidden`` ``[b, t, d]``, ``tokens`` ``[b, t]``); ``next_root`` ``[b]`` is the token the
+        base model chose after them, the next step's root. A row that accepted nothing, having
+        stopped, gets features it never uses."""
+        last = index.gather(1, (count - 1).clamp_min(0)[:, None])  # [b, 1]
+        rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
+        return hidden[rows, last], state
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: LiveState = None) -> torch.Tensor:
+        """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]``, roots ``[b]`` and
+        the live state (which a drafter with a cache of its own updates in place)."""
+        raise NotImplementedError
+
+    def draft_dynamic(self, settings: DynamicSettings, hidden: torch.Tensor, root: torch.Tensor,
+                      state: LiveState = None) -> tuple[torch.Tensor, RowPlan]:
+        """A dynamic step (:mod:`treeopt.decoding.dynamic`): tree tokens ``[b, N]`` and the
+        rows' trees, from the same inputs as :meth:`draft`."""
+        raise TreeoptError(f"a {self.kind.title.lower()} drafts no dynamic trees")
+
+    def rank_dynamic(self, hidden: torch.Tensor, stream: torch.Tensor, *, topk: int,
+                     steps: int) -> torch.Tensor:
+        """Where the true path stands in the dynamic candidate pool at every position, teacher
+        forced as :meth:`rank_depths` is: int16 ``[b, T-1-S, S, S]``
+        (:class:`~treeopt.dynamic.simulate.DynamicTrace` holds what it returns)."""
+        raise TreeoptError(f"a {self.kind.title.lower()} drafts no dynamic trees")
+
+
+def pick_features(hidden_states: tuple[torch.Tensor, ...] | list[torch.Tensor],
+                  layers: tuple[int, ...]) -> torch.Tensor:
+    """A drafter's features from a forward's ``hidden_states``: the last (after the final norm)
+    when ``layers`` is empty, else those layers' concatenated ``[b, t, len(layers)·d]``."""
+    if not layers:
+        return hidden_states[-1]
+    return torch.cat([hidden_states[i] for i in layers], dim=-1)
