@@ -285,7 +285,7 @@ def test_tune_refuses_a_step_profile_of_another_device_or_dtype(workdir, tiny_mo
     doc = json.loads(profiled.read_text())
     for key, value, said in (("device", "cuda:NVIDIA H200", "another device ('cuda:NVIDIA H200', "
                                                             "not 'cpu' as loaded here)"),
-                             ("dtype", "bfloat16", "another dtype ('bfloat16', not 'float32'")):
+                             ("dtype", "bfloat16", "another dtype ('bf16', not 'fp32'")):
         other = workdir / f"step-other-{key}.json"
         other.write_text(json.dumps({**doc, key: value}))
         assert_user_error(run(*base, "--step-profile", other),

@@ -183,7 +183,7 @@ def test_an_eagle3_checkpoint_in_the_public_layout_imports_exactly(base, tmp_pat
 
 
 def test_eagle3_configs_that_cannot_work_are_refused():
-    with pytest.raises(TreeoptError, match="three base layers"):
+    with pytest.raises(TreeoptError, match="reads 3 base layers"):
         HeadsConfig(kind="eagle3", num_heads=2, hidden_size=D, vocab_size=V)
     with pytest.raises(TreeoptError, match="draft_vocab_size 300"):
         HeadsConfig(kind="eagle3", num_heads=2, hidden_size=D, vocab_size=V,

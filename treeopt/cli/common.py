@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.decoding.config import ATTENTIONS
+from treeopt.dtypes import dtype_name
 from treeopt.errors import TreeoptError
 from treeopt.files import dumps, write_json
 
@@ -156,6 +157,17 @@ def add_sampling_filters(p: argparse.ArgumentParser, *, when: str) -> None:
                    help=f"{when}: keep the K most likely tokens (default %(default)s: off)")
 
 
+DTYPE_HELP = "fp32, bf16, fp16 or fp64 (torch's names float32, bfloat16, … also work)"
+
+
+def dtype_flag(text: str) -> str:
+    """``--dtype``: a name of :mod:`treeopt.dtypes` (an alias becomes its name)."""
+    try:
+        return dtype_name(text, source="dtype")
+    except TreeoptError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """Flags of a real model loaded from a local directory (``ModelSpec`` fields, one to one)."""
     p.add_argument("--model", required=True, metavar="DIR",
@@ -163,8 +175,8 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
                         "tokenizer files; nothing is downloaded (required)")
     p.add_argument("--device", default="cpu", metavar="DEVICE",
                    help="cpu, cuda, cuda:1, … (default %(default)s)")
-    p.add_argument("--dtype", default="float32", metavar="DTYPE",
-                   help="float32, bfloat16, float16 or float64 (default %(default)s)")
+    p.add_argument("--dtype", default="fp32", type=dtype_flag, metavar="DTYPE",
+                   help=DTYPE_HELP + " (default %(default)s)")
     p.add_argument("--attention", choices=ATTENTIONS, default="auto",
                    help="attention implementation: auto (default) is treeopt's exact attention "
                         "for 16-bit dtypes — a node's logits then do not depend on the tree "

@@ -8,11 +8,13 @@ import sys
 from typing import Any
 
 from treeopt.cli.common import (
+    DTYPE_HELP,
     add_live_flags,
     add_out,
     add_target_se,
     check_target_se,
     counted,
+    dtype_flag,
     emit,
     int_list,
     load_drafter_from,
@@ -169,8 +171,8 @@ def _add_model_shape(p: argparse.ArgumentParser, *, required: bool = True) -> No
 def _add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", metavar="DEVICE",
                    help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
-                   help="default bf16 on CUDA, fp32 on CPU")
+    p.add_argument("--dtype", type=dtype_flag,
+                   help=DTYPE_HELP + "; default bf16 on CUDA, fp32 on CPU")
 
 
 def _add_precision(p: argparse.ArgumentParser, *, required: bool = True) -> None:

@@ -206,8 +206,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from treeopt.decoding.ranks import greedy_continuations
     from treeopt.decoding.dynamic_ranks import simulate_dynamic
+    from treeopt.decoding.ranks import greedy_continuations
     from treeopt.prompts import encode, read_texts
 
     require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")

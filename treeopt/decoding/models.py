@@ -11,13 +11,11 @@ import torch
 from torch import nn
 
 from treeopt.decoding.attention import attention_for
+from treeopt.dtypes import ALIASES, TORCH_NAMES, dtype_name
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -26,19 +24,32 @@ class ModelSpec:
 
     path: str
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str = "fp32"  # a name of treeopt.dtypes (torch's names are aliases)
     device_map: str | None = None
     trust_remote_code: bool = False
     threads: int | None = None  # CPU threads for torch (None: torch's own choice)
     attention: str = "auto"  # see treeopt.decoding.attention.attention_for
 
 
-def parse_dtype(name: str) -> torch.dtype:
-    """``"bfloat16"`` → ``torch.bfloat16``; unknown names raise a TreeoptError."""
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise TreeoptError(f"--dtype {name!r} is unknown; expected one of {sorted(DTYPES)}") from None
+def torch_dtype(name: str, *, source: str = "--dtype") -> torch.dtype:
+    """The torch dtype of a name of :mod:`treeopt.dtypes` (or of its alias); the one place
+    names become torch dtypes. Unknown names raise a TreeoptError naming ``source``.
+
+    >>> torch_dtype("bf16"), torch_dtype("float32")
+    (torch.bfloat16, torch.float32)
+    """
+    return getattr(torch, TORCH_NAMES[dtype_name(name, source=source)])
+
+
+def name_of_dtype(dtype: torch.dtype) -> str:
+    """The name :mod:`treeopt.dtypes` gives a torch dtype, as files record it (a dtype it does
+    not name keeps torch's name).
+
+    >>> name_of_dtype(torch.bfloat16), name_of_dtype(torch.int8)
+    ('bf16', 'int8')
+    """
+    name = str(dtype).removeprefix("torch.")
+    return ALIASES.get(name, name)
 
 
 def load_model(spec: ModelSpec) -> tuple[Any, Any]:
@@ -52,7 +63,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
                            f"directory is expected)")
     if not spec.device_map:
         check_device(spec.device)
-    dtype = parse_dtype(spec.dtype)
+    dtype = torch_dtype(spec.dtype)
     kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True,
                               "trust_remote_code": spec.trust_remote_code}
     if spec.device_map:

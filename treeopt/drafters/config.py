@@ -72,8 +72,8 @@ class HeadsConfig:
                 f"attention_heads {self.attention_heads}")
 
     def to_dict(self) -> dict[str, object]:
-        """The fields, less EAGLE's layer shape where it is at its defaults (so the configs of
-        heads written before those fields existed compare equal)."""
+        """The fields, less EAGLE's layer shape where it is at its defaults (so a config that
+        leaves them out and one that spells the defaults compare equal)."""
         out = asdict(self)
         for name in _LAYER_FIELDS:
             if out[name] == _DEFAULTS[name]:

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-from treeopt.profiling.timing import TORCH_DTYPES, Call, interleaved, summarize
+from treeopt.decoding.models import torch_dtype
+from treeopt.dtypes import dtype_name
+from treeopt.profiling.timing import Call, interleaved, summarize
 from treeopt.profiling.verify import check_device, device_label
 from treeopt.roofline.hardware import HARDWARE_FORMAT
 from treeopt.errors import TreeoptError
@@ -31,14 +33,15 @@ def measure_device(*, device: str = "cpu", dtypes: Sequence[str] = ("bf16", "fp3
     """Measure the device; return a ``treeopt.hardware/1`` document with the raw measurements."""
     for dt in dtypes:
         check_device(device, dt)
+    dtypes = [dtype_name(dt) for dt in dtypes]  # the names its rows record
     n, mib = _defaults(device)
     n, mib = matmul_size or n, copy_mib or mib
     if n < 1 or mib < 1 or repeats < 1:
         raise TreeoptError(f"matmul size, copy MiB and repeats must be ≥ 1, got {n}, {mib}, {repeats}")
     calls: dict[str, Call] = {}
     for dt in dtypes:
-        a = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dt])
-        b = torch.randn(n, n, device=device, dtype=TORCH_DTYPES[dt])
+        a = torch.randn(n, n, device=device, dtype=torch_dtype(dt))
+        b = torch.randn(n, n, device=device, dtype=torch_dtype(dt))
         calls[f"matmul_{dt}"] = Call(run=lambda a=a, b=b: a @ b)
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device).random_(0, 255)
     dst = torch.empty_like(src)

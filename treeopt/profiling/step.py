@@ -61,7 +61,7 @@ from treeopt.costs import expanded_nodes, verify_dips
 from treeopt.decoding.compare import check_timing
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
-from treeopt.decoding.models import architecture, attention_of
+from treeopt.decoding.models import architecture, attention_of, name_of_dtype
 from treeopt.decoding.stats import relative_se
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
@@ -322,7 +322,7 @@ def setup_of(model: PreTrainedModel) -> dict[str, Any]:
 
     cfg = model.config
     return {"device": device_label(str(next(model.parameters()).device)),
-            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "dtype": name_of_dtype(next(model.parameters()).dtype),
             "attention": attention_of(model),
             "model": {"architecture": architecture(model),
                       **{k: getattr(cfg, k, None) for k in _SHAPE}}}

@@ -18,6 +18,7 @@ from typing import Any
 
 from treeopt.roofline.config import ModelConfig
 from treeopt.drafters import KIND_NAMES
+from treeopt.dtypes import ALIASES
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
@@ -161,6 +162,8 @@ def _shape(cfg: ModelConfig) -> str:
 def load_step_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a step profile (see :mod:`profiling.step`), checking its tag and every record."""
     doc = read_tagged_json(path, STEP_FORMAT)
+    if isinstance(doc.get("dtype"), str):  # torch's names, as older profiles record: aliases
+        doc["dtype"] = ALIASES.get(doc["dtype"], doc["dtype"])
     heads = doc.get("heads")
     if not isinstance(heads, dict) or heads.get("kind") not in KIND_NAMES:
         raise TreeoptError(f"{path}: 'heads' must be an object whose kind is one of "

@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
 
 @dataclass(frozen=True)
 class Call:

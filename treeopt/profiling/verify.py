@@ -25,7 +25,6 @@ import torch
 
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import (
-    TORCH_DTYPES,
     Call,
     free_memory,
     interleaved,
@@ -35,9 +34,10 @@ from treeopt.profiling.timing import (
 )
 from treeopt.roofline.config import ModelConfig
 from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.models import check_decodable
+from treeopt.decoding.models import check_decodable, torch_dtype
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
+from treeopt.dtypes import dtype_name
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
@@ -53,8 +53,7 @@ def device_label(device: str) -> str:
 
 def check_device(device: str, dtype: str) -> None:
     """Raise a TreeoptError for an unusable ``--device`` or ``--dtype``."""
-    if dtype not in TORCH_DTYPES:
-        raise TreeoptError(f"--dtype: unknown dtype {dtype!r}; choose one of {', '.join(TORCH_DTYPES)}")
+    dtype_name(dtype)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise TreeoptError(f"--device {device}: CUDA is not available on this machine")
@@ -69,15 +68,15 @@ def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str |
 
     from treeopt.decoding.models import from_pretrained
 
-    torch_dtype = TORCH_DTYPES[dtype]
+    dt = torch_dtype(dtype)
     if weights_dir is not None:
-        model = from_pretrained(weights_dir, dtype=torch_dtype, local_files_only=True).to(device)
+        model = from_pretrained(weights_dir, dtype=dt, local_files_only=True).to(device)
     else:
         hf = cfg.to_hf()
         config = AutoConfig.for_model(hf.pop("model_type"), **hf)
         torch.manual_seed(seed)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_config(config, dtype=dt)
     return model.eval()
 
 
@@ -162,6 +161,7 @@ def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str
     """Sweep batch × context × tokens, appending to ``out``; points already in it are skipped.
     ``progress(done, total)`` is called after each (batch, context) group."""
     check_device(device, dtype)
+    dtype = dtype_name(dtype)  # what the table records
     if method not in METHODS:
         raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method == "cuda-graphs" and not device.startswith("cuda"):
