@@ -235,3 +235,36 @@ def test_medusa_pt_with_arbitrary_objects_is_refused(tmp_path):
 def test_not_a_heads_directory(tmp_path):
     with pytest.raises(TreeoptError, match="not a drafter checkpoint"):
         load_heads(tmp_path)
+
+
+def test_the_registry_says_what_each_implementation_does():
+    """A kind's fields match its implementation: dynamic drafting exactly where the class
+    drafts dynamic trees, a roofline formula that exists (EAGLE's with its fc's shape), demo
+    settings that exist."""
+    import dataclasses
+
+    from treeopt.decoding.drafter import Drafter
+    from treeopt.demo.config import DemoConfig
+    from treeopt.drafters import KINDS
+    from treeopt.roofline.draft import _FORMULAS
+
+    demo_settings = {f.name for f in dataclasses.fields(DemoConfig)}
+    for kind in KINDS.values():
+        cls = kind.heads_class()
+        assert cls.kind is kind
+        assert kind.dynamic == (cls.draft_dynamic is not Drafter.draft_dynamic) == (
+            cls.rank_dynamic is not Drafter.rank_dynamic), kind.name
+        assert kind.draft_formula in _FORMULAS
+        assert (kind.fc_inputs > 0) == (kind.draft_formula == "eagle"), kind.name
+        assert kind.demo_layers and set(kind.demo_layers) <= demo_settings, kind.name
+
+
+def test_a_drafter_of_a_kind_without_dynamic_trees_refuses_them():
+    heads = build_heads(HeadsConfig(kind="hydra", num_heads=2, hidden_size=D, vocab_size=V))
+    assert not heads.kind.dynamic
+    with pytest.raises(TreeoptError, match="dynamic trees need an EAGLE drafter or an EAGLE-3 "
+                                           "drafter, not Hydra heads"):
+        heads.draft_dynamic(None, torch.zeros(1, 1, D), torch.zeros(1, dtype=torch.long))
+    with pytest.raises(TreeoptError, match="not Hydra heads"):
+        heads.rank_dynamic(torch.zeros(1, 8, D), torch.zeros(1, 8, dtype=torch.long), topk=2,
+                           steps=2)

@@ -171,7 +171,7 @@ def _add_model_shape(p: argparse.ArgumentParser, *, required: bool = True) -> No
 def _add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", metavar="DEVICE",
                    help="cpu or cuda[:N] (default cpu)")
-    p.add_argument("--dtype", type=dtype_flag,
+    p.add_argument("--dtype", type=dtype_flag, metavar="DTYPE",
                    help=DTYPE_HELP + "; default bf16 on CUDA, fp32 on CPU")
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from treeopt.drafters import DrafterKind
+from treeopt.drafters import KINDS, DrafterKind
 from treeopt.drafters.config import HeadsConfig
 from treeopt.errors import TreeoptError
 
@@ -91,14 +91,25 @@ class Drafter(nn.Module):
                       state: LiveState = None) -> tuple[torch.Tensor, RowPlan]:
         """A dynamic step (:mod:`treeopt.decoding.dynamic`): tree tokens ``[b, N]`` and the
         rows' trees, from the same inputs as :meth:`draft`."""
-        raise TreeoptError(f"a {self.kind.title.lower()} drafts no dynamic trees")
+        raise no_dynamic_trees(self.kind)
 
     def rank_dynamic(self, hidden: torch.Tensor, stream: torch.Tensor, *, topk: int,
                      steps: int) -> torch.Tensor:
         """Where the true path stands in the dynamic candidate pool at every position, teacher
         forced as :meth:`rank_depths` is: int16 ``[b, T-1-S, S, S]``
         (:class:`~treeopt.dynamic.simulate.DynamicTrace` holds what it returns)."""
-        raise TreeoptError(f"a {self.kind.title.lower()} drafts no dynamic trees")
+        raise no_dynamic_trees(self.kind)
+
+
+def no_dynamic_trees(kind: DrafterKind) -> TreeoptError:
+    """The error of asking a kind that drafts no dynamic trees for one, naming those that do.
+
+    >>> from treeopt.drafters import drafter_kind
+    >>> str(no_dynamic_trees(drafter_kind("hydra")))
+    'dynamic trees need an EAGLE drafter or an EAGLE-3 drafter, not Hydra heads'
+    """
+    able = " or ".join(f"an {k.title}" for k in KINDS.values() if k.dynamic)
+    return TreeoptError(f"dynamic trees need {able}, not {kind.title}")
 
 
 def pick_features(hidden_states: tuple[torch.Tensor, ...] | list[torch.Tensor],

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from treeopt.decoding.drafter import Drafter, pick_features
+from treeopt.decoding.drafter import Drafter, no_dynamic_trees, pick_features
 from treeopt.decoding.models import model_device
 from treeopt.decoding.ranks import positions_range
 from treeopt.dynamic.simulate import DynamicTrace
@@ -31,7 +31,7 @@ def simulate_dynamic(model: PreTrainedModel, drafter: Drafter,
     (prompt + continuation; position ``starts[i]`` is the one whose root is the first
     continuation token), ``batch_size`` sequences per pass."""
     if not drafter.kind.dynamic:
-        raise TreeoptError(f"dynamic trees need an EAGLE drafter, not {drafter.kind.title}")
+        raise no_dynamic_trees(drafter.kind)
     device = model_device(model)
     chunks, done = [], 0
     for i in range(0, len(sequences), batch_size):
