@@ -8,7 +8,7 @@ from treeopt.drafters import KINDS
 from treeopt.grow import grow
 from treeopt.workbench import plots_dynamic as dyn_plots
 from treeopt.workbench import plots_hardware as hw_plots
-from treeopt.workbench.pricing import roofline_selection
+from treeopt.pricing import roofline_selection
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "

@@ -46,7 +46,7 @@ from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
 from treeopt.dynamic.settings import grid  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
 from treeopt.select import growth_expected_accept_length, price_tree  # noqa: E402
-from treeopt.workbench.pricing import profiled_costs  # noqa: E402
+from treeopt.pricing import profiled_costs  # noqa: E402
 
 
 def traces(directory: Path | None, demo_dir: Path, part: str) -> dict[int, DynamicTrace]:

@@ -54,7 +54,7 @@ from treeopt.grow import grow
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.tree import Tree
-from treeopt.workbench.pricing import profiled_costs
+from treeopt.pricing import profiled_costs
 
 HELDOUT_SEQUENCES = 96  # held-out prompts continued greedily for the agreement check
 PROFILE_SEQUENCES = 8  # held-out prompts a --profile step profile decodes (as bench_live's)
