@@ -63,8 +63,6 @@ from pathlib import Path
 
 import torch
 
-from treeopt.profiling.alongside import AlongsideProfile
-from treeopt.profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
@@ -73,12 +71,14 @@ from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import predict, tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
+from treeopt.pricing import profiled_costs
+from treeopt.profiling.alongside import AlongsideProfile
+from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.step_profile import StepProfile, StepRecord
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
-from treeopt.pricing import profiled_costs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 BATCHES = (1, 2, 4, 8)

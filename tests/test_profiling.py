@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from treeopt.profiling.device import measure_device
-from treeopt.profiling.table import LatencyRecord, LatencyTable
-from treeopt.profiling.timing import Call, interleaved
-from treeopt.profiling.verify import build_model, profile_verify
-from treeopt.step_profile import StepProfile
-from treeopt.roofline import Hardware, ModelConfig, preset
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
+from treeopt.profiling.device import measure_device
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.profiling.timing import Call, interleaved
+from treeopt.profiling.verify import build_model, profile_verify
+from treeopt.roofline import Hardware, ModelConfig, preset
+from treeopt.step_profile import StepProfile
 from treeopt.tree import Tree
 
 TINY = preset("tiny")
@@ -138,10 +138,10 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
-    from treeopt.profiling.step import profile_steps
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
+    from treeopt.profiling.step import profile_steps
 
     model = build_model(TINY, device="cpu", dtype="fp32")
     heads = build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
@@ -163,7 +163,7 @@ def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
     assert again.records == doc.records  # resumed: nothing measured twice
     with pytest.raises(TreeoptError, match="another max_new_tokens"):
         profile_steps(model, heads, growth, prompts, batch=[1], out=out, max_new_tokens=8)
-    older = {k: v for k, v in doc.items() if k != "steps"}  # timed every step, tail included
+    older = {k: v for k, v in doc.to_json().items() if k != "steps"}  # every step timed
     out.write_text(json.dumps(older))
     with pytest.raises(TreeoptError, match="another steps \\('all', not 'steady'\\)"):
         profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,

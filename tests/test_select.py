@@ -7,8 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.profiling.table import LatencyRecord, LatencyTable
-from treeopt.roofline import preset
 from treeopt.costs import (
     DraftCost,
     StepLatency,
@@ -19,6 +17,8 @@ from treeopt.costs import (
 )
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 from treeopt.select import growth_expected_accept_length, price_tree, select
 from treeopt.selection import schedule
 from treeopt.step_profile import StepRecord

@@ -432,8 +432,8 @@ def latency(ctx: Context) -> dict[str, Any]:
 
 def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
-    from treeopt.profiling.step import profile_steps
     from treeopt.grow import Growth
+    from treeopt.profiling.step import profile_steps
 
     c = ctx.config
     threads(c.live_threads)
@@ -601,8 +601,8 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     """The live dynamic step of the EAGLE drafter, profiled phase by phase at every live batch
     size over a design set of settings: what prices dynamic drafting."""
-    from treeopt.profiling.step import profile_steps
     from treeopt.dynamic import DynamicSettings
+    from treeopt.profiling.step import profile_steps
 
     c = ctx.config
     threads(c.live_threads)
