@@ -108,7 +108,7 @@ def design_dynamic(settings: Sequence[DynamicSettings]) -> list[tuple[int | None
 
 def _shape(step: Shape) -> dict[str, Any]:
     """What a record says of the step it profiled: size, depth, tokens q, nodes expanded per
-    depth (and, for dynamic drafting, its settings), as the record's JSON holds them."""
+    depth (and, for dynamic drafting, its settings)."""
     if isinstance(step, DynamicSettings):
         return {"size": step.nodes, "depth": step.steps, "q": step.draft_tokens,
                 "expanded": list(dynamic_expanded(step)), "dynamic": step.to_dict()}
