@@ -62,9 +62,6 @@ SUBPACKAGES = ("drafters", "decoding", "dynamic", "profiling", "roofline", "work
 # An upward import allowed under ``if TYPE_CHECKING:`` only: the registry's build_heads returns
 # a Drafter, whose implementations it loads by name ("module:Class").
 ANNOTATION_ONLY: dict[str, tuple[str, ...]] = {"treeopt.drafters": ("treeopt.decoding.drafter",)}
-# Imports the layout forbids that another change of issue 42 removes (the core pricing module);
-# the integrator deletes an entry once it is gone (test_pending_exemptions_are_still_needed).
-PENDING: dict[str, tuple[str, ...]] = {"treeopt.demo.stages": ("treeopt.workbench.pricing",)}
 
 
 @dataclass(frozen=True)
@@ -118,9 +115,8 @@ def sources(root: Path = ROOT) -> list[Path]:
 
 
 def exempt(module: str, imp: Import) -> bool:
-    """An import the layout lets through: annotation-only where allowed, or pending removal."""
-    return ((imp.annotation and imp.module in ANNOTATION_ONLY.get(module, ()))
-            or imp.module in PENDING.get(module, ()))
+    """An upward import the layout lets through: annotation-only, where it says so."""
+    return imp.annotation and imp.module in ANNOTATION_ONLY.get(module, ())
 
 
 def node(module: str) -> str:
@@ -243,13 +239,6 @@ def test_annotation_only_allowances_hold_only_under_type_checking():
     assert exempt(module, Import("treeopt.decoding.drafter", 1, annotation=True))
     assert not exempt(module, Import("treeopt.decoding.drafter", 1, annotation=False))
     assert not exempt("treeopt.costs", Import("treeopt.decoding.drafter", 1, annotation=True))
-
-
-def test_pending_exemptions_are_still_needed():
-    for module, names in PENDING.items():
-        path = ROOT / (module.replace(".", "/") + ".py")
-        assert set(names) <= {i.module for i in imports(path)}, (
-            f"{module} no longer imports {names}: delete its PENDING entry")
 
 
 def test_the_numpy_layer_loads_no_torch():

@@ -35,4 +35,14 @@ def dtype_name(name: str, *, source: str = "--dtype") -> str:
                        f"(or {', '.join(ALIASES)})")
 
 
-__all__ = ["ALIASES", "DTYPES", "TORCH_NAMES", "dtype_name"]
+def recorded_dtype(name: str | None) -> str | None:
+    """A dtype as a file records it, read into the one vocabulary: an alias becomes its name;
+    any other name (a dtype the vocabulary leaves out), or none, is kept as it is.
+
+    >>> recorded_dtype("float32"), recorded_dtype("fp32"), recorded_dtype("int8")
+    ('fp32', 'fp32', 'int8')
+    """
+    return ALIASES.get(name, name) if name is not None else None
+
+
+__all__ = ["ALIASES", "DTYPES", "TORCH_NAMES", "dtype_name", "recorded_dtype"]

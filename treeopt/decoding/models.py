@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from treeopt.decoding.attention import attention_for
-from treeopt.dtypes import ALIASES, TORCH_NAMES, dtype_name
+from treeopt.dtypes import TORCH_NAMES, dtype_name, recorded_dtype
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -48,8 +48,7 @@ def name_of_dtype(dtype: torch.dtype) -> str:
     >>> name_of_dtype(torch.bfloat16), name_of_dtype(torch.int8)
     ('bf16', 'int8')
     """
-    name = str(dtype).removeprefix("torch.")
-    return ALIASES.get(name, name)
+    return str(recorded_dtype(str(dtype).removeprefix("torch.")))
 
 
 def load_model(spec: ModelSpec) -> tuple[Any, Any]:

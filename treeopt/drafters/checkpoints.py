@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from treeopt.decoding.drafter import Drafter
 from treeopt.drafters import build_heads, drafter_kind
-from treeopt.drafters.base import Drafter, DraftHeads
+from treeopt.drafters.base import DraftHeads
 from treeopt.drafters.config import HeadsConfig, default_feature_layers
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
