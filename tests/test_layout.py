@@ -6,7 +6,8 @@ The packages, each above the ones it may import (:data:`ALLOWED`):
 - ``core``: the flat modules of ``treeopt/`` and the drafter registry (``treeopt.drafters``
   itself and ``treeopt.drafters.config``, which are torch-free); with ``dynamic`` (dynamic-tree
   simulation and recommendation) and ``roofline`` (predicted latency) it is the numpy layer.
-  The three import each other where a job needs it (a core pricing module reads the roofline),
+  The three import each other where a job needs it (``treeopt.pricing`` reads the roofline,
+  ``treeopt.step_profile`` names dynamic settings, ``dynamic`` prices with ``treeopt.costs``),
   so there a cycle is a chain of imports that leaves a package and comes back to it, module by
   module; every other package is one node of the import graph;
 - ``decoding``: the tree forward, acceptance, the live loop (static and dynamic trees), the
@@ -16,7 +17,8 @@ The packages, each above the ones it may import (:data:`ALLOWED`):
 - ``workbench``: the app's services, without Streamlit; ``cli``: argparse wiring;
 - ``app_pages`` (and ``app.py``): Streamlit pages, which import no torch.
 
-:data:`THIRD_PARTY` names the libraries each package may import (the numpy layer: numpy only).
+:data:`THIRD_PARTY` names the libraries each package may import (the numpy layer: numpy, and
+PyYAML for the core's engine configs).
 """
 
 from __future__ import annotations
