@@ -54,8 +54,8 @@ def streamed(path: str | os.PathLike[str], *, flag: str = "") -> bool:
     """
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return False  # a new file (or a dangling symlink, replaced like a file)
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # not there: a new file (or a dangling symlink, replaced like a file)
     except OSError as exc:
         raise TreeoptError(f"{flag} {path}: cannot be written ({exc.strerror or exc})".strip()
                            ) from None
