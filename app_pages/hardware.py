@@ -3,12 +3,12 @@
 import streamlit as st
 
 from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
-from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.drafters import KINDS
 from treeopt.grow import grow
+from treeopt.pricing import roofline_selection
+from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_dynamic as dyn_plots
 from treeopt.workbench import plots_hardware as hw_plots
-from treeopt.workbench.pricing import roofline_selection
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "

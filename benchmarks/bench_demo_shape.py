@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from treeopt.profiling.step import profile_steps
 from treeopt.demo import load
 from treeopt.drafters import build_heads
+from treeopt.pricing import profiled_costs
+from treeopt.profiling.step import profile_steps
 from treeopt.select import select
-from treeopt.workbench.pricing import profiled_costs
 
 SHAPES = "128x8x384,128x16x384,128x24x384"
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)

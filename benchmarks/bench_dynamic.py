@@ -45,8 +45,8 @@ from treeopt.demo.load import load  # noqa: E402
 from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
 from treeopt.dynamic.settings import grid  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
+from treeopt.pricing import profiled_costs  # noqa: E402
 from treeopt.select import growth_expected_accept_length, price_tree  # noqa: E402
-from treeopt.workbench.pricing import profiled_costs  # noqa: E402
 
 
 def traces(directory: Path | None, demo_dir: Path, part: str) -> dict[int, DynamicTrace]:
@@ -254,9 +254,9 @@ def profile_here(demo, batches):
     design set and :data:`PICKED`."""
     import tempfile
 
-    from treeopt.profiling.step import profile_steps
     from treeopt.demo.config import DemoConfig
     from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.profiling.step import profile_steps
     from treeopt.prompts import encode, read_texts
 
     c = DemoConfig()

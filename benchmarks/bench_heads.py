@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from treeopt.profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
@@ -51,10 +50,11 @@ from treeopt.drafters import build_heads, drafter_kind
 from treeopt.drafters.config import TrainConfig
 from treeopt.drafters.training import distill_loss, train_heads, windows
 from treeopt.grow import grow
+from treeopt.pricing import profiled_costs
+from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.tree import Tree
-from treeopt.workbench.pricing import profiled_costs
 
 HELDOUT_SEQUENCES = 96  # held-out prompts continued greedily for the agreement check
 PROFILE_SEQUENCES = 8  # held-out prompts a --profile step profile decodes (as bench_live's)

@@ -57,15 +57,12 @@ import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from treeopt.profiling.alongside import AlongsideProfile
-from treeopt.profiling.step import profile_steps
-from treeopt.profiling.table import load_step_profile
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
@@ -74,11 +71,14 @@ from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import predict, tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
+from treeopt.pricing import profiled_costs
+from treeopt.profiling.alongside import AlongsideProfile
+from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
+from treeopt.step_profile import StepProfile, StepRecord
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
-from treeopt.workbench.pricing import profiled_costs
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 BATCHES = (1, 2, 4, 8)
@@ -127,12 +127,13 @@ def against_float32(demo, kind: str, tree: Tree, prompts, config: DecodeConfig,
     return paired.tree_tokens_per_s, paired.autoregressive_tokens_per_s
 
 
-def drift(before: list[dict], after: list[dict]) -> dict[int, tuple[tuple, float]]:
+def drift(before: Sequence[StepRecord], after: Sequence[StepRecord],
+          ) -> dict[int, tuple[tuple, float]]:
     """Per batch: the record whose step (draft + verify + bookkeeping) over the autoregressive
     step changed most from one step profile to the next, as (q, depth cap), and the change."""
     def ratios(records):
-        step = {(r["batch"], r["q"], r["max_depth"]): r["ms_draft"] + r["ms_verify"]
-                + r["ms_bookkeeping"] for r in records}
+        step = {(r.batch, r.q, r.max_depth): r.ms_draft + r.ms_verify + r.ms_bookkeeping
+                for r in records}
         return {k: v / step[(k[0], 1, None)] for k, v in step.items() if k[1] > 1}
 
     old, new = ratios(before), ratios(after)
@@ -200,9 +201,9 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         print(" " * 40, end="\r")
     bracketed = None
     if args.bracket:
-        before, after = load_step_profile(step_path), load_step_profile(after_path)
+        before, after = StepProfile.load(step_path), StepProfile.load(after_path)
         bracketed = profiled_costs([step_path, after_path])  # pooled, as tune would
-        for b, (key, change) in drift(before["records"], after["records"]).items():
+        for b, (key, change) in drift(before.records, after.records).items():
             print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
                   f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
                   f"cap {key[1]})")

@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from treeopt.profiling.table import LatencyRecord, LatencyTable
-from treeopt.roofline import preset
 from treeopt.cli import main
 from treeopt.grow import Growth
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from treeopt.profiling.table import load_step_profile  # noqa: E402
+from treeopt.step_profile import StepProfile  # noqa: E402
 from treeopt.trace import RankTrace  # noqa: E402
 
 
@@ -227,8 +227,8 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
             row["selected_max_depth"] != row["best_max_depth"])
         assert ("selected_share_of_best_raced" in row) == raced
     assert "batch 1: best measured" in proc.stderr
-    keys = [(r["batch"], r["size"], r["max_depth"])  # each measured point's tree, once
-            for r in load_step_profile(alongside)["records"]]
+    keys = [(r.batch, r.size, r.max_depth)  # each measured point's tree, once
+            for r in StepProfile.load(alongside).records]
     assert [k for k in keys if k[1] == 0] == [(1, 0, None), (2, 0, None)]  # a reference each
     assert sorted(keys, key=str) == sorted([(1, 0, None), (2, 0, None)] + [
         (p["batch"], p["size"], p["max_depth"]) for p in doc["points"] if p["size"]], key=str)

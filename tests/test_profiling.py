@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from treeopt.profiling.device import measure_device
-from treeopt.profiling.table import LatencyRecord, LatencyTable, load_step_profile
-from treeopt.profiling.timing import Call, interleaved
-from treeopt.profiling.verify import build_model, profile_verify
-from treeopt.roofline import Hardware, ModelConfig, preset
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
+from treeopt.profiling.device import measure_device
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.profiling.timing import Call, interleaved
+from treeopt.profiling.verify import build_model, profile_verify
+from treeopt.roofline import Hardware, ModelConfig, preset
+from treeopt.step_profile import StepProfile
 from treeopt.tree import Tree
 
 TINY = preset("tiny")
@@ -137,10 +138,10 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
-    from treeopt.profiling.step import profile_steps
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
+    from treeopt.profiling.step import profile_steps
 
     model = build_model(TINY, device="cpu", dtype="fp32")
     heads = build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
@@ -152,17 +153,17 @@ def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
     doc = profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
                         max_new_tokens=6, rounds=2, log=lambda _: None)
-    keys = [(r["batch"], r["size"], r["max_depth"]) for r in doc["records"]]
+    keys = [(r.batch, r.size, r.max_depth) for r in doc.records]
     caps = [(None, 0), (None, 1), (None, 2), (None, 3)] + ([(1, 2)] if kind == "hydra" else [])
     assert keys == [(b, n, c) for b in (1, 2) for c, n in caps]
-    assert all(r["ms_verify"] > 0 and r["ms_bookkeeping"] > 0 for r in doc["records"])
-    assert load_step_profile(out)["heads"]["kind"] == kind
+    assert all(r.ms_verify > 0 and r.ms_bookkeeping > 0 for r in doc.records)
+    assert StepProfile.load(out).kind == kind
     again = profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
                           max_new_tokens=6, rounds=2, log=lambda _: None)
-    assert again["records"] == doc["records"]  # resumed: nothing measured twice
+    assert again.records == doc.records  # resumed: nothing measured twice
     with pytest.raises(TreeoptError, match="another max_new_tokens"):
         profile_steps(model, heads, growth, prompts, batch=[1], out=out, max_new_tokens=8)
-    older = {k: v for k, v in doc.items() if k != "steps"}  # timed every step, tail included
+    older = {k: v for k, v in doc.to_json().items() if k != "steps"}  # every step timed
     out.write_text(json.dumps(older))
     with pytest.raises(TreeoptError, match="another steps \\('all', not 'steady'\\)"):
         profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2, 3], out=out,
@@ -182,11 +183,11 @@ def test_an_alongside_profile_records_each_point_once_and_resumes(tmp_path, monk
     chain1, chain2 = Tree.chain(1), Tree.chain(2)
     for b, cap, tree in ((1, None, chain1), (1, 1, chain2), (2, None, chain1), (1, 1, chain2)):
         profile(b, cap, tree)
-    doc = load_step_profile(out)
-    assert [(r["batch"], r["size"], r["max_depth"]) for r in doc["records"]] == [
+    doc = StepProfile.load(out)
+    assert [(r.batch, r.size, r.max_depth) for r in doc.records] == [
         (1, 0, None), (1, 1, None), (1, 2, 1), (2, 0, None), (2, 1, None)]
-    assert all(r["ms_verify"] > 0 for r in doc["records"])
-    assert all(r["rounds"] >= 2 // r["batch"] for r in doc["records"])  # both sequences each
+    assert all(r.ms_verify > 0 for r in doc.records)
+    assert all(r.rounds >= 2 // r.batch for r in doc.records)  # both sequences each
     monkeypatch.setattr(alongside, "batch_records", lambda *a, **kw: pytest.fail("measured"))
     again = alongside.AlongsideProfile(model, heads, [[5, 6, 7], [8, 9, 10, 11]], out=out,
                                        max_new_tokens=6, rounds=1, sequences=2)
@@ -206,7 +207,7 @@ def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, m
     measured with the batch's first tree — and the file prices as a step profile: the tree at
     that record, to the last digit."""
     import treeopt.profiling.alongside as alongside
-    from treeopt.workbench.pricing import profiled_costs
+    from treeopt.pricing import profiled_costs
 
     def record(size, q, draft, verify, book):
         return {"batch": 1, "max_depth": None, "size": size, "depth": min(size, 1), "q": q,
@@ -221,8 +222,8 @@ def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, m
     profile = alongside.AlongsideProfile(model, heads, [[5, 6, 7]], out=out, max_new_tokens=6)
     profile(1, None, Tree.chain(1))
     profile(1, None, Tree.from_choices([[0], [1]]))
-    second = load_step_profile(out)["records"][2]
-    assert (second["ms_draft"], second["ms_verify"], second["ms_bookkeeping"]) == (0.5, 2.2, 0.8)
+    second = StepProfile.load(out).records[2]
+    assert (second.ms_draft, second.ms_verify, second.ms_bookkeeping) == (0.5, 2.2, 0.8)
     costs = profiled_costs(out)
     assert costs.draft.seconds(1, (2,)) * 1e3 == pytest.approx(0.5 - 0.1, abs=1e-12)
     assert costs.overhead.seconds(1, 3, 1) * 1e3 == pytest.approx(0.8 + 0.1, abs=1e-12)
@@ -259,11 +260,12 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     doc = step.profile_steps(model, heads, growth, [[5, 6, 7, 8], [9, 10, 11]], batch=[1, 2],
                              sizes=[1, 2, 3], out=tmp_path / "step.json", max_new_tokens=6,
                              rounds=2, log=lambda _: None)
-    rounds = {(r["batch"], r["q"]): r["rounds"] for r in doc["records"]}
+    rounds = {(r.batch, r.q): r.rounds for r in doc.records}
     assert rounds == {(1, 1): 2, (1, 2): 3, (1, 3): 3, (1, 4): 2,
                       (2, 1): 2, (2, 2): 2, (2, 3): 2, (2, 4): 2}
-    verify = {(r["batch"], r["q"]): r["ms_verify"] for r in doc["records"]}
-    assert verify[1, 3] == pytest.approx(8.0) and not verify_dips(doc["records"])
+    verify = {(r.batch, r.q): r.ms_verify for r in doc.records}
+    assert verify[1, 3] == pytest.approx(8.0)
+    assert not verify_dips((r.batch, r.q, r.ms_verify) for r in doc.records)
 
 
 @pytest.mark.parametrize(("min_seconds", "max_rounds", "expected"),
@@ -289,7 +291,7 @@ def test_records_get_rounds_until_their_decodes_took_min_seconds(tmp_path, monke
     monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
     doc = profile_chains(tmp_path / "step.json", rounds=1, min_seconds=min_seconds)
     ar, tree_rounds = expected
-    assert [(r["q"], r["rounds"], r["seconds"]) for r in doc["records"]] == [
+    assert [(r.q, r.rounds, r.seconds) for r in doc.records] == [
         (1, ar, float(ar)), (2, tree_rounds, 2.0 * tree_rounds),
         (3, tree_rounds, 2.0 * tree_rounds)]
     with pytest.raises(TreeoptError, match="--min-seconds must be ≥ 0, got -1"):
@@ -318,7 +320,7 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
     doc = step.profile_steps(model, heads, growth, [[5, 6], [7, 8]], batch=[1], sizes=[1],
                              out=tmp_path / "step.json", max_new_tokens=6, rounds=1,
                              sequences=2, min_seconds=5.0, log=lambda _: None)
-    assert [(r["q"], r["rounds"]) for r in doc["records"]] == [(1, 6), (2, 4)]
+    assert [(r.q, r.rounds) for r in doc.records] == [(1, 6), (2, 4)]
     assert sorted(decoded) == [(1, 5)] * 3 + [(1, 7)] * 3 + [(2, 5)] * 2 + [(2, 7)] * 2
 
 
@@ -350,7 +352,7 @@ def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_ta
     monkeypatch.setattr(step, "MAX_ROUNDS", max_rounds)
     doc = profile_chains(tmp_path / "step.json", rounds=3, target_se=target_se)
     se = relative_se([1.2 if r % 2 else 1.0 for r in range(expected)])
-    assert [(r["q"], r["rounds"], r.get("se")) for r in doc["records"]] == [
+    assert [(r.q, r.rounds, r.se) for r in doc.records] == [
         (1, 3, None), (2, expected, round(se, 6)), (3, expected, round(se, 6))]
     with pytest.raises(TreeoptError, match="--target-se must be in"):
         profile_chains(tmp_path / "other.json", target_se=2)
@@ -382,9 +384,9 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
     assert groups[2, 2] == [[5, 9], [12, 5]]
     # each round: the autoregressive entry, then the tree's reference, on the round's prompts
     assert groups[1, 1] == [[5], [5], [9], [9], [12], [12]]
-    rounds = {(r["batch"], r["q"]): r["rounds"] for r in doc["records"]}
+    rounds = {(r.batch, r.q): r.rounds for r in doc.records}
     assert rounds == {(1, 1): 3, (1, 2): 3, (2, 1): 2, (2, 2): 2}
-    context = {r["batch"]: r["context"] for r in doc["records"]}
+    context = {r.batch: r.context for r in doc.records}
     # the mean length of the prompts decoded (3, and 3.25 → 3.2 to a tenth), + half the new tokens
     assert context == {1: 6.0, 2: 6.2}
     with pytest.raises(TreeoptError, match="--sequences must be ≥ 1"):

@@ -7,8 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.profiling.table import LatencyRecord, LatencyTable
-from treeopt.roofline import preset
 from treeopt.costs import (
     DraftCost,
     StepLatency,
@@ -19,8 +17,11 @@ from treeopt.costs import (
 )
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 from treeopt.select import growth_expected_accept_length, price_tree, select
 from treeopt.selection import schedule
+from treeopt.step_profile import StepRecord
 from treeopt.tree import Tree
 
 # node values 0.8, 0.6, 0.1: E[L] 1, 1.8, 2.4, 2.5
@@ -105,6 +106,11 @@ PROFILED = [((), 1), ((1,), 2), ((1, 1), 3), ((1, 1), 4), ((1, 1, 1), 4), ((1,),
             ((1, 2), 5), ((1, 3, 2), 9)]  # (expanded per depth, q) of the profiled trees
 
 
+def typed(records: list[dict]) -> list[StepRecord]:
+    """Step-profile records as a profile file holds them, read back."""
+    return [StepRecord.from_json(r, where=f"records[{i}]") for i, r in enumerate(records)]
+
+
 def profile_records(kind: str, batch: int = 1) -> list[dict]:
     out = []
     for expanded, q in PROFILED:
@@ -122,7 +128,7 @@ def profile_records(kind: str, batch: int = 1) -> list[dict]:
 
 @pytest.mark.parametrize("kind", ["hydra", "medusa"])
 def test_step_costs_give_back_a_known_profile_exactly(kind):
-    costs = step_costs(profile_records(kind), kind=kind, source="s.json")
+    costs = step_costs(typed(profile_records(kind)), kind=kind, source="s.json")
     assert costs.coefficients["draft"][1] == pytest.approx(DRAFT[kind], abs=1e-12)
     assert costs.coefficients["overhead"][1] == pytest.approx(OVERHEAD, abs=1e-12)
     assert costs.fit["draft_and_overhead"] < 1e-12
@@ -146,8 +152,8 @@ def test_profiles_of_one_setup_pooled_are_priced_as_their_records_together(tmp_p
     measured it. A profile of another setup is refused, naming both files."""
     import json
 
-    from treeopt.profiling.table import STEP_FORMAT
-    from treeopt.workbench.pricing import profiled_costs
+    from treeopt.pricing import profiled_costs
+    from treeopt.step_profile import STEP_FORMAT
 
     setup = {"format": STEP_FORMAT, "device": "cpu", "dtype": "float32", "attention": "sdpa",
              "model": {"hidden_size": 32}, "threads": 1,
@@ -187,7 +193,7 @@ def test_profiled_steps_are_priced_as_measured_and_the_rest_by_the_fit(dynamic):
     linear_over = OVERHEAD[0] + OVERHEAD[1] + OVERHEAD[2] * 7 + OVERHEAD[3] * 3
     off["ms_draft"] = linear_draft + 0.4 + RESIDUE
     off["ms_bookkeeping"] = linear_over + 0.05 - RESIDUE
-    costs = step_costs(records + [off], kind="hydra", source="s.json")
+    costs = step_costs(typed(records + [off]), kind="hydra", source="s.json")
     assert costs.draft.seconds(1, (1, 2, 2)) == pytest.approx((linear_draft + 0.4) / 1e3,
                                                                abs=1e-15)
     assert costs.overhead.seconds(1, 8, 3) == pytest.approx((linear_over + 0.05) / 1e3,
@@ -211,14 +217,14 @@ def test_records_that_share_a_step_are_priced_at_their_median():
     records = profile_records("hydra")
     base = next(r for r in records if r["expanded"] == [1, 1] and r["q"] == 3)
     extra = [{**base, "ms_draft": base["ms_draft"] + d} for d in (0.1, 0.3, 0.2)]
-    costs = step_costs([r for r in records if r is not base] + extra, kind="hydra",
+    costs = step_costs(typed([r for r in records if r is not base] + extra), kind="hydra",
                        source="s.json")
     assert costs.draft.seconds(1, (1, 1)) == pytest.approx(
         (0.5 + 2 * 1.0 + 2 * 0.25 + 0.15) / 1e3, abs=1e-15)
 
 
 def test_selection_prices_a_step_from_all_three_terms():
-    costs = step_costs(profile_records("hydra"), kind="hydra", source="s.json")
+    costs = step_costs(typed(profile_records("hydra")), kind="hydra", source="s.json")
     sel = select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
                  context=[100], depth_caps=[2])
     p = sel.points[0]
@@ -233,7 +239,7 @@ def test_selection_prices_a_step_from_all_three_terms():
 def test_a_step_profile_needs_its_autoregressive_record():
     rows = [r for r in profile_records("hydra") if r["size"] > 0]
     with pytest.raises(TreeoptError, match="no autoregressive record"):
-        step_costs(rows, kind="hydra", source="s.json")
+        step_costs(typed(rows), kind="hydra", source="s.json")
 
 
 def test_missing_points_are_named():
@@ -264,7 +270,7 @@ def test_selected_tree_is_the_argmax_of_the_curve(ms, b):
 
 
 def test_one_tree_priced_like_the_scan_prices_it():
-    costs = step_costs(profile_records("hydra"), kind="hydra", source="s.json")
+    costs = step_costs(typed(profile_records("hydra")), kind="hydra", source="s.json")
     sel = select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead, batch=[1],
                  context=[100], depth_caps=[2])
     tree = GROWTH.tree(2)  # (0,), (0, 0): values 0.8 and 0.6
@@ -340,8 +346,8 @@ def test_a_verify_time_that_falls_as_q_grows_is_reported_as_noise():
     records = profile_records("hydra") + profile_records("hydra", batch=2)
     noisy = next(r for r in records if r["batch"] == 2 and r["q"] == 5)
     noisy["ms_verify"] = 12.6  # below q = 3's 13 ms and q = 4's 14 ms
-    assert verify_dips(records) == [(2, 5, 4, 0.1)]
-    costs = step_costs(records, kind="hydra", source="s.json")
+    assert verify_dips((r["batch"], r["q"], r["ms_verify"]) for r in records) == [(2, 5, 4, 0.1)]
+    costs = step_costs(typed(records), kind="hydra", source="s.json")
     assert costs.fit["verify_dip"] == 0.1
     # priced pooled: q = 4's three records (14 ms) and q = 5's one (12.6) at their mean, 13.65
     assert costs.verify.seconds(2, 100, np.array([3, 4, 5, 9])).tolist() == [

@@ -164,12 +164,12 @@ def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_o
     swept-prompts trace in which none is (every prediction: E[L] 1): the selected point is the
     one the calibration trace picks, and every point, the pick included, is predicted at E[L] 1.
     """
-    from test_select import profile_records
+    from test_select import profile_records, typed
 
     from treeopt.costs import step_costs
     from treeopt.trace import RankTrace
 
-    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
     meta = {"top_k": 4, "sequence_positions": [20, 20]}
     right = RankTrace(np.zeros((40, 2), np.int16), meta)
     wrong = RankTrace(np.full((40, 2), -1, np.int16), meta)
@@ -193,12 +193,12 @@ def test_points_are_predicted_over_the_positions_the_sweep_decodes(model_and_hea
     """Heads that miss on each sequence's first 4 positions and are right after them: a sweep of
     4 new tokens is predicted at E[L] 1, exactly as by a trace that always misses, and select
     (picking with the same trace) takes no tree."""
-    from test_select import profile_records
+    from test_select import profile_records, typed
 
     from treeopt.costs import step_costs
     from treeopt.trace import RankTrace
 
-    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
     meta = {"top_k": 4, "sequence_positions": [20, 20]}
     late = np.zeros((40, 2), np.int16)
     late[[0, 1, 2, 3, 20, 21, 22, 23]] = -1
@@ -217,7 +217,7 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
     tree), run again with one that costs 10 ms more per token (no tree pays: the pick is
     autoregressive decoding): the kept points are not measured again, each is predicted as
     the new model predicts it, the old pick is no longer marked and the new one is measured."""
-    from test_select import profile_records
+    from test_select import profile_records, typed
 
     from treeopt.costs import step_costs
     from treeopt.decoding.tune import predict
@@ -225,8 +225,8 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
 
     flat, steep = ([{**r, "ms_verify": ms(r["q"])} for r in profile_records("medusa")]
                    for ms in (lambda q: 10.0, lambda q: 10.0 * q))
-    cheap = step_costs(flat, kind="medusa", source="flat.json")
-    dear = step_costs(steep, kind="medusa", source="flat.json + steep.json")
+    cheap = step_costs(typed(flat), kind="medusa", source="flat.json")
+    dear = step_costs(typed(steep), kind="medusa", source="flat.json + steep.json")
     out = tmp_path / "s.json"
     first = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], costs=cheap)
     assert [p.size for p in first.points if p.selected] == [3]
@@ -253,14 +253,14 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
     (the sweep's 4 new tokens). Decoded together, both rows count until the first finishes: a
     one-node tree accepts (2 + 1) / 2 = 1.5 per row and step. The pooled walk (4 + 4 tokens in
     2 + 4 steps) says 4/3, which is what batch 1 sees."""
-    from test_select import profile_records
+    from test_select import profile_records, typed
 
     from treeopt.costs import step_costs
     from treeopt.select import price_tree
     from treeopt.trace import RankTrace
     from treeopt.tree import Tree
 
-    costs = step_costs(profile_records("medusa", 1) + profile_records("medusa", 2),
+    costs = step_costs(typed(profile_records("medusa", 1) + profile_records("medusa", 2)),
                        kind="medusa", source="s.json")
     ranks = np.zeros((40, 2), np.int16)
     ranks[20:] = -1
@@ -461,7 +461,7 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
     nothing is raced again; the progress bar counts the race."""
     from types import SimpleNamespace
 
-    from test_select import profile_records
+    from test_select import profile_records, typed
 
     import treeopt.decoding.tune as tune_module
     from treeopt.costs import step_costs
@@ -483,7 +483,7 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
 
     monkeypatch.setattr(tune_module, "compare", fake_compare)
     monkeypatch.setattr(tune_module, "race", fake_race)
-    costs = step_costs(profile_records("medusa"), kind="medusa", source="s.json")
+    costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
     right = RankTrace(np.zeros((40, 2), np.int16), {"top_k": 4, "sequence_positions": [20, 20]})
     ticks = []
     out = tmp_path / "s.json"

@@ -12,9 +12,9 @@ tokens verified and the depth. A step profile
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,9 @@ import numpy.typing as npt
 from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.tree import Path
+
+if TYPE_CHECKING:
+    from treeopt.step_profile import StepRecord
 
 Grid = dict[tuple[int, int], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]
 DraftFn = Callable[[int, tuple[int, ...]], float]  # (batch, nodes expanded per depth) → seconds
@@ -138,6 +141,41 @@ class StepCosts:
     coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
 
 
+@dataclass(frozen=True, eq=False)
+class Throughput:
+    """Predicted tokens/s of a run of steps, and the seconds of each term of their step (one
+    entry per step; NaN where q is beyond the latency source)."""
+
+    tokens_per_s: npt.NDArray[np.float64]
+    verify_s: npt.NDArray[np.float64]
+    draft_s: npt.NDArray[np.float64]
+    overhead_s: npt.NDArray[np.float64]
+
+
+def throughput(accept_length: npt.ArrayLike, *, tokens: Sequence[int],
+               expanded: Sequence[tuple[int, ...]], verify: StepLatency,
+               draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD, batch: int,
+               context: int) -> Throughput:
+    """The step-throughput formula, for steps that verify ``tokens`` (q), expand ``expanded``
+    nodes per depth and accept ``accept_length`` (E[L]) tokens per row:
+    ``tokens/s = b · E[L] / (t_verify(b, s, q) + t_draft(b, expanded) + t_overhead(b, q,
+    depth))``, where depth is ``len(expanded)``.
+
+    >>> lat = StepLatency({(2, 8): (np.array([1.0, 3.0]), np.array([0.01, 0.02]))}, "toy")
+    >>> throughput([1.0, 1.5], tokens=[1, 3], expanded=[(), (1, 1)], verify=lat, batch=2,
+    ...            context=8).tokens_per_s.tolist()
+    [200.0, 150.0]
+    """
+    t_verify = verify.seconds(batch, context, np.asarray(tokens))
+    t_draft = np.array([draft.seconds(batch, e) for e in expanded], dtype=np.float64)
+    t_over = np.array([overhead.seconds(batch, q, len(e)) for q, e in zip(tokens, expanded,
+                                                                          strict=True)],
+                      dtype=np.float64)
+    tokens_per_s = batch * np.asarray(accept_length, dtype=np.float64) / (
+        t_verify + t_draft + t_over)
+    return Throughput(tokens_per_s, t_verify, t_draft, t_over)
+
+
 def draft_features(expanded: Sequence[int], *, per_depth: bool) -> list[float]:
     """What drafting a tree costs in proportion to: a tree at all, each depth (a head, or a call
     of one), and — for drafters called per depth — each node expanded (a row of the call).
@@ -175,52 +213,47 @@ def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[
         keep &= coef > 0
 
 
-def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
+def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
                device: str = "") -> StepCosts:
-    """Fit :class:`StepCosts` to a step profile's records (``treeopt profile step``): each gives
-    a batch, a tree (size, depth, tokens q, nodes expanded per depth), the context and the
-    milliseconds per step of its draft, verify and bookkeeping phases.
+    """Fit :class:`StepCosts` to a step profile's records (:class:`~treeopt.step_profile.
+    StepRecord`): each gives a batch, a tree (size, depth, tokens q, nodes expanded per depth),
+    the context and the milliseconds per step of its draft, verify and bookkeeping phases.
 
     The loop's time outside drafting when there is no tree (the autoregressive records) belongs
     to the overhead; drafting is what a tree adds on top of it.
 
     Drafting and the overhead are priced as measured where the profile measured them —
     drafting by (batch, nodes expanded per depth), the overhead by (batch, q, depth), the
-    median where several records (or pooled profiles) share a key — and by the fit in between.
-    Neither is quite linear in those features: dynamic drafting on the demo fits 5–10% dear for
-    chains and 8% cheap for top-k 2 at 3 steps, enough to swap the pick between near-equal
-    settings; Hydra's static trees fit with errors up to 15% of draft + overhead. The swept
-    trees are the profiled ones (a sweep measures the design sizes), so pricing them as
-    measured takes the fit's error out of the comparison of prediction and measurement: on
-    2026-11-27's bench files, Hydra's largest error over 32 points fell from 7.1% to 5.6% (one
-    profile) and from 8.2% to 6.7% (two pooled), Medusa's pooled from 5.0% to 4.5%.
+    median where several records (or pooled profiles) share a key — and by the fit in between:
+    neither is quite linear in those features, so a profiled tree is priced without the fit's
+    error. ``fit`` says how far the fit is from the profiled trees.
     """
     per_depth = drafter_kind(kind, source=f"{source}: heads kind").per_depth
-    batches = sorted({int(r["batch"]) for r in records})
-    contexts = [int(r["context"]) for r in records]
+    batches = sorted({r.batch for r in records})
+    contexts = [int(r.context) for r in records]
     context = int(np.median(contexts)) if contexts else 0
     coefficients: dict[str, dict[int, list[float]]] = {"draft": {}, "overhead": {}}
     measured_draft: dict[tuple[int, tuple[int, ...]], list[float]] = {}
     measured_overhead: dict[tuple[int, int, int], list[float]] = {}
     worst = 0.0
     for b in batches:
-        rows = [r for r in records if int(r["batch"]) == b]
-        ar = [r for r in rows if int(r["size"]) == 0]
+        rows = [r for r in records if r.batch == b]
+        ar = [r for r in rows if r.size == 0]
         if not ar:
             raise TreeoptError(f"{source}: no autoregressive record (size 0) at batch {b}")
-        residue = float(np.median([r["ms_draft"] for r in ar]))  # the loop outside drafting
-        xd = np.array([draft_features(r["expanded"], per_depth=per_depth) for r in rows])
-        yd = np.array([r["ms_draft"] - residue for r in rows])
-        xo = np.array([overhead_features(int(r["q"]), int(r["depth"])) for r in rows])
-        yo = np.array([r["ms_bookkeeping"] + residue for r in rows])
+        residue = float(np.median([r.ms_draft for r in ar]))  # the loop outside drafting
+        xd = np.array([draft_features(r.expanded, per_depth=per_depth) for r in rows])
+        yd = np.array([r.ms_draft - residue for r in rows])
+        xo = np.array([overhead_features(r.q, r.depth) for r in rows])
+        yo = np.array([r.ms_bookkeeping + residue for r in rows])
         cd, co = _fit(xd, yd), _fit(xo, yo)
         for r, d, o in zip(rows, yd, yo, strict=True):
-            measured_draft.setdefault((b, tuple(r["expanded"])), []).append(float(d))
-            measured_overhead.setdefault((b, int(r["q"]), int(r["depth"])), []).append(float(o))
+            measured_draft.setdefault((b, r.expanded), []).append(float(d))
+            measured_overhead.setdefault((b, r.q, r.depth), []).append(float(o))
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
-        step = np.array([r["ms_draft"] + r["ms_bookkeeping"] for r in rows])
+        step = np.array([r.ms_draft + r.ms_bookkeeping for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
-    groups = _verify_groups(records)
+    groups = _verify_groups((r.batch, r.q, r.ms_verify) for r in records)
     verify_ms = _medians(groups)
     points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups, verify_ms).items()
               for q, ms in by_q.items()]
@@ -246,25 +279,26 @@ def step_costs(records: Sequence[dict[str, Any]], *, kind: str, source: str,
                      coefficients)
 
 
-def verify_dips(records: Sequence[dict[str, Any]]) -> list[tuple[int, int, int, float]]:
-    """Where a step profile's verify time falls as q grows — (batch, q, the smaller q it fell
-    below, the fall as a share of that q's time) — largest first. A verify forward of more
-    tokens does no less work, so a fall is noise in the measurement (a busy moment during the
-    smaller q's record or a quiet one during the larger's). The profiler measures both sides of
-    a fall again; select prices what is left pooled (:func:`_verify_priced`).
+def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int, int, float]]:
+    """Where the verify time of a step profile's ``points`` — (batch, q, verify milliseconds)
+    — falls as q grows: (batch, q, the smaller q it fell below, the fall as a share of that
+    q's time), largest first. A verify forward of more tokens does no less work, so a fall is
+    noise in the measurement (a busy moment during the smaller q's record or a quiet one during
+    the larger's). The profiler measures both sides of a fall again; select prices what is
+    left pooled (:func:`_verify_priced`).
 
-    >>> verify_dips([{"batch": 1, "q": 1, "ms_verify": 6.8}, {"batch": 1, "q": 3, "ms_verify": 8.7},
-    ...              {"batch": 1, "q": 4, "ms_verify": 6.96}, {"batch": 1, "q": 5, "ms_verify": 9.5}])
+    >>> verify_dips([(1, 1, 6.8), (1, 3, 8.7), (1, 4, 6.96), (1, 5, 9.5)])
     [(1, 4, 3, 0.2)]
     """
-    return _dips(_medians(_verify_groups(records)))
+    return _dips(_medians(_verify_groups(points)))
 
 
-def _verify_groups(records: Sequence[dict[str, Any]]) -> dict[int, dict[int, list[float]]]:
-    """batch → q → the verify milliseconds of a profile's records at that q, both ascending."""
+def _verify_groups(points: Iterable[tuple[int, int, float]]) -> dict[int, dict[int, list[float]]]:
+    """batch → q → the verify milliseconds of the (batch, q, ms) points at that q, both
+    ascending."""
     grouped: dict[int, dict[int, list[float]]] = {}
-    for r in records:
-        grouped.setdefault(int(r["batch"]), {}).setdefault(int(r["q"]), []).append(r["ms_verify"])
+    for b, q, ms in points:
+        grouped.setdefault(b, {}).setdefault(q, []).append(ms)
     return {b: dict(sorted(by_q.items())) for b, by_q in sorted(grouped.items())}
 
 
@@ -282,10 +316,7 @@ def _verify_priced(groups: dict[int, dict[int, list[float]]],
     A forward of more tokens does no less work, so a verify time that falls as q grows is a
     measurement's noise (a record taken at a quiet moment) — priced as it stands, it makes one
     tree look cheap and select picks it for that. Pooling it with the q it fell below prices
-    both at their common mean. On the demo's batch-1 Medusa bench (2026-11-26) the q = 4 record
-    sat 10% below q = 3's; priced as measured, the 3-node tree's prediction was 6.7% high and
-    the 2-node tree's 3.9% low; pooled, 1.7% and 0.6%. Measured again with a fresh profile
-    priced this way, every point of that bench came within 1.5% (docs/hardware.md).
+    both at their common mean.
     """
     return {b: dict(zip(by_q, non_decreasing(list(medians[b].values()),
                                              [len(ms) for ms in by_q.values()]), strict=True))

@@ -129,6 +129,7 @@ class Growth:
                          dict(doc.get("meta", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise TreeoptError(f"{source}: malformed growth file ({exc!r})") from None
+        _check_values(ell, growth.caps, source)
         if growth.constraint != "uniform" and len(order) != growth.max_nodes:
             raise TreeoptError(f"{source}: {len(order)} nodes in 'order' but "
                                f"{len(ell)} E[L] values (expected one more than nodes)")
@@ -137,6 +138,23 @@ class Growth:
         if growth.constraint != "uniform":
             _check_order(doc["order"], source)
         return growth
+
+
+def _check_values(ell: npt.NDArray[np.float64], caps: dict[str, Any], source: str) -> None:
+    """E[L] of every size must be a finite number of at least 1 (T_0, autoregressive decoding,
+    accepts exactly 1), and every cap a positive integer."""
+    if ell.ndim != 1 or not ell.size:
+        raise TreeoptError(f"{source}: 'expected_accept_length' must be a list of numbers, one "
+                           f"per size 0 … N")
+    bad = np.flatnonzero(~np.isfinite(ell) | (ell < 1.0))
+    if bad.size:
+        n = int(bad[0])
+        raise TreeoptError(f"{source}: 'expected_accept_length' of size {n} is {ell[n]}; E[L] "
+                           "is a finite number ≥ 1")
+    for name, value in caps.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TreeoptError(f"{source}: cap '{name}' must be a positive integer, got "
+                               f"{value!r}")
 
 
 def _check_order(order: list[Any], source: str) -> None:

@@ -26,7 +26,9 @@ from treeopt.costs import (
     DraftCost,
     OverheadCost,
     StepLatency,
+    Throughput,
     expanded_nodes,
+    throughput,
 )
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
@@ -35,8 +37,8 @@ from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
-Array = npt.NDArray[np.float64]
-Scan = tuple[Array, Array, Array, Array]  # tokens/s, verify, draft and overhead seconds
+MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
+MAX_CONTEXT = 1 << 24  # the largest context length priced
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,14 +81,10 @@ def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
 
 
 def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,
-          s: int) -> Scan:
+          s: int) -> Throughput:
     """Tokens/s and verify, draft and overhead seconds of every tree of the family."""
-    sizes = np.arange(len(fam.ell))
-    t_verify = verify.seconds(b, s, sizes + 1)
-    t_draft = np.array([draft.seconds(b, e) for e in fam.expanded])
-    t_over = np.array([overhead.seconds(b, n + 1, len(e)) for n, e in enumerate(fam.expanded)])
-    tps = b * fam.ell / (t_verify + t_draft + t_over)  # NaN beyond the measured q
-    return tps, t_verify, t_draft, t_over
+    return throughput(fam.ell, tokens=list(range(1, len(fam.ell) + 1)), expanded=fam.expanded,
+                      verify=verify, draft=draft, overhead=overhead, batch=b, context=s)
 
 
 def growth_expected_accept_length(growth: Growth, tree: Tree) -> float:
@@ -110,13 +108,10 @@ def price_tree(tree: Tree, *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
                expected_accept_length: float) -> tuple[float, float]:
     """Predicted tokens/s of ``tree`` and of autoregressive decoding at (batch, context): the
     formula :func:`select` scans, for one tree."""
-    expanded = expanded_nodes(tree.paths)
-    q = np.array([1, tree.num_tokens])
-    t_verify = verify.seconds(batch, context, q)
-    step = float(t_verify[1]) + draft.seconds(batch, expanded) + overhead.seconds(
-        batch, tree.num_tokens, tree.depth)
-    plain = float(t_verify[0]) + overhead.seconds(batch, 1, 0)
-    return batch * expected_accept_length / step, batch / plain
+    t = throughput([1.0, expected_accept_length], tokens=[1, tree.num_tokens],
+                   expanded=[(), expanded_nodes(tree.paths)], verify=verify, draft=draft,
+                   overhead=overhead, batch=batch, context=context).tokens_per_s
+    return float(t[1]), float(t[0])
 
 
 def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context: Sequence[int],
@@ -131,6 +126,7 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
                            "(recorded by treeopt calibrate)")
     if growth.max_nodes < 1:
         raise TreeoptError("the growth holds no trees (max_nodes 0)")
+    check_grid(batch, context)
     caps: list[int | None] = [None]
     if depth_caps:
         caps = sorted(set(depth_caps))
@@ -149,25 +145,47 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
         overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points)
 
 
+def check_grid(batch: Sequence[int], context: Sequence[int], *,
+               names: tuple[str, str] = ("batch size", "context length")) -> None:
+    """Refuse batch sizes and context lengths that are not positive or are beyond what is
+    priced (:data:`MAX_BATCH`, :data:`MAX_CONTEXT`); ``names``: what the errors call the two
+    (the flags, on the command line).
+
+    >>> check_grid([1, 2 ** 40], [128])
+    Traceback (most recent call last):
+    ...
+    treeopt.errors.TreeoptError: batch size 1099511627776 is outside 1 … 1048576, what select prices
+    """
+    for name, values, most in zip(names, (batch, context), (MAX_BATCH, MAX_CONTEXT),
+                                  strict=True):
+        for v in values:
+            if not 0 < v <= most:
+                raise TreeoptError(f"{name} {v} is outside 1 … {most}, what select prices")
+
+
 def _point(families: list[_Family], verify: StepLatency, draft: DraftCost,
            overhead: OverheadCost, b: int, s: int) -> Point:
     scans = [_scan(f, verify, draft, overhead, b, s) for f in families]
     best_f, best_n, best = 0, 0, -np.inf
-    for i, (tps, *_) in enumerate(scans):
+    for i, scan in enumerate(scans):
+        tps = scan.tokens_per_s
         n = int(np.nanargmax(tps))
         if tps[n] > best + 1e-12 * abs(best if np.isfinite(best) else 0):
             best_f, best_n, best = i, n, float(tps[n])
-    fam, (tps, tv, td, to) = families[best_f], scans[best_f]
+    fam, scan = families[best_f], scans[best_f]
+    tps = scan.tokens_per_s
     ar = float(tps[0])
     paying = np.flatnonzero(np.nan_to_num(tps, nan=-np.inf) > ar * (1 + 1e-12))
     caps = ()
     if len(families) > 1:
-        caps = tuple(DepthCapBest(f.max_depth, int(np.nanargmax(sc[0])), float(np.nanmax(sc[0])))
+        caps = tuple(DepthCapBest(f.max_depth, int(np.nanargmax(sc.tokens_per_s)),
+                                  float(np.nanmax(sc.tokens_per_s)))
                      for f, sc in zip(families, scans, strict=True))
     return Point(
         batch=b, context=s, tree=fam.tree(best_n), max_depth=fam.max_depth,
-        expected_accept_length=float(fam.ell[best_n]), verify_ms=float(tv[best_n] * 1e3),
-        draft_ms=float(td[best_n] * 1e3), overhead_ms=float(to[best_n] * 1e3), tokens_per_s=best,
+        expected_accept_length=float(fam.ell[best_n]),
+        verify_ms=float(scan.verify_s[best_n] * 1e3), draft_ms=float(scan.draft_s[best_n] * 1e3),
+        overhead_ms=float(scan.overhead_s[best_n] * 1e3), tokens_per_s=best,
         autoregressive_tokens_per_s=ar,
         max_paying_size=int(paying.max()) if paying.size else 0,
         curve=Curve(tuple(range(len(tps))),

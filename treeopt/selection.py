@@ -9,10 +9,11 @@ batch size at which no tree beats autoregressive decoding) and ``schedules`` (pe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
 from treeopt.tree import Tree
 
@@ -76,21 +77,31 @@ class Point:
         return self.best_size > 0
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Point:
-        """The inverse of :meth:`to_json` (derived keys are recomputed, not read)."""
-        curve = doc.get("curve", {})
-        return cls(int(doc["batch"]), int(doc["context"]), Tree.from_choices(doc["choices"]),
-                   None if doc.get("max_depth") is None else int(doc["max_depth"]),
-                   float(doc["expected_accept_length"]), float(doc["verify_ms"]),
-                   float(doc["draft_ms"]), float(doc["overhead_ms"]),
-                   float(doc["tokens_per_s"]), float(doc["autoregressive_tokens_per_s"]),
-                   int(doc["max_paying_size"]),
-                   Curve(tuple(int(n) for n in curve.get("size", [])),
-                         tuple(None if v is None else float(v)
-                               for v in curve.get("tokens_per_s", []))),
-                   tuple(DepthCapBest(None if c["max_depth"] is None else int(c["max_depth"]),
-                                      int(c["best_size"]), float(c["tokens_per_s"]))
-                         for c in doc.get("by_depth_cap", [])))
+    def from_json(cls, doc: Any, *, where: str = "point") -> Point:
+        """The inverse of :meth:`to_json`, every field checked (derived keys are recomputed,
+        not read; ``where``: the file and the point, for errors)."""
+        doc = mapping(doc, where)
+        curve = mapping(doc.get("curve", {}), f"{where}: curve")
+        try:
+            tree = Tree.from_choices(listed(doc, "choices", where))
+        except TreeoptError as exc:
+            raise TreeoptError(f"{where}: {exc}") from None
+        return cls(
+            integer(doc, "batch", where, minimum=1), integer(doc, "context", where, minimum=0),
+            tree, optional(integer, doc, "max_depth", where, minimum=1),
+            number(doc, "expected_accept_length", where, minimum=1.0),
+            number(doc, "verify_ms", where, positive=True),
+            number(doc, "draft_ms", where, minimum=0.0),
+            number(doc, "overhead_ms", where, minimum=0.0),
+            number(doc, "tokens_per_s", where, positive=True),
+            number(doc, "autoregressive_tokens_per_s", where, positive=True),
+            integer(doc, "max_paying_size", where, minimum=0),
+            Curve(integers(curve, "size", f"{where}: curve", minimum=0) if "size" in curve
+                  else (),
+                  numbers(curve, "tokens_per_s", f"{where}: curve", positive=True, nullable=True)
+                  if "tokens_per_s" in curve else ()),
+            tuple(_depth_cap(c, f"{where}: by_depth_cap[{i}]")
+                  for i, c in enumerate(doc.get("by_depth_cap") or [])))
 
     def to_json(self) -> dict[str, Any]:
         doc = {"batch": self.batch, "context": self.context, "best_size": self.best_size,
@@ -110,6 +121,13 @@ class Point:
         return doc
 
 
+def _depth_cap(doc: Any, where: str) -> DepthCapBest:
+    doc = mapping(doc, where)
+    return DepthCapBest(optional(integer, doc, "max_depth", where, minimum=1),
+                        integer(doc, "best_size", where, minimum=0),
+                        number(doc, "tokens_per_s", where, positive=True))
+
+
 @dataclass(frozen=True)
 class Selection:
     """Best trees over a (batch × context) grid, and where their inputs came from."""
@@ -120,10 +138,19 @@ class Selection:
     overhead: dict[str, Any]  # the decoder's own per-step cost: its source
     depth_caps: tuple[int | None, ...]
     points: tuple[Point, ...]
+    source: str = field(default="selection", compare=False)  # the file it was read from
 
     @property
     def batches(self) -> list[int]:
         return sorted({p.batch for p in self.points})
+
+    @property
+    def priced_on(self) -> dict[str, Any]:
+        """What its latency source records of the setup it priced: the ``device`` (a measured
+        device, or the hardware a roofline models), the ``model`` and the compute ``dtype``
+        (keys not recorded are left out)."""
+        return {k: self.latency[k] for k in ("device", "model", "dtype")
+                if self.latency.get(k) not in (None, "")}
 
     @property
     def contexts(self) -> list[int]:
@@ -170,14 +197,22 @@ class Selection:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "selection") -> Selection:
-        """A selection file read back (``stops_paying`` and ``schedules`` are derived)."""
-        try:
-            selection = cls(dict(doc["growth"]), dict(doc["latency"]), dict(doc["draft"]),
-                            dict(doc.get("overhead", {})),
-                            tuple(None if c is None else int(c) for c in doc["depth_caps"]),
-                            tuple(Point.from_json(p) for p in doc["points"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TreeoptError(f"{source}: malformed selection file ({exc!r})") from None
+        """A selection file read back, every field checked (``stops_paying`` and
+        ``schedules`` are derived)."""
+        caps = listed(doc, "depth_caps", source)
+        if any(c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1)
+               for c in caps):
+            raise TreeoptError(f"{source}: 'depth_caps' must hold depths ≥ 1 or null, got "
+                               f"{caps}")
+        missing = [k for k in ("growth", "latency", "draft") if k not in doc]
+        if missing:
+            raise TreeoptError(f"{source}: missing '{missing[0]}'")
+        blocks = (dict(mapping(doc.get(k, {}), f"{source}: '{k}'"))
+                  for k in ("growth", "latency", "draft", "overhead"))
+        selection = cls(*blocks, tuple(caps),
+                        tuple(Point.from_json(p, where=f"{source}: points[{i}]")
+                              for i, p in enumerate(listed(doc, "points", source))),
+                        source=source)
         if not selection.points:
             raise TreeoptError(f"{source}: the selection has no points")
         return selection
@@ -217,6 +252,28 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
                     f"{pts[-1].batch} were not swept, so speculation is off there"}
 
 
+def check_same_setup(selections: list[Selection]) -> None:
+    """Refuse selections priced on another device, model or dtype than the first (as far as
+    both record it): their speed-ups are not of one machine and one base model.
+
+    >>> a = Selection({}, {"device": "cpu"}, {}, {}, (None,), (), source="a.json")
+    >>> b = Selection({}, {"device": "h100-sxm", "model": "llama-2-7b"}, {}, {}, (None,), (),
+    ...               source="b.json")
+    >>> check_same_setup([a, b])
+    Traceback (most recent call last):
+    ...
+    treeopt.errors.TreeoptError: a.json was priced on device 'cpu' but b.json on 'h100-sxm': choose among selections priced on the same hardware and model
+    """
+    for i, first in enumerate(selections):
+        for other in selections[i + 1:]:
+            for key, value in first.priced_on.items():
+                theirs = other.priced_on.get(key)
+                if theirs is not None and theirs != value:
+                    raise TreeoptError(f"{first.source} was priced on {key} {value!r} but "
+                                       f"{other.source} on {theirs!r}: choose among "
+                                       "selections priced on the same hardware and model")
+
+
 NO_DRAFTER = "none"  # the choice where no drafter's tree beats autoregressive decoding
 
 
@@ -248,8 +305,9 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     Drafters are ranked by predicted speed-up over autoregressive decoding, each against the
     autoregressive step of its own step profile: every selection prices the same base model on
     the same hardware, so the speed-up compares them without the few per cent by which separate
-    profiling runs time the same autoregressive step. Selections priced on different (batch,
-    context) grids are compared where they overlap; none at all is refused.
+    profiling runs time the same autoregressive step. Selections priced on different hardware,
+    models or dtypes are refused (:func:`check_same_setup`); on different (batch, context)
+    grids they are compared where they overlap, and none at all is refused.
 
     >>> from treeopt.tree import Tree
     >>> def sel(tps):
@@ -261,6 +319,7 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     """
     if not selections:
         raise TreeoptError("no selections to choose a drafter from")
+    check_same_setup(list(selections.values()))
     grids = [{(p.batch, p.context) for p in s.points} for s in selections.values()]
     shared = sorted(set.intersection(*grids))
     if not shared:

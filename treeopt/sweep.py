@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.fields import flag, integer, integers, listed, mapping, number, optional
 from treeopt.files import read_tagged_json, write_json
 
 SWEEP_FORMAT = "treeopt.sweep/1"
-# meta added since the format's first files, and what their absence meant
+# meta a file may leave out, and what its absence means
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0}
 
 
@@ -49,10 +50,10 @@ class SweepPoint:
     predicted_tokens_per_s: float | None = None
     predicted_speedup: float | None = None
     selected: bool = False
-    rounds: int | None = None  # timed rounds (files written before rounds varied lack it)
+    rounds: int | None = None  # timed rounds (None: not recorded)
     se: float | None = None  # relative standard error of the rounds' mean speed-up (ditto)
     # accepted tokens per row and steady step, measured and as priced: the E[L] the steady
-    # tokens/s counts (files written before 2026-11-27 afternoon lack them)
+    # tokens/s counts (None: not recorded)
     steady_accept_length: float | None = None
     predicted_accept_length: float | None = None
 
@@ -98,20 +99,38 @@ class SweepPoint:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any], *, source: str) -> SweepPoint:
-        try:
-            m, p = doc["measured"], doc.get("predicted") or {}
-            return cls(int(doc["batch"]), int(doc["size"]), doc.get("max_depth"),
-                       int(doc["depth"]), tuple(tuple(int(r) for r in c) for c in doc["choices"]),
-                       float(m["tree_tokens_per_s"]), float(m["autoregressive_tokens_per_s"]),
-                       float(m["speedup"]), float(m["spread"]), float(m["mean_accept_length"]),
-                       m.get("lossless"), p.get("tokens_per_s"), p.get("speedup"),
-                       bool(doc.get("selected", False)),
-                       int(m["rounds"]) if m.get("rounds") is not None else None,
-                       _optional(m, "speedup_se"), _optional(m, "steady_accept_length"),
-                       _optional(p, "accept_length"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TreeoptError(f"{source}: malformed sweep point ({exc!r})") from None
+    def from_json(cls, doc: Any, *, source: str) -> SweepPoint:
+        """A point read back, every field checked (``source``: the file and the point)."""
+        doc = mapping(doc, source)
+        m = mapping(doc.get("measured"), f"{source}: measured")
+        p = mapping(doc.get("predicted") or {}, f"{source}: predicted")
+        where, said = f"{source}: measured", f"{source}: predicted"
+        lossless = m.get("lossless")
+        if lossless is not None and not isinstance(lossless, bool):
+            raise TreeoptError(f"{where}: 'lossless' must be true, false or null, got "
+                               f"{lossless!r}")
+        return cls(integer(doc, "batch", source, minimum=1),
+                   integer(doc, "size", source, minimum=0),
+                   optional(integer, doc, "max_depth", source, minimum=1),
+                   integer(doc, "depth", source, minimum=0), _choices(doc, source),
+                   number(m, "tree_tokens_per_s", where, positive=True),
+                   number(m, "autoregressive_tokens_per_s", where, positive=True),
+                   number(m, "speedup", where, positive=True),
+                   number(m, "spread", where, minimum=0.0),
+                   number(m, "mean_accept_length", where, minimum=0.0), lossless,
+                   optional(number, p, "tokens_per_s", said, positive=True),
+                   optional(number, p, "speedup", said, positive=True),
+                   bool(optional(flag, doc, "selected", source)),
+                   optional(integer, m, "rounds", where, minimum=1),
+                   optional(number, m, "speedup_se", where, minimum=0.0),
+                   optional(number, m, "steady_accept_length", where, minimum=0.0),
+                   optional(number, p, "accept_length", said, minimum=0.0))
+
+
+def _choices(doc: dict[str, Any], where: str) -> tuple[tuple[int, ...], ...]:
+    """The point's tree, as rank paths."""
+    return tuple(integers({"choices": c}, "choices", f"{where}: choices[{i}]", minimum=0)
+                 for i, c in enumerate(listed(doc, "choices", where)))
 
 
 @dataclass(frozen=True)
@@ -131,13 +150,23 @@ class Race:
                 "selected_over_best": self.selected_over_best}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any], *, source: str) -> Race:
-        try:
-            best, sel = doc["best"], doc["selected"]
-            return cls(int(doc["batch"]), (int(best[0]), int(best[1]), best[2]),
-                       (int(sel[0]), int(sel[1]), sel[2]), float(doc["selected_over_best"]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise TreeoptError(f"{source}: malformed race ({exc!r})") from None
+    def from_json(cls, doc: Any, *, source: str) -> Race:
+        """A race read back, every field checked (``source``: the file and the race)."""
+        doc = mapping(doc, source)
+        return cls(integer(doc, "batch", source, minimum=1), _key(doc, "best", source),
+                   _key(doc, "selected", source),
+                   number(doc, "selected_over_best", source, positive=True))
+
+
+def _key(doc: dict[str, Any], name: str, where: str) -> tuple[int, int, int | None]:
+    """A point's key ``[batch, size, depth cap or null]``."""
+    key = listed(doc, name, where)
+    if len(key) != 3:
+        raise TreeoptError(f"{where}: '{name}' must be [batch, size, depth cap], got {key!r}")
+    part = dict(zip(("batch", "size", "max_depth"), key, strict=True))
+    at = f"{where}: '{name}'"
+    return (integer(part, "batch", at, minimum=1), integer(part, "size", at, minimum=0),
+            optional(integer, part, "max_depth", at, minimum=1))
 
 
 @dataclass(frozen=True)
@@ -221,8 +250,10 @@ class Sweep:
         doc = read_tagged_json(path, SWEEP_FORMAT)
         if not isinstance(doc.get("points"), list) or not isinstance(doc.get("meta"), dict):
             raise TreeoptError(f"{path}: a sweep needs 'meta' and 'points'")
-        points = tuple(SweepPoint.from_json(p, source=str(path)) for p in doc["points"])
-        races = tuple(Race.from_json(r, source=str(path)) for r in doc.get("races", []))
+        points = tuple(SweepPoint.from_json(p, source=f"{path}: points[{i}]")
+                       for i, p in enumerate(doc["points"]))
+        races = tuple(Race.from_json(r, source=f"{path}: races[{i}]")
+                      for i, r in enumerate(doc.get("races") or []))
         return cls(doc["meta"], points, source=str(path), races=races)
 
     @classmethod
@@ -251,10 +282,6 @@ class Sweep:
         return replace(self, points=tuple(
             replace(p.predicted_by(predicted[p.key]), selected=p.key in selected)
             for p in self.points))
-
-
-def _optional(doc: dict[str, Any], key: str) -> float | None:
-    return float(doc[key]) if doc.get(key) is not None else None
 
 
 def _order(p: SweepPoint) -> tuple[int, int, int, int]:

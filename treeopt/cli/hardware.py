@@ -23,6 +23,14 @@ from treeopt.drafters import KIND_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_profile(sub)
+    _register_roofline(sub)
+    _register_select(sub)
+    _register_choose_drafter(sub)
+
+
+def _register_profile(sub: argparse._SubParsersAction) -> None:
+    """``profile`` (the verify step), with its forms ``profile device`` and ``profile step``."""
     p = sub.add_parser("profile", help="measure verify-step latency over batch × context × tokens",
                        description="Measure verify-step latency; 'profile device' measures the "
                        "device's peaks, 'profile step' the live decoder's step phase by phase.")
@@ -77,6 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the step profile (JSON); an existing one is resumed (required)")
     d.set_defaults(func=cmd_profile_step)
 
+
+def _register_roofline(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("roofline", help="predicted step latency from FLOPs and bytes per operator")
     _add_model_shape(p)
     _add_precision(p)
@@ -86,6 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(p)
     p.set_defaults(func=cmd_roofline)
 
+
+def _register_select(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", help="the throughput-optimal tree per batch size and context")
     p.add_argument("--growth", required=True, metavar="G.json",
                    help="the growth whose trees are priced (treeopt grow) (required)")
@@ -129,6 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(p)
     p.set_defaults(func=cmd_select)
 
+
+def _register_choose_drafter(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("choose-drafter", help="the fastest drafter per batch size and context, "
                                               "from selections made for each drafter")
     p.add_argument("selections", nargs="+", metavar="S.json",
@@ -249,9 +263,9 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_step(args: argparse.Namespace) -> int:
-    from treeopt.profiling.step import FALL_LIMIT, SIZES, profile_steps
     from treeopt.costs import verify_dips
     from treeopt.grow import Growth
+    from treeopt.profiling.step import FALL_LIMIT, SIZES, profile_steps
     from treeopt.prompts import encode, read_texts
 
     growth = Growth.load(args.growth)
@@ -268,16 +282,17 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     require(not args.dynamic or hasattr(heads, "draft_dynamic"),
             f"--dynamic: --heads {args.heads} is a {heads.kind.title.lower()}, and dynamic "
             f"trees need an EAGLE drafter")
-    doc = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
-                        batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
-                        max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                        sequences=args.sequences, min_seconds=args.min_seconds,
-                        target_se=args.target_se, compile=args.compile,
-                        dynamic=args.dynamic or (),
-                        log=lambda _: None, progress=report)
+    profile = profile_steps(model, heads, growth,
+                            encode(tok, texts, source=" ".join(args.prompts)),
+                            batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
+                            max_new_tokens=args.max_new_tokens, rounds=args.rounds,
+                            sequences=args.sequences, min_seconds=args.min_seconds,
+                            target_se=args.target_se, compile=args.compile,
+                            dynamic=args.dynamic or (), log=lambda _: None, progress=report)
     bar.close()
-    print(f"wrote {args.out}: {len(doc['records'])} records", file=sys.stderr)
-    for b, q, below, fall in [d for d in verify_dips(doc["records"]) if d[3] > FALL_LIMIT][:3]:
+    print(f"wrote {args.out}: {len(profile.records)} records", file=sys.stderr)
+    dips = verify_dips((r.batch, r.q, r.ms_verify) for r in profile.records)
+    for b, q, below, fall in [d for d in dips if d[3] > FALL_LIMIT][:3]:
         print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
               f"{fall:.0%} below {below} tokens', even measured again — the host was busy; "
               f"select prices the two at their pooled mean; profile again on a quiet machine",
@@ -318,50 +333,67 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.costs import NO_OVERHEAD
     from treeopt.grow import Growth
+    from treeopt.pricing import costs_of_profile, price
+    from treeopt.select import check_grid
     from treeopt.trace import RankTrace
-    from treeopt.workbench.pricing import price
 
+    check_grid(args.batch or (), args.context or (), names=("--batch", "--context"))
     growth = Growth.load(args.growth)
     trace = RankTrace.load(args.trace) if args.trace else None
     profile = _step_profile(args)
-    _check_sources(args, growth, trace, profile)
+    dynamic, dynamic_files = _dynamic_traces(args)  # bad traces fail before any pricing
+    dynamic_profile = _dynamic_profile(args)
+    _check_sources(args, growth, trace, profile, dynamic_files, dynamic_profile)
     cfg = _model(args, need=bool(args.hardware))
-    costs = _profiled(profile)
+    costs = costs_of_profile(profile) if profile is not None else None
     verify, draft = _verify_latency(args, growth, cfg, costs), _draft(args, cfg, costs)
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
-    dynamic = _dynamic_traces(args)  # bad traces fail before any pricing
     selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
                       context=args.context, depth_caps=args.max_depths, trace=trace)
     if not dynamic:
         return emit(selection.to_json(), args.out)
     from treeopt.dynamic.report import dynamic_selection
 
-    if args.dynamic_profile:
-        from treeopt.workbench.pricing import profiled_costs
-
-        dyn = profiled_costs(args.dynamic_profile)
+    if dynamic_profile is not None:
+        dyn = costs_of_profile(dynamic_profile)
         verify, draft, overhead = dyn.verify, dyn.draft, dyn.overhead
     return emit(dynamic_selection(dynamic, verify=verify, draft=draft, overhead=overhead,
                                   static=selection, topks=args.topk, steps=args.steps,
                                   draft_tokens=args.draft_tokens,
-                                  sources=dict(zip(map(str, sorted(dynamic)), args.dynamic,
-                                                   strict=True))), args.out)
+                                  sources={str(k): dynamic_files[k][0] for k in dynamic}),
+                args.out)
 
 
-def _dynamic_traces(args: argparse.Namespace) -> dict[int, Any]:
-    """--dynamic's traces by top-k (one per top-k); the other dynamic flags need it."""
+def _dynamic_traces(args: argparse.Namespace) -> tuple[dict[int, Any], dict[int, Any]]:
+    """--dynamic's traces by top-k (one per top-k), and (file, trace) by top-k; the other
+    dynamic flags need --dynamic."""
     if not args.dynamic:
         require(not (args.topk or args.steps or args.draft_tokens or args.dynamic_profile),
                 "--topk, --steps, --draft-tokens and --dynamic-profile need --dynamic D.npz")
-        return {}
+        return {}, {}
     from treeopt.dynamic.simulate import DynamicTrace
 
-    out: dict[int, Any] = {}
+    files: dict[int, Any] = {}
     for path in args.dynamic:
         trace = DynamicTrace.load(path)
-        require(trace.topk not in out, f"--dynamic: two traces of top-k {trace.topk}")
-        out[trace.topk] = trace
-    return dict(sorted(out.items()))
+        require(trace.topk not in files, f"--dynamic: two traces of top-k {trace.topk} "
+                f"({files[trace.topk][0] if trace.topk in files else ''} and {path})")
+        files[trace.topk] = (path, trace)
+    files = dict(sorted(files.items()))
+    return {k: trace for k, (_, trace) in files.items()}, files
+
+
+def _dynamic_profile(args: argparse.Namespace) -> Any:
+    """--dynamic-profile read, if given: a step profile of dynamic drafting."""
+    if not args.dynamic_profile:
+        return None
+    from treeopt.step_profile import StepProfile
+
+    profile = StepProfile.load(args.dynamic_profile)
+    require(profile.design == "dynamic", f"--dynamic-profile {args.dynamic_profile}: a step "
+            f"profile of static trees ({profile.kind} heads), not of dynamic drafting; "
+            "profile one with treeopt profile step --dynamic")
+    return profile
 
 
 def cmd_choose_drafter(args: argparse.Namespace) -> int:
@@ -380,19 +412,20 @@ def cmd_choose_drafter(args: argparse.Namespace) -> int:
         args.out)
 
 
-def _step_profile(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The --step-profile files read and pooled (one document), if given."""
+def _step_profile(args: argparse.Namespace) -> Any:
+    """The --step-profile files read and pooled (one profile), if given."""
     if not args.step_profile:
         return None
-    from treeopt.profiling.table import pool_step_profiles
+    from treeopt.step_profile import StepProfile
 
-    return pool_step_profiles(args.step_profile)
+    return StepProfile.pool(args.step_profile)
 
 
-def _check_sources(args: argparse.Namespace, growth: Any, trace: Any,
-                   profile: dict[str, Any] | None) -> None:
-    """Refuse a growth, trace, step profile, latency table or drafter made with other heads or
-    another model than the rest (as far as each file records), and too few --draft-heads."""
+def _check_sources(args: argparse.Namespace, growth: Any, trace: Any, profile: Any,
+                   dynamic: dict[int, Any], dynamic_profile: Any) -> None:
+    """Refuse a growth, trace, step profile, latency table, drafter, dynamic trace (``dynamic``:
+    (file, trace) by top-k) or dynamic profile made with other heads or another model than the
+    rest (as far as each file records), and too few --draft-heads."""
     from treeopt.workbench import provenance as pv
 
     records = [pv.recorded_by_growth(growth, f"--growth {args.growth}")]
@@ -408,25 +441,21 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any,
                                             f"--latency {args.latency}"))
     if args.draft_kind:
         records.append(pv.Recorded("--draft-kind", kind=args.draft_kind))
+    if dynamic_profile is not None:
+        records.append(pv.recorded_by_step_profile(dynamic_profile, f"--dynamic-profile "
+                                                   f"{args.dynamic_profile}"))
+    records += [pv.recorded_by_dynamic_trace(trace, f"--dynamic {path}")
+                for path, trace in dynamic.values()]
     pv.check_agree(records)
     if args.draft_kind and args.draft_heads is not None:
         pv.check_draft_heads(growth, args.draft_heads, source=f"--growth {args.growth}",
                              depth_caps=args.max_depths)
 
 
-def _profiled(profile: dict[str, Any] | None) -> Any:
-    """The step costs of --step-profile (``profile``: its files pooled), if given."""
-    if profile is None:
-        return None
-    from treeopt.workbench.pricing import costs_of_profile
-
-    return costs_of_profile(profile)
-
-
 def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any) -> Any:
     """The verify-step latency named by one of --latency, --roofline, --hardware, or else the
     one the step profile measured."""
-    from treeopt.workbench import pricing
+    from treeopt import pricing
 
     sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
     require(len(sources) <= 1 and (sources or costs is not None),
@@ -442,7 +471,7 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
         beside = f" (beside --step-profile {' '.join(args.step_profile)})" if device else ""
         table.check_matches(model=cfg, dtype=args.dtype, device=device,
                             source=f"{args.latency}{beside}")
-        return pricing.table_latency(table, source=args.latency)
+        return table.latency(source=args.latency)
     if args.roofline:
         return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)
     from treeopt.roofline import load_hardware
@@ -464,8 +493,8 @@ def _draft(args: argparse.Namespace, cfg: Any, costs: Any) -> Any:
     require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),
             "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
             "(--preset/--config) and --draft-heads K")
+    from treeopt.pricing import roofline_draft
     from treeopt.roofline import load_hardware
-    from treeopt.workbench.pricing import roofline_draft
 
     return roofline_draft(args.draft_kind, num_heads=args.draft_heads, model=cfg,
                           hardware=load_hardware(args.hardware), precision=_precision(args),

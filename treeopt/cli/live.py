@@ -206,14 +206,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from treeopt.profiling.table import pool_step_profiles
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.models import attention_of
     from treeopt.decoding.tune import family_tree, tune
     from treeopt.grow import Growth
+    from treeopt.pricing import costs_of_profile
     from treeopt.prompts import read_texts
+    from treeopt.step_profile import StepProfile
     from treeopt.trace import RankTrace
-    from treeopt.workbench.pricing import costs_of_profile
 
     growth = Growth.load(args.growth)
     caps = [None, *(args.max_depths or [])]
@@ -225,7 +225,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if trace is not None:
         check_trace_sampling(trace, DecodeConfig(), source=args.trace,
                              greedy="tune decodes greedily and")
-    profile = pool_step_profiles(args.step_profile) if args.step_profile else None
+    profile = StepProfile.pool(args.step_profile) if args.step_profile else None
     named = " ".join(args.step_profile or ())
     texts = read_texts(args.prompts)
     require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
@@ -249,9 +249,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from treeopt.profiling.step import check_setup
 
         check_setup(profile, model, source=f"--step-profile {named}")
-        require(profile["heads"] == heads.config.to_dict(), f"--step-profile "
-                f"{named}: profiled with other heads ({profile['heads']['kind']}, "
-                f"{profile['heads']['num_heads']} heads) than --heads {args.heads}")
+        require(profile.heads == heads.config.to_dict(), f"--step-profile "
+                f"{named}: profiled with other heads ({profile.kind}, "
+                f"{profile.heads.get('num_heads')} heads) than --heads {args.heads}")
         costs = costs_of_profile(profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
     alongside = None

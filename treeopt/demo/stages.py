@@ -432,18 +432,18 @@ def latency(ctx: Context) -> dict[str, Any]:
 
 def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
-    from treeopt.profiling.step import profile_steps
     from treeopt.grow import Growth
+    from treeopt.profiling.step import profile_steps
 
     c = ctx.config
     threads(c.live_threads)
     out = ctx.paths.step_profile(kind, c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
-    doc = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
-                        prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
-                        out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
-                        log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(doc["records"])}
+    profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
+                            prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
+                            out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                            log=lambda line: ctx.log(f"  {line}"))
+    return {"file": out.name, "records": len(profile.records)}
 
 
 def sweep(ctx: Context) -> dict[str, Any]:
@@ -601,19 +601,19 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     """The live dynamic step of the EAGLE drafter, profiled phase by phase at every live batch
     size over a design set of settings: what prices dynamic drafting."""
-    from treeopt.profiling.step import profile_steps
     from treeopt.dynamic import DynamicSettings
+    from treeopt.profiling.step import profile_steps
 
     c = ctx.config
     threads(c.live_threads)
     out = ctx.paths.dynamic_step_profile(c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
-    doc = profile_steps(ctx.model, ctx.heads("eagle"), None, prompts,
-                        batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
-                        rounds=c.step_rounds,
-                        dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
-                        log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(doc["records"])}
+    profile = profile_steps(ctx.model, ctx.heads("eagle"), None, prompts,
+                            batch=list(c.live_batches), out=out,
+                            max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                            dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
+                            log=lambda line: ctx.log(f"  {line}"))
+    return {"file": out.name, "records": len(profile.records)}
 
 
 def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str, Any]:
@@ -689,7 +689,7 @@ def _has_profiler() -> bool:
 def demo_costs(ctx: Context, profile: Path) -> StepCosts:
     """The step costs of a profile of the demo, named by its path inside the demo (a build's
     work directory is not where the demo will be read)."""
-    from treeopt.workbench.pricing import profiled_costs
+    from treeopt.pricing import profiled_costs
 
     return profiled_costs(profile, source=profile.relative_to(ctx.paths.root).as_posix())
 

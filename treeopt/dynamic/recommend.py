@@ -3,7 +3,8 @@ model that prices static trees.
 
 A dynamic step verifies N tokens and calls the drafter ``steps`` times: its catch-up (the root),
 then k frontier nodes per later level, so it is priced as a tree of N tokens, depth S and
-``(1, k, …, k)`` nodes expanded per depth (:mod:`treeopt.costs`):
+``(1, k, …, k)`` nodes expanded per depth, by the step-throughput formula
+(:func:`treeopt.costs.throughput`):
 
     tokens/s = b · E[L](k, S, N) / (t_verify(b, s, N) + t_draft(b, (1, k, …)) + t_overhead(b, N, S))
 
@@ -20,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.costs import NO_DRAFT, NO_OVERHEAD, DraftCost, OverheadCost, StepLatency
+from treeopt.costs import (
+    NO_DRAFT,
+    NO_OVERHEAD,
+    DraftCost,
+    OverheadCost,
+    StepLatency,
+    throughput,
+)
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
@@ -69,17 +77,16 @@ def price_dynamic(s: DynamicSettings, expected_accept_length: float, *, verify: 
                   draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
                   batch: int, context: int, stderr: float = 0.0) -> DynamicPoint:
     """Predicted tokens/s of settings ``s`` and of autoregressive decoding at (batch, context)."""
-    t = verify.seconds(batch, context, np.array([1, s.draft_tokens]))
-    if np.isnan(t).any():
+    t = throughput([1.0, expected_accept_length], tokens=[1, s.draft_tokens],
+                   expanded=[(), expanded(s)], verify=verify, draft=draft, overhead=overhead,
+                   batch=batch, context=context)
+    if np.isnan(t.verify_s).any():
         raise TreeoptError(f"{s.label}: the latency source does not reach {s.draft_tokens} "
                            f"tokens at batch {batch}")
-    t_draft = draft.seconds(batch, expanded(s))
-    t_over = overhead.seconds(batch, s.draft_tokens, s.steps)
-    step = float(t[1]) + t_draft + t_over
-    plain = float(t[0]) + overhead.seconds(batch, 1, 0)
-    return DynamicPoint(s, batch, context, expected_accept_length, stderr, 1e3 * float(t[1]),
-                        1e3 * t_draft, 1e3 * t_over, batch * expected_accept_length / step,
-                        batch / plain)
+    return DynamicPoint(s, batch, context, expected_accept_length, stderr,
+                        1e3 * float(t.verify_s[1]), 1e3 * float(t.draft_s[1]),
+                        1e3 * float(t.overhead_s[1]), float(t.tokens_per_s[1]),
+                        float(t.tokens_per_s[0]))
 
 
 @dataclass(frozen=True)

@@ -51,11 +51,20 @@ class DynamicTrace:
 
     def __post_init__(self) -> None:
         p = self.places
-        if p.ndim != 3 or p.shape[1] != p.shape[2]:
-            raise TreeoptError(f"dynamic trace: places must be [positions, S, S], got {p.shape}")
-        if sum(self.lengths) != p.shape[0]:
-            raise TreeoptError(f"dynamic trace: sequence lengths sum to {sum(self.lengths)}, "
-                               f"not the {p.shape[0]} positions")
+        if self.topk < 1:
+            raise TreeoptError(f"dynamic trace: top-k must be ≥ 1, got {self.topk}")
+        if p.ndim != 3 or p.shape[1] != p.shape[2] or not p.shape[1]:
+            raise TreeoptError(f"dynamic trace: places must be [positions, S, S] with S ≥ 1, "
+                               f"got {p.shape}")
+        if not p.shape[0]:
+            raise TreeoptError("dynamic trace: no positions (nothing to measure acceptance on)")
+        if any(n < 1 for n in self.lengths) or sum(self.lengths) != p.shape[0]:
+            raise TreeoptError(f"dynamic trace: sequence lengths must be ≥ 1 and sum to the "
+                               f"{p.shape[0]} positions, got {sum(self.lengths)} over "
+                               f"{len(self.lengths)} sequences")
+        if int(p.min()) < -1:
+            raise TreeoptError(f"dynamic trace: pool place {int(p.min())}; a place is ≥ 0, or "
+                               "-1 where the true node is not drafted")
 
     @property
     def steps(self) -> int:
@@ -113,16 +122,37 @@ class DynamicTrace:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> DynamicTrace:
+        """The trace at ``path``; a file that is not a whole dynamic trace of integer places
+        (truncated, of another format, with NaN or negative places) is refused, naming it."""
         import json
+        import zipfile
+        import zlib
 
         try:
             with np.load(path, allow_pickle=False) as z:
-                if str(z["format"]) != FORMAT:
-                    raise TreeoptError(f"{path}: format {str(z['format'])!r}, expected {FORMAT}")
-                return cls(int(z["topk"]), z["places"].astype(np.int16),
-                           tuple(int(x) for x in z["lengths"]), json.loads(str(z["meta"])))
-        except (OSError, KeyError, ValueError) as exc:
+                arrays = {k: z[k] for k in ("format", "places", "topk", "lengths", "meta")}
+            meta = json.loads(str(arrays["meta"]))
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise TreeoptError(f"{path}: not a dynamic trace ({exc})") from None
+        if str(arrays["format"]) != FORMAT:
+            raise TreeoptError(f"{path}: format {str(arrays['format'])!r}, expected {FORMAT}")
+        for name in ("places", "topk", "lengths"):
+            if arrays[name].dtype.kind not in "iu":
+                raise TreeoptError(f"{path}: '{name}' must hold integers, not "
+                                   f"{arrays[name].dtype}")
+        places = arrays["places"]
+        if places.size and not -1 <= int(places.min()) <= int(places.max()) < 2 ** 15:
+            raise TreeoptError(f"{path}: pool places run {int(places.min())} … "
+                               f"{int(places.max())}; a place is in 0 … 32767, or -1 where the "
+                               "true node is not drafted")
+        if arrays["topk"].size != 1:
+            raise TreeoptError(f"{path}: 'topk' must be one integer, got {arrays['topk'].size}")
+        try:
+            return cls(int(arrays["topk"]), places.astype(np.int16),
+                       tuple(int(x) for x in arrays["lengths"].ravel()),
+                       meta if isinstance(meta, dict) else {})
+        except TreeoptError as exc:
+            raise TreeoptError(f"{path}: {exc}") from None
 
 
 def _json(doc: dict[str, Any]) -> str:

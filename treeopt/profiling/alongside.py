@@ -60,7 +60,7 @@ class AlongsideProfile:
         self.config = DecodeConfig(max_new_tokens=max_new_tokens)
         self.decoder = Decoder(model, heads)
         self.doc: dict[str, Any] = resume_document(out, model, heads, self.prompts,
-                                                   max_new_tokens, False)
+                                                   max_new_tokens, False).to_json()
         if self.doc["records"] and self.doc["meta"].get("timing") != TIMING:
             raise TreeoptError(f"{out}: a step profile not taken alongside a sweep; name a file "
                                "of its own")

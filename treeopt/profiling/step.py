@@ -16,9 +16,7 @@ sequence weighs alike in a record: a verify step's cost depends on its context.
 With ``min_seconds``, a record also gets rounds (up to :data:`MAX_ROUNDS`) until its decodes —
 the tree's and its reference's — have taken that long: a round at batch 4 or 8 is a single
 decode of one group and lasts about half of batch 1's 8 rounds together, and what a round's noise
-leaves averages out over the time measured. On the demo's host, the batch-4 record of q = 17
-sat 10% above the line through its neighbours after 3 rounds (3 s), and the sweep point it
-priced was predicted 10% slow. With ``target_se``, a record gets rounds (up to
+leaves averages out over the time measured. With ``target_se``, a record gets rounds (up to
 :data:`MAX_ROUNDS`) until its step over its reference's, round by round, has a relative standard
 error of at most that: each record as many rounds as its own noise needs (records say their
 ``se``).
@@ -30,17 +28,12 @@ autoregressive decode of the same prompts, their steps interleaved
 same moments, a few milliseconds apart, as the live comparison's does); a tree's record is its
 phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive step of the
 whole batch size, also the autoregressive record — taken from the round with the median scaled
-step (one disturbed decode moves no record). Before the steps were interleaved, the reference ran
-right before the tree, a whole decode apart: two profiles taken that way 40 minutes apart on the
-demo's 2-core host differed by 3–5% (mean) at batch 1–4 and 11% at batch 8, up to 22%.
+step (one disturbed decode moves no record).
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
-File: ``"format": "treeopt.step-profile/1"`` with ``device``, ``dtype``, ``attention``, ``threads``, ``model``
-(architecture and shape), ``heads`` (the heads' config), ``prompts``,
-``max_new_tokens``, ``steps`` (``"steady"``; profiles that timed every step, the tail after a
-batch's first row stopped included, lack it and read as ``"all"``), ``meta`` and ``records``
-(each with its ``rounds`` and the ``seconds`` its decodes took); written atomically after each
-batch size, so an interrupted run keeps every finished batch and resumes after it.
+The file is a :class:`~treeopt.step_profile.StepProfile` (``steps`` ``"steady"``), written
+atomically after each batch size, so an interrupted run keeps every finished batch and resumes
+after it.
 """
 
 from __future__ import annotations
@@ -49,6 +42,7 @@ import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -56,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np  # noqa: F401  (the doctest below builds a Growth)
 import torch
 
-from treeopt.profiling.table import STEP_FORMAT, load_step_profile
 from treeopt.costs import expanded_nodes, verify_dips
 from treeopt.decoding.compare import check_timing
 from treeopt.decoding.config import DecodeConfig
@@ -66,8 +59,8 @@ from treeopt.decoding.stats import relative_se
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
-from treeopt.files import write_json
 from treeopt.grow import Growth
+from treeopt.step_profile import SETUP, StepProfile, StepRecord
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
@@ -130,10 +123,10 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   min_seconds: float = 0.0, target_se: float = 0.0, compile: bool = False,
                   dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                  progress: Callable[[int, int], None] | None = None) -> StepProfile:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
-    of every dynamic setting (then ``growth`` is unused) — and write and return the file's
-    document (a finished batch size already in ``out`` is kept, not measured again)."""
+    of every dynamic setting (then ``growth`` is unused) — and write and return the profile
+    (a finished batch size already in ``out`` is kept, not measured again)."""
     if rounds < 1:
         raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
     if sequences is not None and sequences < 1:
@@ -148,22 +141,24 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         raise TreeoptError("a step profile needs a growth (its trees) or dynamic settings")
     else:
         trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
-    doc = resume_document(out, model, heads, prompts, max_new_tokens, compile,
-                          design="dynamic" if dynamic else "trees")
-    done = {int(r["batch"]) for r in doc["records"]}
+    profile = resume_document(out, model, heads, prompts, max_new_tokens, compile,
+                              design="dynamic" if dynamic else "trees")
+    done = set(profile.batches)
     decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     todo = [b for b in batch if b not in done]
     sequences = max(batch) if sequences is None else sequences
     for i, b in enumerate(todo):
-        doc["records"].extend(batch_records(decoder, trees, prompts, b, config=config,
-                                            rounds=rounds, sequences=sequences,
-                                            min_seconds=min_seconds, target_se=target_se))
-        write_json(out, doc)
+        records = batch_records(decoder, trees, prompts, b, config=config, rounds=rounds,
+                                sequences=sequences, min_seconds=min_seconds,
+                                target_se=target_se)
+        profile = profile.with_records(StepRecord.from_json(r, where=f"{out}: batch {b}")
+                                       for r in records)
+        profile.save(out)
         say(f"batch {b}: {len(trees)} trees profiled")
         if progress is not None:
             progress(i + 1, len(todo))
-    return doc
+    return profile
 
 
 def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
@@ -256,8 +251,8 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     []
     """
     q_of = [_shape(tree)["q"] for _, tree in trees]
-    records = [{"batch": 0, "q": q, "ms_verify": kept[j][1]} for j, q in enumerate(q_of)]
-    noisy = {q for _, low, high, fall in verify_dips(records) if fall > FALL_LIMIT
+    points = [(0, q, kept[j][1]) for j, q in enumerate(q_of)]
+    noisy = {q for _, low, high, fall in verify_dips(points) if fall > FALL_LIMIT
              for q in (low, high)}
     return [j for j, q in enumerate(q_of) if q in noisy]
 
@@ -311,13 +306,13 @@ def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
     return out
 
 
-STEPS = "steady"  # records time the steps during which every row ran (older profiles: "all")
-SETUP = ("device", "dtype", "attention", "model")  # what a profile's figures depend on
+STEPS = "steady"  # records time the steps during which every row of the batch ran
 
 
 def setup_of(model: PreTrainedModel) -> dict[str, Any]:
-    """The fields of :data:`SETUP` for ``model`` as loaded: the device (``cpu`` or
-    ``cuda:<name>``), dtype, attention implementation and shape a step profile records."""
+    """The fields of :data:`~treeopt.step_profile.SETUP` for ``model`` as loaded: the device
+    (``cpu`` or ``cuda:<name>``), dtype, attention implementation and shape a step profile
+    records."""
     from treeopt.profiling.verify import device_label
 
     cfg = model.config
@@ -328,39 +323,43 @@ def setup_of(model: PreTrainedModel) -> dict[str, Any]:
                       **{k: getattr(cfg, k, None) for k in _SHAPE}}}
 
 
-def check_setup(profile: dict[str, Any], model: PreTrainedModel, *, source: str) -> None:
+def check_setup(profile: StepProfile, model: PreTrainedModel, *, source: str) -> None:
     """Raise a TreeoptError naming ``source`` when ``profile`` was measured on another device,
-    dtype, attention or model shape than ``model`` runs with (its figures would not hold)."""
+    dtype, attention or model shape than ``model`` runs with (its figures would not hold);
+    what the profile does not record is not compared."""
     here = setup_of(model)
     for key in SETUP:
-        if key in profile and profile[key] != here[key]:
-            raise TreeoptError(f"{source}: profiled with another {key} ({profile[key]!r}, not "
+        value = getattr(profile, key)
+        if value is not None and value != here[key]:
+            raise TreeoptError(f"{source}: profiled with another {key} ({value!r}, not "
                                f"{here[key]!r} as loaded here); profile this setup first "
                                f"(treeopt profile step)")
 
 
+RESUMED_ALIKE = ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
+                 "compile", "design", "steps")  # a profile extended must agree on all of it
+
+
 def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
                     prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    compile: bool, *, design: str = "trees") -> dict[str, Any]:
-    """The document to extend: the one at ``out`` when it was measured the same way."""
-    fresh = {"format": STEP_FORMAT, **setup_of(model),
-             "threads": torch.get_num_threads(),
-             "heads": heads.config.to_dict(), "prompts": len(prompts),
-             "max_new_tokens": max_new_tokens, "compile": compile, "design": design,
-             "steps": STEPS,
-             "meta": {"torch": torch.__version__,
-                      "timing": "each step interleaved with an autoregressive reference",
-                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-             "records": []}
+                    compile: bool, *, design: str = "trees") -> StepProfile:
+    """The profile to extend: the one at ``out`` when it was measured the same way (a profile
+    that does not record its attention was measured with ``sdpa``), else a new one."""
+    fresh = StepProfile(
+        heads.config.to_dict(), (), **setup_of(model), threads=torch.get_num_threads(),
+        prompts=len(prompts), max_new_tokens=max_new_tokens, compile=compile, design=design,
+        steps=STEPS, meta={"torch": torch.__version__,
+                           "timing": "each step interleaved with an autoregressive reference",
+                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        sources=(str(out),))
     if not os.path.exists(out):
         return fresh
-    old = load_step_profile(out)
-    old.setdefault("design", "trees")  # profiles written before dynamic trees
-    old.setdefault("attention", "sdpa")  # profiles written before exact attention
-    old.setdefault("steps", "all")  # profiles written before the steady window
-    for key in ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
-                "compile", "design", "steps"):
-        if old[key] != fresh[key]:
-            raise TreeoptError(f"{out}: profiled with another {key} ({old[key]!r}, not "
-                               f"{fresh[key]!r}); use another --out")
+    old = StepProfile.load(out)
+    if old.attention is None:
+        old = replace(old, attention="sdpa")
+    differ = old.differences(fresh, RESUMED_ALIKE)
+    if differ:
+        key = differ[0]
+        raise TreeoptError(f"{out}: profiled with another {key} ({getattr(old, key)!r}, not "
+                           f"{getattr(fresh, key)!r}); use another --out")
     return old

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from treeopt.roofline.config import ModelConfig
-from treeopt.drafters import KIND_NAMES
+from treeopt.costs import StepLatency
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
+from treeopt.roofline.config import ModelConfig
 
 LATENCY_FORMAT = "treeopt.latency/1"
-STEP_FORMAT = "treeopt.step-profile/1"
 Key = tuple[int, int, int]
 
 
@@ -104,6 +102,11 @@ class LatencyTable:
         """``(batch, context, tokens, seconds)`` of every measured (not failed) record."""
         return [(r.batch, r.context, r.tokens, r.ms_median / 1e3) for r in self.records if r.ok]
 
+    def latency(self, *, source: str) -> StepLatency:
+        """The verify latency the table measured, named ``source``, for pricing trees."""
+        return StepLatency.from_points(self.points(), source, device=self.device,
+                                       dtype=self.dtype, model=self.model.name)
+
     def with_records(self, records: list[LatencyRecord]) -> LatencyTable:
         """A table with ``records`` added (replacing any record of the same key)."""
         merged = self.by_key()
@@ -156,44 +159,3 @@ def _opt_float(value: Any) -> float | None:
 def _shape(cfg: ModelConfig) -> str:
     return (f"hidden {cfg.hidden_size}, {cfg.num_layers} layers, {cfg.num_heads}/"
             f"{cfg.num_kv_heads} heads, vocab {cfg.vocab_size}")
-
-
-def load_step_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a step profile (see :mod:`profiling.step`), checking its tag and every record."""
-    doc = read_tagged_json(path, STEP_FORMAT)
-    heads = doc.get("heads")
-    if not isinstance(heads, dict) or heads.get("kind") not in KIND_NAMES:
-        raise TreeoptError(f"{path}: 'heads' must be an object whose kind is one of "
-                           f"{list(KIND_NAMES)}")
-    records = doc.get("records")
-    if not isinstance(records, list):
-        raise TreeoptError(f"{path}: missing 'records'")
-    fields = ("batch", "size", "depth", "q", "expanded", "context", "ms_draft", "ms_verify",
-              "ms_bookkeeping")
-    for r in records:
-        missing = [f for f in fields if f not in r]
-        if missing:
-            raise TreeoptError(f"{path}: record {r!r} lacks {', '.join(missing)}")
-    return doc
-
-
-# what a step's cost depends on: profiles pooled together must agree on all of it
-POOLED_ALIKE = ("device", "dtype", "attention", "model", "threads", "heads", "compile", "design")
-
-
-def pool_step_profiles(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
-    """The step profiles at ``paths`` as one: the first one's document with every file's
-    records, which the step-cost fit averages. Profiles of one setup taken at different times
-    (before and after a sweep, say) pooled describe a host whose speed drifts better than either
-    alone. Refuses profiles that differ in anything a step's cost depends on."""
-    if not paths:
-        raise TreeoptError("no step profile to pool")
-    docs = [load_step_profile(p) for p in paths]
-    first = docs[0]
-    for path, doc in zip(paths[1:], docs[1:], strict=True):
-        differ = [k for k in POOLED_ALIKE if doc.get(k) != first.get(k)]
-        if differ:
-            raise TreeoptError(f"{path}: profiled with other {', '.join(differ)} than "
-                               f"{paths[0]}; only profiles of one setup can be pooled")
-    return {**first, "records": [r for doc in docs for r in doc["records"]],
-            "pooled": [str(p) for p in paths]}

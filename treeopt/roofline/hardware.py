@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -46,11 +47,14 @@ class Hardware:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for field in ("tflops_bf16", "tflops_fp32", "bandwidth_gbs"):
+        for field in ("tflops_bf16", "tflops_fp32", "bandwidth_gbs", "memory_gb"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise TreeoptError(f"hardware {self.name!r}: {field} must be a positive number, "
-                                   f"got {value!r}")
+            if value is None and field == "memory_gb":
+                continue
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not 0 < value < math.inf):
+                raise TreeoptError(f"hardware {self.name!r}: {field} must be a positive finite "
+                                   f"number, got {value!r}")
 
     def matmul_flops(self, dtype: str) -> float:
         """Peak matmul FLOP/s in the compute dtype."""
@@ -85,9 +89,12 @@ class Hardware:
         missing = [f for f in ("name", "tflops_bf16", "tflops_fp32", "bandwidth_gbs") if f not in doc]
         if missing:
             raise TreeoptError(f"{source}: missing field(s) {', '.join(missing)}")
-        return cls(name=str(doc["name"]), tflops_bf16=doc["tflops_bf16"],
-                   tflops_fp32=doc["tflops_fp32"], bandwidth_gbs=doc["bandwidth_gbs"],
-                   memory_gb=doc.get("memory_gb"), source=str(doc.get("source", source)))
+        try:
+            return cls(name=str(doc["name"]), tflops_bf16=doc["tflops_bf16"],
+                       tflops_fp32=doc["tflops_fp32"], bandwidth_gbs=doc["bandwidth_gbs"],
+                       memory_gb=doc.get("memory_gb"), source=str(doc.get("source", source)))
+        except TreeoptError as exc:
+            raise TreeoptError(f"{source}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=1)

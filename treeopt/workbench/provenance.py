@@ -7,6 +7,7 @@ Each file records what it knows (None: not recorded) and only recorded values ar
 - growth: its trace's meta (``trace_meta``: head kind, head count, heads config);
 - rank trace: head kind, head count (its width), heads config (``treeopt calibrate`` writes them);
 - step profile: the heads config and the base model's shape;
+- dynamic trace: its drafter's kind and shape;
 - latency table: the base model's shape.
 """
 
@@ -21,7 +22,9 @@ from treeopt.grow import Growth
 from treeopt.trace import RankTrace
 
 if TYPE_CHECKING:
+    from treeopt.dynamic.simulate import DynamicTrace
     from treeopt.profiling.table import LatencyTable
+    from treeopt.step_profile import StepProfile
 
 _LABELS = {"kind": "head kind", "num_heads": "head count", "hidden_size": "hidden size",
            "vocab_size": "vocabulary", "num_layers": "base model layers"}
@@ -61,12 +64,18 @@ def recorded_by_trace(trace: RankTrace, source: str) -> Recorded:
     return _from_trace_meta(trace.meta, source, num_heads=trace.heads)
 
 
-def recorded_by_step_profile(doc: dict[str, Any], source: str) -> Recorded:
-    heads, model = doc.get("heads", {}), doc.get("model", {})
+def recorded_by_step_profile(profile: StepProfile, source: str) -> Recorded:
+    heads, model = profile.heads, profile.model or {}
     return Recorded(source, kind=heads.get("kind"), num_heads=heads.get("num_heads"),
                     hidden_size=heads.get("hidden_size") or model.get("hidden_size"),
                     vocab_size=heads.get("vocab_size") or model.get("vocab_size"),
                     num_layers=model.get("num_hidden_layers"))
+
+
+def recorded_by_dynamic_trace(trace: DynamicTrace, source: str) -> Recorded:
+    drafter = trace.meta.get("drafter") if isinstance(trace.meta.get("drafter"), dict) else {}
+    return Recorded(source, kind=drafter.get("kind"), hidden_size=drafter.get("hidden_size"),
+                    vocab_size=drafter.get("vocab_size"))
 
 
 def recorded_by_table(table: LatencyTable, source: str) -> Recorded:
