@@ -628,6 +628,14 @@ def test_a_heads_config_that_is_not_numbers_is_one_line(heads_dir, tmp_path, fie
         read_heads_config(bad)
 
 
+def test_a_written_heads_config_reads_back(heads_dir, eagle_dir):
+    from treeopt.drafters.checkpoints import read_heads_config
+
+    for d in (heads_dir, eagle_dir):  # every field of the config checked, none refused
+        doc = json.loads((d / "heads.json").read_text())["config"]
+        assert read_heads_config(d).to_dict() == doc
+
+
 def test_calibrate_refuses_nan_in_a_heads_config(tiny_model_dir, heads_dir, prompts_file,
                                                  tmp_path):
     bad = _edited_heads(heads_dir, tmp_path / "heads", num_heads=float("nan"))
@@ -641,6 +649,28 @@ def test_calibrate_refuses_an_eagle_config_with_infinity(tiny_model_dir, eagle_d
     bad = _edited_heads(eagle_dir, tmp_path / "eagle", rope_theta=float("inf"))
     refused(run("calibrate", "--model", tiny_model_dir, "--drafter", bad, "--prompts",
                 prompts_file, "--out", tmp_path / "t.npz"), "heads.json", "rope_theta is inf")
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("rope_theta", float("inf"), "rope_theta is inf"),
+    ("rms_norm_eps", float("nan"), "rms_norm_eps is nan"),
+    ("hidden_size", float("inf"), "not an EAGLE config"),
+])
+def test_an_eagle_checkpoints_config_that_is_not_numbers_is_refused(tiny_model_dir, eagle_dir,
+                                                                    tmp_path, field, value,
+                                                                    fragment):
+    from test_eagle import public_layout
+    from transformers import AutoModelForCausalLM
+
+    from treeopt.drafters.checkpoints import load_heads_for
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    public = public_layout(load_heads_for(model, eagle_dir), tmp_path / "eagle")
+    assert load_heads_for(model, public).kind.name == "eagle"  # as written, it loads
+    config = json.loads((public / "config.json").read_text())
+    (public / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(TreeoptError, match=f"config.json: {fragment}"):
+        load_heads_for(model, public)
 
 
 def test_calibrate_refuses_heads_with_nan_weights(tiny_model_dir, heads_dir, prompts_file,
