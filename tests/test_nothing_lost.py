@@ -13,19 +13,22 @@ import hashlib
 import io
 import json
 import os
+import socket
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from treeopt.profiling.table import LatencyRecord, LatencyTable
-from treeopt.roofline import preset
 from treeopt import RankTrace, TreeoptError
 from treeopt.cli import main
 from treeopt.files import dumps
 from treeopt.grow import grow
+from treeopt.profiling.table import LatencyRecord, LatencyTable
+from treeopt.roofline import preset
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
@@ -465,3 +468,244 @@ def test_an_error_after_a_progress_bar_starts_its_own_line_and_leaves_no_parts(
     errors = [x for x in res.stderr.splitlines() if "error" in x]
     assert len(errors) == 1 and errors[0].startswith("treeopt calibrate: error: a prompt of")
     assert list(tmp_path.iterdir()) == []  # no .t.npz.parts left for nothing
+
+
+# ----- --out onto a device, a FIFO, a socket, a dangling symlink ----------------------------------
+def test_out_onto_a_fifo_writes_through_it_and_keeps_it(files, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    res = cli("grow", "--trace", files["trace"], "--max-nodes", 3, "--out", fifo)
+    reader.join(timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the pipe, not a file put in its place
+    plain = tmp_path / "g3.json"
+    assert cli("grow", "--trace", files["trace"], "--max-nodes", 3, "--out", plain).returncode == 0
+    assert received == [plain.read_bytes()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*(p.name for p in files.values()), "pipe", "g3.json"])  # no temporary file left
+
+
+def test_out_onto_dev_null_keeps_the_device(files):
+    before = os.stat("/dev/null")
+    res = cli("grow", "--trace", files["trace"], "--max-nodes", 3, "--out", "/dev/null")
+    assert res.returncode == 0, res.stderr
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+    assert after.st_ino == before.st_ino
+
+
+def test_out_onto_a_socket_is_refused_before_any_work(files, tmp_path):
+    path = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(path))
+        refused(cli("grow", "--trace", files["trace"], "--max-nodes", 3, "--out", path),
+                f"--out {path} is a socket")
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        server.close()
+
+
+def test_a_dangling_symlink_as_a_directory_out_is_refused_before_any_work(files, tmp_path):
+    link = tmp_path / "heads-link"
+    link.symlink_to(tmp_path / "gone")
+    refused(cli("train-heads", "--model", files["model"], "--kind", "medusa", "--data",
+                files["prompts"], "--out", link), f"--out {link}", "does not exist")
+    assert link.is_symlink() and not link.exists()
+
+
+def test_a_schedule_file_name_taken_by_a_directory_is_one_line(files, tmp_path):
+    selection = tmp_path / "sel.json"
+    assert cli("select", "--growth", files["growth"], "--latency", files["latency"], "--out",
+               selection).returncode == 0
+    first = tmp_path / "first"
+    assert cli("export", "--tree", selection, "--format", "medusa", "--schedule-dir",
+               first).returncode == 0
+    name = next(p.name for p in first.iterdir() if p.name != "schedule.json")
+    folder = tmp_path / "second"
+    (folder / name).mkdir(parents=True)
+    (folder / name / "keep.txt").write_text("mine")
+    refused(cli("export", "--tree", selection, "--format", "medusa", "--schedule-dir", folder),
+            str(folder / name), "is a directory")
+    assert (folder / name / "keep.txt").read_text() == "mine"
+
+
+# ----- calibrate-dynamic: flags, and an earlier run's traces ------------------------------------
+def _dynamic_trace(path: Path, **meta: object) -> Path:
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    places = np.zeros((3, 2, 2), np.int16)
+    DynamicTrace(1, places, (3,), {"steps": 2, **meta}).save(path)
+    return path
+
+
+def test_calibrate_dynamic_refuses_to_replace_another_runs_traces(files, tmp_path):
+    out = tmp_path / "dyn"
+    out.mkdir()
+    old = _dynamic_trace(out / "dynamic-topk1.npz", model="another-model", heads="h")
+    before = digest(old)
+    line = refused(cli("calibrate-dynamic", "--model", files["model"], "--heads",
+                       files["heads"], "--prompts", files["prompts"], "--topk", "1,2",
+                       "--steps", 2, "--out", out), str(old), "another run", "--force")
+    assert "model 'another-model'" in line
+    assert digest(old) == before
+
+
+def test_calibrate_dynamic_refuses_a_topk_whose_pool_does_not_fit(files, tmp_path):
+    refused(cli("calibrate-dynamic", "--model", files["model"], "--heads", files["heads"],
+                "--prompts", files["prompts"], "--topk", "4,5000", "--out", tmp_path / "dyn"),
+            "--topk 5000", "--steps 6")
+    assert not (tmp_path / "dyn").exists()
+
+
+@pytest.fixture(scope="module")
+def eagle_dir(tiny_model_dir, tmp_path_factory):
+    """A random EAGLE drafter for the tiny model, saved without training."""
+    from transformers import AutoModelForCausalLM
+
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.checkpoints import save_heads
+    from treeopt.drafters.config import HeadsConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    vocab, hidden = model.get_output_embeddings().weight.shape
+    cfg = HeadsConfig(kind="eagle", num_heads=2, hidden_size=hidden, vocab_size=vocab,
+                      share_lm_head=True)
+    heads = build_heads(cfg, lm_head=model.get_output_embeddings(),
+                        embeddings=model.get_input_embeddings())
+    return save_heads(heads, tmp_path_factory.mktemp("eagle") / "eagle")
+
+
+def test_calibrate_dynamic_topk_beyond_the_vocabulary_and_a_rerun(
+        tiny_model_dir, eagle_dir, prompts_file, tmp_path):
+    out = tmp_path / "dyn"
+    common = ["--model", tiny_model_dir, "--drafter", eagle_dir, "--prompts", prompts_file,
+              "--steps", 1, "--max-new-tokens", 4, "--out", out]
+    vocab = json.loads((eagle_dir / "heads.json").read_text())["config"]["vocab_size"]
+    refused(run("calibrate-dynamic", "--topk", vocab + 1, *common), f"--topk {vocab + 1}",
+            f"vocabulary of {vocab}")
+    assert not out.exists()
+    first = run("calibrate-dynamic", "--topk", 2, *common)
+    assert first.returncode == 0, first.stderr
+    trace = out / "dynamic-topk2.npz"
+    before = digest(trace)
+    again = run("calibrate-dynamic", "--topk", 2, *common)  # this run's own trace: kept
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)
+    assert f"kept {trace}" in again.stderr and digest(trace) == before
+    other = run("calibrate-dynamic", "--topk", 2, *common[:-2], "--max-new-tokens", 6,
+                "--out", out)
+    refused(other, str(trace), "another run", "max_new_tokens 4")
+    forced = run("calibrate-dynamic", "--topk", 2, *common[:-2], "--max-new-tokens", 6,
+                 "--out", out, "--force")
+    assert forced.returncode == 0, forced.stderr
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    assert DynamicTrace.load(trace).meta["max_new_tokens"] == 6
+
+
+# ----- drafters: configs and weights that are not numbers ---------------------------------------
+def _edited_heads(src: Path, dst: Path, **config: object) -> Path:
+    dst.mkdir()
+    doc = json.loads((src / "heads.json").read_text())
+    doc["config"].update(config)
+    (dst / "heads.json").write_text(json.dumps(doc))  # json.dumps writes NaN and Infinity
+    (dst / "heads.safetensors").write_bytes((src / "heads.safetensors").read_bytes())
+    return dst
+
+
+@pytest.mark.parametrize("field, value", [("num_heads", float("nan")),
+                                          ("hidden_size", float("inf")),
+                                          ("num_heads", 2.5), ("share_lm_head", "yes")])
+def test_a_heads_config_that_is_not_numbers_is_one_line(heads_dir, tmp_path, field, value):
+    from treeopt.drafters.checkpoints import read_heads_config
+
+    bad = _edited_heads(heads_dir, tmp_path / "heads", **{field: value})
+    with pytest.raises(TreeoptError, match=f"heads.json: config {field} is {value!r}"):
+        read_heads_config(bad)
+
+
+def test_a_written_heads_config_reads_back(heads_dir, eagle_dir):
+    from treeopt.drafters.checkpoints import read_heads_config
+
+    for d in (heads_dir, eagle_dir):  # every field of the config checked, none refused
+        doc = json.loads((d / "heads.json").read_text())["config"]
+        assert read_heads_config(d).to_dict() == doc
+
+
+def test_calibrate_refuses_nan_in_a_heads_config(tiny_model_dir, heads_dir, prompts_file,
+                                                 tmp_path):
+    bad = _edited_heads(heads_dir, tmp_path / "heads", num_heads=float("nan"))
+    refused(run("calibrate", "--model", tiny_model_dir, "--heads", bad, "--prompts",
+                prompts_file, "--out", tmp_path / "t.npz"), "heads.json", "num_heads is nan")
+    assert not (tmp_path / "t.npz").exists()
+
+
+def test_calibrate_refuses_an_eagle_config_with_infinity(tiny_model_dir, eagle_dir,
+                                                         prompts_file, tmp_path):
+    bad = _edited_heads(eagle_dir, tmp_path / "eagle", rope_theta=float("inf"))
+    refused(run("calibrate", "--model", tiny_model_dir, "--drafter", bad, "--prompts",
+                prompts_file, "--out", tmp_path / "t.npz"), "heads.json", "rope_theta is inf")
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("rope_theta", float("inf"), "rope_theta is inf"),
+    ("rms_norm_eps", float("nan"), "rms_norm_eps is nan"),
+    ("hidden_size", float("inf"), "not an EAGLE config"),
+])
+def test_an_eagle_checkpoints_config_that_is_not_numbers_is_refused(tiny_model_dir, eagle_dir,
+                                                                    tmp_path, field, value,
+                                                                    fragment):
+    from test_eagle import public_layout
+    from transformers import AutoModelForCausalLM
+
+    from treeopt.drafters.checkpoints import load_heads_for
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    public = public_layout(load_heads_for(model, eagle_dir), tmp_path / "eagle")
+    assert load_heads_for(model, public).kind.name == "eagle"  # as written, it loads
+    config = json.loads((public / "config.json").read_text())
+    (public / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(TreeoptError, match=f"config.json: {fragment}"):
+        load_heads_for(model, public)
+
+
+def test_calibrate_refuses_heads_with_nan_weights(tiny_model_dir, heads_dir, prompts_file,
+                                                  tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    bad = _edited_heads(heads_dir, tmp_path / "heads")
+    state = load_file(str(bad / "heads.safetensors"))
+    name = sorted(state)[0]
+    state[name].view(-1)[0] = float("nan")
+    save_file(state, str(bad / "heads.safetensors"))
+    refused(run("calibrate", "--model", tiny_model_dir, "--heads", bad, "--prompts",
+                prompts_file, "--out", tmp_path / "t.npz"), str(bad), name, "NaN or infinity")
+    assert not (tmp_path / "t.npz").exists()
+
+
+# ----- calibrate: a resume folder that is not ours -----------------------------------------------
+@pytest.mark.parametrize("stamp", ["{not json", '["a list"]', None])
+def test_calibrate_refuses_a_parts_folder_it_cannot_read(tiny_model_dir, heads_dir, prompts_file,
+                                                         tmp_path, stamp):
+    parts = tmp_path / ".t.npz.parts"
+    parts.mkdir()
+    (parts / "chunk-000000.npz").write_bytes(b"someone's work")
+    if stamp is not None:
+        (parts / "run.json").write_text(stamp)
+    before = digest(parts)
+    refused(run("calibrate", "--model", tiny_model_dir, "--heads", heads_dir, "--prompts",
+                prompts_file, "--max-new-tokens", 4, "--out", tmp_path / "t.npz"),
+            f"{parts}", "remove it to start over")
+    assert digest(parts) == before and not (tmp_path / "t.npz").exists()
+
+
+# ----- train-heads --generate ---------------------------------------------------------------------
+def test_train_heads_refuses_a_negative_generate(files, tmp_path):
+    refused(cli("train-heads", "--model", files["model"], "--kind", "medusa", "--data",
+                files["prompts"], "--generate=-5", "--out", tmp_path / "h"),
+            "--generate -5", "≥ 0")
+    assert not (tmp_path / "h").exists()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +17,16 @@ from treeopt.errors import TreeoptError
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place.
 
-    A reader never sees a half-written file: either the old content or the new.
+    A reader never sees a half-written file: either the old content or the new. Only a regular
+    file is replaced: a symlink to one is kept (the file it names is replaced), and a character
+    device or a FIFO (``/dev/null``, a named pipe) is kept and written through, from a temporary
+    file filled elsewhere.
     """
-    target = Path(path)
+    given = Path(path)
+    if streamed(given):
+        return _write_through(given, write)
+    # a symlink to a file: replace the file it names and keep the link (/dev/stdout included)
+    target = Path(os.path.realpath(given)) if given.is_symlink() and given.exists() else given
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
@@ -31,6 +40,42 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], None]) ->
     finally:
         if tmp.exists():
             tmp.unlink()
+    return given
+
+
+def streamed(path: str | os.PathLike[str], *, flag: str = "") -> bool:
+    """Whether an output at ``path`` is written through rather than replaced: True for a
+    character device or a FIFO, False for a regular file or a name not taken yet; anything
+    else (a directory, a block device, a socket) raises a TreeoptError naming it (after
+    ``flag``, the option that gave it, if any).
+
+    >>> streamed("/dev/null"), streamed("no/such/file.json")
+    (True, False)
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # not there: a new file (or a dangling symlink, replaced like a file)
+    except OSError as exc:
+        raise TreeoptError(f"{flag} {path}: cannot be written ({exc.strerror or exc})".strip()
+                           ) from None
+    if stat.S_ISREG(mode):
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TreeoptError(f"{flag} {path} is {kind}, not a file; remove it or write elsewhere"
+                       .strip())
+
+
+def _write_through(target: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` into a private temporary file, then its bytes into the device or FIFO."""
+    with tempfile.TemporaryDirectory(prefix="treeopt-") as folder:
+        tmp = Path(folder) / target.name
+        write(tmp)
+        with open(tmp, "rb") as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
     return target
 
 

@@ -1,7 +1,8 @@
 """The ``treeopt`` command: sub-commands are registered by the modules of this package.
 
 Every sub-command prints JSON on stdout (or writes it to ``--out``), shows progress on stderr, and
-turns a :class:`~treeopt.errors.TreeoptError` into one line on stderr with exit status 2.
+turns a :class:`~treeopt.errors.TreeoptError`, or a module of an optional extra that is not
+installed, into one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import NoReturn
 
 from treeopt.cli.common import check_out
 from treeopt.cli.demo_flags import add_demo_flags, expand_demo
-from treeopt.errors import TreeoptError
+from treeopt.errors import TreeoptError, missing_extra
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.live", "treeopt.cli.hardware",
             "treeopt.cli.demo")
@@ -61,10 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_out(args, parser, argv)  # before any work: never overwrite an input, never fail at the end
         return int(args.func(args) or 0)
     except TreeoptError as exc:
-        _end_progress_line()
-        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        print(f"treeopt {args.command}: error: {message}", file=sys.stderr)
-        return 2
+        return _fail(args.command, " ".join(line.strip() for line in str(exc).splitlines()
+                                            if line.strip()))
+    except ModuleNotFoundError as exc:  # an optional extra left out of the install
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        return _fail(args.command, f"this command {hint}")
     except BrokenPipeError:  # output piped into `head` and closed: not an error of ours
         sys.stderr.close()
         return 0
@@ -72,6 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _end_progress_line()
         print(f"treeopt {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _fail(command: str, message: str) -> int:
+    """``message`` as one line on stderr, after any progress bar; exit status 2."""
+    _end_progress_line()
+    print(f"treeopt {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _end_progress_line() -> None:

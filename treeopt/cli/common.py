@@ -13,7 +13,7 @@ from typing import Any
 from treeopt.decoding.config import ATTENTIONS
 from treeopt.dtypes import dtype_name
 from treeopt.errors import TreeoptError
-from treeopt.files import dumps, write_json
+from treeopt.files import dumps, streamed, write_json
 
 
 def emit(obj: Any, out: str | None) -> int:
@@ -109,6 +109,11 @@ def _check_writable(out: Path, *, directory: bool, out_flag: str = "--out") -> N
     missing folders are created) is a directory a file can be created in."""
     if out.is_dir() and not directory:
         raise TreeoptError(f"{out_flag} {out} is a directory; give a file name")
+    if not directory and streamed(out, flag=out_flag):
+        return  # a device or FIFO, written through: nothing is created beside it
+    if directory and out.is_symlink() and not out.exists():
+        raise TreeoptError(f"{out_flag} {out} is a symlink to {os.readlink(out)}, which does "
+                           "not exist; remove it or give another path")
     if directory and out.exists() and not out.is_dir():
         raise TreeoptError(f"{out_flag} {out} is a file; give a directory")
     where = out if directory and out.is_dir() else out.parent

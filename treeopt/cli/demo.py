@@ -25,10 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "base has a larger fixed cost per step, which speculation amortises, and "
                         "needs a budget as many times larger for the same training steps")
     b.add_argument("--medusa-head-layers", type=int, metavar="N",
-                   help="residual blocks per Medusa head (default: 2, as Hydra's heads); on the "
-                        "16-layer CPU demo 8 blocks accept 12–14%% more tokens per step for little "
-                        "drafting time; over a finished demo that differs in this alone, only "
-                        "Medusa's heads, traces, checks and timings are made again")
+                   help="residual blocks per Medusa head (default: 2, as Hydra's heads; "
+                        "docs/demo.md compares more); over a finished demo that differs in this "
+                        "alone, only Medusa's heads, traces, checks and timings are made again")
     b.add_argument("--seed", type=int, default=0, metavar="N",
                    help="random seed of the whole build (default %(default)s)")
     b.add_argument("--threads", type=int, metavar="N",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from treeopt.cli.common import (
     add_heads_flag,
@@ -21,6 +22,9 @@ from treeopt.cli.common import (
 )
 from treeopt.drafters import TRAINED_KINDS
 from treeopt.errors import TreeoptError
+
+if TYPE_CHECKING:
+    from treeopt.dynamic.simulate import DynamicTrace
 
 # TrainConfig field -> (metavar, help) of its train-heads flag; defaults come from TrainConfig
 TRAIN_FLAGS = {
@@ -44,6 +48,19 @@ TRAIN_FLAGS = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _register_train_heads(sub)
+    _register_calibrate(sub)
+    _register_calibrate_dynamic(sub)
+    p = sub.add_parser("trace", help="rank-trace utilities")
+    tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    m = tsub.add_parser("merge", help="concatenate calibration shards into one trace")
+    m.add_argument("shards", nargs="+", metavar="SHARD.npz",
+                   help="the shards calibrate wrote (T.shard-i-of-n.npz)")
+    m.add_argument("--out", required=True, metavar="T.npz", help="the merged trace (required)")
+    m.set_defaults(func=cmd_trace_merge)
+
+
+def _register_train_heads(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-heads", help="train draft heads by self-distillation (base frozen)")
     add_model_flags(p)
     p.add_argument("--kind", choices=TRAINED_KINDS, required=True, help="drafter kind (required)")
@@ -71,6 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replace the heads in an --out directory that is not empty")
     p.set_defaults(func=cmd_train_heads, writes_directory=True)
 
+
+def _register_calibrate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="a rank trace of a model's heads on prompts")
     add_model_flags(p)
     add_heads_flag(p)
@@ -103,6 +122,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the rank trace, written when complete (required)")
     p.set_defaults(func=cmd_calibrate)
 
+
+def _register_calibrate_dynamic(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate-dynamic",
                        help="dynamic traces: where the true path stands in an EAGLE drafter's "
                             "dynamic tree, at every position, for every steps and draft tokens")
@@ -120,16 +141,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sequences per pass (memory grows with top-k × vocabulary; default "
                         "%(default)s)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for the traces, dynamic-topk<K>.npz (required)")
+                   help="directory for the traces, dynamic-topk<K>.npz (required); a trace of "
+                        "the same run found there is kept, one of another run is refused")
+    p.add_argument("--force", action="store_true",
+                   help="replace the traces of another run in --out")
     p.set_defaults(func=cmd_calibrate_dynamic, writes_directory=True)
-
-    p = sub.add_parser("trace", help="rank-trace utilities")
-    tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    m = tsub.add_parser("merge", help="concatenate calibration shards into one trace")
-    m.add_argument("shards", nargs="+", metavar="SHARD.npz",
-                   help="the shards calibrate wrote (T.shard-i-of-n.npz)")
-    m.add_argument("--out", required=True, metavar="T.npz", help="the merged trace (required)")
-    m.set_defaults(func=cmd_trace_merge)
 
 
 def cmd_train_heads(args: argparse.Namespace) -> int:
@@ -139,6 +155,8 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
     from treeopt.drafters.training import TrainConfig, fit_to_data, train_heads
     from treeopt.prompts import encode, read_texts
 
+    require(args.generate >= 0, f"--generate {args.generate}: must be ≥ 0 (0: train on the "
+                                "texts as they are)")
     fields = {k: getattr(args, k) for k in TrainConfig().__dict__ if k != "kind"}
     cfg = TrainConfig(kind=args.kind, **fields)
     out = Path(args.out)
@@ -204,37 +222,84 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from treeopt.decoding.dynamic_ranks import simulate_dynamic
     from treeopt.decoding.ranks import greedy_continuations
     from treeopt.prompts import encode, read_texts
 
-    require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")
-    require(args.steps >= 1, f"--steps must be ≥ 1, got {args.steps}")
-    require(args.batch_size >= 1, f"--batch-size must be ≥ 1, got {args.batch_size}")
-    texts = read_texts(args.prompts)
-    model, tok = load_model_from(args)
-    drafter = load_drafter_from(args, model)
-    require(drafter.kind.dynamic,
-            f"--heads {args.heads}: dynamic trees need an EAGLE drafter, not "
-            f"{drafter.kind.title.lower()}")
-    prompts = encode(tok, texts, source=" ".join(args.prompts))
-    sequences = greedy_continuations(model, prompts, max_new_tokens=args.max_new_tokens,
-                                     eos_token_id=getattr(tok, "eos_token_id", None))
-    starts = [len(p) - 1 for p in prompts]
-    out, written = Path(args.out), []
+    _check_dynamic_flags(args)
+    out = Path(args.out)
+    run = {"model": args.model, "heads": args.heads, "prompts": " ".join(args.prompts),
+           "max_new_tokens": args.max_new_tokens, "steps": args.steps}
+    kept = {k: _earlier_trace(out / f"dynamic-topk{k}.npz", run, force=args.force)
+            for k in args.topk}
+    todo = [k for k in args.topk if kept[k] is None]
+    sequences: list[list[int]] = []
+    if todo:
+        texts = read_texts(args.prompts)
+        model, tok = load_model_from(args)
+        drafter = load_drafter_from(args, model)
+        require(drafter.kind.dynamic,
+                f"--heads {args.heads}: dynamic trees need an EAGLE drafter, not "
+                f"{drafter.kind.title.lower()}")
+        vocab = drafter.config.draft_vocab_size or drafter.config.vocab_size
+        require(max(todo) <= vocab, f"--topk {max(todo)} is more than the drafter's "
+                                    f"vocabulary of {vocab} tokens")
+        prompts = encode(tok, texts, source=" ".join(args.prompts))
+        sequences = greedy_continuations(model, prompts, max_new_tokens=args.max_new_tokens,
+                                         eos_token_id=getattr(tok, "eos_token_id", None))
+        starts = [len(p) - 1 for p in prompts]
+    written = []
     for k in args.topk:
+        path = out / f"dynamic-topk{k}.npz"
+        written.append(str(path))
+        if kept[k] is not None:
+            print(f"kept {path}: this run's trace, already complete", file=sys.stderr)
+            continue
         bar, report = counted(f"dynamic top-k {k}", "sequence")
         trace = simulate_dynamic(model, drafter, sequences, starts, topk=k, steps=args.steps,
                                  batch_size=args.batch_size, progress=report)
         bar.close()
-        meta = {**trace.meta, "model": args.model, "heads": args.heads,
-                "prompts": " ".join(args.prompts), "max_new_tokens": args.max_new_tokens}
-        path = out / f"dynamic-topk{k}.npz"
-        type(trace)(trace.topk, trace.places, trace.lengths, meta).save(path)
-        written.append(str(path))
-    return emit({"traces": written, "steps": args.steps, "sequences": len(sequences)}, None)
+        type(trace)(trace.topk, trace.places, trace.lengths, {**trace.meta, **run}).save(path)
+    count = len(sequences) if todo else next(iter(kept.values())).meta["sequences"]
+    return emit({"traces": written, "steps": args.steps, "sequences": count}, None)
+
+
+def _check_dynamic_flags(args: argparse.Namespace) -> None:
+    """calibrate-dynamic's numbers, before anything loads: a trace stores pool places as
+    16-bit counts, so a step's pool of candidates must fit them."""
+    import numpy as np
+
+    from treeopt.dynamic.settings import DynamicSettings
+
+    require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")
+    require(args.steps >= 1, f"--steps must be ≥ 1, got {args.steps}")
+    require(args.batch_size >= 1, f"--batch-size must be ≥ 1, got {args.batch_size}")
+    require(args.max_new_tokens >= 1, f"--max-new-tokens must be ≥ 1, got {args.max_new_tokens}")
+    most = int(np.iinfo(np.int16).max)
+    for k in args.topk:
+        pool = DynamicSettings(topk=k, steps=args.steps, draft_tokens=2).pool
+        require(pool <= most, f"--topk {k} with --steps {args.steps} drafts {pool} candidates "
+                              f"per step; a dynamic trace holds at most {most} (lower --topk "
+                              "or --steps)")
+
+
+def _earlier_trace(path: Path, run: dict[str, object], *, force: bool) -> DynamicTrace | None:
+    """The trace at ``path`` when an earlier call of this same run wrote it (kept); None when
+    there is none, or when ``force`` lets it be replaced; another run's is refused."""
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    if force or not path.exists():
+        return None
+    again = "pass --force to replace it, or choose another --out"
+    try:
+        trace = DynamicTrace.load(path)
+    except TreeoptError as exc:
+        raise TreeoptError(f"{exc}; {again}") from None
+    for key, value in run.items():
+        if trace.meta.get(key) != value:
+            raise TreeoptError(f"{path} holds another run's trace ({key} "
+                               f"{trace.meta.get(key)!r}, this run {value!r}); {again}")
+    return trace
 
 
 def cmd_trace_merge(args: argparse.Namespace) -> int:

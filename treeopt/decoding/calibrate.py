@@ -31,7 +31,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context
 from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
 from treeopt.errors import TreeoptError
-from treeopt.files import write_json
+from treeopt.files import read_json, write_json
 from treeopt.trace import RankTrace, merge_traces
 
 if TYPE_CHECKING:
@@ -176,17 +176,34 @@ def _num_chunks(n: int, config: CalibrateConfig) -> int:
 
 
 def _parts_dir(target: Path, fingerprint: str) -> tuple[Path, bool]:
-    """The folder of this run's finished chunks, and whether this call created it."""
+    """The folder of this run's finished chunks, and whether this call created it. Another
+    run's folder is emptied; one whose stamp cannot be read is refused (its chunks are kept)."""
     parts = target.with_name(f".{target.name}.parts")
     stamp = parts / "run.json"
-    if parts.exists() and stamp.exists():
-        old = json.loads(stamp.read_text()).get("fingerprint")
-        if old != fingerprint:  # left over from another run: its chunks are not ours
-            shutil.rmtree(parts)
+    if parts.exists() and _stamp(parts) != fingerprint:  # another run's: its chunks are not ours
+        shutil.rmtree(parts)
     created = not parts.exists()
     if not stamp.exists():
         write_json(stamp, {"fingerprint": fingerprint})
     return parts, created
+
+
+def _stamp(parts: Path) -> str | None:
+    """The fingerprint of the run whose chunks ``parts`` holds; None when it holds none."""
+    again = f"remove it to start over (a resumed run finds its chunks by {parts.name}/run.json)"
+    if not parts.is_dir():
+        raise TreeoptError(f"{parts} is not a folder of calibration chunks; {again}")
+    if not any(parts.glob("chunk-*.npz")):
+        return None  # nothing to keep
+    try:
+        doc = read_json(parts / "run.json")
+    except TreeoptError as exc:
+        raise TreeoptError(f"{parts}: unreadable resume folder ({exc}); {again}") from None
+    fingerprint = doc.get("fingerprint") if isinstance(doc, dict) else None
+    if not isinstance(fingerprint, str):
+        raise TreeoptError(f"{parts}: unreadable resume folder (run.json holds no "
+                           f"fingerprint); {again}")
+    return fingerprint
 
 
 def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],

@@ -2,7 +2,7 @@
 and a draft model (a local Hugging Face causal LM directory).
 
 treeopt layout, a directory: ``heads.json`` (``"format": "treeopt.heads/1"``, the
-:class:`~treeopt.heads.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
+:class:`~treeopt.drafters.config.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
 the shared base LM head and embeddings are never saved).
 
 Medusa layout, a directory: ``config.json`` with ``medusa_num_heads`` and ``medusa_num_layers``, and
@@ -27,9 +27,10 @@ it must share the base model's tokenizer (:func:`check_same_tokenizer`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,19 +72,19 @@ def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None =
     ``depth``: the depths a draft model drafts, default ``DEFAULT_DEPTH``)."""
     d = Path(directory)
     if (d / "heads.json").exists():
-        return _load_native(d, lm_head=lm_head, embeddings=embeddings)
+        return _finite(_load_native(d, lm_head=lm_head, embeddings=embeddings), d)
     if (d / "config.json").exists():
         raw = read_json(d / "config.json")
         if isinstance(raw, dict) and "medusa_num_heads" in raw:
-            return import_medusa(d)
+            return _finite(import_medusa(d), d)
         found = _eagle_weights(d) if isinstance(raw, dict) else None
         if found is not None:
-            return import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth,
-                                base_layers=base_layers, weights=found)
+            return _finite(import_eagle(d, lm_head=lm_head, embeddings=embeddings, depth=depth,
+                                        base_layers=base_layers, weights=found), d)
         if isinstance(raw, dict) and "model_type" in raw:
             from treeopt.drafters.draft_model import DraftModel
 
-            return DraftModel.load(d, depth=depth)
+            return _finite(DraftModel.load(d, depth=depth), d)
     if not d.is_dir():
         raise TreeoptError(f"{d}: no such drafter directory")
     raise TreeoptError(
@@ -92,12 +93,36 @@ def load_heads(directory: str | os.PathLike[str], *, lm_head: nn.Module | None =
 
 
 def read_heads_config(directory: str | os.PathLike[str]) -> HeadsConfig:
-    """The :class:`HeadsConfig` stored in a treeopt heads directory."""
+    """The :class:`HeadsConfig` stored in a treeopt heads directory; a field of the wrong kind
+    (a count that is not an integer, a number that is NaN or infinite) raises a TreeoptError."""
+    source = f"{directory}/heads.json"
     doc = read_tagged_json(Path(directory) / "heads.json", HEADS_FORMAT)
+    config = doc.get("config")
+    if not isinstance(config, dict):
+        raise TreeoptError(f"{source}: 'config' must be an object, got {config!r}")
+    for f in fields(HeadsConfig):
+        if f.name in config and not _CONFIG_KINDS[str(f.type)](config[f.name]):
+            raise TreeoptError(f"{source}: config {f.name} is {config[f.name]!r}; expected "
+                               f"{_CONFIG_NAMES[str(f.type)]}")
     try:
-        return HeadsConfig(**doc["config"])
-    except (KeyError, TypeError) as exc:
-        raise TreeoptError(f"{directory}/heads.json: bad 'config' ({exc})") from None
+        return HeadsConfig(**config)
+    except TypeError as exc:
+        raise TreeoptError(f"{source}: bad 'config' ({exc})") from None
+
+
+def _integer(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_CONFIG_KINDS = {  # HeadsConfig's field types -> the JSON values they take
+    "str": lambda v: isinstance(v, str),
+    "int": _integer,
+    "bool": lambda v: isinstance(v, bool),
+    "float": lambda v: (_integer(v) or isinstance(v, float)) and math.isfinite(v),
+    "tuple[int, ...]": lambda v: isinstance(v, list) and all(_integer(x) for x in v),
+}
+_CONFIG_NAMES = {"str": "a string", "int": "an integer", "bool": "true or false",
+                 "float": "a finite number", "tuple[int, ...]": "a list of integers"}
 
 
 _EAGLE_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -180,8 +205,12 @@ def import_eagle(directory: str | os.PathLike[str], *, lm_head: nn.Module | None
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), bias="fc.bias" in state,
             draft_vocab_size=int(raw.get("draft_vocab_size") or 0) if eagle3 else 0,
             feature_layers=default_feature_layers(base_layers or 0) if eagle3 else ())
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise TreeoptError(f"{d}/config.json: not an EAGLE config (missing or bad {exc})") from None
+    for name in ("rope_theta", "rms_norm_eps"):
+        if not 0 < getattr(cfg, name) < math.inf:  # NaN fails too
+            raise TreeoptError(f"{d}/config.json: {name} is {getattr(cfg, name)}; expected a "
+                               "finite number > 0")
     if cfg.kv_heads == cfg.attention_heads:
         cfg = replace(cfg, kv_heads=0)
     if cfg.draft_vocab_size == cfg.vocab_size:
@@ -190,7 +219,6 @@ def import_eagle(directory: str | os.PathLike[str], *, lm_head: nn.Module | None
     for key, value in state.items():
         m = re.fullmatch(r"(?:layers\.(\d+)|midlayer)\.(.+)", key)
         if key.startswith("fc.") or key in _EAGLE3_OWN:
-            mapped[key] = value
             mapped[key] = value
         elif key == "embed_tokens.weight":
             if tuple(value.shape) != (vocab, hidden):
@@ -261,6 +289,17 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise TreeoptError(f"{path}: unreadable safetensors file ({exc}; truncated?)") from None
 
 
+def _finite(drafter: Drafter, source: Path) -> Drafter:
+    """``drafter``, once every weight of its own (the base model's shared ones aside) is a
+    finite number."""
+    for name, value in drafter.state_dict().items():
+        if (not name.startswith(_BASE_PREFIXES) and value.is_floating_point()
+                and not bool(torch.isfinite(value).all())):
+            raise TreeoptError(f"{source}: weight {name} holds NaN or infinity; the drafter's "
+                               "weights must be finite numbers")
+    return drafter
+
+
 def _load_state(heads: DraftHeads, state: dict[str, torch.Tensor], source: str) -> None:
     own = {k: v for k, v in heads.state_dict().items() if not k.startswith(_BASE_PREFIXES)}
     missing = sorted(set(own) - set(state))
@@ -281,7 +320,7 @@ def import_medusa(directory: str | os.PathLike[str]) -> DraftHeads:
     raw = read_json(d / "config.json")
     try:
         num_heads, num_layers = int(raw["medusa_num_heads"]), int(raw["medusa_num_layers"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise TreeoptError(f"{d}/config.json: needs integer medusa_num_heads and "
                            f"medusa_num_layers") from None
     state = _read_medusa_weights(d)
