@@ -202,7 +202,6 @@ def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSe
            profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
     (a :class:`Decoder` checks the model once for many calls)."""
-    check_tree_for_heads(tree, heads)
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     return Decoder(model, heads if drafts else None).decode(tree, prompts, config=config,
                                                             profile=profile, streams=streams)
