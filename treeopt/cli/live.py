@@ -227,8 +227,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{' '.join(args.prompts)}")
     require(args.batch <= count, f"--batch {args.batch} is larger than the {count} prompts"
             + (f" in {' '.join(args.prompts)}" if count == len(texts) else " of --prompt-count"))
-    run = Verification(tree, decoding, trace, args.batch, _verify_measurement(args, sample),
-                       sample, args.compile, source=args.tree)
+    run = Verification(tree, decoding, trace=trace, batch=args.batch, sample_prompts=sample,
+                       measure=_verify_measurement(args, sample), compile=args.compile,
+                       source=args.tree)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     run = replace(run, config=decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None)))

@@ -19,6 +19,7 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import TreeMismatch
 from treeopt.decoding.models import attention_of
 from treeopt.decoding.reference import check_comparison
 from treeopt.drafters.base import Drafter
@@ -83,9 +84,12 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
     tree, config, trace = run.tree, run.config, run.trace
     if trace is not None:
         check_trace_for(trace, heads)
-    result = compare(model, heads, tree, prompts, config=config, batch=run.batch,
-                     measure=run.measure, sample_prompts=run.sample_prompts, split=True,
-                     compile=run.compile, progress=progress)
+    try:
+        result = compare(model, heads, tree, prompts, config=config, batch=run.batch,
+                         measure=run.measure, sample_prompts=run.sample_prompts, split=True,
+                         compile=run.compile, progress=progress)
+    except TreeMismatch as exc:  # the decoder checks the tree against the drafter, once
+        raise TreeMismatch(f"{run.source}: {exc}") from None
     doc = result.to_dict()
     probe = result.probe  # the decoder's, run before it decoded anything
     check = check_comparison(model, prompts, result)
