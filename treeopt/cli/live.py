@@ -144,15 +144,15 @@ def add_decode_mode_flags(p: argparse.ArgumentParser) -> None:
                         "sampling (default %(default)s)")
 
 
-def decode_config(args: argparse.Namespace, *, eos_token_id: int | None) -> Any:
-    """The DecodeConfig the decoding flags name (checked: one line per bad value)."""
+def decode_config(args: argparse.Namespace) -> Any:
+    """The DecodeConfig the decoding flags name (checked: one line per bad value; the
+    tokenizer's end of sequence is the library's to add, once it is loaded)."""
     from treeopt.decoding.config import DecodeConfig
 
     return DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
                         temperature=args.temperature, top_k=args.sample_top_k,
                         top_p=args.top_p, posterior_threshold=args.posterior_threshold,
-                        posterior_alpha=args.posterior_alpha, seed=args.seed,
-                        eos_token_id=eos_token_id)
+                        posterior_alpha=args.posterior_alpha, seed=args.seed)
 
 
 def check_trace_sampling(trace: Any, config: Any, *, source: str,
@@ -215,7 +215,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
                          context=args.context, decoding_batch=True)
-    decoding = decode_config(args, eos_token_id=None)  # bad flags fail before anything loads
+    decoding = decode_config(args)  # bad flags fail before anything loads
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:
         check_trace_sampling(trace, decoding, source=args.trace)
@@ -232,9 +232,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                        source=args.tree)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
-    run = replace(run, config=decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None)))
     bar, tick = counted("verify", "decode")
-    report = verify(model, heads, run, _prompts(args, tok)[:count], progress=tick,
+    report = verify(model, heads, run, _prompts(args, tok)[:count],
+                    eos_token_id=getattr(tok, "eos_token_id", None), progress=tick,
                     meta={"model": args.model, "heads_dir": args.heads, "device": args.device,
                           "dtype": args.dtype})
     bar.close()

@@ -12,7 +12,7 @@ predicts the mean accepted length (E[L], and the per-step walk) the measurement 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -75,13 +75,16 @@ class Verification:
 
 
 def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
-           prompts: Sequence[Sequence[int]], *, meta: dict[str, Any] | None = None,
+           prompts: Sequence[Sequence[int]], *, eos_token_id: int | None = None,
+           meta: dict[str, Any] | None = None,
            progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Decode the prompts with ``run``'s tree and autoregressively, ``batch`` at a time, for as
-    long as its measurement says on the speed-up, then a profiled pass for the phase times;
-    the report, with ``meta`` (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the
-    model's attention implementation."""
-    tree, config, trace = run.tree, run.config, run.trace
+    long as its measurement says on the speed-up, then a profiled pass for the phase times
+    (``eos_token_id``: the tokenizer's, where a row stops early); the report, with ``meta``
+    (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the model's attention
+    implementation."""
+    tree, trace = run.tree, run.trace
+    config = replace(run.config, eos_token_id=eos_token_id)
     if trace is not None:
         check_trace_for(trace, heads)
     try:
