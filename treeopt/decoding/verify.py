@@ -80,11 +80,12 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
            progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Decode the prompts with ``run``'s tree and autoregressively, ``batch`` at a time, for as
     long as its measurement says on the speed-up, then a profiled pass for the phase times
-    (``eos_token_id``: the tokenizer's, where a row stops early); the report, with ``meta``
-    (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the model's attention
-    implementation."""
+    (``eos_token_id``, when given: the tokenizer's end of sequence, where a row stops); the
+    report, with ``meta`` (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the
+    model's attention implementation."""
     tree, trace = run.tree, run.trace
-    config = replace(run.config, eos_token_id=eos_token_id)
+    config = (run.config if eos_token_id is None
+              else replace(run.config, eos_token_id=eos_token_id))
     if trace is not None:
         check_trace_for(trace, heads)
     try:
