@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from treeopt.profiling.device import measure_device
-from treeopt.profiling.table import LatencyRecord, LatencyTable, load_step_profile
-from treeopt.profiling.timing import Call, interleaved
-from treeopt.profiling.verify import build_model, profile_verify
-from treeopt.roofline import Hardware, ModelConfig, preset
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
 from treeopt.measure import Measurement, relative_se
+from treeopt.profiling.device import measure_device
+from treeopt.profiling.table import LatencyRecord, LatencyTable, load_step_profile
+from treeopt.profiling.timing import Call, interleaved
+from treeopt.profiling.verify import build_model, profile_verify
+from treeopt.roofline import Hardware, ModelConfig, preset
 from treeopt.tree import Tree
 
 TINY = preset("tiny")
@@ -140,10 +140,10 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
-    from treeopt.profiling.step import profile_steps
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
     from treeopt.grow import Growth
+    from treeopt.profiling.step import profile_steps
 
     model = build_model(TINY, device="cpu", dtype="fp32")
     heads = build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
