@@ -26,6 +26,7 @@ import torch
 
 from treeopt.demo import load
 from treeopt.drafters import build_heads
+from treeopt.measure import Measurement
 from treeopt.pricing import profiled_costs
 from treeopt.profiling.step import profile_steps
 from treeopt.select import select
@@ -61,7 +62,8 @@ def predict(demo, kind: str, shape: str, out: Path) -> tuple[str, float, float, 
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts[:4]]
     path = out / f"step-{kind}-{shape}.json"
     profile_steps(model, heads, demo.growths[kind], prompts, batch=[1], out=path,
-                  sizes=SIZES, max_new_tokens=64, rounds=3, log=lambda _: None)
+                  sizes=SIZES, max_new_tokens=64, measure=Measurement(rounds=3),
+                  log=lambda _: None)
     costs = profiled_costs(path)
     pick = select(demo.growths[kind], costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[1], context=costs.verify.contexts, trace=demo.traces[kind]).points[0]

@@ -29,6 +29,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.demo import KINDS, load
 from treeopt.demo.quality import acceptance_run, autoregressive_run
+from treeopt.measure import Measurement
 from treeopt.selection import choose_drafter
 from treeopt.simulate import step_lengths
 from treeopt.workbench.pricing import demo_pricing
@@ -101,7 +102,7 @@ def main() -> None:
         selections[kind] = priced.selection
         pick = min(priced.selection.points, key=lambda p: p.batch)
         run = compare(demo.model, demo.heads[kind], pick.tree, timed, config=config,
-                      rounds=args.rounds)
+                      measure=Measurement(rounds=args.rounds))
         best = priced.sweep.best(1) if priced.sweep is not None else None
         measured = (f"{best.size}: {best.speedup:.2f}×" if best is not None else "not swept")
         print(f"{kind:12s} {pick.tree.size:4d} ({str(pick.max_depth):>4})            "

@@ -45,6 +45,7 @@ from treeopt.demo.load import load  # noqa: E402
 from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
 from treeopt.dynamic.settings import grid  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
+from treeopt.measure import Measurement  # noqa: E402
 from treeopt.pricing import profiled_costs  # noqa: E402
 from treeopt.select import growth_expected_accept_length, price_tree  # noqa: E402
 
@@ -126,7 +127,7 @@ def main() -> int:
                            overhead=costs.overhead, batch=[b], context=context)[0]
         t0 = time.perf_counter()
         runs = {s: compare(demo.model, eagle, s, timed, config=tcfg, batch=b,
-                           rounds=args.rounds) for s in speed_grid}
+                           measure=Measurement(rounds=args.rounds)) for s in speed_grid}
         measured = {s: r.speedup for s, r in runs.items()}
         best = max(measured, key=measured.get)
         pick = choice.best.settings
@@ -158,7 +159,8 @@ def main() -> int:
         finalists = list(dict.fromkeys(s for s in (pick, best, chain_pred, chain_best) if s))
         ccfg = DecodeConfig(max_new_tokens=args.confirm_tokens)
         confirmed = {s: compare(demo.model, eagle, s, timed, config=ccfg, batch=b,
-                                rounds=args.confirm_rounds) for s in finalists}
+                                measure=Measurement(rounds=args.confirm_rounds))
+                     for s in finalists}
         print(f"  finalists re-measured ({args.confirm_rounds} rounds × {args.confirm_tokens} "
               "tokens): " + "; ".join(f"{s.label} {c.speedup:.3f}× (spread "
                                      f"{100 * c.speedup_spread:.1f}%)"
@@ -183,7 +185,7 @@ def main() -> int:
             d_best = max(dyn, key=measured.get)
             tree = growth.tree(n - 1)
             static = compare(demo.model, eagle, tree, timed, config=tcfg, batch=b,
-                             rounds=args.rounds)
+                             measure=Measurement(rounds=args.rounds))
             ell_d = acceptance(cal, d_best)[0]
             ell_s = growth_expected_accept_length(growth, tree)
             pred_s = price_tree(tree, verify=static_costs.verify, draft=static_costs.draft,
@@ -266,7 +268,7 @@ def profile_here(demo, batches):
     t0 = time.perf_counter()
     profile_steps(demo.model, demo.heads["eagle"], None, prompts[: max(batches)],
                   batch=batches, out=out, max_new_tokens=c.live_new_tokens,
-                  rounds=c.step_rounds, dynamic=design,
+                  measure=Measurement(rounds=c.step_rounds), dynamic=design,
                   log=lambda line: None)
     print(f"dynamic step profile measured here ({time.perf_counter() - t0:.0f} s)")
     return profiled_costs(out)

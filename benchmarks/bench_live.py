@@ -71,6 +71,7 @@ from treeopt.decoding.models import attention_of
 from treeopt.decoding.tune import predict, tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
+from treeopt.measure import Measurement
 from treeopt.pricing import profiled_costs
 from treeopt.profiling.alongside import AlongsideProfile
 from treeopt.profiling.step import profile_steps
@@ -172,13 +173,14 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     def profile(b: int, path: Path) -> None:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
                       batch=[b], out=path, sizes=args.sizes, max_new_tokens=args.new_tokens,
-                      rounds=3, sequences=sequences, min_seconds=args.profile_seconds,
-                      target_se=args.profile_target_se, log=lambda _: None)
+                      measure=Measurement(3, args.profile_seconds, args.profile_target_se),
+                      sequences=sequences, log=lambda _: None)
 
     alongside = (AlongsideProfile(demo.model, demo.heads[kind], prompts[:sequences],
                                   out=alongside_path, max_new_tokens=args.new_tokens,
-                                  sequences=sequences, min_seconds=args.profile_seconds,
-                                  target_se=args.alongside_target_se)
+                                  sequences=sequences,
+                                  measure=Measurement(3, args.profile_seconds,
+                                                      args.alongside_target_se))
                  if args.alongside else None)
     for b in batches:
         profile(b, step_path)
@@ -189,8 +191,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
               flush=True)
         sweep = tune(demo.model, demo.heads[kind], growth, prompts[: args.prompts],
                      batch=[b], sizes=[n for n in args.sizes if n <= growth.max_nodes],
-                     out=out / f"sweep-{kind}.json", rounds=args.rounds,
-                     min_seconds=args.min_seconds, target_se=args.target_se, config=config,
+                     out=out / f"sweep-{kind}.json", config=config,
+                     measure=Measurement(args.rounds, args.min_seconds, args.target_se),
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                      race_best=True, before_point=alongside,
@@ -252,8 +254,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
-                    config=config, batch=first, rounds=args.rounds,
-                    min_seconds=args.min_seconds, target_se=args.repeat_target_se, split=True)
+                    config=config, batch=first, split=True,
+                    measure=Measurement(args.rounds, args.min_seconds, args.repeat_target_se))
             for _ in range(args.repeats)]
     speedups = [r.speedup for r in runs]
     repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)

@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 
 from treeopt.step_profile import StepProfile  # noqa: E402
 from treeopt.trace import RankTrace  # noqa: E402
+from treeopt.verify_report import VerifyReport  # noqa: E402
 
 
 def run(*args, cwd=None):
@@ -79,6 +80,13 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     assert pred["measured"] == report["tree_decoding"]["mean_accept_length"]
     assert pred["relative_difference"] == pytest.approx(
         (pred["measured"] - pred["mean_accept_length"]) / pred["mean_accept_length"])
+    # by default a sample, at least 16 prompts' worth: all 6 here, each decoded once
+    assert (report["prompts"], report["rounds"], report["sampled_batches"]) == (6, 1, 6)
+    assert len(report["round_speedups"]) == 6 and report["speedup_se"] is not None
+    typed = VerifyReport.load(workdir / "report.json")  # the file is the typed report's JSON
+    assert typed.to_json() == report and typed.outputs_match is True
+    assert typed.run == {k: report[k] for k in ("model", "heads_dir", "device", "dtype",
+                                                "attention")}
 
 
 def test_rerun_of_a_finished_shard_is_skipped(workdir, tiny_model_dir, prompts_file):
@@ -147,10 +155,11 @@ def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
     (workdir / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
                workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "10",
-               "--batch", "3", "--rounds", "2")
+               "--batch", "3", "--rounds", "2", "--prompt-count", "all")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert (report["batch"], report["rounds"], report["outputs_match"]) == (3, 2, True)
+    assert "sampled_batches" not in report and report["prompts"] == 6
     assert len(report["round_speedups"]) == 2 and report["speedup_spread"] >= 0
     assert report["tree_decoding"]["tokens"] == 6 * 10  # every prompt, two batches of three
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
@@ -164,9 +173,11 @@ def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
     assert_user_error(proc, "--target-se must be in [0, 1), got 1.5")
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
                workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "4",
-               "--rounds", "1", "--min-seconds", "0.2")
+               "--rounds", "1", "--min-seconds", "0.2", "--prompt-count", "4")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["rounds"] >= 1
+    report = json.loads(proc.stdout)
+    assert report["rounds"] >= 1 and report["prompts"] == 4
+    assert report["tree_decoding"]["seconds"] + report["autoregressive"]["seconds"] > 0
 
 
 @pytest.fixture(scope="module")

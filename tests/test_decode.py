@@ -166,7 +166,8 @@ def test_a_sequence_that_stops_early_leaves_the_others_lossless(peaked, trained)
 
 def test_profiled_phases_are_the_steps_alone(peaked, trained, monkeypatch):
     """The prefill (here made 0.3 s slower) is no step's time: charged to the first step's
-    draft phase, it made a profile price drafting by how long the prompt was."""
+    draft phase, it made a profile price drafting by how long the prompt was. (The phases and
+    the prefill add up to at most the run's time, however busy the machine.)"""
     import time
 
     from treeopt.decoding.loop import Decoder
@@ -185,13 +186,14 @@ def test_profiled_phases_are_the_steps_alone(peaked, trained, monkeypatch):
     stats = decoder.decode(TREES["chain"], [long_prompt], config=DecodeConfig(max_new_tokens=16),
                            profile=True).stats
     assert stats.seconds > 0.3  # the prefill was slow …
-    assert sum(stats.split.to_dict().values()) < 0.2  # … and no phase of any step holds it
+    assert sum(stats.split.to_dict().values()) <= stats.seconds - 0.3  # … and no phase holds it
 
 
 
 def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, monkeypatch):
     """A batch's split covers its steady steps (every row running: what throughput counts), not
-    the tail after its first row stops; here every tail step is made 50 ms slower."""
+    the tail after its first row stops; here the first tail step is made 0.3 s slower (longer
+    than the steady steps take together, however busy the machine)."""
     import time
 
     import treeopt.decoding.loop as loop
@@ -208,14 +210,14 @@ def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, 
     def slow_tail(*args, **kw):
         nonlocal calls
         calls += 1
-        if calls > window:
-            time.sleep(0.05)
+        if calls == window + 1:
+            time.sleep(0.3)
         return verify_step(*args, **kw)
 
     monkeypatch.setattr(loop, "verify_step", slow_tail)
     stats = decoder.decode(TREES["chain"], rows, config=cfg, profile=True).stats
     assert stats.split.steps == window < stats.iterations == calls
-    assert stats.split.verify_s < 0.05 <= stats.seconds - sum(stats.split.to_dict().values())
+    assert stats.split.verify_s < 0.3 <= stats.seconds - sum(stats.split.to_dict().values())
     alone = decoder.decode(TREES["chain"], rows[:1], config=cfg, profile=True).stats
     assert alone.split.steps == alone.iterations  # one row: every step is steady
 
@@ -302,8 +304,9 @@ def test_runs_of_two_models_decoded_alongside_are_each_the_run_alone(peaked, tra
 @pytest.mark.parametrize("profile", [False, True])
 def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trained, monkeypatch,
                                                                     profile):
-    """Every tree step is made 20 ms slower: the steps of the two runs alternate throughout, and
-    the autoregressive run's time (and, profiled, its phases) holds none of the tree's."""
+    """Every tree step is made 0.1 s slower (far more than a step of the tiny model takes, however
+    busy the machine): the steps of the two runs alternate throughout, and the autoregressive
+    run's time (and, profiled, its phases) holds none of the tree's."""
     import time
 
     import treeopt.decoding.loop as loop
@@ -315,7 +318,7 @@ def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trai
     def slow_tree(verify, tokens, *args, **kw):
         order.append("tree" if tokens.shape[1] > 1 else "ar")
         if tokens.shape[1] > 1:
-            time.sleep(0.02)
+            time.sleep(0.1)
         return verify_step(verify, tokens, *args, **kw)
 
     monkeypatch.setattr(loop, "verify_step", slow_tree)
@@ -325,10 +328,10 @@ def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trai
     switches = sum(a != b for a, b in itertools.pairwise(order))
     assert switches >= 2 * order.count("tree") - 2  # no two tree steps in a row
     assert order.count("tree") == tree.stats.iterations < ar.stats.iterations == order.count("ar")
-    assert tree.stats.decode_seconds > 0.02 * tree.stats.iterations
-    assert ar.stats.seconds < 0.02 * tree.stats.iterations / 2
+    assert tree.stats.decode_seconds > 0.1 * tree.stats.iterations
+    assert ar.stats.seconds < 0.1 * tree.stats.iterations / 2
     if profile:
-        assert tree.stats.split.verify_s > 0.02 * tree.stats.iterations
+        assert tree.stats.split.verify_s > 0.1 * tree.stats.iterations
         assert sum(ar.stats.split.to_dict().values()) < ar.stats.seconds
 
 

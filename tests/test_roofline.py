@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from treeopt.errors import TreeoptError
 from treeopt.roofline import (
     Efficiency,
     Hardware,
@@ -25,7 +26,6 @@ from treeopt.roofline import (
     preset_names,
     roofline,
 )
-from treeopt.errors import TreeoptError
 
 TINY = ModelConfig(name="hand", model_type="llama", hidden_size=8, intermediate_size=16,
                    num_layers=1, num_heads=2, num_kv_heads=1, head_dim=4, vocab_size=32,
@@ -209,9 +209,9 @@ def test_roofline_imports_numpy_only():
 
 
 def test_every_drafter_kind_has_a_drafting_formula_that_grows_with_depth():
+    from treeopt.drafters import KIND_NAMES, drafter_kind
     from treeopt.roofline.draft import _FORMULAS, DraftSpec, draft_seconds
     from treeopt.roofline.hardware import Hardware
-    from treeopt.drafters import KIND_NAMES, drafter_kind
 
     assert {drafter_kind(k).draft_formula for k in KIND_NAMES} == set(_FORMULAS)
     hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from treeopt.errors import TreeoptError
 from treeopt.roofline import ModelConfig, Precision, load_hardware, operators, preset, roofline
 from treeopt.roofline.config import preset_names, preset_row
 from treeopt.roofline.moe import expected_experts
 from treeopt.roofline.params import kv_bytes_per_token, parameter_count
-from treeopt.errors import TreeoptError
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,

@@ -19,6 +19,7 @@ from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.grow import Growth  # noqa: E402
+from treeopt.measure import Measurement, MeasurementError, relative_se  # noqa: E402
 from treeopt.sweep import Sweep  # noqa: E402
 
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
@@ -37,10 +38,11 @@ def model_and_heads():
     return model, heads
 
 
-def sweep_of(model_and_heads, out, progress=None, **kw):
+def sweep_of(model_and_heads, out, progress=None, *, rounds=1, min_seconds=0.0, target_se=0.0,
+             **kw):
     model, heads = model_and_heads
-    args = {"batch": [1, 2], "sizes": [1, 2], "rounds": 1,
-            "config": DecodeConfig(max_new_tokens=4)} | kw
+    args = {"batch": [1, 2], "sizes": [1, 2], "config": DecodeConfig(max_new_tokens=4),
+            "measure": Measurement(rounds, min_seconds, target_se)} | kw
     return tune(model, heads, GROWTH, PROMPTS, out=out, progress=progress, **args)
 
 
@@ -94,7 +96,7 @@ def test_a_sweep_of_another_setup_is_refused(model_and_heads, tmp_path):
 def test_sizes_beyond_the_growth_and_batches_beyond_the_prompts(model_and_heads, tmp_path):
     with pytest.raises(TreeoptError, match="--sizes 4 is beyond the growth's 3 nodes"):
         sweep_of(model_and_heads, tmp_path / "a.json", sizes=[4])
-    with pytest.raises(TreeoptError, match="--batch 3 is larger than the 2 prompts"):
+    with pytest.raises(TreeoptError, match="a batch of 3 prompts, but only 2 prompts given"):
         sweep_of(model_and_heads, tmp_path / "b.json", batch=[3])
 
 
@@ -123,39 +125,126 @@ def test_the_speed_up_pairs_each_round_with_its_own_autoregressive_run():
 
 
 
+class _LogNoisyDecoder:
+    """Stands for the decoder on a noisy machine: every run of a batch takes 1 to 3 times its
+    time (log-uniform, each run on its own), the tree's 30 tokens against autoregressive
+    decoding's 20; drawn from ``rng`` (set by the test)."""
+
+    rng = np.random.default_rng(0)
+    verify = types.SimpleNamespace(probe=None)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+        from treeopt.decoding.loop import BatchResult
+        from treeopt.decoding.stats import DecodeStats
+
+        out = []
+        for shape in shapes:
+            tokens = 30 if shape.size else 20
+            seconds = float(np.exp(self.rng.uniform(0.0, np.log(3.0))))
+            out.append(BatchResult(((1,),) * len(group),
+                                   DecodeStats(tokens, (1,), seconds, tokens, seconds)))
+        return out
+
+
+def _speedups(rounds_tree, rounds_ar):
+    """Each round's tree over autoregressive steady tokens/s, from the runs themselves."""
+    return [sum(r.stats.decode_tokens for r in t) / sum(r.stats.decode_seconds for r in t)
+            / (sum(r.stats.decode_tokens for r in a) / sum(r.stats.decode_seconds for r in a))
+            for t, a in zip(rounds_tree, rounds_ar, strict=True)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_rule_meets_its_target_or_the_cap_on_a_noisy_source(seed):
+    """The pure rule: rounds drawn from a noisy source until it says stop. Every figure has at
+    least its rounds, and its standard error meets the target or it took the cap; with
+    ``min_seconds`` the rounds took that long too, or hit the cap."""
+    rng = np.random.default_rng(seed)
+    for target, seconds in ((0.01, 0.0), (0.05, 0.0), (0.2, 0.0), (0.0, 30.0), (0.05, 30.0)):
+        rule = Measurement(rounds=3, min_seconds=seconds, target_se=target, max_rounds=40)
+        values, timed = [], 0.0
+        while rule.wants(len(values), timed, [values]):
+            values.append(float(np.exp(rng.normal(0.0, 0.3))))
+            timed += float(rng.uniform(0.5, 2.0))
+        assert len(values) >= 3
+        assert len(values) == 40 or (
+            (target == 0 or relative_se(values) <= target) and timed >= seconds), (
+            target, seconds, len(values), relative_se(values))
+        assert rule.planned(len(values), timed, [values]) == len(values)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_rounds_stop_on_the_standard_error_they_report(monkeypatch, seed):
     """Rounds drawn from a noisy machine (each run's time off by up to ×3, the tree's and the
     autoregressive run's independently): every comparison reports a speed-up whose standard
-    error meets its target, or it hit the round cap."""
+    error meets its target, or it hit the round cap — the standard error recomputed from the
+    runs themselves, and so is the progress bar's last tick its total."""
     from treeopt.decoding import compare as comparing
-    from treeopt.decoding.loop import BatchResult
-    from treeopt.decoding.stats import DecodeStats
     from treeopt.tree import Tree
 
-    rng = np.random.default_rng(seed)
-
-    class NoisyDecoder:
-        verify = types.SimpleNamespace(probe=None)
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
-            out = []
-            for shape in shapes:
-                tokens = 30 if shape.size else 20
-                seconds = float(np.exp(rng.uniform(0.0, np.log(3.0))))
-                out.append(BatchResult(((1,),), DecodeStats(tokens, (1,), seconds, tokens,
-                                                            seconds)))
-            return out
-
-    monkeypatch.setattr(comparing, "Decoder", NoisyDecoder)
-    monkeypatch.setattr(comparing, "MAX_ROUNDS", 40)
+    _LogNoisyDecoder.rng = np.random.default_rng(seed)
+    monkeypatch.setattr(comparing, "Decoder", _LogNoisyDecoder)
     for target in (0.05, 0.1, 0.2):
-        c = comparing.compare(None, None, Tree.chain(1), [[1], [2]], rounds=2,
-                              target_se=target)
-        assert c.speedup_se <= target or len(c.tree_rounds) == 40, (target, c.speedup_se)
+        ticks = []
+        c = comparing.compare(None, None, Tree.chain(1), [[1], [2]],
+                              measure=Measurement(rounds=2, target_se=target, max_rounds=40),
+                              progress=lambda d, t: ticks.append((d, t)))  # noqa: B023
+        se = relative_se(_speedups(c.tree_rounds, c.autoregressive_rounds))
+        assert c.speedup_se == pytest.approx(se, rel=1e-12)
+        assert se <= target or len(c.tree_rounds) == 40, (target, se)
+        assert ticks[-1] == (2 * 2 * len(c.tree_rounds),) * 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sample_of_prompts_grows_until_its_speedup_is_known_to_the_target(monkeypatch,
+                                                                            seed):
+    """``sample_prompts``: batches of prompts one at a time, each decoded once, in order, until
+    the per-batch speed-ups' standard error meets the target, the cap, or the prompts run out;
+    the report's speed-up and its standard error are over those batches."""
+    from treeopt.decoding import compare as comparing
+    from treeopt.tree import Tree
+
+    _LogNoisyDecoder.rng = np.random.default_rng(seed)
+    monkeypatch.setattr(comparing, "Decoder", _LogNoisyDecoder)
+    prompts = [[i] for i in range(1, 201)]
+    met = []
+    for target, cap, batch in ((0.1, 64, 1), (0.005, 30, 2), (0.2, 64, 4)):
+        c = comparing.compare(None, None, Tree.chain(1), prompts, batch=batch,
+                              measure=Measurement(rounds=4, target_se=target, max_rounds=cap),
+                              sample_prompts=True)
+        (tree,), (ar,) = c.tree_rounds, c.autoregressive_rounds
+        taken = len(tree)
+        per_batch = _speedups([(t,) for t in tree], [(a,) for a in ar])
+        assert 4 <= taken <= min(cap, 200 // batch)
+        assert relative_se(per_batch) <= target or taken == min(cap, 200 // batch)
+        met.append(relative_se(per_batch) <= target)
+        assert c.round_speedups() == pytest.approx(per_batch, rel=1e-12)
+        assert c.speedup_se == pytest.approx(relative_se(per_batch), rel=1e-12)
+        assert len(c.tree_outputs) == taken * batch  # the first prompts, in order
+        assert c.to_dict()["sampled_batches"] == taken and c.to_dict()["rounds"] == 1
+    assert met == [True, False, True]  # 0.005 asks for more batches than the cap of 30
+    few = comparing.compare(None, None, Tree.chain(1), prompts[:3], sample_prompts=True,
+                            measure=Measurement(rounds=16, target_se=0.001))
+    assert len(few.tree_rounds[0]) == 3  # every prompt, when there are fewer than asked for
+
+
+def test_every_point_of_a_sweep_meets_its_target_or_the_cap(model_and_heads, tmp_path,
+                                                            monkeypatch):
+    """tune through the same noisy machine: every point it writes says a standard error at
+    most its target, or it took the cap, and the file says so too."""
+    from treeopt.decoding import compare as comparing
+
+    _LogNoisyDecoder.rng = np.random.default_rng(7)
+    monkeypatch.setattr(comparing, "Decoder", _LogNoisyDecoder)
+    out = tmp_path / "noisy.json"
+    sweep = sweep_of(model_and_heads, out, batch=[1, 2], sizes=[1, 2, 3],
+                     measure=Measurement(rounds=2, target_se=0.04, max_rounds=24))
+    assert len(sweep.points) == 6
+    for p in sweep.points:
+        assert p.rounds >= 2 and (p.se <= 0.04 or p.rounds == 24), (p.key, p.rounds, p.se)
+    assert Sweep.load(out).points == sweep.points
 
 
 def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_other(
@@ -303,18 +392,20 @@ class _TimedDecoder:
 def test_rounds_go_on_until_the_point_was_timed_min_seconds(monkeypatch, rounds, min_seconds,
                                                            expected):
     """Each round times the tree's and the autoregressive decoding of one batch, a second each:
-    2 s a round. Rounds stop at ``rounds`` once 2 s × rounds ≥ min_seconds, and at MAX_ROUNDS
-    (here 6) however long is asked; the progress bar's last tick is its total."""
+    2 s a round. Rounds stop at ``rounds`` once 2 s × rounds ≥ min_seconds, and at the cap
+    (here 6) however long is asked; the progress bar knows its total from the first round (a
+    round's time is steady) and its last tick is that total."""
     from treeopt.decoding import compare as compare_module
     from treeopt.tree import Tree
 
     monkeypatch.setattr(compare_module, "Decoder", _TimedDecoder)
-    monkeypatch.setattr(compare_module, "MAX_ROUNDS", 6)
     ticks: list[tuple[int, int]] = []
-    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2, rounds=rounds,
-                               min_seconds=min_seconds, progress=lambda d, t: ticks.append((d, t)))
+    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2,
+                               measure=Measurement(rounds, min_seconds, max_rounds=6),
+                               progress=lambda d, t: ticks.append((d, t)))
     assert len(c.tree_rounds) == len(c.autoregressive_rounds) == expected
     assert ticks[-1] == (2 * expected, 2 * expected)
+    assert {total for _, total in ticks[2:]} == {2 * expected}
 
 
 class _NoisyDecoder:
@@ -344,18 +435,16 @@ def test_rounds_go_on_until_the_speedup_s_standard_error_is_at_most_target_se(
         monkeypatch, target_se, expected):
     """The rounds' speed-ups run 1, 1/1.2, 1, 1/1.2, …: relative standard errors of their
     mean 0.0588 after 3 rounds, 0.0525 after 4, 0.0437 after 5, 0.0407 after 6, 0.0363 after
-    7; at most MAX_ROUNDS (here 9). The rounds stop on the standard error the comparison
+    7; at most the cap (here 9). The rounds stop on the standard error the comparison
     reports (of the inverse ratios, 1, 1.2, …, it would be 0.0625 after 3 rounds: a 4th round
     at a target of 0.06)."""
     from treeopt.decoding import compare as compare_module
-    from treeopt.decoding.stats import relative_se
     from treeopt.tree import Tree
 
     monkeypatch.setattr(compare_module, "Decoder", _NoisyDecoder)
-    monkeypatch.setattr(compare_module, "MAX_ROUNDS", 9)
     _NoisyDecoder.calls = 0
-    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2, rounds=3,
-                               target_se=target_se)
+    c = compare_module.compare(None, None, Tree.chain(1), [[1], [2]], batch=2,
+                               measure=Measurement(3, target_se=target_se, max_rounds=9))
     assert len(c.tree_rounds) == expected
     speedups = [1.0 if r % 2 == 0 else 1 / 1.2 for r in range(expected)]
     assert c.round_speedups() == pytest.approx(speedups, rel=1e-12)
@@ -363,49 +452,49 @@ def test_rounds_go_on_until_the_speedup_s_standard_error_is_at_most_target_se(
     assert c.to_dict()["speedup_se"] == c.speedup_se
 
 
-@pytest.mark.parametrize("bad", [-0.1, 1.0])
-def test_target_se_outside_0_to_1_is_refused(model_and_heads, bad):
-    from treeopt.decoding.compare import compare, race
-    from treeopt.tree import Tree
-
-    model, heads = model_and_heads
-    with pytest.raises(TreeoptError, match=f"--target-se must be in \\[0, 1\\), got {bad}"):
-        compare(model, heads, Tree.chain(1), PROMPTS, target_se=bad)
-    with pytest.raises(TreeoptError, match="--target-se must be in"):
-        race(model, heads, [Tree.chain(1)], PROMPTS, target_se=bad)
-
-
-def test_min_seconds_below_zero_is_refused(model_and_heads):
-    from treeopt.decoding.compare import compare
-    from treeopt.tree import Tree
-
-    model, heads = model_and_heads
-    with pytest.raises(TreeoptError, match="--min-seconds must be ≥ 0, got -1"):
-        compare(model, heads, Tree.chain(1), PROMPTS, min_seconds=-1)
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"target_se": -0.1}, "target_se must be in [0, 1), got -0.1"),
+    ({"target_se": 1.0}, "target_se must be in [0, 1), got 1.0"),
+    ({"target_se": float("nan")}, "target_se must be in [0, 1), got nan"),
+    ({"min_seconds": -1}, "min_seconds must be ≥ 0, got -1"),
+    ({"min_seconds": float("inf")}, "min_seconds must be ≥ 0, got inf"),
+    ({"rounds": 0}, "rounds must be an integer ≥ 1, got 0"),
+    ({"max_rounds": 2.5}, "max_rounds must be an integer ≥ 1, got 2.5")])
+def test_a_measurement_out_of_range_is_refused_naming_its_field(fields, message):
+    with pytest.raises(MeasurementError) as caught:
+        Measurement(**fields)
+    assert str(caught.value) == message and caught.value.field == next(iter(fields))
 
 
 @pytest.mark.parametrize(("meta", "measured", "field", "other"),
                          [("min_seconds", "rounds", "rounds", 5.0),
                           ("target_se", "speedup_se", "se", 0.02)])
 def test_each_point_keeps_how_it_was_timed_and_a_sweep_from_before_resumes(
-        model_and_heads, tmp_path, meta, measured, field, other):
+        model_and_heads, tmp_path, monkeypatch, meta, measured, field, other):
     """A point's rounds and standard error read back; a sweep written before the meta keys and
     the point's field existed resumes as if measured with 0 (its old point lacks the field),
-    and is refused when asked for another value."""
+    and is refused when asked for another value. (Timed by a machine whose rounds' speed-ups
+    run 1, 1/1.2, …, one batch of both prompts a round: 2 rounds meet the target of
+    0.5.)"""
+    from treeopt.decoding import compare as compare_module
+
+    monkeypatch.setattr(compare_module, "Decoder", _NoisyDecoder)
+    _NoisyDecoder.calls = 0
     out = tmp_path / "sweep.json"
-    first = sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, target_se=0.5)
+    first = sweep_of(model_and_heads, out, batch=[2], sizes=[1], rounds=2, target_se=0.5)
     (point,) = first.points
-    assert point.rounds == 2 and 0 < point.se <= 0.5  # 2 rounds of a tiny model: well within
+    assert point.rounds == 2
+    assert point.se == pytest.approx(relative_se([1.0, 1 / 1.2]), rel=1e-12)
     assert Sweep.load(out).points == first.points
     doc = json.loads(out.read_text())  # as written before either key existed
     del doc["meta"]["min_seconds"], doc["meta"]["target_se"]
     del doc["points"][0]["measured"][measured]
     out.write_text(json.dumps(doc))
     assert getattr(Sweep.load(out).points[0], field) is None
-    again = sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=2)  # both 0
+    again = sweep_of(model_and_heads, out, batch=[2], sizes=[1, 2], rounds=2)  # both 0
     assert [getattr(p, field) is None for p in again.points] == [True, False]
     with pytest.raises(TreeoptError, match=f"a sweep measured with other {meta}"):
-        sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2, **{meta: other})
+        sweep_of(model_and_heads, out, batch=[2], sizes=[1], rounds=2, **{meta: other})
 
 
 class _RaceDecoder:
@@ -435,11 +524,13 @@ def test_a_race_gives_each_tree_its_throughput_over_the_first_trees(monkeypatch)
     monkeypatch.setattr(compare_module, "Decoder", _RaceDecoder)
     _RaceDecoder.calls = 0
     trees = [Tree.chain(1), Tree.chain(2), Tree(())]
-    ratios = compare_module.race(None, None, trees, [[1], [2]], batch=1, rounds=2)
+    ratios = compare_module.race(None, None, trees, [[1], [2]], batch=1,
+                                 measure=Measurement(rounds=2))
     assert ratios == [1.0, 0.5, 1 / 3]
     assert _RaceDecoder.calls == 1 + 2 * 2  # the warm-up, then 2 rounds of 2 batches
     _RaceDecoder.calls = 0
-    compare_module.race(None, None, trees, [[1], [2]], batch=2, rounds=1, min_seconds=50.0)
+    compare_module.race(None, None, trees, [[1], [2]], batch=2,
+                        measure=Measurement(rounds=1, min_seconds=50.0))
     # a round of one batch of 2 is timed 3 × 9 s: 2 rounds reach 50 s
     assert _RaceDecoder.calls == 1 + 2
 
@@ -450,7 +541,7 @@ def test_a_race_on_a_model_decodes_every_tree(model_and_heads):
 
     model, heads = model_and_heads
     ratios = race(model, heads, [Tree.chain(1), Tree.chain(2)], PROMPTS,
-                  config=DecodeConfig(max_new_tokens=4), batch=2, rounds=1)
+                  config=DecodeConfig(max_new_tokens=4), batch=2, measure=Measurement(rounds=1))
     assert ratios[0] == 1.0 and len(ratios) == 2 and ratios[1] > 0
 
 

@@ -14,6 +14,7 @@ from treeopt.decoding.config import ATTENTIONS
 from treeopt.dtypes import dtype_name
 from treeopt.errors import TreeoptError
 from treeopt.files import dumps, streamed, write_json
+from treeopt.measure import MAX_ROUNDS
 
 
 def emit(obj: Any, out: str | None) -> int:
@@ -41,7 +42,7 @@ def check_out(args: argparse.Namespace, parser: argparse.ArgumentParser,
         for flag, value in input_paths(args, parser, argv):
             _check_not_input(Path(out), flag, Path(value), out_flag=out_flag,
                              replaces_contents=replaces_contents)
-        _check_writable(Path(out), directory=directory, out_flag=out_flag)
+        check_writable(Path(out), directory=directory, out_flag=out_flag)
 
 
 def input_paths(args: argparse.Namespace, parser: argparse.ArgumentParser,
@@ -104,7 +105,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
 
 
-def _check_writable(out: Path, *, directory: bool, out_flag: str = "--out") -> None:
+def check_writable(out: Path, *, directory: bool, out_flag: str = "--out") -> None:
     """The target has the right kind, and its nearest existing ancestor (its parent, unless
     missing folders are created) is a directory a file can be created in."""
     if out.is_dir() and not directory:
@@ -244,13 +245,22 @@ def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:
 def add_target_se(p: argparse.ArgumentParser, *, what: str) -> None:
     """``--target-se F``: more rounds until ``what`` is known to a relative standard error F."""
     p.add_argument("--target-se", type=float, default=0.0, metavar="F",
-                   help=f"more rounds (up to a cap), until the standard error of {what} is at "
-                        f"most F of it, e.g. 0.015: each gets the rounds its own noise needs "
-                        f"(default 0: off)")
+                   help=f"more rounds (up to {MAX_ROUNDS} in all), until the standard error of "
+                        f"{what} is at most F of it, e.g. 0.015: each gets the rounds its own "
+                        f"noise needs (default 0: off)")
 
 
-def check_target_se(args: argparse.Namespace) -> None:
-    require(0 <= args.target_se < 1, f"--target-se must be in [0, 1), got {args.target_se}")
+def measurement_from(args: argparse.Namespace, **fields: Any) -> Any:
+    """The :class:`~treeopt.measure.Measurement` of ``--rounds``, ``--min-seconds`` and
+    ``--target-se`` (``fields`` replace flags), checked: a bad value is one line naming its
+    flag."""
+    from treeopt.measure import Measurement, MeasurementError
+
+    try:
+        return Measurement(**{"rounds": args.rounds, "min_seconds": args.min_seconds,
+                              "target_se": args.target_se, **fields})
+    except MeasurementError as exc:
+        raise TreeoptError(f"--{exc.field.replace('_', '-')} {exc.rule}") from None
 
 
 def add_prompts_flag(p: argparse.ArgumentParser) -> None:

@@ -12,13 +12,13 @@ from treeopt.cli.common import (
     add_live_flags,
     add_out,
     add_target_se,
-    check_target_se,
     counted,
     dtype_flag,
     emit,
     int_list,
     load_drafter_from,
     load_model_from,
+    measurement_from,
     require,
 )
 from treeopt.drafters import KIND_NAMES
@@ -276,21 +276,19 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
             f"{len(texts)} prompts in {' '.join(args.prompts)}")
     require(args.sequences is None or args.sequences >= 1,
             f"--sequences must be ≥ 1, got {args.sequences}")
-    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
-    check_target_se(args)
+    measure = measurement_from(args)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, report = counted("profile step", "batch")
     require(not args.dynamic or heads.kind.dynamic,
             f"--dynamic: --heads {args.heads} is a {heads.kind.title.lower()}, and dynamic "
             f"trees need an EAGLE drafter")
-    profile = profile_steps(model, heads, growth,
-                            encode(tok, texts, source=" ".join(args.prompts)),
+    profile = profile_steps(model, heads, growth, encode(tok, texts, source=" ".join(args.prompts)),
                             batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
-                            max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                            sequences=args.sequences, min_seconds=args.min_seconds,
-                            target_se=args.target_se, compile=args.compile,
-                            dynamic=args.dynamic or (), log=lambda _: None, progress=report)
+                            max_new_tokens=args.max_new_tokens, measure=measure,
+                            sequences=args.sequences, compile=args.compile,
+                            dynamic=args.dynamic or (),
+                            log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(profile.records)} records", file=sys.stderr)
     dips = verify_dips((r.batch, r.q, r.ms_verify) for r in profile.records)

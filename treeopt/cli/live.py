@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,21 @@ from treeopt.cli.common import (
     add_prompts_flag,
     add_sampling_filters,
     add_target_se,
-    check_target_se,
+    check_writable,
     counted,
     emit,
     int_list,
     load_drafter_from,
     load_model_from,
+    measurement_from,
     require,
 )
 from treeopt.engines import FORMATS
 from treeopt.errors import TreeoptError
+from treeopt.measure import MAX_ROUNDS
+
+SAMPLE_PROMPTS = 16  # the fewest prompts verify's default sample decodes (all, when fewer)
+SAMPLE_TARGET_SE = 0.03  # the speed-up's relative standard error verify's sample stops at
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,13 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=1, metavar="B",
                    help="prompts decoded together; with a selection, also the point whose tree "
                         "is decoded (default 1)")
-    p.add_argument("--rounds", type=int, default=3, metavar="R",
-                   help="timed rounds, tree and autoregressive steps interleaved; the "
-                        "speed-up is the median of the rounds' (default 3)")
-    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
-                   help="more rounds, until tree and autoregressive decoding were timed S "
-                        "seconds together (default 0: --rounds only)")
-    add_target_se(p, what="the rounds' mean speed-up")
+    _add_verify_measurement(p)
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     add_decode_mode_flags(p)
     _add_compile(p)
@@ -100,6 +100,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_tune)
 
 
+def _add_verify_measurement(p: argparse.ArgumentParser) -> None:
+    """How long verify measures: a sample of the prompts by default, else rounds over them."""
+    p.add_argument("--prompt-count", type=_prompt_count, metavar="N|all",
+                   help="decode the first N prompts, or all of them, in --rounds rounds. "
+                        f"Default: a sample: batches taken in order, each decoded once, at "
+                        f"least {SAMPLE_PROMPTS} prompts, until the speed-up's standard error "
+                        f"is at most --target-se or {MAX_ROUNDS} batches (or every prompt) "
+                        "were decoded; the progress bar's total is what that is expected to "
+                        "take")
+    p.add_argument("--rounds", type=int, default=3, metavar="R",
+                   help="with --prompt-count: timed rounds over its prompts, tree and "
+                        "autoregressive steps interleaved; the speed-up is the median of the "
+                        "rounds' (default %(default)s)")
+    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="more rounds (batches, for a sample), until tree and autoregressive "
+                        "decoding were timed S seconds together (default 0)")
+    p.add_argument("--target-se", type=float, metavar="F",
+                   help=f"more rounds (batches, for a sample; up to {MAX_ROUNDS} in all) until "
+                        "the relative standard error of the mean speed-up is at most F (default: "
+                        f"{SAMPLE_TARGET_SE} for a sample, 0 — --rounds only — with "
+                        "--prompt-count)")
+
+
 def add_decode_mode_flags(p: argparse.ArgumentParser) -> None:
     """How tokens are chosen and accepted: greedy, lossless sampling, or typical acceptance."""
     p.add_argument("--mode", choices=("greedy", "sample", "typical"), default="greedy",
@@ -121,15 +144,15 @@ def add_decode_mode_flags(p: argparse.ArgumentParser) -> None:
                         "sampling (default %(default)s)")
 
 
-def decode_config(args: argparse.Namespace, *, eos_token_id: int | None) -> Any:
-    """The DecodeConfig the decoding flags name (checked: one line per bad value)."""
+def decode_config(args: argparse.Namespace) -> Any:
+    """The DecodeConfig the decoding flags name (checked: one line per bad value; the
+    tokenizer's end of sequence is the library's to add, once it is loaded)."""
     from treeopt.decoding.config import DecodeConfig
 
     return DecodeConfig(max_new_tokens=args.max_new_tokens, mode=args.mode,
                         temperature=args.temperature, top_k=args.sample_top_k,
                         top_p=args.top_p, posterior_threshold=args.posterior_threshold,
-                        posterior_alpha=args.posterior_alpha, seed=args.seed,
-                        eos_token_id=eos_token_id)
+                        posterior_alpha=args.posterior_alpha, seed=args.seed)
 
 
 def check_trace_sampling(trace: Any, config: Any, *, source: str,
@@ -165,6 +188,19 @@ def _add_compile(p: argparse.ArgumentParser) -> None:
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
+def _prompt_count(text: str) -> int | str:
+    """``--prompt-count``: a number ≥ 1, or ``all``."""
+    if text == "all":
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'all', got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {count}")
+    return count
+
+
 def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
     from treeopt.prompts import encode, read_texts
 
@@ -172,37 +208,45 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from treeopt.decoding.models import attention_of
-    from treeopt.decoding.verify import check_tree_for, verify
+    from treeopt.decoding.verify import Verification, verify
     from treeopt.formats import load_tree_arg
     from treeopt.prompts import read_texts
     from treeopt.trace import RankTrace
 
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
                          context=args.context, decoding_batch=True)
-    decoding = decode_config(args, eos_token_id=None)  # bad flags fail before anything loads
+    decoding = decode_config(args)  # bad flags fail before anything loads
     trace = RankTrace.load(args.trace) if args.trace else None
-    if trace is not None:  # fail before loading a model
-        check_tree_for(tree, num_heads=trace.heads, trace=trace, source=args.tree)
+    if trace is not None:
         check_trace_sampling(trace, decoding, source=args.trace)
-    texts = read_texts(args.prompts)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
-    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
-    check_target_se(args)
-    require(args.batch <= len(texts), f"--batch {args.batch} is larger than the {len(texts)} "
-            f"prompts in {' '.join(args.prompts)}")
+    texts = read_texts(args.prompts)
+    sample = args.prompt_count is None  # else a number of prompts, or all
+    count = args.prompt_count if isinstance(args.prompt_count, int) else len(texts)
+    require(count <= len(texts), f"--prompt-count {count}: only {len(texts)} prompts in "
+            f"{' '.join(args.prompts)}")
+    require(args.batch <= count, f"--batch {args.batch} is larger than the {count} prompts"
+            + (f" in {' '.join(args.prompts)}" if count == len(texts) else " of --prompt-count"))
+    run = Verification(tree, decoding, trace=trace, batch=args.batch, sample_prompts=sample,
+                       measure=_verify_measurement(args, sample), compile=args.compile,
+                       source=args.tree)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
-    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source=args.tree)
-    cfg = decode_config(args, eos_token_id=getattr(tok, "eos_token_id", None))
     bar, tick = counted("verify", "decode")
-    report = verify(model, heads, tree, _prompts(args, tok), config=cfg, trace=trace,
-                    batch=args.batch, rounds=args.rounds, min_seconds=args.min_seconds,
-                    target_se=args.target_se, compile=args.compile, progress=tick)
+    report = verify(model, heads, run, _prompts(args, tok)[:count],
+                    eos_token_id=getattr(tok, "eos_token_id", None), progress=tick,
+                    meta={"model": args.model, "heads_dir": args.heads, "device": args.device,
+                          "dtype": args.dtype})
     bar.close()
-    report.update({"model": args.model, "heads_dir": args.heads, "device": args.device,
-                   "dtype": args.dtype, "attention": attention_of(model)})
-    return emit(report, args.out)
+    return emit(report.to_json(), args.out)
+
+
+def _verify_measurement(args: argparse.Namespace, sample: bool) -> Any:
+    """Verify's measurement: for a ``sample``, batches of prompts, at least
+    :data:`SAMPLE_PROMPTS` prompts' worth; with ``--prompt-count``, rounds as the flags say."""
+    target = args.target_se if args.target_se is not None else SAMPLE_TARGET_SE if sample else 0.0
+    measure = measurement_from(args, target_se=target)
+    return replace(measure, rounds=-(-SAMPLE_PROMPTS // args.batch)) if sample else measure
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -228,8 +272,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     profile = StepProfile.pool(args.step_profile) if args.step_profile else None
     named = " ".join(args.step_profile or ())
     texts = read_texts(args.prompts)
-    require(args.min_seconds >= 0, f"--min-seconds must be ≥ 0, got {args.min_seconds}")
-    check_target_se(args)
+    measure = measurement_from(args)
     require(not args.race_best or profile is not None,
             "--race-best needs --step-profile (select's pick is what is raced)")
     require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
@@ -242,6 +285,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "name a file of its own")
     require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
             f"--prompt-count {args.prompt_count}")
+    if args.profile_alongside:  # first written after a point: check it before loading
+        check_writable(Path(args.profile_alongside), directory=False, out_flag="--profile-alongside")
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     costs = None
@@ -259,13 +304,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from treeopt.profiling.alongside import AlongsideProfile
 
         alongside = AlongsideProfile(model, heads, prompts, out=args.profile_alongside,
-                                     max_new_tokens=args.max_new_tokens, rounds=args.rounds,
-                                     sequences=max(8, *args.batch), target_se=args.target_se)
+                                     max_new_tokens=args.max_new_tokens,
+                                     measure=replace(measure, min_seconds=0.0),
+                                     sequences=max(8, *args.batch))
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
-                 depth_caps=caps, out=args.out, rounds=args.rounds,
-                 min_seconds=args.min_seconds, target_se=args.target_se, costs=costs,
-                 trace=trace,
+                 depth_caps=caps, out=args.out, measure=measure, costs=costs, trace=trace,
                  config=DecodeConfig(max_new_tokens=args.max_new_tokens,
                                      eos_token_id=getattr(tok, "eos_token_id", None)),
                  meta={"model": args.model, "growth": args.growth, "device": args.device,

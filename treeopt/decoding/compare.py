@@ -3,42 +3,28 @@
 benchmarks use.
 
 Both run through the same batched loop (:func:`~treeopt.decoding.loop.decode`), ``batch`` prompts
-at a time. After a warm-up of each, every round decodes every batch of prompts with the tree and
+at a time, after a warm-up of each. Every batch of prompts is decoded with the tree and
 autoregressively, the two runs' steps interleaved (:meth:`~treeopt.decoding.loop.Decoder.
 decode_alongside`: each next step is the run furthest behind in its budget, each run timing its
-own steps), so both meet the machine at the same moments. A shared host's speed moves in spells
-of tenths of a second to seconds (on the demo's 2-core host a fixed product loop ran 5% to 55%
-over its fastest, p10 to p90, in 0.35 s windows); two whole decodes of a batch, each about that long, taken
-one after the other met different spells. Five repeats of the same batch-1 comparison (Medusa,
-16 nodes, 16 prompts × 64 tokens, 3 rounds) spread 11.1% with the runs alternated batch by batch
-and 2.4% with their steps interleaved, on the same host in the same half hour.
+own steps), so both meet the machine at the same moments.
 
-The speed-up is the median of the rounds' speed-ups, each the tree's tokens/s over the
-autoregressive tokens/s *of the same round*: the pairing is what interleaving buys, and the
-median drops a round a burst disturbed. Autoregressive throughput is its best of rounds, batch by
-batch (for every batch of prompts the fastest of its rounds — ``timeit``'s rule, noise only ever
-adds time — summed over the batches), and the tree's is that times the speed-up: the tree's
-throughput at the moment autoregressive decoding ran fastest, the normalisation the step profile
-uses too (:mod:`profiling.step`). Taking each decoding's best of rounds on its own would pair
-rounds run at different moments: on the demo's 2-core host autoregressive decoding at batch 4
-varied by ±8% from round to round, drifting, where a 32-node tree varied by ±2.5%, so best of
-rounds against best of rounds put the speed-up 8% below the paired median. The spread of the
-per-round speed-ups says how much the machine moved. Throughput is the steady-state decode rate
-(every row of the batch running, prefill excluded: what the cost model predicts) and, beside it,
-end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass (its
-steps interleaved too), since timing phases costs time itself.
+The speed-up is the median of the rounds' speed-ups, each the tree's steady-state tokens/s over
+the autoregressive tokens/s *of the same round* (paired: both met the same moments; the median
+drops a round a burst disturbed); its standard error is that of the rounds' mean
+(:attr:`Comparison.speedup_se`). Autoregressive throughput is its best of rounds, batch by batch
+(for every batch of prompts the fastest of its rounds, summed over the batches), and the tree's
+is that times the speed-up: the tree's throughput at the moment autoregressive decoding ran
+fastest, the normalisation the step profile uses too (:mod:`treeopt.profiling.step`). The spread
+of the rounds' speed-ups says how much the machine moved. Throughput is the steady-state decode
+rate (every row of the batch running, prefill excluded: what the cost model predicts) and, beside
+it, end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass
+(its steps interleaved too), since timing phases costs time itself.
 
-How long to measure: with ``min_seconds``, rounds go on past ``rounds`` until the two decodings
-together have been timed that long (at most :data:`MAX_ROUNDS`). What is left of the machine's
-spells after interleaving — one caught in the tree's step but not in the autoregressive steps
-around it — averages out over the time measured, not over the rounds: on the demo's host a
-round of 16 prompts × 64 tokens lasts about 13 s at batch 1 and 3 s at batch 8, and over 3 rounds
-the rounds' speed-ups spread 3.3–4.2% (mean over a sweep's points) at batch 1 and 7.9–8.9% at
-batch 8. Measuring every point of a sweep for the same time measures them all alike; but a
-batch-8 round times about 60 steady tree steps against batch 1's 500, so alike is not equally
-well. With ``target_se``, rounds go on (up to :data:`MAX_ROUNDS`) until the standard error of the
-rounds' mean speed-up is at most that share of it: each point gets the rounds its own noise
-needs, and says how precisely it was measured (:attr:`Comparison.speedup_se`).
+How long to measure is a :class:`~treeopt.measure.Measurement`: its rounds, seconds and target
+standard error are read on the speed-up the comparison reports. With ``sample_prompts`` the
+prompts are a population to sample: batches are taken one at a time, in order, each decoded once,
+and the speed-up is estimated over the batches (a round is a batch of prompts), so the sample
+grows until the speed-up's standard error meets the target or the batches run out.
 """
 
 from __future__ import annotations
@@ -52,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import BatchResult, Decoder
-from treeopt.decoding.stats import DecodeStats, combine, relative_se
+from treeopt.decoding.stats import DecodeStats, combine
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
+from treeopt.measure import ONCE, Measurement, relative_se
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
@@ -63,7 +50,6 @@ if TYPE_CHECKING:
     from treeopt.decoding.probe import SupportProbe
 
 SPLIT_BATCHES = 2  # batches of the profiled pass that measures the per-step phase times
-MAX_ROUNDS = 64  # rounds at most, however short a round is against ``min_seconds``
 LOSSLESS_MODES = ("greedy", "sample")  # tree output must equal autoregressive output exactly
 
 
@@ -79,6 +65,7 @@ class Comparison:
     tree_profile: DecodeStats | None = None
     autoregressive_profile: DecodeStats | None = None
     probe: SupportProbe | None = None  # the decoder's support probe
+    sampled: bool = False  # one round of a sample of batches: the speed-up is over its batches
 
     @property
     def tree_outputs(self) -> list[tuple[int, ...]]:
@@ -99,9 +86,16 @@ class Comparison:
         return combine([r.stats for r in self.autoregressive_rounds[0]])
 
     def round_speedups(self, *, end_to_end: bool = False) -> list[float]:
-        """Tree over autoregressive tokens/s of each round (steady-state decode by default)."""
+        """Tree over autoregressive tokens/s of each round, all its batches pooled — of each
+        batch of prompts when ``sampled`` (steady-state decode by default)."""
+        pairs: Sequence[tuple[Sequence[BatchResult], Sequence[BatchResult]]]
+        if self.sampled:
+            pairs = [((t,), (a,)) for t, a in zip(self.tree_rounds[0],
+                                                  self.autoregressive_rounds[0], strict=True)]
+        else:
+            pairs = list(zip(self.tree_rounds, self.autoregressive_rounds, strict=True))
         out = []
-        for tree, ar in zip(self.tree_rounds, self.autoregressive_rounds, strict=True):
+        for tree, ar in pairs:
             t, a = combine([r.stats for r in tree]), combine([r.stats for r in ar])
             if end_to_end:
                 out.append(t.tokens_per_s / a.tokens_per_s)
@@ -123,7 +117,8 @@ class Comparison:
 
     @property
     def speedup_se(self) -> float | None:
-        """The relative standard error of the rounds' mean speed-up (None with one round)."""
+        """The relative standard error of the rounds' mean speed-up (None with one round): the
+        figure the measurement's target standard error is read on."""
         se = relative_se(self.round_speedups())
         return se if math.isfinite(se) else None
 
@@ -165,6 +160,8 @@ class Comparison:
             "speedup_se": self.speedup_se,
             "round_speedups": self.round_speedups(),
             "end_to_end_speedup": statistics.median(self.round_speedups(end_to_end=True))}
+        if self.sampled:
+            doc["sampled_batches"] = len(self.tree_rounds[0])
         if self.config.mode in LOSSLESS_MODES:
             doc["outputs_match"] = not self.mismatched
             doc["mismatched_prompts"] = self.mismatched
@@ -185,6 +182,19 @@ def best_of_rounds(rounds: Sequence[Sequence[BatchResult]]) -> float:
     return tokens / seconds if seconds > 0 else 0.0
 
 
+def check_batch(batch: int, prompts: int) -> None:
+    """Refuse a batch size below 1 or above the number of ``prompts`` there are to fill it.
+
+    >>> check_batch(3, 2)
+    Traceback (most recent call last):
+    treeopt.errors.TreeoptError: a batch of 3 prompts, but only 2 prompts given
+    """
+    if batch < 1:
+        raise TreeoptError(f"the batch size must be ≥ 1, got {batch}")
+    if prompts < batch:
+        raise TreeoptError(f"a batch of {batch} prompts, but only {prompts} prompts given")
+
+
 def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[int]]]:
     """Consecutive batches of ``batch`` prompts; a shorter last batch is dropped when there are
     full ones (every timed batch has the same size), and refused when there are none.
@@ -192,52 +202,45 @@ def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[
     >>> [len(b) for b in batches([[1]] * 7, 3)]
     [3, 3]
     """
-    if batch < 1:
-        raise TreeoptError(f"--batch must be ≥ 1, got {batch}")
-    if len(prompts) < batch:
-        raise TreeoptError(f"--batch {batch} is larger than the {len(prompts)} prompts given")
+    check_batch(batch, len(prompts))
     full = len(prompts) // batch
     return [list(prompts[i * batch: (i + 1) * batch]) for i in range(full)]
 
 
 def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSettings,
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-            batch: int = 1, rounds: int = 1, min_seconds: float = 0.0, target_se: float = 0.0,
+            batch: int = 1, measure: Measurement = ONCE, sample_prompts: bool = False,
             split: bool = False, warmup_tokens: int = 8, compile: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, their steps
-    interleaved, ``rounds`` times after a warm-up — and more rounds, up to :data:`MAX_ROUNDS`,
-    until both have been timed ``min_seconds`` together and, with ``target_se``, until the
-    rounds' speed-ups have a relative standard error of at most that (``compile``: steps through
-    torch.compile, for CUDA)."""
+    interleaved, in rounds after a warm-up, for as long as ``measure`` says on the speed-up
+    (``sample_prompts``: batches one at a time, each decoded once, until ``measure`` is met or
+    the batches run out; ``split``: then a profiled pass for the phase times; ``compile``: steps
+    through torch.compile, for CUDA). ``progress(done, total)`` counts decodes of a batch, the
+    total as far as known."""
     config = config or DecodeConfig()
-    if rounds < 1:
-        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
-    check_timing(min_seconds=min_seconds, target_se=target_se)
     groups = batches(prompts, batch)
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     decoder = Decoder(model, heads if drafts else None, compile=compile)
     empty = Tree(())
+    per_round = 1 if sample_prompts else len(groups)
     split_runs = 2 * min(SPLIT_BATCHES, len(groups)) if split else 0
-    done = 0
+    done, planned = 0, measure.rounds
 
-    def tick(known_rounds: int) -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:  # the rounds still to come as far as now known
-            progress(done, max(rounds, known_rounds) * len(groups) * 2 + split_runs)
+    def tick(rounds: int | None = None) -> None:  # two decodings of a batch of prompts done
+        nonlocal done, planned
+        done += 2
+        planned = rounds or planned
+        if progress is not None:
+            progress(done, planned * per_round * 2 + split_runs)
 
-    def on_batch(r: int) -> None:  # two decodings of a batch of prompts done in round r
-        tick(r + 1)
-        tick(r + 1)
-
-    # autoregressive first: the rounds stop on the tree's tokens/s over it — the speed-up whose
-    # standard error the comparison reports — not on its inverse
-    timed = timed_rounds(decoder, (empty, tree), groups, config=config, rounds=rounds,
-                         min_seconds=min_seconds, target_se=target_se,
-                         warmup_tokens=warmup_tokens, on_batch=on_batch)
-    tree_rounds = [tuple(runs[1] for runs in rnd) for rnd in timed]
-    ar_rounds = [tuple(runs[0] for runs in rnd) for rnd in timed]
+    # autoregressive first: the rounds stop on the tree's tokens/s over it, the speed-up whose
+    # standard error the comparison reports
+    timed = timed_rounds(decoder, (empty, tree), groups, config=config, measure=measure,
+                         sampled=sample_prompts, warmup_tokens=warmup_tokens, on_batch=tick)
+    if sample_prompts:  # one round of the batches taken
+        timed = [[runs for rnd in timed for runs in rnd]]
+    planned = len(timed) if not sample_prompts else len(timed[0])
     tree_prof = ar_prof = None
     if split:
         tree_split, ar_split = [], []
@@ -245,20 +248,22 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             t, a = decoder.decode_alongside((tree, empty), g, config=config, profile=True)
             tree_split.append(t.stats)
             ar_split.append(a.stats)
-            tick(len(timed))
-            tick(len(timed))
+            tick()
         tree_prof, ar_prof = combine(tree_split), combine(ar_split)
-    return Comparison(tree, config, batch, tuple(tree_rounds), tuple(ar_rounds), tree_prof,
-                      ar_prof, probe=decoder.verify.probe)
+    elif progress is not None:
+        progress(done, done)  # the rounds the measurement took, however many were foreseen
+    return Comparison(tree, config, batch, tuple(tuple(rnd[1] for rnd in t) for t in timed),
+                      tuple(tuple(rnd[0] for rnd in t) for t in timed), tree_prof, ar_prof,
+                      probe=decoder.verify.probe, sampled=sample_prompts)
 
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
          Sequence[Sequence[int]], *, config: DecodeConfig | None = None, batch: int = 1,
-         rounds: int = 3, min_seconds: float = 0.0, target_se: float = 0.0) -> list[float]:
+         measure: Measurement | None = None) -> list[float]:
     """Each of ``trees`` against the first, head to head: every batch of prompts decoded with all
-    of them, their steps interleaved, ``rounds`` times (and more until ``min_seconds`` were timed
-    and the ratios' relative standard error was at most ``target_se``);
-    each tree's steady tokens/s over the first's, the median over rounds (the first: 1.0).
+    of them, their steps interleaved, in rounds for as long as ``measure`` (default: 3 rounds)
+    says on every tree's ratio to the first; each tree's steady tokens/s over the first's, the
+    median over rounds (the first: 1.0).
 
     Which of a sweep's points measured fastest is partly which one the noise favoured: the best of
     several points measured with the same noise is, on average, measured high. Raced directly
@@ -266,7 +271,7 @@ def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
     """
     config = config or DecodeConfig()
     timed = timed_rounds(Decoder(model, heads), trees, batches(prompts, batch), config=config,
-                         rounds=rounds, min_seconds=min_seconds, target_se=target_se)
+                         measure=measure or Measurement())
     return [statistics.median(column) for column in zip(*round_ratios(timed), strict=True)]
 
 
@@ -287,52 +292,38 @@ def round_ratios(timed: Sequence[Sequence[Sequence[BatchResult]]]) -> list[list[
     return out
 
 
-def check_timing(*, min_seconds: float, target_se: float) -> None:
-    """Refuse a negative ``--min-seconds`` and a ``--target-se`` outside [0, 1)."""
-    if min_seconds < 0:
-        raise TreeoptError(f"--min-seconds must be ≥ 0, got {min_seconds}")
-    if not 0 <= target_se < 1:
-        raise TreeoptError(f"--target-se must be in [0, 1), got {target_se}")
-
-
 def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
-                 rounds: int, min_seconds: float = 0.0, target_se: float = 0.0,
-                 warmup_tokens: int = 8, on_batch: Callable[[int], None] | None = None,
+                 measure: Measurement, sampled: bool = False, warmup_tokens: int = 8,
+                 on_batch: Callable[[int], None] | None = None,
                  ) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
-    after a warm-up: ``rounds`` rounds, and more (up to :data:`MAX_ROUNDS`) until every decode
-    together was timed ``min_seconds`` and, with ``target_se``, until the rounds' ratio of each
-    shape's throughput to the first's (:func:`round_ratios`) has a relative standard error of at
-    most that; ``[round][batch][shape]``. A prompt's sampling stream is its index;
-    ``on_batch(round)`` after each batch."""
-    if rounds < 1:
-        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
-    check_timing(min_seconds=min_seconds, target_se=target_se)
+    after a warm-up, in rounds for as long as ``measure`` says on each shape's throughput over
+    the first's (:func:`round_ratios`); ``[round][batch][shape]``. ``sampled``: a round is the
+    next batch alone, each batch decoded once. A prompt's sampling stream is its index;
+    ``on_batch(rounds planned)`` after each batch."""
+    if sampled:
+        measure = measure.capped(len(groups))
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
     decoder.decode_alongside(shapes, groups[0], config=warm)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
-
-    def short() -> bool:  # whether another round is wanted
-        if len(out) < rounds:
-            return True
-        if len(out) >= MAX_ROUNDS:
-            return False
-        return timed < min_seconds or (
-            target_se > 0 and max(relative_se(column) for column
-                                  in list(zip(*round_ratios(out), strict=True))[1:]) > target_se)
-
-    while short():
+    while (planned := measure.planned(len(out), timed, ratio_columns(out))) > len(out):
         rnd = []
-        for i, group in enumerate(groups):
-            size = len(group)
-            runs = decoder.decode_alongside(shapes, group, config=config,
+        for i in [len(out)] if sampled else range(len(groups)):
+            size = len(groups[i])
+            runs = decoder.decode_alongside(shapes, groups[i], config=config,
                                             streams=range(i * size, (i + 1) * size))
             rnd.append(runs)
             timed += sum(r.stats.seconds for r in runs)
             if on_batch is not None:
-                on_batch(len(out))
+                on_batch(planned)
         out.append(rnd)
     return out
+
+
+def ratio_columns(timed: Sequence[Sequence[Sequence[BatchResult]]]) -> list[list[float]]:
+    """Per shape after the first, its throughput over the first's, round by round: the figures
+    a comparison or a race reports (empty before any round)."""
+    return [list(column) for column in zip(*round_ratios(timed), strict=True)][1:]

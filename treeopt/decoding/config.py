@@ -43,6 +43,12 @@ class DecodeConfig:
             raise TreeoptError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise TreeoptError(f"--sample-top-k must be ≥ 0 (0: off), got {self.top_k}")
+        if not 0 < self.posterior_threshold <= 1:  # a probability; NaN fails too
+            raise TreeoptError(f"--posterior-threshold must be in (0, 1], got "
+                               f"{self.posterior_threshold}")
+        if self.posterior_alpha is not None and not 0 < self.posterior_alpha < math.inf:
+            raise TreeoptError(f"--posterior-alpha must be > 0 and finite, got "
+                               f"{self.posterior_alpha}")
 
     @property
     def alpha(self) -> float:

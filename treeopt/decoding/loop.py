@@ -14,9 +14,12 @@ row was still running (the steady state a serving engine sees, which the cost mo
 The loop keeps no phase timers: with ``profile=True`` it synchronises around each phase and
 reports where a step's time goes over the same steady steps (timing itself costs time, so
 throughput comes from unprofiled runs). The steps after a batch's first row stops are left out
-of both: in them the frontier sits at the longest row, every row's accepted keys move, and at
-batch 8 on the demo they cost up to a fifth more than a steady step while making up 40% of a
-small tree's steps, so counting them would price a tree well above what its throughput pays.
+of both: in them the frontier sits at the longest row and every row's accepted keys move, so
+they cost more than a steady step, and counting them would price a tree above what its
+throughput pays.
+
+The tree is checked against the drafter (depth, ranks, dynamic drafting) where a run starts,
+once per decode: the one place a tree meets the heads that draft it.
 """
 
 from __future__ import annotations
@@ -59,22 +62,28 @@ class BatchResult:
     stats: DecodeStats
 
 
+class TreeMismatch(TreeoptError):
+    """A tree its drafter cannot draft: deeper than its heads, ranks beyond the vocabulary, or
+    dynamic drafting without an EAGLE drafter (a caller that read the tree from a file adds
+    the file's name)."""
+
+
 def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) -> None:
-    """Raise unless ``heads`` can draft ``tree`` (an empty tree needs no heads), or draft
-    dynamically with ``tree``'s settings."""
+    """Raise a :class:`TreeMismatch` unless ``heads`` can draft ``tree`` (an empty tree needs no
+    heads), or draft dynamically with ``tree``'s settings."""
     if isinstance(tree, DynamicSettings):
         if heads is None or not heads.kind.dynamic:
             what = heads.kind.title if heads is not None else "no drafter"
-            raise TreeoptError(f"dynamic trees need an EAGLE drafter (EAGLE-1/2 or EAGLE-3), "
+            raise TreeMismatch(f"dynamic trees need an EAGLE drafter (EAGLE-1/2 or EAGLE-3), "
                                f"not {what}")
         return
     if tree.size and heads is None:
-        raise TreeoptError("tree decoding needs draft heads")
+        raise TreeMismatch("tree decoding needs draft heads")
     if heads is not None and tree.depth > heads.config.num_heads:
-        raise TreeoptError(f"the tree has depth {tree.depth} but there are only "
+        raise TreeMismatch(f"the tree has depth {tree.depth} but there are only "
                            f"{heads.config.num_heads} heads")
     if heads is not None and tree.size and tree.max_rank >= heads.config.vocab_size:
-        raise TreeoptError(f"the tree uses rank {tree.max_rank}, beyond the vocabulary")
+        raise TreeMismatch(f"the tree uses rank {tree.max_rank}, beyond the vocabulary")
 
 
 class Decoder:
@@ -202,7 +211,6 @@ def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSe
            profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
     (a :class:`Decoder` checks the model once for many calls)."""
-    check_tree_for_heads(tree, heads)
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     return Decoder(model, heads if drafts else None).decode(tree, prompts, config=config,
                                                             profile=profile, streams=streams)

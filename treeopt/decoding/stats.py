@@ -3,8 +3,6 @@ step's time goes. Accepted lengths are summarised by the one :class:`treeopt.sta
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,20 +130,6 @@ def combine(stats: Sequence[DecodeStats]) -> DecodeStats:
                        decode_seconds=sum(s.decode_seconds for s in stats),
                        iterations=sum(s.iterations for s in stats), split=split, runs=runs,
                        decode_row_steps=sum(s.decode_row_steps for s in stats))
-
-
-def relative_se(values: Sequence[float]) -> float:
-    """The standard error of the mean of ``values``, relative to that mean: how closely repeated
-    rounds of a timing pin its figure down (infinite with fewer than two).
-
-    >>> round(relative_se([1.0, 1.1, 0.9, 1.0]), 6)  # stdev 0.0816 over √4, of a mean of 1
-    0.040825
-    >>> relative_se([1.3])
-    inf
-    """
-    if len(values) < 2:
-        return math.inf
-    return statistics.stdev(values) / math.sqrt(len(values)) / abs(statistics.fmean(values))
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from treeopt.costs import StepCosts
-from treeopt.decoding.compare import compare, race
+from treeopt.decoding.compare import check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
+from treeopt.measure import Measurement
 from treeopt.select import growth_expected_accept_length, price_tree, select
 from treeopt.simulate import batch_window_accept_length, simulate
 from treeopt.sweep import Race, Sweep, SweepPoint
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from treeopt.decoding.drafter import Drafter
 
+
 def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
     """The growth's tree of ``size`` nodes among those no deeper than ``cap``."""
     paths = [p for p in growth.order if cap is None or len(p) <= cap]
@@ -48,66 +50,45 @@ def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
 def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
-         config: DecodeConfig | None = None, rounds: int = 3, min_seconds: float = 0.0,
-         target_se: float = 0.0, costs: StepCosts | None = None,
-         trace: RankTrace | None = None, select_trace: RankTrace | None = None,
-         meta: dict[str, Any] | None = None, compile: bool = False, race_best: bool = False,
+         config: DecodeConfig | None = None, measure: Measurement | None = None,
+         costs: StepCosts | None = None, trace: RankTrace | None = None,
+         select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
+         compile: bool = False, race_best: bool = False,
          before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
-    points already in ``out`` are kept. Each point is timed ``rounds`` rounds and, with
-    ``min_seconds``, for at least that long (:func:`~treeopt.decoding.compare.compare`): a
-    round at batch 8 lasts about a quarter of one at batch 1, so the same rounds would measure
-    it less well; with ``target_se``, until the rounds' mean speed-up has at most that relative
-    standard error (each point as many rounds as its noise needs). ``race_best``: then, per
-    batch where select's pick is not the measured best, the two raced head to head
-    (:func:`~treeopt.decoding.compare.race`, as many rounds and seconds), recorded in the
-    sweep's ``races``. With ``costs``, the points kept from ``out`` are predicted again by them
-    and select's pick is marked again: run again with profiles taken after the points pooled
-    with those before, a finished sweep is re-priced, measuring nothing but a pick that
-    changed. Without ``costs``, a sweep whose points were predicted is refused (its
-    predictions would no longer say by what). ``before_point(batch, cap, tree)`` is called right
-    before each point is measured (not for points kept from ``out``): a step profile taken at
-    the points' own moments (:class:`profiling.alongside.AlongsideProfile`)."""
+    points already in ``out`` are kept. Each point is a
+    :func:`~treeopt.decoding.compare.compare` timed as ``measure`` says (default: 3 rounds),
+    on its speed-up. ``race_best``: then, per batch where select's pick is not the measured
+    best, the two raced head to head (:func:`~treeopt.decoding.compare.race`, measured alike),
+    recorded in the sweep's ``races``. With ``costs``, the points kept from ``out`` are
+    predicted again by them and select's pick is marked again, so a finished sweep run again
+    with other step profiles is re-priced, measuring nothing but a pick that changed. Without
+    ``costs``, a sweep whose points were predicted is refused (its predictions would no longer
+    say by what). ``before_point(batch, cap, tree)`` is called right before each point is
+    measured (not for points kept from ``out``): a step profile taken at the points' own
+    moments (:class:`treeopt.profiling.alongside.AlongsideProfile`)."""
     config = config or DecodeConfig()
-    if max(batch) > len(prompts):
-        raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
+    measure = measure or Measurement()
+    check_batch(max(batch), len(prompts))
     # E[L] over the positions the sweep decodes (each sequence's first max_new_tokens)
     trace = trace.first_positions(config.max_new_tokens) if trace is not None else None
     picker = (select_trace.first_positions(config.max_new_tokens)
               if select_trace is not None else trace)
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker)  # checks every size before anything runs
-    # with a step-cost model, every kept point is priced again by the one given now (profiles
-    # taken after the points, pooled with those before, describe them better than either)
-    renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
-    if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
-        raise TreeoptError(f"{out}: a sweep predicted from {was}; give --step-profile to "
-                           "predict its points again, or use another --out")
-    sweep = Sweep.resume(out, {
+    sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, "rounds": rounds,
-        "min_seconds": min_seconds, "target_se": target_se, "compile": compile,
-        "predicted": costs.verify.source if costs is not None else None,
-        "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
-                       "window" if trace is not None else "growth E[L]"),
-        "selection": ("growth E[L]" if picker is None else "the predictions' trace"
-                      if picker is trace else "a trace of its own (calibration)"),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed)
-    if costs is not None and sweep.points:
-        picks = {(b, tree.size, cap) for (b, tree), (cap, picked) in todo.items() if picked}
-        picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
-        sweep = sweep.with_predictions(
-            {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
-                            trace, p.batch) for p in sweep.points}, picks)
+        "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
+        "min_seconds": measure.min_seconds, "target_se": measure.target_se, "compile": compile})
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             if before_point is not None:
                 before_point(b, cap, tree)
-            result = compare(model, heads, tree, prompts, config=config, batch=b, rounds=rounds,
-                             min_seconds=min_seconds, target_se=target_se, compile=compile)
+            result = compare(model, heads, tree, prompts, config=config, batch=b,
+                             measure=measure, compile=compile)
             point = SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
                 result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
@@ -124,12 +105,39 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         best, pick = sweep.best(b), sweep.selected(b)
         if pick is not None and pick.key != best.key and sweep.race(b) is None:
             trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
-            share = race(model, heads, trees, prompts, config=config, batch=b, rounds=rounds,
-                         min_seconds=min_seconds, target_se=target_se)[1]
+            share = race(model, heads, trees, prompts, config=config, batch=b,
+                         measure=measure)[1]
             sweep = sweep.with_race(Race(b, best.key, pick.key, share))
             sweep.save(out)
         if progress is not None:
             progress(len(todo) + i + 1, total)
+    return sweep
+
+
+def _resumed(out: str | os.PathLike[str], growth: Growth,
+             todo: dict[tuple[int, Tree], tuple[int | None, bool]], costs: StepCosts | None,
+             trace: RankTrace | None, picker: RankTrace | None, batch: Sequence[int],
+             meta: dict[str, Any]) -> Sweep:
+    """The sweep at ``out`` (or a new one) with ``meta`` and, with a step-cost model, every kept
+    point priced again by the one given now (profiles taken after the points, pooled with those
+    before, describe them better than either) and select's picks marked again."""
+    renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
+    if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
+        raise TreeoptError(f"{out}: a sweep predicted from {was}; give --step-profile to "
+                           "predict its points again, or use another --out")
+    sweep = Sweep.resume(out, {
+        **meta, "predicted": costs.verify.source if costs is not None else None,
+        "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
+                       "window" if trace is not None else "growth E[L]"),
+        "selection": ("growth E[L]" if picker is None else "the predictions' trace"
+                      if picker is trace else "a trace of its own (calibration)"),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed)
+    if costs is not None and sweep.points:
+        picks = {(b, tree.size, cap) for (b, tree), (cap, picked) in todo.items() if picked}
+        picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
+        sweep = sweep.with_predictions(
+            {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
+                            trace, p.batch) for p in sweep.points}, picks)
     return sweep
 
 

@@ -12,6 +12,7 @@ predicts the mean accepted length (E[L], and the per-step walk) the measurement 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -19,27 +20,28 @@ import torch
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.loop import TreeMismatch
+from treeopt.decoding.models import attention_of
 from treeopt.decoding.reference import check_comparison
 from treeopt.errors import TreeoptError
+from treeopt.measure import ONCE, Measurement
 from treeopt.simulate import simulate, step_walk
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
+from treeopt.verify_report import VERIFY_FORMAT, VerifyReport
 
-VERIFY_FORMAT = "treeopt.verify/1"
+__all__ = ["VERIFY_FORMAT", "Verification", "VerifyReport", "check_tree_for", "verify"]
 
 
-def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None,
-                   source: str = "--tree") -> None:
-    """Raise when the tree is deeper than the heads or uses ranks beyond the recorded top-k."""
+def check_tree_for(tree: Tree, *, trace: RankTrace | None = None, source: str = "tree") -> None:
+    """Raise when the tree is empty, or deeper than the trace's heads or uses ranks beyond its
+    recorded top-k (the drafter's own depth is the decoder's to check)."""
     if tree.size == 0:
         raise TreeoptError(f"{source}: the tree is empty")
-    if tree.depth > num_heads:
-        raise TreeoptError(f"{source}: the tree has depth {tree.depth} but there are only "
-                           f"{num_heads} heads (depths the drafter drafts)")
     if trace is not None:
         if tree.depth > trace.heads:
             raise TreeoptError(f"{source}: the tree has depth {tree.depth} but the trace "
-                               f"records {trace.heads} heads")
+                               f"records only {trace.heads} heads")
         if tree.max_rank >= trace.top_k:
             raise TreeoptError(f"{source}: the tree uses rank {tree.max_rank}, beyond the "
                                f"trace's recorded top-{trace.top_k}")
@@ -48,43 +50,71 @@ def check_tree_for(tree: Tree, *, num_heads: int, trace: RankTrace | None = None
 def check_trace_for(trace: RankTrace, heads: Drafter) -> None:
     """Raise when ``trace`` was recorded with another kind of drafter."""
     if trace.head_kind not in (None, heads.config.kind):
-        raise TreeoptError(f"--trace was recorded with a {trace.head_kind} drafter, this one is "
-                           f"{heads.config.kind}")
+        raise TreeoptError(f"the trace was recorded with a {trace.head_kind} drafter, this one "
+                           f"is {heads.config.kind}")
 
 
-def verify(model: torch.nn.Module, heads: Drafter, tree: Tree,
-           prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-           trace: RankTrace | None = None, batch: int = 1, rounds: int = 1,
-           min_seconds: float = 0.0, target_se: float = 0.0, compile: bool = False,
-           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Decode every prompt with the tree and autoregressively, ``batch`` at a time, ``rounds``
-    times (and more until both were timed ``min_seconds`` and, with ``target_se``, until the
-    speed-up's relative standard error was at most that); return the report (JSON-ready)."""
-    config = config or DecodeConfig()
-    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace)
+@dataclass(frozen=True)
+class Verification:
+    """What one verify run decodes and how, checked when made, before any model loads
+    (:func:`check_tree_for`; ``source`` names the tree in messages). ``sample_prompts``: the
+    prompts are a population, taken batch by batch until ``measure`` is met
+    (:func:`~treeopt.decoding.compare.compare`); otherwise every prompt, in rounds."""
+
+    tree: Tree
+    config: DecodeConfig = field(default_factory=DecodeConfig)
+    trace: RankTrace | None = None
+    batch: int = 1
+    measure: Measurement = ONCE
+    sample_prompts: bool = False
+    compile: bool = False
+    source: str = "tree"
+
+    def __post_init__(self) -> None:
+        check_tree_for(self.tree, trace=self.trace, source=self.source)
+
+
+def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
+           prompts: Sequence[Sequence[int]], *, eos_token_id: int | None = None,
+           meta: dict[str, Any] | None = None,
+           progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """Decode the prompts with ``run``'s tree and autoregressively, ``batch`` at a time, for as
+    long as its measurement says on the speed-up, then a profiled pass for the phase times
+    (``eos_token_id``, when given: the tokenizer's end of sequence, where a row stops); the
+    report, with ``meta`` (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the
+    model's attention implementation."""
+    tree, trace = run.tree, run.trace
+    config = (run.config if eos_token_id is None
+              else replace(run.config, eos_token_id=eos_token_id))
     if trace is not None:
         check_trace_for(trace, heads)
-    result = compare(model, heads, tree, prompts, config=config, batch=batch, rounds=rounds,
-                     min_seconds=min_seconds, target_se=target_se, split=True, compile=compile,
-                     progress=progress)
+    try:
+        result = compare(model, heads, tree, prompts, config=config, batch=run.batch,
+                         measure=run.measure, sample_prompts=run.sample_prompts, split=True,
+                         compile=run.compile, progress=progress)
+    except TreeMismatch as exc:  # the decoder checks the tree against the drafter, once
+        raise TreeMismatch(f"{run.source}: {exc}") from None
+    doc = result.to_dict()
     probe = result.probe  # the decoder's, run before it decoded anything
-    report: dict[str, Any] = {
-        "format": VERIFY_FORMAT, "tree": {"size": tree.size, "depth": tree.depth,
-                                          "choices": tree.as_choices()},
-        "heads": heads.config.kind, "mode": config.mode, "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, **result.to_dict(),
-        "support_probe": {"prefix_tokens": probe.prefix, "max_abs_logit_diff": probe.max_abs_diff,
-                          "tolerance": probe.tolerance}}
     check = check_comparison(model, prompts, result)
     if check is not None:  # greedy
-        report["model_generate"] = check.to_dict()
-        report["lossless"] = check.tree_equals_generate and not result.mismatched
+        lossless = check.tree_equals_generate and not result.mismatched
     else:
-        report["lossless"] = result.lossless  # sample: per seed; typical: None
-    if trace is not None:  # over the positions the run decodes
-        report["predicted"] = prediction(tree, trace.first_positions(config.max_new_tokens),
-                                         result.tree_stats.mean_accept_length)
-    return report
+        lossless = result.lossless  # sample: per seed; typical: None
+    return VerifyReport(
+        tree, heads.config.kind, config.mode, len(result.tree_outputs), config.max_new_tokens,
+        run.batch, doc["rounds"], doc["tree_decoding"], doc["autoregressive"], result.speedup,
+        result.speedup_spread, result.speedup_se, tuple(doc["round_speedups"]),
+        doc["end_to_end_speedup"],
+        {"prefix_tokens": probe.prefix, "max_abs_logit_diff": probe.max_abs_diff,
+         "tolerance": probe.tolerance}, lossless,
+        mismatched_prompts=(tuple(result.mismatched) if "mismatched_prompts" in doc else None),
+        sampled_batches=doc.get("sampled_batches"),
+        model_generate=check.to_dict() if check is not None else None,
+        predicted=(prediction(tree, trace.first_positions(config.max_new_tokens),
+                              result.tree_stats.mean_accept_length)
+                   if trace is not None else None),  # over the positions the run decodes
+        run={**(meta or {}), "attention": attention_of(model)})
 
 
 def prediction(tree: Tree, trace: RankTrace, measured: float) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.files import read_json, write_json
+from treeopt.measure import Measurement
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
@@ -441,7 +442,8 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
     profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
                             prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
-                            out=out, max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                            out=out, max_new_tokens=c.live_new_tokens,
+                            measure=Measurement(rounds=c.step_rounds),
                             log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records)}
 
@@ -470,7 +472,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
-                  sizes=sizes, out=path, rounds=c.sweep_rounds,
+                  sizes=sizes, out=path, measure=Measurement(rounds=c.sweep_rounds),
                   config=DecodeConfig(max_new_tokens=c.live_new_tokens),
                   costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)),
                   trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
@@ -609,8 +611,8 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     out = ctx.paths.dynamic_step_profile(c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
     profile = profile_steps(ctx.model, ctx.heads("eagle"), None, prompts,
-                            batch=list(c.live_batches), out=out,
-                            max_new_tokens=c.live_new_tokens, rounds=c.step_rounds,
+                            batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
+                            measure=Measurement(rounds=c.step_rounds),
                             dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
                             log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records)}

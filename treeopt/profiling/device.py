@@ -16,10 +16,10 @@ import torch
 
 from treeopt.decoding.models import torch_dtype
 from treeopt.dtypes import dtype_name
+from treeopt.errors import TreeoptError
 from treeopt.profiling.timing import Call, interleaved, summarize
 from treeopt.profiling.verify import check_device, device_label
 from treeopt.roofline.hardware import HARDWARE_FORMAT
-from treeopt.errors import TreeoptError
 
 
 def _defaults(device: str) -> tuple[int, int]:

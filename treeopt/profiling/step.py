@@ -10,16 +10,11 @@ the tree's shape (size, depth, tokens q, nodes expanded per depth) and the mean 
 A record averages over as many sequences at every batch size — at least ``sequences``
 (default: the largest batch), so a batch-1 record is not one prompt's: round r decodes the r-th
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
-beyond ``rounds`` as that takes (at batch 1 with 8 sequences, 8 rounds; each decode is short).
-Rounds added for time or precision (below) come a whole cycle at a time, so that every
+beyond the measurement's ``rounds`` as that takes. Further rounds — while a record's decodes
+took less than the measurement's ``min_seconds``, or its step over its reference's, round by
+round, has a relative standard error above ``target_se`` (:class:`treeopt.measure.Measurement`,
+up to its round cap; records say their ``se``) — come a whole cycle at a time, so that every
 sequence weighs alike in a record: a verify step's cost depends on its context.
-With ``min_seconds``, a record also gets rounds (up to :data:`MAX_ROUNDS`) until its decodes —
-the tree's and its reference's — have taken that long: a round at batch 4 or 8 is a single
-decode of one group and lasts about half of batch 1's 8 rounds together, and what a round's noise
-leaves averages out over the time measured. With ``target_se``, a record gets rounds (up to
-:data:`MAX_ROUNDS`) until its step over its reference's, round by round, has a relative standard
-error of at most that: each record as many rounds as its own noise needs (records say their
-``se``).
 
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
 the autoregressive step it is compared with. So every round decodes each tree alongside an
@@ -28,7 +23,8 @@ autoregressive decode of the same prompts, their steps interleaved
 same moments, a few milliseconds apart, as the live comparison's does); a tree's record is its
 phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive step of the
 whole batch size, also the autoregressive record — taken from the round with the median scaled
-step (one disturbed decode moves no record).
+step (one disturbed decode moves no record). A verify time that falls as q grows is measured
+again (:data:`REMEASURES` rounds at most), and the measurement's rule applied again after.
 :func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 The file is a :class:`~treeopt.step_profile.StepProfile` (``steps`` ``"steady"``), written
@@ -51,15 +47,15 @@ import numpy as np  # noqa: F401  (the doctest below builds a Growth)
 import torch
 
 from treeopt.costs import expanded_nodes, verify_dips
-from treeopt.decoding.compare import check_timing
+from treeopt.decoding.compare import check_batch
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import architecture, attention_of, name_of_dtype
-from treeopt.decoding.stats import relative_se
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
+from treeopt.measure import Measurement, relative_se
 from treeopt.step_profile import SETUP, StepProfile, StepRecord
 from treeopt.tree import Tree
 
@@ -119,21 +115,18 @@ def _shape(step: Shape) -> dict[str, Any]:
 def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
-                  max_new_tokens: int = 64, rounds: int = 3, sequences: int | None = None,
-                  min_seconds: float = 0.0, target_se: float = 0.0, compile: bool = False,
+                  max_new_tokens: int = 64, measure: Measurement | None = None,
+                  sequences: int | None = None, compile: bool = False,
                   dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> StepProfile:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
-    of every dynamic setting (then ``growth`` is unused) — and write and return the profile
-    (a finished batch size already in ``out`` is kept, not measured again)."""
-    if rounds < 1:
-        raise TreeoptError(f"--rounds must be ≥ 1, got {rounds}")
+    of every dynamic setting (then ``growth`` is unused) — each record timed as ``measure``
+    says (default: 3 rounds) on its step over its reference's, and write and return the
+    profile (a finished batch size already in ``out`` is kept, not measured again)."""
     if sequences is not None and sequences < 1:
-        raise TreeoptError(f"--sequences must be ≥ 1, got {sequences}")
-    check_timing(min_seconds=min_seconds, target_se=target_se)
-    if max(batch) > len(prompts):
-        raise TreeoptError(f"--batch {max(batch)} is larger than the {len(prompts)} prompts")
+        raise TreeoptError(f"sequences must be ≥ 1, got {sequences}")
+    check_batch(max(batch), len(prompts))
     say = log or (lambda line: print(line, file=sys.stderr))
     if dynamic:
         trees = design_dynamic(dynamic)
@@ -149,9 +142,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     todo = [b for b in batch if b not in done]
     sequences = max(batch) if sequences is None else sequences
     for i, b in enumerate(todo):
-        records = batch_records(decoder, trees, prompts, b, config=config, rounds=rounds,
-                                sequences=sequences, min_seconds=min_seconds,
-                                target_se=target_se)
+        records = batch_records(decoder, trees, prompts, b, config=config,
+                                measure=measure or Measurement(), sequences=sequences)
         profile = profile.with_records(StepRecord.from_json(r, where=f"{out}: batch {b}")
                                        for r in records)
         profile.save(out)
@@ -163,13 +155,13 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
 
 def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
                   prompts: Sequence[Sequence[int]], b: int, *, config: DecodeConfig,
-                  rounds: int, sequences: int, min_seconds: float = 0.0,
-                  target_se: float = 0.0) -> list[dict[str, Any]]:
+                  measure: Measurement, sequences: int) -> list[dict[str, Any]]:
     """The records of ``trees`` (the first: the empty tree, their reference) at batch ``b``:
     each tree's steps interleaved with an autoregressive decode of the same prompts, in rounds
-    over at least ``sequences`` sequences, more for ``min_seconds`` and ``target_se``, scaled
-    to the fastest autoregressive step (the module's docstring)."""
-    count = max(rounds, -(-sequences // b))  # rounds at this batch size
+    over at least ``sequences`` sequences, more as ``measure`` says, scaled to the fastest
+    autoregressive step (the module's docstring)."""
+    cycle = -(-sequences // b)  # rounds that decode every sequence once
+    count = max(measure.rounds, cycle)  # rounds at this batch size
     used = [p for r in range(count) for p in rotating_group(prompts, b, r)]
     context = statistics.mean(len(p) for p in used) + config.max_new_tokens / 2
     decoder.decode(trees[-1][1], rotating_group(prompts, b, 0),
@@ -178,20 +170,22 @@ def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
     reference: dict[int, list[Phases]] = {j: [] for j in range(len(trees))}
     timed = dict.fromkeys(range(len(trees)), 0.0)  # seconds each record's decodes took
     state = (phases, reference, timed)
+
+    def top_up() -> None:  # a cycle more of every record still short of time or precision
+        while short := [j for j in timed if _wanted(j, *state, measure=measure)]:
+            for j in short:
+                for _ in range(min(cycle, measure.cap - len(phases[j]))):
+                    _measure(decoder, trees, j, prompts, b, config, *state)
+
     for _ in range(count):
         for j in range(len(trees)):
             _measure(decoder, trees, j, prompts, b, config, *state)
-    cycle = -(-sequences // b)  # rounds that decode every sequence once
-    while short := [j for j in timed if _wanted(j, *state, min_seconds=min_seconds,
-                                               target_se=target_se)]:
-        for j in short:  # a cycle more of every record still short of time or precision
-            for _ in range(min(cycle, MAX_ROUNDS - len(phases[j]))):
-                _measure(decoder, trees, j, prompts, b, config, *state)
-    kept = _scaled(phases, reference)
+    top_up()
     for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
-        for j in _falling(trees, kept):
+        for j in _falling(trees, _scaled(phases, reference)):
             _measure(decoder, trees, j, prompts, b, config, *state)
-        kept = _scaled(phases, reference)
+        top_up()
+    kept = _scaled(phases, reference)
     records = []
     for j, (cap, tree) in enumerate(trees):
         draft, verify, book = kept[j]
@@ -235,7 +229,6 @@ def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list
 Phases = tuple[float, float, float]  # seconds per loop step: draft, verify, bookkeeping
 FALL_LIMIT = 0.05  # a verify time this far below a smaller q's is noise, measured again
 REMEASURES = 2  # extra rounds, at most, for the entries of such a fall
-MAX_ROUNDS = 32  # rounds at most that ``min_seconds`` or ``target_se`` add up to
 
 
 def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases]) -> list[int]:
@@ -258,12 +251,16 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
 
 
 def _wanted(j: int, phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
-            timed: dict[int, float], *, min_seconds: float, target_se: float) -> bool:
-    """Whether record j gets another round: short of ``min_seconds`` or, beside a reference,
-    of ``target_se`` (:func:`_se`), and under :data:`MAX_ROUNDS`."""
-    return len(phases[j]) < MAX_ROUNDS and (
-        timed[j] < min_seconds
-        or (target_se > 0 and j > 0 and _se(phases[j], reference[j]) > target_se))
+            timed: dict[int, float], *, measure: Measurement) -> bool:
+    """Whether record j gets another round, as ``measure`` says on its time and, beside a
+    reference, on its step over the reference's round by round (:func:`_se`)."""
+    figures = [_ratios(phases[j], reference[j])] if j > 0 else []
+    return measure.wants(len(phases[j]), timed[j], figures)
+
+
+def _ratios(phases: Sequence[Phases], reference: Sequence[Phases]) -> list[float]:
+    """A record's whole step over its reference's, round by round."""
+    return [sum(p) / sum(ref) for p, ref in zip(phases, reference, strict=True)]
 
 
 def _se(phases: Sequence[Phases], reference: Sequence[Phases]) -> float:
@@ -272,7 +269,7 @@ def _se(phases: Sequence[Phases], reference: Sequence[Phases]) -> float:
     >>> round(_se([(0, 2.0, 0), (0, 2.2, 0)], [(0, 1.0, 0), (0, 1.0, 0)]), 6)
     0.047619
     """
-    return relative_se([sum(p) / sum(ref) for p, ref in zip(phases, reference, strict=True)])
+    return relative_se(_ratios(phases, reference))
 
 
 def _phases(decoder: Decoder, shapes: Sequence[Shape], group: Sequence[Sequence[int]],

@@ -23,6 +23,12 @@ from pathlib import Path
 
 import torch
 
+from treeopt.decoding.cache import SlotCache
+from treeopt.decoding.models import check_decodable, torch_dtype
+from treeopt.decoding.plan import tree_plan
+from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
+from treeopt.dtypes import dtype_name
+from treeopt.errors import TreeoptError
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import (
     Call,
@@ -33,12 +39,6 @@ from treeopt.profiling.timing import (
     summarize,
 )
 from treeopt.roofline.config import ModelConfig
-from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.models import check_decodable, torch_dtype
-from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
-from treeopt.dtypes import dtype_name
-from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
 METHODS = ("eager", "cuda-graphs")

@@ -61,11 +61,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import numpy.typing as npt
 
+from treeopt.errors import TreeoptError
 from treeopt.roofline.config import ModelConfig
 from treeopt.roofline.mla import mla_rows
 from treeopt.roofline.moe import moe_rows
 from treeopt.roofline.rows import Grid, Row, attention_core, elementwise, gated_mlp, linear, norm
-from treeopt.errors import TreeoptError
 
 ROOFLINE_FORMAT = "treeopt.roofline/1"
 OP_CLASSES = ("matmul", "attention", "elementwise")

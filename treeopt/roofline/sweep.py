@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from treeopt.errors import TreeoptError
+from treeopt.files import check_format
 from treeopt.roofline.config import ModelConfig
 from treeopt.roofline.hardware import Hardware
 from treeopt.roofline.model import (
@@ -22,8 +24,6 @@ from treeopt.roofline.model import (
     Precision,
     operators,
 )
-from treeopt.errors import TreeoptError
-from treeopt.files import check_format
 
 
 @dataclass(frozen=True, eq=False)

@@ -55,7 +55,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
         raise TreeoptError("the prompt is empty")
     if batch < 1 or batch - 1 > len(others):
         raise TreeoptError(f"batch {batch}: needs {batch - 1} more prompts, {len(others)} given")
-    check_tree_for(tree, num_heads=heads.config.num_heads, trace=trace, source="tree")
+    check_tree_for(tree, trace=trace)  # the drafter's depth: the decoder checks it
     ids = [list(tokenizer(p, add_special_tokens=False)["input_ids"])
            for p in (prompt, *others[: batch - 1])]
     config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, temperature=temperature,

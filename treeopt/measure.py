@@ -1,0 +1,110 @@
+"""How long a live figure is measured: one stopping rule for every timing in rounds.
+
+A figure timed in rounds (a tree's speed-up over autoregressive decoding, a step's cost over its
+reference) takes at least ``rounds`` rounds, and more, up to ``max_rounds``, while the rounds
+together took less than ``min_seconds`` or while the relative standard error of the figure's
+per-round values is above ``target_se``. The rule reads the per-round values of the figure that
+is reported, so every reported figure meets its target or took ``max_rounds`` rounds.
+
+>>> m = Measurement(rounds=2, target_se=0.05, max_rounds=8)
+>>> m.wants(1, seconds=1.0), m.wants(2, 2.0, [[1.0, 1.02]]), m.wants(2, 2.0, [[1.0, 1.3]])
+(True, False, True)
+>>> m.planned(2, 2.0, [[1.0, 1.3]])  # rounds the figure's spread needs at the target
+8
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from treeopt.errors import TreeoptError
+
+MAX_ROUNDS = 64  # rounds at most, however noisy the figure and however short a round
+
+
+class MeasurementError(TreeoptError):
+    """A measurement setting out of range; ``field`` names it, ``rule`` says what is valid."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field} {rule}")
+        self.field = field
+        self.rule = rule
+
+
+def relative_se(values: Sequence[float]) -> float:
+    """The standard error of the mean of ``values``, relative to that mean: how closely repeated
+    rounds of a timing pin its figure down (infinite with fewer than two).
+
+    >>> round(relative_se([1.0, 1.1, 0.9, 1.0]), 6)  # stdev 0.0816 over √4, of a mean of 1
+    0.040825
+    >>> relative_se([1.3])
+    inf
+    """
+    if len(values) < 2:
+        return math.inf
+    return statistics.stdev(values) / math.sqrt(len(values)) / abs(statistics.fmean(values))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """At least ``rounds`` rounds; more, up to ``max_rounds``, until the rounds took
+    ``min_seconds`` together and the reported figure's relative standard error is at most
+    ``target_se`` (0: no target). Checked at construction."""
+
+    rounds: int = 3
+    min_seconds: float = 0.0
+    target_se: float = 0.0
+    max_rounds: int = MAX_ROUNDS
+
+    def __post_init__(self) -> None:
+        for field in ("rounds", "max_rounds"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise MeasurementError(field, f"must be an integer ≥ 1, got {value!r}")
+        if not math.isfinite(self.min_seconds) or self.min_seconds < 0:
+            raise MeasurementError("min_seconds", f"must be ≥ 0, got {self.min_seconds}")
+        if not 0 <= self.target_se < 1:
+            raise MeasurementError("target_se", f"must be in [0, 1), got {self.target_se}")
+
+    @property
+    def cap(self) -> int:
+        """Rounds at most (``rounds`` when more are asked for than ``max_rounds``)."""
+        return max(self.rounds, self.max_rounds)
+
+    def planned(self, done: int, seconds: float,
+                figures: Iterable[Sequence[float]] = ()) -> int:
+        """Rounds this measurement takes, as far as known after ``done`` rounds that took
+        ``seconds``; ``figures``: each reported figure's per-round values so far. More than
+        ``done`` exactly when another round is wanted; the rest is an estimate (time scales
+        with rounds, a standard error with one over their square root), for a progress bar.
+
+        >>> Measurement(rounds=1, min_seconds=10.0).planned(2, seconds=4.0)  # 2 s a round
+        5
+        """
+        if done >= self.cap:
+            return done
+        need = max(done, self.rounds)
+        if seconds < self.min_seconds:
+            more = math.ceil(done * self.min_seconds / seconds) if seconds > 0 else 0
+            need = max(need, done + 1, more)
+        for values in figures if self.target_se > 0 else ():
+            se = relative_se(values)
+            if se > self.target_se:
+                more = math.ceil(len(values) * (se / self.target_se) ** 2) if se < math.inf else 0
+                need = max(need, done + 1, more)
+        return min(need, self.cap)
+
+    def wants(self, done: int, seconds: float, figures: Iterable[Sequence[float]] = ()) -> bool:
+        """Whether round ``done + 1`` is wanted (see :meth:`planned`)."""
+        return self.planned(done, seconds, figures) > done
+
+    def capped(self, rounds: int) -> Measurement:
+        """The same rule with at most ``rounds`` rounds (when only that many samples exist)."""
+        return replace(self, rounds=min(self.rounds, rounds),
+                       max_rounds=min(self.max_rounds, rounds))
+
+
+ONCE = Measurement(rounds=1)  # one round, no more: a quick look
