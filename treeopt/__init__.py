@@ -19,24 +19,34 @@ from treeopt.engines import engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.formats import export, load_tree_arg, parse_tree
 from treeopt.grow import Growth, grow, uniform_tree
+from treeopt.measure import Measurement
 from treeopt.select import select
 from treeopt.selection import Point, Selection, schedule
 from treeopt.simulate import Simulation, accept_lengths, held_out, simulate
+from treeopt.step_profile import StepProfile, StepRecord
+from treeopt.sweep import Sweep, SweepPoint
 from treeopt.trace import RankTrace, merge_traces
 from treeopt.tree import Tree
 from treeopt.value import expected_accept_length, node_probabilities
+from treeopt.verify_report import VerifyReport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccuracyTable",
     "Growth",
+    "Measurement",
     "Point",
     "RankTrace",
     "Selection",
     "Simulation",
+    "StepProfile",
+    "StepRecord",
+    "Sweep",
+    "SweepPoint",
     "Tree",
     "TreeoptError",
+    "VerifyReport",
     "accept_lengths",
     "engine_problems",
     "expected_accept_length",

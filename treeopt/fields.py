@@ -103,6 +103,25 @@ def numbers(doc: dict[str, Any], key: str, where: str, *, positive: bool = False
                  for i, v in enumerate(values))
 
 
+def all_finite(value: Any, where: str, path: str = "") -> None:
+    """Raise naming the first number in ``value`` (nested objects and lists) that is NaN or
+    infinite.
+
+    >>> all_finite({"a": [1.0, float("inf")]}, "r.json")
+    Traceback (most recent call last):
+    ...
+    treeopt.errors.TreeoptError: r.json: 'a[1]' must be a finite number, got inf
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TreeoptError(f"{where}: '{path}' must be a finite number, got {value}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            all_finite(v, where, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            all_finite(v, where, f"{path}[{i}]")
+
+
 def _get(doc: dict[str, Any], key: str, where: str) -> Any:
     if key not in doc:
         raise TreeoptError(f"{where}: missing '{key}'")
@@ -115,5 +134,5 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["flag", "integer", "integers", "listed", "mapping", "number", "numbers", "optional",
+__all__ = ["all_finite", "flag", "integer", "integers", "listed", "mapping", "number", "numbers", "optional",
            "text"]

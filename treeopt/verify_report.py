@@ -12,27 +12,17 @@ where it ran (``model``, ``heads_dir``, ``device``, ``dtype``, ``attention``).
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from treeopt import fields
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.tree import Tree
 
 VERIFY_FORMAT = "treeopt.verify/1"
 RUN_KEYS = ("model", "heads_dir", "device", "dtype", "attention")  # where the report was made
-_NUMBER = (int, float)
-# key → the kinds its value may have (None: the key may be missing or null)
-_KINDS: dict[str, tuple[type | None, ...]] = {
-    "heads": (str,), "mode": (str,), "prompts": (int,), "max_new_tokens": (int,),
-    "batch": (int,), "rounds": (int,), "tree_decoding": (dict,), "autoregressive": (dict,),
-    "speedup": _NUMBER, "speedup_spread": _NUMBER, "speedup_se": (*_NUMBER, None),
-    "round_speedups": (list,), "end_to_end_speedup": _NUMBER,
-    "sampled_batches": (int, None), "mismatched_prompts": (list, None),
-    "support_probe": (dict,), "model_generate": (dict, None), "lossless": (bool, None),
-    "predicted": (dict, None)}
 _PROBE = ("prefix_tokens", "max_abs_logit_diff", "tolerance")
 
 
@@ -94,55 +84,41 @@ class VerifyReport:
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "verify report") -> VerifyReport:
         """A report read back: every field present with its kind, every number finite."""
-        _check_finite(doc, source)
-        for key, kinds in _KINDS.items():
-            _check_kind(doc, key, kinds, source)
-        probe = doc["support_probe"]
-        for key in _PROBE:
-            _check_kind(probe, key, _NUMBER, f"{source}: support_probe")
+        doc = fields.mapping(doc, source)
+        fields.all_finite(doc, source)
+        probe = fields.mapping(doc.get("support_probe"), f"{source}: support_probe")
+        tree = fields.mapping(doc.get("tree"), f"{source}: tree")
         try:
-            tree = Tree.from_choices(doc["tree"]["choices"])
-            mismatched = doc.get("mismatched_prompts")
-            return cls(
-                tree, doc["heads"], doc["mode"], doc["prompts"], doc["max_new_tokens"],
-                doc["batch"], doc["rounds"], doc["tree_decoding"], doc["autoregressive"],
-                float(doc["speedup"]), float(doc["speedup_spread"]),
-                None if doc.get("speedup_se") is None else float(doc["speedup_se"]),
-                tuple(float(s) for s in doc["round_speedups"]), float(doc["end_to_end_speedup"]),
-                {k: probe[k] for k in _PROBE}, doc.get("lossless"),
-                None if mismatched is None else tuple(int(i) for i in mismatched),
-                doc.get("sampled_batches"), doc.get("model_generate"), doc.get("predicted"),
-                {k: doc[k] for k in RUN_KEYS if k in doc})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TreeoptError(f"{source}: malformed verify report ({exc!r})") from None
+            shape = Tree.from_choices(fields.listed(tree, "choices", f"{source}: tree"))
+        except (TypeError, ValueError) as exc:
+            raise TreeoptError(f"{source}: tree: {exc}") from None
+        mismatched = fields.optional(fields.integers, doc, "mismatched_prompts", source)
+        return cls(
+            shape, fields.text(doc, "heads", source), fields.text(doc, "mode", source),
+            fields.integer(doc, "prompts", source, minimum=0),
+            fields.integer(doc, "max_new_tokens", source, minimum=1),
+            fields.integer(doc, "batch", source, minimum=1),
+            fields.integer(doc, "rounds", source, minimum=1),
+            _object(doc, "tree_decoding", source), _object(doc, "autoregressive", source),
+            fields.number(doc, "speedup", source), fields.number(doc, "speedup_spread", source),
+            fields.optional(fields.number, doc, "speedup_se", source),
+            tuple(float(v) for v in fields.numbers(doc, "round_speedups", source)),
+            fields.number(doc, "end_to_end_speedup", source),
+            {k: fields.number(probe, k, f"{source}: support_probe") for k in _PROBE},
+            fields.optional(fields.flag, doc, "lossless", source), mismatched,
+            fields.optional(fields.integer, doc, "sampled_batches", source, minimum=1),
+            _object(doc, "model_generate", source, optional=True),
+            _object(doc, "predicted", source, optional=True),
+            {k: doc[k] for k in RUN_KEYS if k in doc})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> VerifyReport:
         return cls.from_json(read_tagged_json(path, VERIFY_FORMAT), source=str(path))
 
 
-def _check_kind(doc: dict[str, Any], key: str, kinds: tuple[type | None, ...],
-                source: str) -> None:
-    """Raise unless ``doc[key]`` has one of ``kinds`` (None among them: it may be missing or
-    null; an int is no bool, and is a float)."""
-    value = doc.get(key)
-    if value is None:
-        if None in kinds:
-            return
-        raise TreeoptError(f"{source}: {key!r} is missing")
-    if isinstance(value, bool) and bool not in kinds or not isinstance(
-            value, tuple(k for k in kinds if k is not None)):
-        names = " or ".join("null" if k is None else k.__name__ for k in kinds)
-        raise TreeoptError(f"{source}: {key!r} is {value!r}, expected {names}")
-
-
-def _check_finite(value: Any, source: str, where: str = "") -> None:
-    """Raise naming the first number in ``value`` (nested) that is NaN or infinite."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TreeoptError(f"{source}: {where or 'the report'} is {value}, not a finite number")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _check_finite(v, source, f"{where}.{k}" if where else str(k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_finite(v, source, f"{where}[{i}]")
+def _object(doc: dict[str, Any], key: str, source: str, *,
+            optional: bool = False) -> dict[str, Any] | None:
+    """The JSON object at ``key`` (None where it is absent and ``optional``)."""
+    if optional and doc.get(key) is None:
+        return None
+    return fields.mapping(doc.get(key), f"{source}: {key!r}")
