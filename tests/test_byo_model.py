@@ -66,7 +66,16 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     files = {name for name in os.listdir(my_model)}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
     assert not any(name.endswith((".bin", ".pt", ".pth", ".py")) for name in files)
+    heads = _trained_heads(my_model, prompts, tmp_path)
+    trace = _calibrated(my_model, heads, prompts, tmp_path)
+    growth_file = _grown(trace, tmp_path)
+    sel_file, pick = _selected_on_a_roofline(my_model, growth_file, trace, tmp_path)
+    _selected_on_a_profile(my_model, heads, growth_file, trace, prompts, tmp_path)
+    tree_file = _exported(sel_file, pick, tmp_path)
+    _verified(my_model, heads, sel_file, prompts, trace, pick, tree_file, tmp_path)
 
+
+def _trained_heads(my_model, prompts, tmp_path):
     # 2. heads: self-distilled on the model's own greedy continuations of the prompts
     heads = tmp_path / "heads"
     summary = json.loads(ok("train-heads", "--model", my_model, "--kind", "hydra", "--data",
@@ -78,7 +87,10 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert sorted(os.listdir(heads)) == ["heads.json", "heads.safetensors"]
     config = json.loads((heads / "heads.json").read_text())["config"]
     assert (config["kind"], config["num_heads"], config["hidden_size"]) == ("hydra", 3, 64)
+    return heads
 
+
+def _calibrated(my_model, heads, prompts, tmp_path):
     # 3. calibrate: 6 prompts × (24 greedy tokens − 3 heads) positions
     trace = tmp_path / "calibration.npz"
     doc = json.loads(ok("calibrate", "--model", my_model, "--heads", heads, "--prompts", prompts,
@@ -86,7 +98,10 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
                         trace).stdout)
     assert (doc["positions"], doc["heads"], doc["top_k"], doc["sequences"]) == (126, 3, 8, 6)
     assert trace.exists() and not list(tmp_path.glob(".*parts"))
+    return trace
 
+
+def _grown(trace, tmp_path):
     # 4. grow, shaped for the Hydra reference code
     growth_file = tmp_path / "growth.json"
     ok("grow", "--trace", trace, "--max-nodes", "8", "--constraint", "grounded", "--out",
@@ -95,7 +110,10 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert (growth["format"], growth["constraint"]) == ("treeopt.growth/1", "grounded")
     e_l = growth["expected_accept_length"]
     assert len(e_l) == 9 and e_l[0] == 1.0 and e_l == sorted(e_l) and e_l[-1] > 1.5
+    return growth_file
 
+
+def _selected_on_a_roofline(my_model, growth_file, trace, tmp_path):
     # 5. select on a roofline preset, for the model's own config.json. Drafting is left out: the
     # tiny model's heads cost as much as its whole forward, which no real model's do.
     sel_file = tmp_path / "selection.json"
@@ -117,7 +135,10 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert "context 504 + 9 tree tokens exceeds" in user_error(
         "select", "--growth", growth_file, "--trace", trace, "--hardware", "h100-sxm",
         "--model", my_model, "--batch", "1", "--context", "504")
+    return sel_file, pick
 
+
+def _selected_on_a_profile(my_model, heads, growth_file, trace, prompts, tmp_path):
     # 5, measured: the live step profiled phase by phase, then priced from the profile alone,
     # at the one context its prompts reach
     step_file = tmp_path / "step.json"
@@ -140,6 +161,8 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
                       "--trace", trace, "--context", "64", "--out", tmp_path / "none.json")
     assert "no measurements at batch 1, context 64" in line
 
+
+def _exported(sel_file, pick, tmp_path):
     # 6. export straight from the selection: one file, then one per batch range
     tree_file = tmp_path / "hydra_choices.json"
     ok("export", "--tree", sel_file, "--batch", "1", "--format", "hydra", "--out", tree_file)
@@ -159,7 +182,10 @@ def test_the_guide_end_to_end(my_model, prompts_file, tmp_path):
     assert "--num-heads is required" in user_error("export", "--tree", tree_only,
                                                    "--format", "trtllm-yaml")
     assert "pick one with --batch" in user_error("export", "--tree", sel_file, "--format", "hydra")
+    return tree_file
 
+
+def _verified(my_model, heads, sel_file, prompts, trace, pick, tree_file, tmp_path):
     # 7. verify: the selection's batch-1 tree decodes exactly the autoregressive greedy tokens
     report_file = tmp_path / "report.json"
     ok("verify", "--model", my_model, "--heads", heads, "--tree", sel_file, "--batch", "1",
