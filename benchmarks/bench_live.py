@@ -407,12 +407,11 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
 
 def caption(demo, args, results: list[dict]) -> str:
     """What the table measured and how: the command, the machine and the batch-1 repeats."""
-    flags = []
+    flags, skip = [], False
     for flag in sys.argv[1:]:  # the command as run, less where its files and table went
-        if flags and flags[-1] in ("--out", "--write"):
-            flags.pop()
-        elif flag.split("=")[0] not in ("--out", "--write"):
+        if not skip and flag.split("=")[0] not in ("--out", "--write"):
             flags.append(flag)
+        skip = flag in ("--out", "--write")
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").open()
                 if line.startswith("model name")), platform.processor() or "unknown CPU")
     repeats = "; ".join(
@@ -421,8 +420,8 @@ def caption(demo, args, results: list[dict]) -> str:
         for r in results)
     command = " ".join(["python benchmarks/bench_live.py", *flags])
     return (f"`{command}` on the shipped demo ({demo.manifest['base']['parameters']:,}-parameter base "
-            f"model, {args.dtype}), {cpu}, {len(os.sched_getaffinity(0))} core(s) of "
-            f"{os.cpu_count()} available, 1 torch thread, torch {torch.__version__}: "
+            f"model, {args.dtype}), {cpu}, pinned to {len(os.sched_getaffinity(0))} of "
+            f"{os.cpu_count()} cores, 1 torch thread, torch {torch.__version__}: "
             f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, at least "
             f"{args.rounds} rounds and {args.min_seconds:g} s, rounds until a speed-up's "
             f"standard error is at most {args.target_se:.1%}. Errors are predicted over measured "
