@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from treeopt.profiling.step import profile_steps
 from treeopt.demo import load
 from treeopt.drafters import build_heads
+from treeopt.profiling.step import profile_steps
 from treeopt.select import select
 from treeopt.workbench.pricing import profiled_costs
 

@@ -254,9 +254,9 @@ def profile_here(demo, batches):
     design set and :data:`PICKED`."""
     import tempfile
 
-    from treeopt.profiling.step import profile_steps
     from treeopt.demo.config import DemoConfig
     from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.profiling.step import profile_steps
     from treeopt.prompts import encode, read_texts
 
     c = DemoConfig()

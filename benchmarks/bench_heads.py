@@ -39,7 +39,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from treeopt.profiling.step import profile_steps
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
@@ -51,6 +50,7 @@ from treeopt.drafters import build_heads, drafter_kind
 from treeopt.drafters.config import TrainConfig
 from treeopt.drafters.training import distill_loss, train_heads, windows
 from treeopt.grow import grow
+from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.tree import Tree

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from treeopt.grow import Growth
 from treeopt.roofline import ModelConfig, load_hardware, preset
 from treeopt.roofline.params import parameter_count
-from treeopt.grow import Growth
 from treeopt.workbench.pricing import roofline_selection
 
 BATCH = [1, 2, 4, 8, 16, 32, 64]

@@ -20,8 +20,8 @@ import argparse
 
 import torch
 
-from treeopt.profiling.timing import Call, interleaved, summarize
 from treeopt.decoding.attention import register
+from treeopt.profiling.timing import Call, interleaved, summarize
 
 SHAPES = "128x8x384,256x4x768,384x4x1152,512x4x1536,512x2x1536"
 

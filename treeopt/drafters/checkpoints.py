@@ -2,7 +2,7 @@
 and a draft model (a local Hugging Face causal LM directory).
 
 treeopt layout, a directory: ``heads.json`` (``"format": "treeopt.heads/1"``, the
-:class:`~treeopt.heads.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
+:class:`~treeopt.drafters.config.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
 the shared base LM head and embeddings are never saved).
 
 Medusa layout, a directory: ``config.json`` with ``medusa_num_heads`` and ``medusa_num_layers``, and
