@@ -1,7 +1,7 @@
 """The live-speed goals on the shipped demo, measured and printed goal by goal (never a test).
 
 For each head kind:
-1. per batch size, profile the live step on this machine (``profiling.step``: the decoder's own
+1. per batch size, profile the live step on this machine (``treeopt.profiling.step``: the decoder's own
    loop, phase by phase) of the trees of the swept sizes (each depth cap for Hydra) and fit the
    step-cost model; the swept trees are then priced as measured, the others by the fit;
 2. ``select`` at that batch size from it, E[L] from the calibration trace walked step by step;
@@ -465,7 +465,7 @@ def main() -> None:
                          "and the points it predicts; how far, this prints")
     ap.add_argument("--alongside", action=argparse.BooleanOptionalAction, default=True,
                     help="profile each point's tree right before the point is measured "
-                         "(profiling.alongside, to --alongside-target-se) and predict the points "
+                         "(treeopt.profiling.alongside, to --alongside-target-se) and predict the points "
                          "also from that profile (default on): the host's drift between a "
                          "profile and the points it predicts taken out of the error")
     ap.add_argument("--alongside-target-se", type=float, default=0.01,
