@@ -405,8 +405,9 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     return result
 
 
-def caption(demo, args, results: list[dict]) -> str:
-    """What the table measured and how: the command, the machine and the batch-1 repeats."""
+def caption(demo, args, results: list[dict], *, load: tuple[float, float]) -> str:
+    """What the table measured and how: the command, the machine (and its 1-minute load average
+    at the start and the end, ``load``: other jobs beside the run) and the batch-1 repeats."""
     flags, skip = [], False
     for flag in sys.argv[1:]:  # the command as run, less where its files and table went
         if not skip and flag.split("=")[0] not in ("--out", "--write"):
@@ -421,7 +422,8 @@ def caption(demo, args, results: list[dict]) -> str:
     command = " ".join(["python benchmarks/bench_live.py", *flags])
     return (f"`{command}` on the shipped demo ({demo.manifest['base']['parameters']:,}-parameter base "
             f"model, {args.dtype}), {cpu}, pinned to {len(os.sched_getaffinity(0))} of "
-            f"{os.cpu_count()} cores, 1 torch thread, torch {torch.__version__}: "
+            f"{os.cpu_count()} cores (load average {load[0]:.1f} at the start, {load[1]:.1f} at "
+            f"the end), 1 torch thread, torch {torch.__version__}: "
             f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, at least "
             f"{args.rounds} rounds and {args.min_seconds:g} s, rounds until a speed-up's "
             f"standard error is at most {args.target_se:.1%}. Errors are predicted over measured "
@@ -498,8 +500,9 @@ def main() -> None:
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
           f"rounds and at least {args.min_seconds:g} s, standard error ≤ {args.target_se:.1%}; "
           f"files in {out}", file=sys.stderr)
+    start_load = os.getloadavg()[0]
     results = [bench_kind(demo, kind, args, out) for kind in args.kinds.split(",")]
-    text = table(results, caption(demo, args, results))
+    text = table(results, caption(demo, args, results, load=(start_load, os.getloadavg()[0])))
     print(f"\n{text}")
     if args.write:
         try:
