@@ -23,8 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import architectures as arch  # noqa: E402
-
-BEGIN, END = "<!-- architecture-matrix -->", "<!-- /architecture-matrix -->"
+from doc_table import write_between  # noqa: E402
 
 
 def cell(checks: dict[str, object]) -> str:
@@ -77,14 +76,11 @@ def main() -> int:
     text = table(families)
     print(text)
     if args.write:
-        doc = Path(args.write)
-        body = doc.read_text()
-        if BEGIN not in body:
-            print(f"{doc}: no {BEGIN} marker", file=sys.stderr)
+        try:
+            write_between(args.write, "architecture-matrix", text)
+        except ValueError as error:
+            print(error, file=sys.stderr)
             return 2
-        before, _, rest = body.partition(BEGIN)
-        after = rest.partition(END)[2] if END in rest else rest
-        doc.write_text(f"{before}{BEGIN}\n{text}\n{END}{after}")
     return 0
 
 

@@ -3,10 +3,10 @@
 A rebuild costs hours on 2 cores, so its payoff is predicted first, the way a user would price a
 model they have not trained yet: a random-weight Llama of the candidate shape (what a step costs
 does not depend on the values) and random heads of the shipped demo's heads config, widened to
-the shape, go through ``profiling.step`` — the live decoder's own step, phase by phase (draft,
+the shape, go through ``treeopt.profiling.step`` — the live decoder's own step, phase by phase (draft,
 verify, bookkeeping), every tree of the shipped growth — and ``select`` prices every tree with
 the shipped calibration trace's E[L]. The one assumption, printed with the result: a rebuilt
-demo's heads accept as often as today's do.
+demo's heads accept as often as the shipped ones do.
 
 The shipped demo's own shape is included as the control: its prediction next to what
 ``bench_live.py`` measured live says how far to trust the others.
@@ -82,7 +82,7 @@ def main() -> None:
     demo = load(None, threads=1)
     out = Path(tempfile.mkdtemp(prefix="bench-demo-shape-"))
     print("batch 1, fp32, 1 thread; E[L] from the shipped calibration trace (assumes a rebuilt "
-          "demo's heads accept as today's do); the shipped shape is 128x8x384")
+          "demo's heads accept as the shipped ones do); the shipped shape is 128x8x384")
     print(f"{'kind':>7} {'shape':>11}  {'select picks':>18}  {'predicted':>9}  "
           f"{'draft ms':>8}  {'AR step ms':>10}")
     for kind in args.kinds.split(","):

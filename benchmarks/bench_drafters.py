@@ -13,8 +13,8 @@ on the same base model, held-out prompts and machine, goal by goal (never a test
 
 Run: ``python benchmarks/bench_drafters.py [--prompts 192 --new-tokens 256] [--speed-prompts 16
 --speed-tokens 128] [--rounds 3]`` on a quiet machine (one torch thread, as the app runs): all
-held-out prompts for acceptance, as the goal is stated; a few for the timed comparison. About 3
-minutes per drafter on 2 cores on the 8-layer demo, about twice that on the 16-layer one shipped.
+held-out prompts for acceptance, as the goal is stated; a few for the timed comparison. About 6
+minutes per drafter on 2 cores.
 """
 
 from __future__ import annotations

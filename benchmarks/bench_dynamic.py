@@ -1,5 +1,5 @@
 """Dynamic trees on the demo's EAGLE drafter: simulation against live decoding, and the
-recommended settings against live-measured throughput (issue 16's goals).
+recommended settings against live-measured throughput.
 
     python benchmarks/bench_dynamic.py [--calibration DIR] [--heldout DIR] [--accuracy-only | --throughput-only]
                                        [--shipped-profile]

@@ -1,16 +1,15 @@
 """What better draft heads would buy on the shipped demo: head variants trained as the demo
 build trains them, priced by ``select`` and decoded live against the shipped heads (never a test).
 
-The demo's Medusa pick sits on the 1.3× line at batch 1 (docs/hardware.md): its step is the
-verify forward plus a little drafting, both near what this CPU allows, so what is left to gain is
-acceptance. This benchmark asks how much a different head recipe gives before anyone spends the
+At batch 1 a tree step on the demo is the verify forward plus a little drafting, both near
+what the CPU allows, so what is left to gain is acceptance. This benchmark asks how much a different head recipe gives before anyone spends the
 four hours a demo rebuild takes. For each variant ``LAYERSxSTEPS`` (residual blocks per head,
 training steps):
 
 1. train the heads on the build's own self-distillation data (``treeopt.demo.stages.head_data``,
    regenerated here with the demo's seed) with the build's optimiser settings: ``2x937``
-   reproduces the shipped Medusa heads (on 2026-11-26, 661 of 132,096 weights one float16 step
-   apart, the same held-out agreement and trace E[L]);
+   is the build's default recipe and reproduces the Medusa heads a build trains with it, to one
+   float16 step on a few weights, with the same held-out agreement and trace E[L];
 2. top-1 agreement per depth with the base model on held-out text (greedy continuations of
    held-out prompts, which no variant trained on);
 3. a rank trace over ``--prompts`` calibration prompts, the trees grown from it, and ``select``'s

@@ -1,7 +1,7 @@
 """The live-speed goals on the shipped demo, measured and printed goal by goal (never a test).
 
 For each head kind:
-1. per batch size, profile the live step on this machine (``profiling.step``: the decoder's own
+1. per batch size, profile the live step on this machine (``treeopt.profiling.step``: the decoder's own
    loop, phase by phase) of the trees of the swept sizes (each depth cap for Hydra) and fit the
    step-cost model; the swept trees are then priced as measured, the others by the fit;
 2. ``select`` at that batch size from it, E[L] from the calibration trace walked step by step;
@@ -13,7 +13,7 @@ For each head kind:
    until its speed-up has at most ``--target-se`` relative standard error, every profile record
    until its step over the reference has at most ``--profile-target-se``;
    with ``--alongside`` (default), each point's tree is also profiled right before the point
-   (:mod:`profiling.alongside`, to ``--alongside-target-se``) and the points are predicted also
+   (:mod:`treeopt.profiling.alongside`, to ``--alongside-target-se``) and the points are predicted also
    from that profile, which met the host as the points did; each error is printed over its
    standard error (the point's and its record's combined), whose root mean square is 1 where the
    rounds' noise is all there is; with ``--bracket``, the batch size is profiled again right
@@ -25,7 +25,7 @@ For each head kind:
 5. a profiled pass of the pick: draft / verify / bookkeeping per step against an autoregressive
    step.
 
-Goals (issue "Prove the speed"): batch-1 pick ≥ 1.3× autoregressive (stretch 1.5×); every sweep
+Goals: batch-1 pick ≥ 1.3× autoregressive (stretch 1.5×); every sweep
 point predicted within 5%; select's pick ≥ 97% of the measured best at every batch size;
 bookkeeping ≤ 15% of an autoregressive step; lossless at every batch size; spread ≤ 3%.
 
@@ -38,22 +38,21 @@ autoregressive decoding; since a small model may run faster in float32, the batc
 timed against float32 autoregressive decoding of the same prompts: only that ratio says whether
 the tree makes the model faster than it could run without one.
 
+``--write docs/hardware.md`` puts the summary table (one row per head kind and batch size) into
+that doc, between the ``bench-live`` markers; the table's caption states the settings it ran with.
+
 Run: ``python benchmarks/bench_live.py [--kinds hydra,medusa] [--dtype bfloat16] [--out
-bench-live]`` on a quiet machine (it sets one torch thread, as the app does). On 2 cores with the
-shipped 16-layer demo: about 100 minutes per head kind at batches 1, 2, 4, 8 (the step profile of
-each batch size 4–12 of them), 35–40 at ``--batches 1`` (bfloat16: 5 more for its calibration).
-At ``--prompts 16 --new-tokens 64``: 81 minutes for Medusa with the defaults (``--target-se
-0.015 --bracket``, records then to 1.5%), 51 with ``--no-bracket``; Hydra 92 minutes with
-today's defaults (records of the swept sizes only, ``--profile-target-se 0.02``: its profiles
-took 2–7 minutes at batches 1–4 and 11 at batch 8; before, every design size to 1.5%, 12–33
-minutes each and about 3 h 10 min in all; 2026-11-27); with ``--alongside`` instead of
-``--bracket`` (the defaults since that evening) Hydra took 61 minutes, Medusa 45.
+bench-live] [--write docs/hardware.md]`` on a quiet machine (it sets one torch thread, as the app
+does). A run at the defaults takes hours on a 2-core CPU; ``--prompts 8 --new-tokens 32`` takes
+a fraction of that and measures the same things less precisely.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -62,6 +61,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from doc_table import write_between
 
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
@@ -78,6 +78,7 @@ from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.step_profile import StepProfile, StepRecord
+from treeopt.sweep import Sweep, SweepPoint
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -158,6 +159,52 @@ def mark(ok: bool) -> str:
 PROFILE_SEQUENCES = 8  # sequences each step-profile record decodes, at least
 
 
+def batch_rows(sweep: Sweep,
+               errors: list[tuple[SweepPoint, float, float | None]]) -> list[dict]:
+    """Per batch size of ``sweep``: the points' prediction errors (from the step profile with
+    the swept prompts' E[L], with the calibration trace's E[L], and from the profile alongside;
+    ``errors`` holds each point with its last two) and select's pick against the measured best."""
+    rows = []
+    for row in sweep.summary():
+        mine = [e for e in errors if e[0].batch == row["batch"]]
+        pick = next(e for e in mine if e[0].selected)
+        rows.append({
+            "batch": row["batch"], "points": len(mine),
+            "error": [abs(p.error) for p, _, _ in mine if p.error is not None],
+            "calibration_error": [abs(cal) for _, cal, _ in mine],
+            "alongside_error": [abs(a) for _, _, a in mine if a is not None],
+            "pick": (pick[0].size, pick[0].max_depth), "pick_speedup": pick[0].speedup,
+            "pick_predicted": (1 + pick[1]) * pick[0].speedup,
+            "share_of_best": row.get("selected_share_of_best_raced",
+                                     row["selected_share_of_best"]),
+            "raced": "selected_share_of_best_raced" in row,
+            "lossless": all(p.lossless for p, _, _ in mine)})
+    return rows
+
+
+def spread(errors: list[float]) -> str:
+    """"4.9% / 1.5%": the largest and the mean of absolute errors ("—" for none)."""
+    return f"{max(errors):.1%} / {statistics.mean(errors):.1%}" if errors else "—"
+
+
+def table(results: list[dict], caption: str) -> str:
+    """The doc's table: per head kind and batch size, how well the sweep's points were predicted
+    and how select's pick did, then ``caption``."""
+    lines = ["| drafter | batch | points | error, largest / mean | with calibration E[L] "
+             "| profiled alongside | select's pick (nodes, cap) | pick measured | pick predicted "
+             "| pick / measured best | lossless |", "|---" * 11 + "|"]
+    for result in results:
+        for r in result["rows"]:
+            size, cap = r["pick"]
+            share = f"{r['share_of_best']:.1%}" + (" (raced)" if r["raced"] else "")
+            lines.append(
+                f"| {result['kind']} | {r['batch']} | {r['points']} | {spread(r['error'])} "
+                f"| {spread(r['calibration_error'])} | {spread(r['alongside_error'])} "
+                f"| {size}, {cap or '—'} | {r['pick_speedup']:.3f}× | {r['pick_predicted']:.3f}× "
+                f"| {share} | {'yes' if r['lossless'] else '**no**'} |")
+    return "\n".join([*lines, "", caption])
+
+
 def bench_kind(demo, kind: str, args, out: Path) -> dict:
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
     batches = args.batches
@@ -225,6 +272,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
           "predicted  error  calibration  error" + ("  bracketed  error" if bracketed else "")
           + ("  alongside  error" if beside else "") + "  E[L] live  priced  lossless")
     cal_errors, bracket_errors, beside_errors, beside_z = [], [], [], []
+    point_errors: list[tuple[SweepPoint, float, float | None]] = []  # for the doc's table
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
@@ -243,6 +291,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
             record = records.get(p.key)
             if record is not None and record.get("se") is not None and p.se is not None:
                 beside_z.append(beside_errors[-1] / (p.se ** 2 + record["se"] ** 2) ** 0.5)
+        point_errors.append((p, cal, beside_errors[-1] if beside is not None else None))
         print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
               f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
               f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
@@ -281,7 +330,8 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
         "lossless_every_point": all(p.lossless for p in sweep.points),
         "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1 and b1.tree_tokens_per_s,
         "batch8_autoregressive": b8.autoregressive_tokens_per_s,
-        "batch1_autoregressive": b1 and b1.autoregressive_tokens_per_s}
+        "batch1_autoregressive": b1 and b1.autoregressive_tokens_per_s,
+        "rows": batch_rows(sweep, point_errors)}
     save(result)
     print(f"\n{kind} goals:")
     sp = result["batch1_speedup"]
@@ -358,6 +408,37 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     return result
 
 
+def caption(demo, args, results: list[dict], *, load: tuple[float, float]) -> str:
+    """What the table measured and how: the command, the machine (and its 1-minute load average
+    at the start and the end, ``load``: other jobs beside the run) and the batch-1 repeats."""
+    flags, skip = [], False
+    for flag in sys.argv[1:]:  # the command as run, less where its files and table went
+        if not skip and flag.split("=")[0] not in ("--out", "--write"):
+            flags.append(flag)
+        skip = flag in ("--out", "--write")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").open()
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    repeats = "; ".join(
+        f"{r['kind']}: {r['batch1_speedup']:.3f}× (spread {r['repeat_spread']:.1%}), "
+        f"bookkeeping {r['bookkeeping_share_of_ar_step']:.1%} of an autoregressive step"
+        for r in results)
+    command = " ".join(["python benchmarks/bench_live.py", *flags])
+    return (f"`{command}` on the shipped demo ({demo.manifest['base']['parameters']:,}-parameter base "
+            f"model, {args.dtype}), {cpu}, pinned to {len(os.sched_getaffinity(0))} of "
+            f"{os.cpu_count()} cores (load average {load[0]:.1f} at the start, {load[1]:.1f} at "
+            f"the end), 1 torch thread, torch {torch.__version__}: "
+            f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, at least "
+            f"{args.rounds} rounds and {args.min_seconds:g} s, rounds until a speed-up's "
+            f"standard error is at most {args.target_se:.1%}. Errors are predicted over measured "
+            f"speed-up, minus one, over the sweep's points of that batch size: from the step "
+            f"profile taken before the points with the swept prompts' own E[L] (the cost "
+            f"model's error), with E[L] from the calibration trace (what `treeopt select` sees "
+            f"before any live run), and from each point's tree profiled right before it "
+            f"(`--alongside`). Select's pick is predicted with the calibration trace; where it "
+            f"was not the measured best, the two were raced head to head (\"raced\"). The "
+            f"batch-{min(args.batches)} pick re-run {args.repeats} times: {repeats}.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -389,7 +470,7 @@ def main() -> None:
                          "and the points it predicts; how far, this prints")
     ap.add_argument("--alongside", action=argparse.BooleanOptionalAction, default=True,
                     help="profile each point's tree right before the point is measured "
-                         "(profiling.alongside, to --alongside-target-se) and predict the points "
+                         "(treeopt.profiling.alongside, to --alongside-target-se) and predict the points "
                          "also from that profile (default on): the host's drift between a "
                          "profile and the points it predicts taken out of the error")
     ap.add_argument("--alongside-target-se", type=float, default=0.01,
@@ -410,6 +491,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")],
                     default=list(SIZES), help="tree sizes swept (default 1,2,4,…,64)")
     ap.add_argument("--out", help="where the step profiles, sweeps and results go")
+    ap.add_argument("--write", metavar="DOC.md",
+                    help="replace the table between the doc's bench-live markers")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-live-"))
@@ -420,8 +503,15 @@ def main() -> None:
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
           f"rounds and at least {args.min_seconds:g} s, standard error ≤ {args.target_se:.1%}; "
           f"files in {out}", file=sys.stderr)
-    for kind in args.kinds.split(","):
-        bench_kind(demo, kind, args, out)
+    start_load = os.getloadavg()[0]
+    results = [bench_kind(demo, kind, args, out) for kind in args.kinds.split(",")]
+    text = table(results, caption(demo, args, results, load=(start_load, os.getloadavg()[0])))
+    print(f"\n{text}")
+    if args.write:
+        try:
+            write_between(args.write, "bench-live", text)
+        except ValueError as error:
+            sys.exit(str(error))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 in the same run: tree and autoregressive tokens/s of the same prompts, the two checkouts
 alternating round by round in fresh processes (one torch thread each).
 
-The goal it checks (issue "Every model decodes as it decodes itself"): the per-layer window
+The goal it checks: the per-layer window
 masks, the cache's key/value widths and the support probe cost the Llama path nothing
 measurable — the ratios this prints are within their spread of 1.
 

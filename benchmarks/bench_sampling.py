@@ -1,4 +1,4 @@
-"""Lossless sampling on the shipped demo, goal by goal (issue "Lossless sampling with trees").
+"""Lossless sampling on the shipped demo, goal by goal.
 
 For each head kind and each temperature the demo ships a sampled trace for (0.7, 1.0):
 

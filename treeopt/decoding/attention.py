@@ -8,16 +8,16 @@ does: a tree node attends to its ancestors among q tree keys, padded by masked s
 autoregressive decoding attends to one new key, and the kernels' reductions over the keys
 (blocked dot products, the softmax sum, probabilities × values) group the same nonzero terms
 differently. In float32 the difference (an ulp or so) almost never moves a rounded logit;
-in bfloat16 it does, often: the shipped demo in bfloat16 with PyTorch's SDPA decodes 8 of 16
-held-out prompts differently with a 16-node tree than autoregressively.
+in bfloat16 it does, often: with PyTorch's SDPA a bfloat16 tree decode leaves the autoregressive
+text on many prompts.
 
 ``treeopt_exact`` (registered with transformers' attention interface) computes attention in
 float64. For 16-bit inputs every query·key product and every sum of ``head_dim`` of them is
 exact in float64 (8-bit mantissas: products of 16 bits, sums far inside 53), so scores do not
 depend on the kernel at all; masked keys add exact zeros; the softmax and the weighted sum of
 values round at 2^-53, which moves the 16-bit result only when it lies within that of a 16-bit
-rounding boundary (a chance of about 2^-44 per output element). The cost on the demo: the same
-as SDPA for one token, +0.3 ms per step (8 layers) for 8 tree tokens on one CPU core.
+rounding boundary (a chance of about 2^-44 per output element). It costs what SDPA costs for
+one token, and somewhat more per step for a tree's tokens.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Which BLAS library runs a verify forward's matrix products on CUDA: the faster one, measured.
 
 cuBLAS's heuristics can pick a kernel many times slower than cuBLASLt's for the few rows a tree
-step multiplies, and the other way round for a few more. Measured on an H200 (torch 2.11, CUDA
-13), float32 ``[M × 128] · [128 × 128]`` takes 53 µs with cuBLAS for M = 8 … 16 against 3.4 µs at
-M = 1, while cuBLASLt takes 3.6 µs there and 12 µs for M = 17 … 40, where cuBLAS takes 12 µs
-(docs/hardware.md, "The compiled tree step"). For the demo's 9-token tree that made the compiled
-verify step 6.5 ms instead of 1.6 ms. So for each number of rows a forward multiplies, both
-libraries are timed once on the model's own projection shapes, and the faster runs every forward
-of that many rows (and is what a CUDA graph of it records). On other devices nothing changes.
+step multiplies (in float32, for 8 to 16 rows on an H200, about 15 times), and the other way
+round for a few more rows. So for each number of rows a forward multiplies, both libraries are
+timed once on the model's own projection shapes, and the faster runs every forward of that many
+rows (and is what a CUDA graph of it records); torch's process-wide preference is restored after
+each forward. On other devices nothing changes.
 """
 
 from __future__ import annotations

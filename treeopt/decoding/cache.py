@@ -4,7 +4,6 @@ how transformers stores a cache's tensors."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,9 +13,6 @@ from transformers import DynamicCache
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-Put = Callable[[torch.Tensor, torch.Tensor], None]
-
-
 def new_cache(model: PreTrainedModel) -> Any:
     """An empty DynamicCache for ``model``."""
     try:
@@ -25,26 +21,12 @@ def new_cache(model: PreTrainedModel) -> Any:
         return DynamicCache()
 
 
-def cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor, Put]]:
-    """(keys, values, setter) per filled layer, for transformers' layered and legacy caches."""
-    items: list[tuple[torch.Tensor, torch.Tensor, Put]] = []
+def cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per filled layer, for transformers' layered and legacy caches."""
     if hasattr(cache, "layers"):
-        for layer in cache.layers:
-            if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-                continue
-
-            def put(k: torch.Tensor, v: torch.Tensor, layer: Any = layer) -> None:
-                layer.keys, layer.values = k, v
-
-            items.append((layer.keys, layer.values, put))
-        return items
-    for i, (k, v) in enumerate(zip(cache.key_cache, cache.value_cache, strict=True)):
-
-        def put_legacy(nk: torch.Tensor, nv: torch.Tensor, i: int = i) -> None:
-            cache.key_cache[i], cache.value_cache[i] = nk, nv
-
-        items.append((k, v, put_legacy))
-    return items
+        return [(layer.keys, layer.values) for layer in cache.layers
+                if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
 @dataclass(frozen=True)
@@ -77,7 +59,7 @@ def cache_shape(model: PreTrainedModel) -> CacheShape:
     with torch.no_grad():
         model(input_ids=torch.ones(1, 1, dtype=torch.long, device=device),
               past_key_values=cache, use_cache=True)
-    shapes = {(k.shape[1], k.shape[-1], v.shape[-1], k.dtype) for k, v, _ in cache_tensors(cache)}
+    shapes = {(k.shape[1], k.shape[-1], v.shape[-1], k.dtype) for k, v in cache_tensors(cache)}
     if len(shapes) != 1:
         raise TreeoptError(f"{type(model).__name__}: its layers cache keys and values of "
                            f"different shapes ({sorted(s[:3] for s in shapes)}), which treeopt's "

@@ -4,12 +4,10 @@
 checkpoint loads), the CPU's BLAS runs a transposed product; with ``w`` stored column-major (the
 same ``[out, in]`` tensor with strides ``(1, out)``, so that ``wᵀ`` is contiguous) it runs the
 plain one. For the 1 to a few dozen rows a decoding step multiplies, and a weight the rest of the
-step has pushed out of the cache, the plain product is much faster in float32. Measured on the
-demo's 2-core AMD EPYC with MKL (torch 2.13, 1 thread), 16 layers of the demo's projections
-(including a ``[4096, 128]`` LM head each), one pass: 7.4 → 3.7 ms at 1 row, 8.9 → 4.8 ms at 2,
-8.8 → 7.2 ms at 4, 11.0 → 9.6 ms at 13 rows. In live decoding the drafter's vocabulary projection
-gained most (Medusa's two depths: 0.43 → 0.15 ms a step). bfloat16 gains nothing and float16 runs
-ten times slower column-major, so only float32 weights move; on other devices nothing changes.
+step has pushed out of the cache, MKL's plain product is up to twice as fast in float32 (most
+for a single row, least for a dozen), and a drafter's vocabulary projection, cold after every
+verify forward, gains most. bfloat16 gains nothing and float16 runs far slower column-major, so
+only float32 weights move; on other devices nothing changes.
 
 The values, shapes and parameters stay what they were (tied weights stay tied): only the memory
 order changes, so no module's code changes and a checkpoint written afterwards is the same. The

@@ -1,6 +1,7 @@
-"""Measured latency: verify-step sweeps over (batch, context, tree tokens), the draft heads' own
-cost, and device micro-benchmarks. Importing the package needs numpy only; the measuring modules
-(:mod:`profiling.verify`, :mod:`profiling.drafting`, :mod:`profiling.device`) import torch.
+"""Measured latency: verify-step sweeps over (batch, context, tree tokens), the live step phase by
+phase, and device micro-benchmarks. Importing the package needs numpy only; the measuring modules
+(:mod:`treeopt.profiling.verify`, :mod:`treeopt.profiling.step`, :mod:`treeopt.profiling.device`)
+import torch.
 """
 
 from treeopt.profiling.table import LATENCY_FORMAT, LatencyRecord, LatencyTable

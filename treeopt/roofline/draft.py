@@ -32,8 +32,7 @@ from treeopt.roofline.model import BF16, Precision
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """The shape of a set of draft heads (the fields of
-    :class:`treeopt.drafters.config.HeadsConfig`).
+    """The shape of a set of draft heads (the fields of ``treeopt.drafters.config.HeadsConfig``).
 
     >>> hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
     >>> spec = DraftSpec("medusa", num_heads=4, hidden_size=4096, vocab_size=32000)

@@ -81,23 +81,7 @@ def kv_bytes_per_token(cfg: ModelConfig, precision: Precision = BF16) -> float:
     return cfg.num_layers * _per_layer(cfg) * precision.kv_bytes
 
 
-def kv_cache_bytes(cfg: ModelConfig, context: int, precision: Precision = BF16) -> float:
-    """KV-cache bytes of one sequence of ``context`` tokens: sliding-window and chunked layers
-    keep at most their window.
-
-    >>> from treeopt.roofline import preset
-    >>> kv_cache_bytes(preset("gemma-3-27b"), 32768) / kv_cache_bytes(preset("gemma-3-27b"), 1024)
-    6.0
-    """
-    total = 0
-    for kind, layers in cfg.attention_groups().items():
-        window = cfg.window(kind)
-        total += layers * min(context, window or context)
-    return total * _per_layer(cfg) * precision.kv_bytes
-
-
 def _per_layer(cfg: ModelConfig) -> int:
     if cfg.mla is not None:
         return cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim
     return 2 * cfg.kv_dim
-

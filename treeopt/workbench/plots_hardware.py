@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,19 +48,6 @@ def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops:
     fig.update_layout(title=title, xaxis=dict(type="log", range=[np.log10(lo), np.log10(hi)],
                                               title="operational intensity (FLOP/byte)"),
                       yaxis=dict(type="log", title="attained TFLOP/s"), **_LAYOUT)
-    return fig
-
-
-def latency_figure(points: Sequence[tuple[int, int, int, float]], *, title: str) -> go.Figure:
-    """Verify-step latency vs tokens per step, one line per (batch, context)."""
-    fig = go.Figure()
-    keys = sorted({(b, s) for b, s, _, _ in points})
-    for b, s in keys:
-        row = sorted((q, t) for bb, ss, q, t in points if (bb, ss) == (b, s))
-        fig.add_trace(go.Scatter(x=[q for q, _ in row], y=[t * 1e3 for _, t in row],
-                                 mode="lines+markers", name=f"b={b}, s={s}"))
-    fig.update_layout(title=title, xaxis_type="log", xaxis_title="tokens verified per step (q)",
-                      yaxis_title="step latency (ms)", **_LAYOUT)
     return fig
 
 
