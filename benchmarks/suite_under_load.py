@@ -6,7 +6,7 @@ of a 2-core host), runs ``python -m pytest`` ``--runs`` times one after the othe
 prints each run's outcome, time and pytest summary line, stops the busy loops, and exits non-zero
 if any run failed.
 
-    python benchmarks/suite_under_load.py [--busy 2] [--runs 5] [--pytest-args "tests/x.py -q"]
+    python benchmarks/suite_under_load.py [--busy 2] [--runs 5] [--pytest-args "tests/test_tune.py -q"]
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def missing_extra(exc: ModuleNotFoundError) -> str | None:
     "needs torch, which is not installed: pip install 'treeopt[torch]'"
     >>> missing_extra(ModuleNotFoundError("No module named 'plotly.colors'", name="plotly.colors"))
     "needs plotly, which is not installed: pip install 'treeopt[app]'"
-    >>> missing_extra(ModuleNotFoundError("No module named 'treeopt.x'", name="treeopt.x")) is None
+    >>> missing_extra(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None
     True
     """
     module = (exc.name or "").split(".")[0]
