@@ -152,7 +152,7 @@ def test_prompt_longer_than_context_is_rejected(tmp_path):
 
 
 def test_bad_config():
-    with pytest.raises(TreeoptError, match="--shard 2/2"):
+    with pytest.raises(TreeoptError, match="^shard 2/2"):
         CalibrateConfig(shard=2, num_shards=2)
     with pytest.raises(TreeoptError, match="expected i/n"):
         calibrate_module.parse_shard("two")
@@ -226,12 +226,14 @@ def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_pat
 
 
 def test_bad_sampling_config():
-    with pytest.raises(TreeoptError, match="--samples-per-prompt, --top-p and --sample-top-k "
-                                           "need --temperature > 0"):
+    with pytest.raises(TreeoptError, match="^temperature must be > 0 for samples_per_prompt, "
+                                           "top_p or sample_top_k"):
         CalibrateConfig(samples_per_prompt=3)
-    with pytest.raises(TreeoptError, match=r"--top-p must be in \(0, 1\]"):
+    with pytest.raises(TreeoptError, match=r"^top_p must be in \(0, 1\]"):
         CalibrateConfig(temperature=1.0, top_p=2.0)
-    with pytest.raises(TreeoptError, match="--temperature must be ≥ 0"):
+    with pytest.raises(TreeoptError, match="^sample_top_k must be ≥ 0"):
+        CalibrateConfig(temperature=1.0, sample_top_k=-1)
+    with pytest.raises(TreeoptError, match="^temperature must be ≥ 0"):
         CalibrateConfig(temperature=-1.0)
-    with pytest.raises(TreeoptError, match="cannot be sampled"):
+    with pytest.raises(TreeoptError, match="ranked, not sampled"):
         CalibrateConfig(temperature=1.0, source="texts")

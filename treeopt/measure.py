@@ -20,18 +20,13 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError
 
 MAX_ROUNDS = 64  # rounds at most, however noisy the figure and however short a round
 
 
-class MeasurementError(TreeoptError):
+class MeasurementError(FieldError):
     """A measurement setting out of range; ``field`` names it, ``rule`` says what is valid."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(f"{field} {rule}")
-        self.field = field
-        self.rule = rule
 
 
 def relative_se(values: Sequence[float]) -> float:

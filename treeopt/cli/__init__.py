@@ -2,7 +2,8 @@
 
 Every sub-command prints JSON on stdout (or writes it to ``--out``), shows progress on stderr, and
 turns a :class:`~treeopt.errors.TreeoptError`, or a module of an optional extra that is not
-installed, into one line on stderr with exit status 2.
+installed, into one line on stderr with exit status 2. A :class:`~treeopt.errors.FieldError`
+names library fields; the line names the flags the user typed instead (:func:`flag_for`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ from typing import NoReturn
 
 from treeopt.cli.common import check_out
 from treeopt.cli.demo_flags import add_demo_flags, expand_demo
-from treeopt.errors import TreeoptError, missing_extra
+from treeopt.errors import FieldError, TreeoptError, missing_extra
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.live", "treeopt.cli.hardware",
             "treeopt.cli.demo")
+
+
+# library fields whose flag is not `--` + the field with `_` → `-` (nor the dest of a flag of the
+# sub-command at hand): DecodeConfig.top_k is --sample-top-k
+FLAGS: dict[str, str] = {"top_k": "--sample-top-k"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_out(args, parser, argv)  # before any work: never overwrite an input, never fail at the end
         return int(args.func(args) or 0)
     except TreeoptError as exc:
-        return _fail(args.command, " ".join(line.strip() for line in str(exc).splitlines()
+        message = str(exc)
+        if isinstance(exc, FieldError):
+            message = exc.named(lambda field: flag_for(field, _subparser(parser, args.command)))
+        return _fail(args.command, " ".join(line.strip() for line in message.splitlines()
                                             if line.strip()))
     except ModuleNotFoundError as exc:  # an optional extra left out of the install
         hint = missing_extra(exc)
@@ -76,6 +85,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         _end_progress_line()
         print(f"treeopt {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def flag_for(field: str, parser: argparse.ArgumentParser | None = None) -> str:
+    """The flag that sets the library field ``field``: the long option of ``parser``'s argument
+    whose dest is ``field``; else the one :data:`FLAGS` names; else ``--`` + ``field`` with ``_``
+    written ``-``.
+
+    >>> flag_for("top_p"), flag_for("top_k"), flag_for("max_new_tokens")
+    ('--top-p', '--sample-top-k', '--max-new-tokens')
+    """
+    for action in parser._actions if parser is not None else ():
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if action.dest == field and longs:
+            return longs[0]
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:
+    """The parser of sub-command ``command``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(command)
+    return None
 
 
 def _fail(command: str, message: str) -> int:

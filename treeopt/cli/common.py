@@ -252,15 +252,12 @@ def add_target_se(p: argparse.ArgumentParser, *, what: str) -> None:
 
 def measurement_from(args: argparse.Namespace, **fields: Any) -> Any:
     """The :class:`~treeopt.measure.Measurement` of ``--rounds``, ``--min-seconds`` and
-    ``--target-se`` (``fields`` replace flags), checked: a bad value is one line naming its
-    flag."""
-    from treeopt.measure import Measurement, MeasurementError
+    ``--target-se`` (``fields`` replace flags); a bad value is a
+    :class:`~treeopt.errors.FieldError`, which :func:`treeopt.cli.main` words as its flag."""
+    from treeopt.measure import Measurement
 
-    try:
-        return Measurement(**{"rounds": args.rounds, "min_seconds": args.min_seconds,
-                              "target_se": args.target_se, **fields})
-    except MeasurementError as exc:
-        raise TreeoptError(f"--{exc.field.replace('_', '-')} {exc.rule}") from None
+    return Measurement(**{"rounds": args.rounds, "min_seconds": args.min_seconds,
+                          "target_se": args.target_se, **fields})
 
 
 def add_prompts_flag(p: argparse.ArgumentParser) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.models import check_context
 from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.trace import RankTrace, merge_traces
 
@@ -67,24 +67,31 @@ class CalibrateConfig:
         if self.source not in TARGETS:
             raise TreeoptError(f"calibration source {self.source!r} is unknown; expected {TARGETS}")
         if not 1 <= self.top_k <= np.iinfo(np.int16).max:
-            raise TreeoptError(f"--top-k must be in 1 … 32767, got {self.top_k}")
-        if self.batch_size < 1 or self.max_new_tokens < 1:
-            raise TreeoptError("--batch-size and --max-new-tokens must be ≥ 1")
+            raise FieldError("top_k", f"must be in 1 … 32767, got {self.top_k}")
+        for name in ("batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise FieldError(name, f"must be ≥ 1, got {getattr(self, name)}")
         if not 0 <= self.shard < self.num_shards:
-            raise TreeoptError(f"--shard {self.shard}/{self.num_shards}: need 0 ≤ i < n")
+            raise FieldError("shard", f"{self.shard}/{self.num_shards}: need 0 ≤ i < n")
         if not self.temperature >= 0:
-            raise TreeoptError(f"--temperature must be ≥ 0 (0: greedy), got {self.temperature}")
+            raise FieldError("temperature", f"must be ≥ 0 (0: greedy), got {self.temperature}")
         if self.samples_per_prompt < 1:
-            raise TreeoptError(f"--samples-per-prompt must be ≥ 1, got {self.samples_per_prompt}")
+            raise FieldError("samples_per_prompt", f"must be ≥ 1, got {self.samples_per_prompt}")
         if self.temperature == 0 and (self.samples_per_prompt > 1 or self.top_p < 1
                                       or self.sample_top_k):
-            raise TreeoptError("--samples-per-prompt, --top-p and --sample-top-k need "
-                               "--temperature > 0 (greedy continuations are one per prompt)")
+            raise FieldError("temperature", "must be > 0 for samples_per_prompt, top_p or "
+                             "sample_top_k (greedy continuations are one per prompt), got 0",
+                             others=("samples_per_prompt", "top_p", "sample_top_k"))
         if self.temperature > 0 and self.source == "texts":
-            raise TreeoptError("--texts ranks the user's own texts; it cannot be sampled "
-                               "(leave out --temperature)")
+            raise FieldError("temperature", f"must be 0 when the source is the user's own texts "
+                             f"(they are ranked, not sampled), got {self.temperature}")
         if self.temperature > 0:
-            self.decoding()  # top-p / top-k checked like live decoding's
+            try:
+                self.decoding()  # top-p / top-k checked like live decoding's
+            except FieldError as exc:  # its top_k is this config's sample_top_k
+                if exc.field != "top_k":
+                    raise
+                raise FieldError("sample_top_k", exc.rule) from None
 
     def decoding(self) -> DecodeConfig:
         """The sampler the continuations are drawn with (the one live decoding uses)."""
@@ -118,9 +125,9 @@ def parse_shard(text: str | None, env: dict[str, str] | None = None) -> tuple[in
     try:
         i, n = (int(v) for v in text.split("/"))
     except ValueError:
-        raise TreeoptError(f"--shard {text!r}: expected i/n such as 0/4") from None
+        raise FieldError("shard", f"{text!r}: expected i/n such as 0/4") from None
     if not 0 <= i < n:
-        raise TreeoptError(f"--shard {text!r}: need 0 ≤ i < n")
+        raise FieldError("shard", f"{text!r}: need 0 ≤ i < n")
     return i, n
 
 
@@ -144,8 +151,8 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
     if target.exists():
         done = RankTrace.load(target)
         if done.meta.get("fingerprint") != fingerprint:
-            raise TreeoptError(f"{target}: exists from a different calibration run; remove it or "
-                               f"choose another --out")
+            raise FieldError("out", f"{target}: exists from a different calibration run; remove "
+                             f"it or choose another path")
         return done, target
     chunks = list(range(config.shard, _num_chunks(len(prompts), config), config.num_shards))
     parts, created = _parts_dir(target, fingerprint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 
 MODES = ("greedy", "sample", "typical")
 ATTENTIONS = ("auto", "exact", "sdpa", "eager")  # --attention (treeopt.decoding.attention)
@@ -35,20 +35,19 @@ class DecodeConfig:
         if self.mode not in MODES:
             raise TreeoptError(f"decode mode {self.mode!r} is unknown; expected one of {MODES}")
         if self.max_new_tokens < 1:
-            raise TreeoptError(f"--max-new-tokens must be ≥ 1, got {self.max_new_tokens}")
+            raise FieldError("max_new_tokens", f"must be ≥ 1, got {self.max_new_tokens}")
         if self.mode != "greedy" and not self.temperature > 0:  # NaN fails too
-            raise TreeoptError(f"--mode {self.mode} needs --temperature > 0, got "
-                               f"{self.temperature}")
+            raise FieldError("mode", f"{self.mode} needs temperature > 0, got {self.temperature}",
+                             others=("temperature",))
         if not 0 < self.top_p <= 1:
-            raise TreeoptError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise FieldError("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
-            raise TreeoptError(f"--sample-top-k must be ≥ 0 (0: off), got {self.top_k}")
+            raise FieldError("top_k", f"must be ≥ 0 (0: off), got {self.top_k}")
         if not 0 < self.posterior_threshold <= 1:  # a probability; NaN fails too
-            raise TreeoptError(f"--posterior-threshold must be in (0, 1], got "
-                               f"{self.posterior_threshold}")
+            raise FieldError("posterior_threshold",
+                             f"must be in (0, 1], got {self.posterior_threshold}")
         if self.posterior_alpha is not None and not 0 < self.posterior_alpha < math.inf:
-            raise TreeoptError(f"--posterior-alpha must be > 0 and finite, got "
-                               f"{self.posterior_alpha}")
+            raise FieldError("posterior_alpha", f"must be > 0 and finite, got {self.posterior_alpha}")
 
     @property
     def alpha(self) -> float:
