@@ -121,7 +121,7 @@ def test_bad_sweeps_are_refused(tmp_path):
     with pytest.raises(TreeoptError, match="context 4090 \\+ 8 tree tokens exceeds tiny"):
         profile_verify(TINY, out=tmp_path / "x.json", batch=[1], context=[4090], tokens=[8])
     if not torch.cuda.is_available():
-        with pytest.raises(TreeoptError, match="--device cuda: CUDA is not available"):
+        with pytest.raises(TreeoptError, match="^device cuda: CUDA is not available"):
             profile_verify(TINY, out=tmp_path / "x.json", device="cuda", batch=[1], context=[8],
                            tokens=[1])
     assert not (tmp_path / "x.json").exists()

@@ -94,7 +94,7 @@ def test_a_sweep_of_another_setup_is_refused(model_and_heads, tmp_path):
 
 
 def test_sizes_beyond_the_growth_and_batches_beyond_the_prompts(model_and_heads, tmp_path):
-    with pytest.raises(TreeoptError, match="--sizes 4 is beyond the growth's 3 nodes"):
+    with pytest.raises(TreeoptError, match="^sizes 4 is beyond the growth's 3 nodes"):
         sweep_of(model_and_heads, tmp_path / "a.json", sizes=[4])
     with pytest.raises(TreeoptError, match="a batch of 3 prompts, but only 2 prompts given"):
         sweep_of(model_and_heads, tmp_path / "b.json", batch=[3])

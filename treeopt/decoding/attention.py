@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from treeopt.decoding.config import ATTENTIONS
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError
 
 EXACT = "treeopt_exact"  # the attn_implementation name this module registers
 _registered = False
@@ -103,8 +103,8 @@ def attention_for(choice: str, dtype: torch.dtype) -> str | None:
     ('treeopt_exact', None)
     """
     if choice not in ATTENTIONS:
-        raise TreeoptError(f"--attention {choice!r} is unknown; expected one of "
-                           f"{', '.join(ATTENTIONS)}")
+        raise FieldError("attention", f"{choice!r} is unknown; expected one of "
+                         f"{', '.join(ATTENTIONS)}")
     if choice == "exact" or (choice == "auto" and dtype in (torch.float16, torch.bfloat16)):
         return register()
     return None if choice == "auto" else choice

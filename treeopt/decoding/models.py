@@ -12,7 +12,7 @@ from torch import nn
 
 from treeopt.decoding.attention import attention_for
 from treeopt.dtypes import TORCH_NAMES, dtype_name, recorded_dtype
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -58,8 +58,8 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
     set_threads(spec.threads)
     path = Path(spec.path)
     if not (path / "config.json").exists():
-        raise TreeoptError(f"--model {spec.path}: no config.json (a local Hugging Face model "
-                           f"directory is expected)")
+        raise TreeoptError(f"the model directory {spec.path} has no config.json (a local Hugging "
+                           f"Face model directory is expected)")
     if not spec.device_map:
         check_device(spec.device)
     dtype = torch_dtype(spec.dtype)
@@ -75,7 +75,7 @@ def load_model(spec: ModelSpec) -> tuple[Any, Any]:
             model = from_pretrained(str(path), attn_implementation=attention, **kwargs)
         except TreeoptError as exc:
             if spec.attention != "auto":
-                raise TreeoptError(f"--attention {spec.attention}: {exc}") from None
+                raise FieldError("attention", f"{spec.attention}: {exc}") from None
             warnings.warn(f"--model {spec.path}: the model does not take treeopt's exact "
                           f"attention, so 16-bit tree decoding may differ from autoregressive "
                           f"decoding in rounding ({exc})", stacklevel=2)
@@ -131,18 +131,18 @@ def check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise TreeoptError(f"--device {device!r} is not a device; expected cpu, cuda or "
-                           "cuda:N") from None
+        raise FieldError("device", f"{device!r} is not a device; expected cpu, cuda or "
+                         "cuda:N") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise TreeoptError(f"--device {device}: CUDA is not available on this machine")
+            raise FieldError("device", f"{device}: CUDA is not available on this machine")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise TreeoptError(f"--device {device}: this machine has "
-                               f"{torch.cuda.device_count()} CUDA devices")
+            raise FieldError("device", f"{device}: this machine has "
+                             f"{torch.cuda.device_count()} CUDA devices")
     elif dev.type not in ("cpu", "meta"):
         available = getattr(getattr(torch.backends, dev.type, None), "is_available", None)
         if available is None or not available():
-            raise TreeoptError(f"--device {device}: not available on this machine")
+            raise FieldError("device", f"{device}: not available on this machine")
 
 
 def set_threads(threads: int | None) -> None:
@@ -151,7 +151,7 @@ def set_threads(threads: int | None) -> None:
     if threads is None:
         return
     if threads < 1:
-        raise TreeoptError(f"--threads must be ≥ 1, got {threads}")
+        raise FieldError("threads", f"must be ≥ 1, got {threads}")
     torch.set_num_threads(threads)
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from treeopt.costs import StepCosts
 from treeopt.decoding.compare import check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.measure import Measurement
 from treeopt.select import growth_expected_accept_length, price_tree, select
@@ -42,8 +42,8 @@ def family_tree(growth: Growth, size: int, cap: int | None) -> Tree:
     """The growth's tree of ``size`` nodes among those no deeper than ``cap``."""
     paths = [p for p in growth.order if cap is None or len(p) <= cap]
     if size > len(paths):
-        raise TreeoptError(f"--sizes {size} is beyond the growth's {len(paths)} nodes"
-                           + (f" of depth ≤ {cap}" if cap is not None else ""))
+        raise FieldError("sizes", f"{size} is beyond the growth's {len(paths)} nodes"
+                         + (f" of depth ≤ {cap}" if cap is not None else ""))
     return Tree.from_choices(paths[:size])
 
 
@@ -123,8 +123,8 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
     before, describe them better than either) and select's picks marked again."""
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
     if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
-        raise TreeoptError(f"{out}: a sweep predicted from {was}; give --step-profile to "
-                           "predict its points again, or use another --out")
+        raise TreeoptError(f"{out}: a sweep predicted from {was}; give a step-cost model to "
+                           "predict its points again, or write to another path")
     sweep = Sweep.resume(out, {
         **meta, "predicted": costs.verify.source if costs is not None else None,
         "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "

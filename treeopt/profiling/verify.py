@@ -28,7 +28,7 @@ from treeopt.decoding.models import check_decodable, torch_dtype
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
 from treeopt.dtypes import dtype_name
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import (
     Call,
@@ -52,13 +52,13 @@ def device_label(device: str) -> str:
 
 
 def check_device(device: str, dtype: str) -> None:
-    """Raise a TreeoptError for an unusable ``--device`` or ``--dtype``."""
+    """Raise a TreeoptError for an unusable ``device`` or ``dtype``."""
     dtype_name(dtype)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise TreeoptError(f"--device {device}: CUDA is not available on this machine")
+            raise FieldError("device", f"{device}: CUDA is not available on this machine")
     elif device != "cpu":
-        raise TreeoptError(f"--device: expected cpu or cuda[:N], got {device!r}")
+        raise FieldError("device", f"must be cpu or cuda[:N], got {device!r}")
 
 
 def build_model(cfg: ModelConfig, *, device: str, dtype: str, weights_dir: str | None = None,
@@ -165,9 +165,11 @@ def profile_verify(cfg: ModelConfig, *, out: str | os.PathLike[str], device: str
     if method not in METHODS:
         raise TreeoptError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if method == "cuda-graphs" and not device.startswith("cuda"):
-        raise TreeoptError("--cuda-graphs needs --device cuda")
-    if repeats < 1 or warmup < 0:
-        raise TreeoptError(f"--repeats must be ≥ 1 and --warmup ≥ 0, got {repeats}, {warmup}")
+        raise FieldError("device", f"must be cuda for the cuda-graphs method, got {device!r}")
+    if repeats < 1:
+        raise FieldError("repeats", f"must be ≥ 1, got {repeats}")
+    if warmup < 0:
+        raise FieldError("warmup", f"must be ≥ 0, got {warmup}")
     cfg.check_positions(max(context), max(tokens))
     label = device_label(device)
     table = _resume(out, cfg, dtype, label, method)
@@ -203,10 +205,10 @@ def _resume(out: str | os.PathLike[str], cfg: ModelConfig, dtype: str, label: st
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         return LatencyTable(label, dtype, cfg, (), meta)
     existing.check_matches(model=cfg, dtype=dtype, device=label,
-                           source=f"{Path(out)} (resuming; use another --out for a new sweep)")
+                           source=f"{Path(out)} (resuming; write a new sweep to another path)")
     if existing.meta.get("method", "eager") != method:
-        raise TreeoptError(f"{out}: measured with method {existing.meta.get('method')!r}, not "
-                           f"{method!r}; use another --out")
+        raise FieldError("out", f"{out}: measured with method {existing.meta.get('method')!r}, "
+                         f"not {method!r}; write to another path")
     return existing
 
 
