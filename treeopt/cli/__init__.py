@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from treeopt.cli.common import check_out
@@ -95,11 +95,21 @@ def flag_for(field: str, parser: argparse.ArgumentParser | None = None) -> str:
     >>> flag_for("top_p"), flag_for("top_k"), flag_for("max_new_tokens")
     ('--top-p', '--sample-top-k', '--max-new-tokens')
     """
-    for action in parser._actions if parser is not None else ():
+    for action in actions(parser) if parser is not None else ():
         longs = [o for o in action.option_strings if o.startswith("--")]
         if action.dest == field and longs:
             return longs[0]
     return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+    """The arguments of ``parser`` and of its sub-commands, theirs included, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from actions(sub)
+        else:
+            yield action
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser | None:

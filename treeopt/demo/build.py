@@ -24,7 +24,7 @@ from typing import Any
 from treeopt.demo import stages
 from treeopt.demo.config import DemoConfig, command_line
 from treeopt.demo.layout import DEMO_FORMAT, DemoPaths
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 
 Log = Callable[[str], None]
@@ -42,8 +42,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     names = [name for name, _ in stages.PIPELINE]
     unknown = [r for r in redo if r not in names and r != stages.TIMING]
     if unknown:
-        raise TreeoptError(f"--redo {','.join(unknown)}: no such stage; the stages are "
-                           f"{', '.join(names)}, and {stages.TIMING} (every speed measurement)")
+        raise FieldError("redo", f"{','.join(unknown)}: no such stage; the stages are "
+                         f"{', '.join(names)}, and {stages.TIMING} (every speed measurement)")
     retime = stages.TIMING in redo
     if retime:
         redo = tuple(dict.fromkeys([*stages.TIMING_STAGES,
@@ -52,10 +52,10 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     target = Path(out)
     differ = settings_differ(target, config)
     if redo and differ:
-        raise TreeoptError(f"--redo {','.join(redo)}: the demo in {target} was built with other "
-                           f"settings ({', '.join(differ)}); --redo re-runs stages of a demo "
-                           "built with the same ones (other settings mean a fresh build: run "
-                           "without --redo)")
+        raise FieldError("redo", f"{','.join(redo)}: the demo in {target} was built with other "
+                         f"settings ({', '.join(differ)}); redo re-runs stages of a demo built "
+                         "with the same ones (other settings mean a fresh build: run without "
+                         "redo)", others=("redo",))
     work = _workdir(target, config)
     for name in redo:  # measured afresh: the stage's record and the files it would resume from
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from treeopt.demo.base import BaseConfig
 from treeopt.drafters import drafter_kind
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
@@ -75,12 +75,12 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
-            raise TreeoptError(f"--medusa-head-layers must be at least 1, got "
-                               f"{self.medusa_head_layers}")
+            raise FieldError("medusa_head_layers",
+                             f"must be at least 1, got {self.medusa_head_layers}")
         if self.device not in ("cpu", "cuda"):
-            raise TreeoptError(f"--device {self.device!r}: expected cpu or cuda")
+            raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
         if self.budget_minutes <= 0:
-            raise TreeoptError(f"--budget-minutes must be positive, got {self.budget_minutes}")
+            raise FieldError("budget_minutes", f"must be positive, got {self.budget_minutes}")
         if max(self.eval_sizes) > self.max_nodes:
             raise TreeoptError(f"evaluation sizes {self.eval_sizes} exceed max_nodes "
                                f"{self.max_nodes}")
@@ -161,9 +161,9 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     (16, 1289, 468)
     """
     if device not in _THROUGHPUT:
-        raise TreeoptError(f"--device {device!r}: expected one of {sorted(_THROUGHPUT)}")
+        raise FieldError("device", f"{device!r}: expected one of {sorted(_THROUGHPUT)}")
     if base_layers is not None and base_layers < 1:
-        raise TreeoptError(f"--base-layers must be at least 1, got {base_layers}")
+        raise FieldError("base_layers", f"must be at least 1, got {base_layers}")
     if medusa_head_layers == DemoConfig.head_layers:
         medusa_head_layers = None  # the default, recorded as such (the same build)
     if budget_minutes < 2:
