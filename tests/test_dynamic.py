@@ -56,9 +56,9 @@ def trained_eagle(base):
 
 def test_settings_are_checked_against_what_the_pool_holds():
     assert DynamicSettings(2, 3, 11).pool == 10
-    with pytest.raises(TreeoptError, match="--draft-tokens 12: topk 2 and steps 3 draft only 10"):
+    with pytest.raises(TreeoptError, match="^draft_tokens 12: topk 2 and steps 3 draft only 10"):
         DynamicSettings(2, 3, 12)
-    with pytest.raises(TreeoptError, match="--topk must be ≥ 1"):
+    with pytest.raises(TreeoptError, match="^topk must be ≥ 1"):
         DynamicSettings(0, 3, 2)
     assert [s.label for s in grid((1, 2), (2,), (3, 4, 8))] == [
         "topk 1, steps 2, draft tokens 3", "topk 2, steps 2, draft tokens 3",

@@ -101,12 +101,12 @@ def test_an_interrupted_training_resumes_to_the_same_drafter(setup, kind, tmp_pa
 
 
 def test_too_little_data(setup):
-    with pytest.raises(TreeoptError, match="fewer than --seq-len 64"):
+    with pytest.raises(TreeoptError, match="^seq_len 64 is more than the 3 tokens"):
         windows([[1, 2, 3]], 64)
 
 
 def test_bad_config():
-    with pytest.raises(TreeoptError, match="--seq-len 4 leaves no targets for 4 heads"):
+    with pytest.raises(TreeoptError, match="^seq_len 4 leaves no targets for 4 heads"):
         TrainConfig(num_heads=4, seq_len=4)
-    with pytest.raises(TreeoptError, match="--steps must be"):
+    with pytest.raises(TreeoptError, match="^steps must be ≥ 1, got 0"):
         TrainConfig(steps=0)

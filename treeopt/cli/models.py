@@ -169,7 +169,10 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
     if args.generate > 0:
         data = greedy_continuations(model, data, max_new_tokens=args.generate)
     tokens = sum(len(s) for s in data)
-    fitted = fit_to_data(cfg, data, context=context_length(model))
+    try:
+        fitted = fit_to_data(cfg, data, context=context_length(model))
+    except TreeoptError as exc:  # the library's greedy continuations are --generate N here
+        raise TreeoptError(f"{exc}; --generate N adds them") from None
     if fitted.seq_len != cfg.seq_len:
         why = (f"the training data hold {tokens} tokens" if fitted.seq_len == tokens else
                f"the model's context is {fitted.seq_len} positions")

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from treeopt.drafters import KINDS, drafter_kind
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError
 
 
 def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
@@ -109,18 +109,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len"):
             if getattr(self, name) < 1:
-                raise TreeoptError(f"--{name.replace('_', '-')} must be ≥ 1")
+                raise FieldError(name, f"must be ≥ 1, got {getattr(self, name)}")
         if not self.lr > 0 or not math.isfinite(self.lr):  # also refuses NaN
-            raise TreeoptError(f"--lr must be a positive number, got {self.lr}")
+            raise FieldError("lr", f"must be a positive number, got {self.lr}")
         for name in ("weight_decay", "decay"):
             value = getattr(self, name)
             if not value >= 0 or not math.isfinite(value):
-                raise TreeoptError(f"--{name.replace('_', '-')} must be a number ≥ 0, got {value}")
+                raise FieldError(name, f"must be a number ≥ 0, got {value}")
         if self.warmup < 0:
-            raise TreeoptError(f"--warmup must be ≥ 0, got {self.warmup}")
+            raise FieldError("warmup", f"must be ≥ 0, got {self.warmup}")
         if self.seq_len < self.num_heads + 2:
-            raise TreeoptError(f"--seq-len {self.seq_len} leaves no targets for "
-                               f"{self.num_heads} heads (needs ≥ {self.num_heads + 2})")
+            raise FieldError("seq_len", f"{self.seq_len} leaves no targets for {self.num_heads} "
+                             f"heads (needs ≥ {self.num_heads + 2})")
 
     def heads_config(self, hidden_size: int, vocab_size: int, *,
                      base_layers: int = 0) -> HeadsConfig:

@@ -23,7 +23,7 @@ from treeopt.decoding.models import model_device, model_dims
 from treeopt.drafters import build_heads
 from treeopt.drafters.config import TrainConfig
 from treeopt.drafters.resume import due, restore_training, save_training
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,8 +41,9 @@ def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:
     """
     flat = [t for s in sequences for t in s]
     if len(flat) < seq_len:
-        raise TreeoptError(f"the training data has {len(flat)} tokens, fewer than --seq-len "
-                           f"{seq_len} (lower --seq-len, add text, or extend it with --generate N)")
+        raise FieldError("seq_len", f"{seq_len} is more than the {len(flat)} tokens of the "
+                         "training data (lower it, add text, or extend the texts with greedy "
+                         "continuations)")
     rows = len(flat) // seq_len
     return torch.tensor(flat[: rows * seq_len]).view(rows, seq_len)
 
@@ -62,7 +63,8 @@ def fit_to_data(config: TrainConfig, sequences: Sequence[Sequence[int]], *,
     need = config.num_heads + 2  # a window must hold a position and the targets of every head
     if tokens < need:
         raise TreeoptError(f"the training data has {tokens} tokens; {config.num_heads} heads "
-                           f"need at least {need} (add text, or extend it with --generate N)")
+                           f"need at least {need} (add text, or extend the texts with greedy "
+                           "continuations)")
     seq_len = min(config.seq_len, tokens, context or config.seq_len)
     return config if seq_len == config.seq_len else replace(config, seq_len=seq_len)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 
 POLICIES: tuple[str, ...] = ("sglang", "eagle2")
 
@@ -45,15 +45,15 @@ class DynamicSettings:
 
     def __post_init__(self) -> None:
         if self.topk < 1:
-            raise TreeoptError(f"--topk must be ≥ 1, got {self.topk}")
+            raise FieldError("topk", f"must be ≥ 1, got {self.topk}")
         if self.steps < 1:
-            raise TreeoptError(f"--steps must be ≥ 1, got {self.steps}")
+            raise FieldError("steps", f"must be ≥ 1, got {self.steps}")
         if self.draft_tokens < 2:
-            raise TreeoptError(f"--draft-tokens must be ≥ 2 (the root and a node), got "
-                               f"{self.draft_tokens}")
+            raise FieldError("draft_tokens",
+                             f"must be ≥ 2 (the root and a node), got {self.draft_tokens}")
         if self.draft_tokens - 1 > self.pool:
-            raise TreeoptError(
-                f"--draft-tokens {self.draft_tokens}: topk {self.topk} and steps {self.steps} "
+            raise FieldError(
+                "draft_tokens", f"{self.draft_tokens}: topk {self.topk} and steps {self.steps} "
                 f"draft only {self.pool} candidates, so at most {self.pool + 1} tokens")
         if self.policy not in POLICIES:
             raise TreeoptError(f"policy {self.policy!r}: expected one of {', '.join(POLICIES)}")
