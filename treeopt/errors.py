@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 # top-level module -> the extra that installs it (pyproject.toml's optional dependencies)
 EXTRAS: dict[str, str] = {
@@ -20,38 +20,50 @@ class TreeoptError(ValueError):
     """
 
 
+# how a rule refers to a field other than the one at fault (or to it, inline): ``{name}``
+FIELD_REF = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
 class FieldError(TreeoptError):
     """The value of one field is invalid: ``field`` names it in the library's terms (a dataclass
-    field or a parameter, such as ``top_p``), ``rule`` says what would be valid, and ``others``
-    lists the other fields that ``rule`` names by their plain names. ``str()`` is
-    ``f"{field} {rule}"``; :meth:`named` renames every field, as the CLI does with its flags.
+    field or a parameter, such as ``top_p``) and ``rule`` says what would be valid, referring to
+    any other field as ``{name}``. ``str()`` is ``f"{field} {rule}"`` with each ``{name}``
+    written ``name``; when ``inline``, ``rule`` alone, which refers to ``field`` itself as
+    ``{field}``; after ``f"{where}: "`` when ``where`` (a file) is given. :meth:`named` writes
+    each field another way, as the CLI does with its flags.
 
-    >>> exc = FieldError("top_p", "must be in (0, 1], got 2")
-    >>> str(exc)
+    >>> str(FieldError("top_p", "must be in (0, 1], got 2"))
     'top_p must be in (0, 1], got 2'
-    >>> FieldError("mode", "sample needs temperature > 0, got 0", others=("temperature",)).named(
+    >>> FieldError("mode", "sample needs {temperature} > 0, got 0").named(
     ...     lambda field: "--" + field.replace("_", "-"))
     '--mode sample needs --temperature > 0, got 0'
+    >>> str(FieldError("batch", "a tree per batch size [1, 4]; pick one with {batch} B",
+    ...                inline=True).at("s.json"))
+    's.json: a tree per batch size [1, 4]; pick one with batch B'
     """
 
-    def __init__(self, field: str, rule: str, *, others: Iterable[str] = ()) -> None:
+    def __init__(self, field: str, rule: str, *, inline: bool = False, where: str = "") -> None:
         self.field = field
         self.rule = rule
-        self.others = tuple(others)
+        self.inline = inline
+        self.where = where
         super().__init__(self.named(str))
 
     @property
     def fields(self) -> tuple[str, ...]:
-        """Every field the message names: ``field``, then ``others``."""
-        return (self.field, *self.others)
+        """Every field the message names: ``field``, then those ``rule`` refers to."""
+        return tuple(dict.fromkeys([self.field, *FIELD_REF.findall(self.rule)]))
 
     def named(self, name: Callable[[str], str]) -> str:
         """The message with each field ``f`` written as ``name(f)``."""
-        rule = self.rule
-        for other in self.others:
-            rule = re.sub(rf"(?<![\w-]){re.escape(other)}(?![\w-])",
-                          lambda _, written=name(other): written, rule)
-        return f"{name(self.field)} {rule}"
+        rule = FIELD_REF.sub(lambda m: name(m.group(1)), self.rule)
+        message = rule if self.inline else f"{name(self.field)} {rule}"
+        return f"{self.where}: {message}" if self.where else message
+
+    def at(self, where: str) -> FieldError:
+        """This error, said of ``where`` (the file it is about)."""
+        return FieldError(self.field, self.rule, inline=self.inline,
+                          where=f"{where}: {self.where}" if self.where else where)
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:

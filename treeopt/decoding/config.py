@@ -37,8 +37,8 @@ class DecodeConfig:
         if self.max_new_tokens < 1:
             raise FieldError("max_new_tokens", f"must be ≥ 1, got {self.max_new_tokens}")
         if self.mode != "greedy" and not self.temperature > 0:  # NaN fails too
-            raise FieldError("mode", f"{self.mode} needs temperature > 0, got {self.temperature}",
-                             others=("temperature",))
+            raise FieldError("mode", f"{self.mode} needs {{temperature}} > 0, got "
+                             f"{self.temperature}")
         if not 0 < self.top_p <= 1:
             raise FieldError("top_p", f"must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:

@@ -53,9 +53,9 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     differ = settings_differ(target, config)
     if redo and differ:
         raise FieldError("redo", f"{','.join(redo)}: the demo in {target} was built with other "
-                         f"settings ({', '.join(differ)}); redo re-runs stages of a demo built "
-                         "with the same ones (other settings mean a fresh build: run without "
-                         "redo)", others=("redo",))
+                         f"settings ({', '.join(differ)}); {{redo}} re-runs stages of a demo "
+                         "built with the same ones (other settings mean a fresh build: run "
+                         "without {redo})")
     work = _workdir(target, config)
     for name in redo:  # measured afresh: the stage's record and the files it would resume from
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
