@@ -93,10 +93,10 @@ def test_export_refuses_what_the_engine_cannot_run():
 
 
 def test_trtllm_yaml_needs_what_the_engine_needs():
-    with pytest.raises(TreeoptError, match="^--num-heads is required for TensorRT-LLM's Medusa "
+    with pytest.raises(TreeoptError, match="^num_heads is required for TensorRT-LLM's Medusa "
                                            "YAML: its num_medusa_heads overrides"):
         export(T7, "trtllm-yaml")
-    with pytest.raises(TreeoptError, match="^--speculative-model is required"):
+    with pytest.raises(TreeoptError, match="^speculative_model is required"):
         export(T7, "trtllm-yaml", draft="eagle")
 
 
@@ -162,7 +162,7 @@ def test_load_tree_arg(tmp_path):
         load_tree_arg(growth_file)
     with pytest.raises(TreeoptError, match="tree size 6 is outside this growth's 0 … 5"):
         load_tree_arg(growth_file, size=6)
-    with pytest.raises(TreeoptError, match=f"^--size applies to growth files only, and {tree_file}"):
+    with pytest.raises(TreeoptError, match=f"^size applies to growth files only, and {tree_file}"):
         load_tree_arg(tree_file, size=2)
     with pytest.raises(TreeoptError, match=f"^{tmp_path / 'none.txt'}: no such file$"):
         load_tree_arg(tmp_path / "none.txt")
@@ -203,7 +203,7 @@ def test_import_export_round_trip(tree, draft, num_heads):
                 export(tree, fmt, **kwargs)
             continue
         if fmt == "trtllm-yaml" and draft == "medusa" and num_heads is None:
-            with pytest.raises(TreeoptError, match="^--num-heads is required"):
+            with pytest.raises(TreeoptError, match="^num_heads is required"):
                 export(tree, fmt, **kwargs)
             continue
         text = export(tree, fmt, **kwargs)

@@ -26,7 +26,7 @@ from pathlib import Path as FilePath
 from typing import Any
 
 from treeopt.engines import engine, engine_problems
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_text
 from treeopt.tree import Tree
 
@@ -87,16 +87,16 @@ def _trtllm_yaml(tree: Tree, *, draft: str, num_heads: int | None,
     choices = json.dumps(tree.as_choices())
     if draft == "medusa":
         if num_heads is None:
-            raise TreeoptError("--num-heads is required for TensorRT-LLM's Medusa YAML: its "
-                               "num_medusa_heads overrides the checkpoint's head count")
+            raise FieldError("num_heads", "is required for TensorRT-LLM's Medusa YAML: its "
+                             "num_medusa_heads overrides the checkpoint's head count")
         lines = ["speculative_config:", "  decoding_type: Medusa",
                  f"  max_draft_len: {tree.size}",
                  f"  num_medusa_heads: {num_heads}",
                  f"  medusa_choices: {choices}"]
     else:
         if not speculative_model:
-            raise TreeoptError("--speculative-model is required for TensorRT-LLM's EAGLE YAML: "
-                               "the EAGLE checkpoint (a local directory or hub name)")
+            raise FieldError("speculative_model", "is required for TensorRT-LLM's EAGLE YAML: "
+                             "the EAGLE checkpoint (a local directory or hub name)")
         lines = ["speculative_config:", "  decoding_type: Eagle",
                  f"  speculative_model: {json.dumps(speculative_model)}",
                  f"  max_draft_len: {tree.depth}",
@@ -241,19 +241,19 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
     text = read_text(p, expected="a text file holding a tree")
     kind = file_kind(text)
     if kind != "growth" and size is not None:
-        raise TreeoptError(f"--size applies to growth files only, and {p} is not one")
+        raise FieldError("size", f"applies to growth files only, and {p} is not one")
     if kind != "selection" and decoding_batch:
         batch = None
     if kind != "selection" and (batch is not None or context is not None):
-        flag = "--batch" if batch is not None else "--context"
-        raise TreeoptError(f"{flag} picks a point of a selection file, and {p} is not one")
+        raise FieldError("batch" if batch is not None else "context",
+                         f"picks a point of a selection file, and {p} is not one")
     if kind == "growth":
         from treeopt.grow import Growth
 
         growth = Growth.from_json(_json(text, p), source=str(p))
         if size is None:
-            raise TreeoptError(f"{p}: a growth file holds trees of 1..{growth.max_nodes} nodes; "
-                               "pick one with --size N")
+            raise FieldError("size", f"a growth file holds trees of 1..{growth.max_nodes} nodes; "
+                             "pick one with {size} N", inline=True, where=str(p))
         return growth.tree(size)
     if kind == "selection":
         from treeopt.selection import Selection
@@ -261,6 +261,8 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
         selection = Selection.from_json(_json(text, p), source=str(p))
         try:
             return selection.tree_at(batch, context)
+        except FieldError as exc:
+            raise exc.at(str(p)) from None
         except TreeoptError as exc:
             raise TreeoptError(f"{p}: {exc}") from None
     return parse_tree(text, fmt=fmt, source=str(p))

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.simulate import accept_lengths, node_visits
 from treeopt.trace import RankTrace
@@ -185,13 +185,13 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
     if constraint not in CONSTRAINTS:
         raise TreeoptError(f"unknown constraint {constraint!r}; choose one of {', '.join(CONSTRAINTS)}")
     if max_nodes < 1:
-        raise TreeoptError(f"--max-nodes must be at least 1, got {max_nodes}")
+        raise FieldError("max_nodes", f"must be at least 1, got {max_nodes}")
     heads, top_k = _shape(source)
     caps = {"max_nodes": max_nodes,
             "max_depth": heads if max_depth is None else min(max_depth, heads),
             "max_rank": top_k if max_rank is None else min(max_rank, top_k)}
     if caps["max_depth"] < 1 or caps["max_rank"] < 1:
-        raise TreeoptError(f"--max-depth and --max-rank must be at least 1, got {caps}")
+        raise FieldError("max_depth", f"and {{max_rank}} must be at least 1, got {caps}")
     meta = _provenance(source)
     if constraint == "uniform":
         from treeopt.uniform import grow_uniform
@@ -270,8 +270,8 @@ def _value_function(source: Source, method: str,
         marginal = accuracy_table(source).marginal
         return (lambda p: independent_value(marginal, p)), 1.0
     if not isinstance(source, RankTrace):
-        raise TreeoptError("the empirical method needs a rank trace (--trace), "
-                           "not an accuracy table; use --method independent")
+        raise TreeoptError("the empirical method needs a rank trace, not an accuracy table; "
+                           "use the independent method")
     if source.positions == 0:
         raise TreeoptError("the rank trace is empty (0 positions)")
     counts = prefix_counts(source, max_depth=caps["max_depth"], max_rank=caps["max_rank"])

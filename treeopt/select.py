@@ -30,7 +30,7 @@ from treeopt.costs import (
     expanded_nodes,
     throughput,
 )
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.selection import Curve, DepthCapBest, Point, Selection
 from treeopt.simulate import simulate
@@ -122,8 +122,8 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
     stops paying (:meth:`~treeopt.selection.Selection.stops_paying`). With ``trace`` (one that
     records ``sequence_positions``), E[L] is the per-step walk of that trace."""
     if trace is not None and "sequence_positions" not in trace.meta:
-        raise TreeoptError("--trace: per-step E[L] needs the trace's 'sequence_positions' "
-                           "(recorded by treeopt calibrate)")
+        raise FieldError("trace", "lacks 'sequence_positions', which per-step E[L] needs "
+                         "(recorded by treeopt calibrate)")
     if growth.max_nodes < 1:
         raise TreeoptError("the growth holds no trees (max_nodes 0)")
     check_grid(batch, context)

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
 from treeopt.tree import Tree
@@ -166,16 +166,16 @@ class Selection:
 
     def tree_at(self, batch: int | None = None, context: int | None = None) -> Tree:
         """The tree picked at ``batch`` and ``context``; either may be left out when the
-        selection holds only one (the error names the flag to add)."""
+        selection holds only one (the error names the field to give)."""
         if batch is None:
             if len(self.batches) > 1:
-                raise TreeoptError(f"the selection holds a tree per batch size {self.batches}; "
-                                   "pick one with --batch B")
+                raise FieldError("batch", f"the selection holds a tree per batch size "
+                                 f"{self.batches}; pick one with {{batch}} B", inline=True)
             batch = self.batches[0]
         if context is None:
             if len(self.contexts) > 1:
-                raise TreeoptError(f"the selection holds a tree per context length "
-                                   f"{self.contexts}; pick one with --context S")
+                raise FieldError("context", f"the selection holds a tree per context length "
+                                 f"{self.contexts}; pick one with {{context}} S", inline=True)
             context = self.contexts[0]
         return self.point(batch, context).tree
 
@@ -230,7 +230,7 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
     """
     pts = sorted((p for p in selection.points if p.context == context), key=lambda p: p.batch)
     if not pts:
-        raise TreeoptError(f"--schedule-context {context} was not swept; swept contexts: "
+        raise TreeoptError(f"context {context} was not swept; swept contexts: "
                            f"{selection.contexts}")
     ranges: list[dict[str, Any]] = []
     lo = 1
@@ -324,7 +324,7 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     shared = sorted(set.intersection(*grids))
     if not shared:
         raise TreeoptError(f"the selections of {list(selections)} share no (batch, context) "
-                           f"point; select them over the same --batch and --context")
+                           f"point; select them over the same batch sizes and contexts")
     out = []
     for b, s in shared:
         points = {name: sel.point(b, s) for name, sel in selections.items()}
