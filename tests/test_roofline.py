@@ -179,9 +179,9 @@ def test_sweeps_beyond_the_models_positions_are_refused():
 
 def test_precision_and_dtype_errors():
     assert Precision.from_dtypes("fp32").kv_bytes == 4
-    with pytest.raises(TreeoptError, match="--kv-dtype: unknown dtype 'fp7'"):
+    with pytest.raises(TreeoptError, match="^kv_dtype: unknown dtype 'fp7'"):
         Precision.from_dtypes("bf16", kv="fp7")
-    with pytest.raises(TreeoptError, match="--dtype: the compute dtype must be"):
+    with pytest.raises(TreeoptError, match="^dtype must be bf16, fp16 or fp32 to compute in"):
         Precision.from_dtypes("fp8")
 
 

@@ -270,7 +270,7 @@ class Sweep:
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
-                               f"use another --out")
+                               f"write to another path")
         return replace(old, meta={**old.meta, **{k: meta[k] for k in renewed if k in meta}})
 
     def with_predictions(self, predicted: Mapping[tuple[int, int, int | None],

@@ -129,6 +129,6 @@ def expected_accept_length(tree: Tree, source: Source, *, method: Method) -> flo
 def _require_trace(source: Source, method: str) -> RankTrace:
     if not isinstance(source, RankTrace):
         raise TreeoptError(
-            f"the {method} model needs a rank trace (--trace), not an accuracy table; "
-            "use --method independent with accuracy tables")
+            f"the {method} model needs a rank trace, not an accuracy table; "
+            "use the independent method with accuracy tables")
     return source

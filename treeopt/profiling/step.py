@@ -358,5 +358,5 @@ def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: 
     if differ:
         key = differ[0]
         raise TreeoptError(f"{out}: profiled with another {key} ({getattr(old, key)!r}, not "
-                           f"{getattr(fresh, key)!r}); use another --out")
+                           f"{getattr(fresh, key)!r}); write to another path")
     return old

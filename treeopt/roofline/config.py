@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -203,8 +203,8 @@ def preset_row(name: str) -> dict[str, Any]:
     rows = _presets()
     key = name.strip().lower()
     if key not in rows:
-        raise TreeoptError(f"--preset: unknown model preset {name!r}; known presets: "
-                           f"{', '.join(rows)}")
+        raise FieldError("preset", f"{{preset}}: unknown model preset {name!r}; known presets: "
+                         f"{', '.join(rows)}", inline=True)
     return rows[key]
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import check_format, read_json, write_json
 
 HARDWARE_FORMAT = "treeopt.hardware/1"
@@ -59,8 +59,8 @@ class Hardware:
     def matmul_flops(self, dtype: str) -> float:
         """Peak matmul FLOP/s in the compute dtype."""
         if dtype not in COMPUTE_DTYPES:
-            raise TreeoptError(f"--dtype: unknown compute dtype {dtype!r}; choose one of "
-                               f"{', '.join(COMPUTE_DTYPES)}")
+            raise FieldError("dtype", f"{dtype!r} is not a compute dtype; choose one of "
+                             f"{', '.join(COMPUTE_DTYPES)}")
         return (self.tflops_fp32 if dtype == "fp32" else self.tflops_bf16) * 1e12
 
     @property
@@ -131,6 +131,7 @@ def load_hardware(name_or_path: str) -> Hardware:
     table = _table()
     key = text.strip().lower()
     if key not in table:
-        raise TreeoptError(f"--hardware: unknown hardware {text!r}; known: {', '.join(table)}, "
-                           "or a JSON file written by 'treeopt profile device'")
+        raise FieldError("hardware", f"{{hardware}}: unknown hardware {text!r}; known: "
+                         f"{', '.join(table)}, or a JSON file written by 'treeopt profile device'",
+                         inline=True)
     return table[key]

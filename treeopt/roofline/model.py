@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.roofline.config import ModelConfig
 from treeopt.roofline.mla import mla_rows
 from treeopt.roofline.moe import moe_rows
@@ -91,12 +91,12 @@ class Precision:
     @classmethod
     def from_dtypes(cls, dtype: str = "bf16", *, weight: str | None = None,
                     kv: str | None = None) -> Precision:
-        for flag, name in (("--dtype", dtype), ("--weight-dtype", weight), ("--kv-dtype", kv)):
+        for field, name in (("dtype", dtype), ("weight_dtype", weight), ("kv_dtype", kv)):
             if name is not None and name not in DTYPE_BYTES:
-                raise TreeoptError(f"{flag}: unknown dtype {name!r}; choose one of "
-                                   f"{', '.join(DTYPE_BYTES)}")
+                raise FieldError(field, f"{{{field}}}: unknown dtype {name!r}; choose one of "
+                                 f"{', '.join(DTYPE_BYTES)}", inline=True)
         if dtype not in ("bf16", "fp16", "fp32"):
-            raise TreeoptError(f"--dtype: the compute dtype must be bf16, fp16 or fp32, got {dtype!r}")
+            raise FieldError("dtype", f"must be bf16, fp16 or fp32 to compute in, got {dtype!r}")
         return cls(dtype, DTYPE_BYTES[weight or dtype], DTYPE_BYTES[dtype], DTYPE_BYTES[kv or dtype])
 
 
@@ -147,7 +147,7 @@ def operators(cfg: ModelConfig, precision: Precision, batch: Sequence[int],
               ) -> Operators:
     """Per-operator FLOPs and bytes (per instance) for every (b, s, q) of the grid."""
     if attention not in ATTENTION_KINDS:
-        raise TreeoptError(f"--attention: unknown kind {attention!r}; choose fused or eager")
+        raise FieldError("attention", f"{attention!r} is unknown; choose fused or eager")
     b = np.asarray(batch, dtype=np.float64)[:, None, None]
     s = np.asarray(context, dtype=np.float64)[None, :, None]
     q = np.asarray(tokens, dtype=np.float64)[None, None, :]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.trace import RankTrace
 
@@ -107,5 +107,5 @@ def check_draft_heads(growth: Growth, num_heads: int, *, source: str,
     if depth_caps:
         depth = min(depth, max(depth_caps))
     if num_heads < depth:
-        raise TreeoptError(f"--draft-heads {num_heads} is smaller than the depth {depth} of the "
-                           f"trees in {source}; give at least {depth} (or --max-depths)")
+        raise FieldError("draft_heads", f"{num_heads} is smaller than the depth {depth} of the "
+                         f"trees in {source}; give at least {depth} (or cap {{max_depths}})")
