@@ -332,8 +332,8 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
                                                          kept[p.key].speedup)
     assert set(Sweep.load(out).points) == set(again.points)
     with pytest.raises(TreeoptError, match=f"{out}: a sweep predicted from flat.json \\+ "
-                                           "steep.json; give --step-profile to predict its "
-                                           "points again, or use another --out"):
+                                           "steep.json; give a step-cost model to predict "
+                                           "its points again, or write to another path"):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2])  # predictions not dropped
 
 

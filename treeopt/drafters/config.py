@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from treeopt.drafters import KINDS, drafter_kind
-from treeopt.errors import FieldError
+from treeopt.errors import FieldError, TreeoptError
 
 
 def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
