@@ -226,8 +226,8 @@ def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_pat
 
 
 def test_bad_sampling_config():
-    with pytest.raises(TreeoptError, match="^temperature must be > 0 for samples_per_prompt, "
-                                           "top_p or sample_top_k"):
+    with pytest.raises(TreeoptError, match="^samples_per_prompt, top_p and sample_top_k need "
+                                           "temperature > 0"):
         CalibrateConfig(samples_per_prompt=3)
     with pytest.raises(TreeoptError, match=r"^top_p must be in \(0, 1\]"):
         CalibrateConfig(temperature=1.0, top_p=2.0)

@@ -128,13 +128,13 @@ def test_batched_tree_sampling_equals_each_sequence_alone(peaked, trained, b):
 
 
 def test_sampling_options_are_checked():
-    with pytest.raises(TreeoptError, match=r"^--mode sample needs --temperature > 0, got 0"):
+    with pytest.raises(TreeoptError, match=r"^mode sample needs temperature > 0, got 0"):
         DecodeConfig(mode="sample", temperature=0.0)
-    with pytest.raises(TreeoptError, match=r"^--top-p must be in \(0, 1\], got 1.5"):
+    with pytest.raises(TreeoptError, match=r"^top_p must be in \(0, 1\], got 1.5"):
         DecodeConfig(mode="sample", top_p=1.5)
-    with pytest.raises(TreeoptError, match=r"^--top-p must be in \(0, 1\], got 0"):
+    with pytest.raises(TreeoptError, match=r"^top_p must be in \(0, 1\], got 0"):
         DecodeConfig(mode="sample", top_p=0.0)
-    with pytest.raises(TreeoptError, match=r"^--sample-top-k must be ≥ 0"):
+    with pytest.raises(TreeoptError, match=r"^top_k must be ≥ 0"):
         DecodeConfig(mode="sample", top_k=-1)
 
 

@@ -79,8 +79,9 @@ class CalibrateConfig:
             raise FieldError("samples_per_prompt", f"must be ≥ 1, got {self.samples_per_prompt}")
         if self.temperature == 0 and (self.samples_per_prompt > 1 or self.top_p < 1
                                       or self.sample_top_k):
-            raise FieldError("temperature", "must be > 0 for {samples_per_prompt}, {top_p} or "
-                             "{sample_top_k} (greedy continuations are one per prompt), got 0")
+            raise FieldError("temperature", "{samples_per_prompt}, {top_p} and {sample_top_k} need "
+                             "{temperature} > 0 (greedy continuations are one per prompt)",
+                             inline=True)
         if self.temperature > 0 and self.source == "texts":
             raise FieldError("temperature", f"must be 0 when the source is the user's own texts "
                              f"(they are ranked, not sampled), got {self.temperature}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from treeopt.dynamic.settings import DynamicSettings
-from treeopt.errors import FieldError
+from treeopt.errors import TreeoptError
 
 ENGINES: tuple[str, ...] = ("sglang", "eagle2", "trtllm")
 
@@ -51,7 +51,7 @@ def export_dynamic(s: DynamicSettings, engine: str, *, draft_model: str | None =
                 f"  max_draft_len: {s.steps}\n  use_dynamic_tree: true\n"
                 f"  dynamic_tree_max_topK: {s.topk}\n"
                 f"  max_total_draft_tokens: {s.nodes}\n")
-    raise FieldError("engine", f"{engine!r}: expected one of {', '.join(ENGINES)}")
+    raise TreeoptError(f"engine {engine!r} is unknown; expected one of {', '.join(ENGINES)}")
 
 
 def check_dynamic(s: DynamicSettings, engine: str) -> list[str]:
@@ -62,7 +62,7 @@ def check_dynamic(s: DynamicSettings, engine: str) -> list[str]:
     """
     problems = []
     if engine not in ENGINES:
-        raise FieldError("engine", f"{engine!r}: expected one of {', '.join(ENGINES)}")
+        raise TreeoptError(f"engine {engine!r} is unknown; expected one of {', '.join(ENGINES)}")
     if engine == "sglang" and s.is_chain and s.draft_tokens != s.steps + 1:
         problems.append(f"top-k 1 drafts a chain: SGLang sets --speculative-num-draft-tokens "
                         f"to steps + 1 = {s.steps + 1}")
