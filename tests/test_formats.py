@@ -158,7 +158,7 @@ def test_load_tree_arg(tmp_path):
     grow(synthetic_trace(200, heads=3, seed=1), method="empirical", max_nodes=5).save(growth_file)
     assert load_tree_arg(growth_file, size=3).size == 3
     with pytest.raises(TreeoptError, match=f"^{growth_file}: a growth file holds trees of 1..5 "
-                                           "nodes; pick one with --size N$"):
+                                           "nodes; pick one with size N$"):
         load_tree_arg(growth_file)
     with pytest.raises(TreeoptError, match="tree size 6 is outside this growth's 0 … 5"):
         load_tree_arg(growth_file, size=6)
