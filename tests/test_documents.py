@@ -107,7 +107,7 @@ def test_the_demo_s_step_profiles_read_unchanged(name):
     (lambda r: r.update(q=7), "records[2]: a step of 2 nodes verifies 3 tokens and expands "
                               "nodes at each of its 2 depths, not q 7 and expanded [1, 1]"),
     (lambda r: r.update(dynamic={"topk": 0, "steps": 2, "draft_tokens": 3}),
-     "records[2]: dynamic settings {'topk': 0, 'steps': 2, 'draft_tokens': 3}: --topk must be "
+     "records[2]: dynamic settings {'topk': 0, 'steps': 2, 'draft_tokens': 3}: topk must be "
      "≥ 1, got 0"),
 ])
 def test_a_bad_step_profile_record_is_one_line_naming_the_file(files, change, fragment):
