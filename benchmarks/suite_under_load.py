@@ -29,15 +29,19 @@ def spin() -> None:
         x = (x * 1103515245 + 12345) % 2147483648
 
 
-def run_suite(python: str, pytest_args: list[str]) -> tuple[int, float, str]:
-    """One run of the test command from the repository root: exit status, seconds, the last
-    line of its output (pytest's summary)."""
+def run_suite(python: str, pytest_args: list[str], log: Path) -> tuple[int, float, list[str]]:
+    """One run of the test command from the repository root, its whole output kept in ``log``:
+    exit status, seconds, and the lines to show (the FAILED/ERROR lines of pytest's short
+    summary, then its last line)."""
     started = time.perf_counter()
-    proc = subprocess.run([python, "-m", "pytest", *pytest_args], cwd=ROOT, capture_output=True,
-                          text=True)
+    proc = subprocess.run([python, "-m", "pytest", "-rfE", *pytest_args], cwd=ROOT,
+                          capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    lines = (proc.stdout + proc.stderr).strip().splitlines()
-    return proc.returncode, seconds, lines[-1] if lines else ""
+    output = proc.stdout + proc.stderr
+    log.write_text(output, encoding="utf-8")
+    lines = output.strip().splitlines()
+    shown = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return proc.returncode, seconds, shown + lines[-1:]
 
 
 def main() -> int:
@@ -49,10 +53,14 @@ def main() -> int:
     parser.add_argument("--pytest-args", default="", metavar="ARGS",
                         help="arguments to pytest, e.g. 'tests/test_tune.py -q' (default: none, "
                              "the whole suite as the README runs it)")
+    parser.add_argument("--logs", default=str(ROOT / "suite-under-load"), metavar="DIR",
+                        help="where each run's whole output is kept (run-N.log)")
     args = parser.parse_args()
     if args.busy < 0 or args.runs < 1:
         parser.error(f"--busy must be ≥ 0 and --runs ≥ 1, got {args.busy} and {args.runs}")
     pytest_args = shlex.split(args.pytest_args)
+    logs = Path(args.logs)
+    logs.mkdir(parents=True, exist_ok=True)
     loops = [multiprocessing.Process(target=spin, daemon=True) for _ in range(args.busy)]
     for loop in loops:
         loop.start()
@@ -61,10 +69,13 @@ def main() -> int:
         print(f"{args.busy} busy loops; {args.python} -m pytest {' '.join(pytest_args)}",
               flush=True)
         for i in range(1, args.runs + 1):
-            code, seconds, summary = run_suite(args.python, pytest_args)
+            log = logs / f"run-{i}.log"
+            code, seconds, shown = run_suite(args.python, pytest_args, log)
             failed += code != 0
             print(f"run {i}/{args.runs}: {'pass' if code == 0 else f'FAIL (exit {code})'} "
-                  f"in {seconds:.0f} s — {summary}", flush=True)
+                  f"in {seconds:.0f} s ({log}) — {shown[-1] if shown else ''}", flush=True)
+            for line in shown[:-1]:
+                print(f"  {line}", flush=True)
     finally:
         for loop in loops:
             loop.terminate()
