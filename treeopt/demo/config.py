@@ -148,8 +148,8 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     ``base_layers``: the base model's decoder layers instead of the preset's 8; the planning
     throughput scales inversely with them, so a base twice as deep needs twice the budget for the
     same training steps. ``medusa_head_layers``: residual blocks per Medusa head instead of
-    ``head_layers`` (2); more blocks cost little time and accept more (docs/hardware.md, "Medusa
-    at batch 1").
+    ``head_layers`` (2); more blocks cost little time and accept more (docs/demo.md,
+    ``--medusa-head-layers``).
 
     >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
