@@ -147,12 +147,10 @@ def format_seconds(seconds: float) -> str:
     >>> format_seconds(1.5), format_seconds(4e-10)
     ('1.50 s', '0.400 ns')
     """
-    for unit, scale in _TIME_UNITS:
-        value = float(f"{seconds / scale:.3g}")
-        if value >= 1 or unit == "ns":
-            digits = max(0, 2 - int(math.floor(math.log10(value)))) if value > 0 else 2
-            return f"{value:.{digits}f} {unit}"
-    raise AssertionError("unreachable: the last unit always returns")
+    unit, value = next(((u, v) for u, scale in _TIME_UNITS
+                        if (v := float(f"{seconds / scale:.3g}")) >= 1 or u == "ns"))
+    digits = max(0, 2 - math.floor(math.log10(value))) if value > 0 else 2
+    return f"{value:.{digits}f} {unit}"
 
 
 def axis_title(quantity: str, unit: str) -> str:
