@@ -9,6 +9,7 @@ from treeopt.pricing import roofline_selection
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_dynamic as dyn_plots
 from treeopt.workbench import plots_hardware as hw_plots
+from treeopt.workbench.style import format_seconds
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "
@@ -25,25 +26,24 @@ with page_errors():
     cfg, gpu = preset(model_name), load_hardware(gpu_name)
 room = cfg.max_positions or 1 << 30  # contexts leave room for the largest tree: 128 nodes + root
 contexts = [x for x in (128, 512, 1024, 2048, 4096) if x + 129 <= room]
-sweep = [x for x in contexts if x >= 512]
 b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
-s = c[3].select_slider("Context s", contexts, 512, key="hw_s")
+s = c[3].select_slider("Context s", contexts, 512, key="hw_s",
+                       help="the context of the roofline step and of the throughput curves")
 q = c[4].select_slider("Tokens q", [1, 2, 4, 8, 16, 32, 64, 128], 64, key="hw_q")
 with page_errors():
     record = roofline(cfg, gpu, batch=[b], context=[s], tokens=[q]).records()[0]
 st.plotly_chart(hw_plots.roofline_figure(
     record, peak_flops=gpu.matmul_flops("bf16"), vector_flops=gpu.vector_flops,
     bandwidth=gpu.bandwidth, title=f"{model_name} on {gpu_name}, b={b}, s={s}, q={q}: "
-                                   f"{record['time_s'] * 1e3:.2f} ms per verify step (bf16)"),
+                                   f"{format_seconds(record['time_s'])} per verify step (bf16)"),
     width="stretch")
 st.caption(f"Peaks from {gpu.source or 'the hardware table'}. Red: memory-bound operators; "
            "blue: compute-bound. Marker size: share of the step's time.")
 
 st.header("Fastest tree per batch size and context")
 data = current_dataset()
-h1, h2, _ = st.columns([1, 1, 2])
+h1, _ = st.columns([1, 3])
 label = h1.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
-ctx = h2.select_slider("Context for the curves", sweep, min(1024, sweep[-1]), key="hw_ctx")
 source = data.sources[label]
 method = data.methods(label)[0]
 draft_kind = label if label in KINDS else None
@@ -51,10 +51,11 @@ with page_errors():
     growth = grow(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,
                                    batch=[1, 2, 4, 8, 16, 32, 64, 128],
-                                   context=sweep, draft_kind=draft_kind,
+                                   context=contexts, draft_kind=draft_kind,
                                    draft_heads=source.heads)
 left, right = st.columns(2)
-left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), width="stretch")
+left.plotly_chart(hw_plots.throughput_curves(selection, context=s, drafter=label),
+                  width="stretch")
 right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
 stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection.stops_paying()
          if x["batch"] is not None]
@@ -76,9 +77,9 @@ if priced is None or priced.sweep is None:
 else:
     sweep = priced.sweep
     st.plotly_chart(hw_plots.sweep_figure(
-        sweep, title=f"{live_kind} heads on {priced.costs.verify.meta.get('device', 'cpu')}: "
-                     "measured (points, spread over rounds) and predicted (dashed) tokens/s"),
-        width="stretch")
+        sweep, drafter=live_kind,
+        title=f"{live_kind} on {priced.costs.verify.meta.get('device', 'cpu')}: measured "
+              "(points, spread over rounds) and predicted (dashed) speed-up"), width="stretch")
     rows = sweep.summary()
     errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
     picks = [f"batch {r['batch']}: {r['selected_size']} nodes, "
@@ -86,8 +87,10 @@ else:
              if "selected_size" in r]
     st.caption(f"Every point decodes {sweep.meta.get('prompts')} held-out prompts × "
                f"{sweep.meta.get('max_new_tokens')} tokens against autoregressive decoding, "
-               f"interleaved, {sweep.meta.get('rounds')} rounds. ★ measured best, ◇ the tree "
-               "select picks from the step profile (" + "; ".join(picks) + ")"
+               f"interleaved, {sweep.meta.get('rounds')} rounds; each point's speed-up is over "
+               "the autoregressive rate measured with it, so drift between points cancels "
+               "(tokens/s on hover). ★ measured best by that speed-up, ◇ the tree select picks "
+               "from the step profile (" + "; ".join(picks) + ")"
                + (f"; largest prediction error {max(errors):.1%}." if errors else "."))
 
 st.header("Dynamic trees (EAGLE): static vs dynamic per batch size")
@@ -101,7 +104,7 @@ else:
     with page_errors(stop=False):
         dyn_contexts = dyn_plots.contexts(dynamic)
         d1, d2, _ = st.columns([1, 1, 2])
-        dyn_ctx = (d2.select_slider("Context", dyn_contexts, dyn_contexts[0], key="hw_dyn_ctx")
+        dyn_ctx = (d2.select_slider("Context (dynamic selection)", dyn_contexts, dyn_contexts[0], key="hw_dyn_ctx")
                    if len(dyn_contexts) > 1 else dyn_contexts[0])
         dyn_batches = [p["batch"] for p in dyn_plots.points_at(dynamic, dyn_ctx)]
         dyn_batch = d1.selectbox("Batch for the grid", dyn_batches, key="hw_dyn_batch")

@@ -1,9 +1,9 @@
-"""Heads: accuracy heatmaps (head × rank), side by side for every head kind in the data."""
+"""Heads: accuracy heatmaps (head or depth × rank), side by side for every drafter in the data."""
 
 import streamlit as st
 
 from app_pages.state import current_dataset, page_errors
-from treeopt.workbench import plots
+from treeopt.workbench import plots, style
 
 st.title("Heads")
 data = current_dataset()
@@ -18,7 +18,8 @@ for column, (label, _) in zip(columns, data.sources.items(), strict=True):
         table = data.table(label)
         st.subheader(label)
         st.plotly_chart(plots.accuracy_heatmap(table, kind=kind, max_rank=max_rank,
-                                               title=f"{label}: {kind} accuracy (%)"),
+                                               title=f"{label}: {kind} accuracy (%)",
+                                               drafter=label),
                         width="stretch")
         if table.counts is not None:
-            st.caption(f"{int(table.counts[0]):,} positions per head")
+            st.caption(f"{int(table.counts[0]):,} positions per {style.position_noun(label)}")

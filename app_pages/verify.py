@@ -7,6 +7,7 @@ import streamlit as st
 from app_pages.state import chosen_label, chosen_tree, demo, demo_dataset, page_errors
 from treeopt.workbench import plots
 from treeopt.workbench.live import live_run
+from treeopt.workbench.style import speedup_delta
 
 st.title("Verify")
 st.write("Decode a prompt with the tree and without it, through the same loop — alone, or in a "
@@ -46,6 +47,11 @@ with page_errors():
     chosen = chosen_tree(kind, source=bundle.traces[kind])
 tree = chosen.tree
 st.caption(f"Tree: {chosen.description}. Choose another on the Trees page.")
+if (mode == "sample" and temperature in bundle.temperatures
+        and f"sampling at T = {temperature:g}" not in chosen.description):
+    st.info(f"This tree was not grown for sampling at T = {temperature:g}; the demo ships one "
+            f"that was ({bundle.paths.growth(kind, temperature=temperature).name}): pick "
+            f"“sampled, T = {temperature:g}” under Decoding on the Trees page.")
 prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")
 
 if st.button("Run live verification", type="primary", key="verify_run"):
@@ -69,7 +75,7 @@ if st.button("Run live verification", type="primary", key="verify_run"):
                          "is the prediction to compare with)")
     whole = f" (batch of {run.batch})" if run.batch > 1 else ""
     m[2].metric("Tree decoding", f"{run.tree_tokens_per_s:.0f} tokens/s",
-                delta=f"{run.speedup:.2f}× autoregressive",
+                **speedup_delta(run.speedup).metric(),
                 help=f"steady-state decode throughput{whole}, prefill excluded")
     m[3].metric("Autoregressive", f"{run.autoregressive_tokens_per_s:.0f} tokens/s",
                 help=f"the same loop with no tree{whole}")

@@ -129,13 +129,15 @@ def test_heads_page_one_heatmap_per_head_kind(demo):
     figs = figures(at)
     assert [f["layout"]["title"]["text"] for f in figs] == [f"{k}: marginal accuracy (%)"
                                                             for k in KINDS]
+    noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model") else "head" for k in KINDS}
     for kind, fig in zip(KINDS, figs, strict=True):
         ranks = demo.traces[kind].ranks  # [positions, heads]
         top1 = (ranks[:, 0] == 0).mean() * 100
-        assert fig["data"][0]["hovertext"][0][0] == (f"head 1, rank 0: {top1:.2f}%<br>"
+        assert fig["data"][0]["hovertext"][0][0] == (f"{noun[kind]} 1, rank 0: {top1:.2f}%<br>"
                                                      f"n = {len(ranks):,}")
-    assert [c.value for c in at.caption] == [f"{demo.traces[k].positions:,} positions per head"
-                                             for k in KINDS]
+        assert fig["data"][0]["y"] == [f"{noun[kind]} {k + 1}" for k in range(ranks.shape[1])]
+    assert [c.value for c in at.caption] == [
+        f"{demo.traces[k].positions:,} positions per {noun[k]}" for k in KINDS]
 
 
 def test_trees_page_shows_the_exact_expected_accept_length(demo):
@@ -197,14 +199,17 @@ def test_hardware_page_draws_its_charts(demo):
     sweep = demo.sweep(KINDS[0])
     dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
     assert len(figs) == (4 if sweep is not None else 3) + (2 if dynamic.exists() else 0)
-    if sweep is not None:  # measured points: exactly the sweep's tokens/s at batch 1
-        from treeopt.sweep import Sweep
+    if sweep is not None:  # measured points: exactly the sweep's speed-ups at batch 1, the
+        from treeopt.sweep import Sweep  # quantity its measured best (the star) is ranked by
 
-        points = sorted((p for p in Sweep.load(sweep).points
-                         if p.batch == 1 and p.max_depth is None), key=lambda p: p.size)
+        swept = Sweep.load(sweep)
+        points = sorted((p for p in swept.points if p.batch == 1 and p.max_depth is None),
+                        key=lambda p: p.size)
         measured = figs[3]["data"][0]
         assert measured["name"] == "batch 1 measured"
-        assert measured["y"] == [p.tree_tokens_per_s for p in points]
+        assert measured["y"] == [p.speedup for p in points]
+        star = next(t for t in figs[3]["data"] if t.get("name") == "batch 1 measured best")
+        assert star["y"] == [swept.best(1).speedup] and star["marker"]["symbol"] == "star"
     at.selectbox(key="hw_model").set_value("vicuna-7b-v1.3").run()  # 2,048 positions
     assert_clean(at)
     assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]

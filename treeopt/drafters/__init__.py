@@ -41,6 +41,8 @@ class DrafterKind:
     ``draft_formula``, ``fc_inputs`` and ``fc_bias``: how :mod:`treeopt.roofline.draft` prices
     its drafting (the formula's name in ``roofline.draft._FORMULAS``; for EAGLE's formula, how
     many hidden-size vectors its fc reads at the first depth, and whether it has a bias).
+    ``position``: what proposes its k-th depth, as figures label it: ``head`` (one head per
+    depth: Medusa, Hydra) or ``depth`` (one network run once per depth: EAGLE, a draft model).
     ``demo_layers``: the :class:`~treeopt.demo.config.DemoConfig` settings that give its layer
     count, the first one set.
     """
@@ -62,6 +64,7 @@ class DrafterKind:
     fc_inputs: int = 0  # EAGLE's formula: hidden-size vectors into its fc at the first depth
     fc_bias: bool = False  # EAGLE's formula: its fc has a bias
     engine_draft: str = "medusa"  # the engines' name of the drafter type (TensorRT-LLM, vLLM)
+    position: str = "head"  # what proposes depth k: "head" (one per depth) or "depth" (one net)
 
     def heads_class(self) -> type[Drafter]:
         module, name = self.implementation.split(":")
@@ -81,16 +84,17 @@ KINDS: dict[str, DrafterKind] = {
                          implementation="treeopt.drafters.eagle:EagleDrafter",
                          draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
                          base_lm_head=True, dynamic=True, fc_inputs=2, fc_bias=True,
-                         engine_draft="eagle"),
+                         engine_draft="eagle", position="depth"),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
                           implementation="treeopt.drafters.eagle3:Eagle3Drafter",
                           draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
-                          fused_layers=3, dynamic=True, fc_inputs=3, engine_draft="eagle3"),
+                          fused_layers=3, dynamic=True, fc_inputs=3, engine_draft="eagle3",
+                          position="depth"),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                draft_formula="draft-model",
                                demo_layers=("draft_model_layers",), reads_features=False,
-                               trained=False),
+                               trained=False, position="depth"),
 }
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)

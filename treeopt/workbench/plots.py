@@ -13,14 +13,18 @@ import plotly.graph_objects as go
 
 from treeopt.accuracy import AccuracyTable
 from treeopt.tree import Tree
+from treeopt.workbench import style
 
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
 ACCURACY_KINDS: tuple[str, ...] = ("marginal", "cumulative", "conditional")
+_DASHES = ("solid", "dash", "dot", "dashdot")
+_SYMBOLS = ("diamond", "x", "square")
 
 
 def accuracy_heatmap(table: AccuracyTable, *, kind: str = "marginal", title: str = "",
-                     max_rank: int = 10) -> go.Figure:
-    """Head × rank heatmap of ``kind`` accuracies (percent), counts in the hover."""
+                     max_rank: int = 10, drafter: str | None = None) -> go.Figure:
+    """Depth × rank heatmap of ``kind`` accuracies (percent; value and count on hover), its
+    colours spanning the values shown (see :func:`~treeopt.workbench.style.heat_scale`), its
+    rows ``head k`` or ``depth k`` as ``drafter``'s kind drafts them."""
     if kind == "conditional" and table.conditional is None:
         values = np.full_like(table.marginal, np.nan)
     else:
@@ -28,37 +32,47 @@ def accuracy_heatmap(table: AccuracyTable, *, kind: str = "marginal", title: str
                   "conditional": table.conditional}[kind]
     values = np.asarray(values)[:, :max_rank] * 100
     counts = table.conditional_counts if kind == "conditional" else table.counts
-    heads = [f"head {k + 1}" for k in range(table.heads)]
+    rows = [style.position_label(drafter, k + 1) for k in range(table.heads)]
     ranks = [f"top{i + 1}" if kind == "cumulative" else f"rank {i}" for i in range(values.shape[1])]
-    hover = [[f"{heads[k]}, {ranks[i]}: {values[k, i]:.2f}%"
+    hover = [[f"{rows[k]}, {ranks[i]}: {values[k, i]:.2f}%"
               + ("" if counts is None else f"<br>n = {int(counts[k]):,}")
               for i in range(values.shape[1])] for k in range(values.shape[0])]
-    fig = go.Figure(go.Heatmap(z=values, x=ranks, y=heads, colorscale="Viridis", zmin=0,
-                               zmax=100, text=np.round(values, 1), texttemplate="%{text}",
-                               hovertext=hover, hoverinfo="text",
-                               colorbar=dict(title="accuracy (%)")))
-    fig.update_layout(title=title or f"{kind.capitalize()} accuracy per head and rank",
+    scale = style.heat_scale(values)
+    fig = go.Figure(go.Heatmap(z=scale.z(values), x=ranks, y=rows, colorscale="Viridis",
+                               zmin=scale.zmin, zmax=scale.zmax, text=np.round(values, 1),
+                               texttemplate="%{text}", hovertext=hover, hoverinfo="text",
+                               colorbar=scale.colorbar(
+                                   "accuracy (%, log scale)" if scale.log else "accuracy (%)")))
+    fig.update_layout(title=title or f"{kind.capitalize()} accuracy per depth and rank",
                       xaxis_title="candidate rank" if kind != "cumulative" else "top-i",
-                      yaxis_title="draft head", yaxis_autorange="reversed", **_LAYOUT)
+                      yaxis_title=style.position_noun(drafter),
+                      yaxis_autorange="reversed", **style.layout())
     return fig
 
 
 def growth_curves(curves: Mapping[str, npt.ArrayLike], *,
                   points: Mapping[str, tuple[int, float]] | None = None,
                   title: str = "Expected accepted length vs tree size") -> go.Figure:
-    """E[L]-vs-size curves (index = number of nodes), plus single trees as labelled points."""
+    """E[L]-vs-size curves (index = number of nodes), plus single trees as labelled points.
+    A curve named ``drafter · …`` takes the drafter's colour; a drafter's further curves dash."""
     fig = go.Figure()
+    seen: dict[str, int] = {}
     for name, values in curves.items():
         y = np.asarray(values, dtype=float)
+        drafter = style.drafter_of(name)
+        repeat = seen[drafter] = seen.get(drafter, -1) + 1
         fig.add_trace(go.Scatter(x=np.arange(y.size), y=y, mode="lines", name=name,
+                                 line=dict(color=style.drafter_colour(drafter),
+                                           dash=_DASHES[repeat % len(_DASHES)]),
                                  hovertemplate="%{x} nodes: E[L] = %{y:.4f}<extra>" + name
                                  + "</extra>"))
-    for name, (size, ell) in (points or {}).items():
+    for i, (name, (size, ell)) in enumerate((points or {}).items()):
         fig.add_trace(go.Scatter(x=[size], y=[ell], mode="markers+text", name=name,
                                  text=[name], textposition="top center",
-                                 marker=dict(size=12, symbol="diamond")))
+                                 marker=dict(size=12, symbol=_SYMBOLS[i % len(_SYMBOLS)],
+                                             color="#222222")))
     fig.update_layout(title=title, xaxis_title="tree size (nodes, root excluded)",
-                      yaxis_title="E[L] (tokens per step)", **_LAYOUT)
+                      yaxis_title="E[L] (tokens per step)", **style.layout())
     return fig
 
 
@@ -68,10 +82,10 @@ def gap_curve(calibration: npt.ArrayLike, held_out: npt.ArrayLike) -> go.Figure:
     n = min(cal.size, held.size)
     fig = go.Figure(go.Scatter(x=np.arange(n), y=cal[:n] - held[:n], mode="lines",
                                name="gap", hovertemplate="%{x} nodes: gap %{y:.4f}<extra></extra>"))
-    fig.add_hline(y=0, line_dash="dot", line_color="grey")
+    fig.add_hline(y=0, line_dash="dot", line_color=style.REFERENCE)
     fig.update_layout(title="Held-out gap (calibration − held-out E[L])",
                       xaxis_title="tree size (nodes)", yaxis_title="gap (tokens per step)",
-                      **_LAYOUT)
+                      **style.layout())
     return fig
 
 
@@ -99,9 +113,11 @@ def tree_figure(tree: Tree, probabilities: Sequence[float] | None = None, *,
                                colorbar=dict(title="P(accepted)"))),
     ])
     fig.update_layout(title=title or f"Tree of {tree.size} nodes, depth {tree.depth}",
-                      xaxis=dict(visible=False), yaxis=dict(title="depth", tickvals=
-                      -np.arange(tree.depth + 1), ticktext=[str(d) for d in range(tree.depth + 1)]),
-                      **{**_LAYOUT, "height": 460})
+                      xaxis=dict(visible=False),
+                      yaxis=dict(title="depth (tokens below the root)",
+                                 tickvals=-np.arange(tree.depth + 1),
+                                 ticktext=[str(d) for d in range(tree.depth + 1)]),
+                      **style.layout(height=460))
     return fig
 
 
@@ -133,8 +149,9 @@ def widths_figure(widths: Mapping[str, Sequence[int]]) -> go.Figure:
     """Nodes per depth, one bar group per tree."""
     fig = go.Figure([go.Bar(x=list(range(1, len(w) + 1)), y=list(w), name=name)
                      for name, w in widths.items()])
-    fig.update_layout(title="Width per depth", xaxis_title="depth (draft head)",
-                      yaxis_title="nodes", barmode="group", **_LAYOUT)
+    fig.update_layout(title="Width per depth", xaxis=dict(title="depth (tokens below the root)",
+                                                          dtick=1),
+                      yaxis_title="width (nodes)", barmode="group", **style.layout())
     return fig
 
 
@@ -146,8 +163,9 @@ def accept_histogram(histograms: Mapping[str, Sequence[int]]) -> go.Figure:
         share = h / max(h.sum(), 1.0) * 100
         fig.add_trace(go.Bar(x=np.arange(h.size)[1:], y=share[1:], name=name,
                              hovertemplate="%{x} tokens: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(title="Accepted tokens per step", xaxis_title="accepted tokens per step",
-                      yaxis_title="share of steps (%)", barmode="group", **_LAYOUT)
+    fig.update_layout(title="Accepted tokens per step",
+                      xaxis_title="accepted length (tokens per step)",
+                      yaxis_title="share of steps (%)", barmode="group", **style.layout())
     return fig
 
 
@@ -156,5 +174,5 @@ def time_split(ms_per_step: Mapping[str, float]) -> go.Figure:
     fig = go.Figure(go.Bar(x=list(ms_per_step), y=list(ms_per_step.values()),
                            hovertemplate="%{x}: %{y:.3f} ms per step<extra></extra>"))
     fig.update_layout(title="Time per step, by phase (a profiled pass)", xaxis_title="phase",
-                      yaxis_title="ms per step", **_LAYOUT)
+                      yaxis_title="time per step (ms)", **style.layout())
     return fig

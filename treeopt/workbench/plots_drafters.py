@@ -14,28 +14,24 @@ import plotly.graph_objects as go
 from treeopt.costs import StepCosts
 from treeopt.selection import Selection, choose_drafter
 from treeopt.sweep import Sweep
-
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
-COLOURS = {"medusa": "#1f77b4", "hydra": "#d62728", "eagle": "#2ca02c",
-           "draft-model": "#9467bd"}
-
-
-def _colour(name: str) -> str:
-    return COLOURS.get(name, "#7f7f7f")
+from treeopt.workbench import style
 
 
 def acceptance_by_size(curves: Mapping[str, npt.ArrayLike]) -> go.Figure:
-    """E[L] of each drafter's growth against tree size (0 nodes: autoregressive, E[L] = 1)."""
+    """E[L] of each drafter's growth against tree size, on a log axis ticked 1, 2, 4, 8 … (0
+    nodes, autoregressive with E[L] = 1, is in the hover but off the log axis)."""
     fig = go.Figure()
+    largest = 1
     for name, ell in curves.items():
         y = np.asarray(ell, dtype=float)
         fig.add_trace(go.Scatter(x=list(range(len(y))), y=y.tolist(), mode="lines", name=name,
-                                 line=dict(color=_colour(name), width=2),
+                                 line=dict(color=style.drafter_colour(name), width=2),
                                  hovertemplate=f"{name}: %{{x}} nodes, E[L] %{{y:.3f}}"
                                                "<extra></extra>"))
+        largest = max(largest, len(y) - 1)
     fig.update_layout(title="Expected accepted length by tree size (calibration trace)",
-                      xaxis=dict(title="tree size (nodes)", type="log"),
-                      yaxis_title="E[L] (tokens per step)", **_LAYOUT)
+                      xaxis=style.log_axis("tree size (nodes)", [1, largest], base=2),
+                      yaxis_title="E[L] (tokens per step)", **style.layout())
     return fig
 
 
@@ -49,7 +45,7 @@ def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
     for name, c in costs.items():
         draft = [c.draft.seconds(batch, tuple([1] * d)) * 1e3 for d in depths]
         fig.add_trace(go.Scatter(x=depths, y=draft, mode="lines+markers", name=name,
-                                 line=dict(color=_colour(name), width=2),
+                                 line=dict(color=style.drafter_colour(name), width=2),
                                  hovertemplate=f"{name}: depth %{{x}}, %{{y:.3f}} ms drafting"
                                                "<extra></extra>"))
     first = next(iter(costs.values()), None)
@@ -59,8 +55,8 @@ def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
         fig.add_trace(go.Scatter(x=depths, y=verify, mode="lines", name="verify step",
                                  line=dict(color="black", dash="dot")))
     fig.update_layout(title=f"Drafting cost per step by depth, batch {batch} (step-cost model)",
-                      xaxis=dict(title="tree depth", dtick=1), yaxis_title="ms per step",
-                      **_LAYOUT)
+                      xaxis=dict(title="tree depth (tokens below the root)", dtick=1),
+                      yaxis_title="time per step (ms)", **style.layout())
     return fig
 
 
@@ -75,8 +71,9 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
     labels = [str(b) for b in batches]
     for name, sel in selections.items():
         pts = [sel.point(b, context) for b in batches]
+        colour = style.drafter_colour(name)
         fig.add_trace(go.Bar(x=labels, y=[p.speedup for p in pts], name=name,
-                             marker_color=_colour(name), offsetgroup=name,
+                             marker_color=colour, offsetgroup=name,
                              customdata=[[p.tree.size, p.tokens_per_s] for p in pts],
                              hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× autoregressive "
                                            "predicted, %{customdata[0]} nodes, "
@@ -88,7 +85,7 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
             fig.add_trace(go.Scatter(x=labels, y=measured, mode="markers", offsetgroup=name,
                                      name=f"{name} measured best", showlegend=False,
                                      marker=dict(symbol="diamond", size=10, color="white",
-                                                 line=dict(color=_colour(name), width=2)),
+                                                 line=dict(color=colour, width=2)),
                                      hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× "
                                                    "measured (best tree of the sweep)"
                                                    "<extra></extra>"))
@@ -98,9 +95,10 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
         text=[chosen[b].drafter for b in batches], textposition="top center", name="chosen",
         marker=dict(symbol="star", size=14, color="gold", line=dict(color="black", width=1)),
         hoverinfo="skip"))
-    fig.add_hline(y=1.0, line=dict(color="grey", dash="dot"))
+    fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot"),
+                  annotation_text="autoregressive", annotation_position="bottom right")
     fig.update_layout(title=f"Best tree's speed-up per drafter and batch size (context {context})",
-                      barmode="group", xaxis_title="batch size",
-                      yaxis=dict(title="× autoregressive tokens/s", rangemode="tozero"),
-                      **_LAYOUT)
+                      barmode="group", xaxis_title="batch size (sequences)",
+                      yaxis=dict(title="speed-up over autoregressive (×)", rangemode="tozero"),
+                      **style.layout())
     return fig

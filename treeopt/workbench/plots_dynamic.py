@@ -10,12 +10,28 @@ from typing import Any
 import plotly.graph_objects as go
 
 from treeopt.errors import TreeoptError
+from treeopt.workbench import style
 
 Doc = Mapping[str, Any]
 
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
 STATIC, DYNAMIC, CHAIN = "best static tree", "best dynamic settings", "best chain (top-k 1)"
-_COLOURS = {STATIC: "#7f7f7f", DYNAMIC: "#1f77b4", CHAIN: "#ff7f0e"}
+SPEEDUP_TITLE = style.axis_title("speed-up over autoregressive", "×")
+
+
+def drafter(doc: Doc) -> str:
+    """The drafter kind the document's settings draft with ("" when it names none)."""
+    draft = doc.get("draft")
+    return str(draft.get("kind") or "") if isinstance(draft, Mapping) else ""
+
+
+def colours(doc: Doc) -> dict[str, str]:
+    """The three series' colours: shades of the document's drafter (light: the chain; its own
+    colour: the dynamic settings; dark: the static tree).
+
+    >>> colours({"draft": {"kind": "eagle"}})[DYNAMIC] == style.drafter_colour("eagle")
+    True
+    """
+    return dict(zip((CHAIN, DYNAMIC, STATIC), style.shades(drafter(doc), 3), strict=True))
 
 
 def settings_label(p: Mapping[str, Any]) -> str:
@@ -54,10 +70,11 @@ def point(doc: Doc, batch: int, context: int | None = None) -> Mapping[str, Any]
 
 
 def _series(name: str, batches: list[str], speedups: list[float | None],
-            hover: list[str], symbol: str) -> go.Scatter:
+            hover: list[str], symbol: str, colour: str) -> go.Scatter:
+    dash = {CHAIN: "dot", STATIC: "dash"}.get(name, "solid")
     return go.Scatter(x=batches, y=speedups, mode="lines+markers", name=name,
-                      line=dict(color=_COLOURS[name], dash="dot" if name == CHAIN else "solid"),
-                      marker=dict(symbol=symbol, size=10, color=_COLOURS[name]),
+                      line=dict(color=colour, dash=dash),
+                      marker=dict(symbol=symbol, size=10, color=colour),
                       hovertext=hover, hoverinfo="text")
 
 
@@ -70,26 +87,28 @@ def static_vs_dynamic(doc: Doc, *, context: int | None = None) -> go.Figure:
     static = [p["static"] for p in pts]
     best = [p["best"] for p in pts]
     chain = [p.get("best_chain") for p in pts]
+    colour = colours(doc)
     fig = go.Figure([
         _series(STATIC, batches, [s["speedup"] for s in static],
                 [f"batch {b}: static tree of {s['size']} nodes ({s['tokens']} tokens), "
                  f"E[L] {s['expected_accept_length']:.2f}, {s['speedup']:.2f}×"
-                 for b, s in zip(batches, static, strict=True)], "square"),
+                 for b, s in zip(batches, static, strict=True)], "square", colour[STATIC]),
         _series(DYNAMIC, batches, [d["speedup"] for d in best],
                 [f"batch {b}: {settings_label(d)}, E[L] {d['expected_accept_length']:.2f}, "
                  f"{d['speedup']:.2f}×; {p['dynamic_over_static']:.2f}× the static tree's "
-                 "tokens/s" for b, d, p in zip(batches, best, pts, strict=True)], "circle"),
+                 "tokens/s" for b, d, p in zip(batches, best, pts, strict=True)], "circle",
+                colour[DYNAMIC]),
         _series(CHAIN, batches, [c["speedup"] if c else None for c in chain],
                 [f"batch {b}: {settings_label(c)} (steps only), "
                  f"E[L] {c['expected_accept_length']:.2f}, {c['speedup']:.2f}×" if c else
                  f"batch {b}: no chain in the grid" for b, c in zip(batches, chain, strict=True)],
-                "diamond"),
+                "diamond", colour[CHAIN]),
     ])
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1),
                   annotation_text="autoregressive", annotation_position="bottom right")
     fig.update_layout(title=f"Predicted speed-up per batch size (context {pts[0]['context']})",
-                      xaxis=dict(type="category", title="batch size"),
-                      yaxis_title="speed-up over autoregressive", **_LAYOUT)
+                      xaxis=dict(type="category", title="batch size (sequences)"),
+                      yaxis_title=SPEEDUP_TITLE, **style.layout(height=440))
     return fig
 
 
@@ -114,16 +133,13 @@ def best_per_topk(grid: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[s
 
 def dynamic_grid(doc: Doc, batch: int, *, context: int | None = None) -> go.Figure:
     """At one batch size: predicted speed-up vs draft tokens (log₂ x), one line per top-k at its
-    fastest number of steps (on hover), a star at the recommended setting and a dashed line at
-    the static tree's speed-up."""
-    from plotly.colors import sample_colorscale
-
+    fastest number of steps (on hover; shades of the drafter's colour, darker with k), a star
+    at the recommended setting and a dashed line at the static tree's speed-up."""
     p = point(doc, batch, context)
     lines = best_per_topk(p["grid"])
-    colours = sample_colorscale("Viridis", [0.9 * i / max(len(lines) - 1, 1)
-                                            for i in range(len(lines))])
     fig = go.Figure()
-    for (k, row), colour in zip(lines.items(), colours, strict=True):
+    for (k, row), colour in zip(lines.items(), style.shades(drafter(doc), len(lines)),
+                                strict=True):
         fig.add_trace(go.Scatter(
             x=[q["draft_tokens"] for q in row], y=[q["speedup"] for q in row],
             mode="lines+markers", name=f"topk {k}", line=dict(color=colour),
@@ -138,14 +154,15 @@ def dynamic_grid(doc: Doc, batch: int, *, context: int | None = None) -> go.Figu
         hoverinfo="text"))
     ticks = sorted({int(q["draft_tokens"]) for q in p["grid"]})
     static = p["static"]
-    fig.add_hline(y=static["speedup"], line=dict(color=_COLOURS[STATIC], dash="dash", width=1),
+    fig.add_hline(y=static["speedup"], line=dict(color=colours(doc)[STATIC], dash="dash",
+                                                 width=1),
                   annotation_text=f"static tree, {static['size']} nodes",
                   annotation_position="bottom right")
-    fig.add_hline(y=1.0, line=dict(color="black", dash="dot", width=1))
+    fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot", width=1))
     fig.update_layout(title=f"Batch {batch}: dynamic settings (each top-k at its fastest steps)",
                       xaxis=dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
-                                 title="draft tokens verified per step (N, root included)"),
-                      yaxis_title="speed-up over autoregressive", **_LAYOUT)
+                                 title="draft tokens verified per step (tokens, root included)"),
+                      yaxis_title=SPEEDUP_TITLE, **style.layout(height=440))
     return fig
 
 

@@ -9,8 +9,9 @@ import plotly.graph_objects as go
 
 from treeopt.selection import Selection
 from treeopt.sweep import Sweep, SweepPoint
+from treeopt.workbench import style
 
-_LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=440)
+_HEIGHT = 440
 
 
 def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops: float,
@@ -37,7 +38,7 @@ def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops:
                    hovertext=[f"{o['name']} ×{o['count']} ({o['class']})<br>"
                               f"{o['flops'] / 1e9:.3g} GFLOP, {o['bytes'] / 1e6:.3g} MB<br>"
                               f"intensity {o['intensity']:.3g} FLOP/B, {o['bound']}-bound<br>"
-                              f"{o['time_s'] * 1e6:.1f} µs" for o in ops], hoverinfo="text"),
+                              f"{style.format_seconds(o['time_s'])}" for o in ops], hoverinfo="text"),
     ])
     ridge = peak_flops / bandwidth
     top = peak_flops / 1e12
@@ -45,20 +46,21 @@ def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops:
                              line=dict(color="grey", dash="dot"), name="ridge point",
                              text=["", f"ridge {ridge:.0f} FLOP/B"], textposition="top left",
                              hoverinfo="skip"))
-    fig.update_layout(title=title, xaxis=dict(type="log", range=[np.log10(lo), np.log10(hi)],
-                                              title="operational intensity (FLOP/byte)"),
-                      yaxis=dict(type="log", title="attained TFLOP/s"), **_LAYOUT)
+    fig.update_layout(title=title,
+                      xaxis=style.log_axis("operational intensity (FLOP/byte)", [lo, hi],
+                                           range=[np.log10(lo), np.log10(hi)]),
+                      yaxis=style.log_axis("attained throughput (TFLOP/s)",
+                                           [*y, top / 1e4, top]),
+                      **style.layout(height=_HEIGHT))
     return fig
 
 
-def throughput_curves(selection: Selection, *, context: int) -> go.Figure:
-    """Predicted tokens/s vs tree size, one curve per batch size, best sizes marked."""
-    from plotly.colors import sample_colorscale
-
+def throughput_curves(selection: Selection, *, context: int, drafter: str = "") -> go.Figure:
+    """Predicted tokens/s vs tree size, one curve per batch size (shades of ``drafter``'s
+    colour, darker with the batch), best sizes marked."""
     fig = go.Figure()
     points = [p for p in selection.points if p.context == context]
-    colours = sample_colorscale("Viridis", list(np.linspace(0, 0.9, max(len(points), 2))))
-    for p, colour in zip(points, colours, strict=False):
+    for p, colour in zip(points, style.shades(drafter, len(points)), strict=True):
         fig.add_trace(go.Scatter(x=list(p.curve.size), y=list(p.curve.tokens_per_s), mode="lines",
                                  name=f"batch {p.batch}", line=dict(color=colour)))
         fig.add_trace(go.Scatter(x=[p.best_size], y=[p.tokens_per_s], mode="markers",
@@ -68,9 +70,11 @@ def throughput_curves(selection: Selection, *, context: int) -> go.Figure:
                                  hovertext=f"batch {p.batch}: best {p.best_size} nodes, "
                                            f"{p.speedup:.2f}× autoregressive",
                                  hoverinfo="text"))
+    rates = [r for p in points for r in p.curve.tokens_per_s]
     fig.update_layout(title=f"Predicted throughput vs tree size (context {context})",
                       xaxis_title="tree size (nodes; 0 = autoregressive)",
-                      yaxis_title="tokens/s (all sequences)", yaxis_type="log", **_LAYOUT)
+                      yaxis=style.log_axis("throughput (tokens/s, whole batch)", rates),
+                      **style.layout(height=_HEIGHT))
     return fig
 
 
@@ -88,59 +92,79 @@ def best_size_heatmap(selection: Selection) -> go.Figure:
                                hovertemplate="batch %{x}, context %{y}: best %{z} nodes, "
                                              "%{customdata:.2f}× autoregressive<extra></extra>"))
     fig.update_layout(title="Best tree size (hover: speed-up over autoregressive)",
-                      xaxis_title="batch size", yaxis_title="context length (tokens)", **_LAYOUT)
+                      xaxis_title="batch size (sequences)", yaxis_title="context length (tokens)",
+                      **style.layout(height=_HEIGHT))
     return fig
 
 
-def sweep_figure(sweep: Sweep, *, title: str) -> go.Figure:
-    """Measured tokens/s against tree size per batch size (points, with the spread over rounds)
-    over what the step-cost model predicted for the same trees (dashed), a star at the measured
-    best and a diamond at the tree select picked — the Hydra paper's Fig. 7–9 for this setup."""
-    from plotly.colors import sample_colorscale
+def sweep_figure(sweep: Sweep, *, title: str, drafter: str = "") -> go.Figure:
+    """Measured speed-up over autoregressive decoding against tree size per batch size (points,
+    with the spread over rounds; shades of ``drafter``'s colour, darker with the batch) over
+    what the step-cost model predicted for the same trees (dashed), a star at the measured best
+    and a diamond at the tree select picked — the Hydra paper's Fig. 7–9 for this setup.
 
+    The y axis is the quantity :meth:`Sweep.best` ranks by: each point's tokens/s over the
+    autoregressive tokens/s measured interleaved with it, which the machine's drift between
+    points cancels out of (the tokens/s themselves are on hover)."""
     fig = go.Figure()
     batches = sweep.batches
-    colours = sample_colorscale("Viridis", list(np.linspace(0, 0.85, max(len(batches), 2))))
-    for b, colour in zip(batches, colours, strict=False):
+    sizes = [p.size for p in sweep.points if p.size > 0] or [1]
+    for b, colour in zip(batches, style.shades(drafter, len(batches)), strict=True):
         pts = sorted((p for p in sweep.points if p.batch == b and p.max_depth is None),
                      key=lambda p: p.size)  # the uncapped family: the growth's T_n
         x = [p.size for p in pts]
         fig.add_trace(go.Scatter(
-            x=x, y=[p.tree_tokens_per_s for p in pts], mode="markers+lines",
+            x=x, y=[p.speedup for p in pts], mode="markers+lines",
             name=f"batch {b} measured", line=dict(color=colour, width=1),
             marker=dict(color=colour, size=8),
-            error_y=dict(type="data", array=[p.spread * p.tree_tokens_per_s / 2 for p in pts],
+            error_y=dict(type="data", array=[p.spread * p.speedup / 2 for p in pts],
                          visible=True, thickness=1),
-            customdata=[[p.speedup, _accepted(p), _timed(p)] for p in pts],
-            hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.0f}} tokens/s, "
-                          "%{customdata[0]:.2f}× autoregressive, %{customdata[1]}"
-                          "%{customdata[2]}<extra></extra>"))
-        if all(p.predicted_tokens_per_s is not None for p in pts):
+            customdata=[[p.tree_tokens_per_s, p.autoregressive_tokens_per_s, _accepted(p),
+                         _timed(p)] for p in pts],
+            hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.2f}}× autoregressive "
+                          "(%{customdata[0]:.0f} against %{customdata[1]:.0f} tokens/s), "
+                          "%{customdata[2]}%{customdata[3]}<extra></extra>"))
+        if all(p.predicted_speedup is not None for p in pts):
             fig.add_trace(go.Scatter(
-                x=x, y=[p.predicted_tokens_per_s for p in pts], mode="lines",
+                x=x, y=[p.predicted_speedup for p in pts], mode="lines",
                 name=f"batch {b} predicted", line=dict(color=colour, dash="dash")))
-        best = sweep.best(b)
-        fig.add_trace(go.Scatter(
-            x=[best.size], y=[best.tree_tokens_per_s], mode="markers", showlegend=False,
-            marker=dict(symbol="star", size=16, color=colour, line=dict(color="black", width=1)),
-            hovertext=f"batch {b}: measured best, {best.size} nodes, {best.speedup:.2f}×",
-            hoverinfo="text"))
-        pick = sweep.selected(b)
-        if pick is not None:
-            fig.add_trace(go.Scatter(
-                x=[pick.size], y=[pick.tree_tokens_per_s], mode="markers", showlegend=False,
-                marker=dict(symbol="diamond-open", size=15, color="black",
-                            line=dict(color="black", width=2)),
-                hovertext=f"batch {b}: select's pick, {pick.size} nodes (depth cap "
-                          f"{pick.max_depth}), {pick.speedup:.2f}× measured" + _raced(sweep, b),
-                hoverinfo="text"))
-        fig.add_trace(go.Scatter(
-            x=[min(x, default=1), max(x, default=1)], y=[pts[0].autoregressive_tokens_per_s] * 2
-            if pts else [], mode="lines", showlegend=False, hoverinfo="skip",
-            line=dict(color=colour, dash="dot", width=1)))
-    fig.update_layout(title=title, xaxis=dict(type="log", title="tree size (nodes)"),
-                      yaxis_title="tokens/s, whole batch (dotted: autoregressive)", **_LAYOUT)
+        for marker in _marked(sweep, b, colour):
+            fig.add_trace(marker)
+    fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot", width=1),
+                  annotation_text="autoregressive", annotation_position="bottom right")
+    fig.update_layout(title=title,
+                      xaxis=style.log_axis("tree size (nodes)", sizes, base=2),
+                      yaxis_title=style.axis_title("measured speed-up over autoregressive", "×"),
+                      **style.layout(height=_HEIGHT))
     return fig
+
+
+def _marked(sweep: Sweep, batch: int, colour: str) -> list[go.Scatter]:
+    """The star at ``batch``'s measured best and the diamond at select's pick, each at its
+    measured speed-up."""
+    best = sweep.best(batch)
+    marks = [go.Scatter(
+        x=[best.size], y=[best.speedup], mode="markers", showlegend=False,
+        name=f"batch {batch} measured best",
+        marker=dict(symbol="star", size=16, color=colour, line=dict(color="black", width=1)),
+        hovertext=f"batch {batch}: measured best, {best.size} nodes{_capped(best)}, "
+                  f"{best.speedup:.2f}×", hoverinfo="text")]
+    pick = sweep.selected(batch)
+    if pick is not None:
+        marks.append(go.Scatter(
+            x=[pick.size], y=[pick.speedup], mode="markers", showlegend=False,
+            name=f"batch {batch} select's pick",
+            marker=dict(symbol="diamond-open", size=15, color="black",
+                        line=dict(color="black", width=2)),
+            hovertext=f"batch {batch}: select's pick, {pick.size} nodes{_capped(pick)}, "
+                      f"{pick.speedup:.2f}× measured" + _raced(sweep, batch),
+            hoverinfo="text"))
+    return marks
+
+
+def _capped(point: SweepPoint) -> str:
+    """A point's depth cap, for its hover (the uncapped family's points have none)."""
+    return "" if point.max_depth is None else f" (depth cap {point.max_depth})"
 
 
 def _accepted(point: SweepPoint) -> str:
