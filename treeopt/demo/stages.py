@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,6 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.files import read_json, write_json
-from treeopt.measure import Measurement
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
@@ -440,12 +440,15 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     threads(c.live_threads)
     out = ctx.paths.step_profile(kind, c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    start = time.perf_counter()
     profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
                             prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
                             out=out, max_new_tokens=c.live_new_tokens,
-                            measure=Measurement(rounds=c.step_rounds),
+                            measure=c.measurement("step"),
                             log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(profile.records)}
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step")),
+            "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
 
 
 def sweep(ctx: Context) -> dict[str, Any]:
@@ -455,7 +458,11 @@ def sweep(ctx: Context) -> dict[str, Any]:
 
 
 def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
-    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts."""
+    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts, measured
+    as the config says (:meth:`DemoConfig.measurement`, a race of select's pick against the
+    measured best, a step profile alongside), with the tree ``treeopt select --demo`` picks at
+    each batch: select over the whole growth, E[L] from the calibration trace, priced by the
+    demo's step profile of the drafter, which also predicts every point."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import tune
     from treeopt.grow import Growth
@@ -470,22 +477,87 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     path = ctx.paths.sweep(kind, c.device)
     growth = Growth.load(ctx.paths.growth(kind))
     sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
+    alongside = _alongside(ctx, kind, prompts)
+    start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
-                  sizes=sizes, out=path, measure=Measurement(rounds=c.sweep_rounds),
+                  sizes=sizes, out=path, measure=c.measurement("sweep"),
                   config=DecodeConfig(max_new_tokens=c.live_new_tokens),
                   costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)),
                   trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
                       c.sweep_prompts, positions=c.live_new_tokens),
                   select_trace=RankTrace.load(ctx.paths.trace(kind)),
-                  meta={"model": "treeopt demo", "device": c.device},
+                  meta={"model": "treeopt demo", "device": c.device,
+                        "alongside": _name(ctx, alongside.out) if alongside else None},
+                  race_best=c.sweep_race, before_point=alongside,
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     for row in result.summary():
         ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
                 f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
                 f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
-    return {"file": path.name, "summary": result.summary()}
+    record = {"file": path.name, "summary": result.summary(), "method": _sweep_method(ctx, kind),
+              "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
+    if alongside is not None:
+        record["alongside"] = _alongside_errors(ctx, kind, result, growth)
+    return record
+
+
+def _alongside(ctx: Context, kind: str, prompts: list[list[int]]) -> Any:
+    """The step profile a sweep takes alongside its points, as ``tune --profile-alongside``
+    takes it (the swept prompts, the points' measurement less its least time); None when the
+    config takes none."""
+    from treeopt.profiling.alongside import AlongsideProfile
+
+    c = ctx.config
+    if not c.sweep_alongside:
+        return None
+    return AlongsideProfile(ctx.model, ctx.heads(kind), prompts,
+                            out=ctx.paths.alongside_profile(kind, c.device),
+                            max_new_tokens=c.live_new_tokens,
+                            measure=replace(c.measurement("sweep"), min_seconds=0.0),
+                            sequences=max(8, *c.live_batches))
+
+
+def _sweep_method(ctx: Context, kind: str) -> dict[str, Any]:
+    """How a sweep was measured and what its pick and predictions come from (the manifest's)."""
+    c = ctx.config
+    return {"prompts": c.sweep_prompts, "max_new_tokens": c.live_new_tokens,
+            "measurement": asdict(c.measurement("sweep")), "race": c.sweep_race,
+            "alongside": (_name(ctx, ctx.paths.alongside_profile(kind, c.device))
+                          if c.sweep_alongside else None),
+            "step_profile": _name(ctx, ctx.paths.step_profile(kind, c.device)),
+            "selection": f"treeopt select --demo {kind}: the growth priced by the step profile, "
+                         "E[L] from the calibration trace walked step by step",
+            "predicted": "the step profile, E[L] from the swept prompts' own trace over the "
+                         "tokens decoded"}
+
+
+def _alongside_errors(ctx: Context, kind: str, sweep: Any, growth: Any) -> dict[str, Any]:
+    """The sweep's points predicted from the profile taken alongside them: per batch, the
+    largest error (predicted over measured speed-up, minus one) and the mean one."""
+    from treeopt.decoding.tune import predict
+    from treeopt.trace import RankTrace
+    from treeopt.tree import Tree
+
+    c = ctx.config
+    path = ctx.paths.alongside_profile(kind, c.device)
+    costs = demo_costs(ctx, path)
+    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+        c.sweep_prompts, positions=c.live_new_tokens).first_positions(c.live_new_tokens)
+    rows = []
+    for b in sweep.batches:
+        errors = [abs(predict(Tree.from_choices([list(x) for x in p.choices]), growth, costs,
+                              own, b).speedup / p.speedup - 1)
+                  for p in sweep.points if p.batch == b]
+        rows.append({"batch": b, "max_abs_error": max(errors),
+                     "mean_abs_error": float(np.mean(errors))})
+    return {"file": path.name, "errors": rows}
+
+
+def _name(ctx: Context, path: Any) -> str:
+    """A demo file's path inside the demo (a build's work directory is not where it is read)."""
+    return Path(path).relative_to(ctx.paths.root).as_posix()
 
 
 def drafters(ctx: Context) -> dict[str, Any]:
@@ -612,10 +684,11 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
     profile = profile_steps(ctx.model, ctx.heads("eagle"), None, prompts,
                             batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
-                            measure=Measurement(rounds=c.step_rounds),
+                            measure=c.measurement("step"),
                             dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
                             log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(profile.records)}
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step"))}
 
 
 def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str, Any]:
@@ -764,7 +837,8 @@ def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoC
                    for m in ("empirical", "independent")],
         "latency": [paths.latency(config.device),
                     *(paths.step_profile(k, config.device) for k in kinds)],
-        "sweep": [paths.sweep(k, config.device) for k in kinds],
+        "sweep": [p for k in kinds for p in (paths.sweep(k, config.device),
+                                             paths.alongside_profile(k, config.device))],
         "dynamic": [*(paths.dynamic_trace(part, k) for part in ("calibration", "heldout")
                       for k in config.dynamic_topk), paths.dynamic_step_profile(config.device),
                     paths.dynamic_selection(config.device)],
