@@ -239,3 +239,42 @@ def test_timing_flags_are_checked_as_the_config_names_them(tmp_path, capsys):
         assert said in err and "\n" not in err, err
     assert not (tmp_path / "d").exists()
     assert TINY.measurement("sweep").target_se == 0.0  # the preset's: fixed rounds
+
+
+def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path):
+    """A calibration trace whose heads miss on each sequence's first 4 positions and are right
+    after them, given as ``select_trace`` to a sweep of 4 new tokens: the sweep measures the
+    tree ``select`` picks from the whole trace (as ``treeopt select --trace`` reads it), a
+    tree, where the first 4 positions alone would pick none."""
+    import numpy as np
+    from conftest import tiny_llama
+    from test_select import profile_records, typed
+    from test_tune import GROWTH, PROMPTS
+
+    from treeopt.costs import step_costs
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.tune import tune
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.measure import Measurement
+    from treeopt.select import select
+    from treeopt.trace import RankTrace
+
+    model = tiny_llama(vocab=64, hidden=32, layers=1)
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),
+                        lm_head=model.lm_head).eval()
+    costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
+    late = np.zeros((40, 2), np.int16)
+    late[[0, 1, 2, 3, 20, 21, 22, 23]] = -1
+    calibration = RankTrace(late, {"top_k": 4, "sequence_positions": [20, 20]})
+    never = RankTrace(np.full((40, 2), -1, np.int16), calibration.meta)
+    sweep = tune(model, heads, GROWTH, PROMPTS, batch=[1], sizes=[1], out=tmp_path / "s.json",
+                 config=DecodeConfig(max_new_tokens=4), measure=Measurement(rounds=1),
+                 costs=costs, trace=never, select_trace=calibration)
+
+    def pick(trace: RankTrace) -> tuple:
+        return select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead,
+                      batch=[1], context=costs.verify.contexts, trace=trace).points[0].tree.paths
+
+    assert pick(calibration.first_positions(4)) == ()  # the first positions alone: no tree
+    assert sweep.selected(1).choices == pick(calibration) != ()

@@ -54,23 +54,19 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g = b.add_argument_group("timing", "how every speed figure is measured (step profiles, "
                              "sweeps, races; default: the preset's: fixed rounds, no target); "
                              "a finished demo takes other values with --redo timing")
-    g.add_argument("--step-rounds", type=int, metavar="R",
-                   help="timed rounds per step-profile record, at least (profile step --rounds)")
-    g.add_argument("--step-min-seconds", type=float, metavar="S",
-                   help="more rounds until a record was timed S seconds (profile step "
-                        "--min-seconds)")
-    g.add_argument("--step-target-se", type=float, metavar="F",
-                   help="more rounds until a record's step over its reference has at most this "
-                        "relative standard error (profile step --target-se)")
+    for part, what, figure, command in (
+            ("step", "step-profile record", "its step over its reference's", "profile step"),
+            ("sweep", "sweep point", "its speed-up (a race: its ratio)", "tune")):
+        g.add_argument(f"--{part}-rounds", type=int, metavar="R",
+                       help=f"timed rounds per {what}, at least ({command} --rounds)")
+        g.add_argument(f"--{part}-min-seconds", type=float, metavar="S",
+                       help=f"more rounds until a {what} was timed S seconds ({command} "
+                            "--min-seconds)")
+        g.add_argument(f"--{part}-target-se", type=float, metavar="F",
+                       help=f"more rounds until a {what}'s figure, {figure}, has at most "
+                            f"this relative standard error ({command} --target-se)")
     g.add_argument("--sweep-prompts", type=int, metavar="N",
                    help="held-out prompts decoded at every sweep point (tune --prompt-count)")
-    g.add_argument("--sweep-rounds", type=int, metavar="R",
-                   help="timed rounds per sweep point, at least (tune --rounds)")
-    g.add_argument("--sweep-min-seconds", type=float, metavar="S",
-                   help="more rounds until a point was timed S seconds (tune --min-seconds)")
-    g.add_argument("--sweep-target-se", type=float, metavar="F",
-                   help="more rounds until a point's speed-up (and a race's ratio) has at most "
-                        "this relative standard error (tune --target-se)")
     g.add_argument("--timing-max-rounds", type=int, metavar="R",
                    help="rounds at most, for every record, point and race")
     g.add_argument("--sweep-race", action=argparse.BooleanOptionalAction, default=None,
