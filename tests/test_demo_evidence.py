@@ -157,7 +157,8 @@ def test_the_manifest_records_the_method(remeasured):
 
 def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkeypatch):
     """Interrupted in Hydra's sweep, the same redo run again keeps Medusa's sweep measured
-    before the interruption (a mark in it survives) and measures the rest."""
+    before the interruption (a mark in it survives) and measures the rest; measured without a
+    profile alongside, no drafter keeps the one of the earlier measurement."""
     import torch
 
     from treeopt.demo import build, stages
@@ -167,7 +168,7 @@ def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkey
     torch.set_num_threads(1)
     out = tmp_path / "demo"
     shutil.copytree(remeasured[0], out)
-    later = replace(TODAY, sweep_target_se=0.04)
+    later = replace(TODAY, sweep_target_se=0.04, sweep_alongside=False)
     sweep_of = stages.kind_sweep
 
     def interrupted(ctx, kind):
@@ -191,8 +192,11 @@ def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkey
     medusa = Sweep.load(DemoPaths(out).sweep("medusa"))
     assert max(p.speedup for p in medusa.points) == 99.0
     for kind in KINDS:
-        assert Sweep.load(DemoPaths(out).sweep(kind)).meta["target_se"] == 0.04, kind
+        sweep = Sweep.load(DemoPaths(out).sweep(kind))
+        assert (sweep.meta["target_se"], sweep.meta["alongside"]) == (0.04, None), kind
+        assert not DemoPaths(out).alongside_profile(kind).exists(), kind
     assert manifest["config"]["sweep_target_se"] == 0.04
+    assert not [f for f in manifest["files"] if "alongside" in f["path"]]
 
 
 def test_redo_timing_refuses_settings_beyond_timing(remeasured, tmp_path):

@@ -510,7 +510,8 @@ def _alongside(ctx: Context, kind: str, prompts: list[list[int]]) -> Any:
     from treeopt.profiling.alongside import AlongsideProfile
 
     c = ctx.config
-    if not c.sweep_alongside:
+    if not c.sweep_alongside:  # and none left of an earlier measurement that took one
+        ctx.paths.alongside_profile(kind, c.device).unlink(missing_ok=True)
         return None
     return AlongsideProfile(ctx.model, ctx.heads(kind), prompts,
                             out=ctx.paths.alongside_profile(kind, c.device),
@@ -837,8 +838,9 @@ def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoC
                    for m in ("empirical", "independent")],
         "latency": [paths.latency(config.device),
                     *(paths.step_profile(k, config.device) for k in kinds)],
-        "sweep": [p for k in kinds for p in (paths.sweep(k, config.device),
-                                             paths.alongside_profile(k, config.device))],
+        "sweep": [*(paths.sweep(k, config.device) for k in kinds),
+                  *(paths.alongside_profile(k, config.device) for k in kinds
+                    if config.sweep_alongside)],
         "dynamic": [*(paths.dynamic_trace(part, k) for part in ("calibration", "heldout")
                       for k in config.dynamic_topk), paths.dynamic_step_profile(config.device),
                     paths.dynamic_selection(config.device)],
