@@ -6,7 +6,7 @@ import copy
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
     from treeopt.costs import StepCosts
     from treeopt.decoding.drafter import Drafter
+    from treeopt.grow import Growth
+    from treeopt.sweep import Sweep
+    from treeopt.trace import RankTrace
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
@@ -465,6 +468,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     demo's step profile of the drafter, which also predicts every point."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import tune
+    from treeopt.demo.evidence import alongside_profile, sweep_method
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
 
@@ -477,18 +481,19 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     path = ctx.paths.sweep(kind, c.device)
     growth = Growth.load(ctx.paths.growth(kind))
     sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
-    alongside = _alongside(ctx, kind, prompts)
+    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+        c.sweep_prompts, positions=c.live_new_tokens)
+    alongside = alongside_profile(ctx.model, ctx.heads(kind), prompts, config=c,
+                                  out=ctx.paths.alongside_profile(kind, c.device))
     start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
                   config=DecodeConfig(max_new_tokens=c.live_new_tokens),
-                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)),
-                  trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-                      c.sweep_prompts, positions=c.live_new_tokens),
+                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)), trace=own,
                   select_trace=RankTrace.load(ctx.paths.trace(kind)),
                   meta={"model": "treeopt demo", "device": c.device,
-                        "alongside": _name(ctx, alongside.out) if alongside else None},
+                        "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
                   race_best=c.sweep_race, before_point=alongside,
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
@@ -496,69 +501,23 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
         ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
                 f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
                 f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
-    record = {"file": path.name, "summary": result.summary(), "method": _sweep_method(ctx, kind),
+    record = {"file": path.name, "summary": result.summary(),
+              "method": sweep_method(c, ctx.paths, kind),
               "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
     if alongside is not None:
-        record["alongside"] = _alongside_errors(ctx, kind, result, growth)
+        record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
     return record
 
 
-def _alongside(ctx: Context, kind: str, prompts: list[list[int]]) -> Any:
-    """The step profile a sweep takes alongside its points, as ``tune --profile-alongside``
-    takes it (the swept prompts, the points' measurement less its least time); None when the
-    config takes none."""
-    from treeopt.profiling.alongside import AlongsideProfile
+def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own: RankTrace,
+                      ) -> dict[str, Any]:
+    """The sweep's points predicted from the profile taken alongside them, per batch."""
+    from treeopt.demo.evidence import alongside_errors
 
-    c = ctx.config
-    if not c.sweep_alongside:  # and none left of an earlier measurement that took one
-        ctx.paths.alongside_profile(kind, c.device).unlink(missing_ok=True)
-        return None
-    return AlongsideProfile(ctx.model, ctx.heads(kind), prompts,
-                            out=ctx.paths.alongside_profile(kind, c.device),
-                            max_new_tokens=c.live_new_tokens,
-                            measure=replace(c.measurement("sweep"), min_seconds=0.0),
-                            sequences=max(8, *c.live_batches))
-
-
-def _sweep_method(ctx: Context, kind: str) -> dict[str, Any]:
-    """How a sweep was measured and what its pick and predictions come from (the manifest's)."""
-    c = ctx.config
-    return {"prompts": c.sweep_prompts, "max_new_tokens": c.live_new_tokens,
-            "measurement": asdict(c.measurement("sweep")), "race": c.sweep_race,
-            "alongside": (_name(ctx, ctx.paths.alongside_profile(kind, c.device))
-                          if c.sweep_alongside else None),
-            "step_profile": _name(ctx, ctx.paths.step_profile(kind, c.device)),
-            "selection": f"treeopt select --demo {kind}: the growth priced by the step profile, "
-                         "E[L] from the calibration trace walked step by step",
-            "predicted": "the step profile, E[L] from the swept prompts' own trace over the "
-                         "tokens decoded"}
-
-
-def _alongside_errors(ctx: Context, kind: str, sweep: Any, growth: Any) -> dict[str, Any]:
-    """The sweep's points predicted from the profile taken alongside them: per batch, the
-    largest error (predicted over measured speed-up, minus one) and the mean one."""
-    from treeopt.decoding.tune import predict
-    from treeopt.trace import RankTrace
-    from treeopt.tree import Tree
-
-    c = ctx.config
-    path = ctx.paths.alongside_profile(kind, c.device)
-    costs = demo_costs(ctx, path)
-    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-        c.sweep_prompts, positions=c.live_new_tokens).first_positions(c.live_new_tokens)
-    rows = []
-    for b in sweep.batches:
-        errors = [abs(predict(Tree.from_choices([list(x) for x in p.choices]), growth, costs,
-                              own, b).speedup / p.speedup - 1)
-                  for p in sweep.points if p.batch == b]
-        rows.append({"batch": b, "max_abs_error": max(errors),
-                     "mean_abs_error": float(np.mean(errors))})
-    return {"file": path.name, "errors": rows}
-
-
-def _name(ctx: Context, path: Any) -> str:
-    """A demo file's path inside the demo (a build's work directory is not where it is read)."""
-    return Path(path).relative_to(ctx.paths.root).as_posix()
+    path = ctx.paths.alongside_profile(kind, ctx.config.device)
+    errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
+                              own.first_positions(ctx.config.live_new_tokens))
+    return {"file": path.name, "errors": errors}
 
 
 def drafters(ctx: Context) -> dict[str, Any]:
