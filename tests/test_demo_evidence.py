@@ -237,7 +237,11 @@ def test_timing_flags_are_checked_as_the_config_names_them(tmp_path, capsys):
 
     for flags, said in ((["--sweep-target-se", "1.5"], "--sweep-target-se must be in [0, 1)"),
                         (["--timing-max-rounds", "0"], "--timing-max-rounds must be an integer"),
-                        (["--step-rounds", "0"], "--step-rounds must be an integer ≥ 1")):
+                        (["--step-rounds", "0"], "--step-rounds must be an integer ≥ 1"),
+                        (["--sweep-prompts", "4"], "--sweep-prompts must be from the largest "
+                                                   "batch, 8, to the 192 held-out prompts, got 4"),
+                        (["--live-new-tokens", "300"], "--live-new-tokens must be from 1 to the "
+                                                       "traces' 256 tokens, got 300")):
         assert main(["demo", "build", "--out", str(tmp_path / "d"), *flags]) == 2
         err = capsys.readouterr().err.strip()
         assert said in err and "\n" not in err, err

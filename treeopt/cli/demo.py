@@ -67,6 +67,9 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
                             f"this relative standard error ({command} --target-se)")
     g.add_argument("--sweep-prompts", type=int, metavar="N",
                    help="held-out prompts decoded at every sweep point (tune --prompt-count)")
+    g.add_argument("--live-new-tokens", type=int, metavar="N",
+                   help="tokens decoded per prompt in the step profiles and the sweeps (tune "
+                        "and profile step --max-new-tokens)")
     g.add_argument("--timing-max-rounds", type=int, metavar="R",
                    help="rounds at most, for every record, point and race")
     g.add_argument("--sweep-race", action=argparse.BooleanOptionalAction, default=None,

@@ -97,6 +97,13 @@ class DemoConfig:
         if max(self.eval_sizes) > self.max_nodes:
             raise TreeoptError(f"evaluation sizes {self.eval_sizes} exceed max_nodes "
                                f"{self.max_nodes}")
+        if not 1 <= self.live_new_tokens <= self.max_new_tokens:  # the traces' positions
+            raise FieldError("live_new_tokens", f"must be from 1 to the traces' "
+                             f"{self.max_new_tokens} tokens, got {self.live_new_tokens}")
+        if not max(self.live_batches) <= self.sweep_prompts <= self.heldout_prompts:
+            raise FieldError("sweep_prompts", f"must be from the largest batch, "
+                             f"{max(self.live_batches)}, to the {self.heldout_prompts} held-out "
+                             f"prompts, got {self.sweep_prompts}")
         for part in ("step", "sweep"):  # the measurement rule's own checks, said of our fields
             try:
                 self.measurement(part)
@@ -151,7 +158,7 @@ TIMING_SETTINGS = (
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
                 "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-                "sweep_race", "sweep_alongside")
+                "sweep_race", "sweep_alongside", "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
