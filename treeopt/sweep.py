@@ -26,10 +26,11 @@ from typing import Any
 from treeopt.errors import TreeoptError
 from treeopt.fields import flag, integer, integers, listed, mapping, number, optional
 from treeopt.files import read_tagged_json, write_json
+from treeopt.measure import MAX_ROUNDS
 
 SWEEP_FORMAT = "treeopt.sweep/1"
 # meta a file may leave out, and what its absence means
-LATER_META = {"min_seconds": 0.0, "target_se": 0.0}
+LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS}
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated stages to run again over a finished demo built with the "
                         "same settings, e.g. latency,sweep; 'timing' re-measures every speed "
                         "figure of the demo on this machine (profiles, sweeps, the dynamic "
-                        "recommendation) without training anything again (default: none)")
+                        "recommendation) without training anything again, as the timing flags "
+                        "say; run the same command again to resume it (default: none)")
+    _add_timing_flags(b)
     b.set_defaults(func=cmd_build, writes_directory=True)
 
     i = demo_sub.add_parser("info", help="headline numbers and file locations of a demo")
@@ -46,17 +48,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.set_defaults(func=cmd_info)
 
 
+def _add_timing_flags(b: argparse.ArgumentParser) -> None:
+    """How the build measures speed, one flag per timing setting of the config (default: the
+    preset's); over a finished demo they change only with ``--redo timing``."""
+    g = b.add_argument_group("timing", "how every speed figure is measured (step profiles, "
+                             "sweeps, races; default: the preset's: fixed rounds, no target); "
+                             "a finished demo takes other values with --redo timing")
+    for part, what, figure, command in (
+            ("step", "step-profile record", "its step over its reference's", "profile step"),
+            ("sweep", "sweep point", "its speed-up (a race: its ratio)", "tune")):
+        g.add_argument(f"--{part}-rounds", type=int, metavar="R",
+                       help=f"timed rounds per {what}, at least ({command} --rounds)")
+        g.add_argument(f"--{part}-min-seconds", type=float, metavar="S",
+                       help=f"more rounds until a {what} was timed S seconds ({command} "
+                            "--min-seconds)")
+        g.add_argument(f"--{part}-target-se", type=float, metavar="F",
+                       help=f"more rounds until a {what}'s figure, {figure}, has at most "
+                            f"this relative standard error ({command} --target-se)")
+    g.add_argument("--sweep-prompts", type=int, metavar="N",
+                   help="held-out prompts decoded at every sweep point (tune --prompt-count)")
+    g.add_argument("--live-new-tokens", type=int, metavar="N",
+                   help="tokens decoded per prompt in the step profiles and the sweeps (tune "
+                        "and profile step --max-new-tokens)")
+    g.add_argument("--timing-max-rounds", type=int, metavar="R",
+                   help="rounds at most, for every record, point and race")
+    g.add_argument("--sweep-race", action=argparse.BooleanOptionalAction, default=None,
+                   help="where select's pick is not a sweep's measured best, race the two head "
+                        "to head (tune --race-best)")
+    g.add_argument("--sweep-alongside", action=argparse.BooleanOptionalAction, default=None,
+                   help="profile each sweep point's tree right before the point, into "
+                        "sweep/KIND-alongside-DEVICE.json (tune --profile-alongside)")
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     import sys
+    from dataclasses import replace
 
     from treeopt.decoding.models import check_device, set_threads
     from treeopt.demo.build import build_demo, summary
-    from treeopt.demo.config import plan
+    from treeopt.demo.config import TIMING_FLAGS, plan
 
     check_device(args.device)
     set_threads(args.threads)
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed,
                   base_layers=args.base_layers, medusa_head_layers=args.medusa_head_layers)
+    timing = {name: getattr(args, name) for name in TIMING_FLAGS}
+    config = replace(config, **{k: v for k, v in timing.items() if v is not None})
     redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
                           and sys.stderr.isatty(), redo=redo)

@@ -7,8 +7,10 @@ tree :func:`~treeopt.select.select` picks over the whole growth (every size and 
 sweep shows how close the model's choice comes to the measured best. Two traces may play two
 parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
 error is the step-cost model's alone), ``select_trace`` is what select picks with (a calibration
-trace: what a user's select sees before any live run; by default ``trace``). Both are read over
-the positions the sweep decodes: each sequence's first ``max_new_tokens``.
+trace: what a user's select sees before any live run; by default ``trace``). ``trace`` is read
+over the positions the sweep decodes, each sequence's first ``max_new_tokens``; a
+``select_trace`` is read as given, whole, as ``treeopt select --trace`` reads it, so the pick
+measured is the one select makes (without one, select picks with ``trace`` as read).
 """
 
 from __future__ import annotations
@@ -74,14 +76,14 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     check_batch(max(batch), len(prompts))
     # E[L] over the positions the sweep decodes (each sequence's first max_new_tokens)
     trace = trace.first_positions(config.max_new_tokens) if trace is not None else None
-    picker = (select_trace.first_positions(config.max_new_tokens)
-              if select_trace is not None else trace)
+    picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker)  # checks every size before anything runs
     sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
-        "min_seconds": measure.min_seconds, "target_se": measure.target_se, "compile": compile})
+        "min_seconds": measure.min_seconds, "target_se": measure.target_se,
+        "max_rounds": measure.cap, "compile": compile})
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.demo import stages
-from treeopt.demo.config import DemoConfig, command_line
+from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
 from treeopt.demo.layout import DEMO_FORMAT, DemoPaths
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
@@ -36,7 +36,10 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     to run again although a finished demo (or an interrupted build) has them — e.g. ``latency``
     and ``sweep`` — or ``timing``: every speed measurement of the demo (those two stages, the
     drafters' step profiles and sweeps, the dynamic step profile and recommendation), to
-    re-measure a demo on this machine without training or tracing anything again."""
+    re-measure a demo on this machine without training or tracing anything again; with
+    ``timing`` the config may change the finished demo's timing settings
+    (:data:`~treeopt.demo.config.TIMING_SETTINGS`: how long and how each figure is measured).
+    The same call again after an interruption resumes the redo where it stopped."""
     import torch
 
     names = [name for name, _ in stages.PIPELINE]
@@ -50,23 +53,17 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                                     *(r for r in redo if r != stages.TIMING)]))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
-    differ = settings_differ(target, config)
+    differ = _differ(target, config, retime=retime)
     if redo and differ:
         raise FieldError("redo", f"{','.join(redo)}: the demo in {target} was built with other "
                          f"settings ({', '.join(differ)}); {{redo}} re-runs stages of a demo "
                          "built with the same ones (other settings mean a fresh build: run "
                          "without {redo})")
-    work = _workdir(target, config)
-    for name in redo:  # measured afresh: the stage's record and the files it would resume from
-        (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
-        for path in stages.outputs(name, DemoPaths(work), config):
-            path.unlink(missing_ok=True)
-    marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
-    if retime:  # and the speed measured inside the drafters and dynamic stages
-        for path in stages.timing_outputs(DemoPaths(work), config):
-            path.unlink(missing_ok=True)
-        write_json(marker, {"redo": stages.TIMING})
+    work = _workdir(target, config, retime=retime)
+    if redo:
+        _start_redo(work, config, redo, retime=retime, log=say)
     paths = DemoPaths(work)
+    marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
     torch.manual_seed(config.seed)
     ctx = stages.Context(config, paths, work / ".stages", say, show_progress)
     results: dict[str, Any] = {}
@@ -82,16 +79,44 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     return manifest
 
 
-def _workdir(target: Path, config: DemoConfig) -> Path:
+def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
+                log: Log) -> None:
+    """Remove what the ``redo`` stages (and, when ``retime``, the speed measurements inside the
+    drafters and dynamic stages) made, so they are measured afresh — unless an interrupted run
+    of the same redo already did: then its fresh work is kept and the redo resumes."""
+    record = work / ".stages" / "redo.json"
+    if record.exists() and read_json(record) == {"redo": list(redo), "timing": retime}:
+        log(f"[redo] resuming {', '.join(redo)} where it stopped")
+        return
+    for name in redo:  # measured afresh: the stage's record and the files it would resume from
+        (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
+        for path in stages.outputs(name, DemoPaths(work), config):
+            path.unlink(missing_ok=True)
+    if retime:  # and the speed measured inside the drafters and dynamic stages
+        for path in stages.timing_outputs(DemoPaths(work), config):
+            path.unlink(missing_ok=True)
+        write_json(work / ".stages" / "retime.json", {"redo": stages.TIMING})
+    write_json(record, {"redo": list(redo), "timing": retime})
+
+
+def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
+    """The settings of the finished demo at ``target`` that ``config`` changes, less its timing
+    settings when the build measures every speed figure again (``retime``)."""
+    return [k for k in settings_differ(target, config)
+            if not (retime and k in TIMING_SETTINGS)]
+
+
+def _workdir(target: Path, config: DemoConfig, *, retime: bool = False) -> Path:
     """The work directory; one left by a different configuration is started afresh. A finished
-    demo at ``target`` built with the same settings (stages added since aside) seeds it: its
-    files and stage records are reused, so only the stages it lacks run."""
+    demo at ``target`` built with the same settings (stages added since aside; timing settings
+    aside when the build measures every speed figure again, ``retime``) seeds it: its files and
+    stage records are reused, so only the stages it lacks run."""
     work = target.parent / f".{target.name}.building"
     stamp = work / ".stages" / "config.json"
     if work.exists() and (not stamp.exists() or read_json(stamp) != _jsonable(config)):
         shutil.rmtree(work)
     if not work.exists():
-        _seed_from_published(target, work, config)
+        _seed_from_published(target, work, config, retime=retime)
     if not stamp.exists():
         write_json(stamp, _jsonable(config))
     return work
@@ -117,15 +142,17 @@ def settings_differ(target: Path, config: DemoConfig) -> list[str]:
             if old.get(k, defaults.get(k)) != new.get(k, defaults.get(k))]
 
 
-def _seed_from_published(target: Path, work: Path, config: DemoConfig) -> None:
+def _seed_from_published(target: Path, work: Path, config: DemoConfig, *,
+                         retime: bool = False) -> None:
     """Copy a finished demo built with ``config``'s settings into ``work``, with a stage record
     for every stage its manifest holds. Settings the finished demo does not record (added since)
-    take their defaults. When the settings that differ are one head kind's own (such as
+    take their defaults; timing settings may differ when every speed figure is measured again
+    (``retime``). When the settings that differ are one head kind's own (such as
     ``medusa_head_layers``), the kind stages keep their records as ``<stage>.kept.json`` and that
     kind's files are removed: the build makes that kind again and keeps the rest. Any other
     difference means a fresh build."""
     manifest_path = target / "manifest.json"
-    differ = settings_differ(target, config)
+    differ = _differ(target, config, retime=retime)
     scope = stages.kind_scope(differ)
     if not manifest_path.exists() or (differ and scope is None):
         return

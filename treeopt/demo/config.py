@@ -12,6 +12,7 @@ from typing import Any
 from treeopt.demo.base import BaseConfig
 from treeopt.drafters import drafter_kind
 from treeopt.errors import FieldError, TreeoptError
+from treeopt.measure import MAX_ROUNDS, Measurement, MeasurementError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
@@ -62,6 +63,18 @@ class DemoConfig:
     sweep_prompts: int = 8
     sweep_rounds: int = 3
     live_new_tokens: int = 64  # new tokens per prompt in the step profile and the sweep
+    # how long each speed figure is measured (treeopt.measure): a step-profile record (the
+    # dynamic ones too) at least step_rounds rounds, more until step_min_seconds and until its
+    # step over the reference's has a relative standard error of at most step_target_se (0: no
+    # target); a sweep point (and a race) alike on its speed-up; every timing at most
+    # timing_max_rounds rounds. The defaults are the fixed rounds the settings began with.
+    step_min_seconds: float = 0.0
+    step_target_se: float = 0.0
+    sweep_min_seconds: float = 0.0
+    sweep_target_se: float = 0.0
+    timing_max_rounds: int = MAX_ROUNDS
+    sweep_race: bool = False  # where select's pick is not the measured best, race the two
+    sweep_alongside: bool = False  # profile each sweep point's tree right before the point
     live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
     dynamic_topk: tuple[int, ...] = (1, 2, 4, 8)  # the EAGLE drafter's dynamic traces …
     dynamic_steps: int = 6  # … up to this many steps …
@@ -84,6 +97,19 @@ class DemoConfig:
         if max(self.eval_sizes) > self.max_nodes:
             raise TreeoptError(f"evaluation sizes {self.eval_sizes} exceed max_nodes "
                                f"{self.max_nodes}")
+        if not 1 <= self.live_new_tokens <= self.max_new_tokens:  # the traces' positions
+            raise FieldError("live_new_tokens", f"must be from 1 to the traces' "
+                             f"{self.max_new_tokens} tokens, got {self.live_new_tokens}")
+        if not max(self.live_batches) <= self.sweep_prompts <= self.heldout_prompts:
+            raise FieldError("sweep_prompts", f"must be from the largest batch, "
+                             f"{max(self.live_batches)}, to the {self.heldout_prompts} held-out "
+                             f"prompts, got {self.sweep_prompts}")
+        for part in ("step", "sweep"):  # the measurement rule's own checks, said of our fields
+            try:
+                self.measurement(part)
+            except MeasurementError as exc:
+                name = "timing_max_rounds" if exc.field == "max_rounds" else f"{part}_{exc.field}"
+                raise FieldError(name, exc.rule) from None
         need = self.prompt_tokens[1] + self.max_new_tokens + max(self.eval_sizes) + 1
         if need > self.base.max_positions:
             raise TreeoptError(f"prompts of {self.prompt_tokens[1]} tokens, {self.max_new_tokens} "
@@ -92,6 +118,19 @@ class DemoConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def measurement(self, part: str) -> Measurement:
+        """How long a ``step`` profile record or a ``sweep`` point (and a race) is measured.
+
+        >>> DemoConfig(sweep_target_se=0.015, sweep_min_seconds=36).measurement("sweep")
+        Measurement(rounds=3, min_seconds=36, target_se=0.015, max_rounds=64)
+        """
+        if part not in ("step", "sweep"):
+            raise FieldError("part", f"{part!r}: expected step or sweep")
+        return Measurement(rounds=getattr(self, f"{part}_rounds"),
+                           min_seconds=getattr(self, f"{part}_min_seconds"),
+                           target_se=getattr(self, f"{part}_target_se"),
+                           max_rounds=self.timing_max_rounds)
 
     def layers_of(self, kind: str) -> int:
         """Layers of the ``kind`` drafter: residual blocks per head for Medusa and Hydra, decoder
@@ -107,6 +146,19 @@ class DemoConfig:
         settings = [getattr(self, name) for name in drafter_kind(kind).demo_layers]
         return next(n for n in settings if n is not None)
 
+
+# settings that only the speed measurements read (the latency table, step profiles, sweeps and
+# races, the dynamic step profile): a finished demo measured again (``--redo timing``) may
+# change them and keep everything else
+TIMING_SETTINGS = (
+    "latency_context", "latency_tokens", "latency_repeats", "live_batches", "step_sizes",
+    "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
+    "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
+    "sweep_alongside", "live_new_tokens", "live_threads", "dynamic_profile")
+# the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
+TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
+                "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
+                "sweep_race", "sweep_alongside", "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
@@ -131,14 +183,22 @@ def command_line(config: DemoConfig) -> str:
     'treeopt demo build --budget-minutes 120 --base-layers 16 --device cpu --seed 0'
     >>> command_line(plan(budget_minutes=120, base_layers=16, medusa_head_layers=8))
     'treeopt demo build --budget-minutes 120 --base-layers 16 --medusa-head-layers 8 --device cpu --seed 0'
+    >>> command_line(replace(plan(budget_minutes=60), sweep_target_se=0.015, sweep_race=True))
+    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-target-se 0.015 --sweep-race'
     """
     preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed)
     layers = ("" if config.base.num_layers == preset.base.num_layers
               else f" --base-layers {config.base.num_layers}")
     if config.medusa_head_layers is not None:
         layers += f" --medusa-head-layers {config.medusa_head_layers}"
+    timing = ""
+    for name in TIMING_FLAGS:  # the timing flags that change the preset's settings
+        value, flag = getattr(config, name), "--" + name.replace("_", "-")
+        if value != getattr(preset, name):
+            timing += (f" {flag}" if value is True else f" --no-{flag[2:]}" if value is False
+                       else f" {flag} {value:g}")
     return (f"treeopt demo build --budget-minutes {config.budget_minutes:g}{layers} "
-            f"--device {config.device} --seed {config.seed}")
+            f"--device {config.device} --seed {config.seed}{timing}")
 
 
 def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,

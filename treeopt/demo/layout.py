@@ -74,6 +74,12 @@ class DemoPaths:
         """The live throughput sweep of the ``kind`` heads' trees on ``device``."""
         return self.root / "sweep" / f"{_kind(kind)}-{device}.json"
 
+    def alongside_profile(self, kind: str, device: str = "cpu") -> Path:
+        """The step profile taken alongside the ``kind`` drafter's sweep on ``device``: each
+        point's tree profiled right before the point (beside the sweep, not among the step
+        profiles ``select`` prices with)."""
+        return self.root / "sweep" / f"{_kind(kind)}-alongside-{device}.json"
+
     def dynamic_trace(self, part: str, topk: int) -> Path:
         """The EAGLE drafter's dynamic trace of ``topk`` on ``part`` (calibration, heldout)."""
         return self.root / "dynamic" / f"eagle-{part}-topk{topk}.npz"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,6 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.files import read_json, write_json
-from treeopt.measure import Measurement
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
     from treeopt.costs import StepCosts
     from treeopt.decoding.drafter import Drafter
+    from treeopt.grow import Growth
+    from treeopt.sweep import Sweep
+    from treeopt.trace import RankTrace
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
@@ -440,12 +443,15 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     threads(c.live_threads)
     out = ctx.paths.step_profile(kind, c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    start = time.perf_counter()
     profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
                             prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
                             out=out, max_new_tokens=c.live_new_tokens,
-                            measure=Measurement(rounds=c.step_rounds),
+                            measure=c.measurement("step"),
                             log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(profile.records)}
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step")),
+            "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
 
 
 def sweep(ctx: Context) -> dict[str, Any]:
@@ -455,9 +461,14 @@ def sweep(ctx: Context) -> dict[str, Any]:
 
 
 def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
-    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts."""
+    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts, measured
+    as the config says (:meth:`DemoConfig.measurement`, a race of select's pick against the
+    measured best, a step profile alongside), with the tree ``treeopt select --demo`` picks at
+    each batch: select over the whole growth, E[L] from the calibration trace, priced by the
+    demo's step profile of the drafter, which also predicts every point."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.tune import tune
+    from treeopt.demo.evidence import alongside_profile, sweep_method
     from treeopt.grow import Growth
     from treeopt.trace import RankTrace
 
@@ -470,22 +481,43 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     path = ctx.paths.sweep(kind, c.device)
     growth = Growth.load(ctx.paths.growth(kind))
     sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
+    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+        c.sweep_prompts, positions=c.live_new_tokens)
+    alongside = alongside_profile(ctx.model, ctx.heads(kind), prompts, config=c,
+                                  out=ctx.paths.alongside_profile(kind, c.device))
+    start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
-                  sizes=sizes, out=path, measure=Measurement(rounds=c.sweep_rounds),
+                  sizes=sizes, out=path, measure=c.measurement("sweep"),
                   config=DecodeConfig(max_new_tokens=c.live_new_tokens),
-                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)),
-                  trace=RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-                      c.sweep_prompts, positions=c.live_new_tokens),
+                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)), trace=own,
                   select_trace=RankTrace.load(ctx.paths.trace(kind)),
-                  meta={"model": "treeopt demo", "device": c.device},
+                  meta={"model": "treeopt demo", "device": c.device,
+                        "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
+                  race_best=c.sweep_race, before_point=alongside,
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     for row in result.summary():
         ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
                 f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
                 f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
-    return {"file": path.name, "summary": result.summary()}
+    record = {"file": path.name, "summary": result.summary(),
+              "method": sweep_method(c, ctx.paths, kind),
+              "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
+    if alongside is not None:
+        record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
+    return record
+
+
+def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own: RankTrace,
+                      ) -> dict[str, Any]:
+    """The sweep's points predicted from the profile taken alongside them, per batch."""
+    from treeopt.demo.evidence import alongside_errors
+
+    path = ctx.paths.alongside_profile(kind, ctx.config.device)
+    errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
+                              own.first_positions(ctx.config.live_new_tokens))
+    return {"file": path.name, "errors": errors}
 
 
 def drafters(ctx: Context) -> dict[str, Any]:
@@ -612,10 +644,11 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
     profile = profile_steps(ctx.model, ctx.heads("eagle"), None, prompts,
                             batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
-                            measure=Measurement(rounds=c.step_rounds),
+                            measure=c.measurement("step"),
                             dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
                             log=lambda line: ctx.log(f"  {line}"))
-    return {"file": out.name, "records": len(profile.records)}
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step"))}
 
 
 def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str, Any]:
@@ -764,7 +797,9 @@ def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoC
                    for m in ("empirical", "independent")],
         "latency": [paths.latency(config.device),
                     *(paths.step_profile(k, config.device) for k in kinds)],
-        "sweep": [paths.sweep(k, config.device) for k in kinds],
+        "sweep": [*(paths.sweep(k, config.device) for k in kinds),
+                  *(paths.alongside_profile(k, config.device) for k in kinds
+                    if config.sweep_alongside)],
         "dynamic": [*(paths.dynamic_trace(part, k) for part in ("calibration", "heldout")
                       for k in config.dynamic_topk), paths.dynamic_step_profile(config.device),
                     paths.dynamic_selection(config.device)],

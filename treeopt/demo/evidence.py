@@ -1,0 +1,82 @@
+"""How a demo's sweep is measured and what the manifest says of it: the step profile taken
+alongside the sweep's points, the method record, and the points' errors predicted from the
+alongside profile (the build's ``sweep`` and ``drafters`` stages call these)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeopt.demo.config import DemoConfig
+from treeopt.demo.layout import DemoPaths
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.costs import StepCosts
+    from treeopt.decoding.drafter import Drafter
+    from treeopt.grow import Growth
+    from treeopt.profiling.alongside import AlongsideProfile
+    from treeopt.sweep import Sweep
+    from treeopt.trace import RankTrace
+
+ALONGSIDE_SEQUENCES = 8  # sequences an alongside record decodes at least (tune's, the profiler's)
+
+
+def alongside_profile(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
+                      *, config: DemoConfig, out: Path) -> AlongsideProfile | None:
+    """The step profile a sweep takes alongside its points, as ``tune --profile-alongside``
+    takes it: the swept prompts, the points' measurement less its least time, at least
+    :data:`ALONGSIDE_SEQUENCES` sequences a record. None when ``config`` takes none; then no
+    file of an earlier measurement is left at ``out`` either."""
+    from treeopt.profiling.alongside import AlongsideProfile
+
+    if not config.sweep_alongside:
+        out.unlink(missing_ok=True)
+        return None
+    return AlongsideProfile(model, heads, prompts, out=out,
+                            max_new_tokens=config.live_new_tokens,
+                            measure=replace(config.measurement("sweep"), min_seconds=0.0),
+                            sequences=max(ALONGSIDE_SEQUENCES, *config.live_batches))
+
+
+def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, Any]:
+    """How the ``kind`` drafter's sweep is measured and what its pick and predictions come
+    from, with file paths inside the demo (the manifest's record).
+
+    >>> m = sweep_method(DemoConfig(sweep_alongside=True), DemoPaths(Path("d")), "eagle")
+    >>> m["measurement"], m["alongside"], m["step_profile"]
+    ({'rounds': 3, 'min_seconds': 0.0, 'target_se': 0.0, 'max_rounds': 64}, 'sweep/eagle-alongside-cpu.json', 'latency/step-eagle-cpu.json')
+    """
+    def inside(path: Path) -> str:
+        return path.relative_to(paths.root).as_posix()
+
+    return {"prompts": config.sweep_prompts, "max_new_tokens": config.live_new_tokens,
+            "measurement": asdict(config.measurement("sweep")), "race": config.sweep_race,
+            "alongside": (inside(paths.alongside_profile(kind, config.device))
+                          if config.sweep_alongside else None),
+            "step_profile": inside(paths.step_profile(kind, config.device)),
+            "selection": f"treeopt select --demo {kind}: the growth priced by the step profile, "
+                         "E[L] from the calibration trace walked step by step",
+            "predicted": "the step profile, E[L] from the swept prompts' own trace over the "
+                         "tokens decoded"}
+
+
+def alongside_errors(sweep: Sweep, growth: Growth, costs: StepCosts,
+                     trace: RankTrace) -> list[dict[str, Any]]:
+    """The sweep's points predicted by ``costs`` (the profile taken alongside them), E[L] from
+    ``trace`` (the swept prompts' own, as the sweep's predictions): per batch, the largest and
+    the mean absolute error (predicted over measured speed-up, minus one)."""
+    from treeopt.decoding.tune import predict
+    from treeopt.tree import Tree
+
+    rows = []
+    for b in sweep.batches:
+        errors = [abs(predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
+                              trace, b).speedup / p.speedup - 1)
+                  for p in sweep.points if p.batch == b]
+        rows.append({"batch": b, "max_abs_error": max(errors),
+                     "mean_abs_error": sum(errors) / len(errors)})
+    return rows
