@@ -260,8 +260,8 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
     assert at.dataframe[0].value["predicted speed-up"].tolist() == [
         round(p["speedup"], 3) for p in printed]
     links = [e.proto.page for e in at.get("page_link")]
-    assert [Path(link).name for link in links] == ["trees.py", "hardware.py", "export.py",
-                                                   "verify.py"]
+    assert [Path(link).stem for link in links] == ["trees", "hardware", "export",
+                                                   "verify"]
 
 
 def choice(at):
