@@ -66,9 +66,10 @@ def default_for(label: str, *, batch: int | None = None,
     return default_choice(source, label, pick=found[0], hardware=found[1])
 
 
-def current_choice(label: str | None = None, *, demo_drafter: bool | None = None) -> Choice:
+def current_choice(label: str | None = None, *, batch: int | None = None,
+                   demo_drafter: bool | None = None) -> Choice:
     """The choice in session state — for drafter ``label`` when given — else that drafter's
-    default (by default: the first drafter of the data)."""
+    default (by default: the first drafter of the data) at ``batch``."""
     chosen: Choice | None = st.session_state.get(CHOICE_KEY)
     if label is None:
         sources = current_dataset().sources
@@ -77,7 +78,7 @@ def current_choice(label: str | None = None, *, demo_drafter: bool | None = None
         label = next(iter(sources))
     elif chosen is not None and chosen.drafter == label:
         return chosen
-    return default_for(label, demo_drafter=demo_drafter)
+    return default_for(label, batch=batch, demo_drafter=demo_drafter)
 
 
 def chosen_label() -> str | None:

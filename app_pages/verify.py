@@ -44,7 +44,7 @@ sampled = demo_dataset().sampled.get(kind, {})  # loaded once per server, not pe
 trace = (bundle.traces[kind] if mode != "sample"
          else sampled[temperature][0] if temperature in sampled else None)
 with page_errors():
-    chosen = current_choice(kind, demo_drafter=True)
+    chosen = current_choice(kind, batch=batch, demo_drafter=True)
 tree = chosen.tree
 st.caption(f"Tree: {chosen.description}. Choose another on the Trees page.")
 prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_prompt")

@@ -264,6 +264,26 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
                                                    "verify"]
 
 
+@needs_demo
+def test_overview_loads_no_model():
+    """The first view runs in a fresh process without importing torch or transformers."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom streamlit.testing.v1 import AppTest\n"
+              f"at = AppTest.from_file({str(APP)!r}, default_timeout={TIMEOUT}).run()\n"
+              "assert not at.exception and at.title[0].value == 'Overview', at.exception\n"
+              "print(len(at.metric), sorted(m for m in ('torch', 'transformers') "
+              "if m in sys.modules))\n")
+    env = {**os.environ, "PYTHONPATH": str(APP.parent)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics, heavy = done.stdout.split(" ", 1)
+    assert int(metrics) > 0 and heavy.strip() == "[]"
+
+
 def choice(at):
     return at.session_state["choice"]
 

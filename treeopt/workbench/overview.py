@@ -141,6 +141,7 @@ def headline(a: BatchAnswer) -> Headline:
     if a.dynamic is not None:
         d = a.dynamic
         sources.append(f"dynamic alternative ({d.drafter}): {d.settings}, {d.speedup:.2f}× "
+                       f"({d.over_static:.2f}× the static tree's speed-up in the same document) "
                        f"{d.source}")
     return Headline(f"batch {a.batch}", f"{a.predicted.speedup:.2f}× predicted", delta, tone,
                     "\n\n".join(sources))
