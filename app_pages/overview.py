@@ -22,7 +22,9 @@ if view is None:
     st.stop()
 
 files = demo_files()
-for column, answer in zip(st.columns(len(view.answers)), view.answers, strict=True):
+PER_ROW = 2  # "1.89× predicted" in a metric's large type needs half a laptop screen
+columns = [c for i in range(0, len(view.answers), PER_ROW) for c in st.columns(PER_ROW)]
+for column, answer in zip(columns, view.answers, strict=False):
     h = headline(answer)
     with column:
         st.metric(h.label, h.value, delta=h.delta, delta_color=h.tone,  # type: ignore[arg-type]
@@ -52,12 +54,11 @@ with st.expander("Where each figure comes from"):
         st.markdown(f"**Batch {answer.batch}**\n\n" + headline(answer).help)
 
 st.subheader("Go further")
-links = st.columns(4)
-links[0].page_link("app_pages/trees.py", label="Trees: grow, compare and choose a tree",
-                   icon=":material/account_tree:")
-links[1].page_link("app_pages/hardware.py", label="Hardware: step costs, sweeps, dynamic trees",
-                   icon=":material/memory:")
-links[2].page_link("app_pages/export.py", label="Export: the tree in your engine's format",
-                   icon=":material/download:")
-links[3].page_link("app_pages/verify.py", label="Verify: decode live, check lossless",
-                   icon=":material/verified:")
+st.page_link("app_pages/trees.py", label="Trees: grow, compare and choose the tree",
+             icon=":material/account_tree:")
+st.page_link("app_pages/hardware.py", label="Hardware: the step costs, the live sweeps and "
+             "dynamic trees behind these figures", icon=":material/memory:")
+st.page_link("app_pages/export.py", label="Export: the chosen tree in your engine's format",
+             icon=":material/download:")
+st.page_link("app_pages/verify.py", label="Verify: decode live with it and check it is lossless",
+             icon=":material/verified:")

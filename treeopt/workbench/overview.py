@@ -124,9 +124,9 @@ class Headline:
 def headline(a: BatchAnswer) -> Headline:
     """The headline of answer ``a``.
 
-    The value reads ``1.89× predicted``; the delta ``1.55× measured, spread 2.5%`` (``at 10
-    nodes, the nearest size swept`` when the sweep measured another tree, ``not measured``
-    without one); the help names every figure's source.
+    The value reads ``1.89× predicted``; the delta ``1.55× measured, spread 2.5%`` (``1.55×
+    measured at 10 nodes (nearest swept), …`` when the sweep measured another tree, ``not
+    measured`` without one); the help names every figure's source.
     """
     m = a.measured
     sources = [f"{a.drafter if a.tree.size else 'no tree'} ({a.tree_label}): "
@@ -134,7 +134,7 @@ def headline(a: BatchAnswer) -> Headline:
     if m is None:
         delta, tone = "not measured", "gray"
     else:
-        where = "" if m.same_tree else f" at {m.size} nodes, the nearest size swept"
+        where = "" if m.same_tree else f" at {m.size} nodes (nearest swept)"
         delta = f"{m.speedup:.2f}× measured{where}, spread {m.spread:.1%}"
         tone = "red" if m.speedup < 1 else "orange" if a.disagreement else "gray"
         sources.append(f"{m.speedup:.2f}× ({m.tokens_per_s:.0f} tokens/s) {m.source}")

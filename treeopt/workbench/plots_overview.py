@@ -25,6 +25,7 @@ def predicted_vs_measured(view: Overview) -> go.Figure:
         x=x, y=[a.predicted.speedup for a in answers], name=PREDICTED,
         marker_color=[COLOURS.get(a.drafter, "#7f7f7f") for a in answers],
         text=[f"{a.drafter}<br>{a.tree_label}" for a in answers], textposition="inside",
+        insidetextanchor="start",
         hovertext=[f"{a.drafter}, {a.tree_label}: {a.predicted.speedup:.2f}× predicted, "
                    f"{a.predicted.tokens_per_s:.0f} tokens/s<br>{a.predicted.source}"
                    for a in answers], hoverinfo="text"))
@@ -45,7 +46,7 @@ def predicted_vs_measured(view: Overview) -> go.Figure:
             hovertext=[f"{d.drafter}, dynamic: {d.settings}: {d.speedup:.2f}× predicted<br>"
                        f"{d.source}" if d else "" for d in dynamic], hoverinfo="text"))
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1),
-                  annotation_text="autoregressive", annotation_position="bottom right")
+                  annotation_text="autoregressive", annotation_position="top left")
     fig.update_layout(title=f"Chosen drafter and tree per batch size: predicted vs measured "
                             f"(context {view.context})",
                       xaxis=dict(type="category", title="batch size (sequences decoded together)"),
