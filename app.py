@@ -6,7 +6,8 @@ st.set_page_config(page_title="treeopt — speculation tree workbench", page_ico
                    layout="wide")
 
 PAGES = [
-    st.Page("app_pages/data.py", title="Data", icon=":material/folder_open:", default=True),
+    st.Page("app_pages/overview.py", title="Overview", icon=":material/dashboard:", default=True),
+    st.Page("app_pages/data.py", title="Data", icon=":material/folder_open:"),
     st.Page("app_pages/heads.py", title="Heads", icon=":material/target:"),
     st.Page("app_pages/trees.py", title="Trees", icon=":material/account_tree:"),
     st.Page("app_pages/drafters.py", title="Drafters", icon=":material/compare_arrows:"),

@@ -4,7 +4,8 @@ size (``treeopt select --out selection.json``)."""
 
 import streamlit as st
 
-from app_pages.state import chosen_tree, demo_drafter, page_errors
+from app_pages.choice import current_choice
+from app_pages.state import demo_drafter, page_errors
 from treeopt.drafters import engine_draft
 from treeopt.engines import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
@@ -36,10 +37,10 @@ if source == "A selection file":
     drafter = selection.growth.get("drafter", {})
 else:
     with page_errors():
-        chosen = chosen_tree()
+        chosen = current_choice()
     tree = chosen.tree
     description = f"{chosen.description} — choose another on the Trees page."
-    drafter = demo_drafter(chosen.label)
+    drafter = demo_drafter(chosen.drafter)
 st.caption(f"Tree: {description}")
 if tree.size == 0:
     st.info("Speculation does not pay here: the pick is no tree (decode autoregressively).")

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from treeopt.errors import TreeoptError
-from treeopt.selection import Point
-from treeopt.value import Source
 from treeopt.workbench.datasets import Dataset
 from treeopt.workbench.pricing import DemoPricing
-from treeopt.workbench.trees import ChosenTree, default_tree
+
+if TYPE_CHECKING:
+    from treeopt.demo.load import Demo
+    from treeopt.workbench.overview import Overview
 
 DATASET_KEY = "dataset"
-TREE_KEY = "chosen_tree"
 
 
 @st.cache_resource(show_spinner="Loading the demo…")
@@ -83,44 +83,6 @@ def demo_drafter(label: str) -> dict[str, Any]:
             "depth": bundle.traces[label].heads}
 
 
-def demo_pick(label: str, source: Source) -> Point | None:
-    """The tree ``select`` picks at the smallest measured batch for the demo's ``label`` heads
-    (None for data that is not the demo's, or a demo without a step profile)."""
-    if source is not demo().traces.get(label):
-        return None
-    priced = demo_pricing(label)
-    if priced is None:
-        return None
-    return min(priced.selection.points, key=lambda p: p.batch)
-
-
-def chosen_tree(label: str | None = None, *, source: Source | None = None) -> ChosenTree:
-    """The tree chosen on the Trees page — for heads ``label`` when given — else the default
-    tree of ``source`` (by default: the dataset's source ``label``, or its first source): the
-    one select picks on the demo's measured hardware when there is one."""
-    chosen: ChosenTree | None = st.session_state.get(TREE_KEY)
-    if chosen is not None and label in (None, chosen.label):
-        return chosen
-    if source is None:
-        data = current_dataset()
-        label = label if label is not None else next(iter(data.sources))
-        source = data.sources[label]
-    label = label or ""
-    pick = demo_pick(label, source)
-    device = demo_pricing(label).costs.verify.meta.get("device", "") if pick else ""
-    return default_tree(source, label, pick=pick, hardware=device or "this machine")
-
-
-def chosen_label() -> str | None:
-    """The heads (data source) of the tree chosen on the Trees page, if one was chosen."""
-    chosen: ChosenTree | None = st.session_state.get(TREE_KEY)
-    return chosen.label if chosen is not None else None
-
-
-def set_chosen_tree(chosen: ChosenTree) -> None:
-    st.session_state[TREE_KEY] = chosen
-
-
 def show_error(exc: Exception) -> None:
     """A user-facing error in the page, never a traceback."""
     message = str(exc) if isinstance(exc, TreeoptError) else f"{exc.__class__.__name__}: {exc}"
@@ -137,3 +99,20 @@ def page_errors(*, stop: bool = True) -> Iterator[None]:
         show_error(exc)
         if stop:
             st.stop()
+
+
+@st.cache_resource(show_spinner="Loading the demo's files…")
+def demo_files() -> Demo:
+    """The shipped demo without its model (traces, growths, prompts, measurements): what the
+    pages that do not decode read."""
+    from treeopt.demo.load import load
+
+    return load(with_model=False)
+
+
+@st.cache_resource(show_spinner="Pricing every drafter of the demo…")
+def demo_overview() -> Overview | None:
+    """The Overview page's answer on the demo (None without a step profile), model-free."""
+    from treeopt.workbench.overview import demo_overview as build
+
+    return build(demo_files())

@@ -2,23 +2,46 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo_pick, page_errors, set_chosen_tree
+from app_pages.choice import (
+    BATCH_KEY,
+    LABEL_KEY,
+    current_choice,
+    demo_pick,
+    pick_batches,
+    seed_trees_widgets,
+    set_choice,
+    trees_drafter_changed,
+)
+from app_pages.state import current_dataset, page_errors
 from treeopt.grow import CONSTRAINTS
 from treeopt.workbench import plots
 from treeopt.workbench.trees import (
-    TREE_DEFAULTS,
-    ChosenTree,
+    LARGEST,
+    TreeSettings,
+    grown_choice,
     growth_pair,
     imported_tree_point,
-    page_defaults,
+    pick_choice,
     view_tree,
 )
 
 st.title("Trees")
 data = current_dataset()
+with page_errors():
+    seed_trees_widgets(current_choice())  # the widgets a visit has not set yet
+deepest = max(s.heads for s in data.sources.values())
 left, right = st.columns([1, 3])
 with left:
-    label = st.selectbox("Heads", list(data.sources), key="trees_label")
+    label = st.selectbox("Heads", list(data.sources), key=LABEL_KEY,
+                         on_change=trees_drafter_changed,
+                         help="switching the heads starts from select's pick for them")
+    batches = pick_batches(label)
+    batch = None
+    if batches:
+        batch = st.select_slider("Batch size (select's pick)", batches, key=BATCH_KEY,
+                                 on_change=trees_drafter_changed,
+                                 help="start from the tree select picks for this batch size "
+                                      "on the demo's measured machine")
     temperature = 0.0
     if data.temperatures(label):
         temperature = st.radio(
@@ -27,49 +50,58 @@ with left:
             help="the trace of greedy continuations, or of continuations sampled at T: the "
                  "tree grown on it is the best for lossless sampling at T")
     source, held = data.at_temperature(label, temperature)
-    with page_errors():
-        pick = demo_pick(label, data.sources[label]) if temperature == 0 else None
-    start = page_defaults(source, pick)
     method = st.radio("Acceptance model", data.methods(label), horizontal=True, key="trees_method",
                       help="empirical: exact under greedy verification, from the rank trace; "
                            "independent: Medusa's product of per-head accuracies")
-    max_nodes = st.slider("Largest tree (nodes)", 8, 256, TREE_DEFAULTS["max_nodes"], step=8,
-                          key="trees_max")
-    size = st.slider("Chosen tree size", 1, max_nodes, min(start["size"], max_nodes),
-                     key="trees_size", help="starts at the size select picks for the demo's "
-                                           "measured machine, where there is one")
-    max_depth = st.slider("Max depth", 1, source.heads, start["max_depth"], key="trees_depth")
-    max_rank = st.slider("Max rank", 1, 32, TREE_DEFAULTS["max_rank"], key="trees_rank")
+    max_nodes = st.slider("Largest tree (nodes)", 8, LARGEST, step=8, key="trees_max",
+                          help="the growth's size: the curves end here")
+    size = st.slider("Chosen tree size", 1, LARGEST, key="trees_size",
+                     help="starts at the size select picks for the demo's measured machine, "
+                          "where there is one")
+    max_depth = st.slider("Max depth", 1, deepest, key="trees_depth")
+    max_rank = st.slider("Max rank", 1, 32, key="trees_rank")
     constraint = st.selectbox("Engine constraint", CONSTRAINTS, key="trees_constraint",
                               help="contiguous: Hydra reference code; uniform: vLLM")
     pasted = st.text_area("Compare a tree (paste a choices list in any engine form)",
                           key="trees_pasted", placeholder="[[0], [0, 0], [1], [0, 1]]")
+    pasted_point = None
+    if pasted.strip():  # a bad paste errors here, under its own widget; the plots still draw
+        with page_errors(stop=False):
+            pasted_point = imported_tree_point(pasted, source, method=method)
+    clamp = st.empty()
 
 with page_errors():
-    growths = growth_pair(source, max_nodes=max_nodes, max_depth=max_depth, max_rank=max_rank,
+    depth = min(max_depth, source.heads)
+    growths = growth_pair(source, max_nodes=max_nodes, max_depth=depth, max_rank=max_rank,
                           constraint=constraint)
     others = {f"{other} · {m}": g.expected_accept_length
               for other in data.sources if other != label and data.has_trace(other)
               for m, g in growth_pair(data.sources[other], max_nodes=max_nodes,
-                                      max_depth=max_depth, max_rank=max_rank,
+                                      max_depth=min(depth, data.sources[other].heads),
+                                      max_rank=max_rank,
                                       constraint=constraint).items() if m == "empirical"}
     if temperature:  # what the greedy-grown tree gives up when sampling at T
         greedy_growth = growth_pair(data.sources[label], max_nodes=max_nodes,
-                                    max_depth=max_depth, max_rank=max_rank,
+                                    max_depth=depth, max_rank=max_rank,
                                     constraint=constraint)["empirical"]
         others[f"{label} · greedy-grown, at T = {temperature:g}"] = greedy_growth.evaluate(source)
     growth = growths[method]
-    size = min(size, growth.max_nodes)
-    tree = growth.tree(size)
+    tree = growth.tree(min(size, growth.max_nodes))
     view = view_tree(tree, source, method=method)
     points = {f"chosen ({tree.size} nodes)": (tree.size, view.expected_accept_length)}
-    if pasted.strip():
-        pasted_tree, pasted_ell = imported_tree_point(pasted, source, method=method)
+    if pasted_point is not None:
+        pasted_tree, pasted_ell = pasted_point
         points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
+    found = demo_pick(label, batch) if temperature == 0 else None
 
-decoding = "greedy" if temperature == 0 else f"grown for sampling at T = {temperature:g}"
-set_chosen_tree(ChosenTree(tree, f"{label} · {method} · {constraint} · {decoding} · "
-                                 f"{tree.size} nodes", label))
+if tree.size < size:  # the size stays where the user put it; the tree shown says why it differs
+    clamp.warning(f"The chosen size, {size} nodes, is above the largest tree grown "
+                  f"({growth.max_nodes} nodes): the tree shown has {tree.size}. Raise “Largest "
+                  "tree” to see the chosen size.")
+settings = TreeSettings(size, max_depth, max_nodes, max_rank, method, constraint, temperature)
+pick = (pick_choice(label, found[0], heads=source.heads, hardware=found[1])
+        if found is not None else None)
+set_choice(grown_choice(label, tree, settings, batch=batch, pick=pick))
 with right:
     c1, c2, c3 = st.columns(3)
     c1.metric("E[L] of the chosen tree", f"{view.expected_accept_length:.4f}")

@@ -4,7 +4,8 @@ import html
 
 import streamlit as st
 
-from app_pages.state import chosen_label, chosen_tree, demo, demo_dataset, page_errors
+from app_pages.choice import chosen_label, current_choice
+from app_pages.state import demo, demo_dataset, page_errors
 from treeopt.workbench import plots
 from treeopt.workbench.live import live_run
 from treeopt.workbench.style import speedup_delta
@@ -44,7 +45,7 @@ sampled = demo_dataset().sampled.get(kind, {})  # loaded once per server, not pe
 trace = (bundle.traces[kind] if mode != "sample"
          else sampled[temperature][0] if temperature in sampled else None)
 with page_errors():
-    chosen = chosen_tree(kind, source=bundle.traces[kind])
+    chosen = current_choice(kind, batch=batch, demo_drafter=True)
 tree = chosen.tree
 st.caption(f"Tree: {chosen.description}. Choose another on the Trees page.")
 if (mode == "sample" and temperature in bundle.temperatures

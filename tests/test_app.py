@@ -37,7 +37,8 @@ def demo():
 
 
 def open_page(page: str | None = None) -> AppTest:
-    """A fresh session opened on ``page`` (the Data page when None), checked to be clean."""
+    """A fresh session opened on ``page`` (the default page, Overview, when None), checked to
+    be clean."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()
     if page is not None:
@@ -85,7 +86,7 @@ def default_tree(demo, kind=KINDS[0]):
 
 
 def test_data_page_lists_the_demo_trace_sizes(demo):
-    at = open_page()
+    at = open_page("data")
     assert [t.value for t in at.title] == ["Data"]
     assert [s.value for s in at.subheader] == ["demo"]
     items = [m.value for m in at.markdown if m.value.startswith("- **")]
@@ -95,7 +96,7 @@ def test_data_page_lists_the_demo_trace_sizes(demo):
 
 
 def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
-    at = open_page()
+    at = open_page("data")
     at.radio(key="data_source").set_value("Upload a file").run()
     for name, data in [("bad.npz", b"not a zip archive"), ("bad.csv", b"head,top1\n0,abc\n"),
                        ("bad.json", b"\xff\xfe")]:

@@ -28,7 +28,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-PAGES = ["Data", "Heads", "Trees", "Drafters", "Hardware", "Export", "Verify"]
+PAGES = ["Overview", "Data", "Heads", "Trees", "Drafters", "Hardware", "Export", "Verify"]
 VIEWPORT = {"width": 1366, "height": 768}  # a laptop screen
 
 
@@ -158,7 +158,7 @@ def test_every_page_renders_and_verify_is_lossless(app_url, browser):
     page = context.new_page()
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Data", level=1).wait_for(timeout=90_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
         for name in PAGES:
             page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
             page.get_by_role("heading", name=name, level=1).wait_for(timeout=60_000)

@@ -1,11 +1,12 @@
-"""The trees the app shows: the chosen tree (and its default), its per-node view, the growths of
-the Trees page and a pasted tree evaluated on the data. Which acceptance model a source supports
-is decided once, by :func:`treeopt.value.usable_method`."""
+"""The trees the app shows: the chosen drafter and tree (:class:`Choice`: select's pick by
+default), its per-node view, the growths of the Trees page and a pasted tree evaluated on the
+data. Which acceptance model a source supports is decided once, by
+:func:`treeopt.value.usable_method`."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -25,38 +26,81 @@ from treeopt.value import (
 
 # what the Trees page starts with, and the tree Export and Verify use until one is chosen there
 TREE_DEFAULTS = {"max_nodes": 128, "size": 64, "max_rank": 10, "constraint": "none"}
+LARGEST = 256  # the largest "largest tree" the Trees page offers, and the largest size chosen
+PICKED, GROWN = "select's pick", "grown on the Trees page"  # where a Choice's tree comes from
 
 
 @dataclass(frozen=True)
-class ChosenTree:
-    """The tree the Export and Verify pages work on, where it came from, and for which heads."""
+class TreeSettings:
+    """What grows a tree on the Trees page: the growth's model, caps and temperature, and the
+    size taken from it."""
 
+    size: int
+    max_depth: int
+    max_nodes: int = TREE_DEFAULTS["max_nodes"]
+    max_rank: int = TREE_DEFAULTS["max_rank"]
+    method: str = "empirical"
+    constraint: str = TREE_DEFAULTS["constraint"]
+    temperature: float = 0.0
+
+    def describe(self, label: str, size: int) -> str:
+        """``medusa · empirical · none · greedy · 12 nodes``: the tree these settings grow."""
+        decoding = ("greedy" if self.temperature == 0
+                    else f"grown for sampling at T = {self.temperature:g}")
+        return f"{label} · {self.method} · {self.constraint} · {decoding} · {size} nodes"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The drafter and tree the app works on, one value kept across pages: by default the tree
+    ``select`` picks for the drafter at a batch size (``source`` :data:`PICKED`), else the one
+    grown on the Trees page (:data:`GROWN`); ``settings`` grow it again there."""
+
+    drafter: str  # the data source (drafter) it is for
+    batch: int | None  # the batch size it is picked for (None: nothing priced)
     tree: Tree
     description: str
-    label: str  # the data source (head kind) it was grown for
+    source: str
+    settings: TreeSettings
+
+    @property
+    def is_pick(self) -> bool:
+        return self.source == PICKED
 
 
-def default_tree(source: Source, label: str, *, pick: Point | None = None,
-                 hardware: str = "") -> ChosenTree:
-    """The default tree of ``source``: the one ``select`` picks for the hardware measured
-    (``pick``, the first batch size's point), else the Trees page's default size."""
+def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "") -> Choice:
+    """``select``'s ``pick`` for drafter ``label`` (of ``heads`` heads) as a choice, with the
+    Trees page settings that grow it again."""
+    ranks = [r for path in pick.tree.paths for r in path]
+    settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
+                            max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1))
+    return Choice(label, pick.batch, pick.tree,
+                  f"{label} · select's pick on {hardware or 'the hardware'} at batch "
+                  f"{pick.batch} · {pick.tree.size} nodes, {pick.speedup:.2f}× predicted",
+                  PICKED, settings)
+
+
+def default_choice(source: Source, label: str, *, pick: Point | None = None,
+                   hardware: str = "") -> Choice:
+    """The choice of drafter ``label`` before one is made: ``select``'s ``pick`` for the
+    hardware measured, else the Trees page's default size grown on ``source``."""
     if pick is not None:
-        return ChosenTree(pick.tree, f"{label} · select's pick on {hardware or 'the hardware'} "
-                                     f"at batch {pick.batch} · {pick.tree.size} nodes, "
-                                     f"{pick.speedup:.2f}× predicted", label)
-    method = usable_method(source)
-    growth = grow(source, method=method, max_nodes=TREE_DEFAULTS["max_nodes"],
-                  max_rank=TREE_DEFAULTS["max_rank"])
-    tree = growth.tree(min(TREE_DEFAULTS["size"], growth.max_nodes))
-    return ChosenTree(tree, f"{label} · {method} · none · {tree.size} nodes", label)
+        return pick_choice(label, pick, heads=source.heads, hardware=hardware)
+    settings = TreeSettings(TREE_DEFAULTS["size"], source.heads, method=usable_method(source))
+    growth = grow(source, method=settings.method, max_nodes=settings.max_nodes,
+                  max_rank=settings.max_rank)
+    tree = growth.tree(min(settings.size, growth.max_nodes))
+    return Choice(label, None, tree, f"{label} · {settings.method} · none · {tree.size} nodes",
+                  GROWN, settings)
 
 
-def page_defaults(source: Source, pick: Point | None) -> dict[str, int]:
-    """The Trees page's starting widget values: the picked tree's size and depth cap when
-    ``select`` picked one, else :data:`TREE_DEFAULTS` (depth: every head)."""
-    if pick is None:
-        return {"size": TREE_DEFAULTS["size"], "max_depth": source.heads}
-    return {"size": max(pick.tree.size, 1), "max_depth": pick.max_depth or source.heads}
+def grown_choice(label: str, tree: Tree, settings: TreeSettings, *, batch: int | None,
+                 pick: Choice | None = None) -> Choice:
+    """The tree grown on the Trees page with ``settings``: still ``pick`` (select's, for this
+    drafter and batch) when it is the same tree, else a choice of its own."""
+    if pick is not None and pick.drafter == label and pick.tree == tree:
+        return replace(pick, settings=settings)
+    return Choice(label, batch, tree, settings.describe(label, tree.size), GROWN, settings)
 
 
 @dataclass(frozen=True)
@@ -105,5 +149,6 @@ def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree
     return tree, expected_accept_length(tree, source, method=usable_method(source, method))
 
 
-__all__ = ["TREE_DEFAULTS", "ChosenTree", "TreeView", "default_tree", "growth_pair",
-           "imported_tree_point", "page_defaults", "selection_from_upload", "view_tree"]
+__all__ = ["GROWN", "LARGEST", "PICKED", "TREE_DEFAULTS", "Choice", "TreeSettings", "TreeView",
+           "default_choice", "grown_choice", "growth_pair", "imported_tree_point", "pick_choice",
+           "selection_from_upload", "view_tree"]

@@ -1,0 +1,399 @@
+"""The Overview (the app's first view) against the CLI, and the chosen drafter and tree kept
+across pages: the overview's numbers are the very floats `treeopt select --demo K` and `treeopt
+choose-drafter` print; the Trees page starts at select's pick, never moves the chosen size
+silently, and Export and Verify still name the pick after a visit to Trees."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from treeopt.demo.layout import KINDS, default_root
+from treeopt.errors import TreeoptError
+from treeopt.selection import Curve, Point, Selection
+from treeopt.sweep import Sweep, SweepPoint
+from treeopt.tree import Tree
+from treeopt.workbench.overview import (
+    BatchAnswer,
+    DrafterEvidence,
+    Measured,
+    Predicted,
+    headline,
+    measured_for,
+    overview,
+)
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+TIMEOUT = 300  # seconds per script run: the Trees and Verify pages load the demo model
+HAS_DEMO = (default_root() / "manifest.json").exists()
+needs_demo = pytest.mark.skipif(not HAS_DEMO, reason=f"no built demo at {default_root()}")
+
+
+# ---- the library on hand-made selections and sweeps -------------------------------------------
+
+def point(batch: int, tree: Tree, speedup: float, *, max_depth: int | None = None) -> Point:
+    """A selection point of ``tree`` at ``batch`` (the autoregressive rate: 100 tokens/s)."""
+    return Point(batch, 64, tree, max_depth, 2.0, 1.0, 0.0, 0.0, 100.0 * speedup, 100.0,
+                 tree.size, Curve((), ()))
+
+
+def selection(kind: str, points: list[Point]) -> Selection:
+    return Selection({"acceptance": "per-step walk of the trace"},
+                     {"source": "/demo/latency/step.json", "device": "cpu"},
+                     {"kind": kind}, {}, (None,), tuple(points), source=f"{kind}.json")
+
+
+def sweep_point(batch: int, tree: Tree, speedup: float, spread: float, *,
+                selected: bool = False, max_depth: int | None = None) -> SweepPoint:
+    return SweepPoint(batch, tree.size, max_depth, tree.depth,
+                      tuple(tuple(p) for p in tree.as_choices()), 100.0 * speedup, 100.0,
+                      speedup, spread, 2.0, True, selected=selected, rounds=5, se=0.01)
+
+
+CHAIN2, CHAIN3 = Tree.chain(2), Tree.chain(3)
+WIDE = Tree.from_choices([[0], [1], [0, 0]])
+
+
+def test_measured_for_finds_the_same_tree_else_labels_the_nearest_size():
+    sweep = Sweep({"device": "cpu", "prompts": 8, "max_new_tokens": 64}, (
+        sweep_point(1, CHAIN2, 1.30, 0.02), sweep_point(1, WIDE, 1.40, 0.05, selected=True),
+        sweep_point(1, Tree.chain(4), 1.10, 0.03)), source="/x/eagle-cpu.json")
+    same = measured_for(sweep, 1, Tree.from_choices([[0, 0], [1], [0]]))  # order is no matter
+    assert (same.same_tree, same.speedup, same.spread, same.size) == (True, 1.40, 0.05, 3)
+    assert same.label == "measured"
+    assert same.source == ("measured in sweep eagle-cpu.json on cpu: batch 1, 3 nodes, "
+                           "8 prompts × 64 tokens, 5 rounds")
+    near = measured_for(sweep, 1, CHAIN3)  # 2 and 4 nodes are as near; 3 nodes is another tree
+    assert (near.same_tree, near.size, near.speedup) == (False, 3, 1.40)
+    assert near.label == "measured at the nearest size swept (3 nodes)"
+    assert measured_for(sweep, 1, Tree.chain(5)).size == 4
+    assert measured_for(sweep, 2, CHAIN2) is None  # the sweep has no point at batch 2
+
+
+def answer(predicted: float, measured: float, spread: float, *, same: bool = True) -> BatchAnswer:
+    return BatchAnswer(1, 64, "eagle", CHAIN3, None, Predicted(predicted, 100 * predicted, 100.0,
+                                                               "predicted by select"),
+                       {"eagle": predicted},
+                       Measured(measured, spread, None, 100 * measured, 3 if same else 4, None,
+                                same, "measured in sweep s.json"), None)
+
+
+def test_disagreement_only_beyond_the_measurements_spread():
+    assert answer(1.50, 1.45, 0.05).disagreement is None  # 0.05 apart, spread 0.0725
+    said = answer(1.60, 1.45, 0.05).disagreement
+    assert said == ("Batch 1: eagle's tree (3 nodes, depth 3) is predicted at 1.60× but this "
+                    "tree was measured at 1.45× (+10.3%), more than the measurement's spread "
+                    "over rounds (5.0%). Source: measured in sweep s.json.")
+    other = answer(1.60, 1.45, 0.05, same=False).disagreement
+    assert "the nearest size swept (4 nodes) was measured at 1.45×" in other
+    h = headline(answer(1.60, 0.95, 0.05))
+    assert (h.label, h.value, h.delta, h.tone) == ("batch 1", "1.60× predicted",
+                                                   "0.95× measured, spread 5.0%", "red")
+    assert headline(answer(1.60, 1.45, 0.05)).tone == "orange"
+    assert headline(answer(1.50, 1.45, 0.05)).tone == "gray"
+
+
+def test_overview_picks_the_fastest_drafter_and_says_none_where_no_tree_pays():
+    none = Tree.from_choices([])
+    evidence = {
+        "medusa": DrafterEvidence(selection("medusa", [point(1, CHAIN2, 1.3),
+                                                       point(8, none, 1.0)])),
+        "eagle": DrafterEvidence(selection("eagle", [point(1, CHAIN3, 1.6, max_depth=3),
+                                                     point(8, none, 1.0)]),
+                                 Sweep({"device": "cpu"}, (sweep_point(1, CHAIN3, 1.5, 0.1),)),
+                                 "traces/eagle.npz", "treeopt select --demo eagle")}
+    view = overview(evidence, root="/demo")
+    first, last = view.answers
+    assert (first.drafter, first.tree, first.predicted.speedup) == ("eagle", CHAIN3, 1.6)
+    assert first.candidates == {"medusa": 1.3, "eagle": 1.6}
+    assert first.predicted.source == ("predicted by `treeopt select --demo eagle` — E[L]: "
+                                      "per-step walk of the trace traces/eagle.npz; step "
+                                      "costs: latency/step.json on cpu")
+    assert first.measured.same_tree and first.disagreement is None  # 1.6 vs 1.5 ± 0.15
+    assert (last.drafter, last.tree_label, last.measured) == ("none", "no tree", None)
+    assert view.warnings == []
+    with pytest.raises(TreeoptError, match="no batch 2"):
+        view.answer(2)
+    with pytest.raises(TreeoptError, match="share no point at context 512"):
+        overview(evidence, context=512)
+
+
+# ---- the demo: the overview's numbers are the CLI's ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo():
+    from treeopt.demo.load import load
+
+    return load(with_model=False)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory) -> dict:
+    """What `treeopt select --demo K --out K.json` writes for every drafter and what `treeopt
+    choose-drafter` prints on those files, run through the CLI's own entry point."""
+    from treeopt.cli import main
+
+    out = tmp_path_factory.mktemp("cli")
+    paths = [str(out / f"{kind}.json") for kind in KINDS]
+    for kind, path in zip(KINDS, paths, strict=True):
+        assert main(["select", "--demo", kind, "--out", path]) == 0
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        assert main(["choose-drafter", *paths]) == 0
+    return {"selections": {k: json.loads(Path(p).read_text()) for k, p in zip(KINDS, paths,
+                                                                              strict=True)},
+            "choice": json.loads(printed.getvalue())}
+
+
+@pytest.fixture(scope="module")
+def view(demo):
+    from treeopt.workbench.overview import demo_overview
+
+    return demo_overview(demo)
+
+
+def roundtrip(doc):
+    return json.loads(json.dumps(doc))
+
+
+@needs_demo
+def test_every_drafters_selection_is_what_select_demo_writes(view, cli):
+    assert list(view.evidence) == list(KINDS)
+    for kind, doc in cli["selections"].items():
+        mine = view.evidence[kind].selection.to_json()
+        assert roundtrip(mine["points"]) == doc["points"]  # every float of every point
+        assert mine["latency"] == doc["latency"] and mine["growth"] == doc["growth"]
+
+
+@needs_demo
+def test_each_batch_answer_is_what_choose_drafter_prints(view, cli):
+    printed = cli["choice"]["points"]
+    context = min(p["context"] for p in printed)
+    printed = [p for p in printed if p["context"] == context]
+    assert view.context == context
+    assert [a.batch for a in view.answers] == [p["batch"] for p in printed]
+    for a, p in zip(view.answers, printed, strict=True):
+        assert (a.drafter, a.tree.size, a.tree.as_choices()) == (p["drafter"], p["size"],
+                                                                 p["choices"])
+        assert a.predicted.speedup == p["speedup"]  # the same floats, not close ones
+        assert a.predicted.tokens_per_s == p["tokens_per_s"]
+        assert dict(a.candidates) == p["candidates_speedup"]
+
+
+@needs_demo
+def test_measured_dynamic_and_sources_come_from_the_demos_files(demo, view):
+    from treeopt.dynamic.recommend import FORMAT
+    from treeopt.files import read_tagged_json
+
+    path = demo.paths.dynamic_selection(demo.latency.stem)
+    doc = read_tagged_json(path, FORMAT) if path.exists() else None
+    for a in view.answers:
+        assert f"traces/{a.drafter}.npz" in a.predicted.source
+        assert f"latency/step-{a.drafter}-{demo.latency.stem}.json" in a.predicted.source
+        sweep_path = demo.sweep(a.drafter)
+        if sweep_path is None:
+            assert a.measured is None
+            continue
+        at = [p for p in Sweep.load(sweep_path).points if p.batch == a.batch]
+        same = [p for p in at if set(p.choices) == {tuple(c) for c in a.tree.as_choices()}]
+        assert a.measured.same_tree == bool(same)
+        if same:
+            assert a.measured.speedup in [p.speedup for p in same]
+        else:
+            gap = min(abs(p.size - a.tree.size) for p in at)
+            assert abs(a.measured.size - a.tree.size) == gap
+        assert a.measured.source.startswith(f"measured in sweep {sweep_path.name} ")
+        spread = a.measured.spread * a.measured.speedup
+        assert (a.disagreement is None) == (abs(a.predicted.speedup - a.measured.speedup)
+                                            <= spread)
+        if doc is not None:
+            best = next(p for p in doc["points"] if p["batch"] == a.batch
+                        and p["context"] == a.context)["best"]
+            assert (a.dynamic.speedup, a.dynamic.tokens_per_s) == (best["speedup"],
+                                                                   best["tokens_per_s"])
+            assert "dynamic/selection-" in a.dynamic.source
+
+
+# ---- the app ----------------------------------------------------------------------------------
+
+def open_app(page: str | None = None):
+    """A fresh session of the app (its default page, or ``page``), checked to be clean."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at.run()
+    if page is not None:
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def figures(at) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+@needs_demo
+def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
+    at = open_app()
+    assert [t.value for t in at.title] == ["Overview"]
+    printed = [p for p in cli["choice"]["points"] if p["context"] == view.context]
+    shown = {m.label: m for m in at.metric}
+    assert list(shown) == [f"batch {p['batch']}" for p in printed]
+    for p, a in zip(printed, view.answers, strict=True):
+        metric = shown[f"batch {p['batch']}"]
+        assert metric.value == f"{p['speedup']:.2f}× predicted"
+        assert metric.proto.delta == headline(a).delta
+        if a.measured is not None:
+            assert metric.proto.delta.startswith(f"{a.measured.speedup:.2f}× measured")
+    bars = figures(at)[0]["data"][0]
+    assert bars["y"] == [p["speedup"] for p in printed]  # the figure plots the same floats
+    assert [w.value for w in at.warning] == view.warnings
+    assert at.dataframe[0].value["predicted speed-up"].tolist() == [
+        round(p["speedup"], 3) for p in printed]
+    links = [e.proto.page for e in at.get("page_link")]
+    assert [Path(link).stem for link in links] == ["trees", "hardware", "export",
+                                                   "verify"]
+
+
+@needs_demo
+def test_overview_loads_no_model():
+    """The first view runs in a fresh process without importing torch or transformers."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom streamlit.testing.v1 import AppTest\n"
+              f"at = AppTest.from_file({str(APP)!r}, default_timeout={TIMEOUT}).run()\n"
+              "assert not at.exception and at.title[0].value == 'Overview', at.exception\n"
+              "print(len(at.metric), sorted(m for m in ('torch', 'transformers') "
+              "if m in sys.modules))\n")
+    env = {**os.environ, "PYTHONPATH": str(APP.parent)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=TIMEOUT, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics, heavy = done.stdout.split(" ", 1)
+    assert int(metrics) > 0 and heavy.strip() == "[]"
+
+
+def choice(at):
+    return at.session_state["choice"]
+
+
+def pick_of(kind: str, batch: int | None = None):
+    """select's pick for the demo's ``kind`` drafter at ``batch`` (the smallest by default)."""
+    from treeopt.demo.load import load
+    from treeopt.workbench.pricing import demo_pricing
+
+    sel = demo_pricing(load(with_model=False), kind).selection
+    return sel.point(batch or sel.batches[0], sel.contexts[0])
+
+
+def nodes_depth(at) -> str:
+    return next(m.value for m in at.metric if m.label == "Nodes / depth")
+
+
+@needs_demo
+def test_trees_switching_drafter_moves_to_that_drafters_pick_and_keeps_it():
+    at = open_app("trees")
+    first = pick_of(KINDS[0])
+    assert at.slider(key="trees_size").value == first.tree.size
+    assert choice(at).is_pick and choice(at).tree == first.tree
+    at.slider(key="trees_size").set_value(20).run()  # no longer the pick
+    assert not choice(at).is_pick
+    at.selectbox(key="trees_label").set_value("hydra").run()
+    assert_clean(at)
+    hydra = pick_of("hydra")
+    assert at.slider(key="trees_size").value == hydra.tree.size
+    assert at.slider(key="trees_depth").value == hydra.max_depth
+    assert nodes_depth(at) == f"{hydra.tree.size} / {hydra.tree.depth}"
+    assert choice(at).is_pick and (choice(at).drafter, choice(at).tree) == ("hydra", hydra.tree)
+    at.select_slider(key="trees_batch").set_value(4).run()  # another batch: its pick
+    assert_clean(at)
+    assert choice(at).tree == pick_of("hydra", 4).tree and choice(at).batch == 4
+
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at)
+    assert at.caption[0].value.startswith(f"Tree: hydra · select's pick on cpu at batch 4 · "
+                                          f"{pick_of('hydra', 4).tree.size} nodes, ")
+    at.switch_page("app_pages/trees.py").run()  # back: the same drafter, batch and tree
+    assert_clean(at)
+    assert at.selectbox(key="trees_label").value == "hydra"
+    assert at.slider(key="trees_size").value == pick_of("hydra", 4).tree.size
+    assert choice(at).is_pick and choice(at).batch == 4
+
+
+@needs_demo
+def test_trees_largest_tree_never_moves_the_chosen_size_silently():
+    at = open_app("trees")
+    size = at.slider(key="trees_size").value
+    at.slider(key="trees_max").set_value(64).run()
+    assert_clean(at)
+    assert at.slider(key="trees_size").value == size and not at.warning
+    assert choice(at).is_pick  # the same tree: still select's pick
+    at.slider(key="trees_max").set_value(8).run()
+    assert_clean(at)
+    assert at.slider(key="trees_size").value == size
+    if size > 8:  # the tree shown is clamped, and the page says so
+        assert nodes_depth(at).startswith("8 / ")
+        assert [w.value for w in at.warning] == [
+            f"The chosen size, {size} nodes, is above the largest tree grown (8 nodes): the "
+            "tree shown has 8. Raise “Largest tree” to see the chosen size."]
+    at.slider(key="trees_max").set_value(128).run()
+    assert at.slider(key="trees_size").value == size and choice(at).is_pick
+
+
+@needs_demo
+def test_export_and_verify_still_name_the_pick_after_a_visit_to_trees():
+    first = pick_of(KINDS[0])
+    said = (f"{KINDS[0]} · select's pick on cpu at batch {first.batch} · {first.tree.size} "
+            f"nodes, {first.speedup:.2f}× predicted")
+    at = open_app("trees")
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at)
+    assert at.caption[0].value == f"Tree: {said} — choose another on the Trees page."
+    at.switch_page("app_pages/verify.py").run()
+    assert_clean(at)
+    assert f"Tree: {said}. Choose another on the Trees page." in [c.value for c in at.caption]
+
+
+@needs_demo
+def test_use_this_tree_on_the_overview_is_the_choice_everywhere(view):
+    a = view.answers[1] if len(view.answers) > 1 else view.answers[0]
+    at = open_app()
+    at.button(key=f"overview_use_{a.batch}").click().run()
+    assert_clean(at)
+    assert (choice(at).drafter, choice(at).batch, choice(at).tree) == (a.drafter, a.batch, a.tree)
+    at.switch_page("app_pages/export.py").run()
+    assert_clean(at)
+    assert at.caption[0].value.startswith(f"Tree: {a.drafter} · select's pick on cpu at batch "
+                                          f"{a.batch} · {a.tree.size} nodes, "
+                                          f"{a.predicted.speedup:.2f}× predicted")
+    at.switch_page("app_pages/trees.py").run()
+    assert_clean(at)
+    assert at.selectbox(key="trees_label").value == a.drafter
+    assert nodes_depth(at) == f"{a.tree.size} / {a.tree.depth}"
+    assert choice(at).is_pick
+
+
+@needs_demo
+def test_a_bad_paste_errors_under_its_widget_and_every_plot_still_draws():
+    at = open_app("trees")
+    shown = len(figures(at))
+    at.text_area(key="trees_pasted").set_value("[[0], [0, 0, 0, 0, 0, 0, 0, 0, 0]]").run()
+    assert not at.exception
+    errors = [e.value for e in at.columns[0].error]
+    assert len(at.error) == 1 and len(errors) == 1 and "pasted tree" in errors[0]
+    assert len(figures(at)) == shown == 4 and nodes_depth(at)
+    at.text_area(key="trees_pasted").set_value("[[0], [0, 0], [1], [0, 1]]").run()
+    assert_clean(at)
+    names = [t["name"] for t in figures(at)[0]["data"]]
+    assert "pasted (4 nodes)" in names

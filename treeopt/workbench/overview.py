@@ -1,0 +1,341 @@
+"""The answer the app opens with: per batch size, which drafter and tree (or dynamic setting) to
+use, how fast it is predicted to run, how fast it was measured, and how sure each figure is.
+
+Built from the functions the CLI calls, so the two print one set of numbers: each drafter's
+selection is ``treeopt select``'s (:func:`treeopt.pricing.price`; on the demo
+:func:`treeopt.workbench.pricing.demo_pricing`, what ``select --demo KIND`` computes), the drafter
+is ``treeopt choose-drafter``'s (:func:`treeopt.selection.choose_drafter`), the measurement is
+read by :class:`treeopt.sweep.Sweep`, and the dynamic alternative is read from ``select
+--dynamic``'s document as the Hardware page reads it. Every figure carries a source string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeopt.errors import TreeoptError
+from treeopt.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
+from treeopt.sweep import Sweep, SweepPoint
+from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from treeopt.demo.load import Demo
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """What the step-cost model predicts for a tree: speed-up over autoregressive decoding and
+    tokens/s of the whole batch, and where the prediction comes from."""
+
+    speedup: float
+    tokens_per_s: float
+    autoregressive_tokens_per_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A live sweep's measurement at one batch size: of the same tree when the sweep measured it
+    (``same_tree``), else of the measured size nearest to it."""
+
+    speedup: float  # median over rounds of the per-round speed-up
+    spread: float  # (largest − smallest round speed-up) / median
+    se: float | None  # relative standard error of the rounds' mean speed-up (None: not recorded)
+    tokens_per_s: float
+    size: int
+    max_depth: int | None
+    same_tree: bool
+    source: str
+
+    @property
+    def label(self) -> str:
+        """``measured`` for the tree itself, else which tree was measured instead."""
+        if self.same_tree:
+            return "measured"
+        return f"measured at the nearest size swept ({_size(self.size, self.max_depth)})"
+
+
+@dataclass(frozen=True)
+class DynamicAlternative:
+    """``select --dynamic``'s best dynamic setting at one batch size (predicted)."""
+
+    drafter: str
+    settings: str  # "topk 2, steps 5, draft tokens 16"
+    speedup: float
+    tokens_per_s: float
+    over_static: float  # its speed-up over that of the static tree the document prices
+    source: str
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """The answer at one (batch, context): the drafter ``choose-drafter`` picks (``none``: no
+    tree pays), its tree (``select``'s pick), predicted and measured speed-ups, every drafter's
+    predicted speed-up, and the dynamic alternative."""
+
+    batch: int
+    context: int
+    drafter: str
+    tree: Tree
+    max_depth: int | None
+    predicted: Predicted
+    candidates: Mapping[str, float]  # drafter → predicted speed-up of its best tree
+    measured: Measured | None
+    dynamic: DynamicAlternative | None
+
+    @property
+    def tree_label(self) -> str:
+        """``9 nodes, depth 4``, or ``no tree``."""
+        if self.tree.size == 0:
+            return "no tree"
+        return f"{self.tree.size} nodes, depth {self.tree.depth}"
+
+    @property
+    def disagreement(self) -> str | None:
+        """A sentence when the prediction and the measurement differ by more than the
+        measurement's spread over rounds (None when they agree or nothing was measured)."""
+        m = self.measured
+        if m is None or abs(self.predicted.speedup - m.speedup) <= m.spread * m.speedup:
+            return None
+        what = "this tree" if m.same_tree else (f"the nearest size swept "
+                                                f"({_size(m.size, m.max_depth)})")
+        return (f"Batch {self.batch}: {self.drafter}'s tree ({self.tree_label}) is predicted at "
+                f"{self.predicted.speedup:.2f}× but {what} was measured at {m.speedup:.2f}× "
+                f"({self.predicted.speedup / m.speedup - 1:+.1%}), more than the measurement's "
+                f"spread over rounds ({m.spread:.1%}). Source: {m.source}.")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One batch size's headline as the Overview page shows it (an ``st.metric``): ``label``
+    ``batch B``, ``value`` the predicted speed-up, ``delta`` the measured one, ``tone`` how the
+    delta is coloured (``red``: a slowdown; ``orange``: prediction and measurement disagree)."""
+
+    label: str
+    value: str
+    delta: str
+    tone: str
+    help: str
+
+
+def headline(a: BatchAnswer) -> Headline:
+    """The headline of answer ``a``.
+
+    The value reads ``1.89× predicted``; the delta ``1.55× measured, spread 2.5%`` (``1.55×
+    measured at 10 nodes (nearest swept), …`` when the sweep measured another tree, ``not
+    measured`` without one); the help names every figure's source.
+    """
+    m = a.measured
+    sources = [f"{a.drafter if a.tree.size else 'no tree'} ({a.tree_label}): "
+               f"{a.predicted.tokens_per_s:.0f} tokens/s {a.predicted.source}"]
+    if m is None:
+        delta, tone = "not measured", "gray"
+    else:
+        where = "" if m.same_tree else f" at {m.size} nodes (nearest swept)"
+        delta = f"{m.speedup:.2f}× measured{where}, spread {m.spread:.1%}"
+        tone = "red" if m.speedup < 1 else "orange" if a.disagreement else "gray"
+        sources.append(f"{m.speedup:.2f}× ({m.tokens_per_s:.0f} tokens/s) {m.source}")
+    if a.dynamic is not None:
+        d = a.dynamic
+        sources.append(f"dynamic alternative ({d.drafter}): {d.settings}, {d.speedup:.2f}× "
+                       f"({d.over_static:.2f}× the static tree's speed-up in the same document) "
+                       f"{d.source}")
+    return Headline(f"batch {a.batch}", f"{a.predicted.speedup:.2f}× predicted", delta, tone,
+                    "\n\n".join(sources))
+
+
+def rows(view: Overview) -> list[dict[str, Any]]:
+    """The answers as table rows: what to use, predicted and measured, the dynamic alternative."""
+    out = []
+    for a in view.answers:
+        m, d = a.measured, a.dynamic
+        out.append({
+            "batch": a.batch, "drafter": a.drafter, "tree": a.tree_label,
+            "predicted speed-up": round(a.predicted.speedup, 3),
+            "predicted tokens/s": round(a.predicted.tokens_per_s, 1),
+            "measured speed-up": round(m.speedup, 3) if m else None,
+            "spread over rounds": f"{m.spread:.1%}" if m else None,
+            "measured tree": (("the same" if m.same_tree else _size(m.size, m.max_depth))
+                              if m else "not measured"),
+            "dynamic alternative": f"{d.drafter}: {d.settings}" if d else None,
+            "dynamic speed-up": round(d.speedup, 3) if d else None})
+    return out
+
+
+@dataclass(frozen=True)
+class DrafterEvidence:
+    """One drafter's selection (``treeopt select``), its live sweep, and how to name them."""
+
+    selection: Selection
+    sweep: Sweep | None = None
+    trace: str | None = None  # the calibration trace whose per-step walk gave E[L], if known
+    command: str = "treeopt select"  # what computes the selection on the command line
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The answer per batch size at one context, and the drafters' evidence it came from."""
+
+    context: int
+    answers: tuple[BatchAnswer, ...]
+    evidence: Mapping[str, DrafterEvidence]
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every batch size's disagreement between prediction and measurement."""
+        return [a.disagreement for a in self.answers if a.disagreement]
+
+    def answer(self, batch: int) -> BatchAnswer:
+        for a in self.answers:
+            if a.batch == batch:
+                return a
+        raise TreeoptError(f"the overview has no batch {batch}; it has "
+                           f"{[a.batch for a in self.answers]}")
+
+
+def overview(evidence: Mapping[str, DrafterEvidence], *, context: int | None = None,
+             dynamic: Mapping[str, Any] | None = None, dynamic_source: str = "",
+             root: str | Path | None = None) -> Overview:
+    """The answer per batch size at ``context`` (default: the smallest every selection prices),
+    from each drafter's evidence (named as ``choose-drafter`` names them) and ``select
+    --dynamic``'s document; ``root``: file names in sources are written relative to it."""
+    if not evidence:
+        raise TreeoptError("no drafter's selection to answer from")
+    choices = choose_drafter({k: e.selection for k, e in evidence.items()})
+    ctx = min(c.context for c in choices) if context is None else context
+    at = [c for c in choices if c.context == ctx]
+    if not at:
+        raise TreeoptError(f"the selections share no point at context {ctx}; they share "
+                           f"{sorted({c.context for c in choices})}")
+    answers = tuple(_answer(c, evidence, dynamic, dynamic_source, root)
+                    for c in sorted(at, key=lambda c: c.batch))
+    return Overview(ctx, answers, dict(evidence))
+
+
+def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
+            dynamic: Mapping[str, Any] | None, dynamic_source: str,
+            root: str | Path | None) -> BatchAnswer:
+    point = choice.point
+    name = choice.drafter if choice.drafter != NO_DRAFTER else max(
+        choice.speedups, key=lambda k: choice.speedups[k])
+    given = evidence[name]
+    predicted = Predicted(point.speedup, point.tokens_per_s, point.autoregressive_tokens_per_s,
+                          prediction_source(given, root=root))
+    measured = None
+    if given.sweep is not None and point.tree.size:
+        measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth)
+    return BatchAnswer(choice.batch, choice.context, choice.drafter, point.tree, point.max_depth,
+                       predicted, dict(choice.speedups), measured,
+                       dynamic_alternative(dynamic, choice.batch, choice.context,
+                                           source=dynamic_source))
+
+
+def prediction_source(evidence: DrafterEvidence, *, root: str | Path | None = None) -> str:
+    """Where a selection's prediction comes from: the command, the E[L] (which trace, walked
+    how) and the step costs (which file, on which device)."""
+    sel = evidence.selection
+    how = sel.growth.get("acceptance", "E[L] of the growth")
+    ell = f"E[L]: {how} {_short(evidence.trace, root)}" if evidence.trace else f"E[L]: {how}"
+    latency = _short(str(sel.latency.get("source", "?")), root)
+    device = sel.latency.get("device")
+    costs = f"step costs: {latency}" + (f" on {device}" if device else "")
+    return f"predicted by `{evidence.command}` — {ell}; {costs}"
+
+
+def measured_for(sweep: Sweep, batch: int, tree: Tree, *,
+                 max_depth: int | None = None) -> Measured | None:
+    """The sweep's measurement of ``tree`` at ``batch``, or of the size measured nearest to it
+    (ties: the point the sweep marks ``selected``, then the same depth cap, then the smaller);
+    None where the sweep has no point at ``batch``."""
+    at = [p for p in sweep.points if p.batch == batch]
+    if not at:
+        return None
+    paths = {tuple(path) for path in tree.as_choices()}
+    same = [p for p in at if set(p.choices) == paths]
+    point = (max(same, key=lambda p: p.selected) if same else
+             min(at, key=lambda p: (abs(p.size - tree.size), not p.selected,
+                                    p.max_depth != max_depth, p.size)))
+    return Measured(point.speedup, point.spread, point.se, point.tree_tokens_per_s, point.size,
+                    point.max_depth, bool(same), _sweep_source(sweep, point))
+
+
+def _sweep_source(sweep: Sweep, p: SweepPoint) -> str:
+    meta = sweep.meta
+    how = (f"{meta.get('prompts', '?')} prompts × {meta.get('max_new_tokens', '?')} tokens, "
+           f"{p.rounds or meta.get('rounds', '?')} rounds")
+    return (f"measured in sweep {Path(sweep.source).name} on {meta.get('device', '?')}: batch "
+            f"{p.batch}, {_size(p.size, p.max_depth)}, {how}")
+
+
+def dynamic_alternative(doc: Mapping[str, Any] | None, batch: int, context: int, *,
+                        source: str = "") -> DynamicAlternative | None:
+    """``select --dynamic``'s best setting at (``batch``, ``context``), read as the Hardware page
+    reads the document (None without a document or a point there)."""
+    if doc is None:
+        return None
+    from treeopt.workbench.plots_dynamic import point, settings_label
+
+    try:
+        p = point(doc, batch, context)
+    except TreeoptError:
+        return None
+    best = p["best"]
+    latency = doc.get("latency", {})
+    where = (f"predicted by `treeopt select --dynamic` ({source or 'its document'}): E[L] of the "
+             f"dynamic traces, step costs: {latency.get('source', '?')} on "
+             f"{latency.get('device', '?')}")
+    return DynamicAlternative(str(doc.get("draft", {}).get("kind", "?")), settings_label(best),
+                              float(best["speedup"]), float(best["tokens_per_s"]),
+                              float(p["dynamic_over_static"]), where)
+
+
+def demo_evidence(demo: Demo) -> dict[str, DrafterEvidence]:
+    """Every demo drafter with a step profile: the selection ``treeopt select --demo KIND``
+    computes, the drafter's live sweep and its calibration trace."""
+    from treeopt.workbench.pricing import demo_pricing
+
+    out = {}
+    for kind in demo.growths:
+        priced = demo_pricing(demo, kind)
+        if priced is not None:
+            trace = demo.paths.trace(kind).relative_to(demo.paths.root).as_posix()
+            out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
+                                        f"treeopt select --demo {kind}")
+    return out
+
+
+def demo_overview(demo: Demo) -> Overview | None:
+    """The overview of the demo (None when it holds no step profile to price with)."""
+    evidence = demo_evidence(demo)
+    if not evidence:
+        return None
+    from treeopt.dynamic.recommend import FORMAT
+    from treeopt.files import read_tagged_json
+
+    table = demo.latency
+    path = demo.paths.dynamic_selection(table.stem if table else "cpu")
+    doc = read_tagged_json(path, FORMAT) if path.exists() else None
+    return overview(evidence, dynamic=doc, root=demo.paths.root,
+                    dynamic_source=path.relative_to(demo.paths.root).as_posix())
+
+
+def _size(size: int, max_depth: int | None) -> str:
+    return f"{size} nodes" + (f", depth cap {max_depth}" if max_depth is not None else "")
+
+
+def _short(path: str, root: str | Path | None) -> str:
+    """``path`` relative to ``root`` when it lies under it."""
+    if root is None:
+        return path
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+__all__ = ["BatchAnswer", "DrafterEvidence", "DynamicAlternative", "Headline", "Measured",
+           "Overview", "Predicted", "demo_evidence", "demo_overview", "dynamic_alternative",
+           "headline", "measured_for", "overview", "prediction_source", "rows"]
