@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.selection import Point
 from treeopt.value import Source
@@ -20,18 +21,29 @@ DATASET_KEY = "dataset"
 TREE_KEY = "chosen_tree"
 
 
-@st.cache_resource(show_spinner="Loading the demo…")
-def demo(dtype: str = "float32") -> Any:
-    """The shipped demo (model, heads, traces, growths), loaded once per server and dtype
-    (bfloat16 runs with treeopt's exact attention, so tree decoding stays lossless)."""
+@st.cache_resource(show_spinner=False)
+def demo() -> Demo:
+    """The shipped demo's files — traces, growths, prompts, manifest — loaded once per server,
+    without the model (no torch): what every page that does not decode reads."""
     from treeopt.demo.load import load
 
+    return load(with_model=False)
+
+
+@st.cache_resource(show_spinner="Loading the demo's model…")
+def demo_model(dtype: str = "float32") -> Demo:
+    """:func:`demo` with its model, tokenizer and drafters, loaded once per server and dtype the
+    first time a page decodes (bfloat16 runs with treeopt's exact attention, so tree decoding
+    stays lossless); its traces and growths are :func:`demo`'s own objects."""
+    from treeopt.demo.load import attach_model
+
     # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
-    return load(threads=1, dtype=dtype)
+    return attach_model(demo(), threads=1, dtype=dtype)
 
 
 @st.cache_resource(show_spinner=False)
 def demo_dataset() -> Dataset:
+    """The demo's traces as the app's dataset (greedy, held-out and sampled), once per server."""
     from treeopt.workbench.datasets import demo_dataset as build
 
     return build(demo())
@@ -49,7 +61,8 @@ def set_dataset(dataset: Dataset | None) -> None:
 
 @st.cache_resource(show_spinner="Pricing the demo's trees…")
 def demo_pricing(kind: str) -> DemoPricing | None:
-    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``."""
+    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``;
+    computed once per server and kind."""
     from treeopt.workbench.pricing import demo_pricing as build
 
     return build(demo(), kind)
@@ -57,16 +70,17 @@ def demo_pricing(kind: str) -> DemoPricing | None:
 
 def demo_dynamic_selection() -> dict[str, Any] | None:
     """``select --dynamic``'s document for the demo's EAGLE drafter, on the latency table's
-    device (None when the demo ships none)."""
+    device (None when the demo ships none); read once per server and file version."""
     bundle = demo()
     table = bundle.latency
     path = bundle.paths.dynamic_selection(table.stem if table else "cpu")
     return _read_dynamic_selection(str(path), path.stat().st_mtime) if path.exists() else None
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_resource(show_spinner=False)
 def _read_dynamic_selection(path: str, mtime: float) -> dict[str, Any]:
-    """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read)."""
+    """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read).
+    Shared by every session: pages read it, never change it."""
     from treeopt.dynamic.recommend import FORMAT
     from treeopt.files import read_tagged_json
 
