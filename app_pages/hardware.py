@@ -2,10 +2,16 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
+from app_pages.state import (
+    current_dataset,
+    demo,
+    demo_dynamic_selection,
+    demo_pricing,
+    grown,
+    page_errors,
+    roofline_selection,
+)
 from treeopt.drafters import KINDS
-from treeopt.grow import grow
-from treeopt.pricing import roofline_selection
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_dynamic as dyn_plots
 from treeopt.workbench import plots_hardware as hw_plots
@@ -48,10 +54,10 @@ source = data.sources[label]
 method = data.methods(label)[0]
 draft_kind = label if label in KINDS else None
 with page_errors():
-    growth = grow(source, method=method, max_nodes=128)
+    growth = grown(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,
-                                   batch=[1, 2, 4, 8, 16, 32, 64, 128],
-                                   context=sweep, draft_kind=draft_kind,
+                                   batch=(1, 2, 4, 8, 16, 32, 64, 128),
+                                   context=tuple(sweep), draft_kind=draft_kind,
                                    draft_heads=source.heads)
 left, right = st.columns(2)
 left.plotly_chart(hw_plots.throughput_curves(selection, context=ctx), width="stretch")

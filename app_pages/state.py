@@ -3,19 +3,31 @@ anything between runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import streamlit as st
 
+from treeopt.accuracy import AccuracyTable
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
-from treeopt.selection import Point
-from treeopt.value import Source
+from treeopt.grow import Growth
+from treeopt.selection import Point, Selection
+from treeopt.trace import RankTrace
+from treeopt.value import Method, Source
 from treeopt.workbench.datasets import Dataset
 from treeopt.workbench.pricing import DemoPricing
 from treeopt.workbench.trees import ChosenTree, default_tree
+
+if TYPE_CHECKING:
+    from treeopt.roofline import Hardware, ModelConfig
 
 DATASET_KEY = "dataset"
 TREE_KEY = "chosen_tree"
@@ -66,6 +78,65 @@ def demo_pricing(kind: str) -> DemoPricing | None:
     from treeopt.workbench.pricing import demo_pricing as build
 
     return build(demo(), kind)
+
+
+# ----- computations, cached by their inputs ------------------------------------------------
+# Traces, tables and growths are immutable and too big to hash on every call: they are keyed
+# by identity, with a token that no later object reuses (an id can be reused once its object is
+# gone; a token cannot).
+_TOKENS: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+_COUNTER = itertools.count()
+_TOKENS_LOCK = threading.Lock()
+
+
+def identity(obj: object) -> int:
+    """A cache key for an immutable object: the same for it while it lives, never another's."""
+    with _TOKENS_LOCK:
+        token = _TOKENS.get(obj)
+        if token is None:
+            token = _TOKENS[obj] = next(_COUNTER)
+        return token
+
+
+BY_IDENTITY = {RankTrace: identity, AccuracyTable: identity, Growth: identity}
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None,
+                max_rank: int | None, constraint: str) -> Mapping[str, Growth]:
+    """:func:`treeopt.workbench.trees.growth_pair`, computed once per source and caps."""
+    from treeopt.workbench.trees import growth_pair as build
+
+    return MappingProxyType(build(source, max_nodes=max_nodes, max_depth=max_depth,
+                                  max_rank=max_rank, constraint=constraint))
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
+    """:func:`treeopt.grow.grow` with its default caps, computed once per source."""
+    from treeopt.grow import grow
+
+    return grow(source, method=method, max_nodes=max_nodes)
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
+    """E[L] of every tree of ``growth`` on ``trace`` (:meth:`Growth.evaluate`), read-only."""
+    curve = np.asarray(growth.evaluate(trace))
+    curve.setflags(write=False)
+    return curve
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware,
+                       batch: tuple[int, ...], context: tuple[int, ...],
+                       draft_kind: str | None, draft_heads: int) -> Selection:
+    """:func:`treeopt.pricing.roofline_selection` (bf16), computed once per growth, model,
+    hardware and grid."""
+    from treeopt.pricing import roofline_selection as build
+
+    return build(growth, model=model, hardware=hardware, batch=list(batch),
+                 context=list(context), draft_kind=draft_kind, draft_heads=draft_heads)
 
 
 def demo_dynamic_selection() -> dict[str, Any] | None:

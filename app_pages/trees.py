@@ -2,13 +2,19 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, demo_pick, page_errors, set_chosen_tree
+from app_pages.state import (
+    current_dataset,
+    demo_pick,
+    growth_pair,
+    held_out_curve,
+    page_errors,
+    set_chosen_tree,
+)
 from treeopt.grow import CONSTRAINTS
 from treeopt.workbench import plots
 from treeopt.workbench.trees import (
     TREE_DEFAULTS,
     ChosenTree,
-    growth_pair,
     imported_tree_point,
     page_defaults,
     view_tree,
@@ -57,7 +63,8 @@ with page_errors():
         greedy_growth = growth_pair(data.sources[label], max_nodes=max_nodes,
                                     max_depth=max_depth, max_rank=max_rank,
                                     constraint=constraint)["empirical"]
-        others[f"{label} · greedy-grown, at T = {temperature:g}"] = greedy_growth.evaluate(source)
+        others[f"{label} · greedy-grown, at T = {temperature:g}"] = held_out_curve(greedy_growth,
+                                                                                  source)
     growth = growths[method]
     size = min(size, growth.max_nodes)
     tree = growth.tree(size)
@@ -86,7 +93,8 @@ with right:
     w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
                     width="stretch")
     if held is not None:
-        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length, growth.evaluate(held)),
+        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length,
+                                        held_out_curve(growth, held)),
                         width="stretch")
     else:
         w2.info("No held-out trace for these heads: the gap between calibration and held-out "
