@@ -278,9 +278,10 @@ def open_page(page: Any, runs: Runs, url: str, ref: PageRef) -> View:
     return view
 
 
-def move(page: Any, widget: dict[str, Any]) -> None:
-    """Move one widget one step: a slider one notch, a radio or selectbox to another option,
-    a checkbox over."""
+def move(page: Any, widget: dict[str, Any]) -> float:
+    """Move one widget one step — a slider one notch, a radio or selectbox to another option,
+    a checkbox over — and return perf_counter() at the input that changes its value (a
+    selectbox's list is opened before)."""
     box = page.locator('[data-testid="stMain"] [data-testid="stElementContainer"]').nth(
         widget["index"])
     kind = widget["kind"]
@@ -288,14 +289,22 @@ def move(page: Any, widget: dict[str, Any]) -> None:
         thumb = box.locator('input[type="range"]').first
         at_end = thumb.get_attribute("value") == thumb.get_attribute("max")
         thumb.focus()
+        t0 = time.perf_counter()
         page.keyboard.press("ArrowLeft" if at_end else "ArrowRight")
     elif kind == "stRadio":
-        box.locator('label[data-testid="stRadioOption"]:not([data-selected="true"])').first.click()
+        option = box.locator('label[data-testid="stRadioOption"]:not([data-selected="true"])')
+        t0 = time.perf_counter()
+        option.first.click()
     elif kind == "stSelectbox":
         box.locator('button[aria-haspopup="listbox"]').first.click()
-        page.locator('[role="option"]:not([aria-selected="true"])').first.click()
+        option = page.locator('[role="option"]:not([aria-selected="true"])').first
+        option.wait_for()
+        t0 = time.perf_counter()
+        option.click()
     else:
+        t0 = time.perf_counter()
         box.locator("label").first.click()
+    return t0
 
 
 def widget_name(widget: dict[str, Any]) -> str:
@@ -315,9 +324,8 @@ def time_widgets(page: Any, runs: Runs, limit: int) -> list[tuple[str, View | No
         name = widget_name(widget)
         done.add(name)
         start = len(runs.events)
-        t0 = time.perf_counter()
         try:
-            move(page, widget)
+            t0 = move(page, widget)
         except Exception as exc:  # noqa: BLE001 — a widget the bench cannot drive is reported
             print(f"    could not move {name}: {exc.__class__.__name__}")
             continue

@@ -131,24 +131,29 @@ def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
             raise TreeoptError(f"path {list(p)} comes before its parent {list(p[:-1])}, or "
                                "without it: the trees are not nested")
     largest = Tree.from_choices(list(place))
-    rank = np.array([sizes] + [place[p] for p in largest.paths], dtype=np.int64)  # token → place
-    accepted = np.ones((sizes, trace.positions), dtype=np.int16)  # [trees, positions]
-    trees = np.arange(sizes)[:, None]
+    rank = np.array([sizes] + [place[p] for p in largest.paths], dtype=np.int32)  # token → place
+    accepted = np.ones((sizes, trace.positions),  # [trees, positions]
+                       dtype=np.int8 if largest.depth < 127 else np.int16)
+    trees = np.arange(sizes, dtype=np.int32)[:, None]
     for reached in walk(largest, trace):
         accepted += rank[np.where(reached >= 0, reached, 0)][None, :] < trees
-    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
-    at = np.tile(ends - np.asarray(counts, dtype=np.int64), (sizes, 1))  # [trees, sequences]
-    tokens = np.zeros(sizes, dtype=np.int64)
-    steps = np.zeros(sizes, dtype=np.int64)
-    tree, seq = np.nonzero(at < ends)
-    while tree.size:  # one iteration per step, every tree and sequence together
-        step = accepted[tree, at[tree, seq]]
-        tokens += np.bincount(tree, weights=step, minlength=sizes).astype(np.int64)
-        steps += np.bincount(tree, minlength=sizes)
-        at[tree, seq] += step
-        keep = at[tree, seq] < ends[seq]
-        tree, seq = tree[keep], seq[keep]
-    return np.array([t / s for t, s in zip(tokens.tolist(), steps.tolist(), strict=True)])
+    lengths = np.asarray(counts, dtype=np.int64)
+    ends = np.tile(np.cumsum(lengths), sizes)  # [trees × sequences], tree-major
+    starts = ends - np.tile(lengths, sizes)
+    at, steps = starts.copy(), np.zeros_like(starts)
+    row = np.repeat(np.arange(sizes, dtype=np.int64) * trace.positions, len(lengths))
+    flat = accepted.ravel()
+    running = np.flatnonzero(at < ends)
+    while running.size:  # one iteration per step, every tree and sequence together
+        now = at[running]
+        now += flat[row[running] + now]
+        at[running] = now
+        steps[running] += 1
+        running = running[now < ends[running]]
+    tokens = (at - starts).reshape(sizes, -1).sum(axis=1)  # steps overrun a sequence's end
+    per_tree = steps.reshape(sizes, -1).sum(axis=1)
+    return np.array([t / n if n else 0.0 for t, n in zip(tokens.tolist(), per_tree.tolist(),
+                                                         strict=True)])
 
 
 def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
