@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app_pages.state import (
+    CachedFigures,
     current_dataset,
     demo,
     demo_dynamic_selection,
@@ -13,8 +14,10 @@ from app_pages.state import (
 )
 from treeopt.drafters import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
-from treeopt.workbench import plots_dynamic as dyn_plots
-from treeopt.workbench import plots_hardware as hw_plots
+from treeopt.workbench import plots_dynamic, plots_hardware
+
+dyn_plots = CachedFigures(plots_dynamic)  # each figure built once per set of inputs
+hw_plots = CachedFigures(plots_hardware)
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "

@@ -2,8 +2,10 @@
 
 import streamlit as st
 
-from app_pages.state import current_dataset, page_errors
-from treeopt.workbench import plots
+from app_pages.state import CachedFigures, current_dataset, page_errors
+from treeopt.workbench import plots as plot_functions
+
+plots = CachedFigures(plot_functions)  # each figure built once per set of inputs
 
 st.title("Heads")
 data = current_dataset()

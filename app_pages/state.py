@@ -3,23 +3,29 @@ anything between runs."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
+import typing
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import plotly.graph_objects as go
 import streamlit as st
+from streamlit.runtime.caching.cache_errors import UnhashableParamError
 
 from treeopt.accuracy import AccuracyTable
+from treeopt.costs import StepCosts
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.selection import Point, Selection
+from treeopt.sweep import Sweep
 from treeopt.trace import RankTrace
 from treeopt.value import Method, Source
 from treeopt.workbench.datasets import Dataset
@@ -61,6 +67,40 @@ def demo_dataset() -> Dataset:
     return build(demo())
 
 
+_WARMING = threading.Event()
+
+
+def warm_up() -> None:
+    """Start computing, in the background and once per server, what the pages read from the
+    demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection):
+    called once a page has run, so the next page a person opens finds them ready. A failure
+    here is left for the page to show. (It imports no third-party module: plotly reads pandas
+    off sys.modules, and would find one half imported.)"""
+    if _WARMING.is_set():
+        return
+    _WARMING.set()
+    threading.Thread(target=_warm, name="treeopt-warm-up", daemon=True).start()
+
+
+def _warm() -> None:
+    try:
+        _warmed()
+    except Exception:  # noqa: BLE001, S110 — the page that needs the value raises it again
+        pass
+
+
+@st.cache_resource(show_spinner=False)
+def _warmed() -> bool:
+    """The warm-up's work (inside a cached function, the loaders show no spinner)."""
+    data = demo_dataset()
+    for label in data.sources:
+        data.table(label)
+    for kind in demo().traces:
+        demo_pricing(kind)
+    demo_dynamic_selection()
+    return True
+
+
 def current_dataset() -> Dataset:
     """The dataset chosen on the Data page; the demo until the user picks another."""
     chosen = st.session_state.get(DATASET_KEY)
@@ -80,25 +120,69 @@ def demo_pricing(kind: str) -> DemoPricing | None:
     return build(demo(), kind)
 
 
-# ----- computations, cached by their inputs ------------------------------------------------
-# Traces, tables and growths are immutable and too big to hash on every call: they are keyed
-# by identity, with a token that no later object reuses (an id can be reused once its object is
-# gone; a token cannot).
-_TOKENS: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+# ----- computations and figures, cached by their inputs -----------------------------------
+# Traces, tables, growths, selections, sweeps and documents read once are immutable and too big
+# to hash on every call: they are keyed by identity, with a token that no later object reuses
+# (an id is reused once its object is gone; a token never is).
+_TOKENS: dict[int, int] = {}
 _COUNTER = itertools.count()
-_TOKENS_LOCK = threading.Lock()
+
+
+class Document(dict):  # type: ignore[type-arg]
+    """A JSON document read once per server and shared by every session: never changed."""
 
 
 def identity(obj: object) -> int:
     """A cache key for an immutable object: the same for it while it lives, never another's."""
-    with _TOKENS_LOCK:
-        token = _TOKENS.get(obj)
-        if token is None:
-            token = _TOKENS[obj] = next(_COUNTER)
-        return token
+    key = id(obj)
+    token = _TOKENS.get(key)
+    if token is None:
+        token = _TOKENS[key] = next(_COUNTER)
+        weakref.finalize(obj, _TOKENS.pop, key, None)
+    return token
 
 
-BY_IDENTITY = {RankTrace: identity, AccuracyTable: identity, Growth: identity}
+BY_IDENTITY = {t: identity for t in (RankTrace, AccuracyTable, Growth, Selection, Sweep,
+                                     StepCosts, Document)}
+
+
+def figure(build: Callable[..., go.Figure], /, *args: Any, **kwargs: Any) -> go.Figure:
+    """``build(*args, **kwargs)``, built once per set of inputs and shared by every session
+    (st.plotly_chart copies a figure; pages never change one). Inputs the cache cannot key
+    build a fresh figure."""
+    try:
+        return _figure(build, identity(build), args, kwargs)
+    except UnhashableParamError:
+        return build(*args, **kwargs)
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def _figure(_build: Callable[..., go.Figure], build: int, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> go.Figure:
+    """``_build``'s figure (``build``, its identity, keys it)."""
+    return _build(*args, **kwargs)
+
+
+class CachedFigures:
+    """A plots module whose figure functions (those returning a ``go.Figure``) go through
+    :func:`figure`; its other names are the module's own."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if callable(value) and _returns_figure(value):
+            return functools.partial(figure, value)
+        return value
+
+
+@functools.cache
+def _returns_figure(fn: Callable[..., Any]) -> bool:
+    try:
+        return typing.get_type_hints(fn).get("return") is go.Figure
+    except (NameError, TypeError):
+        return False
 
 
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
@@ -139,7 +223,7 @@ def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware
                  context=list(context), draft_kind=draft_kind, draft_heads=draft_heads)
 
 
-def demo_dynamic_selection() -> dict[str, Any] | None:
+def demo_dynamic_selection() -> Document | None:
     """``select --dynamic``'s document for the demo's EAGLE drafter, on the latency table's
     device (None when the demo ships none); read once per server and file version."""
     bundle = demo()
@@ -149,13 +233,13 @@ def demo_dynamic_selection() -> dict[str, Any] | None:
 
 
 @st.cache_resource(show_spinner=False)
-def _read_dynamic_selection(path: str, mtime: float) -> dict[str, Any]:
+def _read_dynamic_selection(path: str, mtime: float) -> Document:
     """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read).
     Shared by every session: pages read it, never change it."""
     from treeopt.dynamic.recommend import FORMAT
     from treeopt.files import read_tagged_json
 
-    return read_tagged_json(path, FORMAT)
+    return Document(read_tagged_json(path, FORMAT))
 
 
 def demo_drafter(label: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app_pages.state import (
+    CachedFigures,
     current_dataset,
     demo_pick,
     growth_pair,
@@ -11,7 +12,7 @@ from app_pages.state import (
     set_chosen_tree,
 )
 from treeopt.grow import CONSTRAINTS
-from treeopt.workbench import plots
+from treeopt.workbench import plots as plot_functions
 from treeopt.workbench.trees import (
     TREE_DEFAULTS,
     ChosenTree,
@@ -20,6 +21,7 @@ from treeopt.workbench.trees import (
     view_tree,
 )
 
+plots = CachedFigures(plot_functions)  # each figure built once per set of inputs
 st.title("Trees")
 data = current_dataset()
 left, right = st.columns([1, 3])

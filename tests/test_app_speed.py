@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,31 @@ def test_nested_step_means_refuse_trees_that_are_not_nested():
         nested_step_means([(0, 0), (0,)], trace, sizes=3)
     with pytest.raises(TreeoptError, match="sequence_positions"):
         nested_step_means([(0,)], RankTrace(np.zeros((4, 2), np.int16)), sizes=2)
+
+
+def test_figures_are_built_once_per_set_of_inputs(state):
+    from treeopt.workbench import plots, plots_dynamic
+
+    figures = state.CachedFigures(plots)
+    table = state.demo_dataset().table("medusa")
+    heatmap = figures.accuracy_heatmap(table, kind="marginal", max_rank=6)
+    assert figures.accuracy_heatmap(table, kind="marginal", max_rank=6) is heatmap
+    assert figures.accuracy_heatmap(table, kind="cumulative", max_rank=6) is not heatmap
+    assert (figures.accuracy_heatmap(state.demo_dataset().table("hydra"), kind="marginal",
+                                     max_rank=6) is not heatmap)
+    assert heatmap.to_dict() == plots.accuracy_heatmap(table, kind="marginal",
+                                                       max_rank=6).to_dict()
+    curve = figures.growth_curves({"a": np.array([1.0, 1.5])}, points={"p": (1, 1.5)})
+    assert figures.growth_curves({"a": np.array([1.0, 1.5])}, points={"p": (1, 1.5)}) is curve
+    assert figures.growth_curves({"a": np.array([1.0, 1.6])}, points={"p": (1, 1.5)}) is not curve
+    # names that are not figure functions are the module's own
+    assert figures.ACCURACY_KINDS is plots.ACCURACY_KINDS
+    assert state.CachedFigures(plots_dynamic).contexts is plots_dynamic.contexts
+    # two builders of one name are two keys; inputs the cache cannot key still give the figure
+    builders = [lambda c, _: plots.growth_curves(c), lambda c, _: plots.widths_figure(c)]
+    assert builders[0].__qualname__ == builders[1].__qualname__
+    shown = [state.figure(b, {"a": [1, 2]}, 0).to_dict() for b in builders]
+    assert shown == [plots.growth_curves({"a": [1, 2]}).to_dict(),
+                     plots.widths_figure({"a": [1, 2]}).to_dict()]
+    lock = threading.Lock()  # Streamlit cannot hash it
+    assert state.figure(builders[0], {"a": [1, 2]}, lock).to_dict() == shown[0]
