@@ -4,7 +4,8 @@ reaches per batch size, with the drafter select would choose."""
 
 import streamlit as st
 
-from app_pages.state import CachedFigures, demo, demo_pricing, page_errors
+from app_pages.cache import CachedFigures
+from app_pages.state import demo, demo_pricing, page_errors
 from treeopt.workbench import plots_drafters as drafter_plots
 
 plots_drafters = CachedFigures(drafter_plots)  # each figure built once per set of inputs

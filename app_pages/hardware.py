@@ -2,16 +2,8 @@
 
 import streamlit as st
 
-from app_pages.state import (
-    CachedFigures,
-    current_dataset,
-    demo,
-    demo_dynamic_selection,
-    demo_pricing,
-    grown,
-    page_errors,
-    roofline_selection,
-)
+from app_pages.cache import CachedFigures, grown, roofline_selection
+from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
 from treeopt.drafters import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_dynamic, plots_hardware

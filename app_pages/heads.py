@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from app_pages.state import CachedFigures, current_dataset, page_errors
+from app_pages.cache import CachedFigures
+from app_pages.state import current_dataset, page_errors
 from treeopt.workbench import plots as plot_functions
 
 plots = CachedFigures(plot_functions)  # each figure built once per set of inputs

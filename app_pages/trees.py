@@ -2,15 +2,8 @@
 
 import streamlit as st
 
-from app_pages.state import (
-    CachedFigures,
-    current_dataset,
-    demo_pick,
-    growth_pair,
-    held_out_curve,
-    page_errors,
-    set_chosen_tree,
-)
+from app_pages.cache import CachedFigures, growth_pair, held_out_curve
+from app_pages.state import current_dataset, demo_pick, page_errors, set_chosen_tree
 from treeopt.grow import CONSTRAINTS
 from treeopt.workbench import plots as plot_functions
 from treeopt.workbench.trees import (

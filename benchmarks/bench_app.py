@@ -366,10 +366,12 @@ def browser_bench(pages: list[PageRef], report: Report, *, warm: int, widgets: i
                 open_page(tab, runs, url, ref)
                 moved += [(f"{ref.title} · {name}", view)
                           for name, view in time_widgets(tab, runs, widgets)]
-            warm_views = [new_tab_view(context, url) for _ in range(warm)]
-            seconds = [v.seconds for v in warm_views]
+            warm_views = sorted((new_tab_view(context, url) for _ in range(warm)),
+                                key=lambda v: v.seconds)
+            middle = warm_views[(len(warm_views) - 1) // 2]
             report.line(f"warm first view: {default.title} (new tab, same server)",
-                        statistics.median(seconds), WARM_S, note=spread(seconds))
+                        middle.seconds, WARM_S,
+                        note=f"{spread([v.seconds for v in warm_views])} {middle.note}")
             widget_report(report, moved)
         finally:
             browser.close()

@@ -47,7 +47,7 @@ def test_the_shipped_config_turns_file_watching_off():
 # ----- no torch until a page decodes ----------------------------------------------------------
 
 VISIT_EVERY_PAGE = """
-import json, sys
+import ast, json, sys
 from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
@@ -60,11 +60,12 @@ library = sorted(m for m in ("torch", "transformers") if m in sys.modules)
 at = AppTest.from_file(str(Path("app.py").resolve()), default_timeout=300)
 at.run()
 visited, problems = [], []
-for page in sorted(Path("app_pages").glob("*.py")):
-    if page.stem in ("__init__", "state"):
-        continue
-    at.switch_page(str(page)).run()
-    visited.append(page.stem)
+tree = ast.parse(Path("app.py").read_text(encoding="utf-8"))
+pages = [node.args[0].value for node in ast.walk(tree)
+         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Page"]
+for page in pages:
+    at.switch_page(page).run()
+    visited.append(Path(page).stem)
     problems += [str(e.value) for e in (*at.exception, *at.error)]
 print(json.dumps({"library": library, "visited": visited, "problems": problems,
                   "after_pages": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
@@ -73,8 +74,8 @@ print(json.dumps({"library": library, "visited": visited, "problems": problems,
 
 @needs_demo
 def test_no_page_imports_torch_until_it_decodes():
-    """Every page of the app opened on the demo, and the library modules the pages use, in a
-    fresh interpreter: neither torch nor transformers gets imported (the model loads when
+    """Every page of app.py's navigation opened on the demo, and the library modules the pages
+    use, in a fresh interpreter: neither torch nor transformers gets imported (the model loads when
     Verify decodes)."""
     run = subprocess.run([sys.executable, "-c", VISIT_EVERY_PAGE], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
@@ -98,6 +99,13 @@ def state():
     return state
 
 
+@pytest.fixture(scope="module")
+def cache(state):
+    from app_pages import cache
+
+    return cache
+
+
 def test_loaders_hand_back_the_same_objects(state):
     bundle = state.demo()
     assert state.demo() is bundle
@@ -110,15 +118,15 @@ def test_loaders_hand_back_the_same_objects(state):
     assert dynamic is None or state.demo_dynamic_selection() is dynamic
 
 
-def test_cached_computations_are_keyed_by_their_inputs(state):
+def test_cached_computations_are_keyed_by_their_inputs(state, cache):
     from treeopt.roofline import load_hardware, preset
 
     traces = state.demo().traces
     caps = dict(max_nodes=32, max_depth=3, max_rank=8, constraint="none")
-    pair = state.growth_pair(traces["medusa"], **caps)
-    assert state.growth_pair(traces["medusa"], **caps) is pair
-    assert state.growth_pair(traces["hydra"], **caps) is not pair
-    assert state.growth_pair(traces["medusa"], **{**caps, "max_nodes": 24}) is not pair
+    pair = cache.growth_pair(traces["medusa"], **caps)
+    assert cache.growth_pair(traces["medusa"], **caps) is pair
+    assert cache.growth_pair(traces["hydra"], **caps) is not pair
+    assert cache.growth_pair(traces["medusa"], **{**caps, "max_nodes": 24}) is not pair
     expected = grow(traces["medusa"], method="empirical", **caps)
     assert pair["empirical"].order == expected.order
     assert np.array_equal(pair["empirical"].expected_accept_length,
@@ -126,30 +134,30 @@ def test_cached_computations_are_keyed_by_their_inputs(state):
     with pytest.raises(TypeError):
         pair["empirical"] = expected  # read-only: every session shares it
 
-    curve = state.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"])
-    assert state.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"]) is curve
+    curve = cache.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"])
+    assert cache.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"]) is curve
     assert np.array_equal(curve, pair["empirical"].evaluate(state.demo().heldout_traces["medusa"]))
     assert not curve.flags.writeable
 
-    growth = state.grown(traces["hydra"], method="empirical", max_nodes=16)
-    assert state.grown(traces["hydra"], method="empirical", max_nodes=16) is growth
+    growth = cache.grown(traces["hydra"], method="empirical", max_nodes=16)
+    assert cache.grown(traces["hydra"], method="empirical", max_nodes=16) is growth
     args = dict(model=preset("llama-2-7b"), hardware=load_hardware("h100-sxm"), batch=(1, 8),
                 context=(512,), draft_kind="hydra", draft_heads=4)
-    selection = state.roofline_selection(growth, **args)
-    assert state.roofline_selection(growth, **args) is selection
-    assert state.roofline_selection(growth, **{**args, "batch": (1, 16)}) is not selection
+    selection = cache.roofline_selection(growth, **args)
+    assert cache.roofline_selection(growth, **args) is selection
+    assert cache.roofline_selection(growth, **{**args, "batch": (1, 16)}) is not selection
 
 
-def test_identity_keys_are_never_reused(state):
+def test_identity_keys_are_never_reused(cache):
     """Two objects alive together get different keys; an object made after another is gone
     gets a new key even where Python reuses the old one's id."""
     first = RankTrace(np.zeros((4, 2), np.int16))
-    key = state.identity(first)
-    assert state.identity(first) == key
-    assert state.identity(RankTrace(np.zeros((4, 2), np.int16))) != key
+    key = cache.identity(first)
+    assert cache.identity(first) == key
+    assert cache.identity(RankTrace(np.zeros((4, 2), np.int16))) != key
     keys = set()
     for _ in range(50):
-        keys.add(state.identity(RankTrace(np.zeros((4, 2), np.int16))))  # freed at once
+        keys.add(cache.identity(RankTrace(np.zeros((4, 2), np.int16))))  # freed at once
     assert len(keys) == 50
 
 
@@ -208,10 +216,10 @@ def test_nested_step_means_refuse_trees_that_are_not_nested():
         nested_step_means([(0,)], RankTrace(np.zeros((4, 2), np.int16)), sizes=2)
 
 
-def test_figures_are_built_once_per_set_of_inputs(state):
+def test_figures_are_built_once_per_set_of_inputs(state, cache):
     from treeopt.workbench import plots, plots_dynamic
 
-    figures = state.CachedFigures(plots)
+    figures = cache.CachedFigures(plots)
     table = state.demo_dataset().table("medusa")
     heatmap = figures.accuracy_heatmap(table, kind="marginal", max_rank=6)
     assert figures.accuracy_heatmap(table, kind="marginal", max_rank=6) is heatmap
@@ -225,12 +233,12 @@ def test_figures_are_built_once_per_set_of_inputs(state):
     assert figures.growth_curves({"a": np.array([1.0, 1.6])}, points={"p": (1, 1.5)}) is not curve
     # names that are not figure functions are the module's own
     assert figures.ACCURACY_KINDS is plots.ACCURACY_KINDS
-    assert state.CachedFigures(plots_dynamic).contexts is plots_dynamic.contexts
+    assert cache.CachedFigures(plots_dynamic).contexts is plots_dynamic.contexts
     # two builders of one name are two keys; inputs the cache cannot key still give the figure
     builders = [lambda c, _: plots.growth_curves(c), lambda c, _: plots.widths_figure(c)]
     assert builders[0].__qualname__ == builders[1].__qualname__
-    shown = [state.figure(b, {"a": [1, 2]}, 0).to_dict() for b in builders]
+    shown = [cache.figure(b, {"a": [1, 2]}, 0).to_dict() for b in builders]
     assert shown == [plots.growth_curves({"a": [1, 2]}).to_dict(),
                      plots.widths_figure({"a": [1, 2]}).to_dict()]
     lock = threading.Lock()  # Streamlit cannot hash it
-    assert state.figure(builders[0], {"a": [1, 2]}, lock).to_dict() == shown[0]
+    assert cache.figure(builders[0], {"a": [1, 2]}, lock).to_dict() == shown[0]
