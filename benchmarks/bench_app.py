@@ -1,6 +1,6 @@
 """How fast the app is for a person, on the shipped demo, in headless chromium.
 
-Every figure is held to issue 43's target and printed with its verdict:
+Every figure is printed against its target, with its verdict:
 
 1. cold first view: a fresh `streamlit run app.py` (the repository's .streamlit/config.toml
    applies), timed from the moment the server answers /_stcore/health to the default page's
