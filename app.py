@@ -2,6 +2,8 @@
 
 import streamlit as st
 
+from app_pages.state import warm_up
+
 st.set_page_config(page_title="treeopt — speculation tree workbench", page_icon="🌳",
                    layout="wide")
 
@@ -17,3 +19,4 @@ PAGES = [
 ]
 
 st.navigation(PAGES).run()
+warm_up()  # the page has run: what the other pages read is computed meanwhile

@@ -4,8 +4,11 @@ reaches per batch size, with the drafter select would choose."""
 
 import streamlit as st
 
+from app_pages.cache import CachedFigures
 from app_pages.state import demo, demo_pricing, page_errors
-from treeopt.workbench import plots_drafters
+from treeopt.workbench import plots_drafters as drafter_plots
+
+plots_drafters = CachedFigures(drafter_plots)  # each figure built once per set of inputs
 
 st.title("Drafters")
 bundle = demo()

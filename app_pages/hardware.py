@@ -2,14 +2,15 @@
 
 import streamlit as st
 
+from app_pages.cache import CachedFigures, grown, roofline_selection
 from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
 from treeopt.drafters import KINDS
-from treeopt.grow import grow
-from treeopt.pricing import roofline_selection
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
-from treeopt.workbench import plots_dynamic as dyn_plots
-from treeopt.workbench import plots_hardware as hw_plots
+from treeopt.workbench import plots_dynamic, plots_hardware
 from treeopt.workbench.style import format_seconds
+
+dyn_plots = CachedFigures(plots_dynamic)  # each figure built once per set of inputs
+hw_plots = CachedFigures(plots_hardware)
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "
@@ -48,10 +49,10 @@ source = data.sources[label]
 method = data.methods(label)[0]
 draft_kind = label if label in KINDS else None
 with page_errors():
-    growth = grow(source, method=method, max_nodes=128)
+    growth = grown(source, method=method, max_nodes=128)
     selection = roofline_selection(growth, model=cfg, hardware=gpu,
-                                   batch=[1, 2, 4, 8, 16, 32, 64, 128],
-                                   context=contexts, draft_kind=draft_kind,
+                                   batch=(1, 2, 4, 8, 16, 32, 64, 128),
+                                   context=tuple(contexts), draft_kind=draft_kind,
                                    draft_heads=source.heads)
 left, right = st.columns(2)
 left.plotly_chart(hw_plots.throughput_curves(selection, context=s, drafter=label),

@@ -2,8 +2,12 @@
 
 import streamlit as st
 
+from app_pages.cache import CachedFigures
 from app_pages.state import current_dataset, page_errors
-from treeopt.workbench import plots, style
+from treeopt.workbench import plots as plot_functions
+from treeopt.workbench import style
+
+plots = CachedFigures(plot_functions)  # each figure built once per set of inputs
 
 st.title("Heads")
 data = current_dataset()

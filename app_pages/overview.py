@@ -4,7 +4,7 @@ and measured side by side — and how sure, each figure with its source. Needs n
 import streamlit as st
 
 from app_pages.choice import choose_pick
-from app_pages.state import demo_files, demo_overview, page_errors
+from app_pages.state import demo, demo_overview, page_errors
 from treeopt.workbench.overview import headline, rows
 from treeopt.workbench.plots_overview import predicted_vs_measured
 
@@ -21,7 +21,7 @@ if view is None:
             "latency stage (`treeopt demo build`).")
     st.stop()
 
-files = demo_files()
+files = demo()
 PER_ROW = 2  # "1.89× predicted" in a metric's large type needs half a laptop screen
 columns = [c for i in range(0, len(view.answers), PER_ROW) for c in st.columns(PER_ROW)]
 for column, answer in zip(columns, view.answers, strict=False):

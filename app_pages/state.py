@@ -3,12 +3,15 @@ anything between runs."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from app_pages.cache import Document
+from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.workbench.datasets import Dataset
 from treeopt.workbench.pricing import DemoPricing
@@ -20,21 +23,66 @@ if TYPE_CHECKING:
 DATASET_KEY = "dataset"
 
 
-@st.cache_resource(show_spinner="Loading the demo…")
-def demo(dtype: str = "float32") -> Any:
-    """The shipped demo (model, heads, traces, growths), loaded once per server and dtype
-    (bfloat16 runs with treeopt's exact attention, so tree decoding stays lossless)."""
+@st.cache_resource(show_spinner=False)
+def demo() -> Demo:
+    """The shipped demo's files — traces, growths, prompts, manifest — loaded once per server,
+    without the model (no torch): what every page that does not decode reads."""
     from treeopt.demo.load import load
 
+    return load(with_model=False)
+
+
+@st.cache_resource(show_spinner="Loading the demo's model…")
+def demo_model(dtype: str = "float32") -> Demo:
+    """:func:`demo` with its model, tokenizer and drafters, loaded once per server and dtype the
+    first time a page decodes (bfloat16 runs with treeopt's exact attention, so tree decoding
+    stays lossless); its traces and growths are :func:`demo`'s own objects."""
+    from treeopt.demo.load import attach_model
+
     # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
-    return load(threads=1, dtype=dtype)
+    return attach_model(demo(), threads=1, dtype=dtype)
 
 
 @st.cache_resource(show_spinner=False)
 def demo_dataset() -> Dataset:
+    """The demo's traces as the app's dataset (greedy, held-out and sampled), once per server."""
     from treeopt.workbench.datasets import demo_dataset as build
 
     return build(demo())
+
+
+_WARMING = threading.Event()
+
+
+def warm_up() -> None:
+    """Start computing, in the background and once per server, what the pages read from the
+    demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection):
+    called once a page has run, so the next page a person opens finds them ready. A failure
+    here is left for the page to show. (It imports no third-party module: plotly reads pandas
+    off sys.modules, and would find one half imported.)"""
+    if _WARMING.is_set():
+        return
+    _WARMING.set()
+    threading.Thread(target=_warm, name="treeopt-warm-up", daemon=True).start()
+
+
+def _warm() -> None:
+    try:
+        _warmed()
+    except Exception:  # noqa: BLE001, S110 — the page that needs the value raises it again
+        pass
+
+
+@st.cache_resource(show_spinner=False)
+def _warmed() -> bool:
+    """The warm-up's work (inside a cached function, the loaders show no spinner)."""
+    data = demo_dataset()
+    for label in data.sources:
+        data.table(label)
+    for kind in demo().traces:
+        demo_pricing(kind)
+    demo_dynamic_selection()
+    return True
 
 
 def current_dataset() -> Dataset:
@@ -49,28 +97,30 @@ def set_dataset(dataset: Dataset | None) -> None:
 
 @st.cache_resource(show_spinner="Pricing the demo's trees…")
 def demo_pricing(kind: str) -> DemoPricing | None:
-    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``."""
+    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``;
+    computed once per server and kind."""
     from treeopt.workbench.pricing import demo_pricing as build
 
     return build(demo(), kind)
 
 
-def demo_dynamic_selection() -> dict[str, Any] | None:
+def demo_dynamic_selection() -> Document | None:
     """``select --dynamic``'s document for the demo's EAGLE drafter, on the latency table's
-    device (None when the demo ships none)."""
+    device (None when the demo ships none); read once per server and file version."""
     bundle = demo()
     table = bundle.latency
     path = bundle.paths.dynamic_selection(table.stem if table else "cpu")
     return _read_dynamic_selection(str(path), path.stat().st_mtime) if path.exists() else None
 
 
-@st.cache_data(show_spinner=False)
-def _read_dynamic_selection(path: str, mtime: float) -> dict[str, Any]:
-    """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read)."""
+@st.cache_resource(show_spinner=False)
+def _read_dynamic_selection(path: str, mtime: float) -> Document:
+    """The document at ``path`` (``mtime`` only keys the cache: a rebuilt file is re-read).
+    Shared by every session: pages read it, never change it."""
     from treeopt.dynamic.recommend import FORMAT
     from treeopt.files import read_tagged_json
 
-    return read_tagged_json(path, FORMAT)
+    return Document(read_tagged_json(path, FORMAT))
 
 
 def demo_drafter(label: str) -> dict[str, Any]:
@@ -101,18 +151,9 @@ def page_errors(*, stop: bool = True) -> Iterator[None]:
             st.stop()
 
 
-@st.cache_resource(show_spinner="Loading the demo's files…")
-def demo_files() -> Demo:
-    """The shipped demo without its model (traces, growths, prompts, measurements): what the
-    pages that do not decode read."""
-    from treeopt.demo.load import load
-
-    return load(with_model=False)
-
-
 @st.cache_resource(show_spinner="Pricing every drafter of the demo…")
 def demo_overview() -> Overview | None:
     """The Overview page's answer on the demo (None without a step profile), model-free."""
     from treeopt.workbench.overview import demo_overview as build
 
-    return build(demo_files())
+    return build(demo())

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from app_pages.cache import CachedFigures, growth_pair, held_out_curve
 from app_pages.choice import (
     BATCH_KEY,
     LABEL_KEY,
@@ -14,17 +15,17 @@ from app_pages.choice import (
 )
 from app_pages.state import current_dataset, page_errors
 from treeopt.grow import CONSTRAINTS
-from treeopt.workbench import plots
+from treeopt.workbench import plots as plot_functions
 from treeopt.workbench.trees import (
     LARGEST,
     TreeSettings,
     grown_choice,
-    growth_pair,
     imported_tree_point,
     pick_choice,
     view_tree,
 )
 
+plots = CachedFigures(plot_functions)  # each figure built once per set of inputs
 st.title("Trees")
 data = current_dataset()
 with page_errors():
@@ -84,7 +85,8 @@ with page_errors():
         greedy_growth = growth_pair(data.sources[label], max_nodes=max_nodes,
                                     max_depth=depth, max_rank=max_rank,
                                     constraint=constraint)["empirical"]
-        others[f"{label} · greedy-grown, at T = {temperature:g}"] = greedy_growth.evaluate(source)
+        others[f"{label} · greedy-grown, at T = {temperature:g}"] = held_out_curve(greedy_growth,
+                                                                                  source)
     growth = growths[method]
     tree = growth.tree(min(size, growth.max_nodes))
     view = view_tree(tree, source, method=method)
@@ -118,7 +120,8 @@ with right:
     w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
                     width="stretch")
     if held is not None:
-        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length, growth.evaluate(held)),
+        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length,
+                                        held_out_curve(growth, held)),
                         width="stretch")
     else:
         w2.info("No held-out trace for these heads: the gap between calibration and held-out "

@@ -5,7 +5,7 @@ import html
 import streamlit as st
 
 from app_pages.choice import chosen_label, current_choice
-from app_pages.state import demo, demo_dataset, page_errors
+from app_pages.state import demo, demo_dataset, demo_model, page_errors
 from treeopt.workbench import plots
 from treeopt.workbench.live import live_run
 from treeopt.workbench.style import speedup_delta
@@ -16,9 +16,9 @@ st.write("Decode a prompt with the tree and without it, through the same loop â€
          "the same seed) must give identical outputs; each highlighted piece is what one step "
          "accepted.")
 with page_errors():
-    bundle = demo()
+    bundle = demo()  # the model loads when the button runs a decoding
 
-kinds = list(bundle.heads)
+kinds = list(bundle.traces)
 label = chosen_label()
 c1, c2, c3, c4 = st.columns(4)
 kind = c1.selectbox("Demo heads", kinds, index=kinds.index(label) if label in kinds else 0,
@@ -57,7 +57,7 @@ prompt = st.text_area("Prompt", bundle.prompts[0], height=160, key="verify_promp
 
 if st.button("Run live verification", type="primary", key="verify_run"):
     with page_errors():
-        live = demo(dtype)
+        live = demo_model(dtype)
     with st.spinner("Decoding with the tree and autoregressivelyâ€¦"), page_errors():
         run = live_run(live.model, live.tokenizer, live.heads[kind], tree, prompt,
                        max_new_tokens=new_tokens, mode=mode, temperature=temperature or 0.7,

@@ -33,9 +33,9 @@ from treeopt.costs import (
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.selection import Curve, DepthCapBest, Point, Selection
-from treeopt.simulate import simulate
+from treeopt.simulate import nested_step_means, simulate
 from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.tree import Path, Tree
 
 MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
 MAX_CONTEXT = 1 << 24  # the largest context length priced
@@ -49,6 +49,7 @@ class _Family:
     ell: npt.NDArray[np.float64]
     expanded: list[tuple[int, ...]]
     tree: Callable[[int], Tree]
+    paths: list[Path] | None = None  # T_n = the first n paths, where the trees are so nested
 
 
 def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None,
@@ -66,7 +67,8 @@ def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | Non
         paths = [order[i] for i in keep]
         fam_ell = 1.0 + np.concatenate([[0.0], np.cumsum(values[keep])])
         expanded = [expanded_nodes(paths[:n]) for n in range(len(paths) + 1)]
-        fam = _Family(cap, fam_ell, expanded, lambda n, paths=paths: Tree.from_choices(paths[:n]))
+        fam = _Family(cap, fam_ell, expanded, lambda n, paths=paths: Tree.from_choices(paths[:n]),
+                      paths)
         out.append(_walked(fam, trace, max_size) if trace is not None else fam)
     return out
 
@@ -75,9 +77,13 @@ def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
     """The family with E[L] of every tree up to ``max_size`` nodes (the largest that can be
     priced) taken from the trace walked step by step."""
     ell = fam.ell.copy()
-    for n in range(min(len(ell), max_size + 1)):
-        ell[n] = simulate(fam.tree(n), trace, per_step=True).mean_accept_length
-    return _Family(fam.max_depth, ell, fam.expanded, fam.tree)
+    sizes = min(len(ell), max_size + 1)
+    if fam.paths is not None:
+        ell[:sizes] = nested_step_means(fam.paths, trace, sizes=sizes)
+    else:
+        for n in range(sizes):
+            ell[n] = simulate(fam.tree(n), trace, per_step=True).mean_accept_length
+    return _Family(fam.max_depth, ell, fam.expanded, fam.tree, fam.paths)
 
 
 def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,

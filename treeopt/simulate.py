@@ -6,7 +6,7 @@ At position t the node with rank path (r_1 … r_k) is accepted iff ρ_1(t) … 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import numpy.typing as npt
 from treeopt.errors import TreeoptError
 from treeopt.stats import AcceptStats
 from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.tree import Path, Tree
 
 
 def walk(tree: Tree, trace: RankTrace) -> Iterator[npt.NDArray[np.int64]]:
@@ -100,6 +100,60 @@ def step_walk(tree: Tree, trace: RankTrace) -> tuple[npt.NDArray[np.int64], list
     per_sequence = list(zip(tokens.tolist(), np.bincount(seq, minlength=len(counts)).tolist(),
                             strict=True))
     return steps.astype(np.int64), per_sequence
+
+
+def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
+                      sizes: int) -> npt.NDArray[np.float64]:
+    """Per-step mean accepted length (:func:`simulate` with ``per_step``) of every tree
+    ``Tree.from_choices(paths[:n])``, n = 0 … ``sizes`` − 1, in one pass over the trace.
+
+    Each path's parent must come before it in ``paths`` (a growth order, or one capped in
+    depth), so each tree holds the next: a position accepts, under the n-node tree, the nodes of
+    its walk through the largest tree whose place in ``paths`` is below n. All trees' steps then
+    advance together, one iteration per step.
+
+    >>> tr = RankTrace(np.array([[0, 0], [1, 0], [0, 1], [-1, 0], [1, 0], [0, 0]], np.int16),
+    ...                {"sequence_positions": [3, 3]})
+    >>> order = [(0,), (0, 0), (1,)]
+    >>> nested_step_means(order, tr, sizes=4).tolist()
+    [1.0, 1.6, 2.0, 2.0]
+    >>> [simulate(Tree.from_choices(order[:n]), tr, per_step=True).mean_accept_length
+    ...  for n in range(4)]
+    [1.0, 1.6, 2.0, 2.0]
+    """
+    counts = trace.meta.get("sequence_positions")
+    if not counts or sum(counts) != trace.positions:
+        raise TreeoptError("per-step simulation needs the trace's 'sequence_positions' "
+                           "(recorded by treeopt calibrate); this trace has none")
+    place = {tuple(p): i for i, p in enumerate(paths[:sizes - 1])}
+    for p, i in place.items():
+        if len(p) > 1 and place.get(p[:-1], i) >= i:
+            raise TreeoptError(f"path {list(p)} comes before its parent {list(p[:-1])}, or "
+                               "without it: the trees are not nested")
+    largest = Tree.from_choices(list(place))
+    rank = np.array([sizes] + [place[p] for p in largest.paths], dtype=np.int32)  # token → place
+    accepted = np.ones((sizes, trace.positions),  # [trees, positions]
+                       dtype=np.int8 if largest.depth < 127 else np.int16)
+    trees = np.arange(sizes, dtype=np.int32)[:, None]
+    for reached in walk(largest, trace):
+        accepted += rank[np.where(reached >= 0, reached, 0)][None, :] < trees
+    lengths = np.asarray(counts, dtype=np.int64)
+    ends = np.tile(np.cumsum(lengths), sizes)  # [trees × sequences], tree-major
+    starts = ends - np.tile(lengths, sizes)
+    at, steps = starts.copy(), np.zeros_like(starts)
+    row = np.repeat(np.arange(sizes, dtype=np.int64) * trace.positions, len(lengths))
+    flat = accepted.ravel()
+    running = np.flatnonzero(at < ends)
+    while running.size:  # one iteration per step, every tree and sequence together
+        now = at[running]
+        now += flat[row[running] + now]
+        at[running] = now
+        steps[running] += 1
+        running = running[now < ends[running]]
+    tokens = (at - starts).reshape(sizes, -1).sum(axis=1)  # steps overrun a sequence's end
+    per_tree = steps.reshape(sizes, -1).sum(axis=1)
+    return np.array([t / n if n else 0.0 for t, n in zip(tokens.tolist(), per_tree.tolist(),
+                                                         strict=True)])
 
 
 def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:

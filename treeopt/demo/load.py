@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,24 +90,30 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
     """The demo at ``root`` (default: the shipped ``data/demo``), loaded; ``threads``: CPU
     threads for torch (the demo model is tiny: one decodes fastest).
 
-    ``with_model=False`` skips the model, tokenizer and heads (traces and growths only, no torch).
+    ``with_model=False`` skips the model, tokenizer and heads (traces and growths only, no
+    torch); :func:`attach_model` adds them later.
     """
     from treeopt.prompts import read_texts
 
     paths = demo_paths(root)
     manifest = read_manifest(paths)
-    model = tokenizer = None
-    heads: dict[str, Any] = {}
-    if with_model:
-        from treeopt.decoding.models import ModelSpec, load_model
-        from treeopt.drafters.checkpoints import load_heads_for
-
-        model, tokenizer = load_model(ModelSpec(path=str(paths.model), device=device,
-                                                dtype=dtype, threads=threads))
-        heads = {kind: load_heads_for(model, paths.heads(kind)) for kind in KINDS}
-    return Demo(
-        paths=paths, manifest=manifest, model=model, tokenizer=tokenizer, heads=heads,
+    files = Demo(
+        paths=paths, manifest=manifest, model=None, tokenizer=None, heads={},
         traces={kind: RankTrace.load(paths.trace(kind)) for kind in KINDS},
         heldout_traces={kind: RankTrace.load(paths.trace(kind, heldout=True)) for kind in KINDS},
         growths={kind: Growth.load(paths.growth(kind)) for kind in KINDS},
         prompts=read_texts([paths.prompts("heldout")]))
+    return attach_model(files, device=device, dtype=dtype, threads=threads) if with_model else files
+
+
+def attach_model(demo: Demo, *, device: str = "cpu", dtype: str = "float32",
+                 threads: int | None = None) -> Demo:
+    """``demo`` with its model, tokenizer and every drafter loaded (torch imported here); the
+    traces, growths and prompts are ``demo``'s own objects, not read again."""
+    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.drafters.checkpoints import load_heads_for
+
+    model, tokenizer = load_model(ModelSpec(path=str(demo.paths.model), device=device,
+                                            dtype=dtype, threads=threads))
+    heads = {kind: load_heads_for(model, demo.paths.heads(kind)) for kind in KINDS}
+    return replace(demo, model=model, tokenizer=tokenizer, heads=heads)

@@ -31,6 +31,7 @@ class Dataset:
     description: str = ""
     sampled: dict[str, dict[float, tuple[RankTrace, RankTrace | None]]] = field(
         default_factory=dict)
+    _tables: dict[str, AccuracyTable] = field(default_factory=dict, init=False, repr=False)
 
     def temperatures(self, label: str) -> list[float]:
         """The sampling temperatures ``label`` has traces for (greedy, 0, not included)."""
@@ -47,8 +48,12 @@ class Dataset:
                                f"it has {self.temperatures(label) or 'greedy only'}") from None
 
     def table(self, label: str) -> AccuracyTable:
-        source = self.sources[label]
-        return source if isinstance(source, AccuracyTable) else AccuracyTable.from_trace(source)
+        """``label``'s accuracy table: its own, or its trace's (computed once per dataset)."""
+        if label not in self._tables:
+            source = self.sources[label]
+            self._tables[label] = (source if isinstance(source, AccuracyTable)
+                                   else AccuracyTable.from_trace(source))
+        return self._tables[label]
 
     def has_trace(self, label: str) -> bool:
         return isinstance(self.sources[label], RankTrace)

@@ -1,0 +1,130 @@
+"""What the app computes and draws, cached by its inputs and shared by every session: the
+pages call these in place of the library's functions of the same names. Traces, tables,
+growths, selections, sweeps and documents read once are immutable and too big to hash on every
+call: they are keyed by identity, with a token that no later object reuses (an id is reused
+once its object is gone; a token never is)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import typing
+import weakref
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
+import streamlit as st
+from streamlit.runtime.caching.cache_errors import UnhashableParamError
+
+from treeopt.accuracy import AccuracyTable
+from treeopt.costs import StepCosts
+from treeopt.grow import Growth
+from treeopt.selection import Selection
+from treeopt.sweep import Sweep
+from treeopt.trace import RankTrace
+from treeopt.value import Method, Source
+
+if TYPE_CHECKING:
+    from treeopt.roofline import Hardware, ModelConfig
+
+_TOKENS: dict[int, int] = {}
+_COUNTER = itertools.count()
+
+
+class Document(dict):  # type: ignore[type-arg]
+    """A JSON document read once per server and shared by every session: never changed."""
+
+
+def identity(obj: object) -> int:
+    """A cache key for an immutable object: the same for it while it lives, never another's."""
+    key = id(obj)
+    token = _TOKENS.get(key)
+    if token is None:
+        token = _TOKENS[key] = next(_COUNTER)
+        weakref.finalize(obj, _TOKENS.pop, key, None)
+    return token
+
+
+BY_IDENTITY = {t: identity for t in (RankTrace, AccuracyTable, Growth, Selection, Sweep,
+                                     StepCosts, Document)}
+
+
+def figure(build: Callable[..., go.Figure], /, *args: Any, **kwargs: Any) -> go.Figure:
+    """``build(*args, **kwargs)``, built once per set of inputs and shared by every session
+    (st.plotly_chart copies a figure; pages never change one). Inputs the cache cannot key
+    build a fresh figure."""
+    try:
+        return _figure(build, identity(build), args, kwargs)
+    except UnhashableParamError:
+        return build(*args, **kwargs)
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def _figure(_build: Callable[..., go.Figure], build: int, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> go.Figure:
+    """``_build``'s figure (``build``, its identity, keys it)."""
+    return _build(*args, **kwargs)
+
+
+class CachedFigures:
+    """A plots module whose figure functions (those returning a ``go.Figure``) go through
+    :func:`figure`; its other names are the module's own."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if callable(value) and _returns_figure(value):
+            return functools.partial(figure, value)
+        return value
+
+
+@functools.cache
+def _returns_figure(fn: Callable[..., Any]) -> bool:
+    try:
+        return typing.get_type_hints(fn).get("return") is go.Figure
+    except (NameError, TypeError):
+        return False
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None,
+                max_rank: int | None, constraint: str) -> Mapping[str, Growth]:
+    """:func:`treeopt.workbench.trees.growth_pair`, computed once per source and caps."""
+    from treeopt.workbench.trees import growth_pair as build
+
+    return MappingProxyType(build(source, max_nodes=max_nodes, max_depth=max_depth,
+                                  max_rank=max_rank, constraint=constraint))
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
+    """:func:`treeopt.grow.grow` with its default caps, computed once per source."""
+    from treeopt.grow import grow
+
+    return grow(source, method=method, max_nodes=max_nodes)
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
+    """E[L] of every tree of ``growth`` on ``trace`` (:meth:`Growth.evaluate`), read-only."""
+    curve = np.asarray(growth.evaluate(trace))
+    curve.setflags(write=False)
+    return curve
+
+
+@st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
+def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware,
+                       batch: tuple[int, ...], context: tuple[int, ...],
+                       draft_kind: str | None, draft_heads: int) -> Selection:
+    """:func:`treeopt.pricing.roofline_selection` (bf16), computed once per growth, model,
+    hardware and grid."""
+    from treeopt.pricing import roofline_selection as build
+
+    return build(growth, model=model, hardware=hardware, batch=list(batch),
+                 context=list(context), draft_kind=draft_kind, draft_heads=draft_heads)
