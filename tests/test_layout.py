@@ -56,7 +56,9 @@ THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "demo": (*TORCH, "tokenizers", "tqdm"),
     "workbench": ("numpy", "transformers", "plotly", "networkx"),
     "cli": ("numpy", "tqdm"),
-    "app_pages": ("streamlit",),
+    # pages draw the library's figures; app_pages/cache.py keys them (a go.Figure return) and
+    # hands out read-only arrays — no page computes with numpy or builds a figure itself
+    "app_pages": ("streamlit", "numpy", "plotly"),
 }
 REGISTRY = ("treeopt.drafters", "treeopt.drafters.config")
 SUBPACKAGES = ("drafters", "decoding", "dynamic", "profiling", "roofline", "workbench", "cli",

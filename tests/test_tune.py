@@ -620,9 +620,9 @@ def test_the_sweep_figure_says_how_each_point_was_timed_and_what_the_race_found(
                        point(4, 1.25, rounds=3, se=0.004, selected=True)),
                   races=(Race(1, (1, 2, None), (1, 4, None), 0.987),))
     measured, *_ = sweep_figure(sweep, title="t").data
-    assert [c[2] for c in measured.customdata] == [
+    assert [c[3] for c in measured.customdata] == [
         "", ", 7 rounds, ± 1.2% (standard error)", ", 3 rounds, ± 0.4% (standard error)"]
     pick = next(t for t in sweep_figure(sweep, title="t").data
                 if t.hovertext and "select's pick" in t.hovertext)
-    assert pick.hovertext == ("batch 1: select's pick, 4 nodes (depth cap None), 1.25× "
-                              "measured; raced against the best: 98.7% of it")
+    assert pick.hovertext == ("batch 1: select's pick, 4 nodes, 1.25× measured; raced against "
+                              "the best: 98.7% of it")  # no depth cap: none named
