@@ -225,7 +225,9 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     assert all(2 <= p["measured"]["rounds"] <= 64 for p in doc["points"])
     assert all(p["measured"]["speedup_se"] <= 0.2 or p["measured"]["rounds"] == 64
                for p in doc["points"])
-    grid = {(p["batch"], p["size"]) for p in doc["points"] if not p["selected"]}
+    # the growth's tree of each size (no depth cap), measured once: marked selected when it is
+    # also select's pick, which depends on the step profile measured on this (busy) host
+    grid = {(p["batch"], p["size"]) for p in doc["points"] if p["max_depth"] is None}
     assert {(1, 1), (1, 2), (2, 1), (2, 2)} <= grid
     assert sorted(p["batch"] for p in doc["points"] if p["selected"]) == [1, 2]
     for p in doc["points"]:
