@@ -118,3 +118,26 @@ def trained(peaked):
                           prefix_attention=prefix)
         out[kind] = train_heads(model, seqs, cfg)[0]
     return out
+
+
+@pytest.fixture(scope="session")
+def demo_cli(tmp_path_factory):
+    """What ``treeopt select --demo K --out K.json`` writes for every drafter of the shipped demo
+    and what ``treeopt choose-drafter`` prints on those files, run through the CLI's own entry
+    point: the figures the app's first view must show."""
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    from treeopt.cli import main
+    from treeopt.demo.layout import KINDS
+
+    out = tmp_path_factory.mktemp("demo-cli")
+    paths = {kind: out / f"{kind}.json" for kind in KINDS}
+    for kind, path in paths.items():
+        assert main(["select", "--demo", kind, "--out", str(path)]) == 0
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        assert main(["choose-drafter", *map(str, paths.values())]) == 0
+    return {"selections": {k: json.loads(p.read_text()) for k, p in paths.items()},
+            "choice": json.loads(printed.getvalue())}

@@ -8,20 +8,17 @@ Skipped without chromium or playwright, except in CI (CI=true), where both must 
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from treeopt.demo.layout import KINDS, default_root
+from treeopt.demo.layout import default_root
 
 pytestmark = pytest.mark.browser
 
@@ -180,21 +177,7 @@ def test_every_page_renders_and_verify_is_lossless(app_url, browser):
         context.close()
 
 
-def cli_choice(out: Path) -> dict:
-    """What ``treeopt choose-drafter`` prints on the files ``treeopt select --demo K --out`` writes
-    for every drafter, run through the CLI's own entry point."""
-    from treeopt.cli import main
-
-    paths = [str(out / f"{kind}.json") for kind in KINDS]
-    for kind, path in zip(KINDS, paths, strict=True):
-        assert main(["select", "--demo", kind, "--out", path]) == 0
-    printed = io.StringIO()
-    with redirect_stdout(printed):
-        assert main(["choose-drafter", *paths]) == 0
-    return json.loads(printed.getvalue())
-
-
-def test_the_first_view_shows_what_the_cli_prints(app_url, browser, tmp_path):
+def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
     """What a person sees first: one headline per batch size, its predicted speed-up the one
     `choose-drafter` prints on `select --demo K`'s files, its measured figure the demo sweep's,
     and the drafter and tree of each pick in the figure and table."""
@@ -202,7 +185,7 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, tmp_path):
     from treeopt.workbench.overview import demo_overview, headline
 
     view = demo_overview(load(with_model=False))
-    printed = [p for p in cli_choice(tmp_path)["points"] if p["context"] == view.context]
+    printed = [p for p in demo_cli["choice"]["points"] if p["context"] == view.context]
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     try:

@@ -5,9 +5,7 @@ silently, and Export and Verify still name the pick after a visit to Trees."""
 
 from __future__ import annotations
 
-import io
 import json
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -132,21 +130,9 @@ def demo():
 
 
 @pytest.fixture(scope="module")
-def cli(tmp_path_factory) -> dict:
-    """What `treeopt select --demo K --out K.json` writes for every drafter and what `treeopt
-    choose-drafter` prints on those files, run through the CLI's own entry point."""
-    from treeopt.cli import main
-
-    out = tmp_path_factory.mktemp("cli")
-    paths = [str(out / f"{kind}.json") for kind in KINDS]
-    for kind, path in zip(KINDS, paths, strict=True):
-        assert main(["select", "--demo", kind, "--out", path]) == 0
-    printed = io.StringIO()
-    with redirect_stdout(printed):
-        assert main(["choose-drafter", *paths]) == 0
-    return {"selections": {k: json.loads(Path(p).read_text()) for k, p in zip(KINDS, paths,
-                                                                              strict=True)},
-            "choice": json.loads(printed.getvalue())}
+def cli(demo_cli) -> dict:
+    """The CLI's figures on the demo (conftest's ``demo_cli``)."""
+    return demo_cli
 
 
 @pytest.fixture(scope="module")

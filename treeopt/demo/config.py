@@ -7,7 +7,7 @@ not measurements), so the same command plans the same build everywhere.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from treeopt.demo.base import BaseConfig
 from treeopt.drafters import drafter_kind
@@ -119,14 +119,14 @@ class DemoConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def measurement(self, part: str) -> Measurement:
+    def measurement(self, part: Literal["step", "sweep"]) -> Measurement:
         """How long a ``step`` profile record or a ``sweep`` point (and a race) is measured.
 
         >>> DemoConfig(sweep_target_se=0.015, sweep_min_seconds=36).measurement("sweep")
         Measurement(rounds=3, min_seconds=36, target_se=0.015, max_rounds=64)
         """
         if part not in ("step", "sweep"):
-            raise FieldError("part", f"{part!r}: expected step or sweep")
+            raise ValueError(f"part {part!r}: expected step or sweep")  # a caller's bug
         return Measurement(rounds=getattr(self, f"{part}_rounds"),
                            min_seconds=getattr(self, f"{part}_min_seconds"),
                            target_se=getattr(self, f"{part}_target_se"),
