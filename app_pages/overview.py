@@ -42,7 +42,7 @@ for column, answer in zip(columns, view.answers, strict=False):
 for warning in view.warnings:
     st.warning(warning, icon="⚠️")
 st.plotly_chart(predicted_vs_measured(view), width="stretch")
-st.dataframe(rows(view), hide_index=True)
+st.table(rows(view), border="horizontal")
 st.caption(f"Context {view.context} tokens. Predicted: the step-cost model (verify, drafting and "
            "the decoder's own overhead, profiled in the live loop) with E[L] from the "
            "calibration trace walked step by step. Measured: the live sweep, tree decoding "
