@@ -121,10 +121,7 @@ def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
     ...  for n in range(4)]
     [1.0, 1.6, 2.0, 2.0]
     """
-    counts = trace.meta.get("sequence_positions")
-    if not counts or sum(counts) != trace.positions:
-        raise TreeoptError("per-step simulation needs the trace's 'sequence_positions' "
-                           "(recorded by treeopt calibrate); this trace has none")
+    counts = _per_step_counts(trace)
     place = {tuple(p): i for i, p in enumerate(paths[:sizes - 1])}
     for p, i in place.items():
         if len(p) > 1 and place.get(p[:-1], i) >= i:
@@ -154,6 +151,15 @@ def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
     per_tree = steps.reshape(sizes, -1).sum(axis=1)
     return np.array([t / n if n else 0.0 for t, n in zip(tokens.tolist(), per_tree.tolist(),
                                                          strict=True)])
+
+
+def _per_step_counts(trace: RankTrace) -> list[int]:
+    """Positions per calibration sequence, which a per-step walk needs; an error without them."""
+    counts = trace.meta.get("sequence_positions")
+    if not counts or sum(counts) != trace.positions:
+        raise TreeoptError("per-step simulation needs the trace's 'sequence_positions' "
+                           "(recorded by treeopt calibrate); this trace has none")
+    return list(counts)
 
 
 def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
@@ -230,8 +236,7 @@ def simulate(tree: Tree, trace: RankTrace, *, per_step: bool = False) -> Simulat
         return Simulation.of(accept_lengths(tree, trace), min_bins=tree.depth + 2)
     walk = step_walk(tree, trace)
     if walk is None:
-        raise TreeoptError("per-step simulation needs the trace's 'sequence_positions' "
-                           "(recorded by treeopt calibrate); this trace has none")
+        _per_step_counts(trace)  # raises: the trace records no sequence_positions
     return Simulation.of(walk[0], min_bins=tree.depth + 2, sequences=walk[1])
 
 
