@@ -14,6 +14,7 @@ if not (default_root() / "manifest.json").exists():
     pytest.skip(f"no built demo at {default_root()} (build it with `treeopt demo build`)",
                 allow_module_level=True)
 
+from apptest import assert_clean, figures, open_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from treeopt.engines import FORMATS, engine_problems  # noqa: E402
@@ -24,9 +25,6 @@ from treeopt.simulate import simulate  # noqa: E402
 from treeopt.value import expected_accept_length  # noqa: E402
 from treeopt.workbench.datasets import dataset_from_upload  # noqa: E402
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
-TIMEOUT = 120  # seconds per script run: the first one loads the demo model
-
 
 @pytest.fixture(scope="module")
 def demo():
@@ -36,29 +34,8 @@ def demo():
     return load(with_model=False)
 
 
-def open_page(page: str | None = None) -> AppTest:
-    """A fresh session opened on ``page`` (the default page, Overview, when None), checked to
-    be clean."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    if page is not None:
-        at.switch_page(f"app_pages/{page}.py").run()
-    assert_clean(at)
-    return at
-
-
-def assert_clean(at: AppTest) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
 def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
-
-
-def figures(at: AppTest) -> list[dict]:
-    """The Plotly figures of the page, as the JSON the browser receives."""
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def demo_pick(demo, kind):

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from apptest import APP, assert_clean, figures, open_page
 
 from treeopt.demo.layout import KINDS, default_root
 from treeopt.errors import TreeoptError
@@ -25,7 +26,6 @@ from treeopt.workbench.overview import (
     overview,
 )
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
 TIMEOUT = 300  # seconds per script run: the Trees and Verify pages load the demo model
 HAS_DEMO = (default_root() / "manifest.json").exists()
 needs_demo = pytest.mark.skipif(not HAS_DEMO, reason=f"no built demo at {default_root()}")
@@ -208,23 +208,7 @@ def test_measured_dynamic_and_sources_come_from_the_demos_files(demo, view):
 
 def open_app(page: str | None = None):
     """A fresh session of the app (its default page, or ``page``), checked to be clean."""
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    if page is not None:
-        at.switch_page(f"app_pages/{page}.py").run()
-    assert_clean(at)
-    return at
-
-
-def assert_clean(at) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-
-
-def figures(at) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return open_page(page, timeout=TIMEOUT)
 
 
 @needs_demo
