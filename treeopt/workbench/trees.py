@@ -90,8 +90,7 @@ def default_choice(source: Source, label: str, *, pick: Point | None = None,
     growth = grow(source, method=settings.method, max_nodes=settings.max_nodes,
                   max_rank=settings.max_rank)
     tree = growth.tree(min(settings.size, growth.max_nodes))
-    return Choice(label, None, tree, f"{label} · {settings.method} · none · {tree.size} nodes",
-                  GROWN, settings)
+    return Choice(label, None, tree, settings.describe(label, tree.size), GROWN, settings)
 
 
 def grown_choice(label: str, tree: Tree, settings: TreeSettings, *, batch: int | None,
