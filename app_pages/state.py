@@ -156,4 +156,4 @@ def demo_overview() -> Overview | None:
     """The Overview page's answer on the demo (None without a step profile), model-free."""
     from treeopt.workbench.overview import demo_overview as build
 
-    return build(demo())
+    return build(demo(), price=demo_pricing)  # the pricing every page shares, once

@@ -11,7 +11,7 @@ read by :class:`treeopt.sweep.Sweep`, and the dynamic alternative is read from `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from treeopt.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
+    from treeopt.workbench.pricing import DemoPricing
 
 
 @dataclass(frozen=True)
@@ -292,14 +293,18 @@ def dynamic_alternative(doc: Mapping[str, Any] | None, batch: int, context: int,
                               float(p["dynamic_over_static"]), where)
 
 
-def demo_evidence(demo: Demo) -> dict[str, DrafterEvidence]:
+def demo_evidence(demo: Demo, *,
+                  price: Callable[[str], DemoPricing | None] | None = None
+                  ) -> dict[str, DrafterEvidence]:
     """Every demo drafter with a step profile: the selection ``treeopt select --demo KIND``
-    computes, the drafter's live sweep and its calibration trace."""
+    computes, the drafter's live sweep and its calibration trace. ``price(kind)``: the demo's
+    pricing of a drafter, computed already (default: :func:`~treeopt.workbench.pricing.
+    demo_pricing`, computed here)."""
     from treeopt.workbench.pricing import demo_pricing
 
     out = {}
     for kind in demo.growths:
-        priced = demo_pricing(demo, kind)
+        priced = price(kind) if price is not None else demo_pricing(demo, kind)
         if priced is not None:
             trace = demo.paths.trace(kind).relative_to(demo.paths.root).as_posix()
             out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
@@ -307,9 +312,11 @@ def demo_evidence(demo: Demo) -> dict[str, DrafterEvidence]:
     return out
 
 
-def demo_overview(demo: Demo) -> Overview | None:
-    """The overview of the demo (None when it holds no step profile to price with)."""
-    evidence = demo_evidence(demo)
+def demo_overview(demo: Demo, *,
+                  price: Callable[[str], DemoPricing | None] | None = None) -> Overview | None:
+    """The overview of the demo (None when it holds no step profile to price with); ``price``
+    as :func:`demo_evidence` takes it."""
+    evidence = demo_evidence(demo, price=price)
     if not evidence:
         return None
     from treeopt.dynamic.recommend import FORMAT
