@@ -303,10 +303,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.profile_alongside:
         from treeopt.profiling.alongside import AlongsideProfile
 
-        alongside = AlongsideProfile(model, heads, prompts, out=args.profile_alongside,
-                                     max_new_tokens=args.max_new_tokens,
-                                     measure=replace(measure, min_seconds=0.0),
-                                     sequences=max(8, *args.batch))
+        alongside = AlongsideProfile.for_sweep(model, heads, prompts,
+                                               out=args.profile_alongside,
+                                               max_new_tokens=args.max_new_tokens,
+                                               measure=measure, batches=args.batch)
     bar, report = counted("tune", "point")
     sweep = tune(model, heads, growth, prompts, batch=args.batch, sizes=sizes,
                  depth_caps=caps, out=args.out, measure=measure, costs=costs, trace=trace,

@@ -5,7 +5,7 @@ alongside profile (the build's ``sweep`` and ``drafters`` stages call these)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,24 +22,22 @@ if TYPE_CHECKING:
     from treeopt.sweep import Sweep
     from treeopt.trace import RankTrace
 
-ALONGSIDE_SEQUENCES = 8  # sequences an alongside record decodes at least (tune's, the profiler's)
-
 
 def alongside_profile(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
                       *, config: DemoConfig, out: Path) -> AlongsideProfile | None:
     """The step profile a sweep takes alongside its points, as ``tune --profile-alongside``
-    takes it: the swept prompts, the points' measurement less its least time, at least
-    :data:`ALONGSIDE_SEQUENCES` sequences a record. None when ``config`` takes none; then no
+    takes it (:meth:`~treeopt.profiling.alongside.AlongsideProfile.for_sweep`) on the swept
+    prompts. None when ``config`` takes none; then no
     file of an earlier measurement is left at ``out`` either."""
     from treeopt.profiling.alongside import AlongsideProfile
 
     if not config.sweep_alongside:
         out.unlink(missing_ok=True)
         return None
-    return AlongsideProfile(model, heads, prompts, out=out,
-                            max_new_tokens=config.live_new_tokens,
-                            measure=replace(config.measurement("sweep"), min_seconds=0.0),
-                            sequences=max(ALONGSIDE_SEQUENCES, *config.live_batches))
+    return AlongsideProfile.for_sweep(model, heads, prompts, out=out,
+                                      max_new_tokens=config.live_new_tokens,
+                                      measure=config.measurement("sweep"),
+                                      batches=config.live_batches)
 
 
 def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from treeopt.decoding.compare import check_batch
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from treeopt.decoding.drafter import Drafter
 
 PHASES = ("ms_draft", "ms_verify", "ms_bookkeeping")
+SWEEP_SEQUENCES = 8  # sequences a record of a sweep's alongside profile decodes at least
 TIMING = ("each tree profiled right before its sweep point, beside an autoregressive reference; "
           "one reference per batch")  # the file's meta.timing, which says how it was taken
 
@@ -64,6 +66,17 @@ class AlongsideProfile:
             raise TreeoptError(f"{out}: a step profile not taken alongside a sweep; name a file "
                                "of its own")
         self.doc["meta"]["timing"] = TIMING
+
+    @classmethod
+    def for_sweep(cls, model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
+                  *, out: str | os.PathLike[str], max_new_tokens: int, measure: Measurement,
+                  batches: Sequence[int]) -> AlongsideProfile:
+        """The profile a sweep of ``batches`` measured as ``measure`` says takes alongside its
+        points: the points' measurement less its least time (a record needs no more than its
+        rounds), at least :data:`SWEEP_SEQUENCES` sequences a record and every batch's."""
+        return cls(model, heads, prompts, out=out, max_new_tokens=max_new_tokens,
+                   measure=replace(measure, min_seconds=0.0),
+                   sequences=max(SWEEP_SEQUENCES, *batches))
 
     def __call__(self, batch: int, cap: int | None, tree: Tree) -> None:
         if tree.size == 0 or self.recorded(batch, cap, tree):
