@@ -240,7 +240,7 @@ def test_not_a_heads_directory(tmp_path):
 def test_the_registry_says_what_each_implementation_does():
     """A kind's fields match its implementation: dynamic drafting exactly where the class
     drafts dynamic trees, a roofline formula that exists (EAGLE's with its fc's shape), demo
-    settings that exist."""
+    settings that exist (none for a lookup drafter, which has no layers)."""
     import dataclasses
 
     from treeopt.decoding.drafter import Drafter
@@ -256,7 +256,8 @@ def test_the_registry_says_what_each_implementation_does():
             cls.rank_dynamic is not Drafter.rank_dynamic), kind.name
         assert kind.draft_formula in _FORMULAS
         assert (kind.fc_inputs > 0) == (kind.draft_formula == "eagle"), kind.name
-        assert kind.demo_layers and set(kind.demo_layers) <= demo_settings, kind.name
+        assert set(kind.demo_layers) <= demo_settings, kind.name
+        assert bool(kind.demo_layers) != kind.lookup, kind.name  # a lookup has no layers
 
 
 def test_a_drafter_of_a_kind_without_dynamic_trees_refuses_them():

@@ -222,14 +222,16 @@ def add_live_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_heads_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", "--heads", dest="heads", required=True, metavar="DIR",
+    p.add_argument("--drafter", "--heads", dest="heads", required=True, metavar="DIR|SPEC",
                    help="drafter directory: treeopt heads (heads.json), Medusa's published "
                         "layout, or a draft model (a Hugging Face causal LM sharing the base "
-                        "model's tokenizer) (required)")
+                        "model's tokenizer); or prompt lookup, weightless n-gram drafting: "
+                        "'prompt-lookup' or 'prompt-lookup:depth=10,min-n=1,max-n=3' "
+                        "(required)")
     p.add_argument("--draft-depth", type=int, metavar="K",
-                   help="depths a draft model or a published EAGLE checkpoint drafts and a "
-                        "trace records (default 4; heads, and treeopt's EAGLE drafters, carry "
-                        "their own)")
+                   help="depths a draft model, prompt lookup or a published EAGLE checkpoint "
+                        "drafts and a trace records (default 4; prompt lookup 10; heads, and "
+                        "treeopt's EAGLE drafters, carry their own)")
 
 
 def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:

@@ -94,8 +94,9 @@ def accept(plan: TreePlan, tokens: torch.Tensor, logits: torch.Tensor, cfg: Deco
     else:
         entropy = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)  # [b, q]
         thresh = torch.clamp(cfg.alpha * torch.exp(-entropy), max=cfg.posterior_threshold)
-        p_tok = probs[:, plan.parent[1:]].gather(-1, tokens[:, 1:, None])[..., 0]  # [b, n]
-        ok = p_tok > thresh[:, plan.parent[1:]]
+        drafted = tokens[:, 1:]  # -1: no candidate (a lookup that ran out), never accepted
+        p_tok = probs[:, plan.parent[1:]].gather(-1, drafted.clamp_min(0)[..., None])[..., 0]
+        ok = (p_tok > thresh[:, plan.parent[1:]]) & (drafted >= 0)
         path, length = longest_path(plan, ok, score=torch.log(p_tok.clamp_min(1e-30)))
     last = path.gather(1, (length - 1)[:, None])[:, 0]  # [b]
     rows = torch.arange(tokens.shape[0], device=tokens.device)

@@ -82,6 +82,9 @@ def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) ->
     if heads is not None and tree.depth > heads.config.num_heads:
         raise TreeMismatch(f"the tree has depth {tree.depth} but there are only "
                            f"{heads.config.num_heads} heads")
+    if heads is not None and heads.kind.chain and tree.max_rank > 0:
+        raise TreeMismatch(f"{heads.kind.title.lower()} proposes one token per depth (a chain), "
+                           f"but the tree uses rank {tree.max_rank}")
     if heads is not None and tree.size and tree.max_rank >= heads.config.vocab_size:
         raise TreeMismatch(f"the tree uses rank {tree.max_rank}, beyond the vocabulary")
 
@@ -336,7 +339,7 @@ class _Run:
         running = all(self.active)
         tokens, plan = self._draft(self.h, self.root)
         self.clock.lap(0)
-        logits, hidden = verify_step(self.verify, tokens, plan, cache=self.cache,
+        logits, hidden = verify_step(self.verify, tokens.clamp_min(0), plan, cache=self.cache,
                                      lengths=self.lengths, frontier=self.frontier)
         self.clock.lap(1)
         positions = self.lengths[:, None] + plan.offsets
@@ -389,7 +392,9 @@ class _Run:
 
     def _draft(self, h: torch.Tensor, root: torch.Tensor,
                ) -> tuple[torch.Tensor, TreePlan | RowPlan]:
-        """The step's tree tokens ``[b, q]`` (root first) and the plan they are verified by."""
+        """The step's tree tokens ``[b, q]`` (root first) and the plan they are verified by; a
+        token -1 is a node the drafter had no candidate for (verified as token 0, never
+        accepted: no model token is -1)."""
         if not self.drafts:
             return root[:, None], self.plan
         if isinstance(self.plan, DynamicSettings):

@@ -1,5 +1,5 @@
 """Drafters: what proposes a tree's candidate tokens — Medusa heads, Hydra heads, an EAGLE
-drafter and a separate draft model.
+drafter, a separate draft model and prompt lookup (n-gram drafting, no weights).
 
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
 :mod:`treeopt.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
@@ -44,7 +44,9 @@ class DrafterKind:
     ``position``: what proposes its k-th depth, as figures label it: ``head`` (one head per
     depth: Medusa, Hydra) or ``depth`` (one network run once per depth: EAGLE, a draft model).
     ``demo_layers``: the :class:`~treeopt.demo.config.DemoConfig` settings that give its layer
-    count, the first one set.
+    count, the first one set. ``chain``: one candidate per depth, so the trees it drafts are
+    chains (rank 0 everywhere). ``lookup``: it drafts from the context's tokens alone (an n-gram
+    lookup on the host, :mod:`treeopt.drafters.ngram`): no weights, no forward, no features.
     """
 
     name: str
@@ -65,6 +67,8 @@ class DrafterKind:
     fc_bias: bool = False  # EAGLE's formula: its fc has a bias
     engine_draft: str = "medusa"  # the engines' name of the drafter type (TensorRT-LLM, vLLM)
     position: str = "head"  # what proposes depth k: "head" (one per depth) or "depth" (one net)
+    chain: bool = False  # proposes one token per depth (prompt lookup): its trees are chains
+    lookup: bool = False  # drafts from the tokens alone (n-gram), no weights and no forward
 
     def heads_class(self) -> type[Drafter]:
         module, name = self.implementation.split(":")
@@ -95,6 +99,12 @@ KINDS: dict[str, DrafterKind] = {
                                draft_formula="draft-model",
                                demo_layers=("draft_model_layers",), reads_features=False,
                                trained=False, position="depth"),
+    "prompt-lookup": DrafterKind("prompt-lookup", "Prompt lookup", per_depth=False,
+                                 reads_path=False,
+                                 implementation="treeopt.drafters.prompt_lookup:PromptLookup",
+                                 draft_formula="lookup", demo_layers=(), reads_features=False,
+                                 trained=False, engine_draft="ngram", position="depth",
+                                 chain=True, lookup=True),
 }
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)

@@ -379,10 +379,19 @@ def check_heads_match(cfg: HeadsConfig, *, hidden_size: int, vocab_size: int, so
 def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
                    depth: int | None = None) -> Drafter:
     """The drafter in ``directory`` wired to ``model`` (its LM head and embeddings, for heads),
-    on its device and dtype; a draft model must share its tokenizer."""
+    on its device and dtype; a draft model must share its tokenizer. ``directory`` may also be a
+    prompt-lookup spec (``prompt-lookup:depth=10,max-n=3``), or hold one in ``drafter.json``."""
     from treeopt.decoding.models import model_dims
+    from treeopt.drafters.prompt_lookup import load_lookup, parse_lookup_spec
 
     hidden, vocab = model_dims(model)
+    lookup = (parse_lookup_spec(str(directory), vocab_size=vocab)
+              or load_lookup(directory, vocab_size=vocab))
+    if lookup is not None:  # n-gram drafting: settings only, nothing to load
+        if depth is not None:
+            lookup = type(lookup)(depth=depth, min_n=lookup.rule.min_n,
+                                  max_n=lookup.rule.max_n, vocab_size=vocab)
+        return lookup
     if (Path(directory) / "heads.json").exists():  # check before building anything
         check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
                           source=str(directory))

@@ -45,6 +45,9 @@ class HeadsConfig:
     # EAGLE-3: its own vocabulary (0: the base model's) and the base layers it reads
     draft_vocab_size: int = 0
     feature_layers: tuple[int, ...] = ()  # hidden_states indices (empty: the last hidden state)
+    # prompt lookup: the suffix lengths it matches, longest first (0: not a lookup drafter)
+    min_match: int = 0
+    max_match: int = 0
 
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
@@ -63,6 +66,13 @@ class HeadsConfig:
                 raise TreeoptError(f"heads config: {name} must be ≥ 1, got {getattr(self, name)}")
         if self.num_layers < kind.min_layers:
             raise TreeoptError(f"heads config: num_layers {self.num_layers} is too small")
+        if kind.lookup and not 1 <= self.min_match <= self.max_match:
+            raise TreeoptError(f"heads config: a {kind.title.lower()} drafter matches suffixes of "
+                               f"min_match … max_match tokens (1 ≤ min ≤ max), got "
+                               f"{self.min_match} … {self.max_match}")
+        if not kind.lookup and (self.min_match or self.max_match):
+            raise TreeoptError(f"heads config: min_match and max_match apply to n-gram drafters "
+                               f"only, not {kind.title}")
         if self.prefix_attention and not kind.prefix_attention:
             having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
             raise TreeoptError(f"heads config: prefix_attention applies to {having} only")
@@ -72,8 +82,9 @@ class HeadsConfig:
                 f"attention_heads {self.attention_heads}")
 
     def to_dict(self) -> dict[str, object]:
-        """The fields, less EAGLE's layer shape where it is at its defaults (so a config that
-        leaves them out and one that spells the defaults compare equal)."""
+        """The fields, less EAGLE's layer shape and the n-gram match lengths where they are at
+        their defaults (so a config that leaves them out and one that spells the defaults
+        compare equal)."""
         out = asdict(self)
         for name in _LAYER_FIELDS:
             if out[name] == _DEFAULTS[name]:
@@ -84,7 +95,7 @@ class HeadsConfig:
 
 
 _LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
-                 "draft_vocab_size", "feature_layers")
+                 "draft_vocab_size", "feature_layers", "min_match", "max_match")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 

@@ -11,6 +11,7 @@ The shapes follow :mod:`treeopt.drafters.base` (T = tokens the heads run on, h =
   linear (k+2)·h→h, SiLU and residual, ``num_layers − 1`` ResBlocks, the projection h→V.
 - EAGLE / EAGLE-3 and a draft model (one call per depth): decoder layers of a Llama-like shape
   (see :func:`_eagle` and :func:`_draft_model`); attention over the cached context is left out.
+- Prompt lookup: no device work (a host lookup, :func:`_lookup`).
 
 Which formula prices a kind, and the shape of EAGLE's fc, are fields of the kind's
 :class:`~treeopt.drafters.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
@@ -142,6 +143,12 @@ def _eagle(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) ->
         cost.linear(t, h, v, bias=False)
 
 
+def _lookup(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """Prompt lookup: a dictionary lookup per sequence on the host, no device work at all (the
+    measured step profile prices the host's time)."""
+
+
 _FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
     "medusa": _medusa, "hydra": _hydra, "eagle": _eagle, "draft-model": _draft_model,
+    "lookup": _lookup,
 }  # by name: each registered kind's ``draft_formula`` (tests/test_roofline.py checks)

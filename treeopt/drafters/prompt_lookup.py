@@ -1,0 +1,187 @@
+"""Prompt lookup as a :class:`~treeopt.decoding.drafter.Drafter`: the chain of tokens that
+followed the context's last n tokens where they occurred before (:mod:`treeopt.drafters.ngram`,
+the rule of Hugging Face's prompt lookup and vLLM's ``ngram`` method).
+
+It reads no hidden states and runs no forward. Live, each row's tokens (prompt, every accepted
+token and the step's root) are kept on the host in an :class:`~treeopt.drafters.ngram.NgramIndex`
+(:class:`LookupState`); a step's drafting is one dictionary lookup per row. Calibration ranks
+the chain along the true stream (:func:`~treeopt.drafters.ngram.chain_ranks`), the same lookup
+over the same context, so walking its trace reproduces live decoding step by step.
+
+Where the lookup proposes fewer tokens than the tree is deep (no match, or the context ends),
+the missing nodes are drafted as token -1, "no candidate": they are verified (the tree keeps
+its shape) but never accepted, as the trace's -1 says.
+
+A drafter of this kind is named on the command line by a spec rather than a directory
+(:func:`parse_lookup_spec`): ``prompt-lookup`` or ``prompt-lookup:depth=10,max-n=3,min-n=1``;
+a directory with a ``drafter.json`` of kind ``prompt-lookup`` holds the same settings.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from treeopt.decoding.drafter import Drafter
+from treeopt.drafters import KINDS
+from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_ranks
+from treeopt.errors import TreeoptError
+from treeopt.files import read_tagged_json, write_json
+from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from treeopt.decoding.plan import TreePlan
+
+DRAFTER_FILE, DRAFTER_FORMAT = "drafter.json", "treeopt.drafter/1"
+SPEC_NAME = "prompt-lookup"
+DEFAULTS = {"depth": 10, "min-n": 1, "max-n": 3}  # depth: HF's num_output_tokens default
+NO_CANDIDATE = -1  # a drafted node the lookup had no token for: verified, never accepted
+
+
+@dataclass(eq=False)
+class LookupState:
+    """Each row's tokens so far (committed prefix and root) and their n-gram index."""
+
+    rows: list[NgramIndex]
+    fresh: bool = True  # nothing read yet: the prefill's tokens are all new
+
+
+class PromptLookup(Drafter):
+    """A chain of up to ``depth`` tokens per step, looked up in the row's own context."""
+
+    kind = KINDS["prompt-lookup"]
+
+    def __init__(self, *, depth: int, min_n: int = 1, max_n: int = 3, vocab_size: int) -> None:
+        super().__init__()
+        if depth < 1:
+            raise TreeoptError(f"a prompt-lookup drafter's depth must be ≥ 1, got {depth}")
+        self.rule = LookupRule(min_n=min_n, max_n=max_n)
+        self.config = HeadsConfig(kind="prompt-lookup", num_heads=depth, hidden_size=1,
+                                  vocab_size=vocab_size, min_match=min_n, max_match=max_n)
+
+    @classmethod
+    def from_config(cls, cfg: HeadsConfig) -> PromptLookup:
+        return cls(depth=cfg.num_heads, min_n=cfg.min_match, max_n=cfg.max_match,
+                   vocab_size=cfg.vocab_size)
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write ``drafter.json`` with the settings (read back by :func:`load_lookup`)."""
+        write_json(Path(directory) / DRAFTER_FILE,
+                   {"format": DRAFTER_FORMAT, "kind": SPEC_NAME, "depth": self.config.num_heads,
+                    "min_n": self.rule.min_n, "max_n": self.rule.max_n})
+
+    def rank_depths(self, hidden: torch.Tensor | None, stream: torch.Tensor, *, top_k: int,
+                    ) -> torch.Tensor:
+        """The chain's ranks at every position of every row (``hidden`` is not read): 0 where
+        the lookup's k-th token is the stream's, else -1 (see
+        :func:`~treeopt.drafters.ngram.chain_ranks`). Rows are right-padded; a position reads
+        only what precedes it, so padding changes nothing that is kept."""
+        K = self.config.num_heads
+        b, T = stream.shape
+        n = T - 1 - K
+        if n <= 0:
+            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
+        rows = [torch.from_numpy(chain_ranks(row, 0, self.rule, K))
+                for row in stream.tolist()]
+        return torch.stack(rows).to(stream.device)
+
+    def start(self, *, batch: int, capacity: int) -> LookupState:
+        return LookupState([NgramIndex(self.rule) for _ in range(batch)])
+
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor, state: LookupState,
+                ) -> tuple[torch.Tensor, LookupState]:
+        """Append each row's accepted tokens (after the root it read last step; after the
+        prefill, the whole prompt), then its next root."""
+        skip = 0 if state.fresh else 1
+        accepted = tokens.gather(1, index).tolist()
+        for row, n, root, ids in zip(state.rows, count.tolist(), next_root.tolist(), accepted,
+                                     strict=True):
+            if n > 0:  # a stopped row reads nothing
+                row.extend(ids[skip:n])
+                row.extend((root,))
+        state.fresh = False
+        return hidden[:, :1], state
+
+    def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
+              state: LookupState | None = None) -> torch.Tensor:
+        """The root, then each row's chain along the tree's rank-0 spine (-1 where it ends)."""
+        if state is None:
+            raise TreeoptError("prompt lookup drafts from its live state (start, then advance)")
+        tree, depth = plan.tree, plan.tree.depth
+        chains = [row.propose(depth) for row in state.rows]
+        out = torch.full((len(chains), tree.num_tokens), NO_CANDIDATE, dtype=torch.long)
+        for r, chain in enumerate(chains):
+            if chain:
+                out[r, _spine(tree)[: len(chain)]] = torch.tensor(chain)
+        out = out.to(root.device)
+        out[:, 0] = root
+        return out
+
+
+@functools.lru_cache(maxsize=64)
+def _spine(tree: Tree) -> torch.Tensor:
+    """Token indices of the tree's all-rank-0 path, depth 1 first (trees are immutable)."""
+    nodes, parent = [], -1
+    for i, (p, r) in enumerate(zip(tree.parents.tolist(), tree.ranks.tolist(), strict=True)):
+        if p == parent and r == 0:
+            nodes.append(i + 1)
+            parent = i
+    return torch.tensor(nodes, dtype=torch.long)
+
+
+def parse_lookup_spec(text: str, *, vocab_size: int) -> PromptLookup | None:
+    """The drafter a ``--drafter`` spec names, or None when ``text`` is not a spec.
+
+    >>> d = parse_lookup_spec("prompt-lookup:depth=4,max-n=2", vocab_size=100)
+    >>> (d.config.num_heads, d.rule.min_n, d.rule.max_n)
+    (4, 1, 2)
+    >>> parse_lookup_spec("runs/heads", vocab_size=100) is None
+    True
+    """
+    name, _, rest = text.partition(":")
+    if name != SPEC_NAME:
+        return None
+    values = dict(DEFAULTS)
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if key not in DEFAULTS or not eq:
+            raise TreeoptError(f"drafter spec {text!r}: {item!r} is not one of "
+                               f"{', '.join(f'{k}=N' for k in DEFAULTS)}")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            raise TreeoptError(f"drafter spec {text!r}: {key} must be an integer, "
+                               f"got {value!r}") from None
+    try:
+        return PromptLookup(depth=values["depth"], min_n=values["min-n"], max_n=values["max-n"],
+                            vocab_size=vocab_size)
+    except (TreeoptError, ValueError) as exc:
+        raise TreeoptError(f"drafter spec {text!r}: {exc}") from None
+
+
+def load_lookup(directory: str | os.PathLike[str], *, vocab_size: int) -> PromptLookup | None:
+    """The prompt-lookup drafter a directory's ``drafter.json`` describes; None when the
+    directory holds another kind of drafter."""
+    path = Path(directory) / DRAFTER_FILE
+    if not path.is_file():
+        return None
+    doc = read_tagged_json(path, DRAFTER_FORMAT)
+    if doc.get("kind") != SPEC_NAME:
+        return None
+    settings = {k: doc.get(k.replace("-", "_"), v) for k, v in DEFAULTS.items()}
+    bad = [k for k, v in settings.items() if not isinstance(v, int) or isinstance(v, bool)]
+    if bad:
+        raise TreeoptError(f"{path}: {', '.join(b.replace('-', '_') for b in bad)} must be "
+                           f"integers")
+    try:
+        return PromptLookup(depth=settings["depth"], min_n=settings["min-n"],
+                            max_n=settings["max-n"], vocab_size=vocab_size)
+    except (TreeoptError, ValueError) as exc:
+        raise TreeoptError(f"{path}: {exc}") from None
