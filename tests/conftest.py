@@ -130,10 +130,10 @@ def demo_cli(tmp_path_factory):
     from contextlib import redirect_stdout
 
     from treeopt.cli import main
-    from treeopt.demo.layout import KINDS
+    from treeopt.demo.layout import DemoPaths, default_root
 
     out = tmp_path_factory.mktemp("demo-cli")
-    paths = {kind: out / f"{kind}.json" for kind in KINDS}
+    paths = {kind: out / f"{kind}.json" for kind in DemoPaths(default_root()).kinds()}
     for kind, path in paths.items():
         assert main(["select", "--demo", kind, "--out", str(path)]) == 0
     printed = io.StringIO()

@@ -69,7 +69,7 @@ def test_data_page_lists_the_demo_trace_sizes(demo):
     items = [m.value for m in at.markdown if m.value.startswith("- **")]
     assert items == [f"- **{kind}**: {demo.traces[kind].heads} heads, "
                      f"{demo.traces[kind].positions:,} calibration positions; held-out trace of "
-                     f"{demo.heldout_traces[kind].positions:,} positions" for kind in KINDS]
+                     f"{demo.heldout_traces[kind].positions:,} positions" for kind in demo.kinds]
 
 
 def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
@@ -103,19 +103,19 @@ def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
 
 def test_heads_page_one_heatmap_per_head_kind(demo):
     at = open_page("heads")
-    assert [s.value for s in at.subheader] == list(KINDS)
+    assert [s.value for s in at.subheader] == list(demo.kinds)
     figs = figures(at)
     assert [f["layout"]["title"]["text"] for f in figs] == [f"{k}: marginal accuracy (%)"
-                                                            for k in KINDS]
-    noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model") else "head" for k in KINDS}
-    for kind, fig in zip(KINDS, figs, strict=True):
+                                                            for k in demo.kinds]
+    noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model", "prompt-lookup") else "head" for k in demo.kinds}
+    for kind, fig in zip(demo.kinds, figs, strict=True):
         ranks = demo.traces[kind].ranks  # [positions, heads]
         top1 = (ranks[:, 0] == 0).mean() * 100
         assert fig["data"][0]["hovertext"][0][0] == (f"{noun[kind]} 1, rank 0: {top1:.2f}%<br>"
                                                      f"n = {len(ranks):,}")
         assert fig["data"][0]["y"] == [f"{noun[kind]} {k + 1}" for k in range(ranks.shape[1])]
     assert [c.value for c in at.caption] == [
-        f"{demo.traces[k].positions:,} positions per {noun[k]}" for k in KINDS]
+        f"{demo.traces[k].positions:,} positions per {noun[k]}" for k in demo.kinds]
 
 
 def test_trees_page_shows_the_exact_expected_accept_length(demo):
@@ -294,17 +294,17 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
 
     at = open_page("drafters")
     ell, cost, speed = figures(at)
-    assert [t["name"] for t in ell["data"]] == list(KINDS)
+    assert [t["name"] for t in ell["data"]] == list(demo.kinds)
     for trace in ell["data"]:
         want = demo.growths[trace["name"]].expected_accept_length
         assert trace["y"] == pytest.approx(list(want))
-    assert [t["name"] for t in cost["data"]] == [*KINDS, "verify step"]
-    priced = {k: demo_pricing(demo, k) for k in KINDS}
+    assert [t["name"] for t in cost["data"]] == [*demo.kinds, "verify step"]
+    priced = {k: demo_pricing(demo, k) for k in demo.kinds}
     context = sorted(priced[KINDS[0]].selection.contexts)[0]
     chosen = [c for c in choose_drafter({k: p.selection for k, p in priced.items()})
               if c.context == context]
     bars = {t["name"]: t["y"] for t in speed["data"] if t["type"] == "bar"}
-    assert list(bars) == list(KINDS)
+    assert list(bars) == list(demo.kinds)
     for k, p in priced.items():
         assert bars[k] == pytest.approx([p.selection.point(c.batch, context).speedup
                                          for c in chosen])

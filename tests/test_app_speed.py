@@ -112,7 +112,7 @@ def test_loaders_hand_back_the_same_objects(state):
     assert bundle.model is None and bundle.heads == {}  # no model for pages that do not decode
     assert state.demo_dataset() is state.demo_dataset()
     assert state.demo_dataset().sources["medusa"] is bundle.traces["medusa"]
-    for kind in KINDS:
+    for kind in bundle.kinds:
         assert state.demo_pricing(kind) is state.demo_pricing(kind)
     dynamic = state.demo_dynamic_selection()
     assert dynamic is None or state.demo_dynamic_selection() is dynamic

@@ -32,6 +32,15 @@ def tiny_demo(tmp_path_factory):
     return out, manifest, logs
 
 
+CHECKPOINT = {"draft-model": ("config.json", "model.safetensors", "tokenizer.json"),
+              "prompt-lookup": ("drafter.json",)}  # settings only: no weights
+
+
+def depth_of(kind: str) -> int:
+    """The depths the tiny demo's ``kind`` drafter drafts."""
+    return TINY.lookup_depth if kind == "prompt-lookup" else TINY.num_heads
+
+
 def test_tiny_build_writes_every_artifact(tiny_demo):
     out, manifest, _ = tiny_demo
     paths = demo_paths(out)
@@ -40,8 +49,7 @@ def test_tiny_build_writes_every_artifact(tiny_demo):
               paths.prompts("calibration"), paths.latency("cpu")):
         assert p.is_file(), p
     for kind in KINDS:
-        checkpoint = (("config.json", "model.safetensors", "tokenizer.json")
-                      if kind == "draft-model" else ("heads.json", "heads.safetensors"))
+        checkpoint = CHECKPOINT.get(kind, ("heads.json", "heads.safetensors"))
         for p in (*(paths.heads(kind) / name for name in checkpoint), paths.trace(kind), paths.trace(kind, heldout=True), paths.growth(kind),
                   paths.growth(kind, method="independent"), paths.step_profile(kind),
                   paths.sweep(kind), paths.trace(kind, temperature=1.0),
@@ -92,8 +100,8 @@ def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):
     assert len(AutoTokenizer.from_pretrained(paths.model, local_files_only=True)) == 320
     for kind in KINDS:
         trace = RankTrace.load(paths.trace(kind))
-        assert trace.head_kind == kind and trace.heads == TINY.num_heads
-        assert trace.positions == 4 * (TINY.max_new_tokens - TINY.num_heads)
+        assert trace.head_kind == kind and trace.heads == depth_of(kind)
+        assert trace.positions == 4 * (TINY.max_new_tokens - depth_of(kind))
         assert Growth.load(paths.growth(kind)).max_nodes <= TINY.max_nodes
 
 
@@ -424,7 +432,8 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
     ell = m["growth"]["expected_accept_length"]
     for n in ("4", "16", "64"):
         assert ell["hydra"][n] > ell["medusa"][n]
-    for kind in KINDS:
+    assert set(KINDS) - set(demo.kinds) <= {"prompt-lookup"}  # shipped before it was added
+    for kind in demo.kinds:
         runs = demo.live_quality(kind)
         assert set(runs) == {"16", "64"}
         for run in runs.values():
@@ -450,7 +459,7 @@ def test_shipped_greedy_tree_decoding_is_lossless():
     for prompt in demo.prompts[:2]:
         ids = demo.tokenizer(prompt)["input_ids"]
         want = autoregressive(demo.model, ids, config=cfg).tokens
-        for kind in KINDS:
+        for kind in demo.kinds:
             got = generate(demo.model, demo.heads[kind], demo.growths[kind].tree(16), ids,
                            config=cfg)
             assert got.tokens == want

@@ -14,6 +14,7 @@ import pytest
 
 from treeopt.demo import KINDS
 from treeopt.demo.config import TIMING_FLAGS, TINY, command_line, plan
+from treeopt.demo.stages import NEW_KINDS
 from treeopt.errors import TreeoptError
 
 TARGET, CAP = 0.05, 4  # loose enough for the tiny demo's millisecond steps, a cap to hit
@@ -136,8 +137,7 @@ def test_the_manifest_records_the_method(remeasured):
         assert again["config"][name] == getattr(TODAY, name), name
     assert again["command"] == command_line(TODAY)
     assert again["command"].endswith(" ".join(FLAGS))
-    sweeps = {**again["sweep"], **{k: again["drafters"][k]["sweep"] for k in ("eagle",
-                                                                             "draft-model")}}
+    sweeps = {**again["sweep"], **{k: again["drafters"][k]["sweep"] for k in NEW_KINDS}}
     for kind in KINDS:
         method = sweeps[kind]["method"]
         assert method["measurement"] == {"rounds": TINY.sweep_rounds, "min_seconds": 0.0,

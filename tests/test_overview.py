@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from apptest import APP, assert_clean, figures, open_page
 
-from treeopt.demo.layout import KINDS, default_root
+from treeopt.demo.layout import KINDS, DemoPaths, default_root
 from treeopt.errors import TreeoptError
 from treeopt.selection import Curve, Point, Selection
 from treeopt.sweep import Sweep, SweepPoint
@@ -148,7 +148,7 @@ def roundtrip(doc):
 
 @needs_demo
 def test_every_drafters_selection_is_what_select_demo_writes(view, cli):
-    assert list(view.evidence) == list(KINDS)
+    assert list(view.evidence) == list(DemoPaths(default_root()).kinds())
     for kind, doc in cli["selections"].items():
         mine = view.evidence[kind].selection.to_json()
         assert roundtrip(mine["points"]) == doc["points"]  # every float of every point

@@ -102,13 +102,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from treeopt.demo.build import summary
-    from treeopt.demo.layout import KINDS, demo_paths
+    from treeopt.demo.layout import demo_paths
     from treeopt.demo.load import read_manifest
 
     paths = demo_paths(args.demo_dir)
     doc = summary(read_manifest(paths))
+    kinds = paths.kinds()
     doc["paths"] = {"model": str(paths.model), "prompts": str(paths.prompts()),
-                    **{f"{k}_heads": str(paths.heads(k)) for k in KINDS},
-                    **{f"{k}_trace": str(paths.trace(k)) for k in KINDS},
-                    **{f"{k}_growth": str(paths.growth(k)) for k in KINDS}}
+                    **{f"{k}_heads": str(paths.heads(k)) for k in kinds},
+                    **{f"{k}_trace": str(paths.trace(k)) for k in kinds},
+                    **{f"{k}_growth": str(paths.growth(k)) for k in kinds}}
     return emit(doc, args.out)

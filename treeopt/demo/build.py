@@ -113,13 +113,25 @@ def _workdir(target: Path, config: DemoConfig, *, retime: bool = False) -> Path:
     stage records are reused, so only the stages it lacks run."""
     work = target.parent / f".{target.name}.building"
     stamp = work / ".stages" / "config.json"
-    if work.exists() and (not stamp.exists() or read_json(stamp) != _jsonable(config)):
+    if work.exists() and (not stamp.exists() or not _same_settings(read_json(stamp), config)):
         shutil.rmtree(work)
     if not work.exists():
         _seed_from_published(target, work, config, retime=retime)
     if not stamp.exists():
         write_json(stamp, _jsonable(config))
     return work
+
+
+def _same_settings(recorded: dict[str, Any], config: DemoConfig) -> bool:
+    """Whether an interrupted build's ``recorded`` settings are ``config``'s; a setting added to
+    treeopt since it started counts as its default (so an update does not discard the work).
+
+    >>> _same_settings({"seed": 0}, DemoConfig()), _same_settings({"seed": 1}, DemoConfig())
+    (True, False)
+    """
+    new, defaults = _jsonable(config), _jsonable(DemoConfig())
+    return all(recorded.get(k, defaults.get(k)) == new.get(k, defaults.get(k))
+               for k in dict.fromkeys([*recorded, *new]))
 
 
 def settings_differ(target: Path, config: DemoConfig) -> list[str]:
@@ -178,8 +190,16 @@ def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[s
     alone, and their results replace theirs in the kept record."""
     record = ctx.scratch / f"{name}.json"
     if record.exists():
-        ctx.log(f"[{name}] done earlier, reusing")
-        return read_json(record)
+        new = stages.lacking(name, read_json(record))
+        if not new:
+            ctx.log(f"[{name}] done earlier, reusing")
+            return read_json(record)
+        ctx.log(f"[{name}] {', '.join(new)} added since the demo was built …")
+        start = time.perf_counter()
+        result = fn(ctx)  # makes the kinds it lacks, keeps the others
+        result["seconds"] = round(read_json(record)["seconds"] + time.perf_counter() - start, 2)
+        write_json(record, result)
+        return result
     kept_path = ctx.scratch / f"{name}.kept.json"
     kept = read_json(kept_path) if kept_path.exists() else None
     if kept is not None:

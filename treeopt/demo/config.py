@@ -76,6 +76,10 @@ class DemoConfig:
     sweep_race: bool = False  # where select's pick is not the measured best, race the two
     sweep_alongside: bool = False  # profile each sweep point's tree right before the point
     live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
+    # the prompt-lookup drafter: chains of up to lookup_depth tokens, after the longest suffix
+    # match of 1 … lookup_max_n tokens (Hugging Face's rule; HF's own default max is 2)
+    lookup_depth: int = 16
+    lookup_max_n: int = 3
     dynamic_topk: tuple[int, ...] = (1, 2, 4, 8)  # the EAGLE drafter's dynamic traces …
     dynamic_steps: int = 6  # … up to this many steps …
     dynamic_prompts: int = 256  # … over this many calibration prompts (and every held-out one)
@@ -90,6 +94,9 @@ class DemoConfig:
         if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
             raise FieldError("medusa_head_layers",
                              f"must be at least 1, got {self.medusa_head_layers}")
+        for name in ("lookup_depth", "lookup_max_n"):
+            if getattr(self, name) < 1:
+                raise FieldError(name, f"must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
         if self.budget_minutes <= 0:
@@ -171,7 +178,7 @@ TINY = DemoConfig(
     latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
-    dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)))
+    dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4)
 
 
 def command_line(config: DemoConfig) -> str:

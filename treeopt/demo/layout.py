@@ -9,7 +9,8 @@ from pathlib import Path
 from treeopt.errors import TreeoptError
 
 DEMO_FORMAT = "treeopt.demo/1"
-KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model")  # the drafters it ships
+# the drafters a demo ships (a demo built before a kind was added lacks it: Demo.kinds)
+KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup")
 ENV_VAR = "TREEOPT_DEMO"
 
 
@@ -44,7 +45,12 @@ class DemoPaths:
         return self.root / "model"
 
     def heads(self, kind: str) -> Path:
+        """The drafter's directory (prompt lookup: its settings in ``drafter.json``)."""
         return self.root / "heads" / _kind(kind)
+
+    def kinds(self) -> tuple[str, ...]:
+        """The drafters this demo ships: those of :data:`KINDS` with a calibration trace."""
+        return tuple(k for k in KINDS if self.trace(k).is_file())
 
     def trace(self, kind: str, *, heldout: bool = False, temperature: float = 0.0) -> Path:
         """The calibration rank trace of ``kind`` (or the one on the held-out prompts); with a

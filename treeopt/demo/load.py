@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths, demo_paths
+from treeopt.demo.layout import DEMO_FORMAT, DemoPaths, demo_paths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.grow import Growth
@@ -17,7 +17,8 @@ from treeopt.trace import RankTrace
 @dataclass(frozen=True, eq=False)
 class Demo:
     """A loaded demo. ``heads``, ``traces``, ``heldout_traces`` and ``growths`` are keyed by
-    head kind (``medusa``, ``hydra``); ``prompts`` are the held-out prompt texts."""
+    drafter kind (those the demo ships, :attr:`kinds`); ``prompts`` are the held-out prompt
+    texts."""
 
     paths: DemoPaths
     manifest: dict[str, Any]
@@ -28,6 +29,11 @@ class Demo:
     heldout_traces: dict[str, RankTrace]
     growths: dict[str, Growth]
     prompts: list[str]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The drafters the demo ships, in :data:`~treeopt.demo.layout.KINDS` order."""
+        return tuple(self.traces)
 
     @property
     def latency(self) -> Path | None:
@@ -47,7 +53,7 @@ class Demo:
         """The sampling temperatures the demo ships traces and growths for."""
         wanted = self.manifest.get("config", {}).get("sample_temperatures", ())
         return tuple(float(t) for t in wanted
-                     if all(self.paths.trace(k, temperature=t).exists() for k in KINDS))
+                     if all(self.paths.trace(k, temperature=t).exists() for k in self.kinds))
 
     def sampled_traces(self, kind: str) -> dict[float, tuple[RankTrace, RankTrace | None]]:
         """Per temperature, the ``kind`` heads' sampled calibration trace and its held-out twin
@@ -97,11 +103,12 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
 
     paths = demo_paths(root)
     manifest = read_manifest(paths)
+    kinds = paths.kinds()
     files = Demo(
         paths=paths, manifest=manifest, model=None, tokenizer=None, heads={},
-        traces={kind: RankTrace.load(paths.trace(kind)) for kind in KINDS},
-        heldout_traces={kind: RankTrace.load(paths.trace(kind, heldout=True)) for kind in KINDS},
-        growths={kind: Growth.load(paths.growth(kind)) for kind in KINDS},
+        traces={kind: RankTrace.load(paths.trace(kind)) for kind in kinds},
+        heldout_traces={kind: RankTrace.load(paths.trace(kind, heldout=True)) for kind in kinds},
+        growths={kind: Growth.load(paths.growth(kind)) for kind in kinds},
         prompts=read_texts([paths.prompts("heldout")]))
     return attach_model(files, device=device, dtype=dtype, threads=threads) if with_model else files
 
@@ -115,5 +122,5 @@ def attach_model(demo: Demo, *, device: str = "cpu", dtype: str = "float32",
 
     model, tokenizer = load_model(ModelSpec(path=str(demo.paths.model), device=device,
                                             dtype=dtype, threads=threads))
-    heads = {kind: load_heads_for(model, demo.paths.heads(kind)) for kind in KINDS}
+    heads = {kind: load_heads_for(model, demo.paths.heads(kind)) for kind in demo.kinds}
     return replace(demo, model=model, tokenizer=tokenizer, heads=heads)

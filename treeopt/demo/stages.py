@@ -201,7 +201,8 @@ def heads(ctx: Context) -> dict[str, Any]:
 
 def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     """Train the ``kind`` drafter on the head data (self-distillation) and ship it in 16 bits:
-    heads and EAGLE as heads directories, a draft model as a Hugging Face model directory."""
+    heads and EAGLE as heads directories, a draft model as a Hugging Face model directory;
+    prompt lookup has no weights: its settings are written (``drafter.json``)."""
     import torch
 
     from treeopt.drafters import drafter_kind
@@ -209,6 +210,14 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
     c = ctx.config
+    if drafter_kind(kind).lookup:  # prompt lookup: settings, nothing to train
+        from treeopt.drafters.prompt_lookup import PromptLookup
+
+        ctx.paths.heads(kind).mkdir(parents=True, exist_ok=True)
+        PromptLookup(depth=c.lookup_depth, max_n=c.lookup_max_n,
+                     vocab_size=len(ctx.tokenizer)).save(ctx.paths.heads(kind))
+        return {"steps": 0, "weights": 0, "depth": c.lookup_depth, "min_n": 1,
+                "max_n": c.lookup_max_n}
     path = ctx.scratch / "head-data.npy"
     if not path.exists():  # scratch is not shipped: a build seeded from a finished demo remakes it
         head_data(ctx)
@@ -521,16 +530,19 @@ def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own
 
 
 def drafters(ctx: Context) -> dict[str, Any]:
-    """The drafters beyond heads — an EAGLE drafter and a one-layer draft model — trained on the
-    same data, then calibrated, grown, decoded live, profiled, swept and sampled exactly as the
-    heads' stages do for Medusa and Hydra (their records, per kind)."""
+    """The drafters beyond heads — an EAGLE drafter, a one-layer draft model and prompt lookup —
+    trained on the same data (prompt lookup: nothing to train), then calibrated, grown, decoded
+    live, profiled, swept and sampled exactly as the heads' stages do for Medusa and Hydra (their
+    records, per kind). A finished demo's record keeps its kinds: only those it lacks are made
+    (a drafter added to treeopt since the demo was built)."""
     from treeopt.decoding.loop import Decoder
     from treeopt.demo.quality import autoregressive_run
 
-    c, out = ctx.config, {}
+    c = ctx.config
+    out = dict(_record(ctx, "drafters"))  # the kinds a finished demo has (one added since runs)
     reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
                                       max_new_tokens=c.max_new_tokens)
-    for kind in NEW_KINDS:
+    for kind in lacking("drafters", out):
         done = ctx.scratch / f"drafters-{kind}.json"
         if done.exists():  # finished before an interruption
             out[kind] = json.loads(done.read_text())
@@ -548,6 +560,22 @@ def drafters(ctx: Context) -> dict[str, Any]:
         write_json(done, record)
         out[kind] = json.loads(done.read_text())
     return out
+
+
+def lacking(name: str, record: dict[str, Any]) -> tuple[str, ...]:
+    """The drafters stage ``name``'s ``record`` has no result for (the drafters stage's kinds;
+    other stages: none).
+
+    >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {})
+    (('draft-model', 'prompt-lookup'), ())
+    """
+    return tuple(k for k in NEW_KINDS if k not in record) if name == "drafters" else ()
+
+
+def _record(ctx: Context, name: str) -> dict[str, Any]:
+    """Stage ``name``'s record from an earlier run ({} when there is none)."""
+    path = ctx.scratch / f"{name}.json"
+    return {k: v for k, v in read_json(path).items() if k != "seconds"} if path.exists() else {}
 
 
 def dynamic(ctx: Context) -> dict[str, Any]:
@@ -613,10 +641,14 @@ TIMING = "timing"  # --redo timing: every speed measurement of the demo, nothing
 TIMING_STAGES = ("latency", "sweep")  # stages that only measure speed, redone whole
 
 
-def timing_outputs(paths: DemoPaths, config: DemoConfig) -> list[Path]:
-    """The files of the speed measurements inside the drafters and dynamic stages."""
-    return [*(paths.step_profile(k, config.device) for k in NEW_KINDS),
-            *_files_of("sweep", NEW_KINDS, paths, config),
+def timing_outputs(paths: DemoPaths, config: DemoConfig, *,
+                   kinds: tuple[str, ...] | None = None) -> list[Path]:
+    """The files of the speed measurements inside the drafters and dynamic stages (``kinds``:
+    those of these drafters alone)."""
+    if kinds is not None:
+        return [*(paths.step_profile(k, config.device) for k in kinds),
+                *_files_of("sweep", kinds, paths, config)]
+    return [*timing_outputs(paths, config, kinds=NEW_KINDS),
             paths.dynamic_step_profile(config.device), paths.dynamic_selection(config.device)]
 
 
@@ -624,6 +656,8 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
     """Measure the drafters' and dynamic drafting's speed again (their files removed first by
     the caller) and update those stages' results and records in place."""
     for kind in NEW_KINDS:
+        if all(p.exists() for p in timing_outputs(ctx.paths, ctx.config, kinds=(kind,))):
+            continue  # measured in this build already (a kind just added, or before a stop)
         results["drafters"].setdefault(kind, {}).update(drafter_timing(ctx, kind))
     write_json(ctx.scratch / "drafters.json", results["drafters"])
     ctx.log("[drafters] speed measured again")
