@@ -119,7 +119,12 @@ def trtllm_config(s: LookupSetting, *, draft_len_schedule: Mapping[int, int] | N
                   ) -> dict[str, Any]:
     """TensorRT-LLM's LLM-API options (``--extra_llm_api_options`` YAML) for
     ``NGramDecodingConfig``: each request's own context (``is_public_pool`` false), the oldest
-    match (``is_use_oldest``, the earliest occurrence), the overlap scheduler off."""
+    match (``is_use_oldest``, the earliest occurrence), the overlap scheduler off.
+    ``draft_len_schedule`` maps the last batch size of each range to its draft length, as
+    :func:`treeopt.selection.schedule` writes it (the semantics of TensorRT-LLM's
+    ``_torch/speculative/utils.py`` ``get_draft_len_for_batch_size``: a key's length holds up to
+    that batch size; the older ``Drafter.get_draft_len_for_batch_size`` read keys as the first
+    batch size of a range instead)."""
     spec: dict[str, Any] = {"decoding_type": "NGram", "max_draft_len": s.k,
                             "max_matching_ngram_size": s.max_n, "is_keep_all": True,
                             "is_use_oldest": True, "is_public_pool": False}
