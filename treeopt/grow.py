@@ -58,14 +58,17 @@ class Growth:
     @property
     def drafter(self) -> dict[str, Any]:
         """The drafter this growth's trace was calibrated with, as far as it recorded it:
-        ``kind``, ``checkpoint`` (the directory given to ``treeopt calibrate``) and ``depth``
-        (the depths it drafts); absent keys were not recorded."""
+        ``kind``, ``checkpoint`` (the directory given to ``treeopt calibrate``), ``depth``
+        (the depths it drafts) and, for an n-gram drafter, ``min_match`` and ``max_match`` (the
+        n-gram lengths it matches); absent keys were not recorded."""
         meta = self.meta.get("trace_meta")
         meta = meta if isinstance(meta, dict) else {}
         heads = meta.get("heads_config") if isinstance(meta.get("heads_config"), dict) else {}
         found = {"kind": meta.get("head_kind") or self.meta.get("head_kind"),
                  "checkpoint": meta.get("heads"),
-                 "depth": meta.get("num_heads") or heads.get("num_heads")}
+                 "depth": meta.get("num_heads") or heads.get("num_heads"),
+                 "min_match": heads.get("min_match") or None,  # 0: not an n-gram drafter
+                 "max_match": heads.get("max_match") or None}
         return {k: v for k, v in found.items() if v is not None}
 
     def tree(self, n: int) -> Tree:

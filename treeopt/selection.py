@@ -15,6 +15,7 @@ from typing import Any
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
+from treeopt.lookup_export import lookup_schedule, recorded_lookup
 from treeopt.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
@@ -223,7 +224,9 @@ class Selection:
 
 
 def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
-    """One tree per batch-size range at ``context``, with TensorRT-LLM and vLLM forms.
+    """One tree per batch-size range at ``context``, with TensorRT-LLM and vLLM forms (for an
+    n-gram drafter, whose trees are chains, the engines' n-gram settings instead:
+    :func:`treeopt.lookup_export.lookup_schedule`).
 
     A batch size between two swept ones uses the tree of the next larger swept size (larger
     batches favour smaller trees); above the largest swept size speculation is off.
@@ -244,12 +247,17 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
     trt = {str(r["max_batch"]): r["size"] for r in ranges}
     while trt and list(trt.values())[-1] == 0:  # trailing zeros are implicit in TensorRT-LLM
         trt.pop(list(trt)[-1])
+    unswept = f"batches above {pts[-1].batch} were not swept, so speculation is off there"
+    lookup = recorded_lookup(selection.growth.get("drafter") or {})
+    if lookup is not None:  # an n-gram drafter: its chains as n-gram settings
+        forms = lookup_schedule(ranges, trt, min_n=lookup[0], max_n=lookup[1])
+        return {"context": context, "ranges": ranges, **forms,
+                "note": f"{forms['note']}; {unswept}"}
     vllm = [[r["min_batch"], r["max_batch"], r["size"]] for r in ranges]
     return {"context": context, "ranges": ranges,
             "tensorrt_llm": {"draft_len_schedule": trt},
             "vllm": {"num_speculative_tokens_per_batch_size": vllm},
-            "note": "draft length = tree nodes (tokens drafted per step); batches above "
-                    f"{pts[-1].batch} were not swept, so speculation is off there"}
+            "note": f"draft length = tree nodes (tokens drafted per step); {unswept}"}
 
 
 def check_same_setup(selections: list[Selection]) -> None:

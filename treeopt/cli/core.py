@@ -21,11 +21,15 @@ from treeopt.formats import (
     recorded_drafter,
 )
 from treeopt.grow import CONSTRAINTS, grow
+from treeopt.lookup_export import LOOKUP_FORMATS, export_lookup, lookup_form, recorded_lookup
 from treeopt.selection import Selection, schedule
 from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.value import METHODS
+
+NGRAM = "ngram"  # --draft of a chain drafted by prompt lookup (n-gram settings, no tree)
+EXPORT_FORMATS = FORMATS + tuple(f for f in LOOKUP_FORMATS if f not in FORMATS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,16 +66,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="a tree in an engine's format, refused where the engine "
                                       "would build a different tree")
     _add_tree(p)
-    p.add_argument("--format", dest="target", choices=FORMATS, required=True,
-                   help="the engine format to write (required)")
+    p.add_argument("--format", dest="target", choices=EXPORT_FORMATS, required=True,
+                   help="the engine format to write (required); for prompt lookup: "
+                        f"{', '.join(LOOKUP_FORMATS)} (sglang and hf have no tree form)")
     p.add_argument("--num-heads", type=int, metavar="K",
                    help="heads (depths) the drafter has: checked against the tree's depth; "
                         "required for --format trtllm-yaml --draft medusa (default: what a "
                         "growth or selection --tree records)")
-    p.add_argument("--draft", choices=DRAFTS,
-                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml (default: eagle "
-                        "when a growth or selection --tree was grown for an EAGLE drafter, "
+    p.add_argument("--draft", choices=(*DRAFTS, NGRAM),
+                   help="TensorRT-LLM decoding type for trtllm / trtllm-yaml, or ngram: the "
+                        "chain's prompt-lookup settings (default: eagle or ngram when a growth "
+                        "or selection --tree was grown for an EAGLE drafter or prompt lookup, "
                         "else medusa)")
+    p.add_argument("--min-n", type=int, metavar="N",
+                   help="--draft ngram: shortest n-gram matched (default: what the --tree "
+                        "records, else 1)")
+    p.add_argument("--max-n", type=int, metavar="N",
+                   help="--draft ngram: longest n-gram matched (default: what the --tree "
+                        "records, else treeopt's prompt-lookup default)")
     p.add_argument("--speculative-model", metavar="DIR",
                    help="the EAGLE checkpoint, for --format trtllm-yaml --draft eagle (required "
                         "there) and vllm (default: the drafter directory a growth or selection "
@@ -162,7 +174,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     _fill_drafter(args)
-    target = engine(args.target, args.draft)
+    notes = _notes(args)
     if args.schedule_dir:
         return _export_schedule(args)
     text = _export_text(_tree(args), args)
@@ -171,15 +183,27 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(text.rstrip("\n"))
-    for note in target.notes:
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _notes(args: argparse.Namespace) -> tuple[str, ...]:
+    """What a user must know beside the exported text; an unknown target is refused."""
+    if args.draft == NGRAM:
+        return lookup_form(args.target).notes(args.min_n)
+    if args.target not in FORMATS:
+        raise TreeoptError(f"--format {args.target} writes prompt-lookup settings only: export "
+                           "a growth or selection grown for prompt lookup, or pass --draft ngram")
+    return engine(args.target, args.draft).notes
 
 
 def _fill_drafter(args: argparse.Namespace) -> None:
     """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
     selection --tree records (flags given win)."""
     recorded = recorded_drafter(args.tree)
+    if _fill_lookup(args, recorded):
+        return
     typed = engine_draft(recorded.get("kind"))  # medusa, eagle or eagle3
     eagle = typed != "medusa"
     if args.draft is None:
@@ -191,10 +215,34 @@ def _fill_drafter(args: argparse.Namespace) -> None:
         args.num_heads = recorded["depth"]
 
 
+def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
+    """Whether the export is of prompt-lookup settings (``--draft ngram``, the default for a
+    --tree grown for prompt lookup); if so, --min-n and --max-n default to what it records."""
+    lookup = recorded_lookup(recorded)
+    if lookup is not None and args.draft not in (None, NGRAM):
+        raise TreeoptError(f"{args.tree} was grown for prompt lookup, not for --draft "
+                           f"{args.draft}: export it with --draft ngram")
+    if args.draft != NGRAM and lookup is None:
+        if args.min_n is not None or args.max_n is not None:
+            raise TreeoptError("--min-n and --max-n apply to prompt-lookup settings "
+                               "(--draft ngram) only")
+        return False
+    from treeopt.drafters.ngram import LookupRule
+
+    args.draft = NGRAM
+    default = lookup or (LookupRule().min_n, LookupRule().max_n)
+    args.min_n = default[0] if args.min_n is None else args.min_n
+    args.max_n = default[1] if args.max_n is None else args.max_n
+    return True
+
+
 def _export_text(tree: Tree, args: argparse.Namespace) -> str:
-    text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft,
-                  speculative_model=args.speculative_model,
-                  method=getattr(args, "method", "eagle"))
+    if args.draft == NGRAM:
+        text = export_lookup(tree, args.target, min_n=args.min_n, max_n=args.max_n)
+    else:
+        text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft,
+                      speculative_model=args.speculative_model,
+                      method=getattr(args, "method", "eagle"))
     return text if text.endswith("\n") else text + "\n"
 
 
@@ -215,7 +263,7 @@ def _export_schedule(args: argparse.Namespace) -> int:
     for r in plan["ranges"]:
         if r["size"] == 0:
             continue  # speculation off: nothing for the engine to load
-        name = f"{args.target}.batch{r['min_batch']}-{r['max_batch']}.{EXTENSIONS.get(args.target, 'txt')}"
+        name = f"{args.target}.batch{r['min_batch']}-{r['max_batch']}.{_extension(args)}"
         try:
             files[name] = _export_text(Tree.from_choices(r["choices"]), args)
         except TreeoptError as exc:
@@ -235,9 +283,16 @@ def _export_schedule(args: argparse.Namespace) -> int:
         print(f"batch {r['min_batch']}-{r['max_batch']}: {r['size']} nodes → {what}",
               file=sys.stderr)
     print(f"wrote {len(files)} file(s) and schedule.json to {folder}", file=sys.stderr)
-    for note in engine(args.target, args.draft).notes:
+    for note in _notes(args):
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _extension(args: argparse.Namespace) -> str:
+    """The file name ending of what --format writes."""
+    if args.draft == NGRAM:
+        return lookup_form(args.target).extension
+    return EXTENSIONS.get(args.target, "txt")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
