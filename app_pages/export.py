@@ -52,7 +52,7 @@ num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_va
                             value=heads_needed,  # another tree or drafter that needs
                             key=f"export_heads_{heads_needed}")  # another count resets it
 typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
-eagle = typed != "medusa"
+eagle = typed in ("eagle", "eagle3")  # prompt lookup ("ngram") has no tree form here
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
                  index=1 if eagle else 0, key="export_draft")
 eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",
