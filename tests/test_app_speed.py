@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treeopt.demo.layout import KINDS, default_root
+from treeopt.demo.layout import default_root
 from treeopt.errors import TreeoptError
 from treeopt.grow import grow
 from treeopt.simulate import nested_step_means, simulate

@@ -64,7 +64,7 @@ def test_each_engines_form_of_k4_n2_to_3():
     assert yaml.safe_load(trtllm_yaml(SETTING)) == TRT_K4
     scheduled = trtllm_yaml(SETTING, draft_len_schedule={1: 4, 8: 2})
     assert yaml.safe_load(scheduled)["speculative_config"]["draft_len_schedule"] == {1: 4, 8: 2}
-    with pytest.raises(FieldError, match="generation must be one of window, trie-depth"):
+    with pytest.raises(TreeoptError, match="generation must be one of window, trie-depth"):
         sglang_flags(SETTING, generation="corpus")
 
 
@@ -76,7 +76,7 @@ def test_only_chains_and_valid_lengths_are_settings():
         LookupSetting.of_chain(Tree(()), min_n=1, max_n=2)
     with pytest.raises(FieldError, match=r"min_n must be ≥ 1 and ≤ max_n \(2\), got 3"):
         LookupSetting(4, 3, 2)
-    with pytest.raises(FieldError, match="k .* must be ≥ 1, got 0"):
+    with pytest.raises(TreeoptError, match="k .* must be ≥ 1, got 0"):
         LookupSetting(0, 1, 2)
     assert export_lookup(Tree.chain(1), "vllm", min_n=1, max_n=1) == (
         '{"method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_min": 1, '
@@ -89,7 +89,7 @@ def test_the_recorded_drafter_names_the_lengths():
     assert recorded_lookup({"kind": "prompt-lookup", "min_match": 2, "max_match": 3}) == (2, 3)
     assert recorded_lookup({"kind": "hydra", "depth": 3}) is None
     assert recorded_lookup({}) is None
-    with pytest.raises(FieldError, match="max_match is not recorded for this prompt lookup"):
+    with pytest.raises(TreeoptError, match="max_match is not recorded for this prompt lookup"):
         recorded_lookup({"kind": "prompt-lookup", "depth": 4})
 
 

@@ -44,7 +44,7 @@ class LookupSetting:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise FieldError("k", f"(tokens drafted per step) must be ≥ 1, got {self.k}")
+            raise TreeoptError(f"k (tokens drafted per step) must be ≥ 1, got {self.k}")
         if not 1 <= self.min_n <= self.max_n:
             raise FieldError("min_n", f"must be ≥ 1 and ≤ {{max_n}} ({self.max_n}), got "
                              f"{self.min_n}")
@@ -79,7 +79,7 @@ def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
         return None
     lengths = drafter.get("min_match"), drafter.get("max_match")
     if not all(isinstance(n, int) and n >= 1 for n in lengths):
-        raise FieldError("max_match", f"is not recorded for this {kind.title.lower()} drafter "
+        raise TreeoptError(f"max_match is not recorded for this {kind.title.lower()} drafter "
                          f"(got min_match {lengths[0]!r}, max_match {lengths[1]!r}): calibrate "
                          "again to record its n-gram lengths")
     return int(lengths[0]), int(lengths[1])  # type: ignore[arg-type]
@@ -111,7 +111,7 @@ def sglang_flags(s: LookupSetting, *, generation: str = "window") -> list[str]:
                         "--speculative-ngram-branch-length", str(s.max_n + s.k)]
     if generation == "trie-depth":
         return flags + ["--speculative-ngram-max-trie-depth", str(s.max_n + s.k)]
-    raise FieldError("generation", f"must be one of {', '.join(SGLANG_GENERATIONS)}, got "
+    raise TreeoptError(f"generation must be one of {', '.join(SGLANG_GENERATIONS)}, got "
                      f"{generation!r}")
 
 

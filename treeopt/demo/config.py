@@ -96,7 +96,7 @@ class DemoConfig:
                              f"must be at least 1, got {self.medusa_head_layers}")
         for name in ("lookup_depth", "lookup_max_n"):
             if getattr(self, name) < 1:
-                raise FieldError(name, f"must be at least 1, got {getattr(self, name)}")
+                raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
         if self.budget_minutes <= 0:
