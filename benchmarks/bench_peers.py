@@ -48,6 +48,7 @@ class Peer:
     name: str
     family: str  # "hf" or "treeopt"
     run: Decode
+    kind: str | None = None  # treeopt's drafter kind, where a drafter drafts
     seconds: float = 0.0
     tokens: int = 0
     lossy: list[int] = field(default_factory=list)  # prompts whose output differed from greedy
@@ -106,10 +107,9 @@ def treeopt_peers(demo, new_tokens: int, eos: int | None) -> tuple[list[Peer], s
         if priced is None:
             continue
         selections[kind] = priced.selection
-        point = priced.selection.point(1, min(priced.selection.contexts))
-        tree = priced.selection.tree_at(1, point.context)
+        tree = priced.selection.tree_at(1, min(priced.selection.contexts))
         peers.append(Peer(f"treeopt {kind}, select's pick ({tree.size} nodes, depth "
-                          f"{tree.depth})", "treeopt", decoder(demo.heads[kind], tree)))
+                          f"{tree.depth})", "treeopt", decoder(demo.heads[kind], tree), kind))
     if "prompt-lookup" not in selections:  # a demo built before prompt lookup was added
         from treeopt.drafters.prompt_lookup import PromptLookup
 
@@ -118,10 +118,8 @@ def treeopt_peers(demo, new_tokens: int, eos: int | None) -> tuple[list[Peer], s
             peers.append(Peer(f"treeopt prompt lookup, chain of {k} (fixed setting)", "treeopt",
                               decoder(lookup, Tree.chain(k))))
     choice = next((c for c in choose_drafter(selections) if c.batch == 1), None)
-    recommended = None
-    if choice is not None and choice.drafter in selections:
-        recommended = next(p.name for p in peers if p.name.startswith(f"treeopt {choice.drafter},"))
-    return peers, recommended
+    drafter = choice.drafter if choice is not None else None
+    return peers, next((p.name for p in peers if p.kind == drafter), None)
 
 
 def race(peers: Sequence[Peer], prompts: Sequence[list[int]], reference: Sequence[list[int]],

@@ -70,7 +70,7 @@ def test_chain_ranks_score_each_depth_of_the_lookup_at_each_position():
     assert got.dtype == np.int16 and (got == 0).any() and (got == -1).any()
 
 
-def test_bad_settings_name_the_field():
+def test_bad_settings_are_refused_naming_the_setting():
     from treeopt.errors import TreeoptError
 
     with pytest.raises(TreeoptError, match="min_n must be ≥ 1"):

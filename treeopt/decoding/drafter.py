@@ -46,12 +46,13 @@ class Drafter(nn.Module):
         """The base model's ``hidden_states`` it reads, concatenated (empty: the last one)."""
         return self.config.feature_layers
 
-    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+    def rank_depths(self, hidden: torch.Tensor | None, stream: torch.Tensor, *, top_k: int,
                     ) -> torch.Tensor:
         """Teacher-forced ranks of every depth at every position, in one pass per depth.
 
         ``hidden`` ``[b, T, d]``: the base model's last hidden states over ``stream`` ``[b, T]``
-        (the tokens the drafter is ranked against). Position t's root is ``stream[t+1]``; depth k
+        (the tokens the drafter is ranked against); None for a kind that reads no features
+        (``kind.reads_features`` false), which ranks from the tokens alone. Position t's root is ``stream[t+1]``; depth k
         (0-based) proposes ``stream[t+2+k]`` and reads the true path ``stream[t+1 … t+1+k]``.
         Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
         """

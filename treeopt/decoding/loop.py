@@ -293,6 +293,8 @@ class _Run:
         self.prompts = [list(p) for p in prompts]
         b, longest = len(prompts), max(len(p) for p in prompts)
         self.drafts = _drafts(plan) and self.heads is not None
+        # a lookup drafter leaves nodes it had no candidate for as token -1 (see _draft)
+        self.holes = self.drafts and self.heads.kind.lookup
         q = _tokens(plan)
         fed = plan.topk * (plan.steps - 1) if isinstance(plan, DynamicSettings) else 0
         capacity = longest + cfg.max_new_tokens + 2 * q + fed + 1  # + a scratch slot
@@ -339,7 +341,8 @@ class _Run:
         running = all(self.active)
         tokens, plan = self._draft(self.h, self.root)
         self.clock.lap(0)
-        logits, hidden = verify_step(self.verify, tokens.clamp_min(0), plan, cache=self.cache,
+        verified = tokens.clamp_min(0) if self.holes else tokens  # -1: no candidate
+        logits, hidden = verify_step(self.verify, verified, plan, cache=self.cache,
                                      lengths=self.lengths, frontier=self.frontier)
         self.clock.lap(1)
         positions = self.lengths[:, None] + plan.offsets

@@ -60,7 +60,10 @@ def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Seque
     for i, s in enumerate(sequences):
         ids[i, : len(s)] = torch.tensor(list(s), device=device)
     with torch.inference_mode():
-        hidden, z = _stream(model, ids, targets, heads.feature_layers)  # [b, T, ·d], [b, T]
+        if targets == "tokens" and not heads.kind.reads_features:  # a draft model, a lookup:
+            hidden, z = None, ids  # no base forward is needed to rank them
+        else:
+            hidden, z = _stream(model, ids, targets, heads.feature_layers)  # [b, T, ·d], [b, T]
         ranks = heads.rank_depths(hidden, z, top_k=top_k)  # [b, T-1-K, K]
     ranks_np = ranks.cpu().numpy()
     return [ranks_np[i, positions_range(len(s), st, K)]

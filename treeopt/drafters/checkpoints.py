@@ -388,10 +388,9 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
     lookup = (parse_lookup_spec(str(directory), vocab_size=vocab)
               or load_lookup(directory, vocab_size=vocab))
     if lookup is not None:  # n-gram drafting: settings only, nothing to load
-        if depth is not None:
-            lookup = type(lookup)(depth=depth, min_n=lookup.rule.min_n,
-                                  max_n=lookup.rule.max_n, vocab_size=vocab)
-        return lookup
+        if depth is None:
+            return lookup
+        return type(lookup).from_config(replace(lookup.config, num_heads=depth))
     if (Path(directory) / "heads.json").exists():  # check before building anything
         check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
                           source=str(directory))

@@ -117,7 +117,7 @@ class DraftModel(Drafter):
             self._verify = verify
         return self._verify
 
-    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
+    def rank_depths(self, hidden: torch.Tensor | None, stream: torch.Tensor, *, top_k: int,
                     ) -> torch.Tensor:
         """One forward of the draft model over ``stream``; depth k at t reads its logits after
         ``stream[t+1+k]`` (``hidden``, the base model's, is not read)."""

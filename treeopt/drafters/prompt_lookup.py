@@ -30,6 +30,7 @@ import torch
 from treeopt.decoding.drafter import Drafter
 from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
@@ -38,7 +39,6 @@ from treeopt.tree import Tree
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
 
-DRAFTER_FILE, DRAFTER_FORMAT = "drafter.json", "treeopt.drafter/1"
 SPEC_NAME = "prompt-lookup"
 DEFAULTS = {"depth": 10, "min-n": 1, "max-n": 3}  # depth: HF's num_output_tokens default
 NO_CANDIDATE = -1  # a drafted node the lookup had no token for: verified, never accepted
@@ -159,11 +159,7 @@ def parse_lookup_spec(text: str, *, vocab_size: int) -> PromptLookup | None:
         except ValueError:
             raise TreeoptError(f"drafter spec {text!r}: {key} must be an integer, "
                                f"got {value!r}") from None
-    try:
-        return PromptLookup(depth=values["depth"], min_n=values["min-n"], max_n=values["max-n"],
-                            vocab_size=vocab_size)
-    except (TreeoptError, ValueError) as exc:
-        raise TreeoptError(f"drafter spec {text!r}: {exc}") from None
+    return _from_settings(values, source=f"drafter spec {text!r}", vocab_size=vocab_size)
 
 
 def load_lookup(directory: str | os.PathLike[str], *, vocab_size: int) -> PromptLookup | None:
@@ -180,8 +176,14 @@ def load_lookup(directory: str | os.PathLike[str], *, vocab_size: int) -> Prompt
     if bad:
         raise TreeoptError(f"{path}: {', '.join(b.replace('-', '_') for b in bad)} must be "
                            f"integers")
+    return _from_settings(settings, source=str(path), vocab_size=vocab_size)
+
+
+def _from_settings(settings: dict[str, int], *, source: str, vocab_size: int) -> PromptLookup:
+    """The drafter of a spec's or a ``drafter.json``'s settings (keys of :data:`DEFAULTS`);
+    invalid ones are refused, naming ``source``."""
     try:
         return PromptLookup(depth=settings["depth"], min_n=settings["min-n"],
                             max_n=settings["max-n"], vocab_size=vocab_size)
     except (TreeoptError, ValueError) as exc:
-        raise TreeoptError(f"{path}: {exc}") from None
+        raise TreeoptError(f"{source}: {exc}") from None
