@@ -191,9 +191,12 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
     try:
         page.goto(app_url)
         page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
+        metrics = page.locator('[data-testid="stMetric"]')
+        # the heading is drawn before the answer is computed: on a busy host the page can sit
+        # quiet between the two for longer than settle's quiet spell
+        metrics.first.wait_for(timeout=90_000)
         settle(page)
         assert_no_failure(page, "Overview")
-        metrics = page.locator('[data-testid="stMetric"]')
         shown = [(metrics.nth(i).locator('[data-testid="stMetricLabel"]').inner_text().strip(),
                   metrics.nth(i).locator('[data-testid="stMetricValue"]').inner_text().strip(),
                   metrics.nth(i).locator('[data-testid="stMetricDelta"]').inner_text().strip())
