@@ -7,7 +7,7 @@ is token index i + 1.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,25 @@ class TreePlan:
     offsets: torch.Tensor  # [n+1] position offset (depth) of each token, the root's 0
     visible: torch.Tensor  # [n+1, n+1] bool: token i sees token j (itself and its ancestors)
     steps: torch.Tensor  # [depth+1] 0 … depth: where each accepted token lands after the prefix
+    # one step's tokens fixed before drafting, [b, n+1] (-1: the drafter's own): a hybrid's
+    # n-gram chain (:mod:`treeopt.drafters.hybrid`), which deeper depths then read as the path
+    preset: torch.Tensor | None = None
+
+    def fill(self, tokens: torch.Tensor, nodes: torch.Tensor, drafted: torch.Tensor) -> None:
+        """Write a level's ``drafted`` tokens ``[b, m]`` at token indices ``nodes`` ``[m]`` of
+        ``tokens`` ``[b, n+1]``, less those the step's :attr:`preset` fixes.
+
+        >>> p = tree_plan(Tree.from_choices([[0], [1]]), "cpu")
+        >>> t = torch.zeros(1, 3, dtype=torch.long)
+        >>> replace(p, preset=torch.tensor([[-1, 7, -1]])).fill(t, p.levels[0].nodes,
+        ...                                                    torch.tensor([[4, 5]]))
+        >>> t.tolist()
+        [[0, 7, 5]]
+        """
+        if self.preset is not None:
+            fixed = self.preset[:, nodes]
+            drafted = torch.where(fixed >= 0, fixed, drafted)
+        tokens[:, nodes] = drafted
 
 
 def _long(a: npt.ArrayLike, device: str) -> torch.Tensor:

@@ -19,7 +19,7 @@ differs between kinds is a field of its :class:`DrafterKind`.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import TreeoptError
@@ -45,8 +45,11 @@ class DrafterKind:
     depth: Medusa, Hydra) or ``depth`` (one network run once per depth: EAGLE, a draft model).
     ``demo_layers``: the :class:`~treeopt.demo.config.DemoConfig` settings that give its layer
     count, the first one set. ``chain``: one candidate per depth, so the trees it drafts are
-    chains (rank 0 everywhere). ``lookup``: it drafts from the context's tokens alone (an n-gram
-    lookup on the host, :mod:`treeopt.drafters.ngram`): no weights, no forward, no features.
+    chains (rank 0 everywhere). ``lookup``: some or all of its nodes come from an n-gram
+    lookup on the host (:mod:`treeopt.drafters.ngram`), which may have no candidate (a hole,
+    token -1). ``hybrid``: a model drafter's tree with prompt lookup's chain as rank 0 below
+    the root and along the chain (:mod:`treeopt.drafters.hybrid`), named ``<model>+lookup``;
+    its other fields are the model drafter's.
     """
 
     name: str
@@ -69,6 +72,7 @@ class DrafterKind:
     position: str = "head"  # what proposes depth k: "head" (one per depth) or "depth" (one net)
     chain: bool = False  # proposes one token per depth (prompt lookup): its trees are chains
     lookup: bool = False  # drafts from the tokens alone (n-gram), no weights and no forward
+    hybrid: bool = False  # a model drafter and prompt lookup in one tree (kind name + "+lookup")
 
     def heads_class(self) -> type[Drafter]:
         module, name = self.implementation.split(":")
@@ -106,6 +110,19 @@ KINDS: dict[str, DrafterKind] = {
                                  trained=False, engine_draft="ngram", position="depth",
                                  chain=True, lookup=True),
 }
+HYBRID_SUFFIX = "+lookup"
+
+
+def _hybrid(model: DrafterKind) -> DrafterKind:
+    """The kind of ``model``'s drafter joined by prompt lookup in one tree
+    (:mod:`treeopt.drafters.hybrid`): the model's costs and inputs, the lookup's holes."""
+    return replace(model, name=model.name + HYBRID_SUFFIX,
+                   title=f"{model.title} + prompt lookup",
+                   implementation="treeopt.drafters.hybrid:HybridDrafter", trained=False,
+                   dynamic=False, engine_draft="hybrid", lookup=True, hybrid=True)
+
+
+KINDS.update({k.name + HYBRID_SUFFIX: _hybrid(k) for k in list(KINDS.values()) if not k.lookup})
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
 

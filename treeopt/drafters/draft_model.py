@@ -160,7 +160,7 @@ class DraftModel(Drafter):
         tokens = root.new_zeros(b, plan.tree.num_tokens)
         tokens[:, 0] = root
         first = plan.levels[0]
-        tokens[:, first.nodes] = top_candidates(root_logits, first.width)[:, first.ranks]
+        plan.fill(tokens, first.nodes, top_candidates(root_logits, first.width)[:, first.ranks])
         front = max(state.lens)
         fed = 0
         for lv in plan.levels[1:]:
@@ -169,7 +169,7 @@ class DraftModel(Drafter):
             logits = self._forward(state, tokens[:, nodes], front + fed, visible,
                                    positions=state.lengths[:, None] - 1 + lv.depth - 1)
             cand = top_candidates(logits, lv.width)  # [b, m, R]
-            tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
+            plan.fill(tokens, lv.nodes, cand[:, lv.row, lv.ranks])
             fed += m
         return tokens
 

@@ -332,7 +332,7 @@ class EagleDrafter(Drafter):
         tokens = root.new_zeros(b, q)
         tokens[:, 0] = root
         first = plan.levels[0]
-        tokens[:, first.nodes] = self.candidates(g_root, first.width)[:, first.ranks]
+        plan.fill(tokens, first.nodes, self.candidates(g_root, first.width)[:, first.ranks])
         fed = 0
         for lv in plan.levels[1:]:
             nodes, visible = lv.prev[:, -1], lv.parents_seen
@@ -341,7 +341,7 @@ class EagleDrafter(Drafter):
                                 positions=state.lengths[:, None] - 1 + lv.depth - 1)
             g[:, nodes] = out
             cand = self.candidates(out, lv.width)  # [b, m, R]
-            tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
+            plan.fill(tokens, lv.nodes, cand[:, lv.row, lv.ranks])
             fed += nodes.shape[0]
         return tokens
 

@@ -170,5 +170,5 @@ class HydraHeads(DraftHeads):
             prev = tokens[:, lv.prev]  # [b, parents, depth]: root … parent
             logits = self.head_logits(lv.depth - 1, hidden.expand(b, prev.shape[1], -1), prev)
             cand = top_candidates(logits, lv.width)  # [b, parents, R]
-            tokens[:, lv.nodes] = cand[:, lv.row, lv.ranks]
+            plan.fill(tokens, lv.nodes, cand[:, lv.row, lv.ranks])
         return tokens
