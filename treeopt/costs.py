@@ -13,7 +13,7 @@ tokens verified and the depth. A step profile
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -105,6 +105,20 @@ class DraftCost:
     def per_depth(self) -> bool:
         """One drafter call per tree depth, so deeper trees cost more to draft."""
         return self.kind != "none" and drafter_kind(self.kind).per_depth
+
+    def first_depths(self, depths: int) -> DraftCost:
+        """This drafter drafting only a tree's first ``depths`` depths (a hybrid's model
+        drafter, below which prompt lookup's chain runs alone): deeper expansions cost nothing.
+
+        >>> cost = DraftCost("eagle", "profile", lambda b, e: float(sum(e)))
+        >>> cost.seconds(1, (1, 2, 1)), cost.first_depths(2).seconds(1, (1, 2, 1))
+        (4.0, 3.0)
+        """
+        fn = self.fn
+        if fn is None:
+            return self
+        return replace(self, source=f"{self.source}, first {depths} depths",
+                       fn=lambda batch, expanded: fn(batch, expanded[:depths]))
 
 
 NO_DRAFT = DraftCost()

@@ -7,7 +7,7 @@ is token index i + 1.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +54,7 @@ class TreePlan:
         """Write a level's ``drafted`` tokens ``[b, m]`` at token indices ``nodes`` ``[m]`` of
         ``tokens`` ``[b, n+1]``, less those the step's :attr:`preset` fixes.
 
+        >>> from dataclasses import replace
         >>> p = tree_plan(Tree.from_choices([[0], [1]]), "cpu")
         >>> t = torch.zeros(1, 3, dtype=torch.long)
         >>> replace(p, preset=torch.tensor([[-1, 7, -1]])).fill(t, p.levels[0].nodes,

@@ -79,7 +79,7 @@ def hybrid_trace(model: RankTrace, chain: RankTrace) -> RankTrace:
     if chain.head_kind != "prompt-lookup":
         raise TreeoptError(f"hybrid trace: the chain trace is of {chain.head_kind!r}, not "
                            f"prompt-lookup")
-    for key in ("prompts", "source", "max_new_tokens", "temperature", "seed"):
+    for key in ("source", "max_new_tokens", "sampling", "sequences"):
         if model.meta.get(key) != chain.meta.get(key):
             raise TreeoptError(f"hybrid trace: the traces differ in {key} "
                                f"({model.meta.get(key)!r} and {chain.meta.get(key)!r}); both "

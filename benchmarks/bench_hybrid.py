@@ -1,0 +1,206 @@
+"""Hybrid trees on the shipped demo: prompt lookup's chain and a model drafter in one verified
+tree (``<kind>+lookup``, :mod:`treeopt.drafters.hybrid`) against each of them alone (never a
+test).
+
+For every model drafter the demo ships:
+
+1. **Per batch size, predicted** (the demo's measured step costs of that drafter, the
+   calibration traces walked step by step): the best tree's tokens/s of the model drafter
+   alone, of prompt lookup alone and of the hybrid, and which wins. The hybrid is priced with
+   its model drafter's step profile, drafting only the model's own depths
+   (:meth:`~treeopt.costs.DraftCost.first_depths`); prompt lookup with its own step profile
+   where the demo ships one, else with the same verify and overhead and no drafting cost.
+2. **Exactness, live at batch 1** on the first ``--prompts`` held-out prompts, greedy and
+   sampled: the hybrid calibrated on them (:func:`treeopt.decoding.calibrate.calibrate`), then
+   select's batch-1 tree decoded live; the trace's walk against live accepted lengths step by
+   step, E[L] of both, and losslessness against plain decoding with the same sampling stream.
+3. **Speed, live at batch 1** on the same prompts, interleaved, one thread: tokens/s of the
+   batch-1 pick of the model drafter, of prompt lookup and of the hybrid.
+
+Run: ``python benchmarks/bench_hybrid.py [--prompts 32] [--new-tokens 128] [--kinds eagle]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def lookup_trace(demo, lookup, *, new_tokens: int, temperature: float = 0.0):
+    """Prompt lookup's calibration trace: the demo's when it ships one, else calibrated here
+    over the calibration prompts (the demo traces' continuations, ``new_tokens`` long)."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.prompts import encode, read_texts
+
+    if "prompt-lookup" in demo.kinds and not temperature:
+        return demo.traces["prompt-lookup"]
+    prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
+    sampled = {"temperature": temperature, "seed": 0} if temperature else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace, _ = calibrate(demo.model, lookup, prompts, Path(tmp) / "t.npz",
+                             config=CalibrateConfig(top_k=4, max_new_tokens=new_tokens,
+                                                    batch_size=16,
+                                                    eos_token_id=demo.tokenizer.eos_token_id,
+                                                    **sampled))
+    return trace
+
+
+def selections(demo, kind: str, chain):
+    """The model drafter's, prompt lookup's and the hybrid's selections from the demo's
+    calibration traces and measured step costs."""
+    from treeopt.costs import NO_DRAFT
+    from treeopt.drafters.hybrid import hybrid_trace
+    from treeopt.grow import grow
+    from treeopt.pricing import price, profiled_costs
+    from treeopt.workbench.pricing import demo_pricing
+
+    costs = profiled_costs(demo.step_profile(kind))
+    model = demo_pricing(demo, kind).selection
+    joint = hybrid_trace(demo.traces[kind], chain)
+    growth = grow(joint, method="empirical", max_nodes=demo.growths[kind].max_nodes)
+    hybrid = price(growth, costs.verify, draft=costs.draft.first_depths(demo.traces[kind].heads),
+                   overhead=costs.overhead, trace=joint)
+    shipped = demo_pricing(demo, "prompt-lookup") if "prompt-lookup" in demo.kinds else None
+    if shipped is not None:
+        lookup = shipped.selection
+    else:
+        chain_growth = grow(chain, method="empirical", max_nodes=chain.heads)
+        lookup = price(chain_growth, costs.verify, draft=NO_DRAFT, overhead=costs.overhead,
+                       trace=chain)
+    return {kind: model, "prompt-lookup": lookup, kind + "+lookup": hybrid}
+
+
+def print_batches(kind: str, chosen: dict) -> None:
+    """Per batch size at the middle context: each option's best tokens/s and the winner."""
+    names = list(chosen)
+    batches = sorted(set.intersection(*(set(s.batches) for s in chosen.values())))
+    contexts = sorted(set.intersection(*(set(s.contexts) for s in chosen.values())))
+    context = contexts[len(contexts) // 2]
+    print(f"\n{kind}: predicted best tree per batch size (context {context}), tokens/s "
+          f"(nodes)")
+    print("  batch  " + "  ".join(f"{n:>22}" for n in names) + "  winner, hybrid vs best alone")
+    for b in batches:
+        points = {n: chosen[n].point(b, context) for n in names}
+        cells = "  ".join(f"{p.tokens_per_s:>15.1f} ({p.tree.size:>3})" for p in points.values())
+        best = max(names, key=lambda n: points[n].tokens_per_s)
+        alone = max(points[n].tokens_per_s for n in names[:2])
+        print(f"  {b:>5}  {cells}  {best}, {points[names[2]].tokens_per_s / alone:.3f}×")
+
+
+def exactness(demo, heads, tree, prompts, *, new_tokens: int, temperature: float) -> str:
+    """Calibrate ``heads`` on ``prompts``, decode each live with ``tree``: step-by-step
+    agreement of walk and live, E[L] of both, and losslessness."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import Decoder
+    from treeopt.simulate import step_lengths
+    from treeopt.trace import RankTrace
+    from treeopt.tree import Tree
+
+    eos = demo.tokenizer.eos_token_id
+    sampled = {"temperature": temperature, "seed": 0} if temperature else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace, _ = calibrate(demo.model, heads, prompts, Path(tmp) / "t.npz",
+                             config=CalibrateConfig(top_k=16, max_new_tokens=new_tokens,
+                                                    batch_size=8, eos_token_id=eos, **sampled))
+    cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos,
+                       **({"mode": "sample", **sampled} if temperature else {}))
+    live_decoder, plain = Decoder(demo.model, heads), Decoder(demo.model)
+    counts = trace.meta["sequence_positions"]
+    start = equal = lossless = walked = walk_sum = live_sum = 0
+    for i, ids in enumerate(prompts):
+        one = RankTrace(trace.ranks[start: start + counts[i]],
+                        {**trace.meta, "sequence_positions": [counts[i]]})
+        start += counts[i]
+        walk = step_lengths(tree, one).tolist() if counts[i] else []
+        live = live_decoder.decode(tree, [ids], config=cfg, streams=[i])
+        ref = plain.decode(Tree(()), [ids], config=cfg, streams=[i])
+        steps = list(live.stats.accept_lengths[: len(walk)])
+        equal += steps == walk
+        lossless += live.tokens == ref.tokens
+        walked, walk_sum, live_sum = walked + len(walk), walk_sum + sum(walk), live_sum + sum(steps)
+    mode = f"sampled T={temperature:g}" if temperature else "greedy"
+    return (f"{mode}: {equal}/{len(prompts)} prompts step-equal ({walked} steps), E[L] walk "
+            f"{walk_sum / walked:.4f} live {live_sum / walked:.4f}, lossless "
+            f"{lossless}/{len(prompts)}")
+
+
+def race(demo, options: dict, prompts, *, new_tokens: int) -> None:
+    """Tokens/s of each (drafter, tree) at batch 1 on ``prompts``, interleaved per prompt."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import Decoder
+
+    cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=demo.tokenizer.eos_token_id)
+    decoders = {n: (Decoder(demo.model, h), t) for n, (h, t) in options.items()}
+    seconds = dict.fromkeys(options, 0.0)
+    tokens = dict.fromkeys(options, 0)
+    outputs: dict[str, list] = {n: [] for n in options}
+    for ids in prompts:
+        for name, (dec, tree) in decoders.items():
+            start = time.perf_counter()
+            out = dec.decode(tree, [ids], config=cfg)
+            seconds[name] += time.perf_counter() - start
+            tokens[name] += len(out.tokens[0])
+            outputs[name].append(out.tokens[0])
+    first = next(iter(outputs.values()))
+    same = all(o == first for o in outputs.values())
+    print(f"  live at batch 1, {len(prompts)} held-out prompts × {new_tokens} tokens "
+          f"(outputs identical: {same}):")
+    for name in options:
+        print(f"    {name:>28}: {tokens[name] / seconds[name]:7.1f} tokens/s "
+              f"({options[name][1].size} nodes)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=32, help="held-out prompts (default 32)")
+    ap.add_argument("--new-tokens", type=int, default=128, help="new tokens each (default 128)")
+    ap.add_argument("--kinds", default="", help="model drafters, comma-separated (default: all "
+                    "the demo ships)")
+    ap.add_argument("--chain-depth", type=int, default=16,
+                    help="prompt lookup's deepest chain (default 16)")
+    ap.add_argument("--max-n", type=int, default=3, help="longest n-gram matched (default 3)")
+    ap.add_argument("--temperature", type=float, default=0.7,
+                    help="the sampled check's temperature (default 0.7; 0: none)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from treeopt.demo import load
+    from treeopt.drafters.hybrid import HybridDrafter
+    from treeopt.drafters.prompt_lookup import PromptLookup
+
+    torch.set_num_threads(1)
+    demo = load(threads=1)
+    lookup = PromptLookup(depth=args.chain_depth, max_n=args.max_n,
+                          vocab_size=len(demo.tokenizer))
+    chain = lookup_trace(demo, lookup, new_tokens=demo.traces["eagle"].meta["max_new_tokens"])
+    kinds = [k for k in (args.kinds.split(",") if args.kinds else demo.kinds)
+             if k != "prompt-lookup" and demo.step_profile(k) is not None]
+    prompts = [demo.tokenizer(t)["input_ids"] for t in demo.prompts[: args.prompts]]
+    print(f"hybrid = model drafter + prompt lookup (n-grams 1…{args.max_n}, chain ≤ "
+          f"{args.chain_depth}); demo {demo.paths.root}")
+    for kind in kinds:
+        chosen = selections(demo, kind, chain)
+        print_batches(kind, chosen)
+        hybrid = HybridDrafter(demo.heads[kind], lookup)
+        pick = {n: s.tree_at(1, min(s.contexts)) for n, s in chosen.items()}
+        print(f"  batch-1 hybrid tree: {pick[kind + '+lookup'].size} nodes, depth "
+              f"{pick[kind + '+lookup'].depth}")
+        for temperature in (0.0, args.temperature) if args.temperature else (0.0,):
+            print("  " + exactness(demo, hybrid, pick[kind + "+lookup"], prompts,
+                                   new_tokens=args.new_tokens, temperature=temperature))
+        race(demo, {kind: (demo.heads[kind], pick[kind]),
+                    "prompt-lookup": (lookup, pick["prompt-lookup"]),
+                    kind + "+lookup": (hybrid, pick[kind + "+lookup"])},
+             prompts, new_tokens=args.new_tokens)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
