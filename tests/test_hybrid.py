@@ -140,3 +140,51 @@ def test_a_hybrid_is_named_dir_plus_a_lookup_spec(base, trained, tmp_path):
         load_heads_for(base, f"{tmp_path / 'hydra'}+prompt-lookup:size=3")
     with pytest.raises(TreeoptError, match="joins prompt lookup to a model drafter"):
         HybridDrafter(PromptLookup(depth=2, vocab_size=V), PromptLookup(depth=2, vocab_size=V))
+
+
+def test_the_cli_calibrates_grows_profiles_selects_and_verifies_a_hybrid(
+        tiny_model_dir, prompts_file, tmp_path):
+    """A hybrid goes through the same commands as any drafter (--drafter DIR+prompt-lookup),
+    and export refuses its tree: no engine verifies one."""
+    import json
+
+    from test_cli_models import assert_user_error, run
+    from transformers import AutoModelForCausalLM
+
+    from treeopt import RankTrace
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.checkpoints import save_heads
+    from treeopt.drafters.config import HeadsConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=64,
+                                    vocab_size=model.config.vocab_size),
+                        lm_head=model.lm_head)
+    save_heads(heads, tmp_path / "medusa")
+    spec = f"{tmp_path / 'medusa'}+prompt-lookup:depth=4,max-n=2"
+    proc = run("calibrate", "--model", tiny_model_dir, "--drafter", spec, "--prompts",
+               prompts_file, "--max-new-tokens", "16", "--top-k", "4", "--out", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    trace = RankTrace.load(tmp_path / "t.npz")
+    assert (trace.head_kind, trace.heads) == ("medusa+lookup", 4)
+    assert trace.meta["heads_config"]["max_match"] == 2
+    proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--max-depth", "2",
+               "--out", tmp_path / "g.json")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("profile", "step", "--model", tiny_model_dir, "--drafter", spec, "--growth",
+               tmp_path / "g.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
+               "1,2,4", "--max-new-tokens", "6", "--rounds", "1", "--out", tmp_path / "step.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "step.json").read_text())["heads"]["kind"] == "medusa+lookup"
+    proc = run("select", "--growth", tmp_path / "g.json", "--step-profile", tmp_path / "step.json",
+               "--batch", "1,2", "--out", tmp_path / "sel.json")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
+               tmp_path / "tree.json", "--batch", "2", "--prompts", prompts_file,
+               "--max-new-tokens", "10", "--trace", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs_match"] is True
+    proc = run("export", "--tree", tmp_path / "g.json", "--format", "medusa")
+    assert_user_error(proc, "grown for a hybrid (Medusa heads + prompt lookup)",
+                      "no engine verifies")

@@ -75,7 +75,7 @@ def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
     True
     """
     kind = KINDS.get(str(drafter.get("kind") or ""))
-    if kind is None or not kind.lookup:
+    if kind is None or not kind.lookup or kind.hybrid:
         return None
     lengths = drafter.get("min_match"), drafter.get("max_match")
     if not all(isinstance(n, int) and n >= 1 for n in lengths):

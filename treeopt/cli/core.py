@@ -9,7 +9,7 @@ from typing import Any
 
 from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.cli.common import add_out, emit
-from treeopt.drafters import engine_draft
+from treeopt.drafters import KINDS, engine_draft
 from treeopt.engines import DRAFTS, ENGINES, FORMATS, engine, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json, write_text_atomic
@@ -202,6 +202,11 @@ def _fill_drafter(args: argparse.Namespace) -> None:
     """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
     selection --tree records (flags given win)."""
     recorded = recorded_drafter(args.tree)
+    hybrid = KINDS.get(str(recorded.get("kind") or ""))
+    if hybrid is not None and hybrid.hybrid:
+        raise TreeoptError(f"{args.tree} was grown for a hybrid ({hybrid.title}): no engine "
+                           "verifies one tree of a drafter's and n-gram candidates (see "
+                           "docs/drafters.md); export the drafter's own tree, or --draft ngram")
     if _fill_lookup(args, recorded):
         return
     typed = engine_draft(recorded.get("kind"))  # medusa, eagle or eagle3
