@@ -10,11 +10,14 @@ from treeopt.drafters import engine_draft
 from treeopt.engines import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.formats import EXTENSIONS, export
+from treeopt.lookup_export import FORMS, export_lookup, recorded_lookup
 from treeopt.workbench.trees import selection_from_upload
 
 TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",
         "trtllm-yaml": "TRT-LLM YAML", "triton": "Triton", "vllm": "vLLM", "growmap": "Sequoia",
         "paths": "Leaf paths", "json": "JSON"}  # short: all nine tabs fit a laptop screen
+LOOKUP_TABS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm-yaml": "TRT-LLM YAML",
+               "hf": "Hugging Face"}  # prompt lookup's settings, one tab per engine
 
 st.title("Export")
 source = st.radio("Tree", ["Chosen on the Trees page", "A selection file"], horizontal=True,
@@ -45,6 +48,24 @@ st.caption(f"Tree: {description}")
 if tree.size == 0:
     st.info("Speculation does not pay here: the pick is no tree (decode autoregressively).")
     st.stop()
+with page_errors():
+    lookup = recorded_lookup(drafter)  # an n-gram drafter: engine settings, not a tree
+if lookup is not None:
+    st.caption(f"Prompt lookup drafts a chain of {tree.size} tokens after the longest match of "
+               f"the context's last {lookup[0]}…{lookup[1]} tokens: each engine's n-gram "
+               "settings for it.")
+    for tab, form in zip(st.tabs([LOOKUP_TABS[f.format] for f in FORMS]), FORMS, strict=True):
+        with tab, page_errors():
+            st.caption(f"{form.engine} — read from {form.versions}")
+            text = export_lookup(tree, form.format, min_n=lookup[0], max_n=lookup[1])
+            for note in form.notes(lookup[0]):
+                st.caption(f"Note: {note}")
+            st.code(text, language=None if form.extension == "txt" else form.extension,
+                    wrap_lines=True)
+            st.download_button(f"Download for {form.format}", text,
+                               file_name=f"ngram_{tree.size}_{form.format}.{form.extension}",
+                               key=f"dl_ngram_{form.format}")
+    st.stop()
 
 c1, c2, c3 = st.columns([1, 1, 2])
 heads_needed = max(tree.depth, drafter.get("depth") or 1, 1)
@@ -52,7 +73,7 @@ num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_va
                             value=heads_needed,  # another tree or drafter that needs
                             key=f"export_heads_{heads_needed}")  # another count resets it
 typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
-eagle = typed in ("eagle", "eagle3")  # prompt lookup ("ngram") has no tree form here
+eagle = typed in ("eagle", "eagle3")
 draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
                  index=1 if eagle else 0, key="export_draft")
 eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",

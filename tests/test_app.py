@@ -256,6 +256,33 @@ def test_export_page_exports_a_selection_files_pick_per_batch():
     assert at.error[0].value.startswith("growth.json: not a selection")
 
 
+def test_export_page_writes_each_engines_ngram_settings_for_a_prompt_lookup_pick():
+    import numpy as np
+
+    from treeopt.costs import StepLatency
+    from treeopt.files import dumps
+    from treeopt.grow import Growth
+    from treeopt.lookup_export import FORMS, export_lookup
+    from treeopt.select import select
+    from treeopt.tree import Tree
+
+    meta = {"trace_meta": {"head_kind": "prompt-lookup", "num_heads": 3, "heads_config": {
+        "kind": "prompt-lookup", "num_heads": 3, "min_match": 2, "max_match": 4}}}
+    growth = Growth("empirical", "none", ((0,), (0, 0), (0, 0, 0)),
+                    np.array([1.0, 1.8, 2.4, 2.6]), {}, meta=meta)
+    latency = StepLatency.from_points([(1, 64, q + 1, 0.01) for q in range(4)], "hand-made")
+    selection = select(growth, latency, batch=[1], context=[64])
+    at = open_page("export")
+    at.radio(key="export_source").set_value("A selection file").run()
+    at.file_uploader(key="export_selection").set_value(
+        ("sel.json", dumps(selection.to_json()).encode(), "application/json")).run()
+    assert_clean(at)
+    assert [c.value for c in at.code] == [
+        export_lookup(Tree.chain(3), f.format, min_n=2, max_n=4).strip() for f in FORMS]
+    assert '"method": "ngram"' in at.code[0].value
+    assert any("matches down to n = 1" in c.value for c in at.caption)  # HF's note on min n
+
+
 def test_verify_page_samples_losslessly_with_the_sampled_trace(demo):
     if 0.7 not in demo.temperatures:
         pytest.skip("the demo ships no trace sampled at T = 0.7")
