@@ -84,7 +84,7 @@ def sample_prose(files: Sequence[SourceFile], tokenizer: Any, *, count: int, min
     comments on consecutive lines (:mod:`tokenize`) with their ``#`` markers removed, each up
     to its first line of code (:func:`_prose_head`); only passages of at least
     ``_PROSE_SHARE`` letters, spaces and punctuation count. A prompt is the longest run of a
-    passage's whole lines from its start that fits ``max_tokens`` (its final newline dropped),
+    passage's whole lines from its start that fits ``max_tokens`` and reads as prose itself,
     ``line`` the file line of its first character, ``kind`` ``docstring`` or ``comment``. The
     passages are shuffled by ``seed``; files that do not parse give none.
     """
@@ -94,7 +94,7 @@ def sample_prose(files: Sequence[SourceFile], tokenizer: Any, *, count: int, min
         if len(out) == count:
             break
         text = _fitting_lines(found[int(i)]["prompt"], tokenizer, max_tokens)
-        if text and len(tokenizer(text)["input_ids"]) >= min_tokens:
+        if _reads_as_prose(text) and len(tokenizer(text)["input_ids"]) >= min_tokens:
             out.append({**found[int(i)], "prompt": text})
     if len(out) < count:
         raise TreeoptError(f"found only {len(out)} of {count} prose prompts of {min_tokens} … "
@@ -199,6 +199,8 @@ def _prose_head(lines: Sequence[str]) -> str:
 def _reads_as_prose(text: str) -> bool:
     """Whether ``text`` is words: at least ``_PROSE_SHARE`` of it letters, spaces and
     punctuation, and at least four words."""
+    if not text:
+        return False
     share = sum(ch in _PROSE_CHARS for ch in text) / len(text)
     return share >= _PROSE_SHARE and len(text.split()) >= 4
 
