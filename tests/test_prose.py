@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -272,8 +271,19 @@ def test_choose_drafter_refuses_a_bad_prompt_set(tmp_path):
 
 
 def cli(*args, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "treeopt", *map(str, args)],
-                          capture_output=True, text=True)
+    """``treeopt ARGS`` through the CLI's own entry point, in this process (its exit status,
+    stdout and stderr)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from treeopt.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = int(exc.code or 0)
     if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+        assert code == 0, err.getvalue()
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
