@@ -625,8 +625,9 @@ def prose(ctx: Context) -> dict[str, Any]:
     demo ships, its greedy rank trace on them (as on the held-out prompts) and the growth from
     it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
     step profile, the fastest drafter per batch size on each set (``choose-drafter
-    --prompt-set``). A trace already on disk for the same drafter and prompts is reused (an
-    interrupted stage, or a kind made again beside kept ones)."""
+    --prompt-set``). A trace and growth already on disk for the same drafter and prompts are
+    reused (an interrupted stage, or a kind made again beside kept ones: ``outputs`` and
+    ``kind_outputs`` name the files to remove first)."""
     from treeopt.demo.prompts import sample_prose, write_prompts
 
     c = ctx.config
@@ -656,8 +657,10 @@ def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.trace import RankTrace
 
     trace = greedy_trace(ctx, kind, "prose", ctx.paths.prose_trace(kind))
-    g = grow(trace, method="empirical", max_nodes=ctx.config.max_nodes)
-    g.save(ctx.paths.prose_growth(kind))
+    path = ctx.paths.prose_growth(kind)
+    if not path.exists():  # else grown from this trace before (a kind made again beside kept
+        grow(trace, method="empirical", max_nodes=ctx.config.max_nodes).save(path)  # ones)
+    g = Growth.load(path)  # E[L] as the file has it, grown now or before
     code = Growth.load(ctx.paths.growth(kind))
     on_prose = code.evaluate(trace)
     on_code = code.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
