@@ -73,7 +73,7 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters", "dynamic"}
+                                         "sampled", "drafters", "dynamic", "prose"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
@@ -378,7 +378,10 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tmp_path, m
     assert changed <= medusa | {"heads/medusa/heads.json"}, changed - medusa
     assert paths.trace("medusa").relative_to(out).as_posix() in changed
     for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new
-        assert json.dumps(again[name]).count('"hydra"') == json.dumps(first[name]).count('"hydra"')
+        made, kept = ({k: v for k, v in r[name].items() if k != "choice"}  # prose's choice
+                      for r in (again, first))  # weighs every drafter, Medusa's new heads too
+        assert json.dumps(made).count('"hydra"') == json.dumps(kept).count('"hydra"')
+    assert json.loads(json.dumps(again["prose"]["hydra"])) == first["prose"]["hydra"]
     assert again["heads"]["hydra"] == first["heads"]["hydra"]
     assert again["quality"]["live"]["hydra"] == first["quality"]["live"]["hydra"]
     assert again["quality"]["live"]["medusa"] != first["quality"]["live"]["medusa"]

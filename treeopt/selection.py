@@ -342,3 +342,78 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
                                  {n: p.tokens_per_s for n, p in points.items()},
                                  {n: p.speedup for n, p in points.items()}))
     return out
+
+
+@dataclass(frozen=True)
+class PromptSetChoice:
+    """The fastest drafter at one (batch, context) on each of several prompt sets (workloads:
+    code, prose …), and the one drafter to run when a deployment serves all of them."""
+
+    batch: int
+    context: int
+    choices: dict[str, DrafterChoice]  # prompt set → the fastest drafter there
+    robust: str  # the drafter whose worst share of a set's best speed-up is largest
+    shares: dict[str, float]  # drafter (and ``none``) → its worst share over the sets
+
+    @property
+    def drafters(self) -> dict[str, str]:
+        """Prompt set → the name of its fastest drafter."""
+        return {name: c.drafter for name, c in self.choices.items()}
+
+    @property
+    def agree(self) -> bool:
+        """Whether one drafter is the fastest on every prompt set."""
+        return len(set(self.drafters.values())) == 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "context": self.context, "fastest": self.drafters,
+                "agree": self.agree, "robust": self.robust, "worst_share": self.shares,
+                "speedup": {name: c.speedups for name, c in self.choices.items()}}
+
+
+def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[PromptSetChoice]:
+    """Per (batch, context) that every selection prices: :func:`choose_drafter` on each prompt
+    set's selections (prompt set → drafter → selection), and the robust pick across the sets.
+
+    Every set names the same drafters. A drafter's share on a set is its speed-up over the
+    set's best (autoregressive decoding, ``none``, counts as a candidate of speed-up 1); the
+    robust pick maximises the smallest share over the sets (ties: the first named, ``none``
+    last), so it is the fastest drafter wherever the sets agree.
+
+    >>> from treeopt.tree import Tree
+    >>> def sel(tps):
+    ...     c = Curve((0, 1), (1.0, tps))
+    ...     p = Point(1, 64, Tree.chain(1), None, 1.5, 1.0, 0.0, 0.0, tps, 1.0, 1, c)
+    ...     return Selection({}, {}, {}, {}, (None,), (p,))
+    >>> [c] = choose_drafter_per_set({"code": {"lookup": sel(3.0), "eagle": sel(2.0)},
+    ...                               "prose": {"lookup": sel(1.1), "eagle": sel(1.8)}})
+    >>> c.drafters, c.robust, c.shares
+    ({'code': 'lookup', 'prose': 'eagle'}, 'eagle', {'lookup': 0.6111111111111112, 'eagle': 0.6666666666666666, 'none': 0.3333333333333333})
+    """
+    if not sets:
+        raise TreeoptError("no prompt sets to choose a drafter for")
+    names = list(next(iter(sets.values())))
+    for name, selections in sets.items():
+        if sorted(selections) != sorted(names):
+            raise TreeoptError(f"prompt set {name!r} has selections of {sorted(selections)}, "
+                               f"another of {sorted(names)}: compare the same drafters on "
+                               "every prompt set")
+    per_set = {name: {(c.batch, c.context): c for c in choose_drafter(selections)}
+               for name, selections in sets.items()}
+    shared = sorted(set.intersection(*(set(choices) for choices in per_set.values())))
+    if not shared:
+        raise TreeoptError(f"the prompt sets {list(sets)} share no (batch, context) point; "
+                           "select them over the same batch sizes and contexts")
+    out = []
+    for point in shared:
+        choices = {name: per_set[name][point] for name in sets}
+        shares = {d: min(_share(c.speedups.get(d, 1.0), c) for c in choices.values())
+                  for d in [*names, NO_DRAFTER]}
+        out.append(PromptSetChoice(*point, choices, max(shares, key=shares.__getitem__),
+                                   shares))
+    return out
+
+
+def _share(speedup: float, choice: DrafterChoice) -> float:
+    """``speedup`` over the best of ``choice``'s candidates and autoregressive decoding."""
+    return speedup / max(1.0, *choice.speedups.values())

@@ -150,6 +150,14 @@ def _register_choose_drafter(sub: argparse._SubParsersAction) -> None:
     p.add_argument("selections", nargs="+", metavar="S.json",
                    help="selection files (treeopt select), one per drafter, priced on the same "
                         "hardware")
+    p.add_argument("--prompt-set", action="append", type=_prompt_set, metavar="NAME=S.json,…",
+                   help="selections of the same drafters made on another prompt set (repeat the "
+                        "flag for more): adds each set's choices and, per batch size, the "
+                        "fastest drafter on every set and the one whose worst share of a set's "
+                        "best speed-up is largest")
+    p.add_argument("--name", metavar="NAME",
+                   help="the prompt set the positional selections were made on, beside "
+                        "--prompt-set (default: prompts)")
     add_out(p)
     p.set_defaults(func=cmd_choose_drafter)
 
@@ -397,19 +405,46 @@ def _dynamic_profile(args: argparse.Namespace) -> Any:
 
 
 def cmd_choose_drafter(args: argparse.Namespace) -> int:
-    from treeopt.selection import Selection, choose_drafter
+    from treeopt.selection import choose_drafter, choose_drafter_per_set
+
+    require(not args.name or bool(args.prompt_set), "--name names the positional selections' "
+            "prompt set beside --prompt-set NAME=S.json,…; give --prompt-set too")
+    named, files = _named_selections(args.selections)
+    doc: dict[str, Any] = {"format": "treeopt.drafter-choice/1", "selections": files,
+                           "points": [c.to_json() for c in choose_drafter(named)]}
+    if not args.prompt_set:
+        return emit(doc, args.out)
+    sets, set_files = {args.name or "prompts": named}, {args.name or "prompts": files}
+    for name, paths in args.prompt_set:
+        require(name not in sets, f"--prompt-set {name}: that prompt set is named twice")
+        sets[name], set_files[name] = _named_selections(paths)
+    doc["prompt_sets"] = {name: {"selections": set_files[name], "points": [
+        c.to_json() for c in choose_drafter(selections)]} for name, selections in sets.items()}
+    doc["across_sets"] = [c.to_json() for c in choose_drafter_per_set(sets)]
+    return emit(doc, args.out)
+
+
+def _named_selections(paths: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Selection files read and named by their drafter's kind (a file's path added where two
+    share a kind or one has none); and name → path."""
+    from treeopt.selection import Selection
 
     named: dict[str, Selection] = {}
-    for path in args.selections:
+    for path in paths:
         selection = Selection.load(path)
         name = str(selection.draft.get("kind") or "none")
         if name in named or name == "none":
             name = f"{name} ({path})"
         named[name] = selection
-    choices = choose_drafter(named)
-    return emit({"format": "treeopt.drafter-choice/1", "selections": dict(zip(
-        named, args.selections, strict=True)), "points": [c.to_json() for c in choices]},
-        args.out)
+    return named, dict(zip(named, paths, strict=True))
+
+
+def _prompt_set(text: str) -> tuple[str, list[str]]:
+    """``prose=a.json,b.json`` → (``prose``, [``a.json``, ``b.json``])."""
+    name, sep, files = text.partition("=")
+    if not sep or not name.strip() or not _names(files):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=S.json,S.json,…")
+    return name.strip(), _names(files)
 
 
 def _step_profile(args: argparse.Namespace) -> Any:

@@ -46,6 +46,7 @@ class DemoConfig:
     draft_model_layers: int = 1  # decoder layers of the draft model (a copy of the base's first)
     calibration_prompts: int = 640
     heldout_prompts: int = 192
+    prose_prompts: int = 64  # docstrings and comments of the same files: where repeats are rare
     prompt_tokens: tuple[int, int] = (24, 64)
     max_new_tokens: int = 256
     calibration_batch: int = 16
@@ -94,7 +95,7 @@ class DemoConfig:
         if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
             raise FieldError("medusa_head_layers",
                              f"must be at least 1, got {self.medusa_head_layers}")
-        for name in ("lookup_depth", "lookup_max_n"):
+        for name in ("lookup_depth", "lookup_max_n", "prose_prompts"):
             if getattr(self, name) < 1:
                 raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
@@ -173,7 +174,7 @@ TINY = DemoConfig(
                     intermediate_size=64, max_positions=128, seq_len=64, batch_size=4, steps=6,
                     warmup=2, ditto_share=0.5, ditto_phase=0.5),
     num_heads=2, head_data_prompts=4, head_steps=3, head_batch=2, head_seq_len=32,
-    calibration_prompts=4, heldout_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24,
+    calibration_prompts=4, heldout_prompts=2, prose_prompts=2, prompt_tokens=(8, 24), max_new_tokens=24,
     calibration_batch=4, top_k=8, sample_temperatures=(1.0,), max_nodes=16, eval_sizes=(4,), latency_context=(16,),
     latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,

@@ -31,6 +31,8 @@ class DemoPaths:
     ('data/demo/heads/hydra', 'data/demo/traces/medusa.npz', 'data/demo/growth/hydra.json')
     >>> p.trace("hydra", temperature=0.7).name, p.growth("hydra", temperature=1.0).name
     ('hydra-t0.7.npz', 'hydra-t1.0.json')
+    >>> p.prose_trace("prompt-lookup").name, p.prose_growth("eagle").name, p.prompts("prose").name
+    ('prompt-lookup-prose.npz', 'eagle-prose.json', 'prose.jsonl')
     """
 
     root: Path
@@ -62,10 +64,19 @@ class DemoPaths:
         suffix = "" if method == "empirical" else f"-{method}"
         return self.root / "growth" / f"{_kind(kind)}{_temperature(temperature)}{suffix}.json"
 
+    def prose_trace(self, kind: str) -> Path:
+        """The greedy rank trace of ``kind`` on the prose prompts (``prompts("prose")``)."""
+        return self.root / "traces" / f"{_kind(kind)}-prose.npz"
+
+    def prose_growth(self, kind: str) -> Path:
+        """The empirical growth of ``kind`` from its prose trace."""
+        return self.root / "growth" / f"{_kind(kind)}-prose.json"
+
     def prompts(self, part: str = "heldout") -> Path:
-        """Prompts JSONL: ``heldout`` (verification) or ``calibration``."""
-        if part not in ("heldout", "calibration"):
-            raise TreeoptError(f"demo prompts {part!r}: expected heldout or calibration")
+        """Prompts JSONL: ``heldout`` (verification), ``calibration``, or ``prose`` (docstrings
+        and comments of the same files: natural language, where repeats are rare)."""
+        if part not in ("heldout", "calibration", "prose"):
+            raise TreeoptError(f"demo prompts {part!r}: expected heldout, calibration or prose")
         return self.root / "prompts" / f"{part}.jsonl"
 
     def latency(self, device: str = "cpu") -> Path:

@@ -21,7 +21,7 @@ HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
 DRAFTERS = KINDS
 # the stages that do each head kind's work apart (a record per kind inside the stage's record)
-KIND_STAGES = ("heads", "traces", "growth", "quality", "latency", "sweep", "sampled")
+KIND_STAGES = ("heads", "traces", "growth", "quality", "latency", "sweep", "sampled", "prose")
 # settings that touch one head kind's work alone: changing one redoes that kind's part of the
 # kind stages and keeps everything else of a finished demo
 KIND_SETTINGS: dict[str, tuple[str, ...]] = {"medusa_head_layers": ("medusa",)}
@@ -265,22 +265,28 @@ def traces(ctx: Context) -> dict[str, Any]:
 
 def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
     """The greedy rank traces of the ``kind`` drafter on the calibration and held-out prompts."""
-    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-
-    c, out = ctx.config, {}
-    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
-                          batch_size=c.calibration_batch)
-    heads = ctx.heads(kind)
+    out = {}
     for part in ("calibration", "heldout"):
-        prompts = ctx.prompt_ids(part)
-        bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
-        trace, _ = calibrate(ctx.model, heads, prompts,
-                             ctx.paths.trace(kind, heldout=part == "heldout"), config=cal,
-                             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-                             progress=lambda i, n, bar=bar: bar.update(1))
-        bar.close()
+        trace = greedy_trace(ctx, kind, part, ctx.paths.trace(kind, heldout=part == "heldout"))
         out[part] = {"positions": trace.positions, "sequences": int(trace.meta["sequences"])}
     return out
+
+
+def greedy_trace(ctx: Context, kind: str, part: str, out: Path) -> RankTrace:
+    """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
+    (resumed when a run was interrupted): the demo's top-k, continuation length and batch."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+
+    c = ctx.config
+    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                          batch_size=c.calibration_batch)
+    prompts = ctx.prompt_ids(part)
+    bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
+    trace, _ = calibrate(ctx.model, ctx.heads(kind), prompts, out, config=cal,
+                         meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+                         progress=lambda i, n, bar=bar: bar.update(1))
+    bar.close()
+    return trace
 
 
 def growths(ctx: Context) -> dict[str, Any]:
@@ -613,6 +619,90 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def prose(ctx: Context) -> dict[str, Any]:
+    """A second prompt set where repeats are rare: docstrings and comments of the files no
+    training step has seen (:func:`treeopt.demo.prompts.sample_prose`). For every drafter the
+    demo ships, its greedy rank trace on them (as on the held-out prompts) and the growth from
+    it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
+    step profile, the fastest drafter per batch size on each set (``choose-drafter
+    --prompt-set``). A trace and growth already on disk for the same drafter and prompts are
+    reused (an interrupted stage, or a kind made again beside kept ones: ``outputs`` and
+    ``kind_outputs`` name the files to remove first)."""
+    from treeopt.demo.prompts import sample_prose, write_prompts
+
+    c = ctx.config
+    pool = ctx.corpus.calibration + ctx.corpus.heldout  # files no training step has seen
+    found = sample_prose(pool, ctx.tokenizer, count=c.prose_prompts,
+                         min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
+                         seed=c.seed + 17)
+    write_prompts(ctx.paths.prompts("prose"), found)
+    kinds = ctx.paths.kinds()
+    out: dict[str, Any] = {
+        "prompts": {"count": len(found), "file": ctx.paths.prompts("prose").name,
+                    "files": len({p["source"] for p in found}),
+                    "kinds": {k: sum(p["kind"] == k for p in found)
+                              for k in ("docstring", "comment")}},
+        "max_nodes": c.max_nodes, **{kind: kind_prose(ctx, kind) for kind in kinds}}
+    choice = prose_choice(ctx, kinds)
+    if choice:
+        out["choice"] = choice
+    return out
+
+
+def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
+    """The ``kind`` drafter's greedy trace on the prose prompts and its growth; the position-mean
+    E[L] by size of that growth on prose, of the code-grown trees on prose, and of the code-grown
+    trees on the held-out code prompts."""
+    from treeopt.grow import Growth, grow
+    from treeopt.trace import RankTrace
+
+    trace = greedy_trace(ctx, kind, "prose", ctx.paths.prose_trace(kind))
+    path = ctx.paths.prose_growth(kind)
+    if not path.exists():  # else grown from this trace before (a kind made again beside kept
+        grow(trace, method="empirical", max_nodes=ctx.config.max_nodes).save(path)  # ones)
+    g = Growth.load(path)  # E[L] as the file has it, grown now or before
+    code = Growth.load(ctx.paths.growth(kind))
+    on_prose = code.evaluate(trace)
+    on_code = code.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
+    sizes = [n for n in SIZES if n <= g.max_nodes and n < len(on_prose)]
+    ctx.log(f"  {kind}: E[L] on prose {g.expected_accept_length[sizes[-1]]:.3f}, held-out code "
+            f"{on_code[sizes[-1]]:.3f} ({sizes[-1]} nodes)")
+    return {"positions": trace.positions, "sequences": int(trace.meta["sequences"]),
+            "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in sizes},
+            "code_grown_expected_accept_length": {n: float(on_prose[n]) for n in sizes},
+            "heldout_code_expected_accept_length": {n: float(on_code[n]) for n in sizes}}
+
+
+def prose_choice(ctx: Context, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """The fastest drafter per batch size on the held-out code prompts and on the prose ones,
+    and the robust pick across both (:func:`treeopt.selection.choose_drafter_per_set`): each
+    drafter's growth for the set, E[L] the per-step walk of the set's trace, priced by the
+    drafter's step profile. Nothing when a drafter has no step profile."""
+    from treeopt.grow import Growth
+    from treeopt.select import select
+    from treeopt.selection import choose_drafter_per_set
+    from treeopt.trace import RankTrace
+
+    device = ctx.config.device
+    if not all(ctx.paths.step_profile(k, device).exists() for k in kinds):
+        return {}
+    sets: dict[str, dict[str, Any]] = {"code": {}, "prose": {}}
+    for kind in kinds:
+        costs = demo_costs(ctx, ctx.paths.step_profile(kind, device))
+        for name, growth, trace in (
+                ("code", ctx.paths.growth(kind), ctx.paths.trace(kind, heldout=True)),
+                ("prose", ctx.paths.prose_growth(kind), ctx.paths.prose_trace(kind))):
+            sets[name][kind] = select(Growth.load(growth), costs.verify, draft=costs.draft,
+                                      overhead=costs.overhead, batch=costs.verify.batches,
+                                      context=costs.verify.contexts, trace=RankTrace.load(trace))
+    points = [c.to_json() for c in choose_drafter_per_set(sets)]
+    for p in points:
+        ctx.log(f"  batch {p['batch']}: fastest on code {p['fastest']['code']}, on prose "
+                f"{p['fastest']['prose']}; across both {p['robust']}")
+    return {"acceptance": "per-step walk of each set's trace (held-out code, prose)",
+            "points": points}
+
+
 def drafter_timing(ctx: Context, kind: str) -> dict[str, Any]:
     """What the drafters stage measures of a ``kind`` drafter's speed (its step profile and live
     sweep; nothing without the profiler)."""
@@ -774,7 +864,7 @@ def threads(n: int) -> None:
 def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
     """The files stage ``name`` writes and would resume from: what running it again removes
     first (so a redone stage measures afresh instead of resuming its own finished work)."""
-    kinds = NEW_KINDS if name == "drafters" else HEAD_KINDS
+    kinds = NEW_KINDS if name == "drafters" else KINDS if name == "prose" else HEAD_KINDS
     if name == "drafters":
         return [p for stage in ("traces", "growth", "sweep", "sampled")
                 for p in _files_of(stage, kinds, paths, config)] + [
@@ -837,6 +927,8 @@ def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoC
         "dynamic": [*(paths.dynamic_trace(part, k) for part in ("calibration", "heldout")
                       for k in config.dynamic_topk), paths.dynamic_step_profile(config.device),
                     paths.dynamic_selection(config.device)],
+        "prose": [paths.prompts("prose"), *(p for k in kinds for p in (
+            paths.prose_trace(k), paths.prose_growth(k)))],
         "sampled": [p for k in kinds for t in temps
                     for p in (paths.trace(k, temperature=t),
                               paths.trace(k, heldout=True, temperature=t),
@@ -849,6 +941,6 @@ PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
     ("tokenizer", corpus_and_tokenizer), ("prompts", prompts), ("base", base_model),
     ("head_data", head_data), ("heads", heads), ("traces", traces), ("growth", growths),
     ("quality", quality), ("latency", latency), ("sweep", sweep), ("sampled", sampled),
-    ("drafters", drafters), ("dynamic", dynamic))
+    ("drafters", drafters), ("dynamic", dynamic), ("prose", prose))
 
 
