@@ -1,6 +1,6 @@
-"""Drafters: Medusa heads, Hydra heads, an EAGLE drafter and a draft model on the demo's base
-model, side by side — acceptance by tree size, drafting cost by depth, and the throughput each
-reaches per batch size, with the drafter select would choose."""
+"""Drafters: Medusa heads, Hydra heads, an EAGLE drafter, a draft model and prompt lookup on the
+demo's base model, side by side — acceptance by tree size, drafting cost by depth, and the
+throughput each reaches per batch size, with the drafter select would choose."""
 
 import streamlit as st
 
@@ -13,10 +13,15 @@ plots_drafters = CachedFigures(drafter_plots)  # each figure built once per set 
 st.title("Drafters")
 bundle = demo()
 kinds = list(bundle.growths)
-st.caption("Every drafter the demo ships, trained on the same self-distillation data and "
-           "calibrated on the same prompts. Medusa heads read the last hidden state only; Hydra "
-           "heads also read the path's tokens; the EAGLE drafter predicts the next feature with "
-           "one decoder layer; the draft model is a one-layer copy of the base model.")
+ROLES = {"medusa": "Medusa heads read the last hidden state only",
+         "hydra": "Hydra heads also read the path's tokens",
+         "eagle": "the EAGLE drafter predicts the next feature with one decoder layer",
+         "draft-model": "the draft model is a one-layer copy of the base model",
+         "prompt-lookup": "prompt lookup has no weights: it proposes the tokens that followed "
+                          "the context's last n-gram where it occurred before"}
+st.caption("Every drafter the demo ships, calibrated on the same prompts (the trained ones on "
+           "the same self-distillation data): " +
+           "; ".join(ROLES.get(k, k) for k in kinds) + ".")
 with page_errors():
     st.plotly_chart(plots_drafters.acceptance_by_size(
         {k: bundle.growths[k].expected_accept_length for k in kinds}), width="stretch")
