@@ -1,0 +1,96 @@
+"""SGLang's trie drafter (kind ngram-trie): the incremental index equals a from-scratch build of
+SGLang's insert and match, its ranks are hand-checked on a small sequence, live tree decoding
+with it is lossless (greedy and sampled) and walking its trace reproduces live decoding step by
+step; specs and drafter files name their settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, reference_candidates, trie_ranks
+from treeopt.errors import TreeoptError
+
+CONTEXTS = st.lists(st.integers(0, 3), min_size=1, max_size=40)
+PATHS = st.lists(st.integers(0, 3), max_size=4)
+MATCHES = st.sampled_from(["bfs", "prob"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(CONTEXTS, PATHS, st.integers(2, 6), MATCHES)
+def test_the_index_grown_token_by_token_equals_sglangs_insert_from_scratch(
+        context, path, depth, match):
+    rule = TrieRule(max_trie_depth=depth, match=match)
+    index = TrieIndex(rule)
+    for i, token in enumerate(context):
+        index.extend([token])
+        want = reference_candidates(context[: i + 1], path, rule, 10)
+        assert index.candidates(path, 10) == want
+        assert index.candidates(path, 2) == want[:2]
+        for token_ in range(5):
+            rank = want.index(token_) if token_ in want else -1
+            assert index.rank(path, token_, 10) == rank
+            assert index.rank(path, token_, 2) == (rank if rank < 2 else -1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(CONTEXTS, st.integers(2, 5), MATCHES,
+       st.lists(st.tuples(st.integers(-1, 6), st.integers(0, 2)), min_size=1, max_size=8))
+def test_a_drafted_tree_holds_the_candidate_of_each_nodes_rank(context, depth, match, shape):
+    parents = [min(p, i - 1) for i, (p, _) in enumerate(shape)]  # parents precede children
+    ranks = [r for _, r in shape]
+    index = TrieIndex(TrieRule(max_trie_depth=depth, match=match))
+    index.extend(context)
+    tokens = index.draft(parents, ranks)
+    for i, (p, r) in enumerate(zip(parents, ranks, strict=True)):
+        path, q = [], p
+        while q >= 0:
+            path.insert(0, tokens[q])
+            q = parents[q]
+        listed = index.candidates(path, r + 1) if -1 not in path else []
+        assert tokens[i] == (listed[r] if r < len(listed) else -1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=30), st.integers(2, 5), MATCHES,
+       st.integers(1, 4), st.integers(1, 3))
+def test_trie_ranks_rank_each_true_token_on_the_true_path(seq, depth, match, k, top_k):
+    rule = TrieRule(max_trie_depth=depth, match=match)
+    got = trie_ranks(seq, 0, rule, k, top_k=top_k)
+    assert got.shape == (max(0, len(seq) - 1 - k), k)
+    for t in range(got.shape[0]):
+        for j in range(k):
+            listed = reference_candidates(seq[: t + 2], seq[t + 2: t + 2 + j], rule, top_k)
+            want = listed.index(seq[t + 2 + j]) if seq[t + 2 + j] in listed else -1
+            assert got[t, j] == want
+
+
+SEQ = [5, 6, 7, 5, 6, 7, 5, 6, 8, 5, 6, 7, 9]
+
+
+def test_hand_worked_ranks_differ_between_recency_and_frequency():
+    """At t = 8 the root is the fourth 5: after [5, 6] came 7 twice (starts 0, 3) and 8 once,
+    later (start 6), so recency lists [8, 7] and frequency [7, 8]. At t = 9 the root is 6: the
+    anchors are [5, 6] and [6] (the 3-token suffix is as deep as the trie: no children); below
+    7 only [6, 7] has a child (5), not 9."""
+    bfs = trie_ranks(SEQ, 0, TrieRule(max_trie_depth=3), 2, top_k=4)
+    prob = trie_ranks(SEQ, 0, TrieRule(max_trie_depth=3, match="prob"), 2, top_k=4)
+    assert bfs[8].tolist() == [0, 1] and prob[8].tolist() == [0, 0]
+    assert bfs[9].tolist() == [1, -1] and prob[9].tolist() == [0, -1]
+    assert bfs[:2].tolist() == [[-1, -1], [-1, -1]]  # nothing repeats yet
+    assert trie_ranks(SEQ, 0, TrieRule(max_trie_depth=3), 2, top_k=1)[8:10].tolist() == [
+        [0, -1], [-1, -1]]
+    index = TrieIndex(TrieRule(max_trie_depth=3))
+    index.extend(SEQ[:11])
+    assert index.candidates([], 4) == [8, 7] and index.candidates([7], 4) == [5]
+    assert index.draft([-1, -1, 0, 1], [0, 1, 0, 0]) == [8, 7, 5, 5]  # [6,8]→5, [6,7]→5
+
+
+def test_bad_settings_are_refused_naming_the_setting():
+    with pytest.raises(TreeoptError, match="max_trie_depth must be ≥ 2, got 1"):
+        TrieRule(max_trie_depth=1)
+    with pytest.raises(TreeoptError, match="match must be one of bfs, prob, got 'lru'"):
+        TrieRule(match="lru")
