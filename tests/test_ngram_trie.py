@@ -94,3 +94,82 @@ def test_bad_settings_are_refused_naming_the_setting():
         TrieRule(max_trie_depth=1)
     with pytest.raises(TreeoptError, match="match must be one of bfs, prob, got 'lru'"):
         TrieRule(match="lru")
+
+
+# ---- the drafter, live and in calibration ------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+from treeopt import Tree  # noqa: E402
+from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
+from treeopt.decoding.loop import DecodeConfig, decode, generate  # noqa: E402
+from treeopt.drafters.trie_drafter import TrieDrafter, parse_trie_spec  # noqa: E402
+from treeopt.grow import grow  # noqa: E402
+from treeopt.simulate import step_lengths  # noqa: E402
+
+PROMPTS = [[5, 17, 99, 3, 42, 5, 17], [7, 7, 8], [200, 100, 50, 25, 12, 6, 3], [9],
+           [11, 12, 13, 11, 12, 14, 11, 12]]
+GREEDY = DecodeConfig(max_new_tokens=48)
+SAMPLED = DecodeConfig(max_new_tokens=40, mode="sample", temperature=0.8, seed=3)
+TOP_K = 4
+
+
+@pytest.fixture(scope="module")
+def base(peaked):
+    return peaked[0]
+
+
+@pytest.fixture(scope="module", params=["bfs", "prob"])
+def trie(request):
+    return TrieDrafter(depth=5, max_trie_depth=6, match=request.param, vocab_size=256)
+
+
+def _sampling(cfg):
+    return {} if cfg.mode == "greedy" else {"temperature": cfg.temperature, "seed": cfg.seed}
+
+
+@pytest.fixture(scope="module")
+def grown(base, trie, tmp_path_factory):
+    """A branching tree of 8 nodes grown from the trie's greedy trace over every prompt."""
+    out = tmp_path_factory.mktemp(f"trie-{trie.rule.match}")
+    trace, _ = calibrate(base, trie, PROMPTS, out / "t.npz",
+                         config=CalibrateConfig(top_k=TOP_K, max_new_tokens=48))
+    growth = grow(trace, method="empirical", max_nodes=8)
+    tree = growth.tree(min(8, growth.max_nodes))
+    assert tree.max_rank >= 1 and tree.depth >= 2  # it branches: the trie offers alternatives
+    return tree
+
+
+@pytest.mark.parametrize("cfg", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_the_trace_walk_reproduces_live_decoding_step_by_step(base, trie, grown, cfg, tmp_path):
+    longest = 0
+    for tree in (grown, Tree.from_choices([[0], [1], [0, 0], [1, 0], [0, 1], [0, 0, 0]])):
+        for i, prompt in enumerate(PROMPTS):
+            trace, _ = calibrate(base, trie, [prompt], tmp_path / f"{tree.size}-{i}.npz",
+                                 config=CalibrateConfig(top_k=TOP_K,
+                                                        max_new_tokens=cfg.max_new_tokens,
+                                                        **_sampling(cfg)))
+            assert (trace.head_kind, trace.heads) == ("ngram-trie", 5)
+            walk = step_lengths(tree, trace).tolist()
+            live = decode(base, trie, tree, [prompt], config=cfg,
+                          streams=[0] if _sampling(cfg) else None)  # calibration's stream
+            assert list(live.stats.accept_lengths[: len(walk)]) == walk
+            longest = max(longest, *walk)
+    assert longest > 2  # the walks compared steps where drafted tokens were accepted
+
+
+@pytest.mark.parametrize("cfg", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_tree_decoding_with_the_trie_is_lossless(base, trie, grown, cfg):
+    want = decode(base, None, Tree(()), PROMPTS, config=cfg).tokens
+    got = decode(base, trie, grown, PROMPTS, config=cfg)
+    assert got.tokens == want
+    assert got.stats.mean_accept_length > (1.3 if cfg.mode == "greedy" else 1.05)
+    wide = Tree.from_choices([[r] for r in range(TOP_K)] + [[0, r] for r in range(TOP_K)])
+    assert decode(base, trie, wide, PROMPTS, config=cfg).tokens == want  # holes: -1 nodes
+
+
+def test_every_row_of_a_batch_equals_that_row_decoded_alone(base, trie, grown):
+    batch = decode(base, trie, grown, PROMPTS, config=GREEDY)
+    for i, prompt in enumerate(PROMPTS):
+        alone = generate(base, trie, grown, prompt, config=GREEDY)
+        assert batch.tokens[i] == alone.tokens
