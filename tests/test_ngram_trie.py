@@ -173,3 +173,69 @@ def test_every_row_of_a_batch_equals_that_row_decoded_alone(base, trie, grown):
     for i, prompt in enumerate(PROMPTS):
         alone = generate(base, trie, grown, prompt, config=GREEDY)
         assert batch.tokens[i] == alone.tokens
+
+
+def test_specs_and_drafter_files_name_the_settings(tmp_path, base):
+    from treeopt.drafters.checkpoints import load_heads_for
+
+    d = load_heads_for(base, "ngram-trie:depth=4,max-trie-depth=7,match=prob")
+    assert isinstance(d, TrieDrafter)
+    assert (d.config.num_heads, d.rule.max_trie_depth, d.rule.match, d.config.vocab_size) == (
+        4, 7, "prob", 256)
+    assert (d.config.min_match, d.config.max_match, d.config.match_type) == (1, 7, "prob")
+    plain = load_heads_for(base, "ngram-trie", depth=8)
+    assert (plain.config.num_heads, plain.rule) == (8, TrieRule(max_trie_depth=18, match="bfs"))
+    d.save(tmp_path)
+    again = load_heads_for(base, tmp_path)
+    assert isinstance(again, TrieDrafter) and again.config == d.config
+    for spec, message in [
+            ("ngram-trie:size=3", "'size=3' is not one of depth=N, max-trie-depth=N, "
+                                  "match=bfs|prob"),
+            ("ngram-trie:depth", "'depth' is not one of"),
+            ("ngram-trie:depth=x", "depth must be an integer, got 'x'"),
+            ("ngram-trie:match=lru", "match must be one of bfs, prob, got 'lru'"),
+            ("ngram-trie:max-trie-depth=1", "max_trie_depth must be ≥ 2, got 1"),
+            ("ngram-trie:depth=0", "depth must be ≥ 1, got 0")]:
+        with pytest.raises(TreeoptError, match=f"drafter spec '{spec}': .*{message}"):
+            parse_trie_spec(spec, vocab_size=10)
+    (tmp_path / "drafter.json").write_text(json.dumps(
+        {"format": "treeopt.drafter/1", "kind": "ngram-trie", "depth": 4, "match": 3}))
+    with pytest.raises(TreeoptError, match="drafter.json: match of the wrong type"):
+        load_heads_for(base, tmp_path)
+
+
+def test_a_tree_deeper_than_the_trace_is_refused(base):
+    with pytest.raises(TreeoptError, match="depth 6 but there are only 5"):
+        decode(base, TrieDrafter(depth=5, vocab_size=256), Tree.chain(6), PROMPTS[:1])
+
+
+def test_the_cli_calibrates_grows_and_verifies_with_the_trie(tiny_model_dir, prompts_file,
+                                                              tmp_path):
+    """The trie goes through the same commands as any drafter: --drafter SPEC; a bad spec is
+    one line on stderr and exit status 2."""
+    from test_cli_models import assert_user_error, run
+
+    from treeopt import RankTrace
+
+    spec = "ngram-trie:depth=4,max-trie-depth=6,match=prob"
+    proc = run("calibrate", "--model", tiny_model_dir, "--drafter", spec, "--prompts",
+               prompts_file, "--max-new-tokens", "16", "--top-k", "4", "--out", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    trace = RankTrace.load(tmp_path / "t.npz")
+    assert (trace.head_kind, trace.heads) == ("ngram-trie", 4)
+    assert trace.meta["heads_config"]["match_type"] == "prob"
+    assert trace.meta["heads_config"]["max_match"] == 6
+    proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--out",
+               tmp_path / "g.json")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [1, 0]]")
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
+               tmp_path / "tree.json", "--batch", "2", "--prompts", prompts_file,
+               "--max-new-tokens", "10", "--trace", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs_match"] is True
+    for bad, message in [("ngram-trie:match=lru", "match must be one of bfs, prob"),
+                         ("ngram-trie:width=2", "'width=2' is not one of")]:
+        proc = run("calibrate", "--model", tiny_model_dir, "--drafter", bad, "--prompts",
+                   prompts_file, "--out", tmp_path / "o.npz")
+        assert_user_error(proc, bad, message)
