@@ -228,6 +228,19 @@ def test_the_cli_calibrates_grows_and_verifies_with_the_trie(tiny_model_dir, pro
     proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--out",
                tmp_path / "g.json")
     assert proc.returncode == 0, proc.stderr
+    growth = json.loads((tmp_path / "g.json").read_text())
+    assert growth["meta"]["trace_meta"]["heads_config"]["match_type"] == "prob"
+    proc = run("export", "--tree", tmp_path / "g.json", "--size", "3", "--format", "sglang")
+    assert proc.returncode == 0, proc.stderr
+    tree = Tree.from_choices(growth["order"][:3])
+    widest = max(list(tree.parents).count(p) for p in range(-1, tree.size))
+    assert proc.stdout.splitlines()[1] == (
+        f"--speculative-algorithm NGRAM --speculative-num-draft-tokens 4 "
+        f"--speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth {widest} "
+        f"--speculative-ngram-max-trie-depth 6 --speculative-ngram-match-type PROB")
+    assert "SGLang shapes each step's tree itself" in proc.stderr
+    proc = run("export", "--tree", tmp_path / "g.json", "--size", "3", "--format", "vllm")
+    assert_user_error(proc, "format 'vllm' has no trie drafter", "--format sglang")
     (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [1, 0]]")
     proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
                tmp_path / "tree.json", "--batch", "2", "--prompts", prompts_file,
