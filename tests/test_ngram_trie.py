@@ -209,10 +209,10 @@ def test_a_tree_deeper_than_the_trace_is_refused(base):
         decode(base, TrieDrafter(depth=5, vocab_size=256), Tree.chain(6), PROMPTS[:1])
 
 
-def test_the_cli_calibrates_grows_and_verifies_with_the_trie(tiny_model_dir, prompts_file,
-                                                              tmp_path):
-    """The trie goes through the same commands as any drafter: --drafter SPEC; a bad spec is
-    one line on stderr and exit status 2."""
+def test_the_cli_calibrates_grows_exports_selects_and_verifies_with_the_trie(
+        tiny_model_dir, prompts_file, tmp_path):
+    """The trie goes through the same commands as any drafter: --drafter SPEC; its growth and
+    selection export SGLang's trie flags; a bad spec is one line on stderr and exit status 2."""
     from test_cli_models import assert_user_error, run
 
     from treeopt import RankTrace
@@ -241,6 +241,19 @@ def test_the_cli_calibrates_grows_and_verifies_with_the_trie(tiny_model_dir, pro
     assert "SGLang shapes each step's tree itself" in proc.stderr
     proc = run("export", "--tree", tmp_path / "g.json", "--size", "3", "--format", "vllm")
     assert_user_error(proc, "format 'vllm' has no trie drafter", "--format sglang")
+    proc = run("profile", "step", "--model", tiny_model_dir, "--drafter", spec, "--growth",
+               tmp_path / "g.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
+               "1,2,4", "--max-new-tokens", "6", "--rounds", "1", "--out", tmp_path / "step.json")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("select", "--growth", tmp_path / "g.json", "--step-profile", tmp_path / "step.json",
+               "--batch", "1,2", "--out", tmp_path / "sel.json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((tmp_path / "sel.json").read_text())["schedules"][0]
+    assert set(plan) >= {"sglang", "trie", "ranges"} and "vllm" not in plan
+    assert plan["trie"] == {"max_trie_depth": 6, "match": "prob"}
+    for r, flags in zip(plan["ranges"], plan["sglang"]["trie-depth"], strict=True):
+        assert flags["config"] is None if not r["size"] else (
+            flags["config"][3] == str(r["size"] + 1) and flags["config"][-1] == "PROB")
     (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [1, 0]]")
     proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
                tmp_path / "tree.json", "--batch", "2", "--prompts", prompts_file,

@@ -337,11 +337,15 @@ def export_lookup(tree: Tree, fmt: str, *, min_n: int, max_n: int,
 
 
 def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[str, int], *,
-                    min_n: int, max_n: int) -> dict[str, Any]:
+                    min_n: int, max_n: int, trie: TrieSetting | None = None) -> dict[str, Any]:
     """The engines' forms of a per-batch-size schedule of chains (``ranges``: one chain size
     per batch range, as :func:`treeopt.selection.schedule` builds them; size 0: speculation
     off): TensorRT-LLM's ``draft_len_schedule`` inside one ``NGramDecodingConfig``, one vLLM
-    config and one set of SGLang flags per range, and Hugging Face's (batch 1 only)."""
+    config and one set of SGLang flags per range, and Hugging Face's (batch 1 only). With
+    ``trie`` (:func:`recorded_trie`) the ranges hold trees of an n-gram trie: SGLang's flags
+    only (:func:`trie_schedule`)."""
+    if trie is not None:
+        return trie_schedule(ranges, trie)
     def per_range(render: Callable[[LookupSetting], Any]) -> list[dict[str, Any]]:
         return [{"min_batch": r["min_batch"], "max_batch": r["max_batch"],
                  "config": render(LookupSetting(r["size"], min_n, max_n)) if r["size"] else None}
@@ -365,3 +369,28 @@ def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[st
                     "SGLang take one n-gram length per server (deploy one config per batch "
                     "range); TensorRT-LLM switches it by batch size (draft_len_schedule); "
                     "Hugging Face runs batch size 1 only"}
+
+
+def trie_schedule(ranges: list[dict[str, Any]], trie: TrieSetting) -> dict[str, Any]:
+    """SGLang's NGRAM flags of each batch range's tree (``choices``) of an n-gram trie; the
+    other engines have no trie drafter.
+
+    >>> plan = trie_schedule([{"min_batch": 1, "max_batch": 4, "size": 2, "choices": [[0], [1]]},
+    ...                       {"min_batch": 5, "max_batch": 8, "size": 0, "choices": []}],
+    ...                      TrieSetting(0, 1, 1, 18, "bfs"))
+    >>> [r["config"] and r["config"][3] for r in plan["sglang"]["trie-depth"]]
+    ['3', None]
+    """
+    def flags(r: dict[str, Any]) -> list[str] | None:
+        if not r["size"]:
+            return None
+        return sglang_trie_flags(TrieSetting.of_tree(
+            Tree.from_choices(r["choices"]), max_trie_depth=trie.max_trie_depth,
+            match=trie.match))
+
+    return {"sglang": {"trie-depth": [{"min_batch": r["min_batch"], "max_batch": r["max_batch"],
+                                       "config": flags(r)} for r in ranges]},
+            "trie": {"max_trie_depth": trie.max_trie_depth, "match": trie.match},
+            "note": "n-gram trie: of the engines only SGLang's NGRAM drafts trees from a trie "
+                    "(vLLM, TensorRT-LLM and Hugging Face have none); SGLang takes one setting "
+                    "per server (deploy one per batch range)"}
