@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from treeopt.drafters.ngram import forced_positions
 from treeopt.errors import TreeoptError
 
 MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")
@@ -266,12 +267,8 @@ def trie_ranks(sequence: Sequence[int], start: int, rule: TrieRule, depth: int, 
     >>> trie_ranks([1, 2, 3, 1, 2, 4, 1, 2, 3], 3, TrieRule(max_trie_depth=4), 2, top_k=4).tolist()
     [[-1, -1], [-1, -1], [0, 1]]
     """
-    ids = [int(x) for x in sequence]
-    rows = range(start, max(start, len(ids) - 1 - depth))
-    out = np.full((len(rows), depth), -1, dtype=np.int16)
     index = TrieIndex(rule)
-    index.extend(ids[: start + 1])
-    for row, t in enumerate(rows):
-        index.extend(ids[t + 1: t + 2])  # the context through the root x[t+1]
-        out[row] = index.ranks_along(ids[t + 2: t + 2 + depth], top_k)
+    out = np.full((max(0, len(sequence) - 1 - depth - start), depth), -1, dtype=np.int16)
+    for row, truth in forced_positions(sequence, start, depth, index):
+        out[row] = index.ranks_along(truth, top_k)
     return out

@@ -34,9 +34,17 @@ from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, trie_ranks
-from treeopt.drafters.prompt_lookup import NO_CANDIDATE, LookupState, PromptLookup
+from treeopt.drafters.prompt_lookup import (
+    NO_CANDIDATE,
+    LookupState,
+    PromptLookup,
+    read_drafter_settings,
+    spec_integer,
+    spec_settings,
+    stacked_ranks,
+)
 from treeopt.errors import TreeoptError
-from treeopt.files import read_tagged_json, write_json
+from treeopt.files import write_json
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
@@ -68,9 +76,10 @@ class TrieDrafter(Drafter):
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Write ``drafter.json`` with the settings (read back by :func:`load_trie`)."""
+        settings = {"depth": self.config.num_heads, "max_trie_depth": self.rule.max_trie_depth,
+                    "match": self.rule.match}
         write_json(Path(directory) / DRAFTER_FILE,
-                   {"format": DRAFTER_FORMAT, "kind": SPEC_NAME, "depth": self.config.num_heads,
-                    "max_trie_depth": self.rule.max_trie_depth, "match": self.rule.match})
+                   {"format": DRAFTER_FORMAT, "kind": SPEC_NAME, **settings})
 
     def rank_depths(self, hidden: torch.Tensor | None, stream: torch.Tensor, *, top_k: int,
                     ) -> torch.Tensor:
@@ -78,15 +87,10 @@ class TrieDrafter(Drafter):
         :func:`~treeopt.drafters.ngram_trie.trie_ranks`). Rows are right-padded; a position
         reads only what precedes it, so padding changes nothing that is kept."""
         K = self.config.num_heads
-        b, T = stream.shape
-        if T - 1 - K <= 0:
-            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
-        rows = [torch.from_numpy(trie_ranks(row, 0, self.rule, K, top_k=top_k))
-                for row in stream.tolist()]
-        return torch.stack(rows).to(stream.device)
+        return stacked_ranks(stream, K, lambda row: trie_ranks(row, 0, self.rule, K, top_k=top_k))
 
     def start(self, *, batch: int, capacity: int) -> LookupState:
-        return LookupState([TrieIndex(self.rule) for _ in range(batch)])  # type: ignore[arg-type]
+        return LookupState([TrieIndex(self.rule) for _ in range(batch)])
 
     advance = PromptLookup.advance  # extend each row's index: accepted tokens, then the root
 
@@ -121,37 +125,22 @@ def parse_trie_spec(text: str, *, vocab_size: int) -> TrieDrafter | None:
     >>> parse_trie_spec("prompt-lookup", vocab_size=100) is None
     True
     """
-    name, _, rest = text.partition(":")
-    if name != SPEC_NAME:
+    values = spec_settings(text, SPEC_NAME, DEFAULTS,
+                           forms="depth=N, max-trie-depth=N, match=bfs|prob",
+                           convert=lambda key, value: value if key == "match" else
+                           spec_integer(text, key, value))
+    if values is None:
         return None
-    values = dict(DEFAULTS)
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if key not in DEFAULTS or not eq:
-            raise TreeoptError(f"drafter spec {text!r}: {item!r} is not one of depth=N, "
-                               f"max-trie-depth=N, match=bfs|prob")
-        values[key] = value if key == "match" else _integer(value, key, text)
     return _from_settings(values, source=f"drafter spec {text!r}", vocab_size=vocab_size)
-
-
-def _integer(value: str, key: str, text: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise TreeoptError(f"drafter spec {text!r}: {key} must be an integer, "
-                           f"got {value!r}") from None
 
 
 def load_trie(directory: str | os.PathLike[str], *, vocab_size: int) -> TrieDrafter | None:
     """The n-gram trie drafter a directory's ``drafter.json`` describes; None when the directory
     holds another kind of drafter."""
-    path = Path(directory) / DRAFTER_FILE
-    if not path.is_file():
+    found = read_drafter_settings(directory, SPEC_NAME, DEFAULTS)
+    if found is None:
         return None
-    doc = read_tagged_json(path, DRAFTER_FORMAT)
-    if doc.get("kind") != SPEC_NAME:
-        return None
-    settings = {k: doc.get(k.replace("-", "_"), v) for k, v in DEFAULTS.items()}
+    settings, path = found
     bad = [k.replace("-", "_") for k, v in settings.items()
            if isinstance(v, bool) or not isinstance(v, type(DEFAULTS[k]))]
     if bad:
