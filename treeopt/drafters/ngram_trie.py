@@ -43,8 +43,9 @@ trie as inserting the whole sequence at once (:func:`reference_candidates`, the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -91,13 +92,16 @@ class _Node:
         self.last = -1
 
 
-def _order_key(match: str):  # noqa: ANN202 - a sort key over (token, node)
+_OrderKey = Callable[[tuple[int, _Node]], Any]  # sorts a node's (token, child) items
+
+
+def _order_key(match: str) -> _OrderKey:
     if match == "bfs":
         return lambda item: -item[1].last
     return lambda item: (-item[1].freq, item[0])
 
 
-def _union(nodes: Iterable[_Node], key, limit: int) -> list[int]:  # noqa: ANN001
+def _union(nodes: Iterable[_Node], key: _OrderKey, limit: int) -> list[int]:
     """The first ``limit`` tokens of the ordered union of ``nodes``' children."""
     out: list[int] = []
     seen: set[int] = set()
@@ -111,7 +115,7 @@ def _union(nodes: Iterable[_Node], key, limit: int) -> list[int]:  # noqa: ANN00
     return out
 
 
-def _rank(nodes: Iterable[_Node], token: int, key, limit: int) -> int:  # noqa: ANN001
+def _rank(nodes: Iterable[_Node], token: int, key: _OrderKey, limit: int) -> int:
     """``token``'s index in :func:`_union` of ``nodes`` (-1: absent or not below ``limit``),
     by counting rather than listing."""
     listed: set[int] = set()
