@@ -240,7 +240,7 @@ def test_the_cli_calibrates_grows_exports_selects_and_verifies_with_the_trie(
         f"--speculative-ngram-max-trie-depth 6 --speculative-ngram-match-type PROB")
     assert "SGLang shapes each step's tree itself" in proc.stderr
     proc = run("export", "--tree", tmp_path / "g.json", "--size", "3", "--format", "vllm")
-    assert_user_error(proc, "format 'vllm' has no trie drafter", "--format sglang")
+    assert_user_error(proc, "format 'vllm' has no trie drafter", "export format 'sglang'")
     proc = run("profile", "step", "--model", tiny_model_dir, "--drafter", spec, "--growth",
                tmp_path / "g.json", "--prompts", prompts_file, "--batch", "1,2", "--sizes",
                "1,2,4", "--max-new-tokens", "6", "--rounds", "1", "--out", tmp_path / "step.json")

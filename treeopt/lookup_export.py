@@ -329,8 +329,8 @@ def export_lookup(tree: Tree, fmt: str, *, min_n: int, max_n: int,
     if trie is not None:
         if fmt != "sglang":
             raise TreeoptError(f"format {fmt!r} has no trie drafter: of the n-gram engines only "
-                               f"SGLang's NGRAM drafts trees from a trie; export with --format "
-                               f"sglang")
+                               f"SGLang's NGRAM drafts trees from a trie; export format "
+                               f"'sglang'")
         setting = TrieSetting.of_tree(tree, max_trie_depth=trie.max_trie_depth, match=trie.match)
         return "# SGLang, trie-depth flags\n" + " ".join(sglang_trie_flags(setting)) + "\n"
     return form.render(LookupSetting.of_chain(tree, min_n=min_n, max_n=max_n))
