@@ -60,7 +60,8 @@ class Growth:
         """The drafter this growth's trace was calibrated with, as far as it recorded it:
         ``kind``, ``checkpoint`` (the directory given to ``treeopt calibrate``), ``depth``
         (the depths it drafts) and, for an n-gram drafter, ``min_match`` and ``max_match`` (the
-        n-gram lengths it matches); absent keys were not recorded."""
+        n-gram lengths it matches) and, for an n-gram trie, ``match_type``; absent keys were
+        not recorded."""
         meta = self.meta.get("trace_meta")
         meta = meta if isinstance(meta, dict) else {}
         heads = meta.get("heads_config") if isinstance(meta.get("heads_config"), dict) else {}
@@ -68,7 +69,8 @@ class Growth:
                  "checkpoint": meta.get("heads"),
                  "depth": meta.get("num_heads") or heads.get("num_heads"),
                  "min_match": heads.get("min_match") or None,  # 0: not an n-gram drafter
-                 "max_match": heads.get("max_match") or None}
+                 "max_match": heads.get("max_match") or None,
+                 "match_type": heads.get("match_type") or None}  # an n-gram trie's order
         return {k: v for k, v in found.items() if v is not None}
 
     def tree(self, n: int) -> Tree:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from treeopt.drafters import KINDS
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.tree import Tree
@@ -83,6 +85,77 @@ def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
                          f"(got min_match {lengths[0]!r}, max_match {lengths[1]!r}): calibrate "
                          "again to record its n-gram lengths")
     return int(lengths[0]), int(lengths[1])  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TrieSetting:
+    """An n-gram trie drafter's SGLang ``NGRAM`` settings (its ``max_trie_depth`` generation):
+    ``nodes`` draft tokens per step, breadths ``min_bfs`` … ``max_bfs``, the trie's depth and
+    the children's order (``bfs`` or ``prob``)."""
+
+    nodes: int
+    min_bfs: int
+    max_bfs: int
+    max_trie_depth: int
+    match: str
+
+    @classmethod
+    def of_tree(cls, tree: Tree, *, max_trie_depth: int, match: str) -> TrieSetting:
+        """The setting of a tree grown for the trie: as many draft tokens, breadth 1 up to the
+        most children any of its nodes has.
+
+        >>> TrieSetting.of_tree(Tree.from_choices([[0], [1], [0, 0]]), max_trie_depth=18,
+        ...                     match="bfs")
+        TrieSetting(nodes=3, min_bfs=1, max_bfs=2, max_trie_depth=18, match='bfs')
+        """
+        if tree.size == 0:
+            raise TreeoptError("the tree is empty: an n-gram trie drafts at least one token")
+        widest = int(np.bincount(tree.parents + 1).max())
+        return cls(tree.size, 1, widest, max_trie_depth, match)
+
+
+def recorded_trie(drafter: Mapping[str, Any]) -> TrieSetting | None:
+    """``(max_trie_depth, match)`` of an n-gram trie a growth or selection records, as a
+    :class:`TrieSetting` of no tree yet (nodes 0), or None for any other drafter; the match
+    type defaults to SGLang's, bfs, where none is recorded.
+
+    >>> recorded_trie({"kind": "ngram-trie", "max_match": 18, "match_type": "prob"}).match
+    'prob'
+    """
+    if drafter.get("kind") != "ngram-trie":
+        return None
+    depth = drafter.get("max_match")
+    if not isinstance(depth, int) or depth < 2:
+        raise TreeoptError(f"max_match (the trie's depth) is not recorded for this n-gram trie "
+                           f"drafter (got {depth!r}): calibrate again to record it")
+    return TrieSetting(0, 1, 1, depth, str(drafter.get("match_type") or "bfs"))
+
+
+def sglang_trie_flags(s: TrieSetting) -> list[str]:
+    """SGLang's NGRAM server flags of a trie setting (releases with
+    ``--speculative-ngram-max-trie-depth``): ``nodes + 1`` verified slots (SGLang counts the
+    root).
+
+    >>> " ".join(sglang_trie_flags(TrieSetting(8, 1, 3, 18, "bfs")))
+    '--speculative-algorithm NGRAM --speculative-num-draft-tokens 9 --speculative-ngram-min-bfs-breadth 1 --speculative-ngram-max-bfs-breadth 3 --speculative-ngram-max-trie-depth 18 --speculative-ngram-match-type BFS'
+    """
+    return ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens",
+            str(s.nodes + 1), "--speculative-ngram-min-bfs-breadth", str(s.min_bfs),
+            "--speculative-ngram-max-bfs-breadth", str(s.max_bfs),
+            "--speculative-ngram-max-trie-depth", str(s.max_trie_depth),
+            "--speculative-ngram-match-type", s.match.upper()]
+
+
+TRIE_NOTES: tuple[str, ...] = (
+    "SGLang shapes each step's tree itself: every matching suffix (longest first) adds its "
+    "children in BFS up to a breadth that falls from max to min bfs breadth with the match "
+    "length and the level, until num-draft-tokens is filled; treeopt priced the grown tree, "
+    "whose size and widest branching these flags copy, not SGLang's shape",
+    "SGLang's trie is shared by all requests and indexes only the last max-trie-depth tokens of "
+    "each request per step (not the whole prompt), so it drafts less from the prompt than "
+    "treeopt's per-request trie that was priced",
+    "these flags are for releases with --speculative-ngram-max-trie-depth; older ones use "
+    "--speculative-ngram-branch-length and the match-window flags instead")
 
 
 # ----- the engines' forms ---------------------------------------------------------------------
@@ -244,22 +317,35 @@ def lookup_form(fmt: str) -> LookupForm:
                        f"{', '.join(LOOKUP_FORMATS)}")
 
 
-def export_lookup(tree: Tree, fmt: str, *, min_n: int, max_n: int) -> str:
-    """The text ``fmt``'s engine reads to draft ``tree`` (a chain) by prompt lookup.
+def export_lookup(tree: Tree, fmt: str, *, min_n: int, max_n: int,
+                  trie: TrieSetting | None = None) -> str:
+    """The text ``fmt``'s engine reads to draft ``tree`` (a chain) by prompt lookup, or, with
+    ``trie`` (:func:`recorded_trie`), any tree by SGLang's n-gram trie (``sglang`` only).
 
     >>> print(export_lookup(Tree.chain(2), "hf", min_n=1, max_n=3))
     {"prompt_lookup_num_tokens": 2, "max_matching_ngram_size": 3}
     """
     form = lookup_form(fmt)
+    if trie is not None:
+        if fmt != "sglang":
+            raise TreeoptError(f"format {fmt!r} has no trie drafter: of the n-gram engines only "
+                               f"SGLang's NGRAM drafts trees from a trie; export format "
+                               f"'sglang'")
+        setting = TrieSetting.of_tree(tree, max_trie_depth=trie.max_trie_depth, match=trie.match)
+        return "# SGLang, trie-depth flags\n" + " ".join(sglang_trie_flags(setting)) + "\n"
     return form.render(LookupSetting.of_chain(tree, min_n=min_n, max_n=max_n))
 
 
 def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[str, int], *,
-                    min_n: int, max_n: int) -> dict[str, Any]:
+                    min_n: int, max_n: int, trie: TrieSetting | None = None) -> dict[str, Any]:
     """The engines' forms of a per-batch-size schedule of chains (``ranges``: one chain size
     per batch range, as :func:`treeopt.selection.schedule` builds them; size 0: speculation
     off): TensorRT-LLM's ``draft_len_schedule`` inside one ``NGramDecodingConfig``, one vLLM
-    config and one set of SGLang flags per range, and Hugging Face's (batch 1 only)."""
+    config and one set of SGLang flags per range, and Hugging Face's (batch 1 only). With
+    ``trie`` (:func:`recorded_trie`) the ranges hold trees of an n-gram trie: SGLang's flags
+    only (:func:`trie_schedule`)."""
+    if trie is not None:
+        return trie_schedule(ranges, trie)
     def per_range(render: Callable[[LookupSetting], Any]) -> list[dict[str, Any]]:
         return [{"min_batch": r["min_batch"], "max_batch": r["max_batch"],
                  "config": render(LookupSetting(r["size"], min_n, max_n)) if r["size"] else None}
@@ -283,3 +369,28 @@ def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[st
                     "SGLang take one n-gram length per server (deploy one config per batch "
                     "range); TensorRT-LLM switches it by batch size (draft_len_schedule); "
                     "Hugging Face runs batch size 1 only"}
+
+
+def trie_schedule(ranges: list[dict[str, Any]], trie: TrieSetting) -> dict[str, Any]:
+    """SGLang's NGRAM flags of each batch range's tree (``choices``) of an n-gram trie; the
+    other engines have no trie drafter.
+
+    >>> plan = trie_schedule([{"min_batch": 1, "max_batch": 4, "size": 2, "choices": [[0], [1]]},
+    ...                       {"min_batch": 5, "max_batch": 8, "size": 0, "choices": []}],
+    ...                      TrieSetting(0, 1, 1, 18, "bfs"))
+    >>> [r["config"] and r["config"][3] for r in plan["sglang"]["trie-depth"]]
+    ['3', None]
+    """
+    def flags(r: dict[str, Any]) -> list[str] | None:
+        if not r["size"]:
+            return None
+        return sglang_trie_flags(TrieSetting.of_tree(
+            Tree.from_choices(r["choices"]), max_trie_depth=trie.max_trie_depth,
+            match=trie.match))
+
+    return {"sglang": {"trie-depth": [{"min_batch": r["min_batch"], "max_batch": r["max_batch"],
+                                       "config": flags(r)} for r in ranges]},
+            "trie": {"max_trie_depth": trie.max_trie_depth, "match": trie.match},
+            "note": "n-gram trie: of the engines only SGLang's NGRAM drafts trees from a trie "
+                    "(vLLM, TensorRT-LLM and Hugging Face have none); SGLang takes one setting "
+                    "per server (deploy one per batch range)"}

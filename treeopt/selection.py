@@ -15,7 +15,7 @@ from typing import Any
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
-from treeopt.lookup_export import lookup_schedule, recorded_lookup
+from treeopt.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
 from treeopt.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
@@ -250,7 +250,8 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
     unswept = f"batches above {pts[-1].batch} were not swept, so speculation is off there"
     lookup = recorded_lookup(selection.growth.get("drafter") or {})
     if lookup is not None:  # an n-gram drafter: its chains as n-gram settings
-        forms = lookup_schedule(ranges, trt, min_n=lookup[0], max_n=lookup[1])
+        forms = lookup_schedule(ranges, trt, min_n=lookup[0], max_n=lookup[1],
+                                trie=recorded_trie(selection.growth.get("drafter") or {}))
         return {"context": context, "ranges": ranges, **forms,
                 "note": f"{forms['note']}; {unswept}"}
     vllm = [[r["min_batch"], r["max_batch"], r["size"]] for r in ranges]

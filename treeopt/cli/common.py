@@ -225,13 +225,14 @@ def add_heads_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", "--heads", dest="heads", required=True, metavar="DIR|SPEC",
                    help="drafter directory: treeopt heads (heads.json), Medusa's published "
                         "layout, or a draft model (a Hugging Face causal LM sharing the base "
-                        "model's tokenizer); or prompt lookup, weightless n-gram drafting: "
-                        "'prompt-lookup' or 'prompt-lookup:depth=10,min-n=1,max-n=3' "
-                        "(required)")
+                        "model's tokenizer); or weightless n-gram drafting: prompt lookup, "
+                        "'prompt-lookup' or 'prompt-lookup:depth=10,min-n=1,max-n=3', or "
+                        "SGLang's trie, 'ngram-trie' or "
+                        "'ngram-trie:depth=10,max-trie-depth=18,match=bfs|prob' (required)")
     p.add_argument("--draft-depth", type=int, metavar="K",
-                   help="depths a draft model, prompt lookup or a published EAGLE checkpoint "
-                        "drafts and a trace records (default 4; prompt lookup 10; heads, and "
-                        "treeopt's EAGLE drafters, carry their own)")
+                   help="depths a draft model, an n-gram drafter or a published EAGLE "
+                        "checkpoint drafts and a trace records (default 4; n-gram drafters "
+                        "10; heads, and treeopt's EAGLE drafters, carry their own)")
 
 
 def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:

@@ -21,7 +21,14 @@ from treeopt.formats import (
     recorded_drafter,
 )
 from treeopt.grow import CONSTRAINTS, grow
-from treeopt.lookup_export import LOOKUP_FORMATS, export_lookup, lookup_form, recorded_lookup
+from treeopt.lookup_export import (
+    LOOKUP_FORMATS,
+    TRIE_NOTES,
+    export_lookup,
+    lookup_form,
+    recorded_lookup,
+    recorded_trie,
+)
 from treeopt.selection import Selection, schedule
 from treeopt.simulate import simulate
 from treeopt.trace import RankTrace
@@ -191,7 +198,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _notes(args: argparse.Namespace) -> tuple[str, ...]:
     """What a user must know beside the exported text; an unknown target is refused."""
     if args.draft == NGRAM:
-        return lookup_form(args.target).notes(args.min_n)
+        trie = getattr(args, "trie", None) is not None
+        return TRIE_NOTES if trie else lookup_form(args.target).notes(args.min_n)
     if args.target not in FORMATS:
         raise TreeoptError(f"--format {args.target} writes prompt-lookup settings only: export "
                            "a growth or selection grown for prompt lookup, or pass --draft ngram")
@@ -235,6 +243,7 @@ def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
     from treeopt.drafters.ngram import LookupRule
 
     args.draft = NGRAM
+    args.trie = recorded_trie(recorded)  # a tree of an n-gram trie, not a chain
     default = lookup or (LookupRule().min_n, LookupRule().max_n)
     args.min_n = default[0] if args.min_n is None else args.min_n
     args.max_n = default[1] if args.max_n is None else args.max_n
@@ -243,7 +252,8 @@ def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
 
 def _export_text(tree: Tree, args: argparse.Namespace) -> str:
     if args.draft == NGRAM:
-        text = export_lookup(tree, args.target, min_n=args.min_n, max_n=args.max_n)
+        text = export_lookup(tree, args.target, min_n=args.min_n, max_n=args.max_n,
+                             trie=getattr(args, "trie", None))
     else:
         text = export(tree, args.target, num_heads=args.num_heads, draft=args.draft,
                       speculative_model=args.speculative_model,

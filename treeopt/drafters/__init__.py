@@ -1,5 +1,6 @@
 """Drafters: what proposes a tree's candidate tokens — Medusa heads, Hydra heads, an EAGLE
-drafter, a separate draft model and prompt lookup (n-gram drafting, no weights).
+drafter, a separate draft model, prompt lookup and an n-gram trie (n-gram drafting, no
+weights: a chain, and SGLang's tree).
 
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
 :mod:`treeopt.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
@@ -109,6 +110,11 @@ KINDS: dict[str, DrafterKind] = {
                                  draft_formula="lookup", demo_layers=(), reads_features=False,
                                  trained=False, engine_draft="ngram", position="depth",
                                  chain=True, lookup=True),
+    "ngram-trie": DrafterKind("ngram-trie", "N-gram trie", per_depth=False, reads_path=False,
+                              implementation="treeopt.drafters.trie_drafter:TrieDrafter",
+                              draft_formula="lookup", demo_layers=(), reads_features=False,
+                              trained=False, engine_draft="ngram", position="depth",
+                              lookup=True),
 }
 HYBRID_SUFFIX = "+lookup"
 

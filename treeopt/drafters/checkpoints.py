@@ -380,11 +380,13 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
                    depth: int | None = None) -> Drafter:
     """The drafter in ``directory`` wired to ``model`` (its LM head and embeddings, for heads),
     on its device and dtype; a draft model must share its tokenizer. ``directory`` may also be a
-    prompt-lookup spec (``prompt-lookup:depth=10,max-n=3``), or hold one in ``drafter.json``;
+    prompt-lookup spec (``prompt-lookup:depth=10,max-n=3``) or an n-gram trie spec
+    (``ngram-trie:depth=10,max-trie-depth=18,match=bfs``), or hold one in ``drafter.json``;
     ``DIR+prompt-lookup[:…]`` joins the drafter in DIR and prompt lookup in one tree
     (:class:`~treeopt.drafters.hybrid.HybridDrafter`; ``depth``: the lookup's chain)."""
     from treeopt.decoding.models import model_dims
     from treeopt.drafters.prompt_lookup import SPEC_NAME, load_lookup, parse_lookup_spec
+    from treeopt.drafters.trie_drafter import load_trie, parse_trie_spec
 
     hidden, vocab = model_dims(model)
     base, joined, spec = str(directory).rpartition("+" + SPEC_NAME)
@@ -396,7 +398,9 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
             chain = type(chain).from_config(replace(chain.config, num_heads=depth))
         return HybridDrafter(load_heads_for(model, base), chain).to(model.device)
     lookup = (parse_lookup_spec(str(directory), vocab_size=vocab)
-              or load_lookup(directory, vocab_size=vocab))
+              or parse_trie_spec(str(directory), vocab_size=vocab)
+              or load_lookup(directory, vocab_size=vocab)
+              or load_trie(directory, vocab_size=vocab))
     if lookup is not None:  # n-gram drafting: settings only, nothing to load
         if depth is None:
             return lookup

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 from treeopt.drafters import KINDS, drafter_kind
+from treeopt.drafters.ngram_trie import MATCH_TYPES
 from treeopt.errors import FieldError, TreeoptError
 
 
@@ -48,6 +49,8 @@ class HeadsConfig:
     # prompt lookup: the suffix lengths it matches, longest first (0: not a lookup drafter)
     min_match: int = 0
     max_match: int = 0
+    # the n-gram trie: the order of a trie node's children, bfs or prob ("": not a trie drafter)
+    match_type: str = ""
 
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
@@ -73,6 +76,10 @@ class HeadsConfig:
         if not kind.lookup and (self.min_match or self.max_match):
             raise TreeoptError(f"heads config: min_match and max_match apply to n-gram drafters "
                                f"only, not {kind.title}")
+        if (self.match_type in MATCH_TYPES) != (self.kind == "ngram-trie"):
+            raise TreeoptError(f"heads config: match_type is one of {', '.join(MATCH_TYPES)} for "
+                               f"an n-gram trie and empty otherwise; got {self.match_type!r} for "
+                               f"{kind.title}")
         if self.prefix_attention and not kind.prefix_attention:
             having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
             raise TreeoptError(f"heads config: prefix_attention applies to {having} only")
@@ -95,7 +102,7 @@ class HeadsConfig:
 
 
 _LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
-                 "draft_vocab_size", "feature_layers", "min_match", "max_match")
+                 "draft_vocab_size", "feature_layers", "min_match", "max_match", "match_type")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 

@@ -28,8 +28,9 @@ is a prefix of a longer one), so one trace of depth K prices every chain length 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -127,15 +128,34 @@ def chain_ranks(sequence: Sequence[int], start: int, rule: LookupRule, depth: in
     >>> chain_ranks([1, 2, 3, 1, 2, 3, 1, 2], 2, LookupRule(min_n=1, max_n=2), 2).tolist()
     [[0, 0], [0, 0], [0, 0]]
     """
-    ids = [int(x) for x in sequence]
-    rows = range(start, max(start, len(ids) - 1 - depth))
-    out = np.full((len(rows), depth), -1, dtype=np.int16)
     index = NgramIndex(rule)
-    index.extend(ids[: start + 1])
-    for row, t in enumerate(rows):
-        index.extend(ids[t + 1: t + 2])  # the context through the root x[t+1]
-        chain = index.propose(depth)
-        for k, token in enumerate(chain):
-            if token == ids[t + 2 + k]:
+    out = np.full((max(0, len(sequence) - 1 - depth - start), depth), -1, dtype=np.int16)
+    for row, truth in forced_positions(sequence, start, depth, index):
+        for k, token in enumerate(index.propose(depth)):
+            if token == truth[k]:
                 out[row, k] = 0
     return out
+
+
+class Extendable(Protocol):
+    """A token index grown one token at a time (:class:`NgramIndex`, a trie's index)."""
+
+    def extend(self, tokens: Iterable[int]) -> None: ...
+
+
+def forced_positions(sequence: Sequence[int], start: int, depth: int, index: Extendable,
+                     ) -> Iterator[tuple[int, list[int]]]:
+    """Teacher forcing over ``sequence``: for t = ``start`` … ``len - 2 - depth``, grow
+    ``index`` through the root ``sequence[t+1]`` and yield (t - start, the ``depth`` true
+    tokens after the root). ``index`` starts empty.
+
+    >>> index = NgramIndex(LookupRule())
+    >>> [(row, truth, len(index.tokens)) for row, truth in forced_positions([1, 2, 3, 4], 0, 1,
+    ...                                                                     index)]
+    [(0, [3], 2), (1, [4], 3)]
+    """
+    ids = [int(x) for x in sequence]
+    index.extend(ids[: start + 1])
+    for row, t in enumerate(range(start, max(start, len(ids) - 1 - depth))):
+        index.extend(ids[t + 1: t + 2])  # the context through the root x[t+1]
+        yield row, ids[t + 2: t + 2 + depth]

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
@@ -83,13 +86,7 @@ class PromptLookup(Drafter):
         :func:`~treeopt.drafters.ngram.chain_ranks`). Rows are right-padded; a position reads
         only what precedes it, so padding changes nothing that is kept."""
         K = self.config.num_heads
-        b, T = stream.shape
-        n = T - 1 - K
-        if n <= 0:
-            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
-        rows = [torch.from_numpy(chain_ranks(row, 0, self.rule, K))
-                for row in stream.tolist()]
-        return torch.stack(rows).to(stream.device)
+        return stacked_ranks(stream, K, lambda row: chain_ranks(row, 0, self.rule, K))
 
     def start(self, *, batch: int, capacity: int) -> LookupState:
         return LookupState([NgramIndex(self.rule) for _ in range(batch)])
@@ -125,6 +122,59 @@ class PromptLookup(Drafter):
         return out
 
 
+def spec_settings(text: str, name: str, defaults: Mapping[str, object], *, forms: str,
+                  convert: Callable[[str, str], object]) -> dict[str, object] | None:
+    """The settings of a ``--drafter`` spec ``name:key=value,…`` (the keys of ``defaults``;
+    those left out keep their default, ``convert(key, value)`` reads one given), or None when
+    ``text`` names no ``name`` drafter; a key not in ``defaults`` is refused, listing
+    ``forms``."""
+    head, _, rest = text.partition(":")
+    if head != name:
+        return None
+    values = dict(defaults)
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if key not in defaults or not eq:
+            raise TreeoptError(f"drafter spec {text!r}: {item!r} is not one of {forms}")
+        values[key] = convert(key, value)
+    return values
+
+
+def spec_integer(text: str, key: str, value: str) -> int:
+    """A spec's integer setting; anything else is refused, naming the spec and the key."""
+    try:
+        return int(value)
+    except ValueError:
+        raise TreeoptError(f"drafter spec {text!r}: {key} must be an integer, "
+                           f"got {value!r}") from None
+
+
+def stacked_ranks(stream: torch.Tensor, depth: int,
+                  row_ranks: Callable[[list[int]], npt.NDArray[np.int16]]) -> torch.Tensor:
+    """The rank traces of a batch of right-padded rows, int16 ``[b, T-1-depth, depth]`` on
+    ``stream``'s device, from ``row_ranks`` (one row's tokens → its ``[T-1-depth, depth]``
+    trace, every position from 0)."""
+    b, T = stream.shape
+    if T - 1 - depth <= 0:
+        return torch.empty(b, 0, depth, dtype=torch.int16, device=stream.device)
+    rows = [torch.from_numpy(row_ranks(row)) for row in stream.tolist()]
+    return torch.stack(rows).to(stream.device)
+
+
+def read_drafter_settings(directory: str | os.PathLike[str], kind: str,
+                          defaults: Mapping[str, object]) -> tuple[dict[str, object], Path] | None:
+    """A directory's ``drafter.json`` settings (the keys of ``defaults``, spelt with ``_`` in
+    the file; a key left out takes its default) and its path, when its kind is ``kind``; else
+    None."""
+    path = Path(directory) / DRAFTER_FILE
+    if not path.is_file():
+        return None
+    doc = read_tagged_json(path, DRAFTER_FORMAT)
+    if doc.get("kind") != kind:
+        return None
+    return {k: doc.get(k.replace("-", "_"), v) for k, v in defaults.items()}, path
+
+
 @functools.lru_cache(maxsize=64)
 def _spine(tree: Tree) -> torch.Tensor:
     """Token indices of the tree's all-rank-0 path, depth 1 first (trees are immutable)."""
@@ -145,33 +195,21 @@ def parse_lookup_spec(text: str, *, vocab_size: int) -> PromptLookup | None:
     >>> parse_lookup_spec("runs/heads", vocab_size=100) is None
     True
     """
-    name, _, rest = text.partition(":")
-    if name != SPEC_NAME:
+    values = spec_settings(text, SPEC_NAME, DEFAULTS,
+                           forms=", ".join(f"{k}=N" for k in DEFAULTS),
+                           convert=lambda key, value: spec_integer(text, key, value))
+    if values is None:
         return None
-    values = dict(DEFAULTS)
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if key not in DEFAULTS or not eq:
-            raise TreeoptError(f"drafter spec {text!r}: {item!r} is not one of "
-                               f"{', '.join(f'{k}=N' for k in DEFAULTS)}")
-        try:
-            values[key] = int(value)
-        except ValueError:
-            raise TreeoptError(f"drafter spec {text!r}: {key} must be an integer, "
-                               f"got {value!r}") from None
     return _from_settings(values, source=f"drafter spec {text!r}", vocab_size=vocab_size)
 
 
 def load_lookup(directory: str | os.PathLike[str], *, vocab_size: int) -> PromptLookup | None:
     """The prompt-lookup drafter a directory's ``drafter.json`` describes; None when the
     directory holds another kind of drafter."""
-    path = Path(directory) / DRAFTER_FILE
-    if not path.is_file():
+    found = read_drafter_settings(directory, SPEC_NAME, DEFAULTS)
+    if found is None:
         return None
-    doc = read_tagged_json(path, DRAFTER_FORMAT)
-    if doc.get("kind") != SPEC_NAME:
-        return None
-    settings = {k: doc.get(k.replace("-", "_"), v) for k, v in DEFAULTS.items()}
+    settings, path = found
     bad = [k for k, v in settings.items() if not isinstance(v, int) or isinstance(v, bool)]
     if bad:
         raise TreeoptError(f"{path}: {', '.join(b.replace('-', '_') for b in bad)} must be "
