@@ -16,9 +16,18 @@ from conftest import tiny_llama  # noqa: E402
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.drafters import KIND_NAMES, TRAINED_KINDS, build_heads  # noqa: E402
+from treeopt.drafters import (  # noqa: E402
+    HYBRID_SUFFIX,
+    KIND_NAMES,
+    TRAINED_KINDS,
+    build_heads,
+    drafter_kind,
+)
+from treeopt.drafters.checkpoints import load_heads_for  # noqa: E402
 from treeopt.drafters.config import HeadsConfig, default_feature_layers  # noqa: E402
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402
+from treeopt.drafters.hybrid import HybridDrafter  # noqa: E402
+from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -27,16 +36,32 @@ TREE = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 
 
 def _model_and_heads(kind: str, device: str):
     """The tiny base model and a drafter of ``kind`` for it (a draft model: a one-layer Llama
-    sharing its vocabulary)."""
+    sharing its vocabulary; n-gram drafters: their spec's defaults; a hybrid: its model kind's
+    drafter joined by prompt lookup)."""
     model = tiny_llama(vocab=256, seed=3).to(device)
+    return model, _heads(kind, model, device)
+
+
+def _heads(kind: str, model, device: str):
+    registered = drafter_kind(kind)
+    if registered.hybrid:
+        inner = _heads(kind.removesuffix(HYBRID_SUFFIX), model, device)
+        return HybridDrafter(inner, PromptLookup(depth=5, vocab_size=256)).to(device)
+    if registered.lookup:
+        return load_heads_for(model, kind)  # the spec of its name alone: its defaults
     if kind == "draft-model":
-        return model, DraftModel(tiny_llama(vocab=256, layers=1, seed=5).to(device), depth=4)
+        return DraftModel(tiny_llama(vocab=256, layers=1, seed=5).to(device), depth=4)
     cfg = HeadsConfig(kind=kind, num_heads=4, hidden_size=64, vocab_size=256,
                       share_lm_head=kind == "eagle",
                       feature_layers=default_feature_layers(2) if kind == "eagle3" else ())
     heads = build_heads(cfg, lm_head=model.lm_head,
                         embeddings=model.get_input_embeddings()).to(device)
-    return model, heads.eval()
+    return heads.eval()
+
+
+def _tree(kind: str) -> Tree:
+    """TREE, or the chain of its depth for a drafter of chains (prompt lookup)."""
+    return Tree.chain(TREE.depth) if drafter_kind(kind).chain else TREE
 
 
 @pytest.mark.parametrize("kind", KIND_NAMES)
@@ -44,7 +69,7 @@ def test_greedy_tree_decoding_on_cuda_is_lossless(kind):
     model, heads = _model_and_heads(kind, "cuda")
     prompt = list(range(3, 11))
     config = DecodeConfig(max_new_tokens=48)
-    tree_out = generate(model, heads, TREE, prompt, config=config)
+    tree_out = generate(model, heads, _tree(kind), prompt, config=config)
     plain = autoregressive(model, prompt, config=config)
     assert tree_out.tokens == plain.tokens
     assert tree_out.stats.steps <= plain.stats.steps
@@ -87,8 +112,8 @@ def test_compiled_batched_decoding_on_cuda_is_lossless(kind):
     decoder = Decoder(model, heads, compile=True)
     assert decoder.verify.static
     counters.clear()
-    run = decoder.decode(TREE, prompts, config=config)
-    again = decoder.decode(TREE, prompts, config=config)  # the graphs replayed on a reused cache
+    run = decoder.decode(_tree(kind), prompts, config=config)
+    again = decoder.decode(_tree(kind), prompts, config=config)  # graphs replayed, cache reused
     assert counters["inductor"]["cudagraph_skips"] == 0
     want = [autoregressive(model, p, config=config).tokens for p in prompts]
     assert list(run.tokens) == want and list(again.tokens) == want
