@@ -18,7 +18,9 @@ ROLES = {"medusa": "Medusa heads read the last hidden state only",
          "eagle": "the EAGLE drafter predicts the next feature with one decoder layer",
          "draft-model": "the draft model is a one-layer copy of the base model",
          "prompt-lookup": "prompt lookup has no weights: it proposes the tokens that followed "
-                          "the context's last n-gram where it occurred before"}
+                          "the context's last n-gram where it occurred before",
+         "ngram-trie": "the n-gram trie (SGLang's rule) proposes a tree from a trie of the "
+                       "context's earlier paths"}
 st.caption("Every drafter the demo ships, calibrated on the same prompts (the trained ones on "
            "the same self-distillation data): " +
            "; ".join(ROLES.get(k, k) for k in kinds) + ".")

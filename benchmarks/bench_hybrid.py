@@ -97,10 +97,7 @@ def exactness(demo, heads, tree, prompts, *, new_tokens: int, temperature: float
     agreement of walk and live, E[L] of both, and losslessness."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder
-    from treeopt.simulate import step_lengths
-    from treeopt.trace import RankTrace
-    from treeopt.tree import Tree
+    from treeopt.decoding.exactness import walk_against_live
 
     eos = demo.tokenizer.eos_token_id
     sampled = {"temperature": temperature, "seed": 0} if temperature else {}
@@ -110,24 +107,8 @@ def exactness(demo, heads, tree, prompts, *, new_tokens: int, temperature: float
                                                     batch_size=8, eos_token_id=eos, **sampled))
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos,
                        **({"mode": "sample", **sampled} if temperature else {}))
-    live_decoder, plain = Decoder(demo.model, heads), Decoder(demo.model)
-    counts = trace.meta["sequence_positions"]
-    start = equal = lossless = walked = walk_sum = live_sum = 0
-    for i, ids in enumerate(prompts):
-        one = RankTrace(trace.ranks[start: start + counts[i]],
-                        {**trace.meta, "sequence_positions": [counts[i]]})
-        start += counts[i]
-        walk = step_lengths(tree, one).tolist() if counts[i] else []
-        live = live_decoder.decode(tree, [ids], config=cfg, streams=[i])
-        ref = plain.decode(Tree(()), [ids], config=cfg, streams=[i])
-        steps = list(live.stats.accept_lengths[: len(walk)])
-        equal += steps == walk
-        lossless += live.tokens == ref.tokens
-        walked, walk_sum, live_sum = walked + len(walk), walk_sum + sum(walk), live_sum + sum(steps)
-    mode = f"sampled T={temperature:g}" if temperature else "greedy"
-    return (f"{mode}: {equal}/{len(prompts)} prompts step-equal ({walked} steps), E[L] walk "
-            f"{walk_sum / walked:.4f} live {live_sum / walked:.4f}, lossless "
-            f"{lossless}/{len(prompts)}")
+    found = walk_against_live(demo.model, heads, tree, prompts, trace, cfg)
+    return found.describe(f"sampled T={temperature:g}" if temperature else "greedy")
 
 
 def race(demo, options: dict, prompts, *, new_tokens: int) -> None:
@@ -139,6 +120,7 @@ def race(demo, options: dict, prompts, *, new_tokens: int) -> None:
     decoders = {n: (Decoder(demo.model, h), t) for n, (h, t) in options.items()}
     seconds = dict.fromkeys(options, 0.0)
     tokens = dict.fromkeys(options, 0)
+    steps = dict.fromkeys(options, 0)
     outputs: dict[str, list] = {n: [] for n in options}
     for ids in prompts:
         for name, (dec, tree) in decoders.items():
@@ -146,6 +128,7 @@ def race(demo, options: dict, prompts, *, new_tokens: int) -> None:
             out = dec.decode(tree, [ids], config=cfg)
             seconds[name] += time.perf_counter() - start
             tokens[name] += len(out.tokens[0])
+            steps[name] += len(out.stats.accept_lengths)
             outputs[name].append(out.tokens[0])
     first = next(iter(outputs.values()))
     same = all(o == first for o in outputs.values())
@@ -153,7 +136,8 @@ def race(demo, options: dict, prompts, *, new_tokens: int) -> None:
           f"(outputs identical: {same}):")
     for name in options:
         print(f"    {name:>28}: {tokens[name] / seconds[name]:7.1f} tokens/s "
-              f"({options[name][1].size} nodes)")
+              f"({options[name][1].size} nodes; {tokens[name] / steps[name]:.3f} tokens a step, "
+              f"{seconds[name] / steps[name] * 1e3:.2f} ms a step)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def check(demo, lookup, prompts, *, chain: int, new_tokens: int, temperature: float) -> None:
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder
-    from treeopt.simulate import step_lengths
-    from treeopt.trace import RankTrace
+    from treeopt.decoding.exactness import walk_against_live
     from treeopt.tree import Tree
 
     eos = demo.tokenizer.eos_token_id
@@ -41,29 +39,10 @@ def check(demo, lookup, prompts, *, chain: int, new_tokens: int, temperature: fl
                                                     batch_size=16, eos_token_id=eos, **sampled))
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos,
                        **({"mode": "sample", **sampled} if temperature else {}))
-    tree, plain = Tree.chain(chain), Tree(())
-    with_tree, without = Decoder(demo.model, lookup), Decoder(demo.model)
-    counts = trace.meta["sequence_positions"]
-    start = equal_steps = lossless = walked = walk_sum = live_sum = 0
-    for i, ids in enumerate(prompts):
-        rows = trace.ranks[start: start + counts[i]]
-        start += counts[i]
-        one = RankTrace(rows, {**trace.meta, "sequence_positions": [counts[i]]})
-        walk = step_lengths(tree, one).tolist() if counts[i] else []
-        live = with_tree.decode(tree, [ids], config=cfg, streams=[i])
-        ref = without.decode(plain, [ids], config=cfg, streams=[i])
-        steps = list(live.stats.accept_lengths[: len(walk)])
-        equal_steps += steps == walk
-        lossless += live.tokens == ref.tokens
-        walked += len(walk)
-        walk_sum += sum(walk)
-        live_sum += sum(steps)
+    found = walk_against_live(demo.model, lookup, Tree.chain(chain), prompts, trace, cfg)
     mode = f"sampled at T = {temperature:g}" if temperature else "greedy"
-    gap = live_sum / walk_sum - 1
-    print(f"{mode}: {equal_steps}/{len(prompts)} prompts step by step equal to the walk "
-          f"({walked} steps); E[L] walk {walk_sum / walked:.4f}, live {live_sum / walked:.4f} "
-          f"({gap:+.2%}; goal within 0.2%: {'met' if abs(gap) <= 0.002 else 'NOT met'}); "
-          f"lossless {lossless}/{len(prompts)}")
+    print(found.describe(mode) + f"; goal within 0.2%: "
+          f"{'met' if abs(found.gap) <= 0.002 else 'NOT met'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,34 +73,16 @@ def compare(growth, calib, held, lookup_held) -> None:
 def check(demo, drafter, tree, prompts, *, new_tokens: int, top_k: int,
           temperature: float) -> None:
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder
-    from treeopt.simulate import step_lengths
-    from treeopt.trace import RankTrace
-    from treeopt.tree import Tree
+    from treeopt.decoding.exactness import walk_against_live
 
     trace = traces(demo, drafter, prompts, new_tokens=new_tokens, top_k=top_k,
                    temperature=temperature)
     sampled = {"mode": "sample", "temperature": temperature, "seed": 0} if temperature else {}
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=demo.tokenizer.eos_token_id,
                        **sampled)
-    with_tree, without = Decoder(demo.model, drafter), Decoder(demo.model)
-    counts, start = trace.meta["sequence_positions"], 0
-    equal = lossless = walked = walk_sum = live_sum = 0
-    for i, ids in enumerate(prompts):
-        one = RankTrace(trace.ranks[start: start + counts[i]],
-                        {**trace.meta, "sequence_positions": [counts[i]]})
-        start += counts[i]
-        walk = step_lengths(tree, one).tolist() if counts[i] else []
-        live = with_tree.decode(tree, [ids], config=cfg, streams=[i])
-        steps = list(live.stats.accept_lengths[: len(walk)])
-        equal += steps == walk
-        lossless += live.tokens == without.decode(Tree(()), [ids], config=cfg,
-                                                  streams=[i]).tokens
-        walked, walk_sum, live_sum = walked + len(walk), walk_sum + sum(walk), live_sum + sum(steps)
+    found = walk_against_live(demo.model, drafter, tree, prompts, trace, cfg)
     mode = f"sampled at T = {temperature:g}" if temperature else "greedy"
-    print(f"{mode}, tree of {tree.size} nodes: {equal}/{len(prompts)} prompts step by step equal "
-          f"to the walk ({walked} steps); E[L] walk {walk_sum / walked:.4f}, live "
-          f"{live_sum / walked:.4f}; lossless {lossless}/{len(prompts)}")
+    print(found.describe(f"{mode}, tree of {tree.size} nodes"))
 
 
 def main(argv: list[str] | None = None) -> int:

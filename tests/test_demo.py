@@ -33,12 +33,14 @@ def tiny_demo(tmp_path_factory):
 
 
 CHECKPOINT = {"draft-model": ("config.json", "model.safetensors", "tokenizer.json"),
-              "prompt-lookup": ("drafter.json",)}  # settings only: no weights
+              "prompt-lookup": ("drafter.json",),  # n-gram drafters: settings, no weights
+              "ngram-trie": ("drafter.json",)}
 
 
 def depth_of(kind: str) -> int:
     """The depths the tiny demo's ``kind`` drafter drafts."""
-    return TINY.lookup_depth if kind == "prompt-lookup" else TINY.num_heads
+    return {"prompt-lookup": TINY.lookup_depth, "ngram-trie": TINY.trie_depth}.get(
+        kind, TINY.num_heads)
 
 
 def test_tiny_build_writes_every_artifact(tiny_demo):
@@ -435,7 +437,7 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
     ell = m["growth"]["expected_accept_length"]
     for n in ("4", "16", "64"):
         assert ell["hydra"][n] > ell["medusa"][n]
-    assert set(KINDS) - set(demo.kinds) <= {"prompt-lookup"}  # shipped before it was added
+    assert set(KINDS) - set(demo.kinds) <= {"prompt-lookup", "ngram-trie"}  # added since
     for kind in demo.kinds:
         runs = demo.live_quality(kind)
         assert set(runs) == {"16", "64"}

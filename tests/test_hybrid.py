@@ -188,3 +188,17 @@ def test_the_cli_calibrates_grows_profiles_selects_and_verifies_a_hybrid(
     proc = run("export", "--tree", tmp_path / "g.json", "--format", "medusa")
     assert_user_error(proc, "grown for a hybrid (Medusa heads + prompt lookup)",
                       "no engine verifies")
+
+
+def test_walk_against_live_counts_the_prompts_that_agree(base, drafters, tmp_path):
+    from treeopt.decoding.exactness import walk_against_live
+
+    cfg = DecodeConfig(max_new_tokens=30)
+    traces = {k: calibrate(base, drafters[k], PROMPTS, tmp_path / f"{k}.npz",
+                           config=CalibrateConfig(top_k=8, max_new_tokens=30))[0]
+              for k in ("eagle", "hydra")}
+    same = walk_against_live(base, drafters["eagle"], TREE, PROMPTS, traces["eagle"], cfg)
+    assert (same.prompts, same.step_equal, same.lossless, same.gap) == (4, 4, 4, 0.0)
+    assert same.steps > 0 and same.walk_mean == same.live_mean > 1
+    other = walk_against_live(base, drafters["eagle"], TREE, PROMPTS, traces["hydra"], cfg)
+    assert other.step_equal < 4 and other.lossless == 4  # another drafter's trace disagrees

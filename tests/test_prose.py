@@ -152,7 +152,8 @@ def test_a_finished_demo_gains_the_prose_stage_and_keeps_everything_else(resumed
     after = {f["path"]: f["sha256"] for f in manifest["files"]}
     assert {p: after[p] for p in before} == before  # nothing made again
     added = set(after) - set(before)
-    kinds = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup")
+    from treeopt.demo.layout import KINDS as kinds
+
     assert added == {"prompts/prose.jsonl", *(f"traces/{k}-prose.npz" for k in kinds),
                      *(f"growth/{k}-prose.json" for k in kinds)}
 

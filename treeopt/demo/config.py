@@ -81,6 +81,10 @@ class DemoConfig:
     # match of 1 … lookup_max_n tokens (Hugging Face's rule; HF's own default max is 2)
     lookup_depth: int = 16
     lookup_max_n: int = 3
+    # the n-gram trie drafter (SGLang's NGRAM rule per row): trees up to trie_depth deep, from a
+    # trie of paths of up to trie_max_depth tokens (SGLang's max_trie_depth default, 18)
+    trie_depth: int = 10
+    trie_max_depth: int = 18
     dynamic_topk: tuple[int, ...] = (1, 2, 4, 8)  # the EAGLE drafter's dynamic traces …
     dynamic_steps: int = 6  # … up to this many steps …
     dynamic_prompts: int = 256  # … over this many calibration prompts (and every held-out one)
@@ -95,7 +99,8 @@ class DemoConfig:
         if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
             raise FieldError("medusa_head_layers",
                              f"must be at least 1, got {self.medusa_head_layers}")
-        for name in ("lookup_depth", "lookup_max_n", "prose_prompts"):
+        for name in ("lookup_depth", "lookup_max_n", "trie_depth", "trie_max_depth",
+                     "prose_prompts"):
             if getattr(self, name) < 1:
                 raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
@@ -179,7 +184,8 @@ TINY = DemoConfig(
     latency_tokens=(1, 4), latency_repeats=2, live_batches=(1, 2), step_sizes=(1, 2),
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
-    dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4)
+    dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4,
+    trie_depth=3)
 
 
 def command_line(config: DemoConfig) -> str:

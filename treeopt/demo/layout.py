@@ -10,7 +10,8 @@ from treeopt.errors import TreeoptError
 
 DEMO_FORMAT = "treeopt.demo/1"
 # the drafters a demo ships (a demo built before a kind was added lacks it: Demo.kinds)
-KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup")
+KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup",
+                          "ngram-trie")
 ENV_VAR = "TREEOPT_DEMO"
 
 

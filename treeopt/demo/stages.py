@@ -199,10 +199,25 @@ def heads(ctx: Context) -> dict[str, Any]:
     return {kind: train_drafter(ctx, kind) for kind in ctx.kinds}
 
 
+def ngram_drafter(kind: str, c: DemoConfig, *, vocab_size: int) -> tuple[Any, dict[str, Any]]:
+    """The demo's n-gram drafter of ``kind`` (prompt lookup or the n-gram trie) and its
+    settings, as its stage record keeps them."""
+    if kind == "prompt-lookup":
+        from treeopt.drafters.prompt_lookup import PromptLookup
+
+        return (PromptLookup(depth=c.lookup_depth, max_n=c.lookup_max_n, vocab_size=vocab_size),
+                {"depth": c.lookup_depth, "min_n": 1, "max_n": c.lookup_max_n})
+    from treeopt.drafters.trie_drafter import TrieDrafter
+
+    return (TrieDrafter(depth=c.trie_depth, max_trie_depth=c.trie_max_depth,
+                        vocab_size=vocab_size),
+            {"depth": c.trie_depth, "max_trie_depth": c.trie_max_depth, "match": "bfs"})
+
+
 def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     """Train the ``kind`` drafter on the head data (self-distillation) and ship it in 16 bits:
     heads and EAGLE as heads directories, a draft model as a Hugging Face model directory;
-    prompt lookup has no weights: its settings are written (``drafter.json``)."""
+    n-gram drafters have no weights: their settings are written (``drafter.json``)."""
     import torch
 
     from treeopt.drafters import drafter_kind
@@ -210,14 +225,11 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
     c = ctx.config
-    if drafter_kind(kind).lookup:  # prompt lookup: settings, nothing to train
-        from treeopt.drafters.prompt_lookup import PromptLookup
-
+    if drafter_kind(kind).lookup:  # n-gram drafting: settings, nothing to train
         ctx.paths.heads(kind).mkdir(parents=True, exist_ok=True)
-        PromptLookup(depth=c.lookup_depth, max_n=c.lookup_max_n,
-                     vocab_size=len(ctx.tokenizer)).save(ctx.paths.heads(kind))
-        return {"steps": 0, "weights": 0, "depth": c.lookup_depth, "min_n": 1,
-                "max_n": c.lookup_max_n}
+        drafter, settings = ngram_drafter(kind, c, vocab_size=len(ctx.tokenizer))
+        drafter.save(ctx.paths.heads(kind))
+        return {"steps": 0, "weights": 0, **settings}
     path = ctx.scratch / "head-data.npy"
     if not path.exists():  # scratch is not shipped: a build seeded from a finished demo remakes it
         head_data(ctx)
@@ -573,7 +585,7 @@ def lacking(name: str, record: dict[str, Any]) -> tuple[str, ...]:
     other stages: none).
 
     >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {})
-    (('draft-model', 'prompt-lookup'), ())
+    (('draft-model', 'prompt-lookup', 'ngram-trie'), ())
     """
     return tuple(k for k in NEW_KINDS if k not in record) if name == "drafters" else ()
 

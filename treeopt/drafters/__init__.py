@@ -130,6 +130,7 @@ def _hybrid(model: DrafterKind) -> DrafterKind:
 
 KINDS.update({k.name + HYBRID_SUFFIX: _hybrid(k) for k in list(KINDS.values()) if not k.lookup})
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
+TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
 
 
@@ -175,5 +176,5 @@ def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None
     return drafter_kind(cfg.kind).heads_class().build(cfg, lm_head=lm_head, embeddings=embeddings)
 
 
-__all__ = ["KINDS", "KIND_NAMES", "TRAINED_KINDS", "DrafterKind", "build_heads", "drafter_kind",
+__all__ = ["KINDS", "KIND_NAMES", "TRAINED_KINDS", "TRIE_MATCH_TYPES", "DrafterKind", "build_heads", "drafter_kind",
            "engine_draft"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from treeopt.drafters import KINDS, drafter_kind
-from treeopt.drafters.ngram_trie import MATCH_TYPES
+from treeopt.drafters import KINDS, TRIE_MATCH_TYPES, drafter_kind
 from treeopt.errors import FieldError, TreeoptError
 
 
@@ -76,8 +75,8 @@ class HeadsConfig:
         if not kind.lookup and (self.min_match or self.max_match):
             raise TreeoptError(f"heads config: min_match and max_match apply to n-gram drafters "
                                f"only, not {kind.title}")
-        if (self.match_type in MATCH_TYPES) != (self.kind == "ngram-trie"):
-            raise TreeoptError(f"heads config: match_type is one of {', '.join(MATCH_TYPES)} for "
+        if (self.match_type in TRIE_MATCH_TYPES) != (self.kind == "ngram-trie"):
+            raise TreeoptError(f"heads config: match_type is one of {', '.join(TRIE_MATCH_TYPES)} for "
                                f"an n-gram trie and empty otherwise; got {self.match_type!r} for "
                                f"{kind.title}")
         if self.prefix_attention and not kind.prefix_attention:

@@ -50,10 +50,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from treeopt.drafters import TRIE_MATCH_TYPES
 from treeopt.drafters.ngram import forced_positions
 from treeopt.errors import TreeoptError
 
-MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")
+MATCH_TYPES: tuple[str, ...] = TRIE_MATCH_TYPES  # bfs: recency order; prob: frequency
 
 
 @dataclass(frozen=True)

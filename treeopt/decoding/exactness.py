@@ -1,0 +1,88 @@
+"""Exactness of a rank trace against live decoding, prompt by prompt: the trace's walk
+(:func:`treeopt.simulate.step_lengths`) against the accepted lengths of the same tree decoded
+live, step by step, and the live output against plain decoding with the same sampling stream.
+
+A trace calibrated on prompts ``i = 0 …`` with sampling seed s draws prompt i's continuation
+from stream i (:func:`treeopt.decoding.sampling.stream_keys`); decoding prompt i alone with
+``streams=[i]`` draws the same one, so greedy and sampled traces are checked alike. The walk
+stops where the trace's positions stop (the last ``depth`` tokens of a sequence have no full set
+of targets): live steps after that are not compared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from treeopt.simulate import step_lengths
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.drafter import Drafter
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """How many of ``prompts`` decode step by step as the trace's walk says (``step_equal``,
+    over ``steps`` walked steps), E[L] of the walk and of live decoding over those steps, and how
+    many prompts' outputs equal plain decoding's (``lossless``).
+
+    >>> e = Exactness(prompts=2, step_equal=2, steps=10, walk_sum=30, live_sum=30, lossless=2)
+    >>> e.describe("greedy")
+    'greedy: 2/2 prompts step by step equal to the walk (10 steps); E[L] walk 3.0000, live 3.0000 (+0.00%); lossless 2/2'
+    """
+
+    prompts: int
+    step_equal: int
+    steps: int
+    walk_sum: int
+    live_sum: int
+    lossless: int
+
+    @property
+    def walk_mean(self) -> float:
+        return self.walk_sum / self.steps if self.steps else float("nan")
+
+    @property
+    def live_mean(self) -> float:
+        return self.live_sum / self.steps if self.steps else float("nan")
+
+    @property
+    def gap(self) -> float:
+        """Live E[L] over the walk's, less one (0: equal)."""
+        return self.live_sum / self.walk_sum - 1 if self.walk_sum else 0.0
+
+    def describe(self, mode: str) -> str:
+        return (f"{mode}: {self.step_equal}/{self.prompts} prompts step by step equal to the "
+                f"walk ({self.steps} steps); E[L] walk {self.walk_mean:.4f}, live "
+                f"{self.live_mean:.4f} ({self.gap:+.2%}); lossless {self.lossless}/{self.prompts}")
+
+
+def walk_against_live(model: PreTrainedModel, drafter: Drafter, tree: Tree,
+                      prompts: Sequence[Sequence[int]], trace: RankTrace,
+                      config: DecodeConfig) -> Exactness:
+    """Decode every prompt alone with ``tree`` and with no tree (``config``, prompt i on sampling
+    stream i) and compare with ``trace``, calibrated on the same prompts in the same order with
+    the same sampling (it must record ``sequence_positions``)."""
+    from treeopt.decoding.loop import Decoder
+
+    counts = trace.sequences(len(prompts)).meta["sequence_positions"]
+    with_tree, plain = Decoder(model, drafter), Decoder(model)
+    start = equal = lossless = walked = walk_sum = live_sum = 0
+    for i, ids in enumerate(prompts):
+        one = RankTrace(trace.ranks[start: start + counts[i]],
+                        {**trace.meta, "sequence_positions": [counts[i]]})
+        start += counts[i]
+        walk = step_lengths(tree, one).tolist() if counts[i] else []
+        live = with_tree.decode(tree, [ids], config=config, streams=[i])
+        ref = plain.decode(Tree(()), [ids], config=config, streams=[i])
+        steps = list(live.stats.accept_lengths[: len(walk)])
+        equal += steps == walk
+        lossless += live.tokens == ref.tokens
+        walked, walk_sum, live_sum = walked + len(walk), walk_sum + sum(walk), live_sum + sum(steps)
+    return Exactness(len(prompts), equal, walked, walk_sum, live_sum, lossless)
