@@ -51,3 +51,22 @@ with page_errors():
                "profiled in the live loop on the machine that built the demo; tokens/s on "
                "hover). Diamonds: the best tree of the live sweep, measured. Star: the drafter "
                "`treeopt choose-drafter` picks at that batch size (none: no tree pays).")
+
+prose = bundle.manifest.get("prose")
+if prose:
+    st.subheader("Code against prose")
+    sizes = sorted({int(n) for k in kinds if isinstance(prose.get(k), dict)
+                    for n in prose[k].get("expected_accept_length", {})})
+    with page_errors():
+        size = st.select_slider("Tree size (nodes)", sizes, value=sizes[len(sizes) // 2],
+                                key="drafters_prose_size")
+        st.plotly_chart(plots_drafters.acceptance_by_prompt_set(prose, size=size),
+                        width="stretch")
+    st.caption(f"The demo's second prompt set: {prose['prompts']['count']} passages of "
+               "docstrings and comments, where the text itself rarely repeats. Acceptance "
+               "follows the base model's own continuations, which loop as much on prose as on "
+               "code with this small model (docs/demo.md).")
+    for point in prose.get("choice", {}).get("points", []):
+        fastest = point["fastest"]
+        st.caption(f"Batch {point['batch']}: fastest on code **{fastest['code']}**, on prose "
+                   f"**{fastest['prose']}**; one drafter for both: **{point['robust']}**.")

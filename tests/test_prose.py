@@ -288,3 +288,22 @@ def cli(*args, check: bool = True) -> subprocess.CompletedProcess:
     if check:
         assert code == 0, err.getvalue()
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_the_drafters_figure_sets_code_beside_prose_per_drafter():
+    from treeopt.workbench.plots_drafters import acceptance_by_prompt_set
+
+    def row(code, grown_on_code, grown_on_prose):
+        return {"heldout_code_expected_accept_length": {"16": code},
+                "code_grown_expected_accept_length": {"16": grown_on_code},
+                "expected_accept_length": {"16": grown_on_prose, "4": 1.5}}
+
+    record = {"prompts": {"count": 2}, "eagle": row(3.0, 2.5, 2.6),
+              "prompt-lookup": row(4.0, 1.2, 1.3), "max_nodes": 64}
+    fig = acceptance_by_prompt_set(record, size=16)
+    assert [list(t.x) for t in fig.data] == [["eagle", "prompt-lookup"]] * 3
+    assert [list(t.y) for t in fig.data] == [[3.0, 4.0], [2.5, 1.2], [2.6, 1.3]]
+    assert [t.name for t in fig.data] == ["held-out code", "prose, the code-grown tree",
+                                          "prose, a tree grown on prose"]
+    unmeasured = acceptance_by_prompt_set(record, size=64)  # no drafter has that size
+    assert all(not t.x for t in unmeasured.data)

@@ -1,7 +1,7 @@
-"""Plotly figures comparing drafters (Medusa, Hydra, EAGLE, a draft model) on the same base
-model and hardware: acceptance by tree size, drafting cost by depth, and predicted (and, where
-swept, measured) throughput per batch size with the drafter ``choose_drafter`` picks. Pure
-functions."""
+"""Plotly figures comparing drafters (Medusa, Hydra, EAGLE, a draft model, the n-gram drafters)
+on the same base model and hardware: acceptance by tree size and by prompt set (code, prose),
+drafting cost by depth, and predicted (and, where swept, measured) throughput per batch size with
+the drafter ``choose_drafter`` picks. Pure functions."""
 
 from __future__ import annotations
 
@@ -101,4 +101,27 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
                       barmode="group", xaxis_title="batch size (sequences)",
                       yaxis=dict(title="speed-up over autoregressive (×)", rangemode="tozero"),
                       **style.layout())
+    return fig
+
+
+PROMPT_SETS = (("heldout_code_expected_accept_length", "held-out code", "#4c78a8"),
+               ("code_grown_expected_accept_length", "prose, the code-grown tree", "#f58518"),
+               ("expected_accept_length", "prose, a tree grown on prose", "#f2b880"))
+
+
+def acceptance_by_prompt_set(record: Mapping[str, Mapping[str, Mapping[str, float]]], *,
+                             size: int) -> go.Figure:
+    """Each drafter's E[L] at ``size`` nodes on the held-out code prompts and on the prose ones
+    (the demo's ``prose`` stage record: drafter → what it measured; sizes as JSON keys), the
+    code-grown tree's and a prose-grown tree's: where a drafter that copies loses."""
+    kinds = [k for k, v in record.items() if isinstance(v, Mapping) and
+             str(size) in v.get("expected_accept_length", {})]
+    fig = go.Figure()
+    for key, label, colour in PROMPT_SETS:
+        values = [float(record[k][key][str(size)]) for k in kinds]
+        fig.add_trace(go.Bar(x=kinds, y=values, name=label, marker_color=colour,
+                             hovertemplate=f"%{{x}}, {label}: E[L] %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(title=f"E[L] with {size}-node trees: code against prose prompts",
+                      barmode="group", yaxis_title="E[L] (tokens per step)",
+                      xaxis_title="drafter", **style.layout())
     return fig
