@@ -9,8 +9,8 @@ A :class:`Rule` is a check (the problem in words, or ``None``) and those flags. 
 is the rules plus what a user must know beside them (deprecations, the versions that read the
 format). A new engine rule is one entry below.
 
->>> [e.label for e in engines_for(Tree.from_choices([[0], [1], [1, 0]]))]
-['medusa', 'trtllm', 'trtllm-yaml --draft medusa', 'trtllm-yaml --draft eagle', 'triton', 'growmap', 'paths', 'json']
+>>> [e.label for e in engines_for(Tree.from_choices([[0], [1], [1, 0]]))][:4]
+['medusa', 'trtllm --draft medusa', 'trtllm --draft eagle', 'trtllm-yaml --draft medusa']
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from treeopt.tree import Path, Tree
 
 DRAFTS: tuple[str, ...] = ("medusa", "eagle")
 MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
-TRTLLM_MAX_CHILDREN = 16  # TensorRT-LLM's C++ runtime: ranks 0..15 under any node
-TRTLLM_MAX_DEPTH = 8  # its node keys pack 4 bits per level into an int32 shift: 8 levels fit
+TRTLLM_MAX_RANK = 16  # TensorRT-LLM's C++ runtime refuses a larger rank (computePrefix)
+TRTLLM_MAX_LEVELS = 16  # ... and a deeper path: its 64-bit keys hold 16 levels of 4 bits
 
 
 @dataclass(frozen=True)
@@ -157,19 +157,111 @@ def _level_uniform(tree: Tree) -> str | None:
     return None
 
 
+# ----- TensorRT-LLM's C++ runtime: the node keys it builds the tree by ------------------------
+def trtllm_key(path: Path) -> int:
+    """The key TensorRT-LLM's C++ runtime gives the node at ``path`` (equal keys: one node to it).
+
+    ``computePrefix`` in ``cpp/tensorrt_llm/runtime/utils/speculativeChoicesUtils.cpp``
+    (NVIDIA/TensorRT-LLM b4f2086ddd2206a1f8b5f3d40885d7ce7d0c73fa) ORs ``rank << 4·(len-1-i)``
+    into the key, the shift done on a 32-bit int: the hardware takes the shift amount modulo 32
+    (x86 ``shl``, Arm ``lslv``) and drops the bits past 31. The int is then widened into a 64-bit
+    key with its sign, which copies bit 31 upwards, so the low 32 bits decide equality and order.
+    Ranks 0..15 and depth ≤ 8 give every node its own key, in path order; rank 16 spills into the
+    level above, and from depth 9 on the levels wrap onto each other.
+
+    >>> trtllm_key((0, 16)) == trtllm_key((1, 0))  # rank 16 spills into the level above
+    True
+    >>> trtllm_key((16,) + (0,) * 7) == trtllm_key((0,) * 8)  # ... or out of the 32 bits
+    True
+    >>> trtllm_key((1,) + (0,) * 8) == trtllm_key((0,) * 8 + (1,))  # depth 9 wraps
+    True
+    """
+    key = 0
+    for i, rank in enumerate(path):
+        key |= (rank << (4 * (len(path) - 1 - i)) % 32) & 0xFFFFFFFF
+    return key
+
+
+def _levels(tree: Tree) -> list[list[Path]]:
+    """The nodes of each depth 1..depth, in path order."""
+    levels: list[list[Path]] = [[] for _ in range(tree.depth)]
+    for p in tree.paths:
+        levels[len(p) - 1].append(p)
+    return levels
+
+
+def _same_key(level: list[Path]) -> dict[int, list[Path]]:
+    """Key → the nodes of ``level`` that share it, for keys held by two nodes or more."""
+    groups: dict[int, list[Path]] = {}
+    for p in level:
+        groups.setdefault(trtllm_key(p), []).append(p)
+    return {k: ps for k, ps in groups.items() if len(ps) > 1}
+
+
+def _parent_by_key(tree: Tree) -> str | None:
+    """The runtime finds a node's parent by its key: a shared key with children is ambiguous.
+
+    ``initTensorsFromChoices`` maps each key of the level above to the node sorted last among
+    those holding it (``std::sort`` leaves equal keys in no fixed order), so the children of a
+    node that shares its key may be attached to the other node.
+    """
+    has_children = {p[:-1] for p in tree.paths}
+    for level in _levels(tree):
+        for group in _same_key(level).values():
+            parent = next((p for p in group if p in has_children), None)
+            if parent is not None:
+                other = next(p for p in group if p != parent)
+                return (f"TensorRT-LLM's C++ runtime gives {_name(parent)} and {_name(other)} the "
+                        f"same key (4 bits per level, shifted in 32 bits) and finds a parent by "
+                        f"its key, so it may attach the children of {_name(parent)} to "
+                        f"{_name(other)}: it builds another tree")
+    return None
+
+
+def _drafted_in_key_order(tree: Tree) -> str | None:
+    """EAGLE-1 fills the nodes of a level with top-k tokens in the order of their keys.
+
+    The drafter (``extracTopKsFromSuccessorsArray`` and ``copyOutputTokensIds`` in
+    ``cpp/tensorrt_llm/kernels/speculativeDecoding/eagleDecodingKernels.cu``, NVIDIA/TensorRT-LLM
+    3585984b32cded5cc002d3087d3da4b0fd9fb8a5) takes the nodes of a level in node order, each its
+    top-k for k children, and writes the tokens to the next level's nodes in node order; node
+    order is key order. The tree is drafted as designed only if key order is path order at
+    every depth, with no two keys equal.
+    """
+    for depth, level in enumerate(_levels(tree), start=1):
+        shared = next(iter(_same_key(level).values()), None)
+        if shared:
+            return (f"TensorRT-LLM's C++ runtime gives {_name(shared[0])} and {_name(shared[1])} "
+                    f"the same key (4 bits per level, shifted in 32 bits), so the order of the "
+                    f"depth-{depth} nodes is not fixed, and EAGLE-1 fills them with top-k tokens "
+                    f"in that order: it builds another tree")
+        by_key = sorted(level, key=trtllm_key)
+        moved = next((i for i, (a, b) in enumerate(zip(by_key, level)) if a != b), None)
+        if moved is not None:
+            return (f"TensorRT-LLM's C++ runtime orders the depth-{depth} nodes by keys that wrap "
+                    f"past 8 levels, putting {_name(by_key[moved])} where {_name(level[moved])} "
+                    f"belongs, and EAGLE-1 fills them with top-k tokens in that order: it builds "
+                    f"another tree")
+    return None
+
+
 NONEMPTY = Rule("at least one node", _nonempty, "")
 MEDUSA_RANKS = _rank_below(MEDUSA_TOPK, f"the reference code keeps only the top-{MEDUSA_TOPK} "
                                         "candidates of each head")
-TRTLLM_RANKS = _rank_below(TRTLLM_MAX_CHILDREN, "TensorRT-LLM's runtime keys a node by 4 bits per "
-                                                "level: rank 16 overflows into its parent's key "
-                                                "and larger ranks are refused")
-TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_DEPTH, "TensorRT-LLM's runtime keys a node by 4 bits "
-                                                "per level shifted in 32 bits: deeper nodes "
-                                                "collide (its own check allows 16)")
+TRTLLM_RANKS = _rank_below(TRTLLM_MAX_RANK + 1, "TensorRT-LLM's C++ runtime refuses a rank "
+                                                 f"above {TRTLLM_MAX_RANK}")
+TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_LEVELS, "TensorRT-LLM's C++ runtime refuses a path longer "
+                                                 f"than {TRTLLM_MAX_LEVELS} (its 64-bit keys hold "
+                                                 f"{TRTLLM_MAX_LEVELS} levels of 4 bits)")
+TRTLLM_PARENTS = Rule("parents found by their keys", _parent_by_key, "--max-rank 16 --max-depth 9")
 TRTLLM_PY_ROOT = _contiguous("TensorRT-LLM's Python runtime (_medusa_setup) reads the depth-1 "
                              "ranks as 0..m-1", depth_one_only=True)
-EAGLE_TOPK = _contiguous("TensorRT-LLM's static EAGLE tree drafts the top-k children of every "
-                         "node, so they must be ranks 0..k-1")
+EAGLE1_TOPK = _contiguous("TensorRT-LLM's EAGLE-1 drafter (C++ runtime) fills the children of a "
+                          "node with its top-k tokens in order, so they must be ranks 0..k-1")
+EAGLE1_ORDER = Rule("drafted in key order", _drafted_in_key_order, "--max-rank 16 --max-depth 8")
+EAGLE_TOPK = _contiguous("TensorRT-LLM's PyTorch backend (SpecTreeManager) drafts the top-k "
+                         "children of every node of its static EAGLE tree in order, so they must "
+                         "be ranks 0..k-1")
 SEQUOIA_TOPK = _contiguous("a growmap expands the children of every node as ranks 0..m-1")
 GROUNDED = Rule("Hydra grounded heads", _grounded, "--constraint grounded")
 UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
@@ -177,8 +269,15 @@ UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
 # ----- the registry ---------------------------------------------------------------------------
 # TensorRT-LLM's C++ runtime (speculativeChoicesUtils.cpp) serves the run script, the Triton
 # backend and MedusaDecodingConfig: the TensorRT engine backend, whose last release is 1.3.0rc20
-# (last stable 1.2.1); 1.3.0rc21 removed it.
+# (last stable 1.2.1); 1.3.0rc21 removed it. EagleDecodingConfig's YAML goes to the PyTorch
+# backend, which builds the tree from the choices list itself (SpecTreeManager, no keys).
 TRT_BACKEND = "TensorRT-LLM 0.9 – 1.2.1 stable / 1.3.0rc20 (TensorRT backend, removed in 1.3.0rc21)"
+TRT_GONE = ("the TensorRT engine backend that reads this flag is gone from TensorRT-LLM "
+            "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)")
+EAGLE1_ENGINE = ("EAGLE-1 requires the tree's depth to equal the engine's max_draft_len (its EAGLE "
+                 "layers), and at most max_non_leaves_per_layer nodes with children at any depth")
+TRT_MEDUSA = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PARENTS)
+TRT_EAGLE1 = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, EAGLE1_TOPK, EAGLE1_ORDER)
 ENGINES: tuple[Engine, ...] = (
     Engine("medusa", None, "Medusa reference code (medusa_choices)",
            "FasterDecoding/Medusa, last commit 2024-04-18 (medusa/model/utils.py)",
@@ -186,25 +285,32 @@ ENGINES: tuple[Engine, ...] = (
     Engine("hydra", None, "Hydra reference code, grounded heads (hydra_choices)",
            "zankner/Hydra, last commit 2024-02-18 (hydra/model/utils.py, grounded proposal)",
            (NONEMPTY, GROUNDED)),
-    Engine("trtllm", None, "TensorRT-LLM run script --medusa_choices / --eagle_choices",
+    Engine("trtllm", "medusa", "TensorRT-LLM run script --medusa_choices",
            TRT_BACKEND + "; C++ runtime and Python runtime (_medusa_setup)",
-           (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PY_ROOT),
-           ("the TensorRT engine backend that reads this flag is gone from TensorRT-LLM "
-            "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)",)),
+           (*TRT_MEDUSA, TRTLLM_PY_ROOT), (TRT_GONE,)),
+    Engine("trtllm", "eagle", "TensorRT-LLM run script --eagle_choices (EAGLE-1, C++ runtime)",
+           TRT_BACKEND + "; C++ runtime and its EAGLE-1 drafter (eagleDecodingKernels.cu)",
+           TRT_EAGLE1, (TRT_GONE, EAGLE1_ENGINE)),
     Engine("trtllm-yaml", "medusa", "TensorRT-LLM LLM API, MedusaDecodingConfig",
-           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH),
+           TRT_BACKEND, TRT_MEDUSA,
            ("MedusaDecodingConfig runs on the TensorRT backend only: the last releases that "
             "accept it are 1.2.1 (stable) and 1.3.0rc20",
             "num_medusa_heads overrides the checkpoint's head count: it is --num-heads")),
-    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree",
+    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree "
+                                   "(PyTorch backend)",
            "TensorRT-LLM 1.1 – 1.3 (llmapi/llm_args.py, _torch/speculative/spec_tree_manager.py; "
-           "eagle_choices removed in 1.4.0rc1)", (NONEMPTY, EAGLE_TOPK, TRTLLM_DEPTH),
+           "eagle_choices removed in 1.4.0rc1)", (NONEMPTY, EAGLE_TOPK),
            ("eagle_choices is deprecated: TensorRT-LLM announced its removal for release 1.4, "
             "and 1.4.0rc1 no longer has it",
             "speculative_model is the EAGLE checkpoint (releases before December 2025 call it "
-            "speculative_model_dir)")),
-    Engine("triton", None, "TensorRT-LLM Triton backend (medusa_choices parameter)",
-           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH)),
+            "speculative_model_dir)",
+            "this YAML is for the PyTorch backend (the LLM API's default): the TensorRT engine "
+            "backend builds eagle_choices by the rules of export --format trtllm --draft eagle")),
+    Engine("triton", "medusa", "TensorRT-LLM Triton backend (medusa_choices parameter)",
+           TRT_BACKEND, TRT_MEDUSA),
+    Engine("triton", "eagle", "TensorRT-LLM Triton backend (eagle_choices parameter, EAGLE-1)",
+           TRT_BACKEND + "; triton_backend/inflight_batcher_llm/src/model_instance_state.cc",
+           TRT_EAGLE1, (EAGLE1_ENGINE,)),
     Engine("vllm", None, "vLLM speculative_token_tree (EAGLE, EAGLE-3, MTP; TREE_ATTN backend)",
            "vLLM 0.10.1 – 0.20.2 (v1/attention/backends/tree_attn.py; removed in 0.21.0)",
            (NONEMPTY, UNIFORM),
