@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from treeopt.errors import TreeoptError
 from treeopt.tree import Path, Tree
+from treeopt.trtllm_keys import MAX_ORDERS, cpp_difference, order_count
 
 DRAFTS: tuple[str, ...] = ("medusa", "eagle")
 MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
@@ -157,92 +158,40 @@ def _level_uniform(tree: Tree) -> str | None:
     return None
 
 
-# ----- TensorRT-LLM's C++ runtime: the node keys it builds the tree by ------------------------
-def trtllm_key(path: Path) -> int:
-    """The key TensorRT-LLM's C++ runtime gives the node at ``path`` (equal keys: one node to it).
+# ----- TensorRT-LLM's C++ runtime: the tree its node keys give --------------------------------
+def _cpp_built(*, eagle1: bool) -> Callable[[Tree], str | None]:
+    """The problem of a tree TensorRT-LLM's C++ runtime builds differently (treeopt.trtllm_keys).
 
-    ``computePrefix`` in ``cpp/tensorrt_llm/runtime/utils/speculativeChoicesUtils.cpp``
-    (NVIDIA/TensorRT-LLM b4f2086ddd2206a1f8b5f3d40885d7ce7d0c73fa) ORs ``rank << 4·(len-1-i)``
-    into the key, the shift done on a 32-bit int: the hardware takes the shift amount modulo 32
-    (x86 ``shl``, Arm ``lslv``) and drops the bits past 31. The int is then widened into a 64-bit
-    key with its sign, which copies bit 31 upwards, so the low 32 bits decide equality and order.
-    Ranks 0..15 and depth ≤ 8 give every node its own key, in path order; rank 16 spills into the
-    level above, and from depth 9 on the levels wrap onto each other.
-
-    >>> trtllm_key((0, 16)) == trtllm_key((1, 0))  # rank 16 spills into the level above
-    True
-    >>> trtllm_key((16,) + (0,) * 7) == trtllm_key((0,) * 8)  # ... or out of the 32 bits
-    True
-    >>> trtllm_key((1,) + (0,) * 8) == trtllm_key((0,) * 8 + (1,))  # depth 9 wraps
-    True
+    Only trees the runtime accepts (ranks ≤ 16, 16 levels) and, for EAGLE-1, whose children are
+    ranks 0..k-1 are replayed: the other rules speak for the rest.
     """
-    key = 0
-    for i, rank in enumerate(path):
-        key |= (rank << (4 * (len(path) - 1 - i)) % 32) & 0xFFFFFFFF
-    return key
+    drafter = "EAGLE-1" if eagle1 else "Medusa"
 
+    def problem(tree: Tree) -> str | None:
+        if (not tree.size or tree.max_rank > TRTLLM_MAX_RANK or tree.depth > TRTLLM_MAX_LEVELS
+                or (eagle1 and not tree.is_contiguous())):
+            return None
+        if order_count(tree) > MAX_ORDERS:
+            return (f"TensorRT-LLM's C++ runtime gives so many nodes a shared key that the "
+                    f"orders it may sort them in ({order_count(tree)}) are more than treeopt "
+                    f"replays ({MAX_ORDERS}): it may build another tree")
+        diff = cpp_difference(tree, eagle1=eagle1)
+        if diff is None:
+            return None
+        action = (f"build {_name(diff.built)} where the tree has {_name(diff.missing)}"
+                  if diff.built else
+                  f"draft the token of {_name(diff.missing)} under one node and verify it "
+                  f"under another")
+        if diff.shared:
+            cause = (f"gives {_name(diff.shared[0])} and {_name(diff.shared[1])} the same key "
+                     f"(4 bits per level, shifted in 32 bits) and sorts equal keys in no fixed "
+                     f"order, so for {drafter} it may")
+        else:
+            cause = ("orders each depth by keys (4 bits per level, shifted in 32 bits) that "
+                     f"wrap past 8 levels, and {drafter} drafts in that order, so it would")
+        return f"TensorRT-LLM's C++ runtime {cause} {action}: another tree"
 
-def _levels(tree: Tree) -> list[list[Path]]:
-    """The nodes of each depth 1..depth, in path order."""
-    levels: list[list[Path]] = [[] for _ in range(tree.depth)]
-    for p in tree.paths:
-        levels[len(p) - 1].append(p)
-    return levels
-
-
-def _same_key(level: list[Path]) -> dict[int, list[Path]]:
-    """Key → the nodes of ``level`` that share it, for keys held by two nodes or more."""
-    groups: dict[int, list[Path]] = {}
-    for p in level:
-        groups.setdefault(trtllm_key(p), []).append(p)
-    return {k: ps for k, ps in groups.items() if len(ps) > 1}
-
-
-def _parent_by_key(tree: Tree) -> str | None:
-    """The runtime finds a node's parent by its key: a shared key with children is ambiguous.
-
-    ``initTensorsFromChoices`` maps each key of the level above to the node sorted last among
-    those holding it (``std::sort`` leaves equal keys in no fixed order), so the children of a
-    node that shares its key may be attached to the other node.
-    """
-    has_children = {p[:-1] for p in tree.paths}
-    for level in _levels(tree):
-        for group in _same_key(level).values():
-            parent = next((p for p in group if p in has_children), None)
-            if parent is not None:
-                other = next(p for p in group if p != parent)
-                return (f"TensorRT-LLM's C++ runtime gives {_name(parent)} and {_name(other)} the "
-                        f"same key (4 bits per level, shifted in 32 bits) and finds a parent by "
-                        f"its key, so it may attach the children of {_name(parent)} to "
-                        f"{_name(other)}: it builds another tree")
-    return None
-
-
-def _drafted_in_key_order(tree: Tree) -> str | None:
-    """EAGLE-1 fills the nodes of a level with top-k tokens in the order of their keys.
-
-    The drafter (``extracTopKsFromSuccessorsArray`` and ``copyOutputTokensIds`` in
-    ``cpp/tensorrt_llm/kernels/speculativeDecoding/eagleDecodingKernels.cu``, NVIDIA/TensorRT-LLM
-    3585984b32cded5cc002d3087d3da4b0fd9fb8a5) takes the nodes of a level in node order, each its
-    top-k for k children, and writes the tokens to the next level's nodes in node order; node
-    order is key order. The tree is drafted as designed only if key order is path order at
-    every depth, with no two keys equal.
-    """
-    for depth, level in enumerate(_levels(tree), start=1):
-        shared = next(iter(_same_key(level).values()), None)
-        if shared:
-            return (f"TensorRT-LLM's C++ runtime gives {_name(shared[0])} and {_name(shared[1])} "
-                    f"the same key (4 bits per level, shifted in 32 bits), so the order of the "
-                    f"depth-{depth} nodes is not fixed, and EAGLE-1 fills them with top-k tokens "
-                    f"in that order: it builds another tree")
-        by_key = sorted(level, key=trtllm_key)
-        moved = next((i for i, (a, b) in enumerate(zip(by_key, level)) if a != b), None)
-        if moved is not None:
-            return (f"TensorRT-LLM's C++ runtime orders the depth-{depth} nodes by keys that wrap "
-                    f"past 8 levels, putting {_name(by_key[moved])} where {_name(level[moved])} "
-                    f"belongs, and EAGLE-1 fills them with top-k tokens in that order: it builds "
-                    f"another tree")
-    return None
+    return problem
 
 
 NONEMPTY = Rule("at least one node", _nonempty, "")
@@ -253,12 +202,14 @@ TRTLLM_RANKS = _rank_below(TRTLLM_MAX_RANK + 1, "TensorRT-LLM's C++ runtime refu
 TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_LEVELS, "TensorRT-LLM's C++ runtime refuses a path longer "
                                                  f"than {TRTLLM_MAX_LEVELS} (its 64-bit keys hold "
                                                  f"{TRTLLM_MAX_LEVELS} levels of 4 bits)")
-TRTLLM_PARENTS = Rule("parents found by their keys", _parent_by_key, "--max-rank 16 --max-depth 9")
+TRTLLM_MEDUSA_KEYS = Rule("Medusa tree from the keys", _cpp_built(eagle1=False),
+                          "--max-rank 16 --max-depth 9")
 TRTLLM_PY_ROOT = _contiguous("TensorRT-LLM's Python runtime (_medusa_setup) reads the depth-1 "
                              "ranks as 0..m-1", depth_one_only=True)
 EAGLE1_TOPK = _contiguous("TensorRT-LLM's EAGLE-1 drafter (C++ runtime) fills the children of a "
                           "node with its top-k tokens in order, so they must be ranks 0..k-1")
-EAGLE1_ORDER = Rule("drafted in key order", _drafted_in_key_order, "--max-rank 16 --max-depth 8")
+EAGLE1_KEYS = Rule("EAGLE-1 tree from the keys", _cpp_built(eagle1=True),
+                   "--max-rank 16 --max-depth 8")
 EAGLE_TOPK = _contiguous("TensorRT-LLM's PyTorch backend (SpecTreeManager) drafts the top-k "
                          "children of every node of its static EAGLE tree in order, so they must "
                          "be ranks 0..k-1")
@@ -276,8 +227,8 @@ TRT_GONE = ("the TensorRT engine backend that reads this flag is gone from Tenso
             "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)")
 EAGLE1_ENGINE = ("EAGLE-1 requires the tree's depth to equal the engine's max_draft_len (its EAGLE "
                  "layers), and at most max_non_leaves_per_layer nodes with children at any depth")
-TRT_MEDUSA = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PARENTS)
-TRT_EAGLE1 = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, EAGLE1_TOPK, EAGLE1_ORDER)
+TRT_MEDUSA = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_MEDUSA_KEYS)
+TRT_EAGLE1 = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, EAGLE1_TOPK, EAGLE1_KEYS)
 ENGINES: tuple[Engine, ...] = (
     Engine("medusa", None, "Medusa reference code (medusa_choices)",
            "FasterDecoding/Medusa, last commit 2024-04-18 (medusa/model/utils.py)",
