@@ -38,8 +38,9 @@ CHAIN_17 = Tree.chain(17)
     ([[0], [0, 15]], "triton", "medusa", []),
     ([[0], [1], [0, 16], [1, 0], [0, 16, 0]], "triton", "medusa",
      ["TensorRT-LLM's C++ runtime gives [0, 16] and [1, 0] the same key (4 bits per level, "
-      "shifted in 32 bits) and finds a parent by its key, so it may attach the children of "
-      "[0, 16] to [1, 0]: it builds another tree (grow with --max-rank 16 --max-depth 9)"]),
+      "shifted in 32 bits) and sorts equal keys in no fixed order, so for Medusa it may build "
+      "[1, 0, 0] where the tree has [0, 16, 0]: another tree "
+      "(grow with --max-rank 16 --max-depth 9)"]),
     ([[0], [0, 17]], "triton", "medusa",
      ["[0, 17] has rank 17, but TensorRT-LLM's C++ runtime refuses a rank above 16 (ranks 0..16) "
       "(grow with --max-rank 17)"]),
