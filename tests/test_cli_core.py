@@ -178,10 +178,12 @@ def test_show(files, tmp_path):
         "engines (export --format …):",
         "  medusa                     runs it",
         "  hydra                      runs it",
-        "  trtllm                     runs it",
+        "  trtllm --draft medusa      runs it",
+        "  trtllm --draft eagle       runs it",
         "  trtllm-yaml --draft medusa runs it",
         "  trtllm-yaml --draft eagle  runs it",
-        "  triton                     runs it",
+        "  triton --draft medusa      runs it",
+        "  triton --draft eagle       runs it",
         "  vllm                       no: vLLM's tree drafter needs a level-uniform tree (every "
         "node of a level with the same children 0..c-1), but depth 2 has children counts "
         "[0, 1, 2] under its 3 parents (grow with --constraint uniform)",

@@ -34,12 +34,16 @@ CHAIN_17 = Tree.chain(17)
      ["[10] has rank 10, but the reference code keeps only the top-10 candidates of each head "
       "(ranks 0..9) (grow with --max-rank 10)"]),
     ([[9], [9, 9]], "medusa", "medusa", []),
-    # TensorRT-LLM's C++ runtime: 16 children, 16 levels
+    # TensorRT-LLM's C++ runtime: ranks up to 16, a node's parent found by its 4-bit key
     ([[0], [0, 15]], "triton", "medusa", []),
-    ([[0], [0, 16]], "triton", "medusa",
-     ["[0, 16] has rank 16, but TensorRT-LLM's runtime keys a node by 4 bits per level: rank 16 "
-      "overflows into its parent's key and larger ranks are refused (ranks 0..15) "
-      "(grow with --max-rank 16)"]),
+    ([[0], [1], [0, 16], [1, 0], [0, 16, 0]], "triton", "medusa",
+     ["TensorRT-LLM's C++ runtime gives [0, 16] and [1, 0] the same key (4 bits per level, "
+      "shifted in 32 bits) and sorts equal keys in no fixed order, so for Medusa it may build "
+      "[1, 0, 0] where the tree has [0, 16, 0]: another tree "
+      "(grow with --max-rank 16 --max-depth 9)"]),
+    ([[0], [0, 17]], "triton", "medusa",
+     ["[0, 17] has rank 17, but TensorRT-LLM's C++ runtime refuses a rank above 16 (ranks 0..16) "
+      "(grow with --max-rank 17)"]),
     # ... and its Python runtime reads depth-1 ranks as 0..m-1
     ([[1]], "triton", "medusa", []),
     ([[1]], "trtllm", "medusa",
@@ -48,8 +52,9 @@ CHAIN_17 = Tree.chain(17)
     ([[0], [0, 1]], "trtllm", "medusa", []),
     # TensorRT-LLM's static EAGLE tree: the top-k children of every node
     ([[0], [0, 1]], "trtllm-yaml", "eagle",
-     ["[0, 1] is there without [0, 0]: TensorRT-LLM's static EAGLE tree drafts the top-k children "
-      "of every node, so they must be ranks 0..k-1 (grow with --constraint contiguous)"]),
+     ["[0, 1] is there without [0, 0]: TensorRT-LLM's PyTorch backend (SpecTreeManager) drafts "
+      "the top-k children of every node of its static EAGLE tree in order, so they must be ranks "
+      "0..k-1 (grow with --constraint contiguous)"]),
     ([[0], [0, 1]], "trtllm-yaml", "medusa", []),
     # vLLM: level-uniform
     ([[0], [1], [0, 0]], "vllm", "medusa",
@@ -68,12 +73,11 @@ def test_each_rule_exactly(choices, fmt, draft, expected):
 
 
 def test_depth_limits():
-    # speculativeChoicesUtils.cpp: `prefix |= vec[ci] << 4 * (len - 1 - ci)` shifts an int32,
-    # so from depth 9 on a node's key wraps onto another's; the runtime's own check allows 16
-    assert engine_problems(Tree.chain(9), "triton") == [
-        "the tree is 9 deep, but TensorRT-LLM's runtime keys a node by 4 bits per level shifted "
-        "in 32 bits: deeper nodes collide (its own check allows 16) (grow with --max-depth 8)"]
-    assert engine_problems(Tree.chain(8), "triton") == []
+    # speculativeChoicesUtils.cpp refuses a path longer than 16; a chain's keys never collide
+    assert engine_problems(Tree.chain(17), "triton") == [
+        "the tree is 17 deep, but TensorRT-LLM's C++ runtime refuses a path longer than 16 (its "
+        "64-bit keys hold 16 levels of 4 bits) (grow with --max-depth 16)"]
+    assert engine_problems(Tree.chain(16), "triton") == []
     assert engine_problems(Tree.chain(3), "medusa", num_heads=2) == [
         "the tree is 3 deep but there are only 2 heads (grow with --max-depth 2)"]
     assert engine_problems(Tree.chain(3), "paths", num_heads=2) == []
@@ -84,7 +88,8 @@ def test_registry_is_whole():
                        "paths", "json")
     assert engine("trtllm-yaml", "eagle").draft == "eagle"
     assert engine("trtllm-yaml", "medusa").draft == "medusa"
-    assert engine("triton", "eagle").format == "triton"  # one entry serves both drafts
+    assert engine("triton", "eagle").draft == "eagle"  # eagle_choices: EAGLE-1's rules
+    assert engine("vllm", "eagle").draft is None  # one entry serves both drafts
     for e in ENGINES:
         assert e.versions, f"{e.label} names no engine version it was checked against"
         assert all(r.grow_flags or r.name == "at least one node" for r in e.rules)
@@ -94,10 +99,12 @@ def test_registry_is_whole():
 
 def test_engines_for_lists_every_engine_that_runs_it():
     labels = [e.label for e in engines_for(Tree.from_choices([[0], [1], [0, 0], [1, 0]]))]
-    assert labels == ["medusa", "hydra", "trtllm", "trtllm-yaml --draft medusa",
-                      "trtllm-yaml --draft eagle", "triton", "vllm", "growmap", "paths", "json"]
-    assert [e.label for e in engines_for(CHAIN_17)] == ["medusa", "hydra", "vllm", "growmap",
-                                                         "paths", "json"]  # no TensorRT-LLM
+    assert labels == ["medusa", "hydra", "trtllm --draft medusa", "trtllm --draft eagle",
+                      "trtllm-yaml --draft medusa", "trtllm-yaml --draft eagle",
+                      "triton --draft medusa", "triton --draft eagle", "vllm", "growmap", "paths",
+                      "json"]
+    assert [e.label for e in engines_for(CHAIN_17)] == [  # the C++ runtime refuses 17 levels
+        "medusa", "hydra", "trtllm-yaml --draft eagle", "vllm", "growmap", "paths", "json"]
 
 
 # ----- grow offers every constraint: the trees it grows always pass the engine ----------------

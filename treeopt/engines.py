@@ -9,8 +9,8 @@ A :class:`Rule` is a check (the problem in words, or ``None``) and those flags. 
 is the rules plus what a user must know beside them (deprecations, the versions that read the
 format). A new engine rule is one entry below.
 
->>> [e.label for e in engines_for(Tree.from_choices([[0], [1], [1, 0]]))]
-['medusa', 'trtllm', 'trtllm-yaml --draft medusa', 'trtllm-yaml --draft eagle', 'triton', 'growmap', 'paths', 'json']
+>>> [e.label for e in engines_for(Tree.from_choices([[0], [1], [1, 0]]))][:4]
+['medusa', 'trtllm --draft medusa', 'trtllm --draft eagle', 'trtllm-yaml --draft medusa']
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from treeopt.errors import TreeoptError
 from treeopt.tree import Path, Tree
+from treeopt.trtllm_keys import MAX_ORDERS, cpp_difference, order_count
 
 DRAFTS: tuple[str, ...] = ("medusa", "eagle")
 MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
-TRTLLM_MAX_CHILDREN = 16  # TensorRT-LLM's C++ runtime: ranks 0..15 under any node
-TRTLLM_MAX_DEPTH = 8  # its node keys pack 4 bits per level into an int32 shift: 8 levels fit
+TRTLLM_MAX_RANK = 16  # TensorRT-LLM's C++ runtime refuses a larger rank (computePrefix)
+TRTLLM_MAX_LEVELS = 16  # ... and a deeper path: its 64-bit keys hold 16 levels of 4 bits
 
 
 @dataclass(frozen=True)
@@ -157,19 +158,61 @@ def _level_uniform(tree: Tree) -> str | None:
     return None
 
 
+# ----- TensorRT-LLM's C++ runtime: the tree its node keys give --------------------------------
+def _cpp_built(*, eagle1: bool) -> Callable[[Tree], str | None]:
+    """The problem of a tree TensorRT-LLM's C++ runtime builds differently (treeopt.trtllm_keys).
+
+    Only trees the runtime accepts (ranks ≤ 16, 16 levels) and, for EAGLE-1, whose children are
+    ranks 0..k-1 are replayed: the other rules speak for the rest.
+    """
+    drafter = "EAGLE-1" if eagle1 else "Medusa"
+
+    def problem(tree: Tree) -> str | None:
+        if (not tree.size or tree.max_rank > TRTLLM_MAX_RANK or tree.depth > TRTLLM_MAX_LEVELS
+                or (eagle1 and not tree.is_contiguous())):
+            return None
+        if order_count(tree) > MAX_ORDERS:
+            return (f"TensorRT-LLM's C++ runtime gives so many nodes a shared key that the "
+                    f"orders it may sort them in ({order_count(tree)}) are more than treeopt "
+                    f"replays ({MAX_ORDERS}): it may build another tree")
+        diff = cpp_difference(tree, eagle1=eagle1)
+        if diff is None:
+            return None
+        action = (f"build {_name(diff.built)} where the tree has {_name(diff.missing)}"
+                  if diff.built else
+                  f"draft the token of {_name(diff.missing)} under one node and verify it "
+                  f"under another")
+        if diff.shared:
+            cause = (f"gives {_name(diff.shared[0])} and {_name(diff.shared[1])} the same key "
+                     f"(4 bits per level, shifted in 32 bits) and sorts equal keys in no fixed "
+                     f"order, so for {drafter} it may")
+        else:
+            cause = ("orders each depth by keys (4 bits per level, shifted in 32 bits) that "
+                     f"wrap past 8 levels, and {drafter} drafts in that order, so it would")
+        return f"TensorRT-LLM's C++ runtime {cause} {action}: another tree"
+
+    return problem
+
+
 NONEMPTY = Rule("at least one node", _nonempty, "")
 MEDUSA_RANKS = _rank_below(MEDUSA_TOPK, f"the reference code keeps only the top-{MEDUSA_TOPK} "
                                         "candidates of each head")
-TRTLLM_RANKS = _rank_below(TRTLLM_MAX_CHILDREN, "TensorRT-LLM's runtime keys a node by 4 bits per "
-                                                "level: rank 16 overflows into its parent's key "
-                                                "and larger ranks are refused")
-TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_DEPTH, "TensorRT-LLM's runtime keys a node by 4 bits "
-                                                "per level shifted in 32 bits: deeper nodes "
-                                                "collide (its own check allows 16)")
+TRTLLM_RANKS = _rank_below(TRTLLM_MAX_RANK + 1, "TensorRT-LLM's C++ runtime refuses a rank "
+                                                 f"above {TRTLLM_MAX_RANK}")
+TRTLLM_DEPTH = _depth_at_most(TRTLLM_MAX_LEVELS, "TensorRT-LLM's C++ runtime refuses a path longer "
+                                                 f"than {TRTLLM_MAX_LEVELS} (its 64-bit keys hold "
+                                                 f"{TRTLLM_MAX_LEVELS} levels of 4 bits)")
+TRTLLM_MEDUSA_KEYS = Rule("Medusa tree from the keys", _cpp_built(eagle1=False),
+                          "--max-rank 16 --max-depth 9")
 TRTLLM_PY_ROOT = _contiguous("TensorRT-LLM's Python runtime (_medusa_setup) reads the depth-1 "
                              "ranks as 0..m-1", depth_one_only=True)
-EAGLE_TOPK = _contiguous("TensorRT-LLM's static EAGLE tree drafts the top-k children of every "
-                         "node, so they must be ranks 0..k-1")
+EAGLE1_TOPK = _contiguous("TensorRT-LLM's EAGLE-1 drafter (C++ runtime) fills the children of a "
+                          "node with its top-k tokens in order, so they must be ranks 0..k-1")
+EAGLE1_KEYS = Rule("EAGLE-1 tree from the keys", _cpp_built(eagle1=True),
+                   "--max-rank 16 --max-depth 8")
+EAGLE_TOPK = _contiguous("TensorRT-LLM's PyTorch backend (SpecTreeManager) drafts the top-k "
+                         "children of every node of its static EAGLE tree in order, so they must "
+                         "be ranks 0..k-1")
 SEQUOIA_TOPK = _contiguous("a growmap expands the children of every node as ranks 0..m-1")
 GROUNDED = Rule("Hydra grounded heads", _grounded, "--constraint grounded")
 UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
@@ -177,8 +220,15 @@ UNIFORM = Rule("level-uniform", _level_uniform, "--constraint uniform")
 # ----- the registry ---------------------------------------------------------------------------
 # TensorRT-LLM's C++ runtime (speculativeChoicesUtils.cpp) serves the run script, the Triton
 # backend and MedusaDecodingConfig: the TensorRT engine backend, whose last release is 1.3.0rc20
-# (last stable 1.2.1); 1.3.0rc21 removed it.
+# (last stable 1.2.1); 1.3.0rc21 removed it. EagleDecodingConfig's YAML goes to the PyTorch
+# backend, which builds the tree from the choices list itself (SpecTreeManager, no keys).
 TRT_BACKEND = "TensorRT-LLM 0.9 – 1.2.1 stable / 1.3.0rc20 (TensorRT backend, removed in 1.3.0rc21)"
+TRT_GONE = ("the TensorRT engine backend that reads this flag is gone from TensorRT-LLM "
+            "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)")
+EAGLE1_ENGINE = ("EAGLE-1 requires the tree's depth to equal the engine's max_draft_len (its EAGLE "
+                 "layers), and at most max_non_leaves_per_layer nodes with children at any depth")
+TRT_MEDUSA = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_MEDUSA_KEYS)
+TRT_EAGLE1 = (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, EAGLE1_TOPK, EAGLE1_KEYS)
 ENGINES: tuple[Engine, ...] = (
     Engine("medusa", None, "Medusa reference code (medusa_choices)",
            "FasterDecoding/Medusa, last commit 2024-04-18 (medusa/model/utils.py)",
@@ -186,25 +236,32 @@ ENGINES: tuple[Engine, ...] = (
     Engine("hydra", None, "Hydra reference code, grounded heads (hydra_choices)",
            "zankner/Hydra, last commit 2024-02-18 (hydra/model/utils.py, grounded proposal)",
            (NONEMPTY, GROUNDED)),
-    Engine("trtllm", None, "TensorRT-LLM run script --medusa_choices / --eagle_choices",
+    Engine("trtllm", "medusa", "TensorRT-LLM run script --medusa_choices",
            TRT_BACKEND + "; C++ runtime and Python runtime (_medusa_setup)",
-           (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH, TRTLLM_PY_ROOT),
-           ("the TensorRT engine backend that reads this flag is gone from TensorRT-LLM "
-            "1.3.0rc21 on; use a release up to 1.2.1 (or 1.3.0rc20)",)),
+           (*TRT_MEDUSA, TRTLLM_PY_ROOT), (TRT_GONE,)),
+    Engine("trtllm", "eagle", "TensorRT-LLM run script --eagle_choices (EAGLE-1, C++ runtime)",
+           TRT_BACKEND + "; C++ runtime and its EAGLE-1 drafter (eagleDecodingKernels.cu)",
+           TRT_EAGLE1, (TRT_GONE, EAGLE1_ENGINE)),
     Engine("trtllm-yaml", "medusa", "TensorRT-LLM LLM API, MedusaDecodingConfig",
-           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH),
+           TRT_BACKEND, TRT_MEDUSA,
            ("MedusaDecodingConfig runs on the TensorRT backend only: the last releases that "
             "accept it are 1.2.1 (stable) and 1.3.0rc20",
             "num_medusa_heads overrides the checkpoint's head count: it is --num-heads")),
-    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree",
+    Engine("trtllm-yaml", "eagle", "TensorRT-LLM LLM API, EagleDecodingConfig static tree "
+                                   "(PyTorch backend)",
            "TensorRT-LLM 1.1 – 1.3 (llmapi/llm_args.py, _torch/speculative/spec_tree_manager.py; "
-           "eagle_choices removed in 1.4.0rc1)", (NONEMPTY, EAGLE_TOPK, TRTLLM_DEPTH),
+           "eagle_choices removed in 1.4.0rc1)", (NONEMPTY, EAGLE_TOPK),
            ("eagle_choices is deprecated: TensorRT-LLM announced its removal for release 1.4, "
             "and 1.4.0rc1 no longer has it",
             "speculative_model is the EAGLE checkpoint (releases before December 2025 call it "
-            "speculative_model_dir)")),
-    Engine("triton", None, "TensorRT-LLM Triton backend (medusa_choices parameter)",
-           TRT_BACKEND, (NONEMPTY, TRTLLM_RANKS, TRTLLM_DEPTH)),
+            "speculative_model_dir)",
+            "this YAML is for the PyTorch backend (the LLM API's default): the TensorRT engine "
+            "backend builds eagle_choices by the rules of export --format trtllm --draft eagle")),
+    Engine("triton", "medusa", "TensorRT-LLM Triton backend (medusa_choices parameter)",
+           TRT_BACKEND, TRT_MEDUSA),
+    Engine("triton", "eagle", "TensorRT-LLM Triton backend (eagle_choices parameter, EAGLE-1)",
+           TRT_BACKEND + "; triton_backend/inflight_batcher_llm/src/model_instance_state.cc",
+           TRT_EAGLE1, (EAGLE1_ENGINE,)),
     Engine("vllm", None, "vLLM speculative_token_tree (EAGLE, EAGLE-3, MTP; TREE_ATTN backend)",
            "vLLM 0.10.1 – 0.20.2 (v1/attention/backends/tree_attn.py; removed in 0.21.0)",
            (NONEMPTY, UNIFORM),
