@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import FieldError, TreeoptError
@@ -105,6 +105,23 @@ class SGLangConfig:
         from treeopt.adaptive.versions import sglang_default_slots
 
         return cls(sglang_default_slots(version), label=f"sglang {version} default", **options)
+
+    def capped(self, max_steps: int) -> SGLangConfig:
+        """This setup without candidate steps above ``max_steps`` (a slot left with none keeps
+        its smallest), starting where it started if that is still a candidate.
+
+        >>> c = SGLangConfig.default().capped(6)
+        >>> dict(c.slots)[1].candidate_steps, c.start_steps, c.label
+        ((1, 3, 5), 3, 'sglang 0.5.23 default, steps above 6 dropped')
+        """
+        slots = tuple((k, replace(s, candidate_steps=tuple(c for c in s.candidate_steps
+                                                           if c <= max_steps)
+                                  or s.candidate_steps[:1])) for k, s in self.slots)
+        union = {c for _, s in slots for c in s.candidate_steps}
+        start = self.start_steps if self.start_steps in union else None
+        return SGLangConfig(slots, num_steps=start, cuda_graph_bs=self.cuda_graph_bs,
+                            overlap=self.overlap,
+                            label=f"{self.label}, steps above {max_steps} dropped")
 
     @property
     def union(self) -> tuple[int, ...]:
