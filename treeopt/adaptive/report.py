@@ -13,7 +13,7 @@ from typing import Any
 from treeopt.adaptive.policies import TRTLLMSchedule, VLLMSchedule
 from treeopt.adaptive.replay import Replay, chain_step_seconds, replay
 from treeopt.adaptive.sglang import SGLangConfig
-from treeopt.adaptive.tune import SearchSpace, fixed_replays, tune_sglang
+from treeopt.adaptive.tune import DEFAULT_SPACE, SearchSpace, fixed_replays, tune_sglang
 from treeopt.adaptive.workload import ChainAcceptance
 from treeopt.costs import StepCosts
 from treeopt.grow import Growth
@@ -108,7 +108,7 @@ def _mix(r: Replay) -> str:
 
 def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: Sequence[int],
                     context: int | None = None, default: SGLangConfig | None = None,
-                    space: SearchSpace = SearchSpace(), growth: Growth | None = None,
+                    space: SearchSpace = DEFAULT_SPACE, growth: Growth | None = None,
                     static_trace: RankTrace | None = None) -> AdaptiveReport:
     """Tune SGLang's config on ``acceptance`` for ``batches`` and set it beside the default, the
     best fixed chain, the tables vLLM and TensorRT-LLM take, and (with ``growth`` and the rank

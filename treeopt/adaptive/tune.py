@@ -53,6 +53,9 @@ class SearchSpace:
     passes: int = 2
 
 
+DEFAULT_SPACE = SearchSpace()
+
+
 @dataclass(frozen=True)
 class SlotOption:
     """One slot replayed at one batch size from one start: its tokens/s."""
@@ -125,7 +128,7 @@ class SGLangTuning:
 
 
 def tune_sglang(acceptance: ChainAcceptance, seconds: dict[int, npt.NDArray[np.float64]], *,
-                default: SGLangConfig, space: SearchSpace = SearchSpace(),
+                default: SGLangConfig, space: SearchSpace = DEFAULT_SPACE,
                 ) -> SGLangTuning:
     """The tuned config for the batch sizes of ``seconds`` (batch → a chain step's seconds by
     k), keyed by those batch sizes; ``default``: the engine's config it must not fall below."""
