@@ -16,6 +16,7 @@ from treeopt.adaptive.sglang import SGLangConfig
 from treeopt.adaptive.tune import DEFAULT_SPACE, SearchSpace, fixed_replays, tune_sglang
 from treeopt.adaptive.workload import ChainAcceptance
 from treeopt.costs import StepCosts
+from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
 from treeopt.trace import RankTrace
 
@@ -114,6 +115,10 @@ def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: S
     best fixed chain, the tables vLLM and TensorRT-LLM take, and (with ``growth`` and the rank
     trace ``static_trace``) the best static tree."""
     default = default or SGLangConfig.default()
+    crowded = [b for b in batches if not 1 <= b <= acceptance.sequences]
+    if crowded:
+        raise TreeoptError(f"batch {crowded[0]}: the workload has {acceptance.sequences} "
+                           "sequences, and a batch needs one per row")
     seconds = {b: chain_step_seconds(costs, batch=b, context=context,
                                      max_steps=acceptance.max_steps) for b in batches}
     tuning = tune_sglang(acceptance, seconds, default=default, space=space)

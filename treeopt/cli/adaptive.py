@@ -98,8 +98,6 @@ def cmd_adaptive(args: argparse.Namespace) -> int:
         raise TreeoptError("--growth needs a rank trace to walk static trees on: give "
                            "--static-trace (--trace is a dynamic trace)")
     default = SGLangConfig.default(args.sglang_version, overlap=not args.no_overlap)
-    print(f"replaying and tuning on {acceptance.source} at batch "
-          f"{','.join(map(str, args.batch))} …", file=sys.stderr)
     report = adaptive_report(acceptance, costs, batches=args.batch, context=args.context,
                              default=default, growth=growth, static_trace=static)
     print(report.table(), file=sys.stderr)
