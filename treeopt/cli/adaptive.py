@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the rank trace static trees are walked on (default --trace, when it "
                         "is a rank trace)")
     p.add_argument("--draft-model", default="DRAFT", metavar="PATH",
-                   help="the draft model's path written into the flags and files")
+                   help="the draft model's path written into the flags and files (default "
+                        "%(default)s)")
     p.add_argument("--report", metavar="FILE", help="write the whole report (JSON) here")
     p.add_argument("--out", metavar="FILE",
                    help="write the engine's config file here, its launch flags beside it "
