@@ -20,6 +20,15 @@ throughput pays.
 
 The tree is checked against the drafter (depth, ranks, dynamic drafting) where a run starts,
 once per decode: the one place a tree meets the heads that draft it.
+
+A :class:`TreeSource` in place of the tree chooses each step's tree as the run goes (an engine's
+adaptive step controller, :class:`treeopt.adaptive.live.ChainSource`): before a step it gets the
+step's :class:`~treeopt.adaptive.policies.RoundState` (the step's index in this run, the rows
+still running and those of the step before), after it the running rows' accepted draft tokens
+(the bonus token excluded). Every tree it may choose is checked once, where the run starts. An
+empty tree in such a run is an autoregressive step that still feeds the drafter what was
+accepted (its :meth:`~treeopt.decoding.drafter.Drafter.draft` of the root alone), so the next
+step drafts as it would have.
 """
 
 from __future__ import annotations
@@ -27,10 +36,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from treeopt.adaptive.policies import RoundState
 from treeopt.decoding.accept import Verdict, accept, accept_rows
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
@@ -51,7 +61,8 @@ if TYPE_CHECKING:
 
 CAPACITY_BUCKET = 256  # a static cache's capacity is a multiple of this
 
-__all__ = ["BatchResult", "DecodeConfig", "Decoder", "autoregressive", "decode", "generate"]
+__all__ = ["BatchResult", "DecodeConfig", "Decoder", "TreeSource", "autoregressive", "decode",
+           "generate"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,24 @@ class BatchResult:
 
     tokens: tuple[tuple[int, ...], ...]
     stats: DecodeStats
+
+
+class TreeSource(Protocol):
+    """Each step's tree, chosen as a run goes: :meth:`tree` before the step, :meth:`verified`
+    after it with the accepted draft tokens of the rows that ran it (in row order)."""
+
+    @property
+    def trees(self) -> tuple[Tree, ...]:
+        """Every tree it may choose (checked against the drafter, and the run's cache sized for
+        the largest, where a run starts)."""
+        ...
+
+    def tree(self, state: RoundState) -> Tree: ...
+
+    def verified(self, state: RoundState, accepted: Sequence[int]) -> None: ...
+
+
+Shape = Tree | DynamicSettings | TreeSource  # what a run decodes with
 
 
 class TreeMismatch(TreeoptError):
@@ -127,11 +156,12 @@ class Decoder:
             kv.zero_()  # nothing of an earlier run stays
             return SlotCache(kv, static=True, widths=self.verify.shape.widths)
 
-    def decode(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]], *,
+    def decode(self, tree: Shape, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,
                streams: Sequence[int] | None = None) -> BatchResult:
         """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive;
-        :class:`~treeopt.dynamic.settings.DynamicSettings`: a tree drafted afresh every step).
+        :class:`~treeopt.dynamic.settings.DynamicSettings`: a tree drafted afresh every step;
+        a :class:`TreeSource`: the tree it chooses, step by step).
 
         ``streams``: each row's sampling stream id (default 0 … b-1). Mode ``sample`` draws a
         row's tokens from (seed, stream, position) alone, so a prompt decoded with the same stream
@@ -139,7 +169,7 @@ class Decoder:
         with torch.inference_mode():
             return self._run(tree, prompts, config, profile=profile, streams=streams).loop()
 
-    def decode_alongside(self, shapes: Sequence[Tree | DynamicSettings],
+    def decode_alongside(self, shapes: Sequence[Shape],
                          prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
                          profile: bool = False,
                          streams: Sequence[int] | None = None) -> list[BatchResult]:
@@ -154,11 +184,18 @@ class Decoder:
         return decode_alongside([(self, shape) for shape in shapes], prompts, config=config,
                                 profile=profile, streams=streams)
 
-    def _run(self, tree: Tree | DynamicSettings, prompts: Sequence[Sequence[int]],
+    def _run(self, tree: Shape, prompts: Sequence[Sequence[int]],
              config: DecodeConfig | None, *, profile: bool,
              streams: Sequence[int] | None, slot: int = 0) -> _Run:
         """A checked, ready run of ``tree`` over ``prompts`` (the prefill not yet done)."""
         config = config or DecodeConfig()
+        source = None if isinstance(tree, (Tree, DynamicSettings)) else tree
+        if source is not None:  # its largest tree sizes the run
+            if not source.trees:
+                raise TreeoptError("a tree source with no trees to choose from")
+            for t in source.trees:
+                check_tree_for_heads(t, self.heads)
+            tree = max(source.trees, key=lambda t: t.num_tokens)
         check_tree_for_heads(tree, self.heads)
         if not prompts:
             raise TreeoptError("no prompts to decode")
@@ -174,10 +211,10 @@ class Decoder:
         ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
                            dtype=torch.long, device=self.device)
         return _Run(self, shape, config, gen, profile, prompts, stream_keys(config.seed, ids),
-                    slot=slot)
+                    slot=slot, source=source)
 
 
-def decode_alongside(runs: Sequence[tuple[Decoder, Tree | DynamicSettings]],
+def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
                      prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
                      profile: bool = False,
                      streams: Sequence[int] | None = None) -> list[BatchResult]:
@@ -209,12 +246,12 @@ def _drafts(shape: TreePlan | DynamicSettings) -> bool:
     return isinstance(shape, DynamicSettings) or shape.tree.size > 0
 
 
-def decode(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicSettings,
+def decode(model: PreTrainedModel, heads: Drafter | None, tree: Shape,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
            profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
     """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
     (a :class:`Decoder` checks the model once for many calls)."""
-    drafts = isinstance(tree, DynamicSettings) or tree.size > 0
+    drafts = not isinstance(tree, Tree) or tree.size > 0
     return Decoder(model, heads if drafts else None).decode(tree, prompts, config=config,
                                                             profile=profile, streams=streams)
 
@@ -284,15 +321,18 @@ class _Run:
 
     def __init__(self, decoder: Decoder, plan: TreePlan | DynamicSettings, cfg: DecodeConfig,
                  gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
-                 keys: torch.Tensor, *, slot: int = 0) -> None:
+                 keys: torch.Tensor, *, slot: int = 0, source: TreeSource | None = None) -> None:
         self.verify, self.heads, self.plan, self.cfg, self.gen = (
             decoder.verify, decoder.heads, plan, cfg, gen)
+        self.source = source  # each step's tree (``plan``: its largest, which sizes the cache)
+        self.offered = frozenset(source.trees) if source is not None else frozenset()
+        self.previous: int | None = None  # (with a source) the rows that ran the step before
         self.keys = keys  # [b]: each row's sampling stream
         self.device = decoder.device
         self.clock = _Clock(self.device, profile)
         self.prompts = [list(p) for p in prompts]
         b, longest = len(prompts), max(len(p) for p in prompts)
-        self.drafts = _drafts(plan) and self.heads is not None
+        self.drafts = (source is not None or _drafts(plan)) and self.heads is not None
         # a lookup drafter leaves nodes it had no candidate for as token -1 (see _draft)
         self.holes = self.drafts and self.heads.kind.lookup
         q = _tokens(plan)
@@ -339,7 +379,9 @@ class _Run:
         entered = time.perf_counter()
         self.iterations += 1
         running = all(self.active)
-        tokens, plan = self._draft(self.h, self.root)
+        chosen = (RoundState(self.iterations - 1, sum(self.active), self.previous)
+                  if self.source is not None else None)
+        tokens, plan = self._draft(self.h, self.root, self._shape(chosen))
         self.clock.lap(0)
         verified = tokens.clamp_min(0) if self.holes else tokens  # -1: no candidate
         logits, hidden = verify_step(self.verify, verified, plan, cache=self.cache,
@@ -351,6 +393,9 @@ class _Run:
                    accept(plan, tokens, logits, self.cfg, self.gen, positions=positions,
                           keys=self.keys))
         accepted, in_place = self._read(verdict, tokens, self.lens, self.frontier)  # host sync
+        if chosen is not None:  # the rows that ran it: those that accepted (the root, at least)
+            self.source.verified(chosen, [n - 1 for n in accepted if n])
+            self.previous = chosen.batch
         self.lengths, self.lens = self._move(verdict, plan.steps, accepted, in_place,
                                              self.lengths, self.lens, self.frontier)
         self.frontier = max(self.lens)
@@ -393,16 +438,26 @@ class _Run:
             runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
         return BatchResult(tokens_out, stats)
 
-    def _draft(self, h: torch.Tensor, root: torch.Tensor,
+    def _shape(self, chosen: RoundState | None) -> TreePlan | DynamicSettings:
+        """The step's plan: the run's own, or the tree its source chooses."""
+        if self.source is None or chosen is None:
+            return self.plan
+        tree = self.source.tree(chosen)
+        if tree not in self.offered:
+            raise TreeoptError(f"round {chosen.round}: the tree source chose a tree it does not "
+                               f"offer in its trees ({list(map(list, tree.paths))})")
+        return tree_plan(tree, str(self.device))
+
+    def _draft(self, h: torch.Tensor, root: torch.Tensor, shape: TreePlan | DynamicSettings,
                ) -> tuple[torch.Tensor, TreePlan | RowPlan]:
         """The step's tree tokens ``[b, q]`` (root first) and the plan they are verified by; a
         token -1 is a node the drafter had no candidate for (verified as token 0, never
         accepted: no model token is -1)."""
         if not self.drafts:
-            return root[:, None], self.plan
-        if isinstance(self.plan, DynamicSettings):
-            return self.heads.draft_dynamic(self.plan, h, root, self.state)
-        return self.heads.draft(self.plan, h, root, self.state), self.plan
+            return root[:, None], shape
+        if isinstance(shape, DynamicSettings):
+            return self.heads.draft_dynamic(shape, h, root, self.state)
+        return self.heads.draft(shape, h, root, self.state), shape
 
     def _prefill(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every prompt at once, right-padded; returns the roots, the features the heads read

@@ -331,6 +331,8 @@ class EagleDrafter(Drafter):
         g[:, 0] = g_root
         tokens = root.new_zeros(b, q)
         tokens[:, 0] = root
+        if not plan.levels:  # the root alone: the queued entries fed, nothing drafted
+            return tokens
         first = plan.levels[0]
         plan.fill(tokens, first.nodes, self.candidates(g_root, first.width)[:, first.ranks])
         fed = 0
