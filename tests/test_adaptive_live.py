@@ -229,3 +229,32 @@ def test_rounds_name_the_first_round_that_differs():
     assert Rounds((1, 0), (1, 1), (2.0, 1.0)).first_difference(r) == 1
     assert Rounds((1,), (1,), (2.0,)).first_difference(r) == 1
     assert not Rounds((1,), (1,), (2.0,)).equals(r)
+
+
+def test_every_drafter_kind_runs_autoregressive_rounds_between_drafted_ones(base, peaked):
+    """A source's empty tree between chains, for the kinds with a state of their own (a draft
+    model catches up) and without (Medusa, Hydra): lossless, and the rounds as chosen."""
+    import copy
+
+    from treeopt.drafters import build_heads
+    from treeopt.drafters.config import HeadsConfig
+    from treeopt.drafters.draft_model import DraftModel
+
+    draft_lm = copy.deepcopy(base)
+    with torch.no_grad():
+        for p in draft_lm.parameters():
+            p.add_(0.1 * p.std() * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    drafters = [DraftModel(draft_lm, depth=2)]
+    for kind in ("medusa", "hydra"):
+        torch.manual_seed(0)
+        drafters.append(build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=64,
+                                                vocab_size=256),
+                                    lm_head=base.lm_head, embeddings=base.model.embed_tokens))
+    cfg = DecodeConfig(max_new_tokens=16)
+    want = decode(base, None, Tree(()), PROMPTS, config=cfg).tokens
+    slot = SGLangSlot((0, 1, 2), warmup_batches=1, update_interval=1)
+    for drafter in drafters:
+        source = ChainSource(SGLangConfig(((1, slot),), num_steps=0, overlap=False).policy(),
+                             max_steps=2)
+        assert Decoder(base, drafter.eval()).decode(source, PROMPTS, config=cfg).tokens == want
+        assert source.rounds().steps[:2] == (0, 0) and 1 in source.rounds().steps

@@ -159,6 +159,8 @@ class DraftModel(Drafter):
         b = root.shape[0]
         tokens = root.new_zeros(b, plan.tree.num_tokens)
         tokens[:, 0] = root
+        if not plan.levels:  # the root alone: caught up, nothing drafted
+            return tokens
         first = plan.levels[0]
         plan.fill(tokens, first.nodes, top_candidates(root_logits, first.width)[:, first.ranks])
         front = max(state.lens)

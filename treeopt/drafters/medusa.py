@@ -55,6 +55,8 @@ class MedusaHeads(DraftHeads):
         """Every depth from one call of the heads the tree reaches: node i takes its depth's
         head's candidate of its rank."""
         tree = plan.tree
+        if not tree.size:  # the root alone
+            return root[:, None]
         z = self.blocks_at_once(hidden[:, 0], tree.depth)
         if self.proj is None:  # the shared LM head: one projection for every depth
             logits = self.project(0, z)  # [b, depth, V]
