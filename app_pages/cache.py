@@ -27,6 +27,7 @@ from treeopt.selection import Selection
 from treeopt.sweep import Sweep
 from treeopt.trace import RankTrace
 from treeopt.value import Method, Source
+from treeopt.workbench.adaptive import AdaptiveReplay
 
 if TYPE_CHECKING:
     from treeopt.roofline import Hardware, ModelConfig
@@ -50,7 +51,7 @@ def identity(obj: object) -> int:
 
 
 BY_IDENTITY = {t: identity for t in (RankTrace, AccuracyTable, Growth, Selection, Sweep,
-                                     StepCosts, Document)}
+                                     StepCosts, Document, AdaptiveReplay)}
 
 
 def figure(build: Callable[..., go.Figure], /, *args: Any, **kwargs: Any) -> go.Figure:

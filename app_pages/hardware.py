@@ -3,14 +3,22 @@
 import streamlit as st
 
 from app_pages.cache import CachedFigures, grown, roofline_selection
-from app_pages.state import current_dataset, demo, demo_dynamic_selection, demo_pricing, page_errors
+from app_pages.state import (
+    current_dataset,
+    demo,
+    demo_adaptive,
+    demo_dynamic_selection,
+    demo_pricing,
+    page_errors,
+)
 from treeopt.drafters import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
-from treeopt.workbench import plots_dynamic, plots_hardware
+from treeopt.workbench import adaptive, plots_dynamic, plots_hardware
 from treeopt.workbench.style import format_seconds
 
 dyn_plots = CachedFigures(plots_dynamic)  # each figure built once per set of inputs
 hw_plots = CachedFigures(plots_hardware)
+ad_plots = CachedFigures(adaptive)
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "
@@ -93,6 +101,36 @@ else:
                "(tokens/s on hover). ★ measured best by that speed-up, ◇ the tree select picks "
                "from the step profile (" + "; ".join(picks) + ")"
                + (f"; largest prediction error {max(errors):.1%}." if errors else "."))
+
+st.header("Adaptive speculation (EAGLE): the engines' step controllers replayed")
+a1, a2, _ = st.columns([2, 1, 1])
+workload = a1.radio("Workload", list(adaptive.WORKLOADS), horizontal=True, key="hw_ad_workload",
+                    format_func=lambda w: f"{w}: {adaptive.WORKLOADS[w]}")
+replayed = None
+with page_errors(stop=False):
+    replayed = demo_adaptive(workload)
+if replayed is None:
+    st.info("The demo holds no step profile of its EAGLE drafter: measure one with "
+            "`treeopt profile step`, or rebuild the demo.")
+else:
+    with page_errors(stop=False):
+        ad_batch = a2.selectbox("Batch for the rounds", replayed.batches, key="hw_ad_batch")
+        left, right = st.columns(2)
+        left.plotly_chart(ad_plots.rounds_figure(replayed, ad_batch), width="stretch")
+        right.plotly_chart(ad_plots.strategies_figure(replayed), width="stretch")
+        defaults = sorted({s.default_label for s in replayed.report.sides})
+        st.caption(
+            f"Each controller replayed over the first {replayed.sequences} held-out prompts, "
+            f"{replayed.positions} positions each ({adaptive.WORKLOADS[workload]}), a batch "
+            "size's rows in lockstep, each finished row taking the next prompt; rounds priced "
+            f"by the step profile {replayed.profile}. "
+            f"Default: {'; '.join(defaults)}. Tuned: SGLang's config searched per batch-size "
+            "slot on this workload (`treeopt adaptive`), never below the default. Best fixed "
+            "chain: the fastest steps at that batch size; static tree: `select`'s pick. Live "
+            "decoding with the same controller equals its replay round by round "
+            "(benchmarks/bench_adaptive.py).")
+        with st.expander("The tuned config (SGLang's --speculative-adaptive-config)"):
+            st.json(replayed.report.tuned.to_json())
 
 st.header("Dynamic trees (EAGLE): static vs dynamic per batch size")
 dynamic = None

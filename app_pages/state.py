@@ -18,6 +18,7 @@ from treeopt.workbench.pricing import DemoPricing
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
+    from treeopt.workbench.adaptive import AdaptiveReplay
     from treeopt.workbench.overview import Overview
 
 DATASET_KEY = "dataset"
@@ -102,6 +103,15 @@ def demo_pricing(kind: str) -> DemoPricing | None:
     from treeopt.workbench.pricing import demo_pricing as build
 
     return build(demo(), kind)
+
+
+@st.cache_resource(show_spinner="Replaying the engines' adaptive controllers…")
+def demo_adaptive(workload: str) -> AdaptiveReplay | None:
+    """The adaptive replay of the demo's EAGLE drafter on ``workload``, once per server and
+    workload (:func:`treeopt.workbench.adaptive.demo_adaptive`)."""
+    from treeopt.workbench.adaptive import demo_adaptive as build
+
+    return build(demo(), workload=workload)
 
 
 def demo_dynamic_selection() -> Document | None:

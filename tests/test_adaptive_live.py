@@ -258,3 +258,107 @@ def test_every_drafter_kind_runs_autoregressive_rounds_between_drafted_ones(base
                              max_steps=2)
         assert Decoder(base, drafter.eval()).decode(source, PROMPTS, config=cfg).tokens == want
         assert source.rounds().steps[:2] == (0, 0) and 1 in source.rounds().steps
+
+
+# ---- the Hardware page's replay ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shipped():
+    from treeopt.demo.layout import default_root
+    from treeopt.demo.load import load
+
+    if not (default_root() / "manifest.json").exists():
+        pytest.skip(f"no built demo at {default_root()}")
+    return load(with_model=False)
+
+
+@pytest.fixture(scope="module")
+def demo_replay(shipped):
+    from treeopt.workbench.adaptive import demo_adaptive
+
+    found = demo_adaptive(shipped, workload="steady")
+    if found is None:
+        pytest.skip("the demo holds no EAGLE step profile")
+    return found
+
+
+def test_the_demo_replay_sets_the_four_strategies_side_by_side(shipped, demo_replay):
+    from treeopt.adaptive.report import adaptive_report
+    from treeopt.pricing import profiled_costs
+    from treeopt.workbench.adaptive import STRATEGIES, strategy_rates
+
+    r = demo_replay
+    assert r.batches == [1, 2, 4, 8] and (r.sequences, r.positions) == (48, 64)
+    trace = shipped.heldout_traces["eagle"].sequences(48, positions=64)
+    again = adaptive_report(ChainAcceptance.from_rank_trace(trace), profiled_costs(
+        shipped.step_profile("eagle")), batches=[1, 2, 4, 8], growth=shipped.growths["eagle"],
+        static_trace=trace)
+    assert r.report.tuned == again.tuned
+    for side, other in zip(r.report.sides, again.sides, strict=True):
+        assert side.tuned.steps.tolist() == other.tuned.steps.tolist()
+        assert (side.default.tokens_per_s, side.static.tokens_per_s) == (
+            other.default.tokens_per_s, other.static.tokens_per_s)
+    rates = strategy_rates(r)
+    assert list(rates) == list(STRATEGIES)
+    for i, s in enumerate(r.report.sides):  # tuned never below the default (the tuning's floor)
+        assert rates[STRATEGIES[1]][i] >= rates[STRATEGIES[0]][i] == s.default.tokens_per_s
+        assert rates[STRATEGIES[2]][i] == s.best_fixed.tokens_per_s
+    with pytest.raises(TreeoptError, match=r"batch 3: the replay covers batch sizes \[1, 2, 4, 8\]"):
+        r.side(3)
+
+
+def test_the_shifting_workload_orders_the_prompts_easiest_first(shipped):
+    from treeopt.workbench.adaptive import demo_adaptive
+
+    shifting = demo_adaptive(shipped, workload="shifting", sequences=8, positions=32,
+                             batches=(1,))
+    ell = shifting.side(1).best_fixed.accept_length
+    half = ell.size // 2
+    assert ell[:half].mean() > ell[half:].mean()  # acceptance falls along the workload
+    assert shifting.report.workload.endswith("easiest first")
+    with pytest.raises(TreeoptError, match="workload 'bursty': expected one of steady, shifting"):
+        demo_adaptive(shipped, workload="bursty")
+
+
+def test_the_replay_figures(demo_replay):
+    from treeopt.workbench.adaptive import STRATEGIES, moving_mean, rounds_figure, strategies_figure
+
+    side = demo_replay.side(1)
+    fig = rounds_figure(demo_replay, 1, window=5)
+    names = [t.name for t in fig.data]
+    assert names == [f"{STRATEGIES[0]}: steps", f"{STRATEGIES[0]}: E[L]",
+                     f"{STRATEGIES[1]}: steps", f"{STRATEGIES[1]}: E[L]"]
+    assert list(fig.data[0].y) == side.default.steps.tolist()
+    assert np.allclose(fig.data[3].y, moving_mean(side.tuned.accept_length, 5))
+    assert fig.layout.title.text == ("eagle at batch 1: steps chosen and E[L] per round (steady "
+                                     "workload)")
+    bars = strategies_figure(demo_replay)
+    assert [b.name for b in bars.data] == list(STRATEGIES)
+    assert list(bars.data[1].x) == ["1", "2", "4", "8"]
+    assert list(bars.data[1].y) == [s.tuned.tokens_per_s for s in demo_replay.report.sides]
+    assert list(bars.data[3].y) == [s.static.tokens_per_s for s in demo_replay.report.sides]
+
+
+def test_the_hardware_page_shows_the_replay(shipped, demo_replay):
+    from apptest import assert_clean, figures, open_page
+
+    at = open_page("hardware")
+    assert "Adaptive speculation (EAGLE): the engines' step controllers replayed" in [
+        h.value for h in at.header]
+    figs = figures(at)
+    rounds, bars = next((a, b) for a, b in zip(figs, figs[1:], strict=False)
+                        if b["layout"]["title"]["text"].startswith("eagle: predicted tokens/s"))
+    assert rounds["data"][0]["y"] == demo_replay.side(1).default.steps.tolist()
+    assert [t["y"] for t in bars["data"][:3]] == [
+        [s.default.tokens_per_s for s in demo_replay.report.sides],
+        [s.tuned.tokens_per_s for s in demo_replay.report.sides],
+        [s.best_fixed.tokens_per_s for s in demo_replay.report.sides]]
+    at.selectbox(key="hw_ad_batch").set_value(4).run()
+    assert_clean(at)
+    rounds = next(f for f in figures(at)
+                  if f["layout"]["title"]["text"].startswith("eagle at batch 4"))
+    assert rounds["data"][2]["y"] == demo_replay.side(4).tuned.steps.tolist()
+    at.radio(key="hw_ad_workload").set_value("shifting").run()
+    assert_clean(at)
+    assert any(f["layout"]["title"]["text"] == "eagle: predicted tokens/s per batch size "
+               "(shifting workload)" for f in figures(at))

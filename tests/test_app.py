@@ -176,7 +176,9 @@ def test_hardware_page_draws_its_charts(demo):
     assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
     sweep = demo.sweep(KINDS[0])
     dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
-    assert len(figs) == (4 if sweep is not None else 3) + (2 if dynamic.exists() else 0)
+    adaptive = demo.step_profile("eagle") is not None  # the replay: rounds, strategies
+    assert len(figs) == ((4 if sweep is not None else 3) + (2 if dynamic.exists() else 0)
+                         + (2 if adaptive else 0))
     if sweep is not None:  # measured points: exactly the sweep's speed-ups at batch 1, the
         from treeopt.sweep import Sweep  # quantity its measured best (the star) is ranked by
 

@@ -1,0 +1,164 @@
+"""The Hardware page's adaptive speculation: the engines' step controllers replayed on the demo's
+held-out text with its drafter's step profile (:func:`demo_adaptive`), and two Plotly figures
+of it — the steps SGLang's default and a tuned config choose round by round with the rounds'
+E[L] (:func:`rounds_figure`), and the four strategies' predicted tokens/s per batch size
+(:func:`strategies_figure`). No Streamlit here; numpy and Plotly only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from treeopt.adaptive.replay import Replay
+from treeopt.adaptive.report import AdaptiveReport, BatchSide
+from treeopt.demo.load import Demo
+from treeopt.errors import TreeoptError
+from treeopt.workbench import style
+
+WORKLOADS: dict[str, str] = {
+    "steady": "held-out prompts in order",
+    "shifting": "held-out prompts, easiest first (acceptance falls)",
+}
+STRATEGIES = ("SGLang default adaptive", "tuned adaptive", "best fixed chain", "best static tree")
+SEQUENCES, POSITIONS = 48, 64  # the replayed share of the held-out trace (a quick first render)
+
+
+@dataclass(frozen=True, eq=False)
+class AdaptiveReplay:
+    """:func:`~treeopt.adaptive.report.adaptive_report` of the demo's ``kind`` drafter on one
+    workload: the four strategies per batch size, and the replays round by round."""
+
+    kind: str
+    workload: str
+    report: AdaptiveReport
+    sequences: int
+    positions: int
+    profile: str
+
+    @property
+    def batches(self) -> list[int]:
+        return [s.batch for s in self.report.sides]
+
+    def side(self, batch: int) -> BatchSide:
+        for s in self.report.sides:
+            if s.batch == batch:
+                return s
+        raise TreeoptError(f"batch {batch}: the replay covers batch sizes {self.batches}")
+
+
+def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
+                  sequences: int = SEQUENCES, positions: int = POSITIONS,
+                  batches: tuple[int, ...] = (1, 2, 4, 8)) -> AdaptiveReplay | None:
+    """SGLang's default and tuned configs, the best fixed chain and the best static tree of the
+    demo's ``kind`` drafter, replayed over the first ``sequences`` held-out sequences (each its
+    first ``positions`` positions; ``workload`` orders them, :data:`WORKLOADS`) and priced by
+    the drafter's step profile at the ``batches`` it profiles. None when the demo holds no step
+    profile of ``kind``."""
+    from treeopt.adaptive.report import adaptive_report
+    from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
+    from treeopt.pricing import profiled_costs
+
+    if workload not in WORKLOADS:
+        raise TreeoptError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    path = demo.step_profile(kind)
+    if path is None or kind not in demo.heldout_traces:
+        return None
+    trace = demo.heldout_traces[kind].sequences(sequences, positions=positions)
+    acceptance = ChainAcceptance.from_rank_trace(trace, source=f"{kind} held-out")
+    if workload == "shifting":
+        acceptance = by_difficulty(acceptance, easy_first=True)
+    costs = profiled_costs(path)
+    priced = [b for b in batches if b in costs.verify.batches and b <= acceptance.sequences]
+    report = adaptive_report(acceptance, costs, batches=priced, growth=demo.growths[kind],
+                             static_trace=trace)
+    return AdaptiveReplay(kind, workload, report, sequences, positions, path.name)
+
+
+def moving_mean(values: npt.ArrayLike, window: int) -> npt.NDArray[np.float64]:
+    """The mean of each value and the ``window − 1`` before it (fewer at the start).
+
+    >>> moving_mean([1.0, 3.0, 2.0, 4.0], 2).tolist()
+    [1.0, 2.0, 2.5, 3.0]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    sums = np.cumsum(np.concatenate([[0.0], v]))
+    ends = np.arange(1, v.size + 1)
+    starts = np.maximum(ends - window, 0)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _rounds_trace(r: Replay, name: str, colour: str, *, window: int) -> list[go.Scatter]:
+    rounds = list(range(r.rounds))  # plain lists: the JSON the browser gets reads as numbers
+    steps = go.Scatter(x=rounds, y=r.steps.tolist(), name=f"{name}: steps", mode="lines",
+                       line=dict(color=colour, shape="hv", width=2), legendgroup=name,
+                       hovertemplate="round %{x}: %{y} steps<extra>" + name + "</extra>")
+    ell = go.Scatter(x=rounds, y=moving_mean(r.accept_length, window).tolist(), name=f"{name}: E[L]",
+                     mode="lines", line=dict(color=colour, width=1.5), legendgroup=name,
+                     hovertemplate=("round %{x}: E[L] %{y:.2f} (mean of " + str(window)
+                                    + " rounds)<extra>" + name + "</extra>"))
+    return [steps, ell]
+
+
+def rounds_figure(replay: AdaptiveReplay, batch: int, *, window: int = 20) -> go.Figure:
+    """Round by round at ``batch``: the steps SGLang's default config and the tuned one draft
+    (top), and the rounds' E[L] (bottom, each point the mean of ``window`` rounds)."""
+    side = replay.side(batch)
+    colour = (style.REFERENCE, style.drafter_colour(replay.kind))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        row_heights=[0.45, 0.55])
+    for r, name, c in ((side.default, STRATEGIES[0], colour[0]),
+                       (side.tuned, STRATEGIES[1], colour[1])):
+        steps, ell = _rounds_trace(r, name, c, window=window)
+        fig.add_trace(steps, row=1, col=1)
+        fig.add_trace(ell, row=2, col=1)
+    top = max(int(side.default.steps.max()), int(side.tuned.steps.max()))
+    fig.update_yaxes(title_text="draft steps", dtick=1, range=[-0.3, top + 0.3], row=1, col=1)
+    fig.update_yaxes(title_text="E[L] (tokens per row-step)", row=2, col=1)
+    fig.update_xaxes(title_text="round", row=2, col=1)
+    fig.update_layout(title=f"{replay.kind} at batch {batch}: steps chosen and E[L] per round "
+                            f"({replay.workload} workload)", **style.layout(height=480))
+    return fig
+
+
+def strategy_rates(replay: AdaptiveReplay) -> dict[str, list[float | None]]:
+    """Predicted tokens/s of each of :data:`STRATEGIES` per batch size (None: no static tree)."""
+    sides = replay.report.sides
+    return {STRATEGIES[0]: [s.default.tokens_per_s for s in sides],
+            STRATEGIES[1]: [s.tuned.tokens_per_s for s in sides],
+            STRATEGIES[2]: [s.best_fixed.tokens_per_s for s in sides],
+            STRATEGIES[3]: [s.static.tokens_per_s if s.static else None for s in sides]}
+
+
+def _hover(side: BatchSide, strategy: str) -> str:
+    if strategy == STRATEGIES[3]:
+        return (f"{side.static.size} nodes, E[L] {side.static.expected_accept_length:.2f}"
+                if side.static else "no static tree")
+    r = {STRATEGIES[0]: side.default, STRATEGIES[1]: side.tuned,
+         STRATEGIES[2]: side.best_fixed}[strategy]
+    mix = ", ".join(f"{k}: {n / r.rounds:.0%}" for k, n in r.step_counts().items())
+    return f"steps {mix}; E[L] {r.mean_accept_length:.2f}"
+
+
+def strategies_figure(replay: AdaptiveReplay) -> go.Figure:
+    """Predicted tokens/s per batch size (categorical x) of the four strategies, grouped bars,
+    each bar's steps (or tree) and E[L] on hover."""
+    batches = [str(b) for b in replay.batches]
+    colours = style.shades(replay.kind, len(STRATEGIES))
+    bars = [go.Bar(x=batches, y=rates, name=name, marker_color=colour,
+                   hovertext=[_hover(s, name) for s in replay.report.sides],
+                   hovertemplate="batch %{x}: %{y:.0f} tokens/s<br>%{hovertext}<extra>"
+                                 + name + "</extra>")
+            for (name, rates), colour in zip(strategy_rates(replay).items(), colours,
+                                             strict=True)]
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="group", title=f"{replay.kind}: predicted tokens/s per batch size "
+                                             f"({replay.workload} workload)",
+                      xaxis=dict(type="category", title="batch size (sequences)"),
+                      yaxis_title=style.axis_title("predicted throughput", "tokens/s"),
+                      **style.layout(height=420))
+    return fig
