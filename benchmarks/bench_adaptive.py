@@ -1,0 +1,256 @@
+"""Adaptive speculation on the shipped demo, predicted and live (never a test).
+
+The demo's EAGLE drafter (chains of up to its 4 depths), four strategies per batch size:
+
+- ``default``: SGLang's built-in adaptive config (0.5.23, steps above the drafter's depth
+  dropped), its controller driving the live loop (:class:`treeopt.adaptive.live.ChainSource`);
+- ``tuned``: the config ``treeopt adaptive`` tunes on the calibration prompts' trace;
+- ``fixed``: the best fixed chain there (a static chain; k = 0 is plain decoding);
+- ``static``: the best static tree ``select`` picks from the calibration trace;
+
+and plain decoding beside them (its live/predicted ratio is the machine's speed against the
+profile's: a busy machine lowers every ratio alike).
+
+Each is predicted on the held-out prompts' trace — the adaptive and fixed ones by
+:func:`treeopt.adaptive.live.replay_batches` (what the live loop runs: the prompts in
+consecutive batches, each decoded until its last row finishes, the controller carried on), the
+static tree by its walk over the same batches — priced by the demo's step profile
+(``data/demo/latency/step-eagle-cpu.json``), over the rounds in which every row of a batch runs
+(the live loop's steady window, which the profile measures). Then every strategy decodes the same
+held-out prompts live, batch after batch, their steps interleaved with plain decoding's
+(:func:`treeopt.decoding.loop.decode_alongside`, one torch thread), and every output is checked
+equal to plain decoding's. Printed per workload (``steady``: the prompts in order;
+``shifting``: the easiest first, so acceptance falls and the controller has something to follow),
+batch size and strategy: the steps drafted, predicted and live tokens/s, their ratio (the goal:
+within 5%), and whether live decoding took the replay's steps, round by round (the static tree:
+its walk's accepted lengths, step by step).
+
+Run: ``python benchmarks/bench_adaptive.py [--prompts 32] [--new-tokens 64] [--batches 1,2,4,8]``
+on a quiet machine (``--prompts`` must be a multiple of every batch size; a smoke run:
+``--prompts 4 --new-tokens 32 --batches 1,2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+STRATEGIES = ("default", "tuned", "fixed", "static")
+
+
+@dataclass
+class Workload:
+    """A workload: the held-out prompts in some order, their chain acceptance and rank trace
+    over the positions a run of ``new_tokens`` visits."""
+
+    name: str
+    prompts: list[list[int]]
+    acceptance: Any  # ChainAcceptance
+    trace: Any  # RankTrace
+
+
+@dataclass
+class Row:
+    """One strategy at one batch size: predicted and live steady tokens/s, the steps drafted and
+    whether live decoding took the replay's steps."""
+
+    strategy: str
+    steps: str
+    predicted: float
+    live: float
+    same_steps: bool
+    lossless: bool
+
+
+def workloads(demo, args) -> list[Workload]:
+    """The held-out prompts as the trace records them, in order and easiest first."""
+    from treeopt.adaptive.workload import ChainAcceptance
+    from treeopt.prompts import encode
+
+    held = demo.heldout_traces["eagle"].sequences(args.prompts, positions=args.new_tokens - 1)
+    prompts = encode(demo.tokenizer, demo.prompts[: args.prompts])
+    acc = ChainAcceptance.from_rank_trace(held, source="held-out")
+    order = np.argsort(-acc.difficulty(), kind="stable").tolist()  # as by_difficulty orders
+    return [Workload("steady", prompts, acc, held),
+            Workload("shifting", [prompts[i] for i in order],
+                     acc.select(order, source="held-out, easiest first"), _reorder(held, order))]
+
+
+def _reorder(trace, order: list[int]):
+    """``trace``'s sequences in ``order``."""
+    from treeopt.trace import RankTrace
+
+    counts = trace.meta["sequence_positions"]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in order])
+    return RankTrace(trace.ranks[rows], {**trace.meta,
+                                         "sequence_positions": [counts[i] for i in order]})
+
+
+def tuned_on_calibration(demo, costs, args, workload: str):
+    """``treeopt adaptive``'s report on the calibration trace (the same order rule as the
+    workload), with the static tree ``select`` picks."""
+    from treeopt.adaptive.report import adaptive_report
+    from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
+
+    calib = demo.traces["eagle"].sequences(args.tune_prompts, positions=args.new_tokens - 1)
+    acc = ChainAcceptance.from_rank_trace(calib, source="calibration")
+    if workload == "shifting":
+        acc = by_difficulty(acc)
+    return adaptive_report(acc, costs, batches=args.batches, growth=demo.growths["eagle"],
+                           static_trace=calib)
+
+
+def predictions(report, w: Workload, costs, batch: int) -> dict[str, tuple[Any, Any, float]]:
+    """Per strategy: what decodes live (a tree source or a tree), what its replay took (a
+    Replay, or the static tree's step lengths), and the predicted steady tokens/s."""
+    from treeopt.adaptive import FixedSteps, SGLangConfig
+    from treeopt.adaptive.live import ChainSource, replay_batches, steady_tokens_per_s
+    from treeopt.adaptive.replay import chain_step_seconds
+    from treeopt.select import price_tree
+    from treeopt.simulate import batch_window_accept_length, step_lengths
+    from treeopt.tree import Tree
+
+    depth = w.acceptance.max_steps
+    seconds = chain_step_seconds(costs, batch=batch, max_steps=depth)
+    side = next(s for s in report.sides if s.batch == batch)
+    default = SGLangConfig.default()
+    if max(default.union) > depth:
+        default = default.capped(depth)
+    policies = {"default": default.policy, "tuned": report.tuned.policy,
+                "fixed": lambda: FixedSteps(int(side.best_fixed.steps[0]))}
+    out: dict[str, tuple[Any, Any, float]] = {}
+    for name, make in policies.items():
+        r = replay_batches(make(), w.acceptance, batch=batch, costs=seconds)
+        k = int(side.best_fixed.steps[0])
+        live = (Tree(()) if name == "fixed" and k == 0 else
+                ChainSource(make(), max_steps=depth))
+        out[name] = (live, r, steady_tokens_per_s(r, seconds))
+    tree = Tree.from_choices([list(p) for p in side.static.choices])
+    ell = batch_window_accept_length(tree, w.trace, batch)
+    ctx = costs.verify.contexts[0]
+    rate, _ = price_tree(tree, verify=costs.verify, draft=costs.draft, overhead=costs.overhead,
+                         batch=batch, context=ctx, expected_accept_length=ell)
+    out["static"] = (tree, step_lengths(tree, w.trace).tolist(), rate)
+    return out
+
+
+def live(demo, w: Workload, batch: int, shapes: dict[str, Any], new_tokens: int):
+    """Each strategy and plain decoding over ``w``'s prompts, batch after batch, interleaved:
+    per strategy (and ``plain``) its steady tokens and seconds, its accepted lengths and whether
+    its outputs equal plain decoding's."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import Decoder, decode_alongside
+    from treeopt.tree import Tree
+
+    drafting, plain = Decoder(demo.model, demo.heads["eagle"]), Decoder(demo.model)
+    names = list(shapes)
+    runs = [(plain if isinstance(shapes[n], Tree) and not shapes[n].size else drafting, shapes[n])
+            for n in names] + [(plain, Tree(()))]
+    cfg = DecodeConfig(max_new_tokens=new_tokens)
+    totals = {n: [0, 0.0, [], True] for n in [*names, "plain"]}
+    for g in range(0, len(w.prompts), batch):
+        results = decode_alongside(runs, w.prompts[g: g + batch], config=cfg)
+        reference = results[-1].tokens
+        for n, r in zip([*names, "plain"], results, strict=True):
+            t = totals[n]
+            t[0] += r.stats.decode_tokens
+            t[1] += r.stats.decode_seconds
+            t[2] += list(r.stats.accept_lengths)
+            t[3] = t[3] and r.tokens == reference
+    return totals
+
+
+def mix(steps: np.ndarray) -> str:
+    """``3:92% 1:8%``: the steps drafted, as shares of the rounds."""
+    values, counts = np.unique(steps, return_counts=True)
+    return " ".join(f"{v}:{c / steps.size:.0%}" for v, c in zip(values, counts, strict=True))
+
+
+def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
+    """The four strategies at ``batch`` on ``w``: predicted, then live."""
+    from treeopt.adaptive.live import ChainSource
+
+    plan = predictions(report, w, costs, batch)
+    shapes = {n: plan[n][0] for n in STRATEGIES}
+    totals = live(demo, w, batch, shapes, args.new_tokens)
+    rows = []
+    for n in STRATEGIES:
+        shape, replayed, predicted = plan[n]
+        tokens, seconds, lengths, lossless = totals[n]
+        if n == "static":
+            same, steps = lengths == replayed, f"{shape.size} nodes"
+        elif isinstance(shape, ChainSource):
+            same, steps = shape.rounds().equals(replayed), mix(replayed.steps)
+        else:  # plain decoding: one token a round
+            same, steps = lengths == [1] * int(replayed.rows.sum()), "0:100%"
+        rows.append(Row(n, steps, predicted, tokens / seconds, same, lossless))
+    from treeopt.adaptive.replay import chain_step_seconds
+
+    tokens, seconds, lengths, _ = totals["plain"]  # the machine's speed against the profile's
+    step = chain_step_seconds(costs, batch=batch, max_steps=0)[0]
+    rows.append(Row("plain", "0:100%", batch / step, tokens / seconds, set(lengths) == {1}, True))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from treeopt.cli.common import int_list
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=32, help="held-out prompts (default 32)")
+    ap.add_argument("--new-tokens", type=int, default=64, help="new tokens each (default 64)")
+    ap.add_argument("--batches", type=int_list("--batches"), default=[1, 2, 4, 8],
+                    help="batch sizes (default 1,2,4,8)")
+    ap.add_argument("--tune-prompts", type=int, default=48,
+                    help="calibration prompts the config is tuned on (default 48)")
+    ap.add_argument("--workloads", default="steady,shifting", help="steady, shifting or both")
+    args = ap.parse_args(argv)
+    bad = [b for b in args.batches if args.prompts % b]
+    if bad:
+        ap.error(f"--prompts {args.prompts} is not a multiple of batch size {bad[0]}")
+
+    import torch
+
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo import load
+    from treeopt.pricing import profiled_costs
+    from treeopt.tree import Tree
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    demo = load(threads=1)
+    costs = profiled_costs(demo.step_profile("eagle"))
+    Decoder(demo.model, demo.heads["eagle"]).decode(Tree.chain(2), [[1, 2, 3]],  # warm-up
+                                                    config=DecodeConfig(max_new_tokens=8))
+    chosen = args.workloads.split(",")
+    print(f"demo EAGLE drafter; {args.prompts} held-out prompts × {args.new_tokens} tokens; "
+          f"tuned on {args.tune_prompts} calibration prompts; step profile "
+          f"{costs.verify.source}")
+    for w in workloads(demo, args):
+        if w.name not in chosen:
+            continue
+        report = tuned_on_calibration(demo, costs, args, w.name)
+        print(f"\nworkload {w.name} ({w.acceptance.source}); tuned config: "
+              f"{report.tuned.to_json()}")
+        print("batch  strategy  steps drafted             predicted tok/s  live tok/s  "
+              "live/pred  replay==live  lossless")
+        for b in args.batches:
+            for r in measure(demo, costs, w, report, b, args):
+                print(f"{b:5d}  {r.strategy:8s}  {r.steps:24s}  {r.predicted:15.1f}  "
+                      f"{r.live:10.1f}  {r.live / r.predicted:9.3f}  "
+                      f"{'yes' if r.same_steps else 'NO':>12s}  {'yes' if r.lossless else 'NO':>8s}")
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
