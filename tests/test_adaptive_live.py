@@ -14,15 +14,9 @@ from test_eagle import PROMPTS, trained_eagle_drafter  # noqa: E402
 from test_prompt_lookup import PROMPTS as REPEATING  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.adaptive import (  # noqa: E402
-    FixedSteps,
-    RoundState,
-    SGLangConfig,
-    SGLangSlot,
-    TRTLLMSchedule,
-    VLLMSchedule,
-)
+from treeopt.adaptive import FixedSteps, RoundState, SGLangConfig, SGLangSlot  # noqa: E402
 from treeopt.adaptive.live import ChainSource, Rounds, replay_batches, steady_tokens_per_s  # noqa: E402
+from treeopt.adaptive.policies import TRTLLMSchedule, VLLMSchedule  # noqa: E402
 from treeopt.adaptive.replay import replay  # noqa: E402
 from treeopt.adaptive.workload import ChainAcceptance  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
