@@ -171,25 +171,25 @@ def _check_ranges(ranges: Sequence[tuple[int, int, int]]) -> tuple[tuple[int, in
     """vLLM's ``validate_and_normalize_dynamic_sd_schedule``: sorted by lo, positive and
     non-overlapping ranges starting at 1, draft lengths ≥ 0."""
     if not ranges:
-        raise FieldError("ranges", "must be a non-empty list of [lo, hi, k]")
+        raise TreeoptError("ranges must be a non-empty list of [lo, hi, k]")
     out = []
     for entry in ranges:
         if len(entry) != 3:
-            raise FieldError("ranges", f"entry {list(entry)} must have exactly 3 items [lo, hi, k]")
+            raise TreeoptError(f"ranges entry {list(entry)} must have exactly 3 items [lo, hi, k]")
         lo, hi, k = (int(x) for x in entry)
         if lo <= 0 or hi <= 0:
-            raise FieldError("ranges", f"batch-size range ({lo}, {hi}) must be positive")
+            raise TreeoptError(f"ranges batch-size range ({lo}, {hi}) must be positive")
         if lo > hi:
-            raise FieldError("ranges", f"batch-size range ({lo}, {hi}) has lo > hi")
+            raise TreeoptError(f"ranges batch-size range ({lo}, {hi}) has lo > hi")
         if k < 0:
-            raise FieldError("ranges", f"draft length {k} of ({lo}, {hi}) must be ≥ 0")
+            raise TreeoptError(f"ranges draft length {k} of ({lo}, {hi}) must be ≥ 0")
         out.append((lo, hi, k))
     out.sort()
     for (_, hi, _), (lo, _, _) in zip(out[:-1], out[1:], strict=True):
         if lo <= hi:
-            raise FieldError("ranges", "batch-size ranges must be non-overlapping and sorted")
+            raise TreeoptError("ranges batch-size ranges must be non-overlapping and sorted")
     if out[0][0] != 1:
-        raise FieldError("ranges", "the first batch-size range must start at 1 so every "
+        raise TreeoptError("ranges the first batch-size range must start at 1 so every "
                          "batch size has a draft length")
     return tuple(out)
 
@@ -216,10 +216,9 @@ class VLLMSchedule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranges", _check_ranges(self.ranges))
         if self.num_speculative_tokens <= 0:
-            raise FieldError("num_speculative_tokens",
-                             f"must be > 0 (the cap of every k), got {self.num_speculative_tokens}")
+            raise TreeoptError(f"num_speculative_tokens must be > 0 (the cap of every k), got {self.num_speculative_tokens}")
         if self.max_num_seqs <= 0:
-            raise FieldError("max_num_seqs", f"must be > 0, got {self.max_num_seqs}")
+            raise TreeoptError(f"max_num_seqs must be > 0, got {self.max_num_seqs}")
 
     @property
     def label(self) -> str:
@@ -275,21 +274,21 @@ class TRTLLMSchedule:
 
     def __post_init__(self) -> None:
         if self.reading not in READINGS:
-            raise FieldError("reading", f"must be one of {', '.join(READINGS)}, got "
+            raise TreeoptError(f"reading must be one of {', '.join(READINGS)}, got "
                              f"{self.reading!r}")
         pairs = tuple(sorted((int(k), int(v)) for k, v in self.schedule))
         if not pairs:
-            raise FieldError("schedule", "is empty")
+            raise TreeoptError("schedule is empty")
         for key, value in pairs:
             if key < 1:
-                raise FieldError("schedule", f"batch size threshold must be ≥ 1, got {key}")
+                raise TreeoptError(f"schedule batch size threshold must be ≥ 1, got {key}")
             if not 0 <= value <= self.max_draft_len:
-                raise FieldError("schedule", f"draft length {value} at batch size {key} must be "
+                raise TreeoptError(f"schedule draft length {value} at batch size {key} must be "
                                  f"in 0 … max_draft_len ({self.max_draft_len})")
         if self.reading == "drafter" and pairs[0][0] != 1:
-            raise FieldError("schedule", "must include batch_size=1 (read by the drafter path)")
+            raise TreeoptError("schedule must include batch_size=1 (read by the drafter path)")
         if pairs[0][1] != self.max_draft_len:
-            raise FieldError("schedule", f"the value at its smallest key {pairs[0][0]} is "
+            raise TreeoptError(f"schedule the value at its smallest key {pairs[0][0]} is "
                              f"{pairs[0][1]}; it must equal max_draft_len ({self.max_draft_len})")
         object.__setattr__(self, "schedule", pairs)
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from treeopt.errors import FieldError, TreeoptError
+from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from treeopt.adaptive.policies import SGLangPolicy
@@ -42,10 +42,10 @@ class SGLangSlot:
     def __post_init__(self) -> None:
         steps = tuple(sorted({int(s) for s in self.candidate_steps}))
         if not steps or steps[0] < 0:
-            raise FieldError("candidate_steps", f"must be a non-empty list of steps ≥ 0, got "
+            raise TreeoptError(f"candidate_steps must be a non-empty list of steps ≥ 0, got "
                              f"{list(self.candidate_steps)}")
         if self.update_interval < 1:  # SGLang divides by it at the first decision
-            raise FieldError("update_interval", f"must be ≥ 1, got {self.update_interval}")
+            raise TreeoptError(f"update_interval must be ≥ 1, got {self.update_interval}")
         object.__setattr__(self, "candidate_steps", steps)
 
     def to_json(self) -> dict[str, Any]:
@@ -88,15 +88,15 @@ class SGLangConfig:
     def __post_init__(self) -> None:
         slots = tuple(sorted((int(k), s) for k, s in self.slots))
         if not slots:
-            raise FieldError("slots", "needs at least one batch-size slot")
+            raise TreeoptError("slots needs at least one batch-size slot")
         if len({k for k, _ in slots}) != len(slots) or slots[0][0] < 0:
-            raise FieldError("slots", f"keys must be distinct batch sizes ≥ 0, got "
+            raise TreeoptError(f"slots keys must be distinct batch sizes ≥ 0, got "
                              f"{[k for k, _ in slots]}")
         object.__setattr__(self, "slots", slots)
         if self.cuda_graph_bs is not None:
             object.__setattr__(self, "cuda_graph_bs", tuple(sorted(self.cuda_graph_bs)))
         if self.num_steps is not None and self.num_steps not in self.union:
-            raise FieldError("num_steps", f"{self.num_steps} is not in the adaptive config's "
+            raise TreeoptError(f"num_steps {self.num_steps} is not in the adaptive config's "
                              f"candidate_steps {list(self.union)}; pass one of those values")
 
     @classmethod

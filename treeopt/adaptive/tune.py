@@ -199,7 +199,7 @@ def _join(searches: dict[int, _SlotSearch], defaults: dict[int, Replay],
                                   label="tuned")
             best = (total, config)
     if best is None:
-        raise TreeoptError("no start (--speculative-num-steps) joins the slots searched; "
+        raise TreeoptError("no start step (SGLang's num_steps) joins the slots searched; "
                            "widen the steps searched")
     return best[1]
 
