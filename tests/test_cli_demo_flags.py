@@ -62,6 +62,15 @@ def test_missing_demo_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert len(err) == 1 and "no demo here" in err[0]
 
 
+def test_a_drafter_the_demo_does_not_ship_is_one_line_and_exit_2(fake_demo, capsys):
+    fake_demo.trace("hydra").parent.mkdir()
+    fake_demo.trace("hydra").write_bytes(b"")  # the demo ships Hydra heads alone
+    assert main(["grow", "--demo", "ngram-trie", "--max-nodes", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ships no ngram-trie drafter" in err[0]
+    assert "it ships hydra" in err[0]
+
+
 def test_select_gets_the_heads_step_profile_when_measured(fake_demo):
     fake_demo.step_profile("medusa").write_text("{}")
     argv = expand_demo(["select", "--demo", "medusa"], build_parser())

@@ -147,6 +147,11 @@ def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = Non
     from treeopt.drafters import engine_draft
 
     p = demo_paths(root)
+    shipped = p.kinds()
+    if shipped and kind not in shipped:
+        raise TreeoptError(f"--demo {kind}: the demo in {p.root} ships no {kind} drafter (it "
+                           f"was built before treeopt added it; `treeopt demo build` adds it); "
+                           f"it ships {', '.join(shipped)}")
     doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
            "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
            "prompts": str(p.prompts("heldout"))}
