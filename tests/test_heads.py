@@ -245,19 +245,25 @@ def test_the_registry_says_what_each_implementation_does():
 
     from treeopt.decoding.drafter import Drafter
     from treeopt.demo.config import DemoConfig
-    from treeopt.drafters import KINDS
+    from treeopt.drafters import HYBRID_SUFFIX, KINDS
     from treeopt.roofline.draft import _FORMULAS
 
     demo_settings = {f.name for f in dataclasses.fields(DemoConfig)}
     for kind in KINDS.values():
         cls = kind.heads_class()
-        assert cls.kind is kind
+        if kind.hybrid:  # a model kind joined by prompt lookup: the kind of an instance
+            model = KINDS[kind.name.removesuffix(HYBRID_SUFFIX)]
+            assert cls.__name__ == "HybridDrafter" and kind.title.startswith(model.title)
+            assert (kind.per_depth, kind.draft_formula) == (model.per_depth, model.draft_formula)
+        else:
+            assert cls.kind is kind
         assert kind.dynamic == (cls.draft_dynamic is not Drafter.draft_dynamic) == (
             cls.rank_dynamic is not Drafter.rank_dynamic), kind.name
         assert kind.draft_formula in _FORMULAS
         assert (kind.fc_inputs > 0) == (kind.draft_formula == "eagle"), kind.name
         assert set(kind.demo_layers) <= demo_settings, kind.name
-        assert bool(kind.demo_layers) != kind.lookup, kind.name  # a lookup has no layers
+        pure_lookup = kind.lookup and not kind.hybrid  # n-gram drafting alone has no layers
+        assert bool(kind.demo_layers) != pure_lookup, kind.name
 
 
 def test_a_drafter_of_a_kind_without_dynamic_trees_refuses_them():

@@ -114,8 +114,10 @@ def test_drafters_are_labelled_by_what_proposes_each_depth():
                                            "draft-model", "vicuna")] == [
         "head 1", "head 1", "depth 1", "depth 1", "depth 1", "head 1"]
     sequential = {k for k, kind in KINDS.items() if kind.position == "depth"}
-    # one network run once per depth, or one lookup proposing a depth's tokens
-    assert sequential == {"eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie"}
+    # one network run once per depth, or one lookup proposing a depth's tokens (a hybrid: as
+    # its model drafter)
+    assert sequential == {"eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie",
+                          "eagle+lookup", "eagle3+lookup", "draft-model+lookup"}
 
 
 def test_the_heat_scale_spans_the_data():

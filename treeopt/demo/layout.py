@@ -149,7 +149,7 @@ def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = Non
     p = demo_paths(root)
     shipped = p.kinds()
     if shipped and kind not in shipped:
-        raise TreeoptError(f"--demo {kind}: the demo in {p.root} ships no {kind} drafter (it "
+        raise TreeoptError(f"the demo in {p.root} ships no {kind} drafter (it "
                            f"was built before treeopt added it; `treeopt demo build` adds it); "
                            f"it ships {', '.join(shipped)}")
     doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),

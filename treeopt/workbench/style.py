@@ -28,7 +28,11 @@ from treeopt.drafters import KINDS
 
 DRAFTER_COLOURS: dict[str, str] = {"medusa": "#1f77b4", "hydra": "#ff7f0e", "eagle": "#2ca02c",
                                    "eagle3": "#17becf", "draft-model": "#9467bd",
-                                   "prompt-lookup": "#bcbd22", "ngram-trie": "#d62728"}
+                                   "prompt-lookup": "#bcbd22", "ngram-trie": "#d62728",
+                                   # hybrids: their model drafter's colour, lightened
+                                   "medusa+lookup": "#aec7e8", "hydra+lookup": "#ffbb78",
+                                   "eagle+lookup": "#98df8a", "eagle3+lookup": "#9edae5",
+                                   "draft-model+lookup": "#c5b0d5"}
 OTHER_COLOURS: tuple[str, ...] = ("#8c564b", "#e377c2", "#6b6ecf", "#843c39", "#637939")
 REFERENCE = "#7f7f7f"  # autoregressive and other reference lines
 LABEL_SEPARATOR = " · "  # series names read "drafter · what"
