@@ -202,3 +202,25 @@ def test_walk_against_live_counts_the_prompts_that_agree(base, drafters, tmp_pat
     assert same.steps > 0 and same.walk_mean == same.live_mean > 1
     other = walk_against_live(base, drafters["eagle"], TREE, PROMPTS, traces["hydra"], cfg)
     assert other.step_equal < 4 and other.lossless == 4  # another drafter's trace disagrees
+
+
+def test_select_prices_a_hybrid_with_its_models_profile_drafting_the_models_depths_only():
+    from types import SimpleNamespace
+
+    from treeopt.cli.hardware import _hybrid_draft
+    from treeopt.costs import DraftCost
+
+    draft = DraftCost("medusa", "profile", lambda batch, expanded: float(sum(expanded)))
+    deep = (1, 1, 1, 1, 1)  # a spine five deep
+
+    def growth(kind):
+        return SimpleNamespace(drafter={"kind": kind})
+
+    def profile(kind):
+        return SimpleNamespace(kind=kind, heads={"kind": kind, "num_heads": 2})
+
+    assert _hybrid_draft(growth("medusa+lookup"), profile("medusa"), draft).seconds(1, deep) == 2
+    for g, p in (("medusa+lookup", "medusa+lookup"), ("medusa", "medusa"),
+                 ("medusa+lookup", "hydra"), ("medusa+lookup", None)):
+        priced = _hybrid_draft(growth(g), profile(p) if p else None, draft)
+        assert priced.seconds(1, deep) == 5, (g, p)

@@ -355,6 +355,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     cfg = _model(args, need=bool(args.hardware))
     costs = costs_of_profile(profile) if profile is not None else None
     verify, draft = _verify_latency(args, growth, cfg, costs), _draft(args, cfg, costs)
+    draft = _hybrid_draft(growth, profile, draft)
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
                       context=args.context, depth_caps=args.max_depths, trace=trace)
@@ -370,6 +371,19 @@ def cmd_select(args: argparse.Namespace) -> int:
                                   draft_tokens=args.draft_tokens,
                                   sources={str(k): dynamic_files[k][0] for k in dynamic}),
                 args.out)
+
+
+def _hybrid_draft(growth: Any, profile: Any, draft: Any) -> Any:
+    """``draft`` for a hybrid's growth priced with its model drafter's step profile: the model
+    drafts its own depths only (the lookup's chain runs deeper alone); else ``draft`` itself."""
+    from treeopt.drafters import HYBRID_SUFFIX, KINDS
+
+    kind = KINDS.get(str(growth.drafter.get("kind") or ""))
+    if kind is None or not kind.hybrid or profile is None:
+        return draft
+    if profile.kind + HYBRID_SUFFIX != kind.name:  # the hybrid's own profile, or another's
+        return draft
+    return draft.first_depths(int(profile.heads["num_heads"]))
 
 
 def _dynamic_traces(args: argparse.Namespace) -> tuple[dict[int, Any], dict[int, Any]]:
