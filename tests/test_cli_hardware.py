@@ -102,7 +102,8 @@ def test_select_from_a_latency_table(tmp_path, growth, latency):
     p = sel["points"][0]
     assert (p["batch"], p["context"], p["best_size"]) == (1, 128, 2)
     assert p["tokens_per_s"] == pytest.approx(2.4 / 0.011)
-    assert sel["schedules"][0]["vllm"] == {"num_speculative_tokens_per_batch_size": [[1, 1, 2]]}
+    assert sel["schedules"][0]["vllm"] == {  # vLLM carries a draft length up: off above 1
+        "num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 2, 0]]}
 
 
 def test_select_refuses_a_table_of_another_model_or_dtype(growth, latency):

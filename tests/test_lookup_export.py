@@ -218,7 +218,9 @@ def test_select_writes_n_gram_schedules_for_prompt_lookup(selection):
             "decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 3,
             "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False,
             "draft_len_schedule": {"1": 3, "2": 1}}, "disable_overlap_scheduler": True}}
-    assert plan["vllm"] == {"speculative_config_per_batch_range": [
+    assert plan["vllm"] == {"speculative_config": {
+        **_vllm(3), "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 1], [3, 8, 0]]},
+        "speculative_config_per_batch_range": [
         {"min_batch": 1, "max_batch": 1, "config": _vllm(3)},
         {"min_batch": 2, "max_batch": 2, "config": _vllm(1)},
         {"min_batch": 3, "max_batch": 8, "config": None}]}
@@ -233,7 +235,7 @@ def test_select_writes_n_gram_schedules_for_prompt_lookup(selection):
         "--speculative-ngram-max-match-window-size", "3", "--speculative-ngram-branch-length", "4")
     assert plan["hugging_face"] == {"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 3}
     assert plan["lookup"] == {"min_n": 2, "max_n": 3}
-    assert "vLLM and SGLang take one n-gram length per server" in plan["note"]
+    assert "earlier vLLM and SGLang take one per server" in plan["note"]
     assert plan["note"].endswith("batches above 8 were not swept, so speculation is off there")
     assert "speculative_token_tree" not in json.dumps(plan)
 

@@ -358,15 +358,22 @@ def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[st
                                                            draft_len_schedule.items()})}
               if k_max else {}))
     first = ranges[0]
+    from treeopt.selection import vllm_batch_table
+
+    vllm = ({"speculative_config": {**vllm_config(LookupSetting(k_max, min_n, max_n)),
+                                    "num_speculative_tokens_per_batch_size":
+                                        vllm_batch_table(ranges)}} if k_max else {})
     return {"tensorrt_llm": trt,
-            "vllm": {"speculative_config_per_batch_range": per_range(vllm_config)},
+            "vllm": {**vllm,  # 0.24 and later: one config, the draft length per batch range
+                     "speculative_config_per_batch_range": per_range(vllm_config)},  # earlier
             "sglang": {g: per_range(lambda s, g=g: sglang_flags(s, generation=g))
                        for g in SGLANG_GENERATIONS},
             "hugging_face": hf_kwargs(LookupSetting(first["size"], min_n, max_n))
             if first["size"] else None,
             "lookup": {"min_n": min_n, "max_n": max_n},
-            "note": "prompt lookup: draft length = chain length k per batch range; vLLM and "
-                    "SGLang take one n-gram length per server (deploy one config per batch "
+            "note": "prompt lookup: draft length = chain length k per batch range; vLLM 0.24 "
+                    "and later switch it by batch size (num_speculative_tokens_per_batch_size), "
+                    "earlier vLLM and SGLang take one per server (deploy one config per batch "
                     "range); TensorRT-LLM switches it by batch size (draft_len_schedule); "
                     "Hugging Face runs batch size 1 only"}
 
