@@ -191,9 +191,10 @@ class HybridDrafter(Drafter):
         chain = PromptLookup(depth=K, min_n=self.lookup.rule.min_n, max_n=self.lookup.rule.max_n,
                              vocab_size=self.config.vocab_size).rank_depths(None, stream,
                                                                              top_k=top_k)
-        rows = [hybrid_ranks(m.cpu().numpy(), c.cpu().numpy(), top_k=top_k)
-                for m, c in zip(model, chain, strict=True)]
-        return torch.from_numpy(np.stack(rows)).to(stream.device)
+        b = stream.shape[0]  # every row's positions at once: the rule is per position
+        joint = hybrid_ranks(model.reshape(b * n, -1).cpu().numpy(),
+                             chain.reshape(b * n, K).cpu().numpy(), top_k=top_k)
+        return torch.from_numpy(joint.reshape(b, n, K)).to(stream.device)
 
     def start(self, *, batch: int, capacity: int) -> tuple[Any, LookupState]:
         return (self.model.start(batch=batch, capacity=capacity),
