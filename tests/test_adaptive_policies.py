@@ -9,6 +9,7 @@ import os
 import sys
 import types
 import zipfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -160,14 +161,20 @@ def test_loader_fixture_verdicts():
 
 # ---- the released wheel's own classes ------------------------------------------------------
 
+WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "engine-wheels"
+
 def _wheel_module() -> types.ModuleType:
     """``adaptive_spec_params`` from SGLang's released wheel, its engine imports stubbed (the
     loader and the slot use none of them)."""
     paths = ([os.environ["TREEOPT_SGLANG_WHEEL"]] if os.environ.get("TREEOPT_SGLANG_WHEEL")
-             else sorted(glob.glob("/tmp/wh/sglang-0.5.23-*.whl")))
+             else sorted(glob.glob(str(WHEELS / "sglang-0.5.23-*.whl"))))
     if not paths or not os.path.exists(paths[0]):
-        pytest.skip("SGLang's 0.5.23 wheel is not here (set TREEOPT_SGLANG_WHEEL to a "
-                    "sglang-0.5.2x .whl); the pure-Python loader fixture covers its rules")
+        reason = ("SGLang's 0.5.23 wheel is not in .cache/engine-wheels/ (run "
+                  "scripts/fetch-engine-wheels, or set TREEOPT_SGLANG_WHEEL to a sglang-0.5.2x "
+                  ".whl); the pure-Python loader fixture covers its rules")
+        if os.environ.get("CI"):  # CI fetches it: a missing wheel there is a failure
+            pytest.fail(reason)
+        pytest.skip(reason)
     with zipfile.ZipFile(paths[0]) as z:
         source = z.read("sglang/srt/speculative/adaptive_spec_params.py").decode()
     stubs = {"sglang.srt.arg_groups.overrides": {"resolved_view": None, "resolving_view": None},
