@@ -690,23 +690,13 @@ def prose_choice(ctx: Context, kinds: tuple[str, ...]) -> dict[str, Any]:
     and the robust pick across both (:func:`treeopt.selection.choose_drafter_per_set`): each
     drafter's growth for the set, E[L] the per-step walk of the set's trace, priced by the
     drafter's step profile. Nothing when a drafter has no step profile."""
-    from treeopt.grow import Growth
-    from treeopt.select import select
+    from treeopt.demo.prompt_sets import prompt_set_selections
     from treeopt.selection import choose_drafter_per_set
-    from treeopt.trace import RankTrace
 
     device = ctx.config.device
     if not all(ctx.paths.step_profile(k, device).exists() for k in kinds):
         return {}
-    sets: dict[str, dict[str, Any]] = {"code": {}, "prose": {}}
-    for kind in kinds:
-        costs = demo_costs(ctx, ctx.paths.step_profile(kind, device))
-        for name, growth, trace in (
-                ("code", ctx.paths.growth(kind), ctx.paths.trace(kind, heldout=True)),
-                ("prose", ctx.paths.prose_growth(kind), ctx.paths.prose_trace(kind))):
-            sets[name][kind] = select(Growth.load(growth), costs.verify, draft=costs.draft,
-                                      overhead=costs.overhead, batch=costs.verify.batches,
-                                      context=costs.verify.contexts, trace=RankTrace.load(trace))
+    sets = prompt_set_selections(ctx.paths, kinds, device=device)
     points = [c.to_json() for c in choose_drafter_per_set(sets)]
     for p in points:
         ctx.log(f"  batch {p['batch']}: fastest on code {p['fastest']['code']}, on prose "

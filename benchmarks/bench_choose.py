@@ -1,0 +1,131 @@
+"""Does ``choose-drafter`` pick the drafter that measures fastest? On the shipped demo, per
+prompt set and batch size (never a test).
+
+The demo has two prompt sets: its held-out code prompts, full of repeats, and prose (docstrings
+and comments), where repeats are rare. For each set, each drafter's selection is made as
+``choose-drafter --prompt-set`` makes it (the set's growth, E[L] the per-step walk of the set's
+trace, priced by the drafter's step profile; :func:`treeopt.demo.prompt_sets.
+prompt_set_selections`). Then, at each batch size, every drafter's picked tree and plain
+decoding decode the set's first ``--prompts`` prompts live, batch after batch, their steps
+interleaved (:func:`treeopt.decoding.loop.decode_alongside`, one torch thread), every output
+checked equal to plain decoding's.
+
+Printed per set and batch size: each drafter's predicted and measured speed-up over plain
+decoding, the drafter measured fastest, ``choose-drafter``'s pick for the set and the robust
+pick across both sets, and the pick's measured share of the fastest (the goal: the pick is the
+fastest; where it is not, the share says by how much it misses).
+
+Run: ``python benchmarks/bench_choose.py [--prompts 16] [--new-tokens 128] [--batches 1,2,4,8]``
+on a quiet machine, after a demo build with the ``prose`` stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def set_prompts(demo, name: str, count: int) -> list[list[int]]:
+    """The first ``count`` prompts of the demo's ``name`` set, as token ids."""
+    from treeopt.prompts import encode, read_texts
+
+    part = "heldout" if name == "code" else name
+    return encode(demo.tokenizer, read_texts([demo.paths.prompts(part)])[:count])
+
+
+def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
+         new_tokens: int) -> tuple[dict[str, float], dict[str, bool]]:
+    """Each drafter's tree and plain decoding over ``prompts`` in batches of ``batch``,
+    interleaved: per drafter (and ``none``) its steady tokens/s, and whether its outputs equal
+    plain decoding's."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.loop import Decoder, decode_alongside
+    from treeopt.tree import Tree
+
+    plain = Decoder(demo.model)
+    names = [*trees, "none"]
+    runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees] + [(plain, Tree(()))]
+    tokens = dict.fromkeys(names, 0)
+    seconds = dict.fromkeys(names, 0.0)
+    equal = dict.fromkeys(names, True)
+    cfg = DecodeConfig(max_new_tokens=new_tokens)
+    for g in range(0, len(prompts), batch):
+        results = decode_alongside(runs, prompts[g: g + batch], config=cfg)
+        reference = results[-1].tokens
+        for name, r in zip(names, results, strict=True):
+            tokens[name] += r.stats.decode_tokens
+            seconds[name] += r.stats.decode_seconds
+            equal[name] = equal[name] and r.tokens == reference
+    return {n: tokens[n] / seconds[n] for n in names}, equal
+
+
+def main(argv: list[str] | None = None) -> int:
+    from treeopt.cli.common import int_list
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=16, help="prompts per set (default 16)")
+    ap.add_argument("--new-tokens", type=int, default=128, help="new tokens each (default 128)")
+    ap.add_argument("--batches", type=int_list("--batches"), default=[1, 2, 4, 8],
+                    help="batch sizes (default 1,2,4,8)")
+    args = ap.parse_args(argv)
+    bad = [b for b in args.batches if args.prompts % b]
+    if bad:
+        ap.error(f"--prompts {args.prompts} is not a multiple of batch size {bad[0]}")
+
+    import torch
+
+    from treeopt.demo import load
+    from treeopt.demo.prompt_sets import PROMPT_SETS, prompt_set_selections
+    from treeopt.selection import choose_drafter_per_set
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    demo = load(threads=1)
+    kinds = [k for k in demo.kinds if demo.step_profile(k) is not None]
+    if not demo.paths.prompts("prose").exists():
+        print("the demo has no prose prompts: build it with the prose stage "
+              "(treeopt demo build)", file=sys.stderr)
+        return 2
+    sets = prompt_set_selections(demo.paths, kinds)
+    choices = {c.batch: c for c in choose_drafter_per_set(sets)}
+    print(f"demo drafters {', '.join(kinds)}; {args.prompts} prompts per set × "
+          f"{args.new_tokens} new tokens; one thread, greedy; speed-ups over plain decoding "
+          "in the same run")
+    hits = total = 0
+    for name in PROMPT_SETS:
+        prompts = set_prompts(demo, name, args.prompts)
+        print(f"\nprompt set {name}")
+        print(f"{'batch':>5}  " + "  ".join(f"{k:>18}" for k in kinds)
+              + f"  {'fastest':>14}  {'pick':>14}  {'robust':>14}  share")
+        for b in args.batches:
+            choice = choices[b]
+            context = choice.context
+            trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
+            speed, equal = race(demo, trees, prompts, b, args.new_tokens)
+            measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
+            predicted = choice.choices[name].speedups
+            fastest = max(measured, key=measured.__getitem__)
+            pick = choice.drafters[name]
+            share = measured[pick] / measured[fastest]
+            hits += pick == fastest
+            total += 1
+            cells = "  ".join(
+                f"{predicted.get(k, 1.0):5.2f}→{measured[k]:5.2f}×{'' if equal[k] else '!'}"
+                f"{trees[k].size:>4}n" for k in kinds)
+            print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
+                  f"{share:5.1%}")
+            lossy = [k for k in kinds if not equal[k]]
+            if lossy:
+                print(f"       outputs DIFFER from plain decoding: {', '.join(lossy)}")
+    print(f"\n(each cell: predicted→measured speed-up, the tree's nodes; ! marks an output that "
+          f"differs)\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "
+          f"points ({time.perf_counter() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
