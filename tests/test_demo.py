@@ -279,6 +279,51 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path
     assert again["drafters"]["eagle"]["training"] == first["drafters"]["eagle"]["training"]
     assert again["dynamic"]["selection"]["file"] == first["dynamic"]["selection"]["file"]
     assert again["dynamic"]["live"] == first["dynamic"]["live"]
+    assert "[prose] the choice per prompt set priced again" in logs  # from the new profiles
+    assert again["prose"]["choice"]["points"]
+
+
+def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, monkeypatch):
+    """The step profile and the sweep are written as they go: a re-measurement stopped inside
+    a drafter's sweep leaves part of it on disk. The resumed run finishes that sweep (every
+    batch size) and measures no drafter it had finished again."""
+    import torch
+
+    from treeopt.demo import build, stages
+    from treeopt.demo.layout import DemoPaths
+
+    torch.set_num_threads(1)
+    cfg = replace(TINY, seed=6)
+    out = tmp_path / "demo"
+    build.build_demo(out, cfg, log=lambda s: None)
+    first, second = stages.NEW_KINDS[:2]
+    measured: list[str] = []
+    real = stages.drafter_timing
+
+    def stopped_inside(ctx, kind):
+        measured.append(kind)
+        if kind != second:
+            return real(ctx, kind)
+        stages.kind_step_profile(ctx, kind)
+        sweep = ctx.paths.sweep(kind, cfg.device)
+        doc = json.loads((out / sweep.relative_to(ctx.paths.root)).read_text())
+        doc["points"] = [p for p in doc["points"] if p["batch"] == cfg.live_batches[0]]
+        doc["summary"] = [r for r in doc["summary"] if r["batch"] == cfg.live_batches[0]]
+        sweep.write_text(json.dumps(doc))  # the first batch size measured, then the stop
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stages, "drafter_timing", stopped_inside)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, cfg, log=lambda s: None, redo=(stages.TIMING,))
+    assert measured == [first, second]
+    monkeypatch.setattr(stages, "drafter_timing",
+                        lambda ctx, kind: measured.append(kind) or real(ctx, kind))
+    manifest = build.build_demo(out, cfg, log=lambda s: None)
+    monkeypatch.undo()
+    assert measured.count(first) == 1 and measured.count(second) == 2
+    sweep = json.loads(DemoPaths(out).sweep(second, cfg.device).read_text())
+    assert sorted({p["batch"] for p in sweep["points"]}) == sorted(cfg.live_batches)
+    assert manifest["drafters"][second]["sweep"]["summary"] == sweep["summary"]
 
 
 def test_corpus_split_is_deterministic_and_disjoint():

@@ -655,9 +655,10 @@ def prose(ctx: Context) -> dict[str, Any]:
                     "kinds": {k: sum(p["kind"] == k for p in found)
                               for k in ("docstring", "comment")}},
         "max_nodes": c.max_nodes, **{kind: kind_prose(ctx, kind) for kind in kinds}}
-    choice = prose_choice(ctx, kinds)
-    if choice:
-        out["choice"] = choice
+    if not (ctx.scratch / "retime.json").exists():  # else priced once the speed is measured
+        choice = prose_choice(ctx, kinds)                # again (:func:`retime`)
+        if choice:
+            out["choice"] = choice
     return out
 
 
@@ -746,16 +747,32 @@ def timing_outputs(paths: DemoPaths, config: DemoConfig, *,
 
 def retime(ctx: Context, results: dict[str, Any]) -> None:
     """Measure the drafters' and dynamic drafting's speed again (their files removed first by
-    the caller) and update those stages' results and records in place."""
+    the caller) and update those stages' results and records in place, and the prose stage's
+    choice, priced by the drafters' step profiles. Each drafter measured is named in the
+    re-measurement's marker (``retime.json``) as it finishes: a stopped run measures the rest,
+    the one it stopped in resumed from its files (the step profile and the sweep are written as
+    they go, so a file on disk may be part of a measurement)."""
+    marker = ctx.scratch / "retime.json"
+    state = read_json(marker) if marker.exists() else {}
+    done = list(state.get("done", []))
     for kind in NEW_KINDS:
-        if all(p.exists() for p in timing_outputs(ctx.paths, ctx.config, kinds=(kind,))):
-            continue  # measured in this build already (a kind just added, or before a stop)
-        results["drafters"].setdefault(kind, {}).update(drafter_timing(ctx, kind))
-    write_json(ctx.scratch / "drafters.json", results["drafters"])
+        if kind in done or kind not in results["drafters"]:
+            continue
+        results["drafters"][kind].update(drafter_timing(ctx, kind))
+        write_json(ctx.scratch / "drafters.json", results["drafters"])
+        done.append(kind)
+        write_json(marker, {**state, "done": done})
     ctx.log("[drafters] speed measured again")
     results["dynamic"].update(dynamic_timing(ctx))
     write_json(ctx.scratch / "dynamic.json", results["dynamic"])
     ctx.log("[dynamic] speed measured again")
+    if "prose" in results:
+        results["prose"].pop("choice", None)
+        choice = prose_choice(ctx, ctx.paths.kinds())
+        if choice:
+            results["prose"]["choice"] = choice
+        write_json(ctx.scratch / "prose.json", results["prose"])
+        ctx.log("[prose] the choice per prompt set priced again")
 
 
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
