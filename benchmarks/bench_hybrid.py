@@ -10,6 +10,11 @@ For every model drafter the demo ships:
    its model drafter's step profile, drafting only the model's own depths
    (:meth:`~treeopt.costs.DraftCost.first_depths`); prompt lookup with its own step profile
    where the demo ships one, else with the same verify and overhead and no drafting cost.
+   ``--own-profile DIR``: the hybrid's own live step is profiled too (as the demo build profiles
+   each drafter: its growth's design trees at the demo's batch sizes, the demo's step
+   measurement; kept in ``DIR`` and resumed), and the hybrid is priced again by it — its
+   drafting then holds the lookup and the host work of presetting the chain's tokens, which
+   the model drafter's profile does not.
 2. **Exactness, live at batch 1** on the first ``--prompts`` held-out prompts, greedy and
    sampled: the hybrid calibrated on them (:func:`treeopt.decoding.calibrate.calibrate`), then
    select's batch-1 tree decoded live; the trace's walk against live accepted lengths step by
@@ -26,6 +31,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,9 +56,11 @@ def lookup_trace(demo, lookup, *, new_tokens: int, temperature: float = 0.0):
     return trace
 
 
-def selections(demo, kind: str, chain):
+def selections(demo, kind: str, chain, own=None):
     """The model drafter's, prompt lookup's and the hybrid's selections from the demo's
-    calibration traces and measured step costs."""
+    calibration traces and measured step costs; with ``own`` (a function of the hybrid's
+    growth giving its own step costs), the hybrid priced by those too (``<kind>+lookup, own
+    profile``)."""
     from treeopt.costs import NO_DRAFT
     from treeopt.drafters.hybrid import hybrid_trace
     from treeopt.grow import grow
@@ -72,7 +80,36 @@ def selections(demo, kind: str, chain):
         chain_growth = grow(chain, method="empirical", max_nodes=chain.heads)
         lookup = price(chain_growth, costs.verify, draft=NO_DRAFT, overhead=costs.overhead,
                        trace=chain)
-    return {kind: model, "prompt-lookup": lookup, kind + "+lookup": hybrid}
+    out = {kind: model, "prompt-lookup": lookup, kind + "+lookup": hybrid}
+    if own is not None:
+        mine = own(growth)
+        out[kind + "+lookup, own profile"] = price(growth, mine.verify, draft=mine.draft,
+                                                   overhead=mine.overhead, trace=joint)
+    return out
+
+
+def own_costs(demo, hybrid, growth, *, out: Path):
+    """The hybrid's own step costs: its live step profiled as the demo build profiles a
+    drafter's (the growth's design trees, the demo's batch sizes, new tokens and step
+    measurement, on its calibration prompts), resumed from ``out``."""
+    from treeopt.demo.config import DemoConfig
+    from treeopt.pricing import profiled_costs
+    from treeopt.profiling.step import profile_steps
+    from treeopt.prompts import encode, read_texts
+
+    flat = {k: tuple(v) if isinstance(v, list) else v  # the timing settings: no nested ones
+            for k, v in demo.manifest["config"].items()
+            if k in DemoConfig.__dataclass_fields__ and not isinstance(v, dict)}
+    config = replace(DemoConfig(), **flat)
+    prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    profile_steps(demo.model, hybrid, growth, prompts[: max(config.live_batches)],
+                  batch=list(config.live_batches), sizes=list(config.step_sizes), out=out,
+                  max_new_tokens=config.live_new_tokens, measure=config.measurement("step"),
+                  log=lambda line: print(f"  {line}", flush=True))
+    print(f"  the hybrid's own step profile: {out} ({time.perf_counter() - started:.0f} s)")
+    return profiled_costs(out)
 
 
 def print_batches(kind: str, chosen: dict) -> None:
@@ -83,13 +120,14 @@ def print_batches(kind: str, chosen: dict) -> None:
     context = contexts[len(contexts) // 2]
     print(f"\n{kind}: predicted best tree per batch size (context {context}), tokens/s "
           f"(nodes)")
-    print("  batch  " + "  ".join(f"{n:>22}" for n in names) + "  winner, hybrid vs best alone")
+    print("  batch  " + "  ".join(f"{n:>22}" for n in names) + "  winner, hybrid(s) vs best alone")
     for b in batches:
         points = {n: chosen[n].point(b, context) for n in names}
         cells = "  ".join(f"{p.tokens_per_s:>15.1f} ({p.tree.size:>3})" for p in points.values())
         best = max(names, key=lambda n: points[n].tokens_per_s)
         alone = max(points[n].tokens_per_s for n in names[:2])
-        print(f"  {b:>5}  {cells}  {best}, {points[names[2]].tokens_per_s / alone:.3f}×")
+        ratios = ", ".join(f"{points[n].tokens_per_s / alone:.3f}×" for n in names[2:])
+        print(f"  {b:>5}  {cells}  {best}, {ratios}")
 
 
 def exactness(demo, heads, tree, prompts, *, new_tokens: int, temperature: float) -> str:
@@ -151,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-n", type=int, default=3, help="longest n-gram matched (default 3)")
     ap.add_argument("--temperature", type=float, default=0.7,
                     help="the sampled check's temperature (default 0.7; 0: none)")
+    ap.add_argument("--own-profile", type=Path, metavar="DIR",
+                    help="also profile each hybrid's own step (kept in DIR, resumed) and price "
+                         "the hybrid by it")
     args = ap.parse_args(argv)
 
     import torch
@@ -170,19 +211,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"hybrid = model drafter + prompt lookup (n-grams 1…{args.max_n}, chain ≤ "
           f"{args.chain_depth}); demo {demo.paths.root}")
     for kind in kinds:
-        chosen = selections(demo, kind, chain)
-        print_batches(kind, chosen)
         hybrid = HybridDrafter(demo.heads[kind], lookup)
+        own = None
+        if args.own_profile is not None:
+            def own(growth, kind=kind, hybrid=hybrid):
+                return own_costs(demo, hybrid, growth,
+                                 out=args.own_profile / f"step-{kind}+lookup-cpu.json")
+        chosen = selections(demo, kind, chain, own)
+        print_batches(kind, chosen)
         pick = {n: s.tree_at(1, min(s.contexts)) for n, s in chosen.items()}
         print(f"  batch-1 hybrid tree: {pick[kind + '+lookup'].size} nodes, depth "
               f"{pick[kind + '+lookup'].depth}")
         for temperature in (0.0, args.temperature) if args.temperature else (0.0,):
             print("  " + exactness(demo, hybrid, pick[kind + "+lookup"], prompts,
                                    new_tokens=args.new_tokens, temperature=temperature))
-        race(demo, {kind: (demo.heads[kind], pick[kind]),
-                    "prompt-lookup": (lookup, pick["prompt-lookup"]),
-                    kind + "+lookup": (hybrid, pick[kind + "+lookup"])},
-             prompts, new_tokens=args.new_tokens)
+        options = {kind: (demo.heads[kind], pick[kind]),
+                   "prompt-lookup": (lookup, pick["prompt-lookup"]),
+                   kind + "+lookup": (hybrid, pick[kind + "+lookup"])}
+        own_pick = pick.get(kind + "+lookup, own profile")
+        if own_pick is not None and own_pick != pick[kind + "+lookup"]:
+            options[kind + "+lookup, own profile's pick"] = (hybrid, own_pick)
+        race(demo, options, prompts, new_tokens=args.new_tokens)
     return 0
 
 
