@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-prompts", type=int, default=48,
                     help="calibration prompts the config is tuned on (default 48)")
     ap.add_argument("--workloads", default="steady,shifting", help="steady, shifting or both")
+    ap.add_argument("--step-profile", type=Path, metavar="FILE",
+                    help="price with this EAGLE step profile (default: the demo's)")
     args = ap.parse_args(argv)
     bad = [b for b in args.batches if args.prompts % b]
     if bad:
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     started = time.perf_counter()
     demo = load(threads=1)
-    costs = profiled_costs(demo.step_profile("eagle"))
+    costs = profiled_costs(args.step_profile or demo.step_profile("eagle"))
     Decoder(demo.model, demo.heads["eagle"]).decode(Tree.chain(2), [[1, 2, 3]],  # warm-up
                                                     config=DecodeConfig(max_new_tokens=8))
     chosen = args.workloads.split(",")
