@@ -12,7 +12,8 @@ and plain decoding beside them (its live/predicted ratio is the machine's speed 
 profile's: a busy machine lowers every ratio alike; the ``÷plain's`` column divides it out,
 beside the raw ratio, never instead of it).
 
-Each is predicted on the held-out prompts' trace — the adaptive and fixed ones by
+The tuned config is at least the default on the calibration trace it is tuned on (printed);
+each is predicted on the held-out prompts' trace — the adaptive and fixed ones by
 :func:`treeopt.adaptive.live.replay_batches` (what the live loop runs: the prompts in
 consecutive batches, each decoded until its last row finishes, the controller carried on), the
 static tree by its walk over the same batches — priced by the demo's step profile
@@ -244,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         report = tuned_on_calibration(demo, costs, args, w.name)
         print(f"\nworkload {w.name} ({w.acceptance.source}); tuned config: "
               f"{report.tuned.to_json()}")
+        print("predicted on the calibration trace the config is tuned on (tokens/s, default → "
+              "tuned): " + ", ".join(
+                  f"batch {side.batch} {side.default.tokens_per_s:.1f} → "
+                  f"{side.tuned.tokens_per_s:.1f} ({side.tuned.tokens_per_s / side.default.tokens_per_s - 1:+.1%})"
+                  for side in report.sides if side.batch in args.batches))
         print("batch  strategy  steps drafted             predicted tok/s  live tok/s  "
               "live/pred  ÷plain's  replay==live  lossless")
         for b in args.batches:
