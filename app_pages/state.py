@@ -134,13 +134,14 @@ def _read_dynamic_selection(path: str, mtime: float) -> Document:
 
 
 def demo_drafter(label: str) -> dict[str, Any]:
-    """The demo's drafter called ``label`` as a growth records one (kind, checkpoint, depth);
-    empty for data that is not the demo's."""
+    """The demo's drafter called ``label`` as its growth records it (kind, depth and, for an
+    n-gram drafter, its match lengths), with the checkpoint's path in this checkout; empty for
+    data that is not the demo's."""
     bundle = demo()
     if label not in bundle.growths or current_dataset() is not demo_dataset():
         return {}
-    return {"kind": label, "checkpoint": str(bundle.paths.heads(label)),
-            "depth": bundle.traces[label].heads}
+    return {**bundle.growths[label].drafter, "kind": label,
+            "checkpoint": str(bundle.paths.heads(label)), "depth": bundle.traces[label].heads}
 
 
 def show_error(exc: Exception) -> None:
