@@ -57,7 +57,8 @@ _WARMING = threading.Event()
 
 def warm_up() -> None:
     """Start computing, in the background and once per server, what the pages read from the
-    demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection):
+    demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection, the
+    adaptive replay of the Hardware page's first workload):
     called once a page has run, so the next page a person opens finds them ready. A failure
     here is left for the page to show. (It imports no third-party module: plotly reads pandas
     off sys.modules, and would find one half imported.)"""
@@ -83,6 +84,9 @@ def _warmed() -> bool:
     for kind in demo().traces:
         demo_pricing(kind)
     demo_dynamic_selection()
+    from treeopt.workbench.adaptive import WORKLOADS
+
+    demo_adaptive(next(iter(WORKLOADS)))  # the Hardware page's first workload
     return True
 
 
