@@ -6,6 +6,7 @@ silently, and Export and Verify still name the pick after a visit to Trees."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,16 @@ def test_disagreement_only_beyond_the_measurements_spread():
                     "over rounds (5.0%). Source: measured in sweep s.json.")
     other = answer(1.60, 1.45, 0.05, same=False).disagreement
     assert "the nearest size swept (4 nodes) was measured at 1.45×" in other
+    sample = replace(answer(1.60, 1.45, 0.05), batch=2)
+    sample = replace(sample, measured=replace(sample.measured, predicted_here=1.47))
+    assert sample.disagreement.endswith(
+        "Priced by the same step profile with the swept prompts' own acceptance over the rounds "
+        "in which every row runs, it is predicted at 1.47× (+1.4%), so the gap is in the "
+        "acceptance (which prompts were decoded and which rounds count), not in the step costs.")
+    costs = replace(answer(1.60, 1.45, 0.05), measured=replace(sample.measured,
+                                                                predicted_here=1.55))
+    assert costs.disagreement.endswith("it is predicted at 1.55× (+6.9%), so the step costs "
+                                       "miss too.")
     h = headline(answer(1.60, 0.95, 0.05))
     assert (h.label, h.value, h.delta, h.tone) == ("batch 1", "1.60× predicted",
                                                    "0.95× measured, spread 5.0%", "red")

@@ -50,6 +50,9 @@ class Measured:
     max_depth: int | None
     same_tree: bool
     source: str
+    # the speed-up the sweep predicted for this point: the same step profile, E[L] from the
+    # swept prompts' own trace (over the steady window at batch > 1); None: not recorded
+    predicted_here: float | None = None
 
     @property
     def label(self) -> str:
@@ -103,10 +106,21 @@ class BatchAnswer:
             return None
         what = "this tree" if m.same_tree else (f"the nearest size swept "
                                                 f"({_size(m.size, m.max_depth)})")
-        return (f"Batch {self.batch}: {self.drafter}'s tree ({self.tree_label}) is predicted at "
+        said = (f"Batch {self.batch}: {self.drafter}'s tree ({self.tree_label}) is predicted at "
                 f"{self.predicted.speedup:.2f}× but {what} was measured at {m.speedup:.2f}× "
                 f"({self.predicted.speedup / m.speedup - 1:+.1%}), more than the measurement's "
                 f"spread over rounds ({m.spread:.1%}). Source: {m.source}.")
+        if m.same_tree and m.predicted_here is not None:
+            window = " over the rounds in which every row runs" if self.batch > 1 else ""
+            here = m.predicted_here / m.speedup - 1
+            sample = ("which prompts were decoded and which rounds count" if self.batch > 1
+                      else "which prompts were decoded")
+            why = (f"so the gap is in the acceptance ({sample}), not in the step costs"
+                   if abs(here) <= m.spread else "so the step costs miss too")
+            said += (f" Priced by the same step profile with the swept prompts' own acceptance"
+                     f"{window}, it is predicted at {m.predicted_here:.2f}× ({here:+.1%}), "
+                     f"{why}.")
+        return said
 
 
 @dataclass(frozen=True)
@@ -159,6 +173,8 @@ def rows(view: Overview) -> list[dict[str, Any]]:
             "predicted tokens/s": round(a.predicted.tokens_per_s, 1),
             "measured speed-up": round(m.speedup, 3) if m else None,
             "spread over rounds": f"{m.spread:.1%}" if m else None,
+            "predicted for the swept prompts": (round(m.predicted_here, 3)
+                                                if m and m.predicted_here is not None else None),
             "measured tree": (("the same" if m.same_tree else _size(m.size, m.max_depth))
                               if m else "not measured"),
             "dynamic alternative": f"{d.drafter}: {d.settings}" if d else None,
@@ -260,7 +276,8 @@ def measured_for(sweep: Sweep, batch: int, tree: Tree, *,
              min(at, key=lambda p: (abs(p.size - tree.size), not p.selected,
                                     p.max_depth != max_depth, p.size)))
     return Measured(point.speedup, point.spread, point.se, point.tree_tokens_per_s, point.size,
-                    point.max_depth, bool(same), _sweep_source(sweep, point))
+                    point.max_depth, bool(same), _sweep_source(sweep, point),
+                    point.predicted_speedup)
 
 
 def _sweep_source(sweep: Sweep, p: SweepPoint) -> str:
