@@ -82,6 +82,20 @@ class DecodeStats:
         return self.accept.histogram
 
     @property
+    def sequence_accept_lengths(self) -> tuple[tuple[int, ...], ...]:
+        """The accepted lengths of each sequence's steps, in the order of :attr:`runs` (one
+        sequence: every step).
+
+        >>> DecodeStats(6, (2, 1, 3), 1.0, runs=((3, 2), (3, 1))).sequence_accept_lengths
+        ((2, 1), (3,))
+        """
+        out, start = [], 0
+        for _, steps in self.runs or ((sum(self.accept_lengths), self.steps),):
+            out.append(self.accept_lengths[start: start + steps])
+            start += steps
+        return tuple(out)
+
+    @property
     def tokens_per_s(self) -> float:
         """End to end: every new token over the whole time, prefill included."""
         return self.tokens / self.seconds if self.seconds > 0 else 0.0

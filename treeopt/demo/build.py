@@ -72,6 +72,10 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     if marker.exists():  # an interrupted re-measurement resumes here too, --redo or not
         stages.retime(ctx, results)
         marker.unlink()
+    recheck = work / ".stages" / stages.RECHECK_MARKER  # likewise the drafters' quality checks
+    if recheck.exists():
+        stages.recheck_quality(ctx, results)
+        recheck.unlink()
     manifest = _manifest(config, paths, results)
     write_json(paths.manifest, manifest)
     _publish(work, target)
@@ -96,6 +100,8 @@ def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime
         for path in stages.timing_outputs(DemoPaths(work), config):
             path.unlink(missing_ok=True)
         write_json(work / ".stages" / "retime.json", {"redo": stages.TIMING})
+    if "quality" in redo:  # and the drafters' quality checks, inside the drafters stage
+        write_json(work / ".stages" / stages.RECHECK_MARKER, {"redo": "quality"})
     write_json(record, {"redo": list(redo), "timing": retime})
 
 

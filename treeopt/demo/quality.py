@@ -62,8 +62,9 @@ def prediction(run: dict[str, Any], tree: Tree, *, calibration: RankTrace, heldo
 
     ``predicted.step_walk`` walks the calibration trace (the prediction a user gets before
     decoding anything); ``heldout_trace_step_walk`` walks the held-out prompts' own trace, which a
-    lossless greedy run must reproduce. ``fidelity`` is measured / step_walk − 1, with a standard
-    error over prompts on both sides.
+    lossless greedy run must reproduce over the steps inside that trace (the run's
+    ``inside_trace``). ``fidelity`` is measured / step_walk − 1, with a standard error over
+    prompts on both sides.
     """
     walk = simulate(tree, calibration, per_step=True)
     rel, rel_se = fidelity(run["mean_accept_length"], run["stderr"], walk.mean_accept_length,
@@ -79,11 +80,36 @@ QUALITY_BATCH = 16  # prompts decoded together in the quality checks (acceptance
 TIMED_PROMPTS = 8  # prompts decoded one at a time for the seconds of a verification
 
 
+def steps_inside(lengths: Sequence[Sequence[int]], positions: Sequence[int]) -> list[int]:
+    """The accepted lengths of the steps that start inside each sequence's first ``positions``
+    new tokens: the steps a trace with that many positions per sequence walks (``lengths``: each
+    sequence's accepted lengths, step by step).
+
+    >>> steps_inside([(3, 3, 2, 4), (1, 5)], [7, 2])
+    [3, 3, 2, 1, 5]
+    """
+    inside = []
+    for steps, count in zip(lengths, positions, strict=True):
+        start = 0
+        for length in steps:
+            if start >= count:
+                break
+            inside.append(length)
+            start += length
+    return inside
+
+
 def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]], *,
-                   max_new_tokens: int, reference: Sequence[Sequence[int]]) -> dict[str, Any]:
+                   max_new_tokens: int, reference: Sequence[Sequence[int]],
+                   positions: Sequence[int] | None = None) -> dict[str, Any]:
     """Tree-decode every prompt (in batches: acceptance and outputs do not depend on it) and
     check each output against ``reference``, the plain greedy continuation; pooled acceptance
-    (standard error over prompts) and the seconds of single-prompt verifications."""
+    (standard error over prompts) and the seconds of single-prompt verifications.
+
+    ``positions``: the positions per prompt of the prompts' own trace, which stops short of
+    ``max_new_tokens`` (its last rows need the drafter's depth of tokens after them). The steps
+    that start inside them are the steps the trace's walk takes: ``inside_trace`` is their mean,
+    what the walk must reproduce."""
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     runs = [decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config)
             for i in range(0, len(prompts), QUALITY_BATCH)]
@@ -92,11 +118,17 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
     same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
     seconds = [decoder.decode(tree, [p], config=config).stats.seconds
                for p in prompts[:TIMED_PROMPTS]]
-    return {"tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-            "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
-            "steps": stats.steps, "histogram": list(stats.histogram),
-            "seconds_median": statistics.median(seconds), "seconds_max": max(seconds),
-            "lossless": same == len(prompts), "lossless_prompts": f"{same}/{len(prompts)}"}
+    run = {"tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+           "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
+           "steps": stats.steps, "histogram": list(stats.histogram),
+           "seconds_median": statistics.median(seconds), "seconds_max": max(seconds),
+           "lossless": same == len(prompts), "lossless_prompts": f"{same}/{len(prompts)}"}
+    if positions is not None:
+        inside = steps_inside(stats.sequence_accept_lengths, positions)
+        run["inside_trace"] = {"positions_per_prompt": max(positions, default=0),
+                               "steps": len(inside),
+                               "mean_accept_length": float(np.mean(inside)) if inside else 0.0}
+    return run
 
 
 def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,

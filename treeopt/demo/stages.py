@@ -398,15 +398,19 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
     held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
     for n in c.eval_sizes:
         tree = growth.tree(min(n, growth.max_nodes))
-        run = acceptance_run(decoder, tree, ctx.prompt_ids("heldout"),
-                             max_new_tokens=c.max_new_tokens, reference=reference)
+        prompts = ctx.prompt_ids("heldout")
+        run = acceptance_run(decoder, tree, prompts, max_new_tokens=c.max_new_tokens,
+                             reference=reference,
+                             positions=held.sequences(len(prompts)).meta["sequence_positions"])
         run.update(prediction(run, tree, calibration=cal, heldout=held,
                               position_mean=float(growth.expected_accept_length[tree.size])))
         out[str(n)] = run
         ctx.log(f"  {kind} n={n}: measured {run['mean_accept_length']:.3f}, predicted "
                 f"{run['predicted']['step_walk']:.3f} ({run['fidelity']:+.1%} "
                 f"± {run['fidelity_stderr']:.1%}), {run['seconds_median']:.2f} s, "
-                f"lossless {run['lossless_prompts']}")
+                f"lossless {run['lossless_prompts']}; inside the held-out trace "
+                f"{run['inside_trace']['mean_accept_length']:.4f}, its walk "
+                f"{run['predicted']['heldout_trace_step_walk']:.4f}")
     return out
 
 
@@ -773,6 +777,32 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
             results["prose"]["choice"] = choice
         write_json(ctx.scratch / "prose.json", results["prose"])
         ctx.log("[prose] the choice per prompt set priced again")
+
+
+RECHECK_MARKER = "requality.json"  # --redo quality: until the drafters' quality is checked again
+
+
+def recheck_quality(ctx: Context, results: dict[str, Any]) -> None:
+    """Check the drafters' quality again (``--redo quality``: the quality stage checks the
+    heads', the drafters stage holds the drafters' own) and update their records in place. Each
+    drafter checked is named in the marker (:data:`RECHECK_MARKER`) as it finishes: a stopped
+    run checks the rest."""
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import autoregressive_run
+
+    marker = ctx.scratch / RECHECK_MARKER
+    state = read_json(marker) if marker.exists() else {}
+    done = list(state.get("done", []))
+    todo = [k for k in NEW_KINDS if k not in done and k in results["drafters"]]
+    if todo:
+        reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
+                                          max_new_tokens=ctx.config.max_new_tokens)
+    for kind in todo:
+        results["drafters"][kind]["quality"] = kind_quality(ctx, kind, reference)
+        write_json(ctx.scratch / "drafters.json", results["drafters"])
+        done.append(kind)
+        write_json(marker, {**state, "done": done})
+    ctx.log("[drafters] quality checked again")
 
 
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
