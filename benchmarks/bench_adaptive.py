@@ -147,28 +147,18 @@ def predictions(report, w: Workload, costs, batch: int) -> dict[str, tuple[Any, 
 
 def live(demo, w: Workload, batch: int, shapes: dict[str, Any], new_tokens: int):
     """Each strategy and plain decoding over ``w``'s prompts, batch after batch, interleaved:
-    per strategy (and ``plain``) its steady tokens and seconds, its accepted lengths and whether
-    its outputs equal plain decoding's."""
+    per strategy (and ``plain``) its :class:`~treeopt.decoding.loop.RaceTotals`."""
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder, decode_alongside
+    from treeopt.decoding.loop import Decoder, race_in_batches
     from treeopt.tree import Tree
 
     drafting, plain = Decoder(demo.model, demo.heads["eagle"]), Decoder(demo.model)
     names = list(shapes)
     runs = [(plain if isinstance(shapes[n], Tree) and not shapes[n].size else drafting, shapes[n])
             for n in names] + [(plain, Tree(()))]
-    cfg = DecodeConfig(max_new_tokens=new_tokens)
-    totals = {n: [0, 0.0, [], True] for n in [*names, "plain"]}
-    for g in range(0, len(w.prompts), batch):
-        results = decode_alongside(runs, w.prompts[g: g + batch], config=cfg)
-        reference = results[-1].tokens
-        for n, r in zip([*names, "plain"], results, strict=True):
-            t = totals[n]
-            t[0] += r.stats.decode_tokens
-            t[1] += r.stats.decode_seconds
-            t[2] += list(r.stats.accept_lengths)
-            t[3] = t[3] and r.tokens == reference
-    return totals
+    totals = race_in_batches(runs, w.prompts, batch=batch,
+                             config=DecodeConfig(max_new_tokens=new_tokens))
+    return dict(zip([*names, "plain"], totals, strict=True))
 
 
 def mix(steps: np.ndarray) -> str:
@@ -187,19 +177,21 @@ def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
     rows = []
     for n in STRATEGIES:
         shape, replayed, predicted = plan[n]
-        tokens, seconds, lengths, lossless = totals[n]
+        lengths = list(totals[n].accept_lengths)
         if n == "static":
             same, steps = lengths == replayed, f"{shape.size} nodes"
         elif isinstance(shape, ChainSource):
             same, steps = shape.rounds().equals(replayed), mix(replayed.steps)
         else:  # plain decoding: one token a round
             same, steps = lengths == [1] * int(replayed.rows.sum()), "0:100%"
-        rows.append(Row(n, steps, predicted, tokens / seconds, same, lossless))
+        rows.append(Row(n, steps, predicted, totals[n].tokens_per_s, same,
+                        totals[n].same_as_reference))
     from treeopt.adaptive.replay import chain_step_seconds
 
-    tokens, seconds, lengths, _ = totals["plain"]  # the machine's speed against the profile's
+    plain = totals["plain"]  # the machine's speed against the profile's
     step = chain_step_seconds(costs, batch=batch, max_steps=0)[0]
-    rows.append(Row("plain", "0:100%", batch / step, tokens / seconds, set(lengths) == {1}, True))
+    rows.append(Row("plain", "0:100%", batch / step, plain.tokens_per_s,
+                    set(plain.accept_lengths) == {1}, True))
     return rows
 
 

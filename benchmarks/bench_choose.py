@@ -43,24 +43,15 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
     interleaved: per drafter (and ``none``) its steady tokens/s, and whether its outputs equal
     plain decoding's."""
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder, decode_alongside
+    from treeopt.decoding.loop import Decoder, race_in_batches
     from treeopt.tree import Tree
 
-    plain = Decoder(demo.model)
     names = [*trees, "none"]
-    runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees] + [(plain, Tree(()))]
-    tokens = dict.fromkeys(names, 0)
-    seconds = dict.fromkeys(names, 0.0)
-    equal = dict.fromkeys(names, True)
-    cfg = DecodeConfig(max_new_tokens=new_tokens)
-    for g in range(0, len(prompts), batch):
-        results = decode_alongside(runs, prompts[g: g + batch], config=cfg)
-        reference = results[-1].tokens
-        for name, r in zip(names, results, strict=True):
-            tokens[name] += r.stats.decode_tokens
-            seconds[name] += r.stats.decode_seconds
-            equal[name] = equal[name] and r.tokens == reference
-    return {n: tokens[n] / seconds[n] for n in names}, equal
+    runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees]
+    totals = race_in_batches([*runs, (Decoder(demo.model), Tree(()))], prompts, batch=batch,
+                             config=DecodeConfig(max_new_tokens=new_tokens))
+    return ({n: t.tokens_per_s for n, t in zip(names, totals, strict=True)},
+            {n: t.same_as_reference for n, t in zip(names, totals, strict=True)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -301,6 +301,37 @@ def test_runs_of_two_models_decoded_alongside_are_each_the_run_alone(peaked, tra
     assert together[0].tokens == Decoder(model).decode(Tree(()), rows, config=cfg).tokens
 
 
+def test_a_race_in_batches_totals_each_run_over_its_batches(peaked, trained):
+    """Each run's totals are its batches' alone, summed; the last run is the reference the
+    outputs are compared with (a lossless tree: equal; a run on another model: not)."""
+    from treeopt.decoding.loop import Decoder, race_in_batches
+
+    model, _, prompts = peaked
+    rows = ragged(prompts, 4)
+    other = _other_model(model)
+    runs = [(Decoder(model, trained["hydra"]), TREES["wide"]), (Decoder(other), Tree(())),
+            (Decoder(model), Tree(()))]
+    cfg = DecodeConfig(max_new_tokens=12)
+    totals = race_in_batches(runs, rows, batch=3, config=cfg)
+    for (decoder, shape), t in zip(runs, totals, strict=True):
+        alone = [decoder.decode(shape, rows[g: g + 3], config=cfg).stats for g in (0, 3)]
+        assert t.accept_lengths == alone[0].accept_lengths + alone[1].accept_lengths
+        assert t.decode_tokens == sum(a.decode_tokens for a in alone) > 0
+        assert t.decode_seconds > 0 and t.tokens_per_s == t.decode_tokens / t.decode_seconds
+    assert [t.same_as_reference for t in totals] == [True, False, True]
+    with pytest.raises(TreeoptError, match="batch size 0"):
+        race_in_batches(runs, rows, batch=0, config=cfg)
+
+
+def _other_model(model):
+    """A copy of ``model`` with its output rows rolled by one: other greedy tokens."""
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        w = other.get_output_embeddings().weight
+        w.copy_(w.roll(1, dims=0))
+    return other
+
+
 @pytest.mark.parametrize("profile", [False, True])
 def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trained, monkeypatch,
                                                                     profile):

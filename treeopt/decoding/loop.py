@@ -236,6 +236,41 @@ def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
         return [run.result() for run in started]
 
 
+@dataclass(frozen=True)
+class RaceTotals:
+    """One run's totals over the batches of :func:`race_in_batches`: the tokens and seconds of
+    its steady windows, the accepted lengths of all its steps (sequence after sequence), and
+    whether each of its outputs equals the reference run's (the last)."""
+
+    decode_tokens: int
+    decode_seconds: float
+    accept_lengths: tuple[int, ...]
+    same_as_reference: bool
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Sequence[int]],
+                    *, batch: int, config: DecodeConfig) -> list[RaceTotals]:
+    """:func:`decode_alongside` of ``runs`` over ``prompts`` in consecutive batches of
+    ``batch``; per run its totals, the last run (e.g. plain decoding) the reference every
+    output is compared with."""
+    if batch < 1:
+        raise TreeoptError(f"batch size {batch}: at least 1")
+    totals = [RaceTotals(0, 0.0, (), True) for _ in runs]
+    for g in range(0, len(prompts), batch):
+        results = decode_alongside(runs, prompts[g: g + batch], config=config)
+        reference = results[-1].tokens
+        totals = [RaceTotals(t.decode_tokens + r.stats.decode_tokens,
+                             t.decode_seconds + r.stats.decode_seconds,
+                             t.accept_lengths + r.stats.accept_lengths,
+                             t.same_as_reference and r.tokens == reference)
+                  for t, r in zip(totals, results, strict=True)]
+    return totals
+
+
 def _tokens(shape: TreePlan | DynamicSettings) -> int:
     """Tokens a step verifies."""
     return shape.draft_tokens if isinstance(shape, DynamicSettings) else shape.tree.num_tokens
