@@ -9,13 +9,13 @@ from treeopt.workbench.overview import headline, rows
 from treeopt.workbench.plots_overview import predicted_vs_measured
 
 st.title("Overview")
-st.write("The shipped demo: one small base model and four drafters (Medusa heads, Hydra heads, "
-         "an EAGLE drafter, a draft model), profiled and swept live on the machine that built "
-         "it. Per batch size: the drafter `treeopt choose-drafter` picks, the tree `treeopt "
-         "select` picks for it, its predicted speed-up over autoregressive decoding and the "
-         "speed-up measured in the live sweep.")
 with page_errors():
     view = demo_overview()
+st.write(f"The shipped demo: one small base model and {len(view.evidence) if view else 0} "
+         f"drafters ({', '.join(view.evidence) if view else 'none priced'}), profiled and swept "
+         "live on the machine that built it. Per batch size: the drafter `treeopt "
+         "choose-drafter` picks, the tree `treeopt select` picks for it, its predicted speed-up "
+         "over autoregressive decoding and the speed-up measured in the live sweep.")
 if view is None:
     st.info("The demo holds no step profile to price its trees with: rebuild it with the "
             "latency stage (`treeopt demo build`).")
@@ -47,7 +47,10 @@ st.caption(f"Context {view.context} tokens. Predicted: the step-cost model (veri
            "the decoder's own overhead, profiled in the live loop) with E[L] from the "
            "calibration trace walked step by step. Measured: the live sweep, tree decoding "
            "against autoregressive decoding interleaved; spread: (largest − smallest round) / "
-           "median. Dynamic: `select --dynamic`'s best setting for the EAGLE drafter, each "
+           "median. Predicted as swept: the same model with the swept prompts' own acceptance "
+           "(at batch > 1 over the rounds in which every row runs) and the step profile taken "
+           "alongside the sweep's points — it checks the model; the gap between it and the "
+           "prediction is the prompts' and the machine's. Dynamic: `select --dynamic`'s best setting for the EAGLE drafter, each "
            "speed-up over its own profile's autoregressive rate. Hover a headline for sources.")
 with st.expander("Where each figure comes from"):
     for answer in view.answers:

@@ -68,7 +68,7 @@ from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder, decode_alongside
 from treeopt.decoding.models import attention_of
-from treeopt.decoding.tune import predict, tune
+from treeopt.decoding.tune import tune
 from treeopt.demo import load
 from treeopt.grow import Growth, grow
 from treeopt.measure import Measurement
@@ -79,6 +79,7 @@ from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.step_profile import StepProfile, StepRecord
 from treeopt.sweep import Sweep, SweepPoint
+from treeopt.sweep_prediction import predict
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 

@@ -99,6 +99,14 @@ def test_disagreement_only_beyond_the_measurements_spread():
                                                                 predicted_here=1.55))
     assert costs.disagreement.endswith("it is predicted at 1.55× (+6.9%), so the step costs "
                                        "miss too.")
+    swept = replace(sample, measured=replace(sample.measured, predicted_as_swept=1.48))
+    assert swept.disagreement.endswith(
+        "Priced as the sweep ran — those prompts' acceptance and the step profile taken "
+        "alongside its points — it is predicted at 1.48× (+2.1%), within the 5% the live "
+        "benchmark holds every sweep point to: the step-cost model holds.")
+    missed = replace(sample, measured=replace(sample.measured, predicted_as_swept=1.55))
+    assert missed.disagreement.endswith("(+6.9%), beyond the 5% the live benchmark holds every "
+                                        "sweep point to: the step-cost model misses here.")
     h = headline(answer(1.60, 0.95, 0.05))
     assert (h.label, h.value, h.delta, h.tone) == ("batch 1", "1.60× predicted",
                                                    "0.95× measured, spread 5.0%", "red")
@@ -117,6 +125,28 @@ def test_overview_picks_the_fastest_drafter_and_says_none_where_no_tree_pays():
                                  "traces/eagle.npz", "treeopt select --demo eagle")}
     view = overview(evidence, root="/demo")
     first, last = view.answers
+    assert first.measured.predicted_as_swept is None  # no profile alongside the sweep
+
+    class AsSwept:  # a sweep priced as it ran: here, 1.52× at batch 1 for the chain of 3
+        def speedup(self, tree, batch):
+            return 1.52 if (tree, batch) == (CHAIN3, 1) else 0.0
+
+    evidence["eagle"] = replace(evidence["eagle"], as_swept=AsSwept())
+    swept = overview(evidence, root="/demo")
+    assert swept.answers[0].measured.predicted_as_swept == 1.52
+    from treeopt.workbench.plots_overview import (
+        AS_SWEPT,
+        MEASURED,
+        PREDICTED,
+        predicted_vs_measured,
+    )
+
+    fig = {t.name: t for t in predicted_vs_measured(swept).data}
+    assert list(fig) == [PREDICTED, MEASURED, AS_SWEPT]  # no dynamic document given
+    assert list(fig[PREDICTED].y) == [1.6, 1.0] and list(fig[MEASURED].y) == [1.5, None]
+    assert list(fig[AS_SWEPT].y) == [1.52, None]
+    assert "(+1.3% of the measurement)" in fig[AS_SWEPT].hovertext[0]
+    assert AS_SWEPT not in {t.name for t in predicted_vs_measured(view).data}
     assert (first.drafter, first.tree, first.predicted.speedup) == ("eagle", CHAIN3, 1.6)
     assert first.candidates == {"medusa": 1.3, "eagle": 1.6}
     assert first.predicted.source == ("predicted by `treeopt select --demo eagle` — E[L]: "
@@ -213,6 +243,26 @@ def test_measured_dynamic_and_sources_come_from_the_demos_files(demo, view):
             assert (a.dynamic.speedup, a.dynamic.tokens_per_s) == (best["speedup"],
                                                                    best["tokens_per_s"])
             assert "dynamic/selection-" in a.dynamic.source
+
+
+@needs_demo
+def test_each_measured_pick_priced_as_swept_holds_to_the_live_benchmarks_5_percent(demo, view):
+    """Issue 43's standard for the app's predicted-vs-measured: the pick priced as its sweep ran
+    it (the swept prompts' own acceptance, the step profile taken alongside) is within 5% of the
+    measurement, and is one of the points whose errors the build recorded for that batch."""
+    checked = 0
+    for a in view.answers:
+        m = a.measured
+        if m is None or not m.same_tree or m.predicted_as_swept is None:
+            continue
+        error = abs(m.predicted_as_swept / m.speedup - 1)
+        assert error <= 0.05, (a.batch, a.drafter, error)
+        record = demo.manifest.get("drafters", {}).get(a.drafter, {}).get("sweep") or \
+            demo.manifest["sweep"][a.drafter]
+        at = next(e for e in record["alongside"]["errors"] if e["batch"] == a.batch)
+        assert error <= at["max_abs_error"] + 1e-9
+        checked += 1
+    assert checked >= 1
 
 
 # ---- the app ----------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
     from test_select import profile_records, typed
 
     from treeopt.costs import step_costs
-    from treeopt.decoding.tune import predict
+    from treeopt.sweep_prediction import predict
     from treeopt.tree import Tree
 
     flat, steep = ([{**r, "ms_verify": ms(r["q"])} for r in profile_records("medusa")]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from treeopt.costs import StepCosts
 from treeopt.decoding.compare import check_batch, compare, race
@@ -26,9 +26,9 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.measure import Measurement
-from treeopt.select import growth_expected_accept_length, price_tree, select
-from treeopt.simulate import batch_window_accept_length, simulate
+from treeopt.select import select
 from treeopt.sweep import Race, Sweep, SweepPoint
+from treeopt.sweep_prediction import predict
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -158,35 +158,3 @@ def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
             cap = todo.get((b, pick.tree), (pick.max_depth, False))[0]
             todo[(b, pick.tree)] = (cap, True)
     return todo
-
-
-def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
-    """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
-    batch b > 1 counted over each group of b sequences' steady window
-    (:func:`~treeopt.simulate.batch_window_accept_length`; the pooled walk where the trace has
-    fewer than b sequences)."""
-    window = batch_window_accept_length(tree, trace, batch)  # batch 1: the pooled walk itself
-    return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
-
-
-class Prediction(NamedTuple):
-    """What the step-cost model predicts for a sweep point."""
-
-    tokens_per_s: float
-    speedup: float
-    accept_length: float  # the E[L] it was priced with (at batch > 1: the steady window's)
-
-
-def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
-            batch: int) -> Prediction:
-    """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
-    by step when there is one — at batch b > 1 through the steady window the sweep measures,
-    its sequences b at a time — else the growth's values summed over the tree's nodes)."""
-    if trace is not None:
-        ell = sweep_accept_length(tree, trace, batch)
-    else:
-        ell = growth_expected_accept_length(growth, tree)
-    tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
-                                  overhead=costs.overhead, batch=batch,
-                                  context=costs.verify.contexts[0], expected_accept_length=ell)
-    return Prediction(tree_tps, tree_tps / ar_tps, ell)

@@ -67,7 +67,7 @@ def alongside_errors(sweep: Sweep, growth: Growth, costs: StepCosts,
     """The sweep's points predicted by ``costs`` (the profile taken alongside them), E[L] from
     ``trace`` (the swept prompts' own, as the sweep's predictions): per batch, the largest and
     the mean absolute error (predicted over measured speed-up, minus one)."""
-    from treeopt.decoding.tune import predict
+    from treeopt.sweep_prediction import predict
     from treeopt.tree import Tree
 
     rows = []

@@ -12,7 +12,7 @@ read by :class:`treeopt.sweep.Sweep`, and the dynamic alternative is read from `
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from treeopt.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
-    from treeopt.workbench.pricing import DemoPricing
+    from treeopt.workbench.pricing import DemoPricing, SweptPricing
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,10 @@ class Measured:
     # the speed-up the sweep predicted for this point: the same step profile, E[L] from the
     # swept prompts' own trace (over the steady window at batch > 1); None: not recorded
     predicted_here: float | None = None
+    # the point priced as the sweep ran it: the swept prompts' own acceptance and the step
+    # profile taken alongside the points (treeopt.workbench.pricing.SweptPricing); None: no
+    # profile alongside
+    predicted_as_swept: float | None = None
 
     @property
     def label(self) -> str:
@@ -120,7 +124,19 @@ class BatchAnswer:
             said += (f" Priced by the same step profile with the swept prompts' own acceptance"
                      f"{window}, it is predicted at {m.predicted_here:.2f}× ({here:+.1%}), "
                      f"{why}.")
+        if m.same_tree and m.predicted_as_swept is not None:
+            swept = m.predicted_as_swept / m.speedup - 1
+            holds = ("within the 5% the live benchmark holds every sweep point to: the "
+                     "step-cost model holds" if abs(swept) <= MODEL_TOLERANCE
+                     else "beyond the 5% the live benchmark holds every sweep point to: the "
+                     "step-cost model misses here")
+            said += (f" Priced as the sweep ran — those prompts' acceptance and the step "
+                     f"profile taken alongside its points — it is predicted at "
+                     f"{m.predicted_as_swept:.2f}× ({swept:+.1%}), {holds}.")
         return said
+
+
+MODEL_TOLERANCE = 0.05  # bench_live's goal: every sweep point predicted within 5%
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,9 @@ def rows(view: Overview) -> list[dict[str, Any]]:
             "spread over rounds": f"{m.spread:.1%}" if m else None,
             "predicted for the swept prompts": (round(m.predicted_here, 3)
                                                 if m and m.predicted_here is not None else None),
+            "predicted as swept (profile alongside)": (
+                round(m.predicted_as_swept, 3)
+                if m and m.predicted_as_swept is not None else None),
             "measured tree": (("the same" if m.same_tree else _size(m.size, m.max_depth))
                               if m else "not measured"),
             "dynamic alternative": f"{d.drafter}: {d.settings}" if d else None,
@@ -190,6 +209,7 @@ class DrafterEvidence:
     sweep: Sweep | None = None
     trace: str | None = None  # the calibration trace whose per-step walk gave E[L], if known
     command: str = "treeopt select"  # what computes the selection on the command line
+    as_swept: SweptPricing | None = None  # the sweep's own run priced, if it can be
 
 
 @dataclass(frozen=True)
@@ -244,6 +264,9 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
     measured = None
     if given.sweep is not None and point.tree.size:
         measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth)
+    if measured is not None and measured.same_tree and given.as_swept is not None:
+        measured = replace(measured, predicted_as_swept=given.as_swept.speedup(point.tree,
+                                                                              choice.batch))
     return BatchAnswer(choice.batch, choice.context, choice.drafter, point.tree, point.max_depth,
                        predicted, dict(choice.speedups), measured,
                        dynamic_alternative(dynamic, choice.batch, choice.context,
@@ -325,7 +348,7 @@ def demo_evidence(demo: Demo, *,
         if priced is not None:
             trace = demo.paths.trace(kind).relative_to(demo.paths.root).as_posix()
             out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
-                                        f"treeopt select --demo {kind}")
+                                        f"treeopt select --demo {kind}", priced.as_swept)
     return out
 
 

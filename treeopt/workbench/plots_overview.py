@@ -11,12 +11,14 @@ from treeopt.workbench.style import drafter_colour
 
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=420)
 PREDICTED, MEASURED, DYNAMIC = "predicted (select)", "measured (sweep)", "dynamic (select --dynamic)"
+AS_SWEPT = "predicted as swept (its prompts, profile alongside)"
 
 
 def predicted_vs_measured(view: Overview) -> go.Figure:
     """Per batch size (categorical x): the chosen tree's predicted speed-up (bars, in the
     drafter's colour), its measurement (points; error bar: the rounds' spread, centred on the
-    median; hollow where the sweep measured another size) and the dynamic alternative
+    median; hollow where the sweep measured another size), the same tree priced as the sweep
+    ran it (crosses, where the sweep took a profile alongside) and the dynamic alternative
     (diamonds), with sources on hover and a dashed line at 1 (autoregressive)."""
     answers = view.answers
     x = [f"batch {a.batch}" for a in answers]
@@ -38,6 +40,15 @@ def predicted_vs_measured(view: Overview) -> go.Figure:
                     line=dict(color="black", width=2)),
         hovertext=[f"{m.speedup:.2f}× {m.label}, spread {m.spread:.1%}<br>{m.source}" if m
                    else "not measured" for m in measured], hoverinfo="text"))
+    as_swept = [m.predicted_as_swept if m else None for m in measured]
+    if any(v is not None for v in as_swept):
+        fig.add_trace(go.Scatter(
+            x=x, y=as_swept, mode="markers", name=AS_SWEPT,
+            marker=dict(symbol="x-thin", size=12, line=dict(color="black", width=2)),
+            hovertext=[f"{v:.2f}× predicted as the sweep ran: its prompts' acceptance, the step "
+                       f"profile taken alongside its points ({v / m.speedup - 1:+.1%} of the "
+                       "measurement)" if v is not None and m else ""
+                       for v, m in zip(as_swept, measured, strict=True)], hoverinfo="text"))
     dynamic = [a.dynamic for a in answers]
     if any(dynamic):
         fig.add_trace(go.Scatter(
@@ -57,4 +68,4 @@ def predicted_vs_measured(view: Overview) -> go.Figure:
     return fig
 
 
-__all__ = ["DYNAMIC", "MEASURED", "PREDICTED", "predicted_vs_measured"]
+__all__ = ["AS_SWEPT", "DYNAMIC", "MEASURED", "PREDICTED", "predicted_vs_measured"]

@@ -7,12 +7,33 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from treeopt.costs import StepCosts
+from treeopt.grow import Growth
 from treeopt.pricing import price, profiled_costs
 from treeopt.selection import Selection
 from treeopt.sweep import Sweep
+from treeopt.sweep_prediction import predict
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
+
+
+@dataclass(frozen=True, eq=False)
+class SweptPricing:
+    """A tree priced as a live sweep ran it: E[L] from the swept prompts' own trace over the
+    tokens decoded (at batch > 1 over the steady window the sweep counts), step costs from the
+    profile taken alongside the sweep's points, which met the machine as they did. It checks the
+    step-cost model itself (``bench_live`` holds every sweep point to 5% of it); the gap between
+    it and ``select``'s prediction is the prompts' and the machine's, not the model's."""
+
+    growth: Growth
+    costs: StepCosts
+    trace: RankTrace
+    source: str  # the alongside profile, as the sweep names it
+
+    def speedup(self, tree: Tree, batch: int) -> float:
+        return predict(tree, self.growth, self.costs, self.trace, batch).speedup
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,6 +46,7 @@ class DemoPricing:
     costs: StepCosts
     selection: Selection
     sweep: Sweep | None
+    as_swept: SweptPricing | None = None  # the sweep's own run priced (with its alongside profile)
 
 
 def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
@@ -36,8 +58,24 @@ def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     selection = price(demo.growths[kind], costs.verify, draft=costs.draft,
                       overhead=costs.overhead, trace=demo.traces[kind])
     sweep_path = demo.sweep(kind)
-    return DemoPricing(kind, costs, selection,
-                       Sweep.load(sweep_path) if sweep_path is not None else None)
+    sweep = Sweep.load(sweep_path) if sweep_path is not None else None
+    return DemoPricing(kind, costs, selection, sweep,
+                       swept_pricing(demo, kind, sweep) if sweep is not None else None)
 
 
-__all__ = ["DemoPricing", "demo_pricing"]
+def swept_pricing(demo: Demo, kind: str, sweep: Sweep) -> SweptPricing | None:
+    """The demo's ``sweep`` of ``kind`` priced as it ran (None when it took no step profile
+    alongside its points, or that profile is missing)."""
+    alongside = sweep.meta.get("alongside")
+    prompts, new_tokens = sweep.meta.get("prompts"), sweep.meta.get("max_new_tokens")
+    if not (isinstance(alongside, str) and isinstance(prompts, int)
+            and isinstance(new_tokens, int)) or kind not in demo.heldout_traces:
+        return None
+    path = demo.paths.root / alongside
+    if not path.is_file():
+        return None
+    own = demo.heldout_traces[kind].sequences(prompts, positions=new_tokens)
+    return SweptPricing(demo.growths[kind], profiled_costs(path), own, alongside)
+
+
+__all__ = ["DemoPricing", "SweptPricing", "demo_pricing", "swept_pricing"]

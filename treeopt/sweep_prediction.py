@@ -1,0 +1,48 @@
+"""A sweep point's prediction: the step-cost model's tokens/s and speed-up of a tree at a batch
+size, with E[L] as a live sweep measures it (no torch: the app prices sweeps with it)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from treeopt.costs import StepCosts
+from treeopt.grow import Growth
+from treeopt.select import growth_expected_accept_length, price_tree
+from treeopt.simulate import batch_window_accept_length, simulate
+from treeopt.trace import RankTrace
+from treeopt.tree import Tree
+
+
+def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
+    """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
+    batch b > 1 counted over each group of b sequences' steady window
+    (:func:`~treeopt.simulate.batch_window_accept_length`; the pooled walk where the trace has
+    fewer than b sequences)."""
+    window = batch_window_accept_length(tree, trace, batch)  # batch 1: the pooled walk itself
+    return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
+
+
+class Prediction(NamedTuple):
+    """What the step-cost model predicts for a sweep point."""
+
+    tokens_per_s: float
+    speedup: float
+    accept_length: float  # the E[L] it was priced with (at batch > 1: the steady window's)
+
+
+def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
+            batch: int) -> Prediction:
+    """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
+    by step when there is one — at batch b > 1 through the steady window the sweep measures,
+    its sequences b at a time — else the growth's values summed over the tree's nodes)."""
+    if trace is not None:
+        ell = sweep_accept_length(tree, trace, batch)
+    else:
+        ell = growth_expected_accept_length(growth, tree)
+    tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
+                                  overhead=costs.overhead, batch=batch,
+                                  context=costs.verify.contexts[0], expected_accept_length=ell)
+    return Prediction(tree_tps, tree_tps / ar_tps, ell)
+
+
+__all__ = ["Prediction", "predict", "sweep_accept_length"]
