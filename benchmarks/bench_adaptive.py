@@ -16,9 +16,12 @@ The tuned config is at least the default on the calibration trace it is tuned on
 each is predicted on the held-out prompts' trace — the adaptive and fixed ones by
 :func:`treeopt.adaptive.live.replay_batches` (what the live loop runs: the prompts in
 consecutive batches, each decoded until its last row finishes, the controller carried on), the
-static tree by its walk over the same batches — priced by the demo's step profile
-(``data/demo/latency/step-eagle-cpu.json``), over the rounds in which every row of a batch runs
-(the live loop's steady window, which the profile measures). Then every strategy decodes the same
+static tree by its walk over the same batches — over the rounds in which every row of a batch
+runs (the live loop's steady window, which a step profile measures). The config is tuned with the
+demo's step profile (``data/demo/latency/step-eagle-cpu.json``); the live runs of each batch size
+are priced (``--alongside``, the default) by a profile of their own shapes — the chains of every
+step count and the static tree — taken right before them, as ``bench_live`` prices its sweep
+points: a profile taken hours earlier meets another machine speed. Then every strategy decodes the same
 held-out prompts live, batch after batch, their steps interleaved with plain decoding's
 (:func:`treeopt.decoding.loop.decode_alongside`, one torch thread), and every output is checked
 equal to plain decoding's. Printed per workload (``steady``: the prompts in order;
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +61,7 @@ class Workload:
     prompts: list[list[int]]
     acceptance: Any  # ChainAcceptance
     trace: Any  # RankTrace
+    new_tokens: int
 
 
 @dataclass
@@ -81,9 +86,10 @@ def workloads(demo, args) -> list[Workload]:
     prompts = encode(demo.tokenizer, demo.prompts[: args.prompts])
     acc = ChainAcceptance.from_rank_trace(held, source="held-out")
     order = np.argsort(-acc.difficulty(), kind="stable").tolist()  # as by_difficulty orders
-    return [Workload("steady", prompts, acc, held),
+    return [Workload("steady", prompts, acc, held, args.new_tokens),
             Workload("shifting", [prompts[i] for i in order],
-                     acc.select(order, source="held-out, easiest first"), _reorder(held, order))]
+                     acc.select(order, source="held-out, easiest first"), _reorder(held, order),
+                     args.new_tokens)]
 
 
 def _reorder(trace, order: list[int]):
@@ -167,8 +173,30 @@ def mix(steps: np.ndarray) -> str:
     return " ".join(f"{v}:{c / steps.size:.0%}" for v, c in zip(values, counts, strict=True))
 
 
+def profiled_alongside(demo, w: Workload, report, batch: int, out: Path, target_se: float):
+    """The step costs of what ``batch``'s live runs decode — the chains of every step count and
+    the static tree — profiled right before them into ``out``
+    (:class:`~treeopt.profiling.alongside.AlongsideProfile`: each shape beside plain decoding, in
+    rounds until its step over plain's has ``target_se``), so they meet the machine as the live
+    runs do."""
+    from treeopt.measure import Measurement
+    from treeopt.pricing import profiled_costs
+    from treeopt.profiling.alongside import AlongsideProfile
+    from treeopt.tree import Tree
+
+    profile = AlongsideProfile(demo.model, demo.heads["eagle"], w.prompts, out=out,
+                               max_new_tokens=w.new_tokens,
+                               measure=Measurement(target_se=target_se),
+                               sequences=max(8, batch))
+    side = next(s for s in report.sides if s.batch == batch)
+    static = Tree.from_choices([list(p) for p in side.static.choices])
+    for tree in [*(Tree.chain(k) for k in range(1, w.acceptance.max_steps + 1)), static]:
+        profile(batch, tree.depth, tree)  # the depth tells a chain from a tree of its size
+    return profiled_costs(out)
+
+
 def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
-    """The four strategies at ``batch`` on ``w``: predicted, then live."""
+    """The four strategies at ``batch`` on ``w``: predicted (priced by ``costs``), then live."""
     from treeopt.adaptive.live import ChainSource
 
     plan = predictions(report, w, costs, batch)
@@ -207,7 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="calibration prompts the config is tuned on (default 48)")
     ap.add_argument("--workloads", default="steady,shifting", help="steady, shifting or both")
     ap.add_argument("--step-profile", type=Path, metavar="FILE",
-                    help="price with this EAGLE step profile (default: the demo's)")
+                    help="tune with this EAGLE step profile (default: the demo's)")
+    ap.add_argument("--alongside", action=argparse.BooleanOptionalAction, default=True,
+                    help="price the live runs of each batch size with a step profile of their "
+                         "shapes taken right before them (default: on; off: with the tuning "
+                         "profile)")
+    ap.add_argument("--alongside-target-se", type=float, default=0.02,
+                    help="relative standard error of each alongside record (default 0.02)")
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="keep the alongside profiles here (default: a temporary directory)")
     args = ap.parse_args(argv)
     bad = [b for b in args.batches if args.prompts % b]
     if bad:
@@ -228,9 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     Decoder(demo.model, demo.heads["eagle"]).decode(Tree.chain(2), [[1, 2, 3]],  # warm-up
                                                     config=DecodeConfig(max_new_tokens=8))
     chosen = args.workloads.split(",")
+    keep = args.out or Path(tempfile.mkdtemp(prefix="bench-adaptive-"))
+    keep.mkdir(parents=True, exist_ok=True)
     print(f"demo EAGLE drafter; {args.prompts} held-out prompts × {args.new_tokens} tokens; "
-          f"tuned on {args.tune_prompts} calibration prompts; step profile "
-          f"{costs.verify.source}")
+          f"tuned on {args.tune_prompts} calibration prompts with the step profile "
+          f"{costs.verify.source}; live runs priced "
+          + (f"by profiles of their shapes taken right before them (to SE "
+             f"{args.alongside_target_se:.0%}; in {keep})" if args.alongside
+             else "by the same profile"))
     for w in workloads(demo, args):
         if w.name not in chosen:
             continue
@@ -245,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         print("batch  strategy  steps drafted             predicted tok/s  live tok/s  "
               "live/pred  ÷plain's  replay==live  lossless")
         for b in args.batches:
-            rows = measure(demo, costs, w, report, b, args)
+            priced = (profiled_alongside(demo, w, report, b, keep / f"alongside-{w.name}.json",
+                                         args.alongside_target_se)
+                      if args.alongside else costs)
+            rows = measure(demo, priced, w, report, b, args)
             machine = rows[-1].live / rows[-1].predicted  # plain decoding's live/pred
             for r in rows:
                 print(f"{b:5d}  {r.strategy:8s}  {r.steps:24s}  {r.predicted:15.1f}  "
