@@ -48,14 +48,11 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
     >>> m["measurement"], m["alongside"], m["step_profile"]
     ({'rounds': 3, 'min_seconds': 0.0, 'target_se': 0.0, 'max_rounds': 64}, 'sweep/eagle-alongside-cpu.json', 'latency/step-eagle-cpu.json')
     """
-    def inside(path: Path) -> str:
-        return path.relative_to(paths.root).as_posix()
-
     return {"prompts": config.sweep_prompts, "max_new_tokens": config.live_new_tokens,
             "measurement": asdict(config.measurement("sweep")), "race": config.sweep_race,
-            "alongside": (inside(paths.alongside_profile(kind, config.device))
+            "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),
-            "step_profile": inside(paths.step_profile(kind, config.device)),
+            "step_profile": paths.inside(paths.step_profile(kind, config.device)),
             "selection": f"treeopt select --demo {kind}: the growth priced by the step profile, "
                          "E[L] from the calibration trace walked step by step",
             "predicted": "the step profile, E[L] from the swept prompts' own trace over the "

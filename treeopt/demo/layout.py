@@ -38,6 +38,15 @@ class DemoPaths:
 
     root: Path
 
+    def inside(self, path: Path) -> str:
+        """``path``'s name inside the demo, as its records name files (a build's work directory
+        is not where the demo is read).
+
+        >>> DemoPaths(Path("d")).inside(Path("d/latency/step-eagle-cpu.json"))
+        'latency/step-eagle-cpu.json'
+        """
+        return path.relative_to(self.root).as_posix()
+
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"

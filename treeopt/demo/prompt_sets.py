@@ -29,7 +29,7 @@ def prompt_set_selections(paths: DemoPaths, kinds: Sequence[str], *, device: str
     sets: dict[str, dict[str, Selection]] = {name: {} for name in PROMPT_SETS}
     for kind in kinds:
         profile = paths.step_profile(kind, device)
-        costs = profiled_costs(profile, source=profile.relative_to(paths.root).as_posix())
+        costs = profiled_costs(profile, source=paths.inside(profile))
         for name, growth, trace in (
                 ("code", paths.growth(kind), paths.trace(kind, heldout=True)),
                 ("prose", paths.prose_growth(kind), paths.prose_trace(kind))):

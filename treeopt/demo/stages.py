@@ -899,7 +899,7 @@ def demo_costs(ctx: Context, profile: Path) -> StepCosts:
     work directory is not where the demo will be read)."""
     from treeopt.pricing import profiled_costs
 
-    return profiled_costs(profile, source=profile.relative_to(ctx.paths.root).as_posix())
+    return profiled_costs(profile, source=ctx.paths.inside(profile))
 
 
 def threads(n: int) -> None:

@@ -346,7 +346,7 @@ def demo_evidence(demo: Demo, *,
     for kind in demo.growths:
         priced = price(kind) if price is not None else demo_pricing(demo, kind)
         if priced is not None:
-            trace = demo.paths.trace(kind).relative_to(demo.paths.root).as_posix()
+            trace = demo.paths.inside(demo.paths.trace(kind))
             out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
                                         f"treeopt select --demo {kind}", priced.as_swept)
     return out
@@ -366,7 +366,7 @@ def demo_overview(demo: Demo, *,
     path = demo.paths.dynamic_selection(table.stem if table else "cpu")
     doc = read_tagged_json(path, FORMAT) if path.exists() else None
     return overview(evidence, dynamic=doc, root=demo.paths.root,
-                    dynamic_source=path.relative_to(demo.paths.root).as_posix())
+                    dynamic_source=demo.paths.inside(path))
 
 
 def _size(size: int, max_depth: int | None) -> str:
