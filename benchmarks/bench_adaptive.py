@@ -21,10 +21,12 @@ runs (the live loop's steady window, which a step profile measures). The config 
 demo's step profile (``data/demo/latency/step-eagle-cpu.json``); the live runs of each batch size
 are priced (``--alongside``, the default) by a profile of their own shapes — the chains of every
 step count and the static tree — taken right before them, as ``bench_live`` prices its sweep
-points: a profile taken hours earlier meets another machine speed. Then every strategy decodes the same
-held-out prompts live, batch after batch, their steps interleaved with plain decoding's
-(:func:`treeopt.decoding.loop.decode_alongside`, one torch thread), and every output is checked
-equal to plain decoding's. Printed per workload (``steady``: the prompts in order;
+points: a profile taken hours earlier meets another machine speed. Then every strategy decodes the
+same held-out prompts live, batch after batch, its steps interleaved with plain decoding's
+(:func:`treeopt.decoding.loop.decode_alongside`, one torch thread; ``--race pairs``, the default:
+each strategy beside plain decoding alone, two runs, as a profile record is measured beside its
+reference — five runs interleaved share the caches five ways and each runs slower than profiled;
+``--race all``: all at once), and every output is checked equal to plain decoding's. Printed per workload (``steady``: the prompts in order;
 ``shifting``: the easiest first, so acceptance falls and the controller has something to follow),
 batch size and strategy: the steps drafted, predicted and live tokens/s, their ratio (the goal:
 within 5%), and whether live decoding took the replay's steps, round by round (the static tree:
@@ -151,20 +153,35 @@ def predictions(report, w: Workload, costs, batch: int) -> dict[str, tuple[Any, 
     return out
 
 
-def live(demo, w: Workload, batch: int, shapes: dict[str, Any], new_tokens: int):
+def live(demo, w: Workload, batch: int, shapes: dict[str, Any], new_tokens: int, *,
+         pairs: bool = True):
     """Each strategy and plain decoding over ``w``'s prompts, batch after batch, interleaved:
-    per strategy (and ``plain``) its :class:`~treeopt.decoding.loop.RaceTotals`."""
+    per strategy (and ``plain``) its :class:`~treeopt.decoding.loop.RaceTotals`. With ``pairs``
+    each strategy races plain decoding alone — two runs interleaved, as a step profile's record
+    is measured beside its reference — and plain's totals pool its runs of every pair; without,
+    all of them race at once."""
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.loop import Decoder, race_in_batches
+    from treeopt.decoding.loop import Decoder, RaceTotals, race_in_batches
     from treeopt.tree import Tree
 
     drafting, plain = Decoder(demo.model, demo.heads["eagle"]), Decoder(demo.model)
     names = list(shapes)
     runs = [(plain if isinstance(shapes[n], Tree) and not shapes[n].size else drafting, shapes[n])
-            for n in names] + [(plain, Tree(()))]
-    totals = race_in_batches(runs, w.prompts, batch=batch,
-                             config=DecodeConfig(max_new_tokens=new_tokens))
-    return dict(zip([*names, "plain"], totals, strict=True))
+            for n in names]
+    config = DecodeConfig(max_new_tokens=new_tokens)
+    if not pairs:
+        totals = race_in_batches([*runs, (plain, Tree(()))], w.prompts, batch=batch,
+                                 config=config)
+        return dict(zip([*names, "plain"], totals, strict=True))
+    out, plains = {}, []
+    for name, run in zip(names, runs, strict=True):
+        out[name], alone = race_in_batches([run, (plain, Tree(()))], w.prompts, batch=batch,
+                                           config=config)
+        plains.append(alone)
+    out["plain"] = RaceTotals(sum(p.decode_tokens for p in plains),
+                              sum(p.decode_seconds for p in plains), plains[0].accept_lengths,
+                              all(p.same_as_reference for p in plains))
+    return out
 
 
 def mix(steps: np.ndarray) -> str:
@@ -201,7 +218,7 @@ def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
 
     plan = predictions(report, w, costs, batch)
     shapes = {n: plan[n][0] for n in STRATEGIES}
-    totals = live(demo, w, batch, shapes, args.new_tokens)
+    totals = live(demo, w, batch, shapes, args.new_tokens, pairs=args.race == "pairs")
     rows = []
     for n in STRATEGIES:
         shape, replayed, predicted = plan[n]
@@ -242,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                          "profile)")
     ap.add_argument("--alongside-target-se", type=float, default=0.02,
                     help="relative standard error of each alongside record (default 0.02)")
+    ap.add_argument("--race", choices=("pairs", "all"), default="pairs",
+                    help="live: each strategy beside plain decoding alone, as a profile record "
+                         "is measured (pairs, default), or every strategy at once (all)")
     ap.add_argument("--out", type=Path, default=None, metavar="DIR",
                     help="keep the alongside profiles here (default: a temporary directory)")
     args = ap.parse_args(argv)
