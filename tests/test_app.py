@@ -107,7 +107,8 @@ def test_heads_page_one_heatmap_per_head_kind(demo):
     figs = figures(at)
     assert [f["layout"]["title"]["text"] for f in figs] == [f"{k}: marginal accuracy (%)"
                                                             for k in demo.kinds]
-    noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model", "prompt-lookup") else "head" for k in demo.kinds}
+    noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie")
+            else "head" for k in demo.kinds}
     for kind, fig in zip(demo.kinds, figs, strict=True):
         ranks = demo.traces[kind].ranks  # [positions, heads]
         top1 = (ranks[:, 0] == 0).mean() * 100
@@ -322,7 +323,7 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     from treeopt.workbench.pricing import demo_pricing
 
     at = open_page("drafters")
-    ell, cost, speed = figures(at)
+    ell, cost, speed, *by_set = figures(at)
     assert [t["name"] for t in ell["data"]] == list(demo.kinds)
     for trace in ell["data"]:
         want = demo.growths[trace["name"]].expected_accept_length
@@ -339,6 +340,13 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
                                          for c in chosen])
     star = next(t for t in speed["data"] if t["name"] == "chosen")
     assert star["text"] == [c.drafter for c in chosen]
+    prose = demo.manifest.get("prose")
+    assert len(by_set) == (1 if prose else 0)  # code against prose, when the demo has the set
+    if prose:
+        size = str(at.select_slider(key="drafters_prose_size").value)
+        code = by_set[0]["data"][0]
+        assert code["y"] == pytest.approx([prose[k]["heldout_code_expected_accept_length"][size]
+                                           for k in code["x"]])
 
 
 def priced_setting(topk: int, steps: int, draft_tokens: int, *, batch: int,
