@@ -396,12 +396,12 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
     growth = Growth.load(ctx.paths.growth(kind))
     cal = RankTrace.load(ctx.paths.trace(kind))
     held = RankTrace.load(ctx.paths.trace(kind, heldout=True))
+    prompts = ctx.prompt_ids("heldout")
+    positions = held.sequences(len(prompts)).meta["sequence_positions"]
     for n in c.eval_sizes:
         tree = growth.tree(min(n, growth.max_nodes))
-        prompts = ctx.prompt_ids("heldout")
         run = acceptance_run(decoder, tree, prompts, max_new_tokens=c.max_new_tokens,
-                             reference=reference,
-                             positions=held.sequences(len(prompts)).meta["sequence_positions"])
+                             reference=reference, positions=positions)
         run.update(prediction(run, tree, calibration=cal, heldout=held,
                               position_mean=float(growth.expected_accept_length[tree.size])))
         out[str(n)] = run
