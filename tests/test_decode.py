@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
@@ -132,6 +133,60 @@ def test_batched_tree_decoding_is_lossless_for_every_sequence(peaked, trained, k
         assert len({s.accept_lengths for s in per_row}) > 1
         assert sorted(run.stats.accept_lengths) == sorted(x for s in per_row
                                                          for x in s.accept_lengths)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_continuous_batching_decodes_each_prompt_as_alone(peaked, trained, kind, mode):
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=24, mode=mode)
+    assert_each_prompt_as_alone(model, trained[kind], TREES["medusa-63"], ragged(prompts, 7),
+                                cfg, batch=3)
+
+
+def test_continuous_batching_counts_the_steps_while_every_row_runs(peaked, monkeypatch):
+    """Plain decoding of 6 prompts, 2 rows: every row finishes its 12 tokens at the same step
+    and both take the next prompts, so the steady window holds every step (11 a pair: the
+    prefill emits the first token), and none of the prefills' time."""
+    from treeopt.decoding import loop
+
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=12)
+    rows = ragged(prompts, 6)
+    run = decode(model, None, Tree(()), rows, config=cfg, batch=2)
+    assert list(run.tokens) == [autoregressive(model, p, config=cfg).tokens for p in rows]
+    assert (run.stats.iterations, run.stats.decode_tokens, run.stats.decode_row_steps) == (
+        3 * 11, 6 * 11, 6 * 11)
+    taken = []
+    real = loop._Run._take
+
+    def slow_take(self, row, p):  # each refill's prefill takes a long second
+        taken.append(p)
+        clock[0] += 1000.0
+        return real(self, row, p)
+
+    clock = [0.0]
+    perf = loop.time.perf_counter
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: perf() + clock[0])
+    monkeypatch.setattr(loop._Run, "_take", slow_take)
+    run = decode(model, None, Tree(()), rows, config=cfg, batch=2)
+    assert taken == [2, 3, 4, 5]
+    assert run.stats.seconds > 4000 > run.stats.decode_seconds > 0
+
+
+def test_a_race_in_one_continuous_batch_totals_each_run(peaked, trained):
+    from treeopt.decoding.loop import Decoder, race_in_batches
+
+    model, _, prompts = peaked
+    cfg = DecodeConfig(max_new_tokens=16)
+    rows = ragged(prompts, 5)
+    tree_run = (Decoder(model, trained["hydra"]), TREES["chain"])
+    plain = (Decoder(model), Tree(()))
+    got, ref = race_in_batches([tree_run, plain], rows, batch=2, config=cfg, continuous=True)
+    alone = decode(model, trained["hydra"], TREES["chain"], rows, config=cfg, batch=2)
+    assert got.accept_lengths == alone.stats.accept_lengths and got.same_as_reference
+    assert got.decode_tokens == alone.stats.decode_tokens and ref.accept_lengths == (1,) * (
+        len(ref.accept_lengths))
 
 
 def test_the_steady_accepted_length_counts_every_row_until_the_first_finishes(peaked, trained):

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
@@ -85,6 +86,13 @@ def test_every_row_of_a_batch_equals_that_row_decoded_alone(pair):
     for i, prompt in enumerate(PROMPTS):
         alone = generate(base, draft, tree, prompt, config=cfg)
         assert batch.tokens[i] == alone.tokens
+
+
+@pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=20), DecodeConfig(max_new_tokens=20, mode="sample", temperature=0.7)],
+                         ids=["greedy", "sampled"])
+def test_continuous_batching_decodes_each_prompt_as_alone(pair, cfg):
+    base, draft = pair
+    assert_each_prompt_as_alone(base, draft, TREES["wide"], PROMPTS, cfg, batch=2)
 
 
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(pair, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
@@ -123,6 +124,12 @@ def test_every_row_of_a_batch_equals_that_row_decoded_alone(base, trained_eagle)
     for i, prompt in enumerate(PROMPTS):
         assert batch.tokens[i] == generate(base, trained_eagle, TREE, prompt, config=cfg).tokens
 
+
+@pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=20),
+                                 DecodeConfig(max_new_tokens=20, mode="sample", temperature=0.7)],
+                         ids=["greedy", "sampled"])
+def test_continuous_batching_decodes_each_prompt_as_alone(base, trained_eagle, cfg):
+    assert_each_prompt_as_alone(base, trained_eagle, TREE, PROMPTS, cfg, batch=2)
 
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(base, trained_eagle, tmp_path):
     from treeopt.simulate import step_lengths

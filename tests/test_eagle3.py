@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import tiny_llama  # noqa: E402
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
@@ -118,6 +119,13 @@ def test_greedy_tree_decoding_with_eagle3_is_lossless(base, draft_vocab):
     want = decode(base, None, Tree(()), PROMPTS, config=cfg).tokens
     for tree in (TREE, Tree.chain(4)):
         assert decode(base, drafter, tree, PROMPTS, config=cfg).tokens == want
+
+
+@pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=20), DecodeConfig(max_new_tokens=20, mode="sample", temperature=0.7)],
+                         ids=["greedy", "sampled"])
+def test_continuous_batching_decodes_each_prompt_as_alone(base, cfg):
+    drafter = random_eagle3(base, draft_vocab=96)
+    assert_each_prompt_as_alone(base, drafter, TREE, PROMPTS, cfg, batch=2)
 
 
 def test_trained_eagle3_walks_its_trace_step_by_step_and_drafts(base, trained, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -88,6 +89,12 @@ def test_hybrid_tree_decoding_is_lossless(base, drafters, kind, cfg):
     got = decode(base, hybrid, TREE, PROMPTS, config=cfg)
     assert got.tokens == want
     assert got.stats.mean_accept_length > (1.2 if cfg.mode == "greedy" else 1.05)
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra", "eagle", "draft-model"])
+def test_continuous_batching_decodes_each_prompt_as_alone(base, drafters, kind):
+    cfg = DecodeConfig(max_new_tokens=30)
+    assert_each_prompt_as_alone(base, drafters[kind], TREE, PROMPTS, cfg, batch=2)
 
 
 @pytest.mark.parametrize("kind", ["hydra", "eagle"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,6 +174,11 @@ def test_every_row_of_a_batch_equals_that_row_decoded_alone(base, trie, grown):
     for i, prompt in enumerate(PROMPTS):
         alone = generate(base, trie, grown, prompt, config=GREEDY)
         assert batch.tokens[i] == alone.tokens
+
+
+@pytest.mark.parametrize("cfg", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_continuous_batching_decodes_each_prompt_as_alone(base, trie, grown, cfg):
+    assert_each_prompt_as_alone(base, trie, grown, PROMPTS, cfg, batch=2)
 
 
 def test_specs_and_drafter_files_name_the_settings(tmp_path, base):

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from continuous import assert_each_prompt_as_alone  # noqa: E402
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -119,6 +120,12 @@ def test_every_row_of_a_batch_equals_that_row_decoded_alone(base, lookup):
     batch = decode(base, lookup, tree, PROMPTS, config=cfg)
     for i, prompt in enumerate(PROMPTS):
         assert batch.tokens[i] == generate(base, lookup, tree, prompt, config=cfg).tokens
+
+
+@pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=30), SAMPLED],
+                         ids=["greedy", "sampled"])
+def test_continuous_batching_decodes_each_prompt_as_alone(base, lookup, cfg):
+    assert_each_prompt_as_alone(base, lookup, Tree.chain(6), PROMPTS, cfg, batch=3)
 
 
 @pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=48), SAMPLED],

@@ -82,6 +82,22 @@ class Drafter(nn.Module):
         rows = torch.arange(hidden.shape[0], device=hidden.device)[:, None]
         return hidden[rows, last], state
 
+    def prime(self, state: LiveState) -> None:
+        """Feed what :meth:`advance` queued for a new row (its prompt) but the last entry, in
+        place, so that the next step's catch-up feeds no more than a step's: a batch whose
+        finished row took a new prompt (continuous batching) keeps that prompt's drafter
+        prefill out of its steps, as it keeps the base model's. For kinds that feed everything
+        in :meth:`advance`, or keep no state, there is nothing to do."""
+
+    def take_row(self, state: LiveState, row: int, new: LiveState) -> LiveState:
+        """``state`` with ``row`` replaced by the one row of ``new`` (the live state of a new
+        prompt, :meth:`start` for one row, :meth:`advance` after its prefill, :meth:`prime`),
+        in place where it can be: a finished row taking the next prompt."""
+        if state is None:
+            return None
+        state.take_row(row, new)
+        return state
+
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
               state: LiveState = None) -> torch.Tensor:
         """Tree tokens ``[b, n+1]`` (root first) from features ``[b, 1, d]``, roots ``[b]`` and

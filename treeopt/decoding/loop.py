@@ -18,6 +18,18 @@ of both: in them the frontier sits at the longest row and every row's accepted k
 they cost more than a steady step, and counting them would price a tree above what its
 throughput pays.
 
+Continuous batching (``batch`` below the number of prompts): the run has ``batch`` rows, and
+before a step a row that has stopped takes the next waiting prompt, as a serving engine refills
+a finished request's slot. The prompt is prefilled alone into the row's slots of the cache (the
+row's old entries lie past its new length, where the mask hides them), its first token drawn
+from its own sampling stream, and its drafter state takes the row's place
+(:meth:`~treeopt.decoding.drafter.Drafter.take_row`), fed up to what a step's catch-up feeds
+(:meth:`~treeopt.decoding.drafter.Drafter.prime`). Every prompt decodes exactly as it does alone.
+The steady window then runs until a row stops with no prompt left to take; the refills' time
+counts end to end but not in it (a step profile prices decode steps alone), so a batch-b
+throughput no longer ends where the first of b static rows finishes, and no longer leaves out
+the ends of continuations.
+
 The tree is checked against the drafter (depth, ranks, dynamic drafting) where a run starts,
 once per decode: the one place a tree meets the heads that draft it.
 
@@ -158,21 +170,25 @@ class Decoder:
 
     def decode(self, tree: Shape, prompts: Sequence[Sequence[int]], *,
                config: DecodeConfig | None = None, profile: bool = False,
-               streams: Sequence[int] | None = None) -> BatchResult:
+               streams: Sequence[int] | None = None, batch: int | None = None) -> BatchResult:
         """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive;
         :class:`~treeopt.dynamic.settings.DynamicSettings`: a tree drafted afresh every step;
         a :class:`TreeSource`: the tree it chooses, step by step).
 
-        ``streams``: each row's sampling stream id (default 0 … b-1). Mode ``sample`` draws a
-        row's tokens from (seed, stream, position) alone, so a prompt decoded with the same stream
-        id emits the same tokens in any batch, with any tree."""
+        ``streams``: each prompt's sampling stream id (default 0 … n-1). Mode ``sample`` draws
+        a row's tokens from (seed, stream, position) alone, so a prompt decoded with the same
+        stream id emits the same tokens in any batch, with any tree.
+
+        ``batch`` (fewer than the prompts): continuous batching — ``batch`` rows, and a row that
+        finishes takes the next prompt (module docstring)."""
         with torch.inference_mode():
-            return self._run(tree, prompts, config, profile=profile, streams=streams).loop()
+            return self._run(tree, prompts, config, profile=profile, streams=streams,
+                             batch=batch).loop()
 
     def decode_alongside(self, shapes: Sequence[Shape],
                          prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-                         profile: bool = False,
-                         streams: Sequence[int] | None = None) -> list[BatchResult]:
+                         profile: bool = False, streams: Sequence[int] | None = None,
+                         batch: int | None = None) -> list[BatchResult]:
         """Decode ``prompts`` once with each of ``shapes`` (e.g. a tree and the empty tree), their
         steps interleaved: each next step is the run furthest behind in its token budget, so every
         run spreads over the same stretch of time, a few milliseconds apart. Each run counts only
@@ -180,13 +196,14 @@ class Decoder:
         decoded one after the other, two runs meet different speeds; interleaved step by step,
         they meet the same, and the ratio of their throughputs holds still.
 
-        The same tokens as :meth:`decode` of each shape alone (a run's state is its own)."""
+        The same tokens as :meth:`decode` of each shape alone (a run's state is its own).
+        ``batch``: as :meth:`decode`'s."""
         return decode_alongside([(self, shape) for shape in shapes], prompts, config=config,
-                                profile=profile, streams=streams)
+                                profile=profile, streams=streams, batch=batch)
 
     def _run(self, tree: Shape, prompts: Sequence[Sequence[int]],
              config: DecodeConfig | None, *, profile: bool,
-             streams: Sequence[int] | None, slot: int = 0) -> _Run:
+             streams: Sequence[int] | None, slot: int = 0, batch: int | None = None) -> _Run:
         """A checked, ready run of ``tree`` over ``prompts`` (the prefill not yet done)."""
         config = config or DecodeConfig()
         source = None if isinstance(tree, (Tree, DynamicSettings)) else tree
@@ -207,28 +224,34 @@ class Decoder:
                       what=f"a prompt of {longest} tokens plus {config.max_new_tokens} new")
         if streams is not None and len(streams) != len(prompts):
             raise TreeoptError(f"{len(streams)} sampling streams for {len(prompts)} prompts")
+        rows = len(prompts) if batch is None else min(batch, len(prompts))
+        if rows < 1:
+            raise TreeoptError(f"batch size {batch}: at least 1")
+        if rows < len(prompts) and self.verify.static:
+            raise TreeoptError("continuous batching runs eager steps, not compiled ones")
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
         ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
                            dtype=torch.long, device=self.device)
         return _Run(self, shape, config, gen, profile, prompts, stream_keys(config.seed, ids),
-                    slot=slot, source=source)
+                    slot=slot, source=source, rows=rows)
 
 
 def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
                      prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-                     profile: bool = False,
-                     streams: Sequence[int] | None = None) -> list[BatchResult]:
+                     profile: bool = False, streams: Sequence[int] | None = None,
+                     batch: int | None = None) -> list[BatchResult]:
     """:meth:`Decoder.decode_alongside` over runs of several decoders — e.g. a tree on a model
     in bfloat16 beside autoregressive decoding of the same model in float32: each (decoder,
     shape) decodes ``prompts`` once, the runs' steps interleaved, each timing its own calls."""
     config = config or DecodeConfig()
     with torch.inference_mode():
-        started = [decoder._run(shape, prompts, config, profile=profile, streams=streams, slot=i)
+        started = [decoder._run(shape, prompts, config, profile=profile, streams=streams, slot=i,
+                                batch=batch)
                    for i, (decoder, shape) in enumerate(runs)]
         for run in started:
             run.settle = True  # a step's device work is done, and timed, within that step
             run.begin()
-        live = [r for r in started if any(r.active)]
+        live = [r for r in started if r.running]
         while live:
             run = min(live, key=lambda r: r.progress)
             if not run.step():
@@ -253,15 +276,18 @@ class RaceTotals:
 
 
 def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Sequence[int]],
-                    *, batch: int, config: DecodeConfig) -> list[RaceTotals]:
+                    *, batch: int, config: DecodeConfig,
+                    continuous: bool = False) -> list[RaceTotals]:
     """:func:`decode_alongside` of ``runs`` over ``prompts`` in consecutive batches of
-    ``batch``; per run its totals, the last run (e.g. plain decoding) the reference every
-    output is compared with."""
+    ``batch`` (``continuous``: in one run of ``batch`` rows, a finished row taking the next
+    prompt); per run its totals, the last run (e.g. plain decoding) the reference every output
+    is compared with."""
     if batch < 1:
         raise TreeoptError(f"batch size {batch}: at least 1")
     totals = [RaceTotals(0, 0.0, (), True) for _ in runs]
-    for g in range(0, len(prompts), batch):
-        results = decode_alongside(runs, prompts[g: g + batch], config=config)
+    size = len(prompts) if continuous else batch
+    for g in range(0, len(prompts), size):
+        results = decode_alongside(runs, prompts[g: g + size], config=config, batch=batch)
         reference = results[-1].tokens
         totals = [RaceTotals(t.decode_tokens + r.stats.decode_tokens,
                              t.decode_seconds + r.stats.decode_seconds,
@@ -283,12 +309,14 @@ def _drafts(shape: TreePlan | DynamicSettings) -> bool:
 
 def decode(model: PreTrainedModel, heads: Drafter | None, tree: Shape,
            prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
-           profile: bool = False, streams: Sequence[int] | None = None) -> BatchResult:
-    """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive); one-off
-    (a :class:`Decoder` checks the model once for many calls)."""
+           profile: bool = False, streams: Sequence[int] | None = None,
+           batch: int | None = None) -> BatchResult:
+    """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive;
+    ``batch``: continuously, in that many rows); one-off (a :class:`Decoder` checks the model
+    once for many calls)."""
     drafts = not isinstance(tree, Tree) or tree.size > 0
-    return Decoder(model, heads if drafts else None).decode(tree, prompts, config=config,
-                                                            profile=profile, streams=streams)
+    return Decoder(model, heads if drafts else None).decode(
+        tree, prompts, config=config, profile=profile, streams=streams, batch=batch)
 
 
 def generate(model: PreTrainedModel, heads: Drafter | None, tree: Tree,
@@ -356,17 +384,21 @@ class _Run:
 
     def __init__(self, decoder: Decoder, plan: TreePlan | DynamicSettings, cfg: DecodeConfig,
                  gen: torch.Generator, profile: bool, prompts: Sequence[Sequence[int]],
-                 keys: torch.Tensor, *, slot: int = 0, source: TreeSource | None = None) -> None:
+                 keys: torch.Tensor, *, slot: int = 0, source: TreeSource | None = None,
+                 rows: int | None = None) -> None:
         self.verify, self.heads, self.plan, self.cfg, self.gen = (
             decoder.verify, decoder.heads, plan, cfg, gen)
         self.source = source  # each step's tree (``plan``: its largest, which sizes the cache)
         self.offered = frozenset(source.trees) if source is not None else frozenset()
         self.previous: int | None = None  # (with a source) the rows that ran the step before
-        self.keys = keys  # [b]: each row's sampling stream
+        self.streams = keys  # [n]: each prompt's sampling stream
         self.device = decoder.device
         self.clock = _Clock(self.device, profile)
         self.prompts = [list(p) for p in prompts]
-        b, longest = len(prompts), max(len(p) for p in prompts)
+        b, longest = rows or len(prompts), max(len(p) for p in prompts)
+        self.owner = list(range(b))  # the prompt each row decodes
+        self.waiting = list(range(b, len(prompts)))  # prompts no row has taken yet, in order
+        self.keys = keys[:b].clone()  # [b]: each row's sampling stream
         self.drafts = (source is not None or _drafts(plan)) and self.heads is not None
         # a lookup drafter leaves nodes it had no candidate for as token -1 (see _draft)
         self.holes = self.drafts and self.heads.kind.lookup
@@ -375,13 +407,14 @@ class _Run:
         capacity = longest + cfg.max_new_tokens + 2 * q + fed + 1  # + a scratch slot
         if self.verify.static:  # compiled steps: one graph per bucket of capacity, not per prompt
             capacity = -(-capacity // CAPACITY_BUCKET) * CAPACITY_BUCKET
+        self.capacity = capacity
         self.cache = decoder.cache(batch=b, capacity=capacity, slot=slot)
         self.state: LiveState = (self.heads.start(batch=b, capacity=capacity)
                                  if self.heads is not None else None)
         self.scratch = capacity - 1
-        self.out: list[list[int]] = [[] for _ in range(b)]
-        self.steps: list[list[int]] = [[] for _ in range(b)]
-        self.active = [True] * b
+        self.out: list[list[int]] = [[] for _ in prompts]  # per prompt
+        self.steps: list[list[int]] = [[] for _ in prompts]
+        self.active = [True] * b  # per row
         self.settle = False  # whether each call waits for its device work (decode_alongside)
 
     def loop(self) -> BatchResult:
@@ -396,11 +429,17 @@ class _Run:
         entered = self.clock.now()
         self.root, self.h, self.lengths = self._prefill()
         self.clock.restart()
-        self.frontier = max(len(p) for p in self.prompts)
-        self.lens = [len(p) for p in self.prompts]
+        self.lens = [len(self.prompts[p]) for p in self.owner]
+        self.frontier = max(self.lens)
         self.steady_tokens = self.steady_row_steps = self.iterations = 0
         self.busy = self._settled() - entered  # seconds spent in this run's own calls
         self.prefill_s = self.steady_seconds = self.busy
+        self.refill_s = self.steady_refill_s = 0.0  # prefills of rows that took a new prompt
+
+    @property
+    def running(self) -> bool:
+        """Whether any row still decodes, or a prompt still waits for a row."""
+        return any(self.active) or bool(self.waiting)
 
     def step(self) -> bool:
         """One decode step of every running row; whether any row still runs.
@@ -408,8 +447,14 @@ class _Run:
         Time is counted per call (``busy``), so two runs whose steps alternate
         (:meth:`Decoder.decode_alongside`) each count their own steps alone; run by itself, the
         sum is the wall time."""
-        if not any(self.active):
+        if not self.running:
             return False
+        if self.waiting and not all(self.active):  # continuous batching: not a step's time
+            entered = time.perf_counter()
+            self._refill()
+            spent = self._settled() - entered
+            self.busy += spent
+            self.refill_s += spent
         self.clock.restart()  # (profiled) a step's phases hold nothing that ran between steps
         entered = time.perf_counter()
         self.iterations += 1
@@ -436,6 +481,7 @@ class _Run:
         self.frontier = max(self.lens)
         if running:  # a steady step: its time so far (the features below belong to the next)
             self.steady_seconds = self.busy + time.perf_counter() - entered
+            self.steady_refill_s = self.refill_s
             self.steady_tokens += sum(accepted)
             self.steady_row_steps += len(accepted)
         self.clock.lap(2)
@@ -447,7 +493,7 @@ class _Run:
             self.h, self.state = self._features(hidden, tokens, verdict.path, count, self.root)
             self.clock.lap(0)  # the drafter's features for the next step: that step's drafting
         self.busy += self._settled() - entered
-        return any(self.active)
+        return self.running
 
     def _settled(self) -> float:
         """The time now; with ``settle`` (runs stepped in turn), once the device has finished
@@ -468,7 +514,8 @@ class _Run:
         stats = DecodeStats(
             tokens=sum(len(t) for t in tokens_out),
             accept_lengths=tuple(x for s in self.steps for x in s), seconds=self.busy,
-            decode_tokens=self.steady_tokens, decode_seconds=self.steady_seconds - self.prefill_s,
+            decode_tokens=self.steady_tokens,
+            decode_seconds=self.steady_seconds - self.prefill_s - self.steady_refill_s,
             iterations=self.iterations, split=split, decode_row_steps=self.steady_row_steps,
             runs=tuple((sum(s), len(s)) for s in self.steps) if len(self.steps) > 1 else ())
         return BatchResult(tokens_out, stats)
@@ -497,19 +544,20 @@ class _Run:
     def _prefill(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every prompt at once, right-padded; returns the roots, the features the heads read
         and the rows' lengths."""
-        b, longest = len(self.prompts), max(len(p) for p in self.prompts)
+        prompts = [self.prompts[p] for p in self.owner]
+        b, longest = len(prompts), max(len(p) for p in prompts)
         ids = torch.zeros(b, longest, dtype=torch.long)
-        for i, p in enumerate(self.prompts):
+        for i, p in enumerate(prompts):
             ids[i, : len(p)] = torch.tensor(p)
         ids = ids.to(self.device)
-        lengths = torch.tensor([len(p) for p in self.prompts], device=self.device)
+        lengths = torch.tensor([len(p) for p in prompts], device=self.device)
         logits, hidden = self.verify.prefill(ids, lengths, cache=self.cache)
         rows = torch.arange(b, device=self.device)
         first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
                        logits[rows, lengths - 1][:, None], self.cfg, self.gen,
                        positions=(lengths - 1)[:, None], keys=self.keys).next_root
         for i, token in enumerate(first.tolist()):
-            self.out[i].append(token)
+            self.out[self.owner[i]].append(token)
             self.active[i] = not self._finished(i, [token])
         order = torch.arange(longest, device=self.device)[None].expand(b, -1)
         h, self.state = self._features(hidden, ids, order, lengths, first)
@@ -541,8 +589,8 @@ class _Run:
             path = row[1: 1 + n]
             in_place &= lens[i] == frontier and path == list(range(n))
             new = [*row[2 + width: 1 + width + n], row[-1]]
-            self.out[i].extend(new)
-            self.steps[i].append(n)
+            self.out[self.owner[i]].extend(new)
+            self.steps[self.owner[i]].append(n)
             self.active[i] = not self._finished(i, new)
         return accepted, in_place
 
@@ -561,9 +609,47 @@ class _Run:
             lengths = lengths + torch.tensor(accepted, device=self.device)
         return lengths, [a + b for a, b in zip(lens, accepted, strict=True)]
 
+    def _refill(self) -> None:
+        """Each stopped row takes the next waiting prompt (another, if that one stops at its
+        first token)."""
+        self.root, self.lengths = self.root.clone(), self.lengths.clone()  # the step's own
+        if self.drafts:
+            self.h = self.h.clone()
+        for row, active in enumerate(self.active):
+            while not active and self.waiting:
+                active = self._take(row, self.waiting.pop(0))
+        self.frontier = max(self.lens)
+
+    def _take(self, row: int, p: int) -> bool:
+        """Prompt ``p`` into stopped row ``row``: its prefill into the row's slots of the cache,
+        its first token, and its drafter state in place of the row's (fed up to a step's
+        catch-up, :meth:`~treeopt.decoding.drafter.Drafter.prime`). Whether the row runs."""
+        prompt = self.prompts[p]
+        ids = torch.tensor([prompt], device=self.device)
+        lengths = torch.tensor([len(prompt)], device=self.device)
+        view = SlotCache(self.cache.kv[:, :, row: row + 1], widths=self.cache.widths)
+        logits, hidden = self.verify.prefill(ids, lengths, cache=view)
+        key = self.streams[p: p + 1]
+        first = accept(tree_plan(Tree(()), str(self.device)), ids[:, :1],
+                       logits[:, -1:], self.cfg, self.gen, positions=(lengths - 1)[:, None],
+                       keys=key).next_root
+        self.owner[row], self.keys[row], self.root[row] = p, key[0], first[0]
+        self.lengths[row], self.lens[row] = len(prompt), len(prompt)
+        if self.drafts:
+            new = self.heads.start(batch=1, capacity=self.capacity)
+            order = torch.arange(len(prompt), device=self.device)[None]
+            h, new = self.heads.advance(hidden, ids, order, lengths, first, new)
+            self.heads.prime(new)
+            self.state = self.heads.take_row(self.state, row, new)
+            self.h[row] = h[0]
+        token = int(first[0])
+        self.out[p].append(token)
+        self.active[row] = not self._finished(row, [token])
+        return self.active[row]
+
     def _finished(self, i: int, new: list[int]) -> bool:
-        """Row i has its budget of tokens, or just emitted EOS."""
-        return len(self.out[i]) >= self.cfg.max_new_tokens or (
+        """Row i has its prompt's budget of tokens, or just emitted EOS."""
+        return len(self.out[self.owner[i]]) >= self.cfg.max_new_tokens or (
             self.cfg.eos_token_id is not None and self.cfg.eos_token_id in new)
 
     def _truncate(self, out: list[int]) -> list[int]:

@@ -57,6 +57,18 @@ class DraftState:
     count: torch.Tensor
     fresh: bool = True  # nothing fed yet: the prefill's tokens are all new
 
+    def take_row(self, row: int, new: DraftState) -> None:
+        """Row ``row`` becomes ``new``'s one row: its cache, length and pending tokens (at most
+        as many as this state holds per row: a primed new row holds one)."""
+        queued = int(new.count[0])
+        if queued > self.pending.shape[1]:
+            raise TreeoptError(f"a new row holds {queued} pending tokens, a row of the batch at "
+                               f"most {self.pending.shape[1]}")
+        self.cache.kv[:, :, row] = new.cache.kv[:, :, 0]
+        self.lengths, self.count = self.lengths.clone(), self.count.clone()  # the loop's own
+        self.lengths[row], self.lens[row], self.count[row] = new.lengths[0], new.lens[0], queued
+        self.pending[row, :queued] = new.pending[0, :queued]
+
 
 class DraftModel(Drafter):
     """A small causal LM drafting every depth from its own top-k (see the module notes)."""
@@ -174,6 +186,17 @@ class DraftModel(Drafter):
             plan.fill(tokens, lv.nodes, cand[:, lv.row, lv.ranks])
             fed += m
         return tokens
+
+    def prime(self, state: DraftState) -> None:
+        """Feed every row's pending tokens but its last, which stays pending for the next step."""
+        last = (state.count - 1).clamp_min(0)
+        queued = state.count
+        state.count = last
+        if int(last.max()):
+            self._catch_up(state)
+        rows = torch.arange(last.shape[0], device=last.device)
+        state.pending = state.pending[rows, last][:, None]
+        state.count = (queued > 0).long()
 
     def _catch_up(self, state: DraftState) -> torch.Tensor:
         """Feed every row's pending tokens (ending with its root) and move them to the end of

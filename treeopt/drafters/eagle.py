@@ -126,6 +126,19 @@ class EagleState:
     tokens: torch.Tensor
     count: torch.Tensor
 
+    def take_row(self, row: int, new: EagleState) -> None:
+        """Row ``row`` becomes ``new``'s one row: its cache, length and queued entries (at most
+        as many as this state queues per row: a primed new row queues one)."""
+        queued = int(new.count[0])
+        if queued > self.features.shape[1]:
+            raise TreeoptError(f"a new row queues {queued} entries, a row of the batch at most "
+                               f"{self.features.shape[1]}")
+        self.kv[:, :, row] = new.kv[:, :, 0]
+        self.lengths, self.count = self.lengths.clone(), self.count.clone()  # the loop's own
+        self.lengths[row], self.lens[row], self.count[row] = new.lengths[0], new.lens[0], queued
+        self.features[row, :queued] = new.features[0, :queued]
+        self.tokens[row, :queued] = new.tokens[0, :queued]
+
 
 class EagleDrafter(Drafter):
     """EAGLE-1/2's drafter: fc over [embedding; feature], decoder layers, the base LM head."""
@@ -380,6 +393,18 @@ class EagleDrafter(Drafter):
             fed, base = fed + k, base + k * k
         columns = [torch.cat(part, dim=1) for part in zip(*pool, strict=True)]
         return choose(Pool(*columns), root, settings.nodes)
+
+    def prime(self, state: EagleState) -> None:
+        """Feed every row's queued entries but its last, which stays queued for the next step."""
+        last = (state.count - 1).clamp_min(0)
+        queued = state.count
+        state.count = last
+        if int(last.max()):
+            self._catch_up(state)
+        rows = torch.arange(last.shape[0], device=last.device)
+        state.features = state.features[rows, last][:, None]
+        state.tokens = state.tokens[rows, last][:, None]
+        state.count = (queued > 0).long()
 
     def _catch_up(self, state: EagleState) -> torch.Tensor:
         """Feed the queued entries at each row's own slots; the output at each row's last."""

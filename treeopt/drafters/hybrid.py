@@ -208,6 +208,14 @@ class HybridDrafter(Drafter):
         self.lookup.advance(hidden, tokens, index, count, next_root, state[1])
         return features, (model_state, state[1])
 
+    def prime(self, state: tuple[Any, LookupState]) -> None:
+        self.model.prime(state[0])
+
+    def take_row(self, state: tuple[Any, LookupState], row: int,
+                 new: tuple[Any, LookupState]) -> tuple[Any, LookupState]:
+        return (self.model.take_row(state[0], row, new[0]),
+                self.lookup.take_row(state[1], row, new[1]))
+
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
               state: tuple[Any, LookupState] | None = None) -> torch.Tensor:
         """The model's tree drafted with the chain's tokens fixed along the spine, then the

@@ -69,6 +69,11 @@ class PrefixSlots:
     kv: torch.Tensor
     lengths: torch.Tensor  # [b]
 
+    def take_row(self, row: int, new: PrefixSlots) -> None:
+        """Row ``row`` becomes ``new``'s one row (its keys, values and length), in place."""
+        self.kv[:, row] = new.kv[:, 0]
+        self.lengths[row] = new.lengths[0]
+
 
 def prefix_advance(layer: PrefixAttention, hidden: torch.Tensor, index: torch.Tensor,
                    count: torch.Tensor, state: PrefixSlots) -> tuple[torch.Tensor, PrefixSlots]:

@@ -54,6 +54,10 @@ class LookupState:
     rows: list[NgramIndex]
     fresh: bool = True  # nothing read yet: the prefill's tokens are all new
 
+    def take_row(self, row: int, new: LookupState) -> None:
+        """Row ``row`` becomes ``new``'s one row: the new prompt's index."""
+        self.rows[row] = new.rows[0]
+
 
 class PromptLookup(Drafter):
     """A chain of up to ``depth`` tokens per step, looked up in the row's own context."""
