@@ -204,8 +204,9 @@ def _verified(my_model, heads, sel_file, prompts, trace, pick, tree_file, tmp_pa
     tree_run, plain = report["tree_decoding"], report["autoregressive"]
     assert tree_run["tokens"] == plain["tokens"] == 6 * 16
     assert tree_run["steps"] < plain["steps"] and tree_run["mean_accept_length"] > 1.2
-    # predicted over what a 16-token run visits: the first 16 of each sequence's 21 positions
-    assert report["predicted"]["trace_positions"] == 6 * 16
+    # predicted over the positions a 16-token run starts steps at: the first 15 of each
+    # sequence's 21 (the prefill emits the first token)
+    assert report["predicted"]["trace_positions"] == 6 * 15
 
 
 def test_an_eagle_drafter_end_to_end(my_model, prompts_file, tmp_path):

@@ -174,6 +174,25 @@ def step_lengths(tree: Tree, trace: RankTrace) -> npt.NDArray[np.int64] | None:
     return None if walk is None else walk[0]
 
 
+def steps_inside(lengths: Sequence[Sequence[int]], positions: Sequence[int]) -> list[int]:
+    """The accepted lengths of the steps that start inside each sequence's first ``positions``
+    new tokens: the steps a trace with that many positions per sequence walks (``lengths``: each
+    sequence's accepted lengths, step by step).
+
+    >>> steps_inside([(3, 3, 2, 4), (1, 5)], [7, 2])
+    [3, 3, 2, 1, 5]
+    """
+    inside = []
+    for steps, count in zip(lengths, positions, strict=True):
+        start = 0
+        for length in steps:
+            if start >= count:
+                break
+            inside.append(length)
+            start += length
+    return inside
+
+
 def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float | None:
     """Mean accepted length per row and step that batches of ``batch`` sequences show while all
     their rows run: what a batched live measurement counts (tokens/s in the steady window, which

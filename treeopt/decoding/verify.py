@@ -25,7 +25,7 @@ from treeopt.decoding.models import attention_of
 from treeopt.decoding.reference import check_comparison
 from treeopt.errors import TreeoptError
 from treeopt.measure import ONCE, Measurement
-from treeopt.simulate import simulate, step_walk
+from treeopt.simulate import simulate, step_walk, steps_inside
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.verify_report import VERIFY_FORMAT, VerifyReport
@@ -111,14 +111,24 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         mismatched_prompts=(tuple(result.mismatched) if "mismatched_prompts" in doc else None),
         sampled_batches=doc.get("sampled_batches"),
         model_generate=check.to_dict() if check is not None else None,
-        predicted=(prediction(tree, trace.first_positions(config.max_new_tokens),
-                              result.tree_stats.mean_accept_length)
-                   if trace is not None else None),  # over the positions the run decodes
+        predicted=(prediction(tree, trace.first_positions(max(1, config.max_new_tokens - 1)),
+                              result.tree_stats.mean_accept_length,
+                              result.tree_stats.sequence_accept_lengths)
+                   if trace is not None else None),  # over the positions the run starts steps
+        # at: the prefill emits the first token, so the last step starts before the N-th
         run={**(meta or {}), "attention": attention_of(model)})
 
 
-def prediction(tree: Tree, trace: RankTrace, measured: float) -> dict[str, Any]:
-    """What ``trace`` predicts for the mean accepted length a live run ``measured``."""
+def prediction(tree: Tree, trace: RankTrace, measured: float,
+               sequences: Sequence[Sequence[int]] = ()) -> dict[str, Any]:
+    """What ``trace`` predicts for the mean accepted length a live run ``measured``.
+
+    ``sequences``: the live run's accepted lengths, step by step, of each prompt in order. When
+    the trace records its sequences and holds at least as many, ``per_step.inside_trace``
+    compares the walk of its first ones with the live steps that start inside their positions:
+    the steps that walk takes, if the trace was recorded on these prompts (a trace stops short of
+    the run's last tokens, by the drafter's depth, and a continuation's end accepts otherwise).
+    """
     sim = simulate(tree, trace)
     predicted = float(sim.mean_accept_length)
     out = {"mean_accept_length": predicted, "stderr": float(sim.stderr),
@@ -130,4 +140,14 @@ def prediction(tree: Tree, trace: RankTrace, measured: float) -> dict[str, Any]:
         out["per_step"] = {"mean_accept_length": per_step, "stderr": walk.stderr,
                            "steps": walk.count,
                            "relative_difference": (measured - per_step) / per_step}
+        counts = trace.meta["sequence_positions"]
+        if 0 < len(sequences) <= len(counts):
+            own = simulate(tree, trace.sequences(len(sequences)), per_step=True)
+            inside = steps_inside(sequences, counts[: len(sequences)])
+            live = sum(inside) / len(inside)
+            out["per_step"]["inside_trace"] = {
+                "sequences": len(sequences), "mean_accept_length": own.mean_accept_length,
+                "steps": own.count, "measured": live, "measured_steps": len(inside),
+                "relative_difference": (live - own.mean_accept_length) / own.mean_accept_length}
     return out
+

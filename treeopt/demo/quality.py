@@ -17,7 +17,7 @@ import numpy as np
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.stats import combine
-from treeopt.simulate import simulate
+from treeopt.simulate import simulate, steps_inside
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
@@ -78,25 +78,6 @@ def prediction(run: dict[str, Any], tree: Tree, *, calibration: RankTrace, heldo
 
 QUALITY_BATCH = 16  # prompts decoded together in the quality checks (acceptance is per row)
 TIMED_PROMPTS = 8  # prompts decoded one at a time for the seconds of a verification
-
-
-def steps_inside(lengths: Sequence[Sequence[int]], positions: Sequence[int]) -> list[int]:
-    """The accepted lengths of the steps that start inside each sequence's first ``positions``
-    new tokens: the steps a trace with that many positions per sequence walks (``lengths``: each
-    sequence's accepted lengths, step by step).
-
-    >>> steps_inside([(3, 3, 2, 4), (1, 5)], [7, 2])
-    [3, 3, 2, 1, 5]
-    """
-    inside = []
-    for steps, count in zip(lengths, positions, strict=True):
-        start = 0
-        for length in steps:
-            if start >= count:
-                break
-            inside.append(length)
-            start += length
-    return inside
 
 
 def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]], *,
