@@ -7,6 +7,7 @@ whether it drafts dynamic trees — is its :class:`~treeopt.drafters.DrafterKind
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -116,6 +117,23 @@ class Drafter(nn.Module):
         forced as :meth:`rank_depths` is: int16 ``[b, T-1-S, S, S]``
         (:class:`~treeopt.dynamic.simulate.DynamicTrace` holds what it returns)."""
         raise no_dynamic_trees(self.kind)
+
+
+def feed_all_but_last(state: Any, catch_up: Callable[[Any], object],
+                      queues: tuple[str, ...]) -> None:
+    """:meth:`Drafter.prime` for a kind whose state queues entries until a step's catch-up
+    feeds them: feed each row's queued entries but its last through ``catch_up`` (the kind's
+    own), then keep only that last one queued in each of the state's ``queues`` fields
+    (``[b, P, …]``), ``count`` 1 per row (0 for a row that queued nothing)."""
+    last = (state.count - 1).clamp_min(0)
+    queued = state.count
+    state.count = last
+    if int(last.max()):
+        catch_up(state)
+    rows = torch.arange(last.shape[0], device=last.device)
+    for name in queues:
+        setattr(state, name, getattr(state, name)[rows, last][:, None])
+    state.count = (queued > 0).long()
 
 
 def no_dynamic_trees(kind: DrafterKind) -> TreeoptError:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.drafter import Drafter, feed_all_but_last
 from treeopt.decoding.layers import additive
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier, verifier
@@ -189,14 +189,7 @@ class DraftModel(Drafter):
 
     def prime(self, state: DraftState) -> None:
         """Feed every row's pending tokens but its last, which stays pending for the next step."""
-        last = (state.count - 1).clamp_min(0)
-        queued = state.count
-        state.count = last
-        if int(last.max()):
-            self._catch_up(state)
-        rows = torch.arange(last.shape[0], device=last.device)
-        state.pending = state.pending[rows, last][:, None]
-        state.count = (queued > 0).long()
+        feed_all_but_last(state, self._catch_up, ("pending",))
 
     def _catch_up(self, state: DraftState) -> torch.Tensor:
         """Feed every row's pending tokens (ending with its root) and move them to the end of

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.drafter import Drafter, feed_all_but_last
 from treeopt.decoding.dynamic import Pool, RowPlan, best, choose, scored_children
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.drafters import KINDS
@@ -396,15 +396,7 @@ class EagleDrafter(Drafter):
 
     def prime(self, state: EagleState) -> None:
         """Feed every row's queued entries but its last, which stays queued for the next step."""
-        last = (state.count - 1).clamp_min(0)
-        queued = state.count
-        state.count = last
-        if int(last.max()):
-            self._catch_up(state)
-        rows = torch.arange(last.shape[0], device=last.device)
-        state.features = state.features[rows, last][:, None]
-        state.tokens = state.tokens[rows, last][:, None]
-        state.count = (queued > 0).long()
+        feed_all_but_last(state, self._catch_up, ("features", "tokens"))
 
     def _catch_up(self, state: EagleState) -> torch.Tensor:
         """Feed the queued entries at each row's own slots; the output at each row's last."""
