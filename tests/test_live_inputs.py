@@ -198,3 +198,19 @@ def test_a_report_of_another_kind_is_refused(tmp_path):
     with pytest.raises(TreeoptError, match="format is 'treeopt.sweep/1', expected "
                                            "'treeopt.verify/1'"):
         VerifyReport.load(path)
+
+
+def test_verify_compares_the_steps_inside_the_trace_up_to_where_each_output_ended():
+    """A chain of one on two sequences of 4 positions. The first output ended at EOS, its third
+    token: the live run started steps only before position 2, so the walk is cut there too."""
+    pytest.importorskip("torch")
+    from treeopt.decoding.verify import prediction
+
+    trace = RankTrace(np.array([[0], [0], [-1], [0], [-1], [-1], [-1], [-1]], np.int16),
+                      {"sequence_positions": [4, 4]})
+    out = prediction(Tree.chain(1), trace, measured=1.25,
+                     sequences=[(2, 1), (1, 1, 1, 1, 1)], emitted=[3, 5])
+    inside = out["per_step"]["inside_trace"]
+    assert (inside["steps"], inside["measured_steps"]) == (5, 5)  # [2] and [1, 1, 1, 1]
+    assert inside["measured"] == inside["mean_accept_length"] == 6 / 5
+    assert out["per_step"]["steps"] == 7  # the whole walk: [2, 1, 2] and [1, 1, 1, 1]

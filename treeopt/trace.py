@@ -90,10 +90,11 @@ class RankTrace:
     def head_kind(self) -> str | None:
         return self.meta.get("head_kind")
 
-    def sequences(self, count: int, *, positions: int | None = None) -> RankTrace:
+    def sequences(self, count: int, *,
+                  positions: int | Sequence[int] | None = None) -> RankTrace:
         """The trace of the first ``count`` calibration sequences (needs ``sequence_positions``),
         each cut to its first ``positions`` positions when given (what a live run of that many
-        new tokens sees of it).
+        new tokens sees of it; a sequence of them: each sequence's own).
 
         >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
         >>> t.sequences(1).positions, t.sequences(1).meta["sequence_positions"]
@@ -101,6 +102,8 @@ class RankTrace:
         >>> cut = t.sequences(2, positions=1)
         >>> cut.ranks[:, 0].tolist(), cut.meta["sequence_positions"]
         ([0, 2], [1, 1])
+        >>> t.sequences(2, positions=[2, 1]).ranks[:, 0].tolist()
+        [0, 1, 2]
         """
         counts = self.meta.get("sequence_positions")
         if not counts or sum(counts) != self.positions:
@@ -108,10 +111,15 @@ class RankTrace:
                                "sequences cannot be told apart")
         if not 1 <= count <= len(counts):
             raise TreeoptError(f"rank trace: {count} sequences asked for, it has {len(counts)}")
-        if positions is not None and positions < 1:
-            raise TreeoptError(f"rank trace: positions must be ≥ 1, got {positions}")
+        cuts = ([positions] * count if positions is None or isinstance(positions, int)
+                else list(positions))
+        if len(cuts) != count:
+            raise TreeoptError(f"rank trace: {len(cuts)} cuts for {count} sequences")
+        bad = [c for c in cuts if c is not None and c < 1]
+        if bad:
+            raise TreeoptError(f"rank trace: positions must be ≥ 1, got {bad[0]}")
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[:count]
-        kept = [c if positions is None else min(c, positions) for c in counts[:count]]
+        kept = [n if c is None else min(n, c) for n, c in zip(counts[:count], cuts, strict=True)]
         rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
         return RankTrace(self.ranks[rows], {**self.meta, "sequence_positions": kept,
                                             "sequences": count})

@@ -113,21 +113,25 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         model_generate=check.to_dict() if check is not None else None,
         predicted=(prediction(tree, trace.first_positions(max(1, config.max_new_tokens - 1)),
                               result.tree_stats.mean_accept_length,
-                              result.tree_stats.sequence_accept_lengths)
+                              result.tree_stats.sequence_accept_lengths,
+                              [len(t) for t in result.tree_outputs])
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
         run={**(meta or {}), "attention": attention_of(model)})
 
 
 def prediction(tree: Tree, trace: RankTrace, measured: float,
-               sequences: Sequence[Sequence[int]] = ()) -> dict[str, Any]:
+               sequences: Sequence[Sequence[int]] = (),
+               emitted: Sequence[int] = ()) -> dict[str, Any]:
     """What ``trace`` predicts for the mean accepted length a live run ``measured``.
 
-    ``sequences``: the live run's accepted lengths, step by step, of each prompt in order. When
-    the trace records its sequences and holds at least as many, ``per_step.inside_trace``
-    compares the walk of its first ones with the live steps that start inside their positions:
-    the steps that walk takes, if the trace was recorded on these prompts (a trace stops short of
-    the run's last tokens, by the drafter's depth, and a continuation's end accepts otherwise).
+    ``sequences``: the live run's accepted lengths, step by step, of each prompt in order, and
+    ``emitted`` the tokens each prompt's output holds. When the trace records its sequences and
+    holds at least as many, ``per_step.inside_trace`` compares the walk of its first ones with
+    the live steps that start inside their positions — cut, for an output that ended early (at
+    EOS), to the positions before its last token, where the live run started steps: the steps
+    that walk takes, if the trace was recorded on these prompts (a trace stops short of the run's
+    last tokens, by the drafter's depth, and a continuation's end accepts otherwise).
     """
     sim = simulate(tree, trace)
     predicted = float(sim.mean_accept_length)
@@ -141,13 +145,15 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
                            "steps": walk.count,
                            "relative_difference": (measured - per_step) / per_step}
         counts = trace.meta["sequence_positions"]
-        if 0 < len(sequences) <= len(counts):
-            own = simulate(tree, trace.sequences(len(sequences)), per_step=True)
-            inside = steps_inside(sequences, counts[: len(sequences)])
+        n = len(sequences)
+        if 0 < n <= len(counts):
+            cuts = [min(c, max(1, e - 1)) for c, e in
+                    zip(counts[:n], emitted or [c + 1 for c in counts[:n]], strict=True)]
+            own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
+            inside = steps_inside(sequences, cuts)
             live = sum(inside) / len(inside)
             out["per_step"]["inside_trace"] = {
-                "sequences": len(sequences), "mean_accept_length": own.mean_accept_length,
+                "sequences": n, "mean_accept_length": own.mean_accept_length,
                 "steps": own.count, "measured": live, "measured_steps": len(inside),
                 "relative_difference": (live - own.mean_accept_length) / own.mean_accept_length}
     return out
-
