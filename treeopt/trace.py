@@ -104,6 +104,8 @@ class RankTrace:
         ([0, 2], [1, 1])
         >>> t.sequences(2, positions=[2, 1]).ranks[:, 0].tolist()
         [0, 1, 2]
+        >>> t.sequences(2, positions=[0, 1]).meta["sequence_positions"]
+        [0, 1]
         """
         counts = self.meta.get("sequence_positions")
         if not counts or sum(counts) != self.positions:
@@ -115,9 +117,11 @@ class RankTrace:
                 else list(positions))
         if len(cuts) != count:
             raise TreeoptError(f"rank trace: {len(cuts)} cuts for {count} sequences")
-        bad = [c for c in cuts if c is not None and c < 1]
+        if isinstance(positions, int) and positions < 1:
+            raise TreeoptError(f"rank trace: positions must be ≥ 1, got {positions}")
+        bad = [c for c in cuts if c is not None and c < 0]  # a sequence may hold none
         if bad:
-            raise TreeoptError(f"rank trace: positions must be ≥ 1, got {bad[0]}")
+            raise TreeoptError(f"rank trace: positions must be ≥ 0, got {bad[0]}")
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[:count]
         kept = [n if c is None else min(n, c) for n, c in zip(counts[:count], cuts, strict=True)]
         rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
