@@ -151,6 +151,8 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
                     zip(counts[:n], emitted or [c + 1 for c in counts[:n]], strict=True)]
             own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
             inside = steps_inside(sequences, cuts)
+            if not inside or not own.count:  # no step started inside the trace
+                return out
             live = sum(inside) / len(inside)
             out["per_step"]["inside_trace"] = {
                 "sequences": n, "mean_accept_length": own.mean_accept_length,
