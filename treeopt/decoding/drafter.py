@@ -119,6 +119,22 @@ class Drafter(nn.Module):
         raise no_dynamic_trees(self.kind)
 
 
+def take_queued_row(state: Any, row: int, new: Any, caches: tuple[torch.Tensor, torch.Tensor],
+                    queues: tuple[str, ...]) -> None:
+    """:meth:`Drafter.take_row` for a kind whose state queues entries (``count``, ``lengths``,
+    ``lens``, and the ``[b, P, …]`` fields ``queues``): row ``row`` of ``state`` becomes ``new``'s
+    one row — its cache (``caches``: the state's ``[…, …, b, …]`` and ``new``'s), length and
+    queued entries, at most as many as a row of the batch queues (a primed new row queues one)."""
+    queued, width = int(new.count[0]), getattr(state, queues[0]).shape[1]
+    if queued > width:
+        raise TreeoptError(f"a new row queues {queued} entries, a row of the batch at most {width}")
+    caches[0][:, :, row] = caches[1][:, :, 0]
+    state.lengths, state.count = state.lengths.clone(), state.count.clone()  # the loop's own
+    state.lengths[row], state.lens[row], state.count[row] = new.lengths[0], new.lens[0], queued
+    for name in queues:
+        getattr(state, name)[row, :queued] = getattr(new, name)[0, :queued]
+
+
 def feed_all_but_last(state: Any, catch_up: Callable[[Any], object],
                       queues: tuple[str, ...]) -> None:
     """:meth:`Drafter.prime` for a kind whose state queues entries until a step's catch-up

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.drafter import Drafter, feed_all_but_last
+from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
 from treeopt.decoding.layers import additive
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier, verifier
@@ -60,14 +60,7 @@ class DraftState:
     def take_row(self, row: int, new: DraftState) -> None:
         """Row ``row`` becomes ``new``'s one row: its cache, length and pending tokens (at most
         as many as this state holds per row: a primed new row holds one)."""
-        queued = int(new.count[0])
-        if queued > self.pending.shape[1]:
-            raise TreeoptError(f"a new row holds {queued} pending tokens, a row of the batch at "
-                               f"most {self.pending.shape[1]}")
-        self.cache.kv[:, :, row] = new.cache.kv[:, :, 0]
-        self.lengths, self.count = self.lengths.clone(), self.count.clone()  # the loop's own
-        self.lengths[row], self.lens[row], self.count[row] = new.lengths[0], new.lens[0], queued
-        self.pending[row, :queued] = new.pending[0, :queued]
+        take_queued_row(self, row, new, (self.cache.kv, new.cache.kv), ("pending",))
 
 
 class DraftModel(Drafter):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.drafter import Drafter, feed_all_but_last
+from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
 from treeopt.decoding.dynamic import Pool, RowPlan, best, choose, scored_children
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.drafters import KINDS
@@ -129,15 +129,7 @@ class EagleState:
     def take_row(self, row: int, new: EagleState) -> None:
         """Row ``row`` becomes ``new``'s one row: its cache, length and queued entries (at most
         as many as this state queues per row: a primed new row queues one)."""
-        queued = int(new.count[0])
-        if queued > self.features.shape[1]:
-            raise TreeoptError(f"a new row queues {queued} entries, a row of the batch at most "
-                               f"{self.features.shape[1]}")
-        self.kv[:, :, row] = new.kv[:, :, 0]
-        self.lengths, self.count = self.lengths.clone(), self.count.clone()  # the loop's own
-        self.lengths[row], self.lens[row], self.count[row] = new.lengths[0], new.lens[0], queued
-        self.features[row, :queued] = new.features[0, :queued]
-        self.tokens[row, :queued] = new.tokens[0, :queued]
+        take_queued_row(self, row, new, (self.kv, new.kv), ("features", "tokens"))
 
 
 class EagleDrafter(Drafter):
