@@ -29,12 +29,12 @@ until its speed-up over plain decoding has a relative standard error of ``--live
 Printed per workload (``steady``: the prompts in order; ``shifting``: the easiest first, so
 acceptance falls and the controller has something to follow), batch size and strategy: the steps
 drafted; predicted and live tokens/s and their ratio (raw: it moves with the machine's speed,
-which on a shared host drifts by tens of percent between minutes — the same profile's plain
-decoding has measured 146 and 235 tokens/s at batch 1 ten minutes apart); the predicted speed-up
-over plain decoding (both from the same profile) and the live one (both from the same races),
-and their ratio: the goal, within 5%, the standard ``bench_live`` holds every sweep point to;
-and whether live decoding took the replay's steps in every round (the static tree: its walk's
-accepted lengths, step by step). A last line counts the points within the goal.
+which on a shared host drifts by tens of percent between minutes, plain decoding's as much as any
+strategy's); the predicted speed-up over plain decoding (both from the same profile) and the live
+one (both from the same races), and their ratio: the goal, within 5%, the standard ``bench_live``
+holds every sweep point to; and whether live decoding took the replay's steps in every round (the
+static tree: its walk's accepted lengths, step by step). A last line counts the points within the
+goal.
 
 Run: ``python benchmarks/bench_adaptive.py [--prompts 32] [--new-tokens 64] [--batches 1,2,4,8]``
 on a quiet machine (``--prompts`` must be a multiple of every batch size; a smoke run:

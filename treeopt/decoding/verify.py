@@ -126,7 +126,7 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     """What ``trace`` predicts for the mean accepted length a live run ``measured``.
 
     ``sequences``: the live run's accepted lengths, step by step, of each prompt in order, and
-    ``emitted`` the tokens each prompt's output holds. When the trace records its sequences and
+    ``emitted`` the tokens each prompt's output holds (one per sequence). When the trace records its sequences and
     holds at least as many, ``per_step.inside_trace`` compares the walk of its first ones with
     the live steps that start inside their positions — cut, for an output that ended early (at
     EOS), to the positions before its last token, where the live run started steps: the steps
@@ -147,8 +147,7 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
         counts = trace.meta["sequence_positions"]
         n = len(sequences)
         if 0 < n <= len(counts):
-            cuts = [min(c, max(1, e - 1)) for c, e in
-                    zip(counts[:n], emitted or [c + 1 for c in counts[:n]], strict=True)]
+            cuts = [min(c, max(1, e - 1)) for c, e in zip(counts[:n], emitted, strict=True)]
             own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
             inside = steps_inside(sequences, cuts)
             if not inside or not own.count:  # no step started inside the trace
