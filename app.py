@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from app_pages.preload import preload_plotly
 from app_pages.state import warm_up
 
 st.set_page_config(page_title="treeopt — speculation tree workbench", page_icon="🌳",
@@ -14,9 +15,11 @@ PAGES = [
     st.Page("app_pages/trees.py", title="Trees", icon=":material/account_tree:"),
     st.Page("app_pages/drafters.py", title="Drafters", icon=":material/compare_arrows:"),
     st.Page("app_pages/hardware.py", title="Hardware", icon=":material/memory:"),
+    st.Page("app_pages/live.py", title="Live", icon=":material/speed:"),
     st.Page("app_pages/export.py", title="Export", icon=":material/download:"),
     st.Page("app_pages/verify.py", title="Verify", icon=":material/verified:"),
 ]
 
 st.navigation(PAGES).run()
 warm_up()  # the page has run: what the other pages read is computed meanwhile
+preload_plotly()  # and the browser loads the Plotly bundle they draw with

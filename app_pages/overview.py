@@ -5,6 +5,7 @@ import streamlit as st
 
 from app_pages.choice import choose_pick
 from app_pages.state import demo, demo_overview, page_errors
+from app_pages.tables import show_table
 from treeopt.workbench.overview import headline, rows
 from treeopt.workbench.plots_overview import predicted_vs_measured
 
@@ -41,8 +42,8 @@ for column, answer in zip(columns, view.answers, strict=False):
 
 for warning in view.warnings:
     st.warning(warning, icon="⚠️")
-st.plotly_chart(predicted_vs_measured(view), width="stretch")
-st.table(rows(view), border="horizontal")
+st.vega_lite_chart(spec=predicted_vs_measured(view), width="stretch")
+show_table(rows(view))
 st.caption(f"Context {view.context} tokens. Predicted: the step-cost model (verify, drafting and "
            "the decoder's own overhead, profiled in the live loop) with E[L] from the "
            "calibration trace walked step by step. Measured: the live sweep, tree decoding "
@@ -59,8 +60,10 @@ with st.expander("Where each figure comes from"):
 st.subheader("Go further")
 st.page_link("app_pages/trees.py", label="Trees: grow, compare and choose the tree",
              icon=":material/account_tree:")
-st.page_link("app_pages/hardware.py", label="Hardware: the step costs, the live sweeps and "
-             "dynamic trees behind these figures", icon=":material/memory:")
+st.page_link("app_pages/live.py", label="Live: the sweeps, adaptive controllers and dynamic "
+             "trees behind these figures", icon=":material/speed:")
+st.page_link("app_pages/hardware.py", label="Hardware: the roofline — the fastest tree on another "
+             "GPU and model", icon=":material/memory:")
 st.page_link("app_pages/export.py", label="Export: the chosen tree in your engine's format",
              icon=":material/download:")
 st.page_link("app_pages/verify.py", label="Verify: decode live with it and check it is lossless",

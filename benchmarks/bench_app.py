@@ -14,8 +14,8 @@ Every figure is printed against its target, with its verdict:
 
 A view is *meaningful* once the page's script run has finished (Streamlit's ``script_finished``
 message, read off the page's websocket: the running indicator starts to go) and the page has
-settled: its main area holds content, no element is stale and every Plotly chart is drawn. The
-time taken is when the check first saw that, polled every ~30 ms.
+settled: its main area holds content, no element is stale and every chart (Plotly or
+Vega-Lite) is drawn. The time taken is when the check first saw that, polled every ~30 ms.
 
 The pages are read from app.py's ``st.Page(...)`` calls (path, title, ``default=True``), so the
 bench follows the navigation as it changes. Without chromium or playwright, an AppTest fallback
@@ -60,7 +60,9 @@ SETTLED = """() => {
         && !document.querySelector('[data-stale="true"]')
         && !document.querySelector('[data-testid="stSkeleton"]')
         && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
-               .every(c => c.querySelector('.main-svg'));
+               .every(c => c.querySelector('.main-svg'))
+        && [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+               .every(c => c.querySelector('.marks .role-mark'));
 }"""
 WIDGETS = """() => [...document.querySelectorAll(
         '[data-testid="stMain"] [data-testid="stElementContainer"]')]

@@ -31,3 +31,8 @@ def assert_clean(at: Any) -> None:
 def figures(at: Any) -> list[dict]:
     """The Plotly figures of the page, as the JSON the browser receives."""
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def vega_specs(at: Any) -> list[dict]:
+    """The Vega-Lite figures of the page, as the spec the browser receives."""
+    return [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]

@@ -333,10 +333,10 @@ def test_the_replay_figures(demo_replay):
     assert list(bars.data[3].y) == [s.static.tokens_per_s for s in demo_replay.report.sides]
 
 
-def test_the_hardware_page_shows_the_replay(shipped, demo_replay):
+def test_the_live_page_shows_the_replay(shipped, demo_replay):
     from apptest import assert_clean, figures, open_page
 
-    at = open_page("hardware")
+    at = open_page("live")
     assert "Adaptive speculation (EAGLE): the engines' step controllers replayed" in [
         h.value for h in at.header]
     figs = figures(at)
@@ -347,12 +347,12 @@ def test_the_hardware_page_shows_the_replay(shipped, demo_replay):
         [s.default.tokens_per_s for s in demo_replay.report.sides],
         [s.tuned.tokens_per_s for s in demo_replay.report.sides],
         [s.best_fixed.tokens_per_s for s in demo_replay.report.sides]]
-    at.selectbox(key="hw_ad_batch").set_value(4).run()
+    at.selectbox(key="live_ad_batch").set_value(4).run()
     assert_clean(at)
     rounds = next(f for f in figures(at)
                   if f["layout"]["title"]["text"].startswith("eagle at batch 4"))
     assert rounds["data"][2]["y"] == demo_replay.side(4).tuned.steps.tolist()
-    at.radio(key="hw_ad_workload").set_value("shifting").run()
+    at.radio(key="live_ad_workload").set_value("shifting").run()
     assert_clean(at)
     assert any(f["layout"]["title"]["text"] == "eagle: predicted tokens/s per batch size "
                "(shifting workload)" for f in figures(at))

@@ -171,14 +171,23 @@ def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
         trees_page_tree(demo.traces[KINDS[0]], size=20), demo.traces[KINDS[0]].heads)
 
 
-def test_hardware_page_draws_its_charts(demo):
+def test_hardware_page_draws_its_charts():
     at = open_page("hardware")
     figs = figures(at)
     assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
+    assert len(figs) == 3  # the roofline, throughput by tree size, the best size per batch
+    at.selectbox(key="hw_model").set_value("vicuna-7b-v1.3").run()  # 2,048 positions
+    assert_clean(at)
+    assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]
+
+
+def test_live_page_draws_the_demos_evidence(demo):
+    at = open_page("live")
+    figs = figures(at)
     sweep = demo.sweep(KINDS[0])
     dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
     adaptive = demo.step_profile("eagle") is not None  # the replay: rounds, strategies
-    assert len(figs) == ((4 if sweep is not None else 3) + (2 if dynamic.exists() else 0)
+    assert len(figs) == ((1 if sweep is not None else 0) + (2 if dynamic.exists() else 0)
                          + (2 if adaptive else 0))
     if sweep is not None:  # measured points: exactly the sweep's speed-ups at batch 1, the
         from treeopt.sweep import Sweep  # quantity its measured best (the star) is ranked by
@@ -186,14 +195,11 @@ def test_hardware_page_draws_its_charts(demo):
         swept = Sweep.load(sweep)
         points = sorted((p for p in swept.points if p.batch == 1 and p.max_depth is None),
                         key=lambda p: p.size)
-        measured = figs[3]["data"][0]
+        measured = figs[0]["data"][0]
         assert measured["name"] == "batch 1 measured"
         assert measured["y"] == [p.speedup for p in points]
-        star = next(t for t in figs[3]["data"] if t.get("name") == "batch 1 measured best")
+        star = next(t for t in figs[0]["data"] if t.get("name") == "batch 1 measured best")
         assert star["y"] == [swept.best(1).speedup] and star["marker"]["symbol"] == "star"
-    at.selectbox(key="hw_model").set_value("vicuna-7b-v1.3").run()  # 2,048 positions
-    assert_clean(at)
-    assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]
 
 
 def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
@@ -214,7 +220,8 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
     for label in ("Tree decoding", "Autoregressive"):
         assert shown[label].endswith(" tokens/s") and float(shown[label].split()[0]) > 0
     assert len(figures(at)) == 2  # accepted-length histogram, time split
-    assert len(at.get("html")) == 1 and 'title="step 0"' in at.get("html")[0].proto.body
+    html = at.main.get("html")  # the sidebar holds the Plotly preload (app_pages/preload.py)
+    assert len(html) == 1 and 'title="step 0"' in html[0].proto.body
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -428,12 +435,12 @@ def use_dynamic_selection(monkeypatch, path: Path) -> None:
     monkeypatch.setattr(DemoPaths, "dynamic_selection", lambda self, device="cpu": path)
 
 
-def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
+def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     doc = dynamic_selection_doc()
     path = tmp_path / "selection-cpu.json"
     path.write_text(json.dumps(doc))
     use_dynamic_selection(monkeypatch, path)
-    at = open_page("hardware")
+    at = open_page("live")
     assert "Dynamic trees (EAGLE): static vs dynamic per batch size" in [h.value
                                                                         for h in at.header]
     compare, grid = figures(at)[-2:]
@@ -441,7 +448,7 @@ def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
         ("best static tree", [1.30, 1.10]), ("best dynamic settings", [1.50, 1.15]),
         ("best chain (top-k 1)", [1.20, 1.15])]
     assert grid["data"][-1]["name"] == "recommended" and grid["data"][-1]["x"] == [8]
-    table = at.dataframe[-1].value
+    table = at.table[-1].value
     assert table["batch"].tolist() == [1, 4]
     assert table[["topk", "steps", "draft tokens"]].values.tolist() == [[2, 3, 8], [1, 2, 3]]
     assert table["predicted speed-up"].tolist() == [1.5, 1.15]
@@ -452,7 +459,7 @@ def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
         "sglang: top-k > 1 drafts a tree: SGLang refuses it with --page-size > 1 unless "
         "--attention-backend flashinfer, and on the trtllm_mha backend"]
 
-    at.selectbox(key="hw_dyn_batch").set_value(4).run()
+    at.selectbox(key="live_dyn_batch").set_value(4).run()
     assert_clean(at)
     assert figures(at)[-1]["data"][-1]["x"] == [3]
     engines = doc["points"][1]["engines"]
@@ -463,8 +470,24 @@ def test_hardware_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     assert at.warning  # the chain: TensorRT-LLM takes the linear EAGLE instead
 
 
-def test_hardware_page_without_a_dynamic_selection_says_so(tmp_path, monkeypatch):
+def test_live_page_without_a_dynamic_selection_says_so(tmp_path, monkeypatch):
     use_dynamic_selection(monkeypatch, tmp_path / "missing.json")
-    at = open_page("hardware")
+    at = open_page("live")
     assert any(i.value.startswith("The demo holds no dynamic selection") for i in at.info)
-    assert not at.dataframe
+    assert not at.table
+
+
+def test_every_page_asks_the_browser_for_plotlys_bundle_the_pinned_streamlit_ships():
+    """The Overview draws no Plotly chart (its figure is Vega-Lite, for a fast first view); the
+    sidebar's script then imports Streamlit's own Plotly bundle once the tab is idle, so the
+    next page's charts find it loaded. The bundle's name is Streamlit's: the pinned version
+    must ship exactly one."""
+    from app_pages.preload import plotly_bundle, preload_script
+
+    bundle = plotly_bundle()
+    assert bundle is not None and bundle.startswith("PlotlyChart.") and bundle.endswith(".js")
+    at = open_page()
+    assert not at.get("plotly_chart")
+    (script,) = [h.proto.body for h in at.sidebar.get("html")]
+    assert script == preload_script(bundle)
+    assert f'new URL("{bundle}", entry.src)' in script and "import(bundle)" in script

@@ -28,7 +28,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-PAGES = ["Overview", "Data", "Heads", "Trees", "Drafters", "Hardware", "Export", "Verify"]
+PAGES = ["Overview", "Data", "Heads", "Trees", "Drafters", "Hardware", "Live", "Export", "Verify"]
 VIEWPORT = {"width": 1366, "height": 768}  # a laptop screen
 
 
@@ -113,6 +113,8 @@ SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
     && !document.querySelector('[data-stale="true"]')
     && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
            .every(c => c.querySelector('.main-svg'))
+    && [...document.querySelectorAll('[data-testid="stVegaLiteChart"]')]
+           .every(c => c.querySelector('.marks .role-mark'))
     && [...document.querySelectorAll('[data-testid="stCode"]')]
            .every(c => c.offsetParent === null || c.closest('details:not([open])')
                        || c.innerText.trim())
@@ -121,7 +123,7 @@ SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
 
 def settle(page, *, timeout_s: float = 60, quiet_s: float = 0.6) -> None:
     """Wait until the script run has finished and the page has stopped changing for ``quiet_s``:
-    no running indicator, no stale element, every Plotly chart drawn, every shown code block
+    no running indicator, no stale element, every Plotly and Vega-Lite chart drawn, every shown code block
     filled (a closed expander's content is laid out but not rendered, so its innerText stays
     empty: chromium hides ``details`` content with content-visibility), a steady height."""
     deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
@@ -209,6 +211,12 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
         body = page.inner_text("body")
         for p in printed:
             assert p["drafter"] in body
+        assert page.locator('[data-testid="stVegaLiteChart"] .marks .role-mark').count() > 0
         screenshot(page, "first-view")
+        # no Plotly chart here, yet the tab fetches Plotly's bundle once idle: the page a person
+        # opens next draws with it at once (app_pages/preload.py)
+        page.wait_for_function("""() => performance.getEntriesByType('resource')
+            .some(e => /PlotlyChart\\.[^/]*\\.js$/.test(e.name))""", timeout=30_000)
+        assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
     finally:
         context.close()

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from apptest import APP, assert_clean, figures, open_page
+from apptest import APP, assert_clean, figures, open_page, vega_specs
 
 from treeopt.demo.layout import KINDS, DemoPaths, default_root
 from treeopt.errors import TreeoptError
@@ -141,12 +141,18 @@ def test_overview_picks_the_fastest_drafter_and_says_none_where_no_tree_pays():
         predicted_vs_measured,
     )
 
-    fig = {t.name: t for t in predicted_vs_measured(swept).data}
-    assert list(fig) == [PREDICTED, MEASURED, AS_SWEPT]  # no dynamic document given
-    assert list(fig[PREDICTED].y) == [1.6, 1.0] and list(fig[MEASURED].y) == [1.5, None]
-    assert list(fig[AS_SWEPT].y) == [1.52, None]
-    assert "(+1.3% of the measurement)" in fig[AS_SWEPT].hovertext[0]
-    assert AS_SWEPT not in {t.name for t in predicted_vs_measured(view).data}
+    spec = predicted_vs_measured(swept)
+    bars = spec["layer"][0]["data"]["values"]
+    assert [(b["batch"], b["speedup"]) for b in bars] == [("batch 1", 1.6), ("batch 8", 1.0)]
+    marks = spec["layer"][-1]
+    assert marks["encoding"]["shape"]["scale"]["domain"] == [MEASURED, AS_SWEPT]  # no dynamic
+    points = marks["data"]["values"]
+    assert [(p["batch"], p["figure"], p["speedup"]) for p in points] == [
+        ("batch 1", MEASURED, 1.5), ("batch 1", AS_SWEPT, 1.52)]  # batch 8: nothing measured
+    assert "(+1.3% of the measurement)" in points[1]["hover"]
+    assert PREDICTED == spec["layer"][0]["encoding"]["tooltip"][0]["title"]
+    unswept = predicted_vs_measured(view)["layer"][-1]["encoding"]["shape"]["scale"]["domain"]
+    assert unswept == [MEASURED]
     assert (first.drafter, first.tree, first.predicted.speedup) == ("eagle", CHAIN3, 1.6)
     assert first.candidates == {"medusa": 1.3, "eagle": 1.6}
     assert first.predicted.source == ("predicted by `treeopt select --demo eagle` — E[L]: "
@@ -285,13 +291,13 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
         assert metric.proto.delta == headline(a).delta
         if a.measured is not None:
             assert metric.proto.delta.startswith(f"{a.measured.speedup:.2f}× measured")
-    bars = figures(at)[0]["data"][0]
-    assert bars["y"] == [p["speedup"] for p in printed]  # the figure plots the same floats
+    bars = vega_specs(at)[0]["layer"][0]["data"]["values"]
+    assert [b["speedup"] for b in bars] == [p["speedup"] for p in printed]  # the same floats
     assert [w.value for w in at.warning] == view.warnings
     assert at.table[0].value["predicted speed-up"].tolist() == [
         round(p["speedup"], 3) for p in printed]
     links = [e.proto.page for e in at.get("page_link")]
-    assert [Path(link).stem for link in links] == ["trees", "hardware", "export",
+    assert [Path(link).stem for link in links] == ["trees", "live", "hardware", "export",
                                                    "verify"]
 
 
