@@ -40,9 +40,12 @@ else:
     picks = [f"batch {r['batch']}: {r['selected_size']} nodes, "
              f"{r['selected_share_of_best']:.0%} of the measured best" for r in rows
              if "selected_size" in r]
+    batching = ("in one continuous batch of b rows, each taking the next prompt"
+                if sweep.continuous else "b prompts at a time")
     st.caption(f"Every point decodes {sweep.meta.get('prompts')} held-out prompts × "
-               f"{sweep.meta.get('max_new_tokens')} tokens against autoregressive decoding, "
-               f"interleaved, {sweep.meta.get('rounds')} rounds; each point's speed-up is over "
+               f"{sweep.meta.get('max_new_tokens')} tokens ({batching}) against autoregressive "
+               f"decoding, interleaved, {sweep.meta.get('rounds')} rounds; each point's "
+               "speed-up is over "
                "the autoregressive rate measured with it, so drift between points cancels "
                "(tokens/s on hover). ★ measured best by that speed-up, ◇ the tree select picks "
                "from the step profile (" + "; ".join(picks) + ")"

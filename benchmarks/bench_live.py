@@ -244,6 +244,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      costs=costs, trace=own, select_trace=trace,
                      meta={"model": "demo", "device": "cpu", "dtype": args.dtype},
                      race_best=True, before_point=alongside,
+                     continuous=args.batching == "continuous",
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
         if args.bracket:  # the same records again, right after the points they predict
@@ -277,16 +278,19 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
         star = " ← select" if p.selected else ""
         tree = Tree.from_choices([list(c) for c in p.choices])
-        speedup = predict(tree, growth, costs, trace, p.batch).speedup  # calibration E[L]
+        speedup = predict(tree, growth, costs, trace, p.batch,  # calibration E[L]
+                          continuous=sweep.continuous).speedup
         cal = speedup / p.speedup - 1
         cal_errors.append(abs(cal))
         both = ""
         if bracketed is not None:
-            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch).speedup
+            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch,
+                                          continuous=sweep.continuous).speedup
                                   / p.speedup - 1)
             both = f"  {(1 + bracket_errors[-1]) * p.speedup:9.3f}  {bracket_errors[-1]:+6.1%}"
         if beside is not None:
-            beside_errors.append(predict(tree, growth, beside, own, p.batch).speedup
+            beside_errors.append(predict(tree, growth, beside, own, p.batch,
+                                         continuous=sweep.continuous).speedup
                                  / p.speedup - 1)
             both += f"  {(1 + beside_errors[-1]) * p.speedup:9.3f}  {beside_errors[-1]:+6.1%}"
             record = records.get(p.key)
@@ -485,6 +489,10 @@ def main() -> None:
                     help="each step-profile record timed at least this long (profile step "
                          "--min-seconds): 8 rounds at batch 1 take about 6 s, 3 at batch 8 "
                          "about 4")
+    ap.add_argument("--batching", default="static", choices=("static", "continuous"),
+                    help="a batch-b point: its prompts b at a time, or in one run of b rows "
+                         "each taking the next prompt as a serving engine does (default "
+                         "%(default)s, as the figures in docs/hardware.md were measured)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                     help="the demo model's and drafters' dtype (bfloat16: exact attention)")
     ap.add_argument("--batches", type=lambda t: [int(x) for x in t.split(",")],

@@ -284,6 +284,8 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert_user_error(run(*base, "--min-seconds", "-1"), "--min-seconds must be ≥ 0, got -1.0")
     assert_user_error(run(*base, "--target-se", "1"), "--target-se must be in [0, 1), got 1.0")
     assert_user_error(run(*base, "--race-best"), "--race-best needs --step-profile")
+    assert_user_error(run(*base, "--batching", "continuous", "--compile"),
+                      "--batching continuous runs eager steps")
     assert_user_error(run(*base, "--step-profile", profiled, "--profile-alongside", profiled),
                       f"--profile-alongside {profiled}: the file of --out or --step-profile; "
                       "name a file of its own")

@@ -19,9 +19,10 @@ from treeopt.errors import TreeoptError
 
 TARGET, CAP = 0.05, 4  # loose enough for the tiny demo's millisecond steps, a cap to hit
 FLAGS = ["--step-target-se", str(TARGET), "--sweep-target-se", str(TARGET),
-         "--timing-max-rounds", str(CAP), "--sweep-race", "--sweep-alongside"]
+         "--timing-max-rounds", str(CAP), "--sweep-race", "--sweep-alongside",
+         "--sweep-batching", "continuous"]
 TODAY = replace(TINY, step_target_se=TARGET, sweep_target_se=TARGET, timing_max_rounds=CAP,
-                sweep_race=True, sweep_alongside=True)
+                sweep_race=True, sweep_alongside=True, sweep_batching="continuous")
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_the_sweep_measures_the_tree_select_demo_picks(remeasured, tmp_path, mon
     for kind in KINDS:
         picks = _picks(out, kind, tmp_path, monkeypatch)
         sweep = Sweep.load(DemoPaths(out).sweep(kind))
-        assert sorted(picks) == sweep.batches, kind
+        assert sorted(picks) == sweep.batches and sweep.continuous, kind
         for b, paths in picks.items():
             assert sweep.selected(b).choices == paths, (kind, b)
 
@@ -143,6 +144,7 @@ def test_the_manifest_records_the_method(remeasured):
         assert method["measurement"] == {"rounds": TINY.sweep_rounds, "min_seconds": 0.0,
                                          "target_se": TARGET, "max_rounds": CAP}, kind
         assert method["race"] is True and method["prompts"] == TINY.sweep_prompts
+        assert method["batching"] == "continuous"
         assert method["alongside"] == f"sweep/{kind}-alongside-cpu.json"
         assert method["step_profile"] == f"latency/step-{kind}-cpu.json"
     steps = {**again["latency"]["step_profiles"],

@@ -166,3 +166,59 @@ def test_the_batch_window_counts_every_row_until_the_first_finishes(case, data):
     if batch == 1:  # one row per group: the pooled per-step mean
         assert got == pytest.approx(simulate(tree, tr, per_step=True).mean_accept_length)
     assert batch_window_accept_length(tree, tr, len(counts) + 1) is None
+
+
+def reference_continuous_window(tree, tr, counts, batch):
+    """Continuous batching as the live loop runs it, position by position: ``batch`` rows take
+    the sequences in order, a row whose sequence ends takes the next one before the next step,
+    and the window ends with the step in which a row ends with none left to take."""
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rows, waiting = [[i, 0] for i in range(batch)], batch
+    tokens = row_steps = 0
+    while True:
+        for row in rows:
+            taken = reference_accept_length(tree, tr.ranks[starts[row[0]] + row[1]].tolist())
+            tokens += taken
+            row[1] += taken
+        row_steps += batch
+        ended = False
+        for row in rows:
+            if row[1] >= counts[row[0]] and waiting < len(counts):
+                row[0], row[1], waiting = waiting, 0, waiting + 1
+            ended = ended or row[1] >= counts[row[0]]
+        if ended:
+            return tokens / row_steps
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace_and_tree(), st.data())
+def test_the_continuous_window_counts_every_row_until_one_ends_with_none_waiting(case, data):
+    from treeopt.simulate import batch_window_accept_length, continuous_window_accept_length
+
+    tr, tree = case
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, tr.positions - 1), max_size=6)))
+                  ) if tr.positions > 1 else []
+    counts = [b - a for a, b in zip([0, *cuts], [*cuts, tr.positions], strict=True)]
+    tr = RankTrace(tr.ranks, {"sequence_positions": counts})
+    batch = data.draw(st.integers(1, len(counts)))
+    got = continuous_window_accept_length(tree, tr, batch)
+    assert got == pytest.approx(reference_continuous_window(tree, tr, counts, batch), rel=1e-12)
+    if batch == 1:  # one row through every sequence: the pooled per-step mean
+        assert got == pytest.approx(simulate(tree, tr, per_step=True).mean_accept_length)
+    if batch == len(counts):  # nothing waits: the static batch's window
+        assert got == pytest.approx(batch_window_accept_length(tree, tr, batch))
+    assert continuous_window_accept_length(tree, tr, len(counts) + 1) is None
+
+
+def test_the_continuous_window_outlasts_a_short_sequence():
+    """Two rows, three sequences: the long one accepts 2 tokens a step for 4 steps, the short
+    one 1 token a step for 2, the third 2 tokens a step for 2. Statically the first two's window
+    ends with the short one (2 steps); continuously its row takes the third, and both rows
+    count until the long one ends."""
+    from treeopt.simulate import batch_window_accept_length, continuous_window_accept_length
+
+    ranks = np.array([[0]] * 8 + [[-1]] * 2 + [[0]] * 4, np.int16)
+    tr = RankTrace(ranks, {"sequence_positions": [8, 2, 4]})
+    chain = Tree.chain(1)
+    assert batch_window_accept_length(chain, tr, 2) == (2 + 1) * 2 / 4
+    assert continuous_window_accept_length(chain, tr, 2) == (2 + 1 + 2 + 1 + 2 + 2 + 2 + 2) / 8

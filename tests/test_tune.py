@@ -39,11 +39,11 @@ def model_and_heads():
 
 
 def sweep_of(model_and_heads, out, progress=None, *, rounds=1, min_seconds=0.0, target_se=0.0,
-             **kw):
+             prompts=PROMPTS, **kw):
     model, heads = model_and_heads
     args = {"batch": [1, 2], "sizes": [1, 2], "config": DecodeConfig(max_new_tokens=4),
             "measure": Measurement(rounds, min_seconds, target_se)} | kw
-    return tune(model, heads, GROWTH, PROMPTS, out=out, progress=progress, **args)
+    return tune(model, heads, GROWTH, prompts, out=out, progress=progress, **args)
 
 
 def test_an_interrupted_sweep_keeps_its_points_and_resumes(model_and_heads, tmp_path):
@@ -136,7 +136,8 @@ class _LogNoisyDecoder:
     def __init__(self, *args, **kwargs):
         pass
 
-    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False,
+                         batch=None):
         from treeopt.decoding.loop import BatchResult
         from treeopt.decoding.stats import DecodeStats
 
@@ -378,7 +379,8 @@ class _TimedDecoder:
     def __init__(self, model, heads, *, compile=False):
         pass
 
-    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False,
+                         batch=None):
         from treeopt.decoding.loop import BatchResult
         from treeopt.decoding.stats import DecodeStats
 
@@ -418,7 +420,8 @@ class _NoisyDecoder:
     def __init__(self, model, heads, *, compile=False):
         pass
 
-    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False,
+                         batch=None):
         from treeopt.decoding.loop import BatchResult
         from treeopt.decoding.stats import DecodeStats
 
@@ -506,7 +509,8 @@ class _RaceDecoder:
     def __init__(self, model, heads, *, compile=False):
         pass
 
-    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False):
+    def decode_alongside(self, shapes, group, *, config, streams=None, profile=False,
+                         batch=None):
         from treeopt.decoding.loop import BatchResult
         from treeopt.decoding.stats import DecodeStats
 
@@ -626,3 +630,51 @@ def test_the_sweep_figure_says_how_each_point_was_timed_and_what_the_race_found(
                 if t.hovertext and "select's pick" in t.hovertext)
     assert pick.hovertext == ("batch 1: select's pick, 4 nodes, 1.25× measured; raced against "
                               "the best: 98.7% of it")  # no depth cap: none named
+
+
+def test_a_continuous_sweep_decodes_every_prompt_in_b_rows_and_is_predicted_so(
+        model_and_heads, tmp_path):
+    """Three sequences of 4 positions (the sweep's 4 new tokens), two rows: the heads always
+    right on the first, never on the others. A one-node tree takes 2 steps of 2 tokens on the
+    first, 4 of 1 on each other. Batched statically, the first two's window ends with the first:
+    (2 + 1) × 2 / 4 = 1.5 per row and step. Continuously the first row then takes the third, and
+    the window runs until the second ends: (3 + 3 + 2 + 2) / 8 = 1.25. The point is predicted
+    over that window; the sweep says how it batched and resumes only alike; each prompt's output
+    is that of decoding it alone."""
+    from test_select import profile_records, typed
+
+    from treeopt.costs import step_costs
+    from treeopt.decoding.compare import compare
+    from treeopt.trace import RankTrace
+    from treeopt.tree import Tree
+
+    costs = step_costs(typed(profile_records("medusa", 1) + profile_records("medusa", 2)),
+                       kind="medusa", source="s.json")
+    ranks = np.zeros((12, 2), np.int16)
+    ranks[4:] = -1
+    trace = RankTrace(ranks, {"top_k": 4, "sequence_positions": [4, 4, 4]})
+    prompts = [*PROMPTS, [12, 13]]
+    out = tmp_path / "c.json"
+    sweep = sweep_of(model_and_heads, out, batch=[2], sizes=[1], costs=costs, trace=trace,
+                     continuous=True, prompts=prompts)
+    assert sweep.continuous and Sweep.load(out).continuous
+    assert "continuous batching" in sweep.meta["acceptance"]
+    one = Tree.from_choices([[0]])
+    point = next(p for p in sweep.points if p.choices == one.paths)
+    assert point.predicted_accept_length == 1.25
+    with pytest.raises(TreeoptError, match="a sweep measured with other batching"):
+        sweep_of(model_and_heads, out, batch=[2], sizes=[1], costs=costs, trace=trace,
+                 prompts=prompts)
+    static = sweep_of(model_and_heads, tmp_path / "s.json", batch=[2], sizes=[1], costs=costs,
+                      trace=trace, prompts=prompts)
+    assert not static.continuous
+    assert next(p for p in static.points if p.choices == one.paths).predicted_accept_length == 1.5
+    model, heads = model_and_heads
+    config = DecodeConfig(max_new_tokens=4)
+    together = compare(model, heads, one, prompts, config=config, batch=2, continuous=True)
+    alone = compare(model, heads, one, prompts, config=config, batch=1)
+    assert together.tree_outputs == alone.tree_outputs and together.lossless
+    assert len(together.tree_rounds[0]) == 1  # every prompt in one run
+    assert together.to_dict()["batching"] == "continuous"
+    with pytest.raises(TreeoptError, match="no batches of prompts to sample"):
+        compare(model, heads, one, prompts, batch=2, continuous=True, sample_prompts=True)

@@ -229,6 +229,56 @@ def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> floa
     return tokens / row_steps if row_steps else None
 
 
+def continuous_window_accept_length(tree: Tree, trace: RankTrace,
+                                    batch: int) -> float | None:
+    """Mean accepted length per row and step that continuous batching of ``batch`` rows shows
+    while all its rows run: the trace's sequences go to the rows in order, and a row whose
+    sequence ends takes the next before the following step, as the live loop's continuous
+    batching does (:meth:`treeopt.decoding.loop.Decoder.decode` with ``batch``). The window
+    counts every step up to and including the one in which a row ends with no sequence left to
+    take. Each sequence's steps are its :func:`step_walk`. Returns None without
+    ``sequence_positions``, or with fewer sequences than ``batch``.
+
+    With as many sequences as rows it is :func:`batch_window_accept_length`; with more, a row
+    that ends early no longer ends the window, so the rows' long, well-accepted sequences count
+    as long as they run.
+
+    >>> tr = RankTrace(np.array([[0], [0], [0], [0], [-1], [-1], [0], [0]], np.int16),
+    ...                {"sequence_positions": [4, 2, 2]})
+    >>> walk = step_walk(Tree.chain(1), tr)
+    >>> walk[0].tolist(), walk[1]
+    ([2, 2, 1, 1, 2], [(4, 2), (2, 2), (2, 1)])
+    >>> continuous_window_accept_length(Tree.chain(1), tr, 2)  # rows' steps (2, 1), (2, 1): both
+    1.5
+    >>> continuous_window_accept_length(Tree.chain(1), tr, 1)  # 2, 2, then 1, 1, then 2 (ends)
+    1.6
+    >>> continuous_window_accept_length(Tree.chain(1), tr, 3) == batch_window_accept_length(
+    ...     Tree.chain(1), tr, 3)
+    True
+    """
+    walk = step_walk(tree, trace)
+    if walk is None or len(walk[1]) < batch:
+        return None
+    steps, per_sequence = walk
+    bounds = np.cumsum([n for _, n in per_sequence])[:-1]
+    sequences = [r.tolist() for r in np.split(steps, bounds)]
+    rows = [(s, 0) for s in range(batch)]  # each row's sequence and its next step
+    waiting = batch
+    tokens = row_steps = 0
+    while True:
+        tokens += sum(sequences[s][i] for s, i in rows)
+        row_steps += batch
+        ended = False
+        for r, (s, i) in enumerate(rows):
+            i += 1
+            while i == len(sequences[s]) and waiting < len(sequences):
+                s, i, waiting = waiting, 0, waiting + 1
+            ended = ended or i == len(sequences[s])
+            rows[r] = (s, i)
+        if ended:
+            return tokens / row_steps
+
+
 class Simulation(AcceptStats):
     """Acceptance of a tree on a trace: accepted-length statistics over its positions (or, per
     step, over the steps decoding takes), with the position count."""

@@ -30,7 +30,9 @@ from treeopt.measure import MAX_ROUNDS
 
 SWEEP_FORMAT = "treeopt.sweep/1"
 # meta a file may leave out, and what its absence means
-LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS}
+# what a sweep written before a setting existed was measured with
+LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
+              "batching": "static"}
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,12 @@ class Sweep:
     @property
     def batches(self) -> list[int]:
         return sorted({p.batch for p in self.points})
+
+    @property
+    def continuous(self) -> bool:
+        """Whether each point decoded its prompts by continuous batching (``batching`` in the
+        meta; a sweep written before the setting existed batched statically)."""
+        return self.meta.get("batching", LATER_META["batching"]) == "continuous"
 
     def best(self, batch: int) -> SweepPoint:
         """The measured fastest tree at ``batch``: by speed-up, each point's tokens/s over the

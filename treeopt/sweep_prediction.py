@@ -8,17 +8,25 @@ from typing import NamedTuple
 from treeopt.costs import StepCosts
 from treeopt.grow import Growth
 from treeopt.select import growth_expected_accept_length, price_tree
-from treeopt.simulate import batch_window_accept_length, simulate
+from treeopt.simulate import (
+    batch_window_accept_length,
+    continuous_window_accept_length,
+    simulate,
+)
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
 
-def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float:
+def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int, *,
+                        continuous: bool = False) -> float:
     """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
-    batch b > 1 counted over each group of b sequences' steady window
-    (:func:`~treeopt.simulate.batch_window_accept_length`; the pooled walk where the trace has
-    fewer than b sequences)."""
-    window = batch_window_accept_length(tree, trace, batch)  # batch 1: the pooled walk itself
+    batch b > 1 counted over the steady window — of each group of b sequences
+    (:func:`~treeopt.simulate.batch_window_accept_length`), or with ``continuous`` batching of
+    b rows that each take the next sequence (:func:`~treeopt.simulate.
+    continuous_window_accept_length`); the pooled walk where the trace has fewer than b
+    sequences."""
+    window = (continuous_window_accept_length if continuous else batch_window_accept_length)(
+        tree, trace, batch)  # batch 1: the pooled walk itself
     return window if window is not None else simulate(tree, trace, per_step=True).mean_accept_length
 
 
@@ -31,12 +39,13 @@ class Prediction(NamedTuple):
 
 
 def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
-            batch: int) -> Prediction:
+            batch: int, *, continuous: bool = False) -> Prediction:
     """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
     by step when there is one — at batch b > 1 through the steady window the sweep measures,
-    its sequences b at a time — else the growth's values summed over the tree's nodes)."""
+    its sequences b at a time, or through b rows of ``continuous`` batching — else the growth's
+    values summed over the tree's nodes)."""
     if trace is not None:
-        ell = sweep_accept_length(tree, trace, batch)
+        ell = sweep_accept_length(tree, trace, batch, continuous=continuous)
     else:
         ell = growth_expected_accept_length(growth, tree)
     tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,

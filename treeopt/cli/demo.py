@@ -75,6 +75,9 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep-race", action=argparse.BooleanOptionalAction, default=None,
                    help="where select's pick is not a sweep's measured best, race the two head "
                         "to head (tune --race-best)")
+    g.add_argument("--sweep-batching", choices=("static", "continuous"),
+                   help="a batch-b sweep point decodes its prompts b at a time, or all in one "
+                        "run of b rows, a finished row taking the next (tune --batching)")
     g.add_argument("--sweep-alongside", action=argparse.BooleanOptionalAction, default=None,
                    help="profile each sweep point's tree right before the point, into "
                         "sweep/KIND-alongside-DEVICE.json (tune --profile-alongside)")

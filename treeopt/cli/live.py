@@ -94,6 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "this step profile (to --target-se; resumed): a profile taken at the "
                         "sweep's own moments, free of the host's drift between a profile and "
                         "the points; give it to --step-profile to predict the points from it")
+    p.add_argument("--batching", choices=("static", "continuous"), default="static",
+                   help="a batch-B point decodes its prompts B at a time (static), or all in "
+                        "one run of B rows where a finished row takes the next prompt, as a "
+                        "serving engine batches (continuous: the rows' long continuations "
+                        "keep counting; eager steps only) (default %(default)s)")
     _add_compile(p)
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the sweep (JSON); an existing one is resumed (required)")
@@ -249,6 +254,26 @@ def _verify_measurement(args: argparse.Namespace, sample: bool) -> Any:
     return replace(measure, rounds=-(-SAMPLE_PROMPTS // args.batch)) if sample else measure
 
 
+def _check_tune_flags(args: argparse.Namespace, *, profiled: bool, prompts: int) -> None:
+    """Refuse tune's flags that do not go together (``profiled``: a step profile was given;
+    ``prompts``: how many --prompts holds), before a model loads."""
+    require(not args.race_best or profiled,
+            "--race-best needs --step-profile (select's pick is what is raced)")
+    require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
+            f"smaller than --batch {max(args.batch)}")
+    require(not args.profile_alongside or not args.compile,
+            "--profile-alongside times the eager loop; leave out --compile")
+    require(args.batching == "static" or not args.compile,
+            "--batching continuous runs eager steps (one compiled graph per batch shape); "
+            "leave out --compile")
+    require(not args.profile_alongside or Path(args.profile_alongside).resolve() not in {
+        Path(f).resolve() for f in [args.out, *(args.step_profile or ())]},
+        f"--profile-alongside {args.profile_alongside}: the file of --out or --step-profile; "
+        "name a file of its own")
+    require(prompts >= args.prompt_count, f"--prompts: {prompts} prompts, fewer than "
+            f"--prompt-count {args.prompt_count}")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.models import attention_of
@@ -273,18 +298,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     named = " ".join(args.step_profile or ())
     texts = read_texts(args.prompts)
     measure = measurement_from(args)
-    require(not args.race_best or profile is not None,
-            "--race-best needs --step-profile (select's pick is what is raced)")
-    require(args.prompt_count >= max(args.batch), f"--prompt-count {args.prompt_count} is "
-            f"smaller than --batch {max(args.batch)}")
-    require(not args.profile_alongside or not args.compile,
-            "--profile-alongside times the eager loop; leave out --compile")
-    require(not args.profile_alongside or Path(args.profile_alongside).resolve() not in {
-        Path(f).resolve() for f in [args.out, *(args.step_profile or ())]},
-        f"--profile-alongside {args.profile_alongside}: the file of --out or --step-profile; "
-        "name a file of its own")
-    require(len(texts) >= args.prompt_count, f"--prompts: {len(texts)} prompts, fewer than "
-            f"--prompt-count {args.prompt_count}")
+    _check_tune_flags(args, profiled=profile is not None, prompts=len(texts))
     if args.profile_alongside:  # first written after a point: check it before loading
         check_writable(Path(args.profile_alongside), directory=False, out_flag="--profile-alongside")
     model, tok = load_model_from(args)
@@ -316,7 +330,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        "dtype": args.dtype, "attention": attention_of(model),
                        "threads": args.threads},
                  compile=args.compile, race_best=args.race_best, before_point=alongside,
-                 progress=report)
+                 continuous=args.batching == "continuous", progress=report)
     bar.close()
     for row in sweep.summary():
         raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"

@@ -66,6 +66,7 @@ class Comparison:
     autoregressive_profile: DecodeStats | None = None
     probe: SupportProbe | None = None  # the decoder's support probe
     sampled: bool = False  # one round of a sample of batches: the speed-up is over its batches
+    continuous: bool = False  # all prompts in one run of ``batch`` rows, each refilled
 
     @property
     def tree_outputs(self) -> list[tuple[int, ...]]:
@@ -154,7 +155,8 @@ class Comparison:
         tree_doc["decode_tokens_per_s_best"] = best_of_rounds(self.tree_rounds)
         ar_doc["decode_tokens_per_s_best"] = self.autoregressive_tokens_per_s
         doc: dict[str, Any] = {
-            "batch": self.batch, "rounds": len(self.tree_rounds),
+            "batch": self.batch, "batching": "continuous" if self.continuous else "static",
+            "rounds": len(self.tree_rounds),
             "tree_decoding": tree_doc, "autoregressive": ar_doc,
             "speedup": self.speedup, "speedup_spread": self.speedup_spread,
             "speedup_se": self.speedup_se,
@@ -195,6 +197,16 @@ def check_batch(batch: int, prompts: int) -> None:
         raise TreeoptError(f"a batch of {batch} prompts, but only {prompts} prompts given")
 
 
+def prompt_groups(prompts: Sequence[Sequence[int]], batch: int, *,
+                  continuous: bool = False) -> list[list[Sequence[int]]]:
+    """What one round decodes, run by run: :func:`batches` of ``batch`` prompts, or with
+    ``continuous`` batching every prompt in one run (of ``batch`` rows)."""
+    if continuous:
+        check_batch(batch, len(prompts))
+        return [list(prompts)]
+    return batches(prompts, batch)
+
+
 def batches(prompts: Sequence[Sequence[int]], batch: int) -> list[list[Sequence[int]]]:
     """Consecutive batches of ``batch`` prompts; a shorter last batch is dropped when there are
     full ones (every timed batch has the same size), and refused when there are none.
@@ -211,15 +223,21 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
             batch: int = 1, measure: Measurement = ONCE, sample_prompts: bool = False,
             split: bool = False, warmup_tokens: int = 8, compile: bool = False,
+            continuous: bool = False,
             progress: Callable[[int, int], None] | None = None) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, their steps
     interleaved, in rounds after a warm-up, for as long as ``measure`` says on the speed-up
     (``sample_prompts``: batches one at a time, each decoded once, until ``measure`` is met or
     the batches run out; ``split``: then a profiled pass for the phase times; ``compile``: steps
-    through torch.compile, for CUDA). ``progress(done, total)`` counts decodes of a batch, the
-    total as far as known."""
+    through torch.compile, for CUDA; ``continuous``: every prompt in one run of ``batch`` rows, a
+    finished row taking the next prompt, as a serving engine batches). ``progress(done,
+    total)`` counts decodes of a batch, the total as far as known."""
     config = config or DecodeConfig()
-    groups = batches(prompts, batch)
+    if continuous and sample_prompts:
+        raise TreeoptError("continuous batching decodes every prompt in one run: it has no "
+                           "batches of prompts to sample")
+    groups = prompt_groups(prompts, batch, continuous=continuous)
+    rows = batch if continuous else None
     drafts = isinstance(tree, DynamicSettings) or tree.size > 0
     decoder = Decoder(model, heads if drafts else None, compile=compile)
     empty = Tree(())
@@ -237,7 +255,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
     # autoregressive first: the rounds stop on the tree's tokens/s over it, the speed-up whose
     # standard error the comparison reports
     timed = timed_rounds(decoder, (empty, tree), groups, config=config, measure=measure,
-                         sampled=sample_prompts, warmup_tokens=warmup_tokens, on_batch=tick)
+                         sampled=sample_prompts, warmup_tokens=warmup_tokens, on_batch=tick,
+                         rows=rows)
     if sample_prompts:  # one round of the batches taken
         timed = [[runs for rnd in timed for runs in rnd]]
     planned = len(timed) if not sample_prompts else len(timed[0])
@@ -245,7 +264,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
     if split:
         tree_split, ar_split = [], []
         for g in groups[:SPLIT_BATCHES]:
-            t, a = decoder.decode_alongside((tree, empty), g, config=config, profile=True)
+            t, a = decoder.decode_alongside((tree, empty), g, config=config, profile=True,
+                                            batch=rows)
             tree_split.append(t.stats)
             ar_split.append(a.stats)
             tick()
@@ -254,12 +274,12 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         progress(done, done)  # the rounds the measurement took, however many were foreseen
     return Comparison(tree, config, batch, tuple(tuple(rnd[1] for rnd in t) for t in timed),
                       tuple(tuple(rnd[0] for rnd in t) for t in timed), tree_prof, ar_prof,
-                      probe=decoder.verify.probe, sampled=sample_prompts)
+                      probe=decoder.verify.probe, sampled=sample_prompts, continuous=continuous)
 
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
          Sequence[Sequence[int]], *, config: DecodeConfig | None = None, batch: int = 1,
-         measure: Measurement | None = None) -> list[float]:
+         measure: Measurement | None = None, continuous: bool = False) -> list[float]:
     """Each of ``trees`` against the first, head to head: every batch of prompts decoded with all
     of them, their steps interleaved, in rounds for as long as ``measure`` (default: 3 rounds)
     says on every tree's ratio to the first; each tree's steady tokens/s over the first's, the
@@ -268,10 +288,12 @@ def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
     Which of a sweep's points measured fastest is partly which one the noise favoured: the best of
     several points measured with the same noise is, on average, measured high. Raced directly
     against each other, two trees meet the same moments, and their ratio is measured afresh.
+    ``continuous``: as :func:`compare`'s.
     """
     config = config or DecodeConfig()
-    timed = timed_rounds(Decoder(model, heads), trees, batches(prompts, batch), config=config,
-                         measure=measure or Measurement())
+    timed = timed_rounds(Decoder(model, heads), trees,
+                         prompt_groups(prompts, batch, continuous=continuous), config=config,
+                         measure=measure or Measurement(), rows=batch if continuous else None)
     return [statistics.median(column) for column in zip(*round_ratios(timed), strict=True)]
 
 
@@ -295,18 +317,19 @@ def round_ratios(timed: Sequence[Sequence[Sequence[BatchResult]]]) -> list[list[
 def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
                  measure: Measurement, sampled: bool = False, warmup_tokens: int = 8,
-                 on_batch: Callable[[int], None] | None = None,
+                 on_batch: Callable[[int], None] | None = None, rows: int | None = None,
                  ) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
     after a warm-up, in rounds for as long as ``measure`` says on each shape's throughput over
     the first's (:func:`round_ratios`); ``[round][batch][shape]``. ``sampled``: a round is the
-    next batch alone, each batch decoded once. A prompt's sampling stream is its index;
+    next batch alone, each batch decoded once. ``rows``: each group decoded by continuous
+    batching in that many rows. A prompt's sampling stream is its index;
     ``on_batch(rounds planned)`` after each batch."""
     if sampled:
         measure = measure.capped(len(groups))
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
     # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
-    decoder.decode_alongside(shapes, groups[0], config=warm)
+    decoder.decode_alongside(shapes, groups[0], config=warm, batch=rows)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
     while (planned := measure.planned(len(out), timed, ratio_columns(out))) > len(out):
@@ -314,7 +337,7 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
         for i in [len(out)] if sampled else range(len(groups)):
             size = len(groups[i])
             runs = decoder.decode_alongside(shapes, groups[i], config=config,
-                                            streams=range(i * size, (i + 1) * size))
+                                            streams=range(i * size, (i + 1) * size), batch=rows)
             rnd.append(runs)
             timed += sum(r.stats.seconds for r in runs)
             if on_batch is not None:

@@ -55,7 +55,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          config: DecodeConfig | None = None, measure: Measurement | None = None,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
-         compile: bool = False, race_best: bool = False,
+         compile: bool = False, race_best: bool = False, continuous: bool = False,
          before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
@@ -70,7 +70,10 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     ``costs``, a sweep whose points were predicted is refused (its predictions would no longer
     say by what). ``before_point(batch, cap, tree)`` is called right before each point is
     measured (not for points kept from ``out``): a step profile taken at the points' own
-    moments (:class:`treeopt.profiling.alongside.AlongsideProfile`)."""
+    moments (:class:`treeopt.profiling.alongside.AlongsideProfile`). ``continuous``: each point
+    decodes every prompt in one run of b rows, a finished row taking the next prompt, as a
+    serving engine batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over
+    that run's steady window; the sweep records it (``batching``) and resumes only alike."""
     config = config or DecodeConfig()
     measure = measure or Measurement()
     check_batch(max(batch), len(prompts))
@@ -83,14 +86,15 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
         "min_seconds": measure.min_seconds, "target_se": measure.target_se,
-        "max_rounds": measure.cap, "compile": compile})
+        "max_rounds": measure.cap, "compile": compile,
+        "batching": "continuous" if continuous else "static"})
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             if before_point is not None:
                 before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b,
-                             measure=measure, compile=compile)
+                             measure=measure, compile=compile, continuous=continuous)
             point = SweepPoint(
                 b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
                 result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
@@ -98,7 +102,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
                 rounds=len(result.tree_rounds), se=result.speedup_se,
                 steady_accept_length=result.tree_stats.decode_accept_length)
             if costs is not None:
-                point = point.predicted_by(predict(tree, growth, costs, trace, b))
+                point = point.predicted_by(predict(tree, growth, costs, trace, b,
+                                                   continuous=continuous))
             sweep = sweep.with_point(point)
         sweep.save(out)
         if progress is not None:
@@ -108,7 +113,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if pick is not None and pick.key != best.key and sweep.race(b) is None:
             trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
             share = race(model, heads, trees, prompts, config=config, batch=b,
-                         measure=measure)[1]
+                         measure=measure, continuous=continuous)[1]
             sweep = sweep.with_race(Race(b, best.key, pick.key, share))
             sweep.save(out)
         if progress is not None:
@@ -124,13 +129,16 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
     point priced again by the one given now (profiles taken after the points, pooled with those
     before, describe them better than either) and select's picks marked again."""
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
+    continuous = meta["batching"] == "continuous"
+    window = ("the steady window of continuous batching (b rows, each taking the next prompt)"
+              if continuous else "each batch's steady window")
     if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
         raise TreeoptError(f"{out}: a sweep predicted from {was}; give a step-cost model to "
                            "predict its points again, or write to another path")
     sweep = Sweep.resume(out, {
         **meta, "predicted": costs.verify.source if costs is not None else None,
-        "acceptance": ("per-step walk of the trace, at batch > 1 over each batch's steady "
-                       "window" if trace is not None else "growth E[L]"),
+        "acceptance": (f"per-step walk of the trace, at batch > 1 over {window}"
+                       if trace is not None else "growth E[L]"),
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed)
@@ -139,7 +147,7 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
         picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
         sweep = sweep.with_predictions(
             {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
-                            trace, p.batch) for p in sweep.points}, picks)
+                            trace, p.batch, continuous=continuous) for p in sweep.points}, picks)
     return sweep
 
 

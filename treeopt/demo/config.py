@@ -76,6 +76,9 @@ class DemoConfig:
     timing_max_rounds: int = MAX_ROUNDS
     sweep_race: bool = False  # where select's pick is not the measured best, race the two
     sweep_alongside: bool = False  # profile each sweep point's tree right before the point
+    # a batch-b sweep point: its prompts b at a time ("static"), or all in one run of b rows, a
+    # finished row taking the next prompt, as a serving engine batches ("continuous")
+    sweep_batching: str = "static"
     live_threads: int = 1  # torch threads while timing: the app and the benchmarks use one
     # the prompt-lookup drafter: chains of up to lookup_depth tokens, after the longest suffix
     # match of 1 … lookup_max_n tokens (Hugging Face's rule; HF's own default max is 2)
@@ -105,6 +108,9 @@ class DemoConfig:
                 raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
+        if self.sweep_batching not in ("static", "continuous"):
+            raise FieldError("sweep_batching",
+                             f"{self.sweep_batching!r}: expected static or continuous")
         if self.budget_minutes <= 0:
             raise FieldError("budget_minutes", f"must be positive, got {self.budget_minutes}")
         if max(self.eval_sizes) > self.max_nodes:
@@ -167,11 +173,11 @@ TIMING_SETTINGS = (
     "latency_context", "latency_tokens", "latency_repeats", "live_batches", "step_sizes",
     "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
     "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
-    "sweep_alongside", "live_new_tokens", "live_threads", "dynamic_profile")
+    "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads", "dynamic_profile")
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
                 "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-                "sweep_race", "sweep_alongside", "live_new_tokens")
+                "sweep_race", "sweep_alongside", "sweep_batching", "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
@@ -199,6 +205,8 @@ def command_line(config: DemoConfig) -> str:
     'treeopt demo build --budget-minutes 120 --base-layers 16 --medusa-head-layers 8 --device cpu --seed 0'
     >>> command_line(replace(plan(budget_minutes=60), sweep_target_se=0.015, sweep_race=True))
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-target-se 0.015 --sweep-race'
+    >>> command_line(replace(plan(budget_minutes=60), sweep_batching="continuous"))
+    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-batching continuous'
     """
     preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed)
     layers = ("" if config.base.num_layers == preset.base.num_layers
@@ -210,7 +218,7 @@ def command_line(config: DemoConfig) -> str:
         value, flag = getattr(config, name), "--" + name.replace("_", "-")
         if value != getattr(preset, name):
             timing += (f" {flag}" if value is True else f" --no-{flag[2:]}" if value is False
-                       else f" {flag} {value:g}")
+                       else f" {flag} {value}" if isinstance(value, str) else f" {flag} {value:g}")
     return (f"treeopt demo build --budget-minutes {config.budget_minutes:g}{layers} "
             f"--device {config.device} --seed {config.seed}{timing}")
 

@@ -50,6 +50,7 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
     """
     return {"prompts": config.sweep_prompts, "max_new_tokens": config.live_new_tokens,
             "measurement": asdict(config.measurement("sweep")), "race": config.sweep_race,
+            "batching": config.sweep_batching,
             "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),
             "step_profile": paths.inside(paths.step_profile(kind, config.device)),
@@ -70,7 +71,7 @@ def alongside_errors(sweep: Sweep, growth: Growth, costs: StepCosts,
     rows = []
     for b in sweep.batches:
         errors = [abs(predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
-                              trace, b).speedup / p.speedup - 1)
+                              trace, b, continuous=sweep.continuous).speedup / p.speedup - 1)
                   for p in sweep.points if p.batch == b]
         rows.append({"batch": b, "max_abs_error": max(errors),
                      "mean_abs_error": sum(errors) / len(errors)})

@@ -526,6 +526,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
                   meta={"model": "treeopt demo", "device": c.device,
                         "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
                   race_best=c.sweep_race, before_point=alongside,
+                  continuous=c.sweep_batching == "continuous",
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     for row in result.summary():

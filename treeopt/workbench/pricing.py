@@ -31,9 +31,11 @@ class SweptPricing:
     costs: StepCosts
     trace: RankTrace
     source: str  # the alongside profile, as the sweep names it
+    continuous: bool = False  # the sweep batched continuously (its steady window is another)
 
     def speedup(self, tree: Tree, batch: int) -> float:
-        return predict(tree, self.growth, self.costs, self.trace, batch).speedup
+        return predict(tree, self.growth, self.costs, self.trace, batch,
+                       continuous=self.continuous).speedup
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +77,8 @@ def swept_pricing(demo: Demo, kind: str, sweep: Sweep) -> SweptPricing | None:
     if not path.is_file():
         return None
     own = demo.heldout_traces[kind].sequences(prompts, positions=new_tokens)
-    return SweptPricing(demo.growths[kind], profiled_costs(path), own, alongside)
+    return SweptPricing(demo.growths[kind], profiled_costs(path), own, alongside,
+                        continuous=sweep.continuous)
 
 
 __all__ = ["DemoPricing", "SweptPricing", "demo_pricing", "swept_pricing"]
