@@ -168,6 +168,16 @@ def test_verify_a_batch_in_rounds(workdir, tiny_model_dir, prompts_file):
     assert "sampled_batches" not in report and report["prompts"] == 6
     assert len(report["round_speedups"]) == 2 and report["speedup_spread"] >= 0
     assert report["tree_decoding"]["tokens"] == 6 * 10  # every prompt, two batches of three
+    assert report["batching"] == "static"
+    proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
+               workdir / "tree.json", "--prompts", prompts_file, "--max-new-tokens", "10",
+               "--batch", "4", "--rounds", "1", "--prompt-count", "all", "--batching",
+               "continuous")  # 4 rows; the two that finish first take the last two prompts
+    assert proc.returncode == 0, proc.stderr
+    continuous = json.loads(proc.stdout)
+    assert (continuous["batching"], continuous["batch"], continuous["outputs_match"]) == (
+        "continuous", 4, True)
+    assert continuous["tree_decoding"]["tokens"] == 6 * 10
     proc = run("verify", "--model", tiny_model_dir, "--heads", workdir / "heads", "--tree",
                workdir / "tree.json", "--prompts", prompts_file, "--batch", "7")
     assert_user_error(proc, "--batch 7 is larger than the 6 prompts")

@@ -100,6 +100,10 @@ def test_verify_refuses_typical_acceptance_thresholds_out_of_range(files, flags,
      "--batch 3 is larger than the 2 prompts of --prompt-count"),
     (["--batch", "7"], "--batch 7 is larger than the 6 prompts in"),
     (["--batch", "0"], "--batch must be ≥ 1, got 0"),
+    (["--batching", "continuous"], "--batching continuous decodes every prompt in one run: "
+                                   "give --prompt-count N (or all)"),
+    (["--batching", "continuous", "--prompt-count", "4", "--compile"],
+     "--batching continuous runs eager steps; leave out --compile"),
 ])
 def test_verify_refuses_a_bad_measurement_before_loading_a_model(files, flags, fragment):
     refused(verify(files, *flags), fragment)
@@ -154,7 +158,8 @@ def test_a_verify_report_reads_back_as_written(tmp_path):
     path = tmp_path / "r.json"
     doc = report().to_json()
     assert list(doc) == [
-        "format", "tree", "heads", "mode", "prompts", "max_new_tokens", "batch", "rounds",
+        "format", "tree", "heads", "mode", "prompts", "max_new_tokens", "batch", "batching",
+        "rounds",
         "tree_decoding", "autoregressive", "speedup", "speedup_spread", "speedup_se",
         "round_speedups", "end_to_end_speedup", "outputs_match", "mismatched_prompts",
         "support_probe", "model_generate", "lossless", "predicted", "model", "heads_dir",
@@ -165,6 +170,8 @@ def test_a_verify_report_reads_back_as_written(tmp_path):
     typical = VerifyReport.from_json({**doc, "mode": "typical", "lossless": None,
                                       "outputs_match": None, "mismatched_prompts": None})
     assert typical.outputs_match is None and "outputs_match" not in typical.to_json()
+    before = {k: v for k, v in doc.items() if k != "batching"}  # written before the key
+    assert VerifyReport.from_json(before).batching == "static"
 
 
 @pytest.mark.parametrize(("change", "fragment"), [
@@ -181,6 +188,7 @@ def test_a_verify_report_reads_back_as_written(tmp_path):
      "support_probe: missing 'max_abs_logit_diff'"),
     ({"tree": {"choices": [[0, 0]]}}, "tree: "),
     ({"tree_decoding": [1, 2]}, "'tree_decoding': expected an object"),
+    ({"batching": "dynamic"}, "batching 'dynamic': expected static or continuous"),
 ])
 def test_a_broken_verify_report_is_one_line_naming_the_file(tmp_path, change, fragment):
     path = tmp_path / "r.json"

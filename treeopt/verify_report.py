@@ -52,6 +52,7 @@ class VerifyReport:
     model_generate: dict[str, Any] | None = None  # greedy: against the model's own generate
     predicted: dict[str, Any] | None = None  # what the trace predicts
     run: dict[str, Any] = field(default_factory=dict)  # where it ran: RUN_KEYS
+    batching: str = "static"  # or "continuous": every prompt in one run of ``batch`` rows
 
     @property
     def outputs_match(self) -> bool | None:
@@ -63,7 +64,8 @@ class VerifyReport:
             "format": VERIFY_FORMAT, "tree": {"size": self.tree.size, "depth": self.tree.depth,
                                               "choices": self.tree.as_choices()},
             "heads": self.heads, "mode": self.mode, "prompts": self.prompts,
-            "max_new_tokens": self.max_new_tokens, "batch": self.batch, "rounds": self.rounds,
+            "max_new_tokens": self.max_new_tokens, "batch": self.batch,
+            "batching": self.batching, "rounds": self.rounds,
             "tree_decoding": self.tree_decoding, "autoregressive": self.autoregressive,
             "speedup": self.speedup, "speedup_spread": self.speedup_spread,
             "speedup_se": self.speedup_se, "round_speedups": list(self.round_speedups),
@@ -109,11 +111,20 @@ class VerifyReport:
             fields.optional(fields.integer, doc, "sampled_batches", source, minimum=1),
             _object(doc, "model_generate", source, optional=True),
             _object(doc, "predicted", source, optional=True),
-            {k: doc[k] for k in RUN_KEYS if k in doc})
+            {k: doc[k] for k in RUN_KEYS if k in doc},
+            _batching(doc, source))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> VerifyReport:
         return cls.from_json(read_tagged_json(path, VERIFY_FORMAT), source=str(path))
+
+
+def _batching(doc: dict[str, Any], source: str) -> str:
+    """How the report's batches ran (a report from before the key: static)."""
+    value = doc.get("batching", "static")
+    if value not in ("static", "continuous"):
+        raise TreeoptError(f"{source}: batching {value!r}: expected static or continuous")
+    return str(value)
 
 
 def _object(doc: dict[str, Any], key: str, source: str, *,

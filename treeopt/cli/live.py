@@ -53,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=1, metavar="B",
                    help="prompts decoded together; with a selection, also the point whose tree "
                         "is decoded (default 1)")
+    p.add_argument("--batching", choices=("static", "continuous"), default="static",
+                   help="prompts decoded --batch at a time (static), or all in one run of "
+                        "--batch rows where a finished row takes the next prompt, as a serving "
+                        "engine batches (continuous; needs --prompt-count, eager steps) "
+                        "(default %(default)s)")
     _add_verify_measurement(p)
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
     add_decode_mode_flags(p)
@@ -232,9 +237,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"{' '.join(args.prompts)}")
     require(args.batch <= count, f"--batch {args.batch} is larger than the {count} prompts"
             + (f" in {' '.join(args.prompts)}" if count == len(texts) else " of --prompt-count"))
+    continuous = args.batching == "continuous"
+    require(not continuous or not sample, "--batching continuous decodes every prompt in one "
+            "run: give --prompt-count N (or all)")
+    require(not continuous or not args.compile,
+            "--batching continuous runs eager steps; leave out --compile")
     run = Verification(tree, decoding, trace=trace, batch=args.batch, sample_prompts=sample,
                        measure=_verify_measurement(args, sample), compile=args.compile,
-                       source=args.tree)
+                       source=args.tree, continuous=continuous)
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
     bar, tick = counted("verify", "decode")

@@ -59,7 +59,9 @@ class Verification:
     """What one verify run decodes and how, checked when made, before any model loads
     (:func:`check_tree_for`; ``source`` names the tree in messages). ``sample_prompts``: the
     prompts are a population, taken batch by batch until ``measure`` is met
-    (:func:`~treeopt.decoding.compare.compare`); otherwise every prompt, in rounds."""
+    (:func:`~treeopt.decoding.compare.compare`); otherwise every prompt, in rounds.
+    ``continuous``: every prompt in one run of ``batch`` rows, a finished row taking the next
+    (not with ``sample_prompts`` or ``compile``)."""
 
     tree: Tree
     config: DecodeConfig = field(default_factory=DecodeConfig)
@@ -69,9 +71,13 @@ class Verification:
     sample_prompts: bool = False
     compile: bool = False
     source: str = "tree"
+    continuous: bool = False
 
     def __post_init__(self) -> None:
         check_tree_for(self.tree, trace=self.trace, source=self.source)
+        if self.continuous and (self.sample_prompts or self.compile):
+            raise TreeoptError("continuous batching decodes every prompt in one run of eager "
+                               "steps: give a number of prompts, and no compiled steps")
 
 
 def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
@@ -91,7 +97,7 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
     try:
         result = compare(model, heads, tree, prompts, config=config, batch=run.batch,
                          measure=run.measure, sample_prompts=run.sample_prompts, split=True,
-                         compile=run.compile, progress=progress)
+                         compile=run.compile, continuous=run.continuous, progress=progress)
     except TreeMismatch as exc:  # the decoder checks the tree against the drafter, once
         raise TreeMismatch(f"{run.source}: {exc}") from None
     doc = result.to_dict()
@@ -117,7 +123,8 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
                               [len(t) for t in result.tree_outputs])
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
-        run={**(meta or {}), "attention": attention_of(model)})
+        run={**(meta or {}), "attention": attention_of(model)},
+        batching="continuous" if run.continuous else "static")
 
 
 def prediction(tree: Tree, trace: RankTrace, measured: float,
