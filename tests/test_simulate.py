@@ -150,17 +150,23 @@ def reference_window(tree: Tree, tr: RankTrace, counts: list[int], batch: int) -
     return tokens / row_steps
 
 
+def cut_into_sequences(tr: RankTrace, data) -> tuple[RankTrace, list[int], int]:
+    """``tr`` cut into up to 7 sequences at drawn positions, their lengths, and a batch size
+    from 1 to their number."""
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, tr.positions - 1), max_size=6)))
+                  ) if tr.positions > 1 else []
+    counts = [b - a for a, b in zip([0, *cuts], [*cuts, tr.positions], strict=True)]
+    return (RankTrace(tr.ranks, {"sequence_positions": counts}), counts,
+            data.draw(st.integers(1, len(counts))))
+
+
 @settings(max_examples=100, deadline=None)
 @given(trace_and_tree(), st.data())
 def test_the_batch_window_counts_every_row_until_the_first_finishes(case, data):
     from treeopt.simulate import batch_window_accept_length
 
     tr, tree = case
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, tr.positions - 1), max_size=6)))
-                  ) if tr.positions > 1 else []
-    counts = [b - a for a, b in zip([0, *cuts], [*cuts, tr.positions], strict=True)]
-    tr = RankTrace(tr.ranks, {"sequence_positions": counts})
-    batch = data.draw(st.integers(1, len(counts)))
+    tr, counts, batch = cut_into_sequences(tr, data)
     got = batch_window_accept_length(tree, tr, batch)
     assert got == pytest.approx(reference_window(tree, tr, counts, batch), rel=1e-12)
     if batch == 1:  # one row per group: the pooled per-step mean
@@ -196,11 +202,7 @@ def test_the_continuous_window_counts_every_row_until_one_ends_with_none_waiting
     from treeopt.simulate import batch_window_accept_length, continuous_window_accept_length
 
     tr, tree = case
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, tr.positions - 1), max_size=6)))
-                  ) if tr.positions > 1 else []
-    counts = [b - a for a, b in zip([0, *cuts], [*cuts, tr.positions], strict=True)]
-    tr = RankTrace(tr.ranks, {"sequence_positions": counts})
-    batch = data.draw(st.integers(1, len(counts)))
+    tr, counts, batch = cut_into_sequences(tr, data)
     got = continuous_window_accept_length(tree, tr, batch)
     assert got == pytest.approx(reference_continuous_window(tree, tr, counts, batch), rel=1e-12)
     if batch == 1:  # one row through every sequence: the pooled per-step mean
