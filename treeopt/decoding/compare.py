@@ -3,7 +3,8 @@
 benchmarks use.
 
 Both run through the same batched loop (:func:`~treeopt.decoding.loop.decode`), ``batch`` prompts
-at a time, after a warm-up of each. Every batch of prompts is decoded with the tree and
+at a time (``continuous``: all prompts in one run of ``batch`` rows, a finished row taking the
+next prompt, as a serving engine batches), after a warm-up of each. Every batch of prompts is decoded with the tree and
 autoregressively, the two runs' steps interleaved (:meth:`~treeopt.decoding.loop.Decoder.
 decode_alongside`: each next step is the run furthest behind in its budget, each run timing its
 own steps), so both meet the machine at the same moments.
