@@ -6,13 +6,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
 import streamlit as st
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: a float in its shortest form, None as a dash.
+
+    >>> [cell(v) for v in (590.0, 2.574, 0.8, 3, None, "the same")]
+    ['590', '2.574', '0.8', '3', '—', 'the same']
+    """
+    if value is None:
+        return "—"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def show_table(rows: Sequence[Mapping[str, Any]]) -> None:
     """``rows`` (one dict per row, the keys the header) as a static table without an index."""
-    frame = pd.DataFrame(list(rows))
-    floats = list(frame.select_dtypes("float").columns)
-    st.table(frame.style.format("{:g}", subset=floats, na_rep="—"), border="horizontal",
+    st.table([{k: cell(v) for k, v in row.items()} for row in rows], border="horizontal",
              hide_index=True)

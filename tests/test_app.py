@@ -448,11 +448,12 @@ def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
         ("best static tree", [1.30, 1.10]), ("best dynamic settings", [1.50, 1.15]),
         ("best chain (top-k 1)", [1.20, 1.15])]
     assert grid["data"][-1]["name"] == "recommended" and grid["data"][-1]["x"] == [8]
-    table = at.table[-1].value
-    assert table["batch"].tolist() == [1, 4]
-    assert table[["topk", "steps", "draft tokens"]].values.tolist() == [[2, 3, 8], [1, 2, 3]]
-    assert table["predicted speed-up"].tolist() == [1.5, 1.15]
-    assert table["static speed-up"].tolist() == [1.3, 1.1]
+    table = at.table[-1].value  # every cell as the page writes it
+    assert table["batch"].tolist() == ["1", "4"]
+    assert table[["topk", "steps", "draft tokens"]].values.tolist() == [["2", "3", "8"],
+                                                                         ["1", "2", "3"]]
+    assert table["predicted speed-up"].tolist() == ["1.5", "1.15"]
+    assert table["static speed-up"].tolist() == ["1.3", "1.1"]
     engines = doc["points"][0]["engines"]
     assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
     assert [w.value for w in at.warning] == [  # a tree: only SGLang's page-size condition

@@ -295,7 +295,7 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
     assert [b["speedup"] for b in bars] == [p["speedup"] for p in printed]  # the same floats
     assert [w.value for w in at.warning] == view.warnings
     assert at.table[0].value["predicted speed-up"].tolist() == [
-        round(p["speedup"], 3) for p in printed]
+        f"{round(p['speedup'], 3):g}" for p in printed]
     links = [e.proto.page for e in at.get("page_link")]
     assert [Path(link).stem for link in links] == ["trees", "live", "hardware", "export",
                                                    "verify"]
