@@ -78,7 +78,7 @@ from treeopt.profiling.step import profile_steps
 from treeopt.prompts import encode, read_texts
 from treeopt.select import select
 from treeopt.step_profile import StepProfile, StepRecord
-from treeopt.sweep import Sweep, SweepPoint
+from treeopt.sweep import BATCHINGS, Sweep, SweepPoint
 from treeopt.sweep_prediction import predict
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
@@ -489,7 +489,7 @@ def main() -> None:
                     help="each step-profile record timed at least this long (profile step "
                          "--min-seconds): 8 rounds at batch 1 take about 6 s, 3 at batch 8 "
                          "about 4")
-    ap.add_argument("--batching", default="static", choices=("static", "continuous"),
+    ap.add_argument("--batching", default="static", choices=BATCHINGS,
                     help="a batch-b point: its prompts b at a time, or in one run of b rows "
                          "each taking the next prompt as a serving engine does (default "
                          "%(default)s, as the figures in docs/hardware.md were measured)")

@@ -29,6 +29,9 @@ from treeopt.files import read_tagged_json, write_json
 from treeopt.measure import MAX_ROUNDS
 
 SWEEP_FORMAT = "treeopt.sweep/1"
+# how a batch-b measurement batches its prompts: b at a time, or all in one run of b rows where
+# a finished row takes the next prompt (continuous batching, as a serving engine does)
+BATCHINGS = ("static", "continuous")
 # meta a file may leave out, and what its absence means
 # what a sweep written before a setting existed was measured with
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
@@ -297,5 +300,5 @@ def _order(p: SweepPoint) -> tuple[int, int, int, int]:
     return (p.batch, -1 if p.max_depth is None else p.max_depth, p.size, int(p.selected))
 
 
-__all__ = ["SWEEP_FORMAT", "Race", "Sweep", "SweepPoint"]
+__all__ = ["BATCHINGS", "SWEEP_FORMAT", "Race", "Sweep", "SweepPoint"]
 

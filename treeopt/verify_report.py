@@ -19,6 +19,7 @@ from typing import Any
 from treeopt import fields
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
+from treeopt.sweep import BATCHINGS
 from treeopt.tree import Tree
 
 VERIFY_FORMAT = "treeopt.verify/1"
@@ -122,7 +123,7 @@ class VerifyReport:
 def _batching(doc: dict[str, Any], source: str) -> str:
     """How the report's batches ran (a report from before the key: static)."""
     value = doc.get("batching", "static")
-    if value not in ("static", "continuous"):
+    if value not in BATCHINGS:
         raise TreeoptError(f"{source}: batching {value!r}: expected static or continuous")
     return str(value)
 

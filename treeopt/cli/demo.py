@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from treeopt.cli.common import emit
+from treeopt.sweep import BATCHINGS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,7 +76,7 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep-race", action=argparse.BooleanOptionalAction, default=None,
                    help="where select's pick is not a sweep's measured best, race the two head "
                         "to head (tune --race-best)")
-    g.add_argument("--sweep-batching", choices=("static", "continuous"),
+    g.add_argument("--sweep-batching", choices=BATCHINGS,
                    help="a batch-b sweep point decodes its prompts b at a time, or all in one "
                         "run of b rows, a finished row taking the next (tune --batching)")
     g.add_argument("--sweep-alongside", action=argparse.BooleanOptionalAction, default=None,

@@ -30,6 +30,7 @@ from treeopt.cli.common import (
 from treeopt.engines import FORMATS
 from treeopt.errors import TreeoptError
 from treeopt.measure import MAX_ROUNDS
+from treeopt.sweep import BATCHINGS
 
 SAMPLE_PROMPTS = 16  # the fewest prompts verify's default sample decodes (all, when fewer)
 SAMPLE_TARGET_SE = 0.03  # the speed-up's relative standard error verify's sample stops at
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=1, metavar="B",
                    help="prompts decoded together; with a selection, also the point whose tree "
                         "is decoded (default 1)")
-    p.add_argument("--batching", choices=("static", "continuous"), default="static",
+    p.add_argument("--batching", choices=BATCHINGS, default="static",
                    help="prompts decoded --batch at a time (static), or all in one run of "
                         "--batch rows where a finished row takes the next prompt, as a serving "
                         "engine batches (continuous; needs --prompt-count, eager steps) "
@@ -99,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "this step profile (to --target-se; resumed): a profile taken at the "
                         "sweep's own moments, free of the host's drift between a profile and "
                         "the points; give it to --step-profile to predict the points from it")
-    p.add_argument("--batching", choices=("static", "continuous"), default="static",
+    p.add_argument("--batching", choices=BATCHINGS, default="static",
                    help="a batch-B point decodes its prompts B at a time (static), or all in "
                         "one run of B rows where a finished row takes the next prompt, as a "
                         "serving engine batches (continuous: the rows' long continuations "

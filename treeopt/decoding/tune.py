@@ -74,8 +74,9 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     decodes every prompt in one run of b rows, a finished row taking the next prompt, as a
     serving engine batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over
     that run's steady window; the sweep records it (``batching``) and resumes only alike. The
-    steps are still priced by ``costs``, a step profile timed in static batches, which
-    continuous batching's steps need not match (docs/notes/findings.md, 2026-11-28)."""
+    steps are still priced by ``costs`` at its profiled context: a batched step attends every
+    row up to the longest one, which under continuous batching stays near prompt + N, so its
+    tree steps cost more than that context says and the predicted speed-up runs high."""
     config = config or DecodeConfig()
     measure = measure or Measurement()
     check_batch(max(batch), len(prompts))

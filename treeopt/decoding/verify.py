@@ -133,12 +133,13 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     """What ``trace`` predicts for the mean accepted length a live run ``measured``.
 
     ``sequences``: the live run's accepted lengths, step by step, of each prompt in order, and
-    ``emitted`` the tokens each prompt's output holds (one per sequence). When the trace records its sequences and
-    holds at least as many, ``per_step.inside_trace`` compares the walk of its first ones with
-    the live steps that start inside their positions — cut, for an output that ended early (at
-    EOS), to the positions before its last token, where the live run started steps: the steps
-    that walk takes, if the trace was recorded on these prompts (a trace stops short of the run's
-    last tokens, by the drafter's depth, and a continuation's end accepts otherwise).
+    ``emitted`` the tokens each prompt's output holds (one per sequence). When the trace
+    records its sequences and holds at least as many, ``per_step.inside_trace`` compares the
+    walk of its first ones with the live steps that start inside their positions — cut, for an
+    output that ended early (at EOS), to the positions before its last token, where the live run
+    started steps: the steps that walk takes, if the trace was recorded on these prompts (a
+    trace stops short of the run's last tokens, by the drafter's depth, and a continuation's
+    end accepts otherwise).
     """
     sim = simulate(tree, trace)
     predicted = float(sim.mean_accept_length)

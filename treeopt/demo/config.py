@@ -13,6 +13,7 @@ from treeopt.demo.base import BaseConfig
 from treeopt.drafters import drafter_kind
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.measure import MAX_ROUNDS, Measurement, MeasurementError
+from treeopt.sweep import BATCHINGS
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
@@ -108,7 +109,7 @@ class DemoConfig:
                 raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
-        if self.sweep_batching not in ("static", "continuous"):
+        if self.sweep_batching not in BATCHINGS:
             raise FieldError("sweep_batching",
                              f"{self.sweep_batching!r}: expected static or continuous")
         if self.budget_minutes <= 0:

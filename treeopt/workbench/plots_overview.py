@@ -61,13 +61,12 @@ def predicted_vs_measured(view: Overview) -> dict[str, Any]:
         {"data": {"values": bars}, "mark": {"type": "text", "baseline": "bottom", "dy": -6,
                                             "lineBreak": "\n", "color": "black"},
          "encoding": {"x": x, "y": {"datum": 0, "type": "quantitative"}, "text": {"field": "label"}}},
-        {"data": {"values": [{"y": 1.0, "label": "autoregressive"}]},
-         "mark": {"type": "rule", "strokeDash": [6, 4], "color": REFERENCE},
-         "encoding": {"y": {"field": "y", "type": "quantitative"}}},
-        {"data": {"values": [{"y": 1.0, "label": "autoregressive"}]},
-         "mark": {"type": "text", "align": "left", "baseline": "bottom", "dy": -2, "x": 4,
-                  "color": "black"},
-         "encoding": {"y": {"field": "y", "type": "quantitative"}, "text": {"field": "label"}}},
+        {"data": {"values": [{"y": 1.0, "label": "autoregressive"}]},  # a line, named
+         "encoding": {"y": {"field": "y", "type": "quantitative"}},
+         "layer": [{"mark": {"type": "rule", "strokeDash": [6, 4], "color": REFERENCE}},
+                   {"mark": {"type": "text", "align": "left", "baseline": "bottom", "dy": -2,
+                             "x": 4, "color": "black"},
+                    "encoding": {"text": {"field": "label"}}}]},
     ]
     if spreads:
         layers.append({"data": {"values": spreads}, "mark": {"type": "rule", "color": "black",
