@@ -13,6 +13,8 @@ The packages, each above the ones it may import (:data:`ALLOWED`):
 - ``decoding``: the tree forward, acceptance, the live loop (static and dynamic trees), the
   :class:`~treeopt.decoding.drafter.Drafter` interface it drives and the ranking rule;
 - ``drafters``: the drafters, implementations of that interface;
+- ``assets``: a pretrained model and prompt sets fetched from the package registry (GGUF
+  conversion imports torch, transformers and gguf);
 - ``profiling``: measured latency; ``demo``: building and loading the shipped demo;
 - ``workbench``: the app's services, without Streamlit; ``cli``: argparse wiring;
 - ``app_pages`` (and ``app.py``): Streamlit pages, which import no torch.
@@ -40,9 +42,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "decoding": (*NUMPY_LAYER,),
     "drafters": (*NUMPY_LAYER, "decoding"),
     "profiling": (*NUMPY_LAYER, "decoding", "drafters"),
-    "demo": (*NUMPY_LAYER, "decoding", "drafters", "profiling"),
-    "workbench": (*NUMPY_LAYER, "decoding", "drafters", "profiling", "demo"),
-    "cli": (*NUMPY_LAYER, "decoding", "drafters", "profiling", "demo", "workbench"),
+    "assets": ("core",),
+    "demo": (*NUMPY_LAYER, "decoding", "drafters", "profiling", "assets"),
+    "workbench": (*NUMPY_LAYER, "decoding", "drafters", "profiling", "demo", "assets"),
+    "cli": (*NUMPY_LAYER, "decoding", "drafters", "profiling", "demo", "workbench", "assets"),
     "app_pages": (*NUMPY_LAYER, "demo", "workbench"),
 }
 TORCH = ("numpy", "torch", "transformers", "safetensors")
@@ -53,6 +56,7 @@ THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "decoding": TORCH,
     "drafters": TORCH,
     "profiling": TORCH,
+    "assets": ("torch", "transformers", "gguf"),
     "demo": (*TORCH, "tokenizers", "tqdm"),
     "workbench": ("numpy", "transformers", "plotly", "networkx"),
     "cli": ("numpy", "tqdm"),
@@ -62,7 +66,7 @@ THIRD_PARTY: dict[str, tuple[str, ...]] = {
 }
 REGISTRY = ("treeopt.drafters", "treeopt.drafters.config")
 SUBPACKAGES = ("drafters", "decoding", "dynamic", "profiling", "roofline", "workbench", "cli",
-               "demo")
+               "demo", "assets")
 # An upward import allowed under ``if TYPE_CHECKING:`` only: the registry's build_heads returns
 # a Drafter, whose implementations it loads by name ("module:Class").
 ANNOTATION_ONLY: dict[str, tuple[str, ...]] = {"treeopt.drafters": ("treeopt.decoding.drafter",)}

@@ -8,7 +8,7 @@ from collections.abc import Callable
 # top-level module -> the extra that installs it (pyproject.toml's optional dependencies)
 EXTRAS: dict[str, str] = {
     "torch": "torch", "transformers": "torch", "tokenizers": "torch", "safetensors": "torch",
-    "tqdm": "torch", "streamlit": "app", "plotly": "app", "networkx": "app",
+    "tqdm": "torch", "gguf": "gguf", "accelerate": "gguf", "streamlit": "app", "plotly": "app", "networkx": "app",
 }
 
 

@@ -18,7 +18,7 @@ from treeopt.cli.demo_flags import add_demo_flags, expand_demo
 from treeopt.errors import FieldError, TreeoptError, missing_extra
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.live", "treeopt.cli.hardware",
-            "treeopt.cli.demo", "treeopt.cli.adaptive")
+            "treeopt.cli.demo", "treeopt.cli.adaptive", "treeopt.cli.fetch")
 
 
 # library fields whose flag is not `--` + the field with `_` → `-` (nor the dest of a flag of the
