@@ -12,7 +12,7 @@ from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.errors import TreeoptError
-from treeopt.measure import Measurement, relative_se
+from treeopt.measure import Measurement, median_relative_se
 from treeopt.profiling.device import measure_device
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import Call, interleaved
@@ -331,13 +331,14 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
 
 
 @pytest.mark.parametrize(("target_se", "max_rounds", "expected"),
-                         [(0.0, 32, 3), (0.06, 32, 4), (0.05, 32, 5), (0.04, 32, 7),
+                         [(0.0, 32, 3), (0.06, 32, 6), (0.05, 32, 8), (0.04, 32, 10),
                           (0.04, 6, 6)])
 def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_target_se(
         tmp_path, monkeypatch, target_se, max_rounds, expected):
     """A tree's step is 1.0 × its own in its even rounds and 1.2 × in its odd ones, beside a
-    steady reference: the rounds' ratios run 1, 1.2, 1, …, relative standard errors 0.0625
-    after 3 rounds, 0.0525 after 4, 0.0454 after 5, 0.0407 after 6, 0.0372 after 7. Tree
+    steady reference: the rounds' ratios run 1, 1.2, 1, …, relative standard errors of their
+    median 0.0836 after 3 rounds, 0.0658 after 4, 0.0614 after 5, 0.0510 after 6, 0.0506 after
+    7, 0.0431 after 8, 0.0440 after 9, 0.0380 after 10. Tree
     records get rounds until theirs is at most ``target_se`` (at most the measurement's cap)
     and say it; the autoregressive record, with no reference, keeps its 3."""
     import treeopt.profiling.step as step
@@ -356,7 +357,7 @@ def test_records_get_rounds_until_their_step_over_the_reference_s_is_known_to_ta
     monkeypatch.setattr(step, "_phases", fake_phases)
     doc = profile_chains(tmp_path / "step.json", rounds=3, target_se=target_se,
                          max_rounds=max_rounds)
-    se = relative_se([1.2 if r % 2 else 1.0 for r in range(expected)])
+    se = median_relative_se([1.2 if r % 2 else 1.0 for r in range(expected)])
     assert [(r.q, r.rounds, r.se) for r in doc.records] == [
         (1, 3, None), (2, expected, round(se, 6)), (3, expected, round(se, 6))]
     with pytest.raises(TreeoptError, match="target_se must be in"):
@@ -387,7 +388,7 @@ def test_every_record_meets_its_target_or_the_cap_on_a_noisy_machine(tmp_path, m
         doc = profile_chains(tmp_path / f"step-{target}.json", rounds=2, target_se=target,
                              max_rounds=20)
         for r in doc.records[1:]:
-            se = relative_se(ratios[r.q])
+            se = median_relative_se(ratios[r.q])
             assert r.rounds == len(ratios[r.q]) and r.se == round(se, 6)
             assert se <= target or r.rounds >= 20, (target, r.q, r.rounds, se)
 

@@ -43,7 +43,7 @@ class VerifyReport:
     autoregressive: dict[str, Any]
     speedup: float  # median over rounds of the paired steady-state speed-ups
     speedup_spread: float
-    speedup_se: float | None  # relative standard error of the rounds' mean (None: one round)
+    speedup_se: float | None  # relative standard error of the median speed-up (None: one round)
     round_speedups: tuple[float, ...]
     end_to_end_speedup: float
     support_probe: dict[str, float]  # prefix_tokens, max_abs_logit_diff, tolerance

@@ -11,11 +11,11 @@ own steps), so both meet the machine at the same moments.
 
 The speed-up is the median of the rounds' speed-ups, each the tree's steady-state tokens/s over
 the autoregressive tokens/s *of the same round* (paired: both met the same moments; the median
-drops a round a burst disturbed); its standard error is that of the rounds' mean
-(:attr:`Comparison.speedup_se`). Autoregressive throughput is its best of rounds, batch by batch
-(for every batch of prompts the fastest of its rounds, summed over the batches), and the tree's
-is that times the speed-up: the tree's throughput at the moment autoregressive decoding ran
-fastest, the normalisation the step profile uses too (:mod:`treeopt.profiling.step`). The spread
+drops a round a burst disturbed); its standard error is the median's
+(:attr:`Comparison.speedup_se`, :func:`~treeopt.measure.median_relative_se`). Autoregressive
+throughput is its best of rounds, batch by batch (for every batch of prompts the fastest of its
+rounds, summed over the batches), and the tree's is that times the speed-up: the tree's
+throughput at the moment autoregressive decoding ran fastest, the normalisation the step profile uses too (:mod:`treeopt.profiling.step`). The spread
 of the rounds' speed-ups says how much the machine moved. Throughput is the steady-state decode
 rate (every row of the batch running, prefill excluded: what the cost model predicts) and, beside
 it, end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass
@@ -42,7 +42,7 @@ from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
-from treeopt.measure import ONCE, Measurement, relative_se
+from treeopt.measure import ONCE, Measurement, median_relative_se
 from treeopt.tree import Tree
 
 if TYPE_CHECKING:
@@ -119,9 +119,9 @@ class Comparison:
 
     @property
     def speedup_se(self) -> float | None:
-        """The relative standard error of the rounds' mean speed-up (None with one round): the
-        figure the measurement's target standard error is read on."""
-        se = relative_se(self.round_speedups())
+        """The relative standard error of the reported (median) speed-up (None with one round):
+        what the measurement's target standard error is read on."""
+        se = median_relative_se(self.round_speedups())
         return se if math.isfinite(se) else None
 
     @property

@@ -55,7 +55,7 @@ from treeopt.dynamic.recommend import expanded as dynamic_expanded
 from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.grow import Growth
-from treeopt.measure import Measurement, relative_se
+from treeopt.measure import Measurement, median_relative_se
 from treeopt.step_profile import SETUP, StepProfile, StepRecord
 from treeopt.tree import Tree
 
@@ -264,12 +264,13 @@ def _ratios(phases: Sequence[Phases], reference: Sequence[Phases]) -> list[float
 
 
 def _se(phases: Sequence[Phases], reference: Sequence[Phases]) -> float:
-    """The relative standard error of a record's step over its reference's, over its rounds.
+    """The relative standard error of a record's (median) step over its reference's, over its
+    rounds.
 
     >>> round(_se([(0, 2.0, 0), (0, 2.2, 0)], [(0, 1.0, 0), (0, 1.0, 0)]), 6)
-    0.047619
+    0.059682
     """
-    return relative_se(_ratios(phases, reference))
+    return median_relative_se(_ratios(phases, reference))
 
 
 def _phases(decoder: Decoder, shapes: Sequence[Shape], group: Sequence[Sequence[int]],
