@@ -267,7 +267,7 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
              if bracketed else "")
           + ("; alongside: the model from each point's tree profiled right before the point"
              if beside else ""))
-    print("se: the relative standard error of the rounds' mean speed-up; E[L]: accepted "
+    print("se: the relative standard error of the rounds' median speed-up; E[L]: accepted "
           "tokens per row and steady step (at batch > 1 the steady window's), live and as "
           "predicted (the swept prompts' own trace)")
     print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "

@@ -57,7 +57,7 @@ class SweepPoint:
     predicted_speedup: float | None = None
     selected: bool = False
     rounds: int | None = None  # timed rounds (None: not recorded)
-    se: float | None = None  # relative standard error of the rounds' mean speed-up (ditto)
+    se: float | None = None  # relative standard error of the median speed-up (ditto)
     # accepted tokens per row and steady step, measured and as priced: the E[L] the steady
     # tokens/s counts (None: not recorded)
     steady_accept_length: float | None = None

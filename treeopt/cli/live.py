@@ -129,7 +129,7 @@ def _add_verify_measurement(p: argparse.ArgumentParser) -> None:
                         "decoding were timed S seconds together (default 0)")
     p.add_argument("--target-se", type=float, metavar="F",
                    help=f"more rounds (batches, for a sample; up to {MAX_ROUNDS} in all) until "
-                        "the relative standard error of the mean speed-up is at most F (default: "
+                        "the relative standard error of the median speed-up is at most F (default: "
                         f"{SAMPLE_TARGET_SE} for a sample, 0 — --rounds only — with "
                         "--prompt-count)")
 

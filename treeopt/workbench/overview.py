@@ -44,7 +44,7 @@ class Measured:
 
     speedup: float  # median over rounds of the per-round speed-up
     spread: float  # (largest − smallest round speed-up) / median
-    se: float | None  # relative standard error of the rounds' mean speed-up (None: not recorded)
+    se: float | None  # relative standard error of the median speed-up (None: not recorded)
     tokens_per_s: float
     size: int
     max_depth: int | None
