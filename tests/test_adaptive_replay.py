@@ -210,3 +210,34 @@ def test_vllm_policy_reads_the_previous_rounds_batch():
     assert r.rows.tolist() == [2, 1] and r.steps.tolist() == [1, 1]
     t = TRTLLMSchedule(((1, 2), (2, 1)), max_draft_len=2)  # the round's own batch size
     assert replay(t, acc, batch=2, costs=SECONDS[:3], drain=True).steps.tolist() == [1, 2]
+
+
+def _two_context_costs():
+    from treeopt.costs import NO_DRAFT, NO_OVERHEAD, StepCosts, StepLatency
+
+    points = [(1, s, q, 0.01 * q + 1e-5 * s) for s in (128, 1024) for q in range(1, 9)]
+    return StepCosts(StepLatency.from_points(points, "lat.json"), NO_DRAFT, NO_OVERHEAD, {}, {})
+
+
+def test_one_rule_for_the_context_a_price_is_read_at():
+    """A profile of several contexts is priced at a named one (the nearest profiled), and
+    refused without one, by the replay, the adaptive report's static tree and the sweep's
+    prediction alike (the last two once took the first context in silence)."""
+    from treeopt.adaptive.report import _static
+    from treeopt.grow import grow
+    from treeopt.sweep_prediction import predict
+
+    costs = _two_context_costs()
+    assert costs.context(200) == 128 and costs.context(900) == 1024
+    trace = RankTrace(np.array([[0, 0], [0, -1], [1, 0]], np.int16), {"sequence_positions": [3]})
+    growth = grow(trace, method="empirical", max_nodes=2)
+    refusal = r"lat\.json: profiled at contexts \[128, 1024\]; name the context to price at"
+    with pytest.raises(TreeoptError, match=refusal):
+        costs.context()
+    with pytest.raises(TreeoptError, match=refusal):
+        _static(growth, trace, costs, 1, None)
+    with pytest.raises(TreeoptError, match=refusal):
+        predict(Tree.chain(1), growth, costs, trace, 1)
+    with pytest.raises(TreeoptError, match=refusal):
+        chain_step_seconds(costs, batch=1, max_steps=2)
+    assert _static(growth, trace, costs, 1, 1000).size >= 0

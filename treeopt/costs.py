@@ -154,6 +154,18 @@ class StepCosts:
     fit: dict[str, float]
     coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
 
+    def context(self, requested: int | None = None) -> int:
+        """The profiled context a price is read at: the one nearest ``requested``; with none
+        requested, the only one profiled (a profile of several contexts is refused: which one
+        would be a guess)."""
+        contexts = self.verify.contexts
+        if requested is None:
+            if len(contexts) > 1:
+                raise TreeoptError(f"{self.verify.source}: profiled at contexts {contexts}; "
+                                   "name the context to price at")
+            return contexts[0]
+        return min(contexts, key=lambda s: abs(s - requested))
+
 
 @dataclass(frozen=True, eq=False)
 class Throughput:

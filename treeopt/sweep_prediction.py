@@ -50,7 +50,7 @@ def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | Non
         ell = growth_expected_accept_length(growth, tree)
     tree_tps, ar_tps = price_tree(tree, verify=costs.verify, draft=costs.draft,
                                   overhead=costs.overhead, batch=batch,
-                                  context=costs.verify.contexts[0], expected_accept_length=ell)
+                                  context=costs.context(), expected_accept_length=ell)
     return Prediction(tree_tps, tree_tps / ar_tps, ell)
 
 

@@ -37,7 +37,7 @@ def chain_step_seconds(costs: StepCosts, *, batch: int, context: int | None = No
     """Seconds of one step of a chain of k draft steps, k = 0 … ``max_steps`` (0: an
     autoregressive step): verify k + 1 tokens, draft k nodes one per depth, and the loop's
     overhead, each from the step profile."""
-    context = _context(costs, context)
+    context = costs.context(context)
     ks = range(max_steps + 1)
     t = throughput(np.ones(max_steps + 1), tokens=[k + 1 for k in ks],
                    expanded=[(1,) * k for k in ks], verify=costs.verify, draft=costs.draft,
@@ -47,16 +47,6 @@ def chain_step_seconds(costs: StepCosts, *, batch: int, context: int | None = No
         raise TreeoptError(f"{costs.verify.source}: does not price a chain of {max_steps} "
                            f"steps ({max_steps + 1} tokens) at batch {batch}")
     return seconds
-
-
-def _context(costs: StepCosts, context: int | None) -> int:
-    contexts = costs.verify.contexts
-    if context is None:
-        if len(contexts) > 1:
-            raise TreeoptError(f"{costs.verify.source}: profiled at contexts {contexts}; "
-                               "name the context to price at")
-        return contexts[0]
-    return min(contexts, key=lambda s: abs(s - context))
 
 
 @dataclass(frozen=True, eq=False)

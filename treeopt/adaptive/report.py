@@ -139,7 +139,7 @@ def _static(growth: Growth, trace: RankTrace, costs: StepCosts, batch: int,
             context: int | None) -> StaticTree:
     from treeopt.pricing import price
 
-    ctx = context if context is not None else costs.verify.contexts[0]
+    ctx = costs.context(context)
     point = price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[batch], context=[ctx], trace=trace).points[0]
     return StaticTree(point.best_size, point.expected_accept_length, point.tokens_per_s,
