@@ -12,10 +12,12 @@ and plain decoding beside them.
 
 The tuned config is at least the default on the calibration trace it is tuned on (printed);
 each is predicted on the held-out prompts' trace — the adaptive and fixed ones by
-:func:`treeopt.adaptive.live.replay_batches` (what the live loop runs: the prompts in
-consecutive batches, each decoded until its last row finishes, the controller carried on), the
-static tree by its walk over the same batches — over the rounds in which every row of a batch
-runs (the live loop's steady window, which a step profile measures). The config is tuned with the
+:func:`treeopt.adaptive.live.replay_continuous` (what the live loop runs with ``--batching
+continuous``, the default: ``b`` rows, a finished row taking the next prompt, as the engines
+batch and as the tuning's replay models; ``--batching static``:
+:func:`~treeopt.adaptive.live.replay_batches`, consecutive batches each decoded until its last
+row finishes), the static tree by its walk over the same rows — over the rounds in which every
+row runs (the live loop's steady window, which a step profile measures). The config is tuned with the
 demo's step profile (``data/demo/latency/step-eagle-cpu.json``); the live runs of each batch size
 are priced (``--alongside``, the default) by a profile of their own shapes — the chains of every
 step count and the static tree — taken right before them, as ``bench_live`` prices its sweep
@@ -152,15 +154,24 @@ def tuned_on_calibration(demo, costs, args, workload: str):
                            static_trace=calib)
 
 
-def predictions(report, w: Workload, costs, batch: int) -> dict[str, Plan]:
+def predictions(report, w: Workload, costs, batch: int, continuous: bool) -> dict[str, Plan]:
     """Per strategy: what decodes live (made afresh for each round: a controller starts each
     pass over the prompts anew, as its replay does), what its replay took (a Replay, or the
     static tree's step lengths), and the predicted steady tokens/s."""
     from treeopt.adaptive import FixedSteps, SGLangConfig
-    from treeopt.adaptive.live import ChainSource, replay_batches, steady_tokens_per_s
+    from treeopt.adaptive.live import (
+        ChainSource,
+        replay_batches,
+        replay_continuous,
+        steady_tokens_per_s,
+    )
     from treeopt.adaptive.replay import chain_step_seconds
     from treeopt.select import price_tree
-    from treeopt.simulate import batch_window_accept_length, step_lengths
+    from treeopt.simulate import (
+        batch_window_accept_length,
+        continuous_window_accept_length,
+        step_lengths,
+    )
     from treeopt.tree import Tree
 
     depth = w.acceptance.max_steps
@@ -174,13 +185,15 @@ def predictions(report, w: Workload, costs, batch: int) -> dict[str, Plan]:
                 "fixed": lambda: FixedSteps(k)}
     out: dict[str, Plan] = {}
     for name, policy in policies.items():
-        r = replay_batches(policy(), w.acceptance, batch=batch, costs=seconds)
+        replayer = replay_continuous if continuous else replay_batches
+        r = replayer(policy(), w.acceptance, batch=batch, costs=seconds)
         make = ((lambda: Tree(())) if name == "fixed" and k == 0 else
                 (lambda policy=policy: ChainSource(policy(), max_steps=depth)))
         out[name] = Plan(make, r, steady_tokens_per_s(r, seconds))
     tree = Tree.from_choices([list(p) for p in side.static.choices])
-    ell = batch_window_accept_length(tree, w.trace, batch)
-    ctx = costs.verify.contexts[0]
+    window = continuous_window_accept_length if continuous else batch_window_accept_length
+    ell = window(tree, w.trace, batch)
+    ctx = costs.context()
     rate, _ = price_tree(tree, verify=costs.verify, draft=costs.draft, overhead=costs.overhead,
                          batch=batch, context=ctx, expected_accept_length=ell)
     out["static"] = Plan(lambda: tree, step_lengths(tree, w.trace).tolist(), rate)
@@ -210,10 +223,12 @@ class Live:
         return relative_se(self.speedups)
 
 
-def race_rounds(demo, w: Workload, batch: int, plan: Plan, new_tokens: int, measure) -> Live:
+def race_rounds(demo, w: Workload, batch: int, plan: Plan, new_tokens: int, measure,
+                continuous: bool) -> Live:
     """``plan``'s strategy beside plain decoding alone — two runs, their steps interleaved, as a
-    step profile's record is measured beside its reference — over all of ``w``'s prompts, batch
-    after batch, in rounds (a fresh controller each) until ``measure`` is met on the speed-up."""
+    step profile's record is measured beside its reference — over all of ``w``'s prompts (in
+    ``batch`` rows refilled as rows finish, or batch after batch), in rounds (a fresh controller
+    each) until ``measure`` is met on the speed-up."""
     from treeopt.adaptive.live import ChainSource
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
@@ -227,9 +242,11 @@ def race_rounds(demo, w: Workload, batch: int, plan: Plan, new_tokens: int, meas
         shape = plan.make()
         decoder = plain if isinstance(shape, Tree) and not shape.size else drafting
         mine, alone = race_in_batches([(decoder, shape), (plain, Tree(()))], w.prompts,
-                                      batch=batch, config=config)
+                                      batch=batch, config=config, continuous=continuous)
         if isinstance(shape, ChainSource):
             same &= shape.rounds().equals(plan.replayed)
+        elif shape.size and continuous:  # the walk's steps, each sequence's as alone, in any order
+            same &= sorted(mine.accept_lengths) == sorted(plan.replayed)
         elif shape.size:  # the static tree: its walk's accepted lengths, step by step
             same &= list(mine.accept_lengths) == plan.replayed
         else:  # plain decoding: one token a round
@@ -278,13 +295,14 @@ def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
     from treeopt.adaptive.replay import chain_step_seconds
     from treeopt.measure import Measurement
 
-    plans = predictions(report, w, costs, batch)
+    continuous = args.batching == "continuous"
+    plans = predictions(report, w, costs, batch, continuous)
     plain_rate = batch / chain_step_seconds(costs, batch=batch, max_steps=0)[0]
     measure = Measurement(rounds=2, target_se=args.live_target_se, max_rounds=args.max_rounds)
     rows, plains = [], []
     for n in STRATEGIES:
         plan = plans[n]
-        raced = race_rounds(demo, w, batch, plan, args.new_tokens, measure)
+        raced = race_rounds(demo, w, batch, plan, args.new_tokens, measure, continuous)
         plains.append(raced.plain_tokens_per_s)
         rows.append(Row(n, plan.steps, plan.predicted, plain_rate, raced))
     plain = statistics.fmean(plains)
@@ -304,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-prompts", type=int, default=48,
                     help="calibration prompts the config is tuned on (default 48)")
     ap.add_argument("--workloads", default="steady,shifting", help="steady, shifting or both")
+    ap.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                    help="live runs batch as the engines do, a finished row taking the next "
+                         "prompt (continuous: what the tuning's replay models; the default), or "
+                         "in consecutive static batches")
     ap.add_argument("--step-profile", type=Path, metavar="FILE",
                     help="tune with this EAGLE step profile (default: the demo's)")
     ap.add_argument("--alongside", action=argparse.BooleanOptionalAction, default=True,

@@ -15,7 +15,13 @@ from test_prompt_lookup import PROMPTS as REPEATING  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.adaptive import FixedSteps, RoundState, SGLangConfig, SGLangSlot  # noqa: E402
-from treeopt.adaptive.live import ChainSource, Rounds, replay_batches, steady_tokens_per_s  # noqa: E402
+from treeopt.adaptive.live import (  # noqa: E402
+    ChainSource,
+    Rounds,
+    replay_batches,
+    replay_continuous,
+    steady_tokens_per_s,
+)
 from treeopt.adaptive.policies import TRTLLMSchedule, VLLMSchedule  # noqa: E402
 from treeopt.adaptive.replay import replay  # noqa: E402
 from treeopt.adaptive.workload import ChainAcceptance  # noqa: E402
@@ -356,3 +362,22 @@ def test_the_live_page_shows_the_replay(shipped, demo_replay):
     assert_clean(at)
     assert any(f["layout"]["title"]["text"] == "eagle: predicted tokens/s per batch size "
                "(shifting workload)" for f in figures(at))
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+@pytest.mark.parametrize("name", ["sglang-overlap", "vllm"])
+def test_continuous_live_rounds_equal_the_tunings_replay(base, eagle, prompts, plain,
+                                                         eagle_acceptance, name, batch):
+    """Decoded as the engines batch (a finished row takes the next prompt), the live rounds are
+    the replay the tuning ranks configs by, drained at the end; its steady window is that
+    replay without draining."""
+    source = ChainSource(POLICIES[name](), max_steps=4)
+    run = Decoder(base, eagle).decode(source, prompts, config=CFG, batch=batch)
+    assert list(run.tokens) == list(plain)
+    replayed = replay_continuous(POLICIES[name](), eagle_acceptance, batch=batch, costs=SECONDS)
+    live = source.rounds()
+    assert live.first_difference(replayed) is None and live.equals(replayed)
+    steady = replay(POLICIES[name](), eagle_acceptance, batch=batch, costs=SECONDS)
+    window = int((replayed.rows == batch).sum())
+    assert window == len(steady.steps) and list(replayed.steps[:window]) == list(steady.steps)
+    assert replayed.tokens == sum(run.stats.accept_lengths)

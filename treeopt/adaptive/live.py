@@ -6,14 +6,14 @@ tokens (top-1 at every depth; k = 0 the root alone, an autoregressive step), and
 accepted drafts go back to the policy. It records every round, so a live run can be set beside
 its replay round by round (:meth:`ChainSource.rounds`).
 
-The live loop decodes a batch of prompts in lockstep until every row has finished; a finished row
-stays in the batch, stopped, and is never given a new prompt (a prompt's prefill is its batch's).
-A workload of more prompts than rows is decoded batch after batch, the policy carried from one to
-the next. :func:`replay_batches` replays exactly that: the sequences in consecutive groups of
-``batch``, each group :func:`~treeopt.adaptive.replay.replay`-ed with ``drain`` until its last row
-finishes, every round priced at ``batch`` rows. The engines' own model (a finished row takes the
-next request at once, :func:`~treeopt.adaptive.replay.replay` without ``drain``) is what the
-tuning prices; treeopt's loop cannot run it.
+The live loop batches as the engines do (``Decoder.decode(..., batch=b)``): ``b`` rows, a
+finished row taking the next waiting prompt before the next round, until the last row finishes.
+:func:`replay_continuous` replays exactly that — :func:`~treeopt.adaptive.replay.replay` of every
+sequence with ``drain`` — and its rounds in which all ``b`` rows run are the steady window the
+tuning prices (the same replay without ``drain``). Decoded in static batches instead (a finished
+row stays stopped until its batch ends), :func:`replay_batches` replays the sequences in
+consecutive groups of ``batch``, each drained, the policy carried from one to the next. Either
+way every round is priced at ``batch`` rows.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from treeopt.costs import StepCosts
 from treeopt.errors import TreeoptError
 from treeopt.tree import Tree
 
-__all__ = ["ChainSource", "Rounds", "replay_batches", "steady_tokens_per_s"]
+__all__ = ["ChainSource", "Rounds", "replay_batches", "replay_continuous", "steady_tokens_per_s"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +132,15 @@ def replay_batches(policy: Policy, acceptance: ChainAcceptance, *, batch: int,
                   np.concatenate([p.rows for p in parts]),
                   np.concatenate([p.accept_length for p in parts]),
                   sum(p.tokens for p in parts), float(sum(p.seconds for p in parts)))
+
+
+def replay_continuous(policy: Policy, acceptance: ChainAcceptance, *, batch: int,
+                      costs: StepCosts | npt.NDArray[np.float64], context: int | None = None,
+                      ) -> Replay:
+    """``policy`` replayed as the live loop decodes ``acceptance``'s sequences in ``batch`` rows,
+    continuously (the module docstring): each finished row takes the next sequence, then the
+    last rows drain; its steady window is the tuning's replay."""
+    return replay(policy, acceptance, batch=batch, costs=costs, context=context, drain=True)
 
 
 def steady_tokens_per_s(replayed: Replay, seconds: npt.NDArray[np.float64]) -> float:
