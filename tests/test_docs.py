@@ -27,6 +27,7 @@ WRITTEN = ("tests/artifacts/",)
 
 _TOP, _FILES = ("|".join(map(re.escape, names)) for names in (TOP, ROOT_FILES))
 PATH = re.compile(rf"(?<![\w./-])((?:{_TOP})/[\w./*{{}},<>-]*[\w*/}}>]|(?:{_FILES})(?![\w.-]))")
+BARE_DOC = re.compile(r"(?<![\w./-])([A-Z][A-Z_]*\.md)\b")  # "DESIGN.md": a file at the top
 FORMAT_TAG = re.compile(r"treeopt\.[\w-]+/\d+")  # "treeopt.sweep/1": a file's format, no module
 DOTTED = re.compile(r"(?<![\w.])treeopt(?:\.\w+)+")
 # the packages that were top-level once, named without their ``treeopt.`` ("profiling.step")
@@ -147,6 +148,8 @@ def problems(text: str, *, doc: Path | None = None,
     found: list[str | None] = []
     plain = FORMAT_TAG.sub("", text)
     found += [_path_problem(m.group(1)) for m in PATH.finditer(plain)]
+    found += [None if (ROOT / m.group(1)).exists() else f"no file {m.group(1)} in the repository"
+              for m in BARE_DOC.finditer(plain)]
     found += [_dotted_problem(m.group(0)) for m in DOTTED.finditer(plain)]
     found += [_dotted_problem(f"treeopt.{m.group(0)}") for m in UNQUALIFIED.finditer(plain)
               if m.group(0).rsplit(".", 1)[-1] not in EXTENSIONS]  # "roofline.json": a file
@@ -216,13 +219,14 @@ def test_a_planted_bad_reference_is_found(tmp_path: Path, commands) -> None:
         "# Planted\n\nSee `treeopt/decoding/loop.py`, treeopt/no_such_module.py and\n"
         "`benchmarks/bench_nothing.py`; `treeopt.decoding.loop.Decoder` and\n"
         "`treeopt.decoding.nowhere`, `treeopt.costs.no_such_function`,\n"
-        "`treeopt.sweep.SweepPoint.no_such_field`; the `treeopt.sweep/1` format.\n\n"
+        "`treeopt.sweep.SweepPoint.no_such_field`; the `treeopt.sweep/1` format (DESIGN.md).\n\n"
         "```\ntreeopt select --growth g.json\ntreeopt frobnicate --x 1\n"
         "treeopt profile step --out s.json\ntreeopt profile sideways\n```\n\n"
         "[ok](#planted) [gone](#no-such-heading) [missing](no-such-doc.md)\n")
     assert problems(doc.read_text(), doc=doc, commands=commands) == [
         "no file treeopt/no_such_module.py",
         "no file benchmarks/bench_nothing.py",
+        "no file DESIGN.md in the repository",
         "treeopt.decoding defines no nowhere (treeopt.decoding.nowhere)",
         "treeopt.costs defines no no_such_function (treeopt.costs.no_such_function)",
         "treeopt.sweep.SweepPoint has no no_such_field (treeopt.sweep.SweepPoint.no_such_field)",

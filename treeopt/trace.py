@@ -3,7 +3,7 @@
 ``ranks[t, k]`` is the rank of the true token x_{t+2+k} among head k's candidates at position t
 (head k fed what it would see during decoding if the path so far were correct), or -1 when that
 token is not within the recorded top-k. Under greedy verification this array is an exact
-substrate for simulating any static tree (see DESIGN.md).
+substrate for simulating any static tree (the README's "Why a rank trace makes simulation exact").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rank traces from a model and its heads in one teacher-forced pass (see DESIGN.md).
+"""Rank traces from a model and its heads in one teacher-forced pass (what each drafter sees: docs/drafters.md).
 
 At position t the sequence is verified up to x_t and the base model's greedy token x_{t+1} is the
 tree's root. Head k (0-based) proposes x_{t+2+k}: Medusa heads read h_t only, Hydra head k reads
