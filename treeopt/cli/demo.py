@@ -1,10 +1,11 @@
-"""``treeopt demo``: build the shipped demo (``build``) and show what a demo holds (``info``)."""
+"""``treeopt demo``: build a demo (``build``) and show what a demo holds (``info``)."""
 
 from __future__ import annotations
 
 import argparse
 
 from treeopt.cli.common import emit
+from treeopt.dtypes import DTYPES
 from treeopt.sweep import BATCHINGS
 
 
@@ -12,13 +13,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="build or inspect the demo model, heads, traces and growths")
     demo_sub = p.add_subparsers(dest="demo_command", metavar="ACTION", required=True)
 
-    b = demo_sub.add_parser("build", help="train the demo from the Python standard library")
+    b = demo_sub.add_parser("build", help="build a demo: a base model trained on the Python "
+                            "standard library, or a pretrained one, and its drafters")
     b.add_argument("--out", default="data/demo", metavar="DIR",
                    help="where the demo goes, replaced only when the build finishes (default "
                         "%(default)s)")
-    b.add_argument("--budget-minutes", type=float, default=30.0, metavar="M",
+    b.add_argument("--budget-minutes", type=float, metavar="M",
                    help="time budget that sizes the model and step counts (under 2: a tiny "
-                        "pipeline check) (default %(default)s)")
+                        "pipeline check) (default 30; on a pretrained base the preset, sized "
+                        "for 120, which the budget does not change)")
+    b.add_argument("--base-model", metavar="NAME|DIR",
+                   help="a pretrained base instead of training one: an asset (`treeopt fetch "
+                        "NAME`, e.g. smollm2-135m-instruct) or a local Hugging Face model "
+                        "directory, read where it is and never copied into the demo; plans its "
+                        "preset (docs/demo.md)")
+    b.add_argument("--prompt-set", metavar="NAME|DIR",
+                   help="calibration and held-out prompts: a prompt-set asset (humaneval) or a "
+                        "directory with calibration.jsonl and heldout.jsonl, copied into the "
+                        "demo (default: the preset's; cut from the corpus without one)")
+    b.add_argument("--dtype", choices=DTYPES,
+                   help="what the base model runs in for traces, checks and timing (default: "
+                        "the preset's: fp32, bf16 on a pretrained base)")
+    b.add_argument("--kinds", metavar="K,K|all",
+                   help="the drafters to make (default: the preset's: all, the weightless "
+                        "prompt-lookup,ngram-trie on a pretrained base); over a finished demo "
+                        "built with the same settings, the kinds it lacks are added")
     b.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the demo trains (default %(default)s)")
     b.add_argument("--base-layers", type=int, metavar="N",
@@ -95,7 +114,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     check_device(args.device)
     set_threads(args.threads)
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed,
-                  base_layers=args.base_layers, medusa_head_layers=args.medusa_head_layers)
+                  base_layers=args.base_layers, medusa_head_layers=args.medusa_head_layers,
+                  base_model=_named_or_path(args.base_model),
+                  prompt_set=_named_or_path(args.prompt_set), dtype=args.dtype,
+                  kinds=_kinds(args.kinds))
     timing = {name: getattr(args, name) for name in TIMING_FLAGS}
     config = replace(config, **{k: v for k, v in timing.items() if v is not None})
     redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
@@ -104,15 +126,36 @@ def cmd_build(args: argparse.Namespace) -> int:
     return emit(summary(manifest), None)
 
 
+def _named_or_path(value: str | None) -> str | None:
+    """An asset name as it is, a directory as an absolute path (the manifest records it)."""
+    from pathlib import Path
+
+    from treeopt.assets.registry import ASSETS
+
+    return value if value is None or value in ASSETS else str(Path(value).resolve())
+
+
+def _kinds(value: str | None) -> tuple[str, ...] | None:
+    """``--kinds``: comma-separated drafter kinds, or ``all``."""
+    from treeopt.demo.layout import KINDS
+
+    if value is None:
+        return None
+    return KINDS if value.strip() == "all" else tuple(
+        k.strip() for k in value.split(",") if k.strip())
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from treeopt.demo.build import summary
-    from treeopt.demo.layout import demo_paths
+    from treeopt.demo.layout import base_model_dir, demo_paths
     from treeopt.demo.load import read_manifest
 
     paths = demo_paths(args.demo_dir)
-    doc = summary(read_manifest(paths))
+    manifest = read_manifest(paths)
+    doc = summary(manifest)
     kinds = paths.kinds()
-    doc["paths"] = {"model": str(paths.model), "prompts": str(paths.prompts()),
+    model = base_model_dir(paths, manifest, required=False)
+    doc["paths"] = {"model": str(model), "prompts": str(paths.prompts()),
                     **{f"{k}_heads": str(paths.heads(k)) for k in kinds},
                     **{f"{k}_trace": str(paths.trace(k)) for k in kinds},
                     **{f"{k}_growth": str(paths.growth(k)) for k in kinds}}

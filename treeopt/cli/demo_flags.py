@@ -1,5 +1,12 @@
-"""``--demo [KIND]`` (medusa, hydra, eagle or draft-model) on every sub-command that takes a model, heads, trace, growth,
-prompts or latency table: the flags the user left out are filled with the shipped demo's files.
+"""``--demo [DEMO:]KIND`` on every sub-command that takes a model, heads, trace, growth, prompts
+or latency table: the flags the user left out are filled with a demo's files.
+
+``KIND`` is a drafter kind (:data:`~treeopt.demo.layout.KINDS`; left out: hydra, or the first
+drafter a demo without Hydra heads ships). ``DEMO`` names a demo directory beside the shipped one
+(``data/DEMO``: ``demo`` is the shipped demo, ``smollm2`` the demo on SmolLM2-135M-Instruct once
+built); left out, the shipped demo (``$TREEOPT_DEMO`` when set). ``--demo smollm2:`` takes that
+demo's default kind. A demo on a pretrained base fills ``--model`` with the base where it was
+fetched; when it is not fetched, a one-line error names the command that fetches it.
 
 The filling happens on the command line itself, before parsing, so required flags, mutually
 exclusive groups and every sub-command's own validation stay exactly as they are.
@@ -11,6 +18,7 @@ import argparse
 from collections.abc import Sequence
 
 from treeopt.demo.layout import KINDS
+from treeopt.errors import TreeoptError
 
 # demo_defaults key -> the flag it fills
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
@@ -26,34 +34,75 @@ def add_demo_flags(sub: argparse._SubParsersAction) -> None:
         if nested is not None:
             add_demo_flags(nested)
         if _options(parser) & set(FLAGS.values()):
-            parser.add_argument("--demo", nargs="?", const="hydra", choices=KINDS,
-                                metavar="KIND", help="use the shipped demo's files for the "
+            parser.add_argument("--demo", nargs="?", const="hydra", type=_checked,
+                                metavar="[DEMO:]KIND", help="use a demo's files for the "
                                 "model/drafter/trace/… flags not given (KIND: "
-                                f"{', '.join(KINDS)}; default hydra)")
+                                f"{', '.join(KINDS)}; default hydra; DEMO: a demo in data/, "
+                                "e.g. smollm2; default the shipped demo)")
+
+
+def parse_demo(text: str) -> tuple[str | None, str | None]:
+    """``[DEMO:]KIND`` → (DEMO, KIND), each None when left out.
+
+    >>> parse_demo("eagle"), parse_demo("smollm2:prompt-lookup"), parse_demo("smollm2:")
+    ((None, 'eagle'), ('smollm2', 'prompt-lookup'), ('smollm2', None))
+    >>> parse_demo("smollm2:bogus")
+    Traceback (most recent call last):
+    ...
+    treeopt.errors.TreeoptError: --demo smollm2:bogus: no drafter kind 'bogus'; expected [DEMO:]KIND, KIND one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie
+    """
+    demo, _, kind = text.rpartition(":") if ":" in text else (None, "", text)
+    if kind and kind not in KINDS:
+        raise TreeoptError(f"--demo {text}: no drafter kind {kind!r}; expected [DEMO:]KIND, "
+                           f"KIND one of {', '.join(KINDS)}")
+    if demo is not None and not demo:
+        raise TreeoptError(f"--demo {text}: no demo name before the colon; expected "
+                           "[DEMO:]KIND, DEMO a directory in data/ (demo, smollm2)")
+    return demo, kind or None
+
+
+def _checked(text: str) -> str:
+    """``--demo``'s value, as the parser checks it (expand_demo has read it already)."""
+    try:
+        parse_demo(text)
+    except TreeoptError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _demo_value(args: Sequence[str], i: int) -> str:
+    """The ``[DEMO:]KIND`` given to the ``--demo`` at ``args[i]`` ('' when none: the word after
+    it, if any, is an argument of the sub-command)."""
+    if args[i].startswith("--demo="):
+        return args[i].split("=", 1)[1]
+    after = args[i + 1] if i + 1 < len(args) else ""
+    return after if after in KINDS or (":" in after and not after.startswith("-")) else ""
 
 
 def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
     """``argv`` with the demo's paths appended for the fillable flags it does not give."""
     args = list(argv)
-    if "--demo" not in args:
+    at = [i for i, a in enumerate(args) if a == "--demo" or a.startswith("--demo=")]
+    if not at:
         return args
-    i = args.index("--demo")
-    kind = args[i + 1] if i + 1 < len(args) and args[i + 1] in KINDS else "hydra"
+    demo, kind = parse_demo(_demo_value(args, at[0]))
     sub = _command_parser(args, parser)
     if sub is None:
         return args
-    from treeopt.demo.layout import demo_defaults
+    from treeopt.demo.layout import demo_defaults, named_demo
 
     given = {a.split("=", 1)[0] for a in args}
     given |= {s for action in sub._actions  # noqa: SLF001  (an alias given counts for all)
               if given & set(action.option_strings) for s in action.option_strings}
     blocked = {flag for group in sub._mutually_exclusive_groups  # noqa: SLF001
                if given & _group_options(group) for flag in _group_options(group)}
+    fill = {flag for flag in _options(sub) & set(FLAGS.values())
+            if flag not in given and flag not in blocked}
+    root = named_demo(demo) if demo is not None else None
     extra: list[str] = []
-    for key, path in demo_defaults(kind).items():
-        flag = FLAGS[key]
-        if flag in _options(sub) and flag not in given and flag not in blocked:
-            extra += [flag, path]
+    for key, path in demo_defaults(kind, root, model="--model" in fill).items():
+        if FLAGS[key] in fill:
+            extra += [FLAGS[key], path]
     return args + extra
 
 

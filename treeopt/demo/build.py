@@ -23,7 +23,7 @@ from typing import Any
 
 from treeopt.demo import stages
 from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
-from treeopt.demo.layout import DEMO_FORMAT, DemoPaths
+from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 
@@ -53,6 +53,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                                     *(r for r in redo if r != stages.TIMING)]))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
+    config = _with_kinds_made(target, config, retime=retime)
     differ = _differ(target, config, retime=retime)
     if redo and differ:
         raise FieldError("redo", f"{','.join(redo)}: the demo in {target} was built with other "
@@ -65,7 +66,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     paths = DemoPaths(work)
     marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
     torch.manual_seed(config.seed)
-    ctx = stages.Context(config, paths, work / ".stages", say, show_progress)
+    ctx = stages.Context(config, paths, work / ".stages", say, show_progress,
+                         kinds=tuple(k for k in stages.HEAD_KINDS if k in config.kinds))
     results: dict[str, Any] = {}
     for name, fn in stages.PIPELINE:
         results[name] = _stage(ctx, name, fn)
@@ -107,9 +109,24 @@ def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime
 
 def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
     """The settings of the finished demo at ``target`` that ``config`` changes, less its timing
-    settings when the build measures every speed figure again (``retime``)."""
+    settings when the build measures every speed figure again (``retime``), and less the
+    drafter kinds (a demo gains the kinds it lacks: :func:`_with_kinds_made`)."""
     return [k for k in settings_differ(target, config)
-            if not (retime and k in TIMING_SETTINGS)]
+            if not (retime and k in TIMING_SETTINGS) and k != "kinds"]
+
+
+def _with_kinds_made(target: Path, config: DemoConfig, *, retime: bool) -> DemoConfig:
+    """``config`` with the drafter kinds that the finished demo at ``target``, or the
+    interrupted build beside it, already made with otherwise the same settings: a demo only
+    gains kinds (the stages make the kinds their records lack, :func:`stages.lacking`)."""
+    kinds = set(config.kinds)
+    manifest = target / "manifest.json"
+    if manifest.exists() and not _differ(target, config, retime=retime):
+        kinds.update(read_json(manifest).get("config", {}).get("kinds", KINDS))
+    stamp = target.parent / f".{target.name}.building" / ".stages" / "config.json"
+    if stamp.exists() and _same_settings(read_json(stamp), config):
+        kinds.update(read_json(stamp).get("kinds", KINDS))
+    return replace(config, kinds=tuple(k for k in KINDS if k in kinds))
 
 
 def _workdir(target: Path, config: DemoConfig, *, retime: bool = False) -> Path:
@@ -123,21 +140,23 @@ def _workdir(target: Path, config: DemoConfig, *, retime: bool = False) -> Path:
         shutil.rmtree(work)
     if not work.exists():
         _seed_from_published(target, work, config, retime=retime)
-    if not stamp.exists():
-        write_json(stamp, _jsonable(config))
+    write_json(stamp, _jsonable(config))  # the kinds it makes may have grown
     return work
 
 
 def _same_settings(recorded: dict[str, Any], config: DemoConfig) -> bool:
-    """Whether an interrupted build's ``recorded`` settings are ``config``'s; a setting added to
-    treeopt since it started counts as its default (so an update does not discard the work).
+    """Whether an interrupted build's ``recorded`` settings are ``config``'s (the drafter kinds
+    aside: a build gains kinds); a setting added to treeopt since it started counts as its
+    default (so an update does not discard the work).
 
     >>> _same_settings({"seed": 0}, DemoConfig()), _same_settings({"seed": 1}, DemoConfig())
     (True, False)
+    >>> _same_settings({"kinds": ["hydra"]}, DemoConfig())
+    True
     """
     new, defaults = _jsonable(config), _jsonable(DemoConfig())
     return all(recorded.get(k, defaults.get(k)) == new.get(k, defaults.get(k))
-               for k in dict.fromkeys([*recorded, *new]))
+               for k in dict.fromkeys([*recorded, *new]) if k != "kinds")
 
 
 def settings_differ(target: Path, config: DemoConfig) -> list[str]:
@@ -196,14 +215,19 @@ def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[s
     alone, and their results replace theirs in the kept record."""
     record = ctx.scratch / f"{name}.json"
     if record.exists():
-        new = stages.lacking(name, read_json(record))
+        old = read_json(record)
+        new = stages.lacking(name, old, ctx.config.kinds)
         if not new:
             ctx.log(f"[{name}] done earlier, reusing")
-            return read_json(record)
+            return old
         ctx.log(f"[{name}] {', '.join(new)} added since the demo was built …")
         start = time.perf_counter()
-        result = fn(ctx)  # makes the kinds it lacks, keeps the others
-        result["seconds"] = round(read_json(record)["seconds"] + time.perf_counter() - start, 2)
+        if name in stages.KIND_STAGES:  # the kinds it lacks, merged into its record
+            made = fn(replace(ctx, kinds=tuple(k for k in new if k in stages.HEAD_KINDS)))
+            result = stages.merge_kinds(old, made)
+        else:
+            result = fn(ctx)  # makes what it lacks (the drafters stage: keeps the others)
+        result["seconds"] = round(old["seconds"] + time.perf_counter() - start, 2)
         write_json(record, result)
         return result
     kept_path = ctx.scratch / f"{name}.kept.json"
@@ -285,14 +309,15 @@ def summary(manifest: dict[str, Any]) -> dict[str, Any]:
         q = manifest["quality"]
         drafters = manifest.get("drafters", {})  # the drafters beyond heads, when built
         return {
-            "heldout_loss": manifest["base"]["heldout"]["loss"],
+            "base_model": manifest.get("config", {}).get("base_model"),  # None: trained here
+            "heldout_loss": manifest["base"].get("heldout", {}).get("loss"),
             "parameters": manifest["base"]["parameters"],
             "expected_accept_length": {
                 **manifest["growth"]["expected_accept_length"],
                 **{k: r["growth"]["expected_accept_length"] for k, r in drafters.items()}},
             "live": {**q["live"], **{k: r["quality"] for k, r in drafters.items()}},
             "repetition_8gram": q["repetition_8gram"],
-            "looping_reference_repetition_8gram": q["looping_reference"]["repetition_8gram"],
+            "looping_reference_repetition_8gram": q["looping_reference"].get("repetition_8gram"),
             "build_seconds": manifest["build_seconds"], "size_bytes": manifest["size_bytes"],
         }
     except KeyError as exc:

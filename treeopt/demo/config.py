@@ -9,8 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from treeopt.assets.registry import ASSETS
 from treeopt.demo.base import BaseConfig
+from treeopt.demo.layout import KINDS
 from treeopt.drafters import drafter_kind
+from treeopt.dtypes import DTYPES
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.measure import MAX_ROUNDS, Measurement, MeasurementError
 from treeopt.sweep import BATCHINGS
@@ -31,6 +34,15 @@ class DemoConfig:
     seed: int = 0
     device: str = "cpu"
     budget_minutes: float = 30.0
+    # a pretrained base instead of the model trained here: an asset name of
+    # treeopt.assets.registry.ASSETS (`treeopt fetch NAME`) or a local Hugging Face model
+    # directory; read where it is, never copied into the demo (no tokenizer or base training)
+    base_model: str | None = None
+    # the calibration and held-out prompts: a prompt-set asset (``humaneval``) or a directory
+    # holding calibration.jsonl and heldout.jsonl, copied into the demo (None: cut from the corpus)
+    prompt_set: str | None = None
+    dtype: str = "fp32"  # what the base model runs in for traces, checks and timing
+    kinds: tuple[str, ...] = KINDS  # the drafters the build makes (a finished demo only gains)
     max_files: int | None = None  # a deterministic subset of the corpus (tests)
     vocab_size: int = 4096
     base: BaseConfig = field(default_factory=BaseConfig)
@@ -100,6 +112,7 @@ class DemoConfig:
         (8, 2, 16), (8, 3, 64), (4, 6, 64))
 
     def __post_init__(self) -> None:
+        self._check_base()
         if self.medusa_head_layers is not None and self.medusa_head_layers < 1:
             raise FieldError("medusa_head_layers",
                              f"must be at least 1, got {self.medusa_head_layers}")
@@ -131,10 +144,27 @@ class DemoConfig:
                 name = "timing_max_rounds" if exc.field == "max_rounds" else f"{part}_{exc.field}"
                 raise FieldError(name, exc.rule) from None
         need = self.prompt_tokens[1] + self.max_new_tokens + max(self.eval_sizes) + 1
-        if need > self.base.max_positions:
+        if self.base_model is None and need > self.base.max_positions:
             raise TreeoptError(f"prompts of {self.prompt_tokens[1]} tokens, {self.max_new_tokens} "
                                f"new tokens and a tree need {need} positions, more than "
                                f"{self.base.max_positions}")
+
+    def _check_base(self) -> None:
+        """The base model, prompt set, dtype and drafter kinds name what exists; ``kinds`` is
+        kept in :data:`~treeopt.demo.layout.KINDS` order."""
+        for name, kind in (("base_model", "model"), ("prompt_set", "prompts")):
+            value = getattr(self, name)
+            if value in ASSETS and ASSETS[value].kind != kind:
+                known = ", ".join(n for n, a in ASSETS.items() if a.kind == kind)
+                raise FieldError(name, f"{value!r} is a {ASSETS[value].kind} asset; expected a "
+                                 f"{kind} asset ({known}) or a directory")
+        if self.dtype not in DTYPES:
+            raise FieldError("dtype", f"{self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        unknown = [k for k in self.kinds if k not in KINDS]
+        if unknown or not self.kinds:
+            raise FieldError("kinds", f"{','.join(unknown) or 'none'}: expected some of "
+                             f"{', '.join(KINDS)}")
+        object.__setattr__(self, "kinds", tuple(k for k in KINDS if k in self.kinds))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,6 +225,44 @@ TINY = DemoConfig(
     trie_depth=3)
 
 
+# the prompt set a pretrained base's preset takes unless told otherwise
+PRESET_PROMPTS = {"smollm2-135m-instruct": "humaneval"}
+PRETRAINED_KINDS = ("prompt-lookup", "ngram-trie")  # no weights: what a pretrained build ships first
+
+
+def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | None = None,
+               seed: int = 0, device: str = "cpu") -> DemoConfig:
+    """The build on a pretrained ``base_model`` (default SmolLM2-135M-Instruct, 30 layers, 135M
+    parameters), sized to finish in 2 hours on a 2-core CPU with the weightless drafters;
+    ``prompt_set``: default :data:`PRESET_PROMPTS`' for the model (HumanEval: 100 calibration,
+    64 held-out problems), else prompts cut from the corpus.
+
+    bf16 (AMX-BF16 on the building CPU: faster than fp32), 128 new tokens, greedy and T = 0.7
+    traces, 32 prose prompts from the corpus's docstrings and comments; step profiles and sweeps
+    at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node trees, 8 held-out prompts × 32 tokens.
+    ESTIMATE
+
+    >>> c = pretrained()
+    >>> c.base_model, c.prompt_set, c.dtype, c.kinds
+    ('smollm2-135m-instruct', 'humaneval', 'bf16', ('prompt-lookup', 'ngram-trie'))
+    """
+    return DemoConfig(
+        seed=seed, device=device, budget_minutes=PRETRAINED_BUDGET, base_model=base_model,
+        prompt_set=prompt_set if prompt_set is not None else PRESET_PROMPTS.get(base_model),
+        dtype="bf16", kinds=PRETRAINED_KINDS, calibration_prompts=100, heldout_prompts=64,
+        prose_prompts=32, max_new_tokens=128, calibration_batch=16, sample_temperatures=(0.7,),
+        max_nodes=64, eval_sizes=(16,), latency_context=(256,),
+        latency_tokens=(1, 2, 4, 8, 16, 32, 64), latency_repeats=5, live_batches=(1, 2, 4, 8),
+        step_sizes=(1, 2, 4, 8), step_rounds=2, sweep_sizes=(1, 2, 4, 8), sweep_prompts=8,
+        sweep_rounds=2, live_new_tokens=32,
+        # the trained drafters, when added (--kinds): head data and dynamic traces sized down
+        head_data_prompts=256, head_seq_len=256, head_steps=300, dynamic_prompts=32,
+        dynamic_check_prompts=8, dynamic_profile=((1, 4, 5), (2, 4, 8), (4, 4, 16)))
+
+
+PRETRAINED_BUDGET = 120.0  # minutes: what :func:`pretrained` is sized for (the budget sizes nothing)
+
+
 def command_line(config: DemoConfig) -> str:
     """The ``treeopt demo build`` command that plans ``config`` (recorded in the manifest).
 
@@ -208,31 +276,52 @@ def command_line(config: DemoConfig) -> str:
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-target-se 0.015 --sweep-race'
     >>> command_line(replace(plan(budget_minutes=60), sweep_batching="continuous"))
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-batching continuous'
+    >>> command_line(plan(base_model="smollm2-135m-instruct"))
+    'treeopt demo build --base-model smollm2-135m-instruct --device cpu --seed 0'
+    >>> command_line(plan(base_model="smollm2-135m-instruct", kinds=KINDS))
+    'treeopt demo build --base-model smollm2-135m-instruct --kinds all --device cpu --seed 0'
+    >>> command_line(plan(budget_minutes=0.5, base_model="/m", prompt_set="/p", kinds=("ngram-trie",)))
+    'treeopt demo build --budget-minutes 0.5 --base-model /m --prompt-set /p --kinds ngram-trie --device cpu --seed 0'
     """
-    preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed)
-    layers = ("" if config.base.num_layers == preset.base.num_layers
-              else f" --base-layers {config.base.num_layers}")
+    preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed,
+                  base_model=config.base_model)
+    head = ("" if config.base_model is not None and config.budget_minutes == PRETRAINED_BUDGET
+            else f" --budget-minutes {config.budget_minutes:g}")
+    if config.base_model is not None:
+        head += f" --base-model {config.base_model}"
+    if config.base.num_layers != preset.base.num_layers:
+        head += f" --base-layers {config.base.num_layers}"
     if config.medusa_head_layers is not None:
-        layers += f" --medusa-head-layers {config.medusa_head_layers}"
+        head += f" --medusa-head-layers {config.medusa_head_layers}"
+    if config.prompt_set != preset.prompt_set:
+        head += f" --prompt-set {config.prompt_set}"
+    if config.dtype != preset.dtype:
+        head += f" --dtype {config.dtype}"
+    if config.kinds != preset.kinds:
+        head += f" --kinds {'all' if config.kinds == KINDS else ','.join(config.kinds)}"
     timing = ""
     for name in TIMING_FLAGS:  # the timing flags that change the preset's settings
         value, flag = getattr(config, name), "--" + name.replace("_", "-")
         if value != getattr(preset, name):
             timing += (f" {flag}" if value is True else f" --no-{flag[2:]}" if value is False
                        else f" {flag} {value}" if isinstance(value, str) else f" {flag} {value:g}")
-    return (f"treeopt demo build --budget-minutes {config.budget_minutes:g}{layers} "
-            f"--device {config.device} --seed {config.seed}{timing}")
+    return (f"treeopt demo build{head} --device {config.device} --seed {config.seed}{timing}")
 
 
-def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
-         base_layers: int | None = None, medusa_head_layers: int | None = None) -> DemoConfig:
-    """The build that fits ``budget_minutes`` on ``device``: step counts from planning figures.
+def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int = 0,
+         base_layers: int | None = None, medusa_head_layers: int | None = None,
+         base_model: str | None = None, prompt_set: str | None = None, dtype: str | None = None,
+         kinds: tuple[str, ...] | None = None) -> DemoConfig:
+    """The build that fits ``budget_minutes`` (default 30) on ``device``: step counts from
+    planning figures; on a pretrained ``base_model`` the preset :func:`pretrained` (budget
+    default :data:`PRETRAINED_BUDGET`, which sizes nothing there).
 
     ``base_layers``: the base model's decoder layers instead of the preset's 8; the planning
     throughput scales inversely with them, so a base twice as deep needs twice the budget for the
     same training steps. ``medusa_head_layers``: residual blocks per Medusa head instead of
     ``head_layers`` (2); more blocks cost little time and accept more (docs/demo.md,
-    ``--medusa-head-layers``).
+    ``--medusa-head-layers``). ``prompt_set``, ``dtype``, ``kinds``: instead of the preset's.
+    A budget under 2 minutes plans the tiny pipeline check, on a pretrained base too.
 
     >>> c = plan(budget_minutes=30)
     >>> c.base.hidden_size, c.base.steps, c.head_steps
@@ -242,16 +331,31 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     >>> deep = plan(budget_minutes=60, base_layers=16)
     >>> deep.base.num_layers, deep.base.steps, deep.head_steps
     (16, 1289, 468)
+    >>> plan(base_model="smollm2-135m-instruct") == pretrained()
+    True
     """
     if device not in _THROUGHPUT:
         raise FieldError("device", f"{device!r}: expected one of {sorted(_THROUGHPUT)}")
-    if base_layers is not None and base_layers < 1:
-        raise FieldError("base_layers", f"must be at least 1, got {base_layers}")
+    if base_layers is not None and (base_layers < 1 or base_model is not None):
+        raise FieldError("base_layers", f"must be at least 1, got {base_layers}"
+                         if base_model is None else "a pretrained base has its own layers")
     if medusa_head_layers == DemoConfig.head_layers:
         medusa_head_layers = None  # the default, recorded as such (the same build)
+    if budget_minutes is None:
+        budget_minutes = 30.0 if base_model is None else PRETRAINED_BUDGET
     if budget_minutes < 2:
-        return replace(TINY, seed=seed, device=device, budget_minutes=budget_minutes,
-                       medusa_head_layers=medusa_head_layers)
+        config = replace(TINY, base_model=base_model, prompt_set=prompt_set)
+    elif base_model is not None:
+        config = pretrained(base_model, prompt_set=prompt_set)
+    else:
+        config = _planned(budget_minutes, device, base_layers)
+    return replace(config, seed=seed, device=device, budget_minutes=budget_minutes,
+                   medusa_head_layers=medusa_head_layers, dtype=dtype or config.dtype,
+                   kinds=kinds or config.kinds)
+
+
+def _planned(budget_minutes: float, device: str, base_layers: int | None) -> DemoConfig:
+    """The build that trains its own base model for ``budget_minutes`` on ``device``."""
     # CPU: 8 narrow layers (2.2M parameters): a step's fixed cost, which speculation amortises,
     # grows with depth, while drafting (one vocabulary projection per call) does not
     base = BaseConfig(num_layers=8, ditto_share=0.75) if device == "cpu" else BaseConfig(
@@ -264,5 +368,4 @@ def plan(*, budget_minutes: float = 30.0, device: str = "cpu", seed: int = 0,
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))
     head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / _HEAD_TOKENS))
-    return DemoConfig(seed=seed, device=device, budget_minutes=budget_minutes, base=base,
-                      head_steps=head_steps, medusa_head_layers=medusa_head_layers)
+    return DemoConfig(budget_minutes=budget_minutes, base=base, head_steps=head_steps)

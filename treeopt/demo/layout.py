@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.files import read_json
 
 DEMO_FORMAT = "treeopt.demo/1"
 # the drafters a demo ships (a demo built before a kind was added lacks it: Demo.kinds)
 KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup",
                           "ngram-trie")
 ENV_VAR = "TREEOPT_DEMO"
+# the named demos the docs describe that are built on request: name → the build's own flags
+BUILDS = {"smollm2": "--base-model smollm2-135m-instruct"}
 
 
 def default_root() -> Path:
@@ -53,7 +58,8 @@ class DemoPaths:
 
     @property
     def model(self) -> Path:
-        """The base model directory (config, fp16 weights, tokenizer)."""
+        """The demo's own base model directory (config, fp16 weights, tokenizer); a demo on a
+        pretrained base has none (:func:`base_model_dir`)."""
         return self.root / "model"
 
     def heads(self, kind: str) -> Path:
@@ -132,6 +138,32 @@ def demo_paths(root: str | os.PathLike[str] | None = None) -> DemoPaths:
     return DemoPaths(Path(root) if root is not None else default_root()).require()
 
 
+def named_demo(name: str) -> Path:
+    """The demo directory called ``name``: ``data/<name>`` beside the default demo (beside
+    ``$TREEOPT_DEMO`` when set), checked to hold a built demo; the error lists the demos there
+    and, for a named demo not built yet, the command that builds it."""
+    root = default_root().parent / name
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) and (root / "manifest.json").is_file():
+        return root
+    built = sorted(d.name for d in root.parent.glob("*") if (d / "manifest.json").is_file())
+    how = (f"; build it with `treeopt demo build {BUILDS[name]} --out {root}`"
+           if name in BUILDS else "")
+    raise TreeoptError(f"no demo {name!r} in {root.parent}{how}; the demos there: "
+                       f"{', '.join(built) or 'none'}")
+
+
+def base_model_dir(paths: DemoPaths, manifest: dict[str, Any] | None = None, *,
+                   required: bool = True) -> Path:
+    """The base model directory of the demo at ``paths``: its own ``model/``, or the pretrained
+    base its manifest names, where it was fetched — a one-line TreeoptError saying which
+    command fetches it when it is not there, unless not ``required`` (then where it would be)."""
+    from treeopt.demo.pretrained import base_dir
+
+    doc = manifest if manifest is not None else read_json(paths.require().manifest)
+    base = doc.get("config", {}).get("base_model")
+    return paths.model if base is None else base_dir(base, required=required)
+
+
 def _temperature(t: float) -> str:
     """The file-name tag of a sampling temperature (greedy: none)."""
     return "" if t == 0 else f"-t{float(t):g}" if float(t) != int(t) else f"-t{float(t):.1f}"
@@ -143,27 +175,32 @@ def _kind(kind: str) -> str:
     return kind
 
 
-def demo_defaults(kind: str = "hydra", root: str | os.PathLike[str] | None = None,
-                  ) -> dict[str, str]:
-    """What ``--demo [KIND]`` stands for in other sub-commands: flag name → path.
+def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None = None, *,
+                  model: bool = True) -> dict[str, str]:
+    """What ``--demo [DEMO:]KIND`` stands for in other sub-commands: flag name → path.
 
-    A sub-command fills each flag the user left unset: ``--model``, ``--heads``, ``--trace``,
-    ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``, ``--step-profile``
-    (the drafter's live step, profiled where the demo was built) — or, without one,
-    ``--latency`` (the verify-step table) — and, for an EAGLE drafter, ``--speculative-model``
-    (its directory, what an engine loads).
+    A sub-command fills each flag the user left unset: ``--model`` (the demo's base model: its
+    own, or the pretrained base where it was fetched; left out when not ``model``),
+    ``--heads``, ``--trace``, ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``,
+    ``--step-profile`` (the drafter's live step, profiled where the demo was built) — or,
+    without one, ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
+    ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
+    or to the first drafter a demo without Hydra heads ships.
     """
     from treeopt.drafters import engine_draft
 
     p = demo_paths(root)
     shipped = p.kinds()
+    if kind is None:
+        kind = "hydra" if not shipped or "hydra" in shipped else shipped[0]
     if shipped and kind not in shipped:
         raise TreeoptError(f"the demo in {p.root} ships no {kind} drafter (it "
                            f"was built before treeopt added it; `treeopt demo build` adds it); "
                            f"it ships {', '.join(shipped)}")
-    doc = {"model": str(p.model), "heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
-           "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
-           "prompts": str(p.prompts("heldout"))}
+    doc = {"model": str(base_model_dir(p))} if model else {}
+    doc.update({"heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
+                "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
+                "prompts": str(p.prompts("heldout"))})
     steps = sorted((p.root / "latency").glob(f"step-{_kind(kind)}-*.json"))
     tables = sorted(f for f in (p.root / "latency").glob("*.json")
                     if not f.name.startswith("step-"))

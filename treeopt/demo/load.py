@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from treeopt.demo.layout import DEMO_FORMAT, DemoPaths, demo_paths
+from treeopt.demo.layout import DEMO_FORMAT, DemoPaths, base_model_dir, demo_paths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.grow import Growth
@@ -92,12 +92,14 @@ def read_manifest(paths: DemoPaths) -> dict[str, Any]:
 
 
 def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
-         dtype: str = "float32", with_model: bool = True, threads: int | None = None) -> Demo:
-    """The demo at ``root`` (default: the shipped ``data/demo``), loaded; ``threads``: CPU
-    threads for torch (the demo model is tiny: one decodes fastest).
+         dtype: str | None = None, with_model: bool = True, threads: int | None = None) -> Demo:
+    """The demo at ``root`` (default: the shipped ``data/demo``), loaded; ``dtype``: what the
+    model computes in (default: the build's, ``fp32`` for the demo's own model); ``threads``:
+    CPU threads for torch (the demo model is tiny: one decodes fastest).
 
     ``with_model=False`` skips the model, tokenizer and heads (traces and growths only, no
-    torch); :func:`attach_model` adds them later.
+    torch, no weights needed: a demo on a pretrained base loads so before its base is
+    fetched); :func:`attach_model` adds them later.
     """
     from treeopt.prompts import read_texts
 
@@ -113,14 +115,18 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
     return attach_model(files, device=device, dtype=dtype, threads=threads) if with_model else files
 
 
-def attach_model(demo: Demo, *, device: str = "cpu", dtype: str = "float32",
+def attach_model(demo: Demo, *, device: str = "cpu", dtype: str | None = None,
                  threads: int | None = None) -> Demo:
     """``demo`` with its model, tokenizer and every drafter loaded (torch imported here); the
-    traces, growths and prompts are ``demo``'s own objects, not read again."""
+    traces, growths and prompts are ``demo``'s own objects, not read again. A pretrained base
+    is loaded from the asset cache; when it is not there, a one-line TreeoptError says which
+    command fetches it."""
     from treeopt.decoding.models import ModelSpec, load_model
     from treeopt.drafters.checkpoints import load_heads_for
 
-    model, tokenizer = load_model(ModelSpec(path=str(demo.paths.model), device=device,
-                                            dtype=dtype, threads=threads))
+    where = base_model_dir(demo.paths, demo.manifest)
+    dtype = dtype or demo.manifest.get("config", {}).get("dtype", "fp32")
+    model, tokenizer = load_model(ModelSpec(path=str(where), device=device, dtype=dtype,
+                                            threads=threads))
     heads = {kind: load_heads_for(model, demo.paths.heads(kind)) for kind in demo.kinds}
     return replace(demo, model=model, tokenizer=tokenizer, heads=heads)

@@ -42,7 +42,9 @@ SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 class Context:
     """What the stages share: settings, output paths, scratch space, log; the corpus, tokenizer
     and model are loaded on first use and kept in ``loaded`` (a stage that rewrites one calls
-    :meth:`reload`); ``kinds``: the head kinds the kind stages (:data:`KIND_STAGES`) make."""
+    :meth:`reload`); ``kinds``: the head kinds the kind stages (:data:`KIND_STAGES`) make. The
+    model and its tokenizer are the demo's own (``model/``) or the pretrained base the config
+    names, read where it was fetched."""
 
     config: DemoConfig
     paths: DemoPaths
@@ -66,11 +68,24 @@ class Context:
         return self._once("corpus", lambda: load_corpus(max_files=self.config.max_files))
 
     @property
+    def model_dir(self) -> Path:
+        """The base model's directory: the demo's ``model/`` or the pretrained base's own."""
+        from treeopt.demo.pretrained import base_dir
+
+        base = self.config.base_model
+        return self.paths.model if base is None else base_dir(base)
+
+    @property
+    def vocab_size(self) -> int:
+        """The base model's vocabulary (its logits' width), from its config."""
+        return int(read_json(self.model_dir / "config.json")["vocab_size"])
+
+    @property
     def tokenizer(self) -> Any:
         from transformers import AutoTokenizer
 
         return self._once("tokenizer", lambda: AutoTokenizer.from_pretrained(
-            str(self.paths.model), local_files_only=True))
+            str(self.model_dir), local_files_only=True))
 
     def stream(self, part: str) -> np.ndarray:
         """The token stream of a corpus part, cached in the scratch space."""
@@ -88,11 +103,22 @@ class Context:
 
     @property
     def model(self) -> PreTrainedModel:
-        """The shipped base model as shipped: the 16-bit weights, computed in float32."""
+        """The base model, computed in the config's dtype (the demo's own model is stored in
+        16 bits)."""
         from treeopt.decoding.models import ModelSpec, load_model
 
-        return self._once("model", lambda: load_model(
-            ModelSpec(path=str(self.paths.model), device=self.config.device))[0])
+        return self._once("model", lambda: load_model(ModelSpec(
+            path=str(self.model_dir), device=self.config.device, dtype=self.config.dtype))[0])
+
+    def reference(self) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+        """The plain greedy continuations of the held-out prompts and their record
+        (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
+        from treeopt.decoding.loop import Decoder
+        from treeopt.demo.quality import autoregressive_run
+
+        return self._once("reference", lambda: autoregressive_run(
+            Decoder(self.model), self.prompt_ids("heldout"),
+            max_new_tokens=self.config.max_new_tokens))
 
     def heads(self, kind: str) -> Drafter:
         from treeopt.drafters.checkpoints import load_heads_for
@@ -109,6 +135,10 @@ class Context:
 def corpus_and_tokenizer(ctx: Context) -> dict[str, Any]:
     from treeopt.demo.tokenizer import train_tokenizer
 
+    if ctx.config.base_model is not None:  # the pretrained base's own tokenizer
+        from treeopt.demo.pretrained import tokenizer_stage
+
+        return tokenizer_stage(ctx)
     tok = train_tokenizer([f.text for f in ctx.corpus.train], vocab_size=ctx.config.vocab_size)
     tok.save_pretrained(str(ctx.paths.model))
     ctx.reload("tokenizer")
@@ -120,6 +150,10 @@ def prompts(ctx: Context) -> dict[str, Any]:
     from treeopt.demo.prompts import sample_prompts, write_prompts
 
     c, out = ctx.config, {}
+    if c.prompt_set is not None:  # a prompt set of its own, copied
+        from treeopt.demo.pretrained import prompts_stage
+
+        return prompts_stage(ctx)
     pool = ctx.corpus.calibration + ctx.corpus.heldout  # files no training step has seen
     found = sample_prompts(pool, ctx.tokenizer, count=c.calibration_prompts + c.heldout_prompts,
                            min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
@@ -138,6 +172,10 @@ def base_model(ctx: Context) -> dict[str, Any]:
     from treeopt.demo.base import heldout_loss, new_model, train_base
 
     c = ctx.config
+    if c.base_model is not None:  # recorded, not trained, never copied
+        from treeopt.demo.pretrained import base_stage
+
+        return base_stage(ctx)
     model = new_model(c.base, len(ctx.tokenizer), seed=c.seed)
     bar = ctx.bar(c.base.steps, "base model")
     checkpoint = ctx.scratch / "base-checkpoint.pt"  # an interrupted training resumes from it
@@ -177,6 +215,8 @@ def head_data(ctx: Context) -> dict[str, Any]:
     from treeopt.demo.prompts import sample_prompts
 
     c = ctx.config
+    if not trained_kinds(c):
+        return {"skipped": "no trained drafter in the build's kinds"}
     found = sample_prompts(ctx.corpus.train, ctx.tokenizer, count=c.head_data_prompts,
                            min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
                            seed=c.seed + 13)
@@ -227,7 +267,7 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     c = ctx.config
     if drafter_kind(kind).lookup:  # n-gram drafting: settings, nothing to train
         ctx.paths.heads(kind).mkdir(parents=True, exist_ok=True)
-        drafter, settings = ngram_drafter(kind, c, vocab_size=len(ctx.tokenizer))
+        drafter, settings = ngram_drafter(kind, c, vocab_size=ctx.vocab_size)
         drafter.save(ctx.paths.heads(kind))
         return {"steps": 0, "weights": 0, **settings}
     path = ctx.scratch / "head-data.npy"
@@ -369,13 +409,8 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
 
 
 def quality(ctx: Context) -> dict[str, Any]:
-    from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import autoregressive_run
-
-    c = ctx.config
     prompt_ids = ctx.prompt_ids("heldout")
-    reference, ar = autoregressive_run(Decoder(ctx.model), prompt_ids,
-                                       max_new_tokens=c.max_new_tokens)
+    reference, ar = ctx.reference()
     live = {kind: kind_quality(ctx, kind, reference) for kind in ctx.kinds}
     return {"autoregressive": ar, "repetition_8gram": ar["repetition_8gram"],
             "heldout_text_repetition_8gram": _text_repetition(ctx),
@@ -415,23 +450,30 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
 
 
 def _looping_reference(ctx: Context, prompt_ids: list[list[int]]) -> dict[str, Any]:
-    """Greedy 8-gram repetition of the same architecture untrained (same seed): a looping model."""
+    """Greedy 8-gram repetition of the same architecture untrained (same seed): a looping model
+    (not for a pretrained base, whose own repetition is its own)."""
     from treeopt.demo.base import new_model
     from treeopt.demo.quality import greedy_repetition
 
     c = ctx.config
+    if c.base_model is not None:
+        return {"skipped": "a pretrained base", "repetition_8gram": None}
     model = new_model(c.base, len(ctx.tokenizer), seed=c.seed).eval().to(c.device)
     share = greedy_repetition(model, prompt_ids, max_new_tokens=c.max_new_tokens)
     return {"model": "untrained, same architecture and seed", "repetition_8gram": share}
 
 
-def _text_repetition(ctx: Context) -> float:
-    """8-gram repetition of the real held-out text that follows each prompt (same length)."""
+def _text_repetition(ctx: Context) -> float | None:
+    """8-gram repetition of the real held-out text that follows each prompt (same length);
+    None for prompts that are not cut from the corpus (a prompt set of its own)."""
     from treeopt.demo.quality import repetition_share
 
+    rows = read_jsonl(ctx.paths.prompts("heldout"))
+    if any("source" not in row for row in rows):
+        return None
     files = {f.path: f.text for f in ctx.corpus.calibration + ctx.corpus.heldout}
     shares = []
-    for row in read_jsonl(ctx.paths.prompts("heldout")):
+    for row in rows:
         lines = files[row["source"]].splitlines(keepends=True)
         after = "".join(lines[row["line"] - 1:])[len(row["prompt"]):]  # from the newline on
         ids = ctx.tokenizer(after)["input_ids"][: ctx.config.max_new_tokens]
@@ -456,10 +498,10 @@ def latency(ctx: Context) -> dict[str, Any]:
     steps = {kind: kind_step_profile(ctx, kind) for kind in ctx.kinds}
     if ctx.kinds != HEAD_KINDS and ctx.paths.latency(c.device).exists():
         return {"step_profiles": steps}  # one kind made again: the model's table is the same
-    table = profile_verify(load_config(ctx.paths.model), out=ctx.paths.latency(c.device),
-                           device=c.device, dtype="fp32", batch=[1],
+    table = profile_verify(load_config(ctx.model_dir), out=ctx.paths.latency(c.device),
+                           device=c.device, dtype=c.dtype, batch=[1],
                            context=list(c.latency_context), tokens=list(c.latency_tokens),
-                           repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.paths.model),
+                           repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.model_dir),
                            log=lambda line: ctx.log(f"  {line}"))
     return {"device": table.device, "file": ctx.paths.latency(c.device).name,
             "records": len(table.records), "step_profiles": steps}
@@ -557,15 +599,14 @@ def drafters(ctx: Context) -> dict[str, Any]:
     trained on the same data (prompt lookup: nothing to train), then calibrated, grown, decoded
     live, profiled, swept and sampled exactly as the heads' stages do for Medusa and Hydra (their
     records, per kind). A finished demo's record keeps its kinds: only those it lacks are made
-    (a drafter added to treeopt since the demo was built)."""
-    from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import autoregressive_run
-
+    (a drafter added to treeopt since the demo was built, or to the config's kinds)."""
     c = ctx.config
     out = dict(_record(ctx, "drafters"))  # the kinds a finished demo has (one added since runs)
-    reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
-                                      max_new_tokens=c.max_new_tokens)
-    for kind in lacking("drafters", out):
+    todo = lacking("drafters", out, c.kinds)
+    if not todo:
+        return out
+    reference, _ = ctx.reference()
+    for kind in todo:
         done = ctx.scratch / f"drafters-{kind}.json"
         if done.exists():  # finished before an interruption
             out[kind] = json.loads(done.read_text())
@@ -585,14 +626,44 @@ def drafters(ctx: Context) -> dict[str, Any]:
     return out
 
 
-def lacking(name: str, record: dict[str, Any]) -> tuple[str, ...]:
-    """The drafters stage ``name``'s ``record`` has no result for (the drafters stage's kinds;
-    other stages: none).
+def lacking(name: str, record: dict[str, Any], kinds: tuple[str, ...] = KINDS,
+            ) -> tuple[str, ...]:
+    """The drafters of ``kinds`` (those a build makes) that stage ``name``'s ``record`` has no
+    result for: each kind stage's own kinds, the prose stage's every kind; the head data and the
+    dynamic stage, when they were skipped, the trained drafters and EAGLE that need them.
 
-    >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {})
+    >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {"medusa": {}, "hydra": {}})
     (('draft-model', 'prompt-lookup', 'ngram-trie'), ())
+    >>> lacking("growth", {"max_nodes": 8, "expected_accept_length": {"hydra": {}}})
+    ('medusa',)
+    >>> lacking("head_data", {"skipped": "…"}, ("prompt-lookup", "eagle"))
+    ('eagle',)
     """
-    return tuple(k for k in NEW_KINDS if k not in record) if name == "drafters" else ()
+    if name == "head_data" or name == "dynamic":
+        need = trained_kinds(kinds) if name == "head_data" else tuple(
+            k for k in kinds if k == "eagle")
+        return need if "skipped" in record else ()
+    if "skipped" in record:  # a stage that cannot run here (no profiler): not again
+        return ()
+    own = {"drafters": NEW_KINDS, "prose": KINDS}.get(
+        name, HEAD_KINDS if name in KIND_STAGES else ())
+    made = _kinds_in(record)
+    return tuple(k for k in kinds if k in own and k not in made)
+
+
+def _kinds_in(record: Any) -> set[str]:
+    """The drafter kinds that key a result anywhere in ``record``."""
+    if isinstance(record, dict):
+        return {k for k in record if k in KINDS}.union(*map(_kinds_in, record.values()))
+    return set()
+
+
+def trained_kinds(kinds: tuple[str, ...] | DemoConfig) -> tuple[str, ...]:
+    """The drafters of ``kinds`` (or a config's) that train on the head data."""
+    from treeopt.drafters import drafter_kind
+
+    wanted = kinds.kinds if isinstance(kinds, DemoConfig) else kinds
+    return tuple(k for k in wanted if not drafter_kind(k).lookup)
 
 
 def _record(ctx: Context, name: str) -> dict[str, Any]:
@@ -609,6 +680,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     from treeopt.decoding.ranks import greedy_continuations
 
     c = ctx.config
+    if "eagle" not in c.kinds:
+        return {"skipped": "no EAGLE drafter in the build's kinds"}
     drafter = ctx.heads("eagle")
     out: dict[str, Any] = {"traces": {}}
     traces: dict[str, dict[int, Any]] = {}
@@ -788,16 +861,12 @@ def recheck_quality(ctx: Context, results: dict[str, Any]) -> None:
     heads', the drafters stage holds the drafters' own) and update their records in place. Each
     drafter checked is named in the marker (:data:`RECHECK_MARKER`) as it finishes: a stopped
     run checks the rest."""
-    from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import autoregressive_run
-
     marker = ctx.scratch / RECHECK_MARKER
     state = read_json(marker) if marker.exists() else {}
     done = list(state.get("done", []))
     todo = [k for k in NEW_KINDS if k not in done and k in results["drafters"]]
     if todo:
-        reference, _ = autoregressive_run(Decoder(ctx.model), ctx.prompt_ids("heldout"),
-                                          max_new_tokens=ctx.config.max_new_tokens)
+        reference, _ = ctx.reference()
     for kind in todo:
         results["drafters"][kind]["quality"] = kind_quality(ctx, kind, reference)
         write_json(ctx.scratch / "drafters.json", results["drafters"])

