@@ -3,7 +3,7 @@ or latency table: the flags the user left out are filled with a demo's files.
 
 ``KIND`` is a drafter kind (:data:`~treeopt.demo.layout.KINDS`; left out: hydra, or the first
 drafter a demo without Hydra heads ships). ``DEMO`` names a demo directory beside the shipped one
-(``data/DEMO``: ``demo`` is the shipped demo, ``smollm2`` the demo on SmolLM2-135M-Instruct once
+(``data/<DEMO>``: ``demo`` is the shipped demo, ``smollm2`` the demo on SmolLM2-135M-Instruct once
 built); left out, the shipped demo (``$TREEOPT_DEMO`` when set). ``--demo smollm2:`` takes that
 demo's default kind. A demo on a pretrained base fills ``--model`` with the base where it was
 fetched; when it is not fetched, a one-line error names the command that fetches it.

@@ -238,9 +238,18 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     64 held-out problems), else prompts cut from the corpus.
 
     bf16 (AMX-BF16 on the building CPU: faster than fp32), 128 new tokens, greedy and T = 0.7
-    traces, 32 prose prompts from the corpus's docstrings and comments; step profiles and sweeps
-    at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node trees, 8 held-out prompts × 32 tokens.
-    ESTIMATE
+    traces, 32 prose prompts from the corpus's docstrings and comments, the live check on the
+    8-node tree; step profiles and one-round sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node
+    trees, 8 held-out prompts × 32 tokens.
+
+    Time, estimated from measurements on the 2-core build host (bf16, one torch thread, other
+    jobs running): a calibration step of 16 prompts 0.31 s, a one-prompt decoding step 0.10 s,
+    8 held-out prompts × 32 tokens at batch 1 / 2 / 4 / 8 in 28 / 21 / 11 / 12 s decoded
+    autoregressively and 22 / 19 / 15 / 15 s by a 4-node prompt-lookup chain. Per weightless
+    drafter: greedy traces (100 + 64 prompts) 8 min, live check 8, step profile 13, sweep 10,
+    T = 0.7 traces 8: 47 min. Once: the autoregressive reference of the checks 8 min, prose
+    traces 3, corpus, prompts, base record and verify table 1. About 1 h 50 min in all; a
+    trained drafter added later (``--kinds``) is not in it.
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.dtype, c.kinds
@@ -251,10 +260,10 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         prompt_set=prompt_set if prompt_set is not None else PRESET_PROMPTS.get(base_model),
         dtype="bf16", kinds=PRETRAINED_KINDS, calibration_prompts=100, heldout_prompts=64,
         prose_prompts=32, max_new_tokens=128, calibration_batch=16, sample_temperatures=(0.7,),
-        max_nodes=64, eval_sizes=(16,), latency_context=(256,),
+        max_nodes=64, eval_sizes=(8,), latency_context=(256,),
         latency_tokens=(1, 2, 4, 8, 16, 32, 64), latency_repeats=5, live_batches=(1, 2, 4, 8),
         step_sizes=(1, 2, 4, 8), step_rounds=2, sweep_sizes=(1, 2, 4, 8), sweep_prompts=8,
-        sweep_rounds=2, live_new_tokens=32,
+        sweep_rounds=1, live_new_tokens=32,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, dynamic_prompts=32,
         dynamic_check_prompts=8, dynamic_profile=((1, 4, 5), (2, 4, 8), (4, 4, 16)))
