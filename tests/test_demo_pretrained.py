@@ -56,8 +56,9 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(cache, tmp_path_factory):
-    """The tiny build on the cached base with the weightless drafters alone, then the same
-    build asked for Medusa heads too: the finished demo gains them and keeps the rest."""
+    """The tiny build on the cached base with the weightless drafters alone (through the CLI),
+    then the same build asked for Medusa heads: the finished demo gains them, keeps the rest.
+    Both manifests as read back from disk."""
     import torch
 
     from treeopt.demo.build import build_demo
@@ -66,11 +67,14 @@ def built(cache, tmp_path_factory):
     out = tmp_path_factory.mktemp("data") / "smollm2"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TREEOPT_CACHE", str(cache))
-        config = plan(budget_minutes=0.1, base_model=MODEL, prompt_set=PROMPTS, kinds=WEIGHTLESS)
-        first = build_demo(out, config, log=lambda line: None)
+        assert main(["demo", "build", "--budget-minutes", "0.1", "--base-model", MODEL,
+                     "--prompt-set", PROMPTS, "--kinds", ",".join(WEIGHTLESS), "--out",
+                     str(out), "--no-progress"]) == 0
+        first = json.loads((out / "manifest.json").read_text())
         logs: list[str] = []
-        grown = build_demo(out, plan(budget_minutes=0.1, base_model=MODEL, prompt_set=PROMPTS,
-                                     kinds=("medusa",)), log=logs.append)
+        build_demo(out, plan(budget_minutes=0.1, base_model=MODEL, prompt_set=PROMPTS,
+                             kinds=("medusa",)), log=logs.append)
+        grown = json.loads((out / "manifest.json").read_text())
     return out, first, grown, logs
 
 
@@ -154,6 +158,23 @@ def test_loading_without_the_weights_works_and_with_the_model_says_how_to_fetch(
     with pytest.raises(TreeoptError) as exc:
         load(out)
     assert str(exc.value) == missing_hint(MODEL) and "\n" not in str(exc.value)
+
+
+def test_demo_info_names_the_base_where_it_was_fetched(built, cache, monkeypatch, capsys):
+    out, _, _, _ = built
+    monkeypatch.setenv("TREEOPT_CACHE", str(cache))
+    assert main(["demo", "info", "--demo-dir", str(out)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["base_model"], doc["heldout_loss"]) == (MODEL, None)
+    assert doc["paths"]["model"] == str(cache / "models" / MODEL)
+
+
+def test_the_cli_refuses_an_unknown_kind_in_one_line(tmp_path, capsys):
+    assert main(["demo", "build", "--base-model", MODEL, "--kinds", "prompt-lookup,bogus",
+                 "--out", str(tmp_path / "d")]) == 2
+    assert _one_line(capsys) == ("treeopt demo: error: --kinds bogus: expected some of medusa, "
+                                 "hydra, eagle, draft-model, prompt-lookup, ngram-trie")
+    assert not (tmp_path / "d").exists()
 
 
 def test_a_base_that_is_not_there_or_not_a_model(tmp_path):
