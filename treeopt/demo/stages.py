@@ -14,14 +14,12 @@ import numpy as np
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
+from treeopt.demo.kinds import HEAD_KINDS, NEW_KINDS, lacking, trained_kinds
+from treeopt.demo.kinds import KIND_STAGES as KIND_STAGES  # the build reads it here
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.files import read_json, write_json
 
-HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
-NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
 DRAFTERS = KINDS
-# the stages that do each head kind's work apart (a record per kind inside the stage's record)
-KIND_STAGES = ("heads", "traces", "growth", "quality", "latency", "sweep", "sampled", "prose")
 # settings that touch one head kind's work alone: changing one redoes that kind's part of the
 # kind stages and keeps everything else of a finished demo
 KIND_SETTINGS: dict[str, tuple[str, ...]] = {"medusa_head_layers": ("medusa",)}
@@ -624,46 +622,6 @@ def drafters(ctx: Context) -> dict[str, Any]:
         write_json(done, record)
         out[kind] = json.loads(done.read_text())
     return out
-
-
-def lacking(name: str, record: dict[str, Any], kinds: tuple[str, ...] = KINDS,
-            ) -> tuple[str, ...]:
-    """The drafters of ``kinds`` (those a build makes) that stage ``name``'s ``record`` has no
-    result for: each kind stage's own kinds, the prose stage's every kind; the head data and the
-    dynamic stage, when they were skipped, the trained drafters and EAGLE that need them.
-
-    >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {"medusa": {}, "hydra": {}})
-    (('draft-model', 'prompt-lookup', 'ngram-trie'), ())
-    >>> lacking("growth", {"max_nodes": 8, "expected_accept_length": {"hydra": {}}})
-    ('medusa',)
-    >>> lacking("head_data", {"skipped": "…"}, ("prompt-lookup", "eagle"))
-    ('eagle',)
-    """
-    if name == "head_data" or name == "dynamic":
-        need = trained_kinds(kinds) if name == "head_data" else tuple(
-            k for k in kinds if k == "eagle")
-        return need if "skipped" in record else ()
-    if "skipped" in record:  # a stage that cannot run here (no profiler): not again
-        return ()
-    own = {"drafters": NEW_KINDS, "prose": KINDS}.get(
-        name, HEAD_KINDS if name in KIND_STAGES else ())
-    made = _kinds_in(record)
-    return tuple(k for k in kinds if k in own and k not in made)
-
-
-def _kinds_in(record: Any) -> set[str]:
-    """The drafter kinds that key a result anywhere in ``record``."""
-    if isinstance(record, dict):
-        return {k for k in record if k in KINDS}.union(*map(_kinds_in, record.values()))
-    return set()
-
-
-def trained_kinds(kinds: tuple[str, ...] | DemoConfig) -> tuple[str, ...]:
-    """The drafters of ``kinds`` (or a config's) that train on the head data."""
-    from treeopt.drafters import drafter_kind
-
-    wanted = kinds.kinds if isinstance(kinds, DemoConfig) else kinds
-    return tuple(k for k in wanted if not drafter_kind(k).lookup)
 
 
 def _record(ctx: Context, name: str) -> dict[str, Any]:
