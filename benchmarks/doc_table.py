@@ -1,5 +1,5 @@
 """Put a benchmark's table into a doc between its markers, ``<!-- NAME -->`` and
-``<!-- /NAME -->``: what a benchmark's ``--write DOC.md`` does.
+``<!-- /NAME -->``: what a benchmark's ``--write docs/<doc>.md`` does.
 
 >>> replace_between("intro\\n<!-- t -->\\nold\\n<!-- /t -->\\nrest\\n", "t", "new")
 'intro\\n<!-- t -->\\nnew\\n<!-- /t -->\\nrest\\n'

