@@ -205,6 +205,10 @@ GOOD = {"format": "treeopt.growth/1", "method": "empirical", "order": [[0], [0, 
     ({"order": [[0], [0.5]]}, "tree path [0.5] has a non-integer rank 0.5"),
     ({"order": [[0], []]}, "tree path [] is empty"),
     ({"constraint": "uniform", "branching": [[1]]}, "'branching' needs one entry per size"),
+    ({"per_step_accept_length": [1.0, 1.5]}, "2 values in 'per_step_accept_length' but 3 in "
+                                             "'expected_accept_length'"),
+    ({"per_step_accept_length": [1.0, 0.5, 2.0]}, "'per_step_accept_length' of size 1 is 0.5"),
+    ({"per_step_accept_length": ["x", 1, 2]}, "malformed growth file"),
 ])
 def test_malformed_growth_files(tmp_path, change, fragment):
     doc = {**GOOD, **change}
@@ -217,6 +221,55 @@ def test_malformed_growth_files(tmp_path, change, fragment):
         Growth.load(path)
     assert str(err.value).startswith(f"{path}: ")
     assert fragment in str(err.value)
+
+
+# ----- per step --------------------------------------------------------------------------------
+# Six positions where the chain of 5 accepts everything, then four where it accepts nothing
+# (tests/test_simulate.py works its walks out): positions weigh the 5-node chain at 4, steps at 2.
+BURSTY = RankTrace(np.array([[0] * 5] * 6 + [[-1] * 5] * 4, np.int16),
+                   {"sequence_positions": [10]})
+BURSTY_STEPS = [1.0, 10 / 7, 10 / 6, 2.5, 5.0, 2.0]
+
+
+def test_growth_holds_the_per_step_e_l_of_every_size():
+    g = grow(BURSTY, method="empirical", max_nodes=5)
+    assert g.order == tuple((0,) * k for k in range(1, 6))
+    assert g.expected_accept_length.tolist() == pytest.approx([1.0, 1.6, 2.2, 2.8, 3.4, 4.0],
+                                                              abs=1e-12)
+    assert g.per_step_accept_length.tolist() == BURSTY_STEPS
+    assert g.headline_accept_length is g.per_step_accept_length and g.acceptance == "per step"
+    assert g.evaluate_per_step(BURSTY).tolist() == BURSTY_STEPS
+    assert g.evaluate_headline(BURSTY).tolist() == BURSTY_STEPS
+    # a trace without its sequences: position-weighted only
+    plain = grow(RankTrace(BURSTY.ranks), method="empirical", max_nodes=5)
+    assert plain.per_step_accept_length is None and plain.acceptance == "position-weighted"
+    assert plain.headline_accept_length is plain.expected_accept_length
+    assert plain.evaluate_headline(BURSTY).tolist() == pytest.approx(
+        plain.expected_accept_length.tolist(), abs=1e-12)
+
+
+def test_uniform_growth_holds_the_per_step_e_l_too():
+    g = grow(BURSTY, method="empirical", max_nodes=5, constraint="uniform")
+    assert g.per_step_accept_length.tolist() == BURSTY_STEPS  # its trees are the chains
+
+
+def test_growth_file_round_trip_with_per_step_e_l(tmp_path):
+    g = grow(BURSTY, method="empirical", max_nodes=2)
+    g.meta.clear()
+    path = tmp_path / "g.json"
+    g.save(path)
+    assert path.read_text() == (
+        '{\n "format": "treeopt.growth/1",\n "method": "empirical",\n "constraint": "none",\n'
+        ' "caps": {\n  "max_nodes": 2,\n  "max_depth": 5,\n  "max_rank": 1\n },\n'
+        ' "order": [[0], [0, 0]],\n "per_step_accept_length": [1.0, 1.428571428571, '
+        '1.666666666667],\n "expected_accept_length": [1.0, 1.6, 2.2],\n "meta": {}\n}\n')
+    back = Growth.load(path)
+    assert back.per_step_accept_length.tolist() == [1.0, 1.428571428571, 1.666666666667]
+    assert back.acceptance == "per step"
+    old = json.loads(path.read_text())
+    del old["per_step_accept_length"]  # a file written before growths held it
+    path.write_text(json.dumps(old))
+    assert Growth.load(path).per_step_accept_length is None
 
 
 def test_growth_file_that_is_not_json(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -10,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
-from treeopt.simulate import accept_lengths, held_out, node_visits, simulate
+from treeopt.simulate import (
+    accept_lengths,
+    held_out,
+    nested_step_means,
+    node_visits,
+    simulate,
+    step_lengths,
+)
 from treeopt.value import expected_accept_length, node_probabilities, prefix_counts
 
 ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
@@ -224,3 +232,31 @@ def test_the_continuous_window_outlasts_a_short_sequence():
     chain = Tree.chain(1)
     assert batch_window_accept_length(chain, tr, 2) == (2 + 1) * 2 / 4
     assert continuous_window_accept_length(chain, tr, 2) == (2 + 1 + 2 + 1 + 2 + 2 + 2 + 2) / 8
+
+
+# ----- per step against position-weighted -----------------------------------------------------
+# One sequence of 10 positions, 5 heads: six positions where the chain of 5 accepts everything
+# (6 tokens), then four where it accepts nothing (1 token). Positions weigh (6·6 + 4) / 10 = 4;
+# decoding steps at position 0 (6 tokens), then at 6, 7, 8 and 9: 10 tokens in 5 steps, 2.
+BURSTY = RankTrace(np.array([[0] * 5] * 6 + [[-1] * 5] * 4, np.int16),
+                   {"sequence_positions": [10]})
+
+
+def test_a_bursty_trace_halves_the_per_step_mean():
+    chain = Tree.chain(5)
+    assert simulate(chain, BURSTY).mean_accept_length == 4.0
+    walk = simulate(chain, BURSTY, per_step=True)
+    assert (walk.mean_accept_length, walk.count, walk.histogram) == (2.0, 5, (0, 4, 0, 0, 0, 0, 1))
+    assert step_lengths(chain, BURSTY).tolist() == [6, 1, 1, 1, 1]
+    # shorter chains: 2 tokens a step → 3 steps of 2, then 4 of 1: 10 / 7; 3 a step: 10 / 6;
+    # 4: steps at 0 and 4 (good), 8 and 9: 10 / 4; 5: at 0 and 5, ending at 10: 10 / 2
+    order = [(0,) * k for k in range(1, 6)]
+    assert nested_step_means(order, BURSTY, sizes=6).tolist() == [
+        1.0, 10 / 7, 10 / 6, 2.5, 5.0, 2.0]
+
+
+def test_nested_step_means_in_chunks_equal_one_pass(monkeypatch):
+    order = [(0,) * k for k in range(1, 6)]
+    whole = nested_step_means(order, BURSTY, sizes=6)
+    monkeypatch.setattr(importlib.import_module("treeopt.simulate"), "_CHUNK", 25)  # 2 trees of 10 positions at a time
+    assert nested_step_means(order, BURSTY, sizes=6).tolist() == whole.tolist()

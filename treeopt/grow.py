@@ -13,6 +13,12 @@ Engine-shape constraints:
   candidate once its left sibling has one.
 - ``uniform``: level-uniform trees (vLLM's drafter): every node at depth l-1 has the same c_l
   children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.uniform`).
+
+E[L] above weights every trace position alike (``expected_accept_length``, position-weighted).
+Where the trace records its sequences, a growth also holds each tree's per-step mean accepted
+length (``per_step_accept_length``: the trace walked as decoding steps through it,
+:func:`treeopt.simulate.nested_step_means`), what live decoding measures and what a person
+reads first (:attr:`Growth.headline_accept_length`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -29,7 +35,7 @@ import numpy.typing as npt
 
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json, write_json
-from treeopt.simulate import accept_lengths, node_visits
+from treeopt.simulate import accept_lengths, nested_step_means, node_visits, simulate
 from treeopt.trace import RankTrace
 from treeopt.tree import Path, Tree, canonical_key
 from treeopt.value import METHODS, Method, Source, accuracy_table, independent_value, prefix_counts
@@ -41,7 +47,8 @@ Constraint = Literal["none", "contiguous", "grounded", "uniform"]
 
 @dataclass(frozen=True, eq=False)
 class Growth:
-    """A growth order and the E[L] of each prefix; for ``uniform``, the best tree per size."""
+    """A growth order and the E[L] of each prefix (position-weighted, and per step where the
+    trace recorded its sequences); for ``uniform``, the best tree per size."""
 
     method: str
     constraint: str
@@ -50,10 +57,24 @@ class Growth:
     caps: dict[str, int]
     uniform: tuple[tuple[int, ...], ...] = ()  # uniform family: branching vector of T_n, n ≥ 1
     meta: dict[str, Any] = field(default_factory=dict)
+    per_step_accept_length: npt.NDArray[np.float64] | None = None  # [max_nodes + 1]
 
     @property
     def max_nodes(self) -> int:
         return int(self.expected_accept_length.shape[0]) - 1
+
+    @property
+    def headline_accept_length(self) -> npt.NDArray[np.float64]:
+        """E[L] of T_0 … T_N as a person reads it: per step where the growth has it (what live
+        decoding measures), else position-weighted; :attr:`acceptance` says which."""
+        if self.per_step_accept_length is not None:
+            return self.per_step_accept_length
+        return self.expected_accept_length
+
+    @property
+    def acceptance(self) -> str:
+        """What :attr:`headline_accept_length` is: ``per step`` or ``position-weighted``."""
+        return "per step" if self.per_step_accept_length is not None else "position-weighted"
 
     @property
     def drafter(self) -> dict[str, Any]:
@@ -102,6 +123,37 @@ class Growth:
         in_order = prob[[index[p] for p in self.order]]
         return 1.0 + np.concatenate([[0.0], np.cumsum(in_order)])
 
+    def evaluate_headline(self, trace: RankTrace) -> npt.NDArray[np.float64]:
+        """E[L] of T_0 … T_N on another trace, read as :attr:`headline_accept_length` is: per
+        step where this growth holds per-step figures and ``trace`` records its sequences, else
+        position-weighted (:meth:`evaluate`)."""
+        steps = (self.evaluate_per_step(trace) if self.per_step_accept_length is not None
+                 else None)
+        return steps if steps is not None else self.evaluate(trace)
+
+    def evaluate_per_step(self, trace: RankTrace) -> npt.NDArray[np.float64] | None:
+        """Per-step mean accepted length of T_0 … T_N on ``trace`` (None where it records no
+        ``sequence_positions``).
+
+        >>> tr = RankTrace(np.array([[0], [0], [1], [0]], np.int16), {"sequence_positions": [4]})
+        >>> g = grow(tr, method="empirical", max_nodes=2)
+        >>> g.expected_accept_length.tolist(), g.evaluate_per_step(tr).tolist()
+        ([1.0, 1.75, 2.0], [1.0, 1.6666666666666667, 2.0])
+        """
+        counts = trace.meta.get("sequence_positions")
+        if not counts or sum(counts) != trace.positions:
+            return None
+        if self.constraint != "uniform":
+            trace.require(heads=self.tree(self.max_nodes).depth, source="per-step trace")
+            return nested_step_means(self.order, trace, sizes=self.max_nodes + 1)
+        cache: dict[tuple[int, ...], float] = {}
+        values = [1.0]
+        for vec in self.uniform:
+            if vec not in cache:
+                cache[vec] = simulate(uniform_tree(vec), trace, per_step=True).mean_accept_length
+            values.append(cache[vec])
+        return np.asarray(values)
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "format": GROWTH_FORMAT,
@@ -109,8 +161,10 @@ class Growth:
             "constraint": self.constraint,
             "caps": self.caps,
             "order": [list(p) for p in self.order],
-            "expected_accept_length": [round(float(x), 12) for x in self.expected_accept_length],
         }
+        if self.per_step_accept_length is not None:
+            doc["per_step_accept_length"] = _rounded(self.per_step_accept_length)
+        doc["expected_accept_length"] = _rounded(self.expected_accept_length)
         if self.constraint == "uniform":
             doc["branching"] = [list(b) for b in self.uniform]
         doc["meta"] = self.meta
@@ -128,13 +182,22 @@ class Growth:
         try:
             order = tuple(tuple(int(r) for r in p) for p in doc["order"])
             ell = np.asarray(doc["expected_accept_length"], dtype=np.float64)
+            steps = doc.get("per_step_accept_length")
             growth = cls(str(doc["method"]), str(doc.get("constraint", "none")), order, ell,
                          dict(doc.get("caps", {})),
                          tuple(tuple(int(c) for c in b) for b in doc.get("branching", [])),
-                         dict(doc.get("meta", {})))
+                         dict(doc.get("meta", {})),
+                         None if steps is None else np.asarray(steps, dtype=np.float64))
         except (KeyError, TypeError, ValueError) as exc:
             raise TreeoptError(f"{source}: malformed growth file ({exc!r})") from None
         _check_values(ell, growth.caps, source)
+        if growth.per_step_accept_length is not None:
+            _check_values(growth.per_step_accept_length, {}, source,
+                          key="per_step_accept_length")
+            if growth.per_step_accept_length.shape != ell.shape:
+                raise TreeoptError(f"{source}: {growth.per_step_accept_length.size} values in "
+                                   f"'per_step_accept_length' but {ell.size} in "
+                                   "'expected_accept_length' (one per size 0 … N in each)")
         if growth.constraint != "uniform" and len(order) != growth.max_nodes:
             raise TreeoptError(f"{source}: {len(order)} nodes in 'order' but "
                                f"{len(ell)} E[L] values (expected one more than nodes)")
@@ -145,17 +208,21 @@ class Growth:
         return growth
 
 
-def _check_values(ell: npt.NDArray[np.float64], caps: dict[str, Any], source: str) -> None:
-    """E[L] of every size must be a finite number of at least 1 (T_0, autoregressive decoding,
-    accepts exactly 1), and every cap a positive integer."""
+def _rounded(values: npt.NDArray[np.float64]) -> list[float]:
+    return [round(float(x), 12) for x in values]
+
+
+def _check_values(ell: npt.NDArray[np.float64], caps: dict[str, Any], source: str, *,
+                  key: str = "expected_accept_length") -> None:
+    """E[L] (at ``key``) of every size must be a finite number of at least 1 (T_0,
+    autoregressive decoding, accepts exactly 1), and every cap a positive integer."""
     if ell.ndim != 1 or not ell.size:
-        raise TreeoptError(f"{source}: 'expected_accept_length' must be a list of numbers, one "
-                           f"per size 0 … N")
+        raise TreeoptError(f"{source}: '{key}' must be a list of numbers, one per size 0 … N")
     bad = np.flatnonzero(~np.isfinite(ell) | (ell < 1.0))
     if bad.size:
         n = int(bad[0])
-        raise TreeoptError(f"{source}: 'expected_accept_length' of size {n} is {ell[n]}; E[L] "
-                           "is a finite number ≥ 1")
+        raise TreeoptError(f"{source}: '{key}' of size {n} is {ell[n]}; E[L] is a finite "
+                           "number ≥ 1")
     for name, value in caps.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise TreeoptError(f"{source}: cap '{name}' must be a positive integer, got "
@@ -178,7 +245,8 @@ def _check_order(order: list[Any], source: str) -> None:
 
 def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | None = None,
          max_rank: int | None = None, constraint: Constraint = "none") -> Growth:
-    """Grow trees of 1 … ``max_nodes`` nodes maximising E[L] under ``method``.
+    """Grow trees of 1 … ``max_nodes`` nodes maximising E[L] under ``method``; where ``source``
+    is a trace that records its sequences, each tree's per-step E[L] on it too.
 
     >>> tr = RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
     >>> g = grow(tr, method="empirical", max_nodes=4)
@@ -206,7 +274,7 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
             from treeopt.uniform import capped_note
 
             meta["exhausted"] = capped_note(max_nodes, len(vectors))
-        return Growth(method, constraint, (), ell, caps, vectors, meta)
+        return _with_steps(Growth(method, constraint, (), ell, caps, vectors, meta), source)
     value, scale = _value_function(source, method, caps)
     order, values = best_first(value, max_nodes=max_nodes, max_depth=caps["max_depth"],
                                max_rank=caps["max_rank"], shape=constraint)
@@ -214,7 +282,15 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
     if len(order) < max_nodes:
         meta["exhausted"] = (f"only {len(order)} nodes have a non-zero acceptance probability "
                              "under the caps; larger trees cannot raise E[L]")
-    return Growth(method, constraint, tuple(order), ell, caps, (), meta)
+    return _with_steps(Growth(method, constraint, tuple(order), ell, caps, (), meta), source)
+
+
+def _with_steps(growth: Growth, source: Source) -> Growth:
+    """``growth`` with its trees' per-step E[L] on ``source``, where that is a trace recording
+    its sequences."""
+    if not isinstance(source, RankTrace):
+        return growth
+    return replace(growth, per_step_accept_length=growth.evaluate_per_step(source))
 
 
 def best_first(value: Callable[[Path], float], *, max_nodes: int, max_depth: int, max_rank: int,

@@ -129,16 +129,32 @@ def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
                                "without it: the trees are not nested")
     largest = Tree.from_choices(list(place))
     rank = np.array([sizes] + [place[p] for p in largest.paths], dtype=np.int32)  # token → place
-    accepted = np.ones((sizes, trace.positions),  # [trees, positions]
-                       dtype=np.int8 if largest.depth < 127 else np.int16)
-    trees = np.arange(sizes, dtype=np.int32)[:, None]
+    places = np.zeros((0, trace.positions), dtype=np.int32)  # [depth, positions]
     for reached in walk(largest, trace):
-        accepted += rank[np.where(reached >= 0, reached, 0)][None, :] < trees
+        places = np.vstack([places, rank[np.where(reached >= 0, reached, 0)][None, :]])
+    chunk = max(1, _CHUNK // max(trace.positions, 1))  # trees walked at once, to bound memory
+    means = [_step_means(places, np.arange(lo, min(lo + chunk, sizes)), counts)
+             for lo in range(0, sizes, chunk)]
+    return np.concatenate(means)
+
+
+_CHUNK = 1 << 25  # (tree, position) cells a nested walk holds at once
+
+
+def _step_means(places: npt.NDArray[np.int32], trees: npt.NDArray[np.int64],
+                counts: list[int]) -> npt.NDArray[np.float64]:
+    """Per-step mean of each n-node tree, n in ``trees``, given the place in the order of the
+    node each position reaches at every depth (``places``: [depth, positions])."""
+    positions = places.shape[1]
+    accepted = np.ones((len(trees), positions),  # [trees, positions]
+                       dtype=np.int8 if len(places) < 127 else np.int16)
+    for at_depth in places:
+        accepted += at_depth[None, :] < trees[:, None]
     lengths = np.asarray(counts, dtype=np.int64)
-    ends = np.tile(np.cumsum(lengths), sizes)  # [trees × sequences], tree-major
-    starts = ends - np.tile(lengths, sizes)
+    ends = np.tile(np.cumsum(lengths), len(trees))  # [trees × sequences], tree-major
+    starts = ends - np.tile(lengths, len(trees))
     at, steps = starts.copy(), np.zeros_like(starts)
-    row = np.repeat(np.arange(sizes, dtype=np.int64) * trace.positions, len(lengths))
+    row = np.repeat(np.arange(len(trees), dtype=np.int64) * positions, len(lengths))
     flat = accepted.ravel()
     running = np.flatnonzero(at < ends)
     while running.size:  # one iteration per step, every tree and sequence together
@@ -147,8 +163,8 @@ def nested_step_means(paths: Sequence[Path], trace: RankTrace, *,
         at[running] = now
         steps[running] += 1
         running = running[now < ends[running]]
-    tokens = (at - starts).reshape(sizes, -1).sum(axis=1)  # steps overrun a sequence's end
-    per_tree = steps.reshape(sizes, -1).sum(axis=1)
+    tokens = (at - starts).reshape(len(trees), -1).sum(axis=1)  # steps overrun a sequence's end
+    per_tree = steps.reshape(len(trees), -1).sum(axis=1)
     return np.array([t / n if n else 0.0 for t, n in zip(tokens.tolist(), per_tree.tolist(),
                                                          strict=True)])
 
