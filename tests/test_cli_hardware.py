@@ -106,6 +106,33 @@ def test_select_from_a_latency_table(tmp_path, growth, latency):
         "num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 2, 0]]}
 
 
+def test_select_prices_per_step_and_says_where_the_greedy_tree_is_picked(tmp_path):
+    """One head; rank 0 right at 3 positions, rank 1 at 2, but (1,) steps at 5/3 tokens and the
+    growth order's (0,) at 1.5 (tests/test_step_growth.py works it out)."""
+    from treeopt.grow import grow
+    from treeopt.trace import RankTrace
+
+    trace = RankTrace(np.array([[1], [0], [0], [1], [0]], np.int16), {"sequence_positions": [5]})
+    trace.save(tmp_path / "t.npz")
+    grow(trace, method="empirical", max_nodes=2).save(tmp_path / "g.json")
+    ms = {1: 10.0, 2: 10.0, 3: 20.0}
+    LatencyTable("cpu", "fp32", preset("tiny"), tuple(
+        LatencyRecord(1, 128, q, t, t, t, 5) for q, t in ms.items())).save(tmp_path / "lat.json")
+    flags = ("select", "--growth", str(tmp_path / "g.json"), "--latency", str(tmp_path / "lat.json"))
+    res = cli(*flags, "--trace", str(tmp_path / "t.npz"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ("note: the per-step greedy growth accepts more per step than the "
+                          "growth order at sizes 1; picked at batch 1 (context 128)\n")
+    p = json.loads(res.stdout)["points"][0]
+    assert (p["choices"], p["family"], p["expected_accept_length"]) == ([[1]], "per-step greedy",
+                                                                        5 / 3)
+    res = cli(*flags)  # no trace: the per-step E[L] the growth stores, its own trees
+    sel = json.loads(res.stdout)
+    assert sel["growth"]["acceptance"] == "per-step E[L] of the growth" and res.stderr == ""
+    assert (sel["points"][0]["choices"], sel["points"][0]["expected_accept_length"]) == (
+        [[0]], 1.5)
+
+
 def test_select_refuses_a_table_of_another_model_or_dtype(growth, latency):
     line = refused("select", "--growth", growth, "--latency", latency, "--preset", "llama-2-7b")
     assert "measured for model 'tiny'" in line and "not 'llama-2-7b'" in line

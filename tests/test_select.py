@@ -16,12 +16,13 @@ from treeopt.costs import (
     verify_dips,
 )
 from treeopt.errors import TreeoptError
-from treeopt.grow import Growth
+from treeopt.grow import Growth, grow
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
-from treeopt.select import growth_expected_accept_length, price_tree, select
-from treeopt.selection import schedule
+from treeopt.select import growth_expected_accept_length, per_step_note, price_tree, select
+from treeopt.selection import Selection, schedule
 from treeopt.step_profile import StepRecord
+from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 
 # node values 0.8, 0.6, 0.1: E[L] 1, 1.8, 2.4, 2.5
@@ -50,6 +51,59 @@ def test_best_size_on_a_hand_made_table():
     assert p.curve.tokens_per_s == pytest.approx([100.0, 180.0, 2.4 / 0.011, 125.0])
     assert (p.max_paying_size, p.pays) == (3, True)
     assert sel.stops_paying() == [{"context": 128, "batch": None}]
+
+
+# ----- per step ---------------------------------------------------------------------------------
+# One head: rank 0 right at 3 positions, rank 1 at 2 (tests/test_step_growth.py works it out).
+# The growth order's 1-node tree (0,) steps at 1.5 tokens, the per-step greedy one (1,) at 5/3.
+LOPSIDED = RankTrace(np.array([[1], [0], [0], [1], [0]], np.int16), {"sequence_positions": [5]})
+
+
+def test_select_picks_the_per_step_greedy_tree_where_it_is_faster():
+    # q = 1, 2, 3 → 10, 10, 20 ms: tokens/s 100; 150 (growth order) or 166.7 (greedy); 100
+    growth = grow(LOPSIDED, method="empirical", max_nodes=2)
+    sel = select(growth, latency({(1, 128): [10, 10, 20, 40]}), batch=[1], context=[128],
+                 trace=LOPSIDED)
+    p = sel.points[0]
+    assert (p.choices, p.family, p.expected_accept_length) == ([[1]], "per-step greedy", 5 / 3)
+    assert p.tokens_per_s == pytest.approx(500 / 3)
+    assert p.curve.tokens_per_s == pytest.approx([100.0, 500 / 3, 100.0])  # the greedy family
+    assert sel.growth["per_step_greedy"] == {"max_nodes": 2, "better_at": [1]}
+    assert per_step_note(sel) == ("the per-step greedy growth accepts more per step than the "
+                                  "growth order at sizes 1; picked at batch 1 (context 128)")
+    back = Selection.from_json(sel.to_json())
+    assert back.points[0].family == "per-step greedy" and back.points[0].tree == p.tree
+    alone = select(growth, latency({(1, 128): [10, 10, 20, 40]}), batch=[1], context=[128],
+                   trace=LOPSIDED, search_per_step=False)
+    assert (alone.points[0].choices, alone.points[0].family) == ([[0]], "growth order")
+    assert "per_step_greedy" not in alone.growth and per_step_note(alone) is None
+
+
+def test_without_a_trace_select_prices_the_per_step_e_l_the_growth_stores():
+    growth = grow(LOPSIDED, method="empirical", max_nodes=2)  # per step 1, 1.5, 2
+    rows = {(1, 128): [10, 10, 20, 40]}
+    p = select(growth, latency(rows), batch=[1], context=[128]).points[0]
+    assert (p.expected_accept_length, p.family) == (1.5, "growth order")
+    assert select(growth, latency(rows), batch=[1], context=[128]).growth["acceptance"] == (
+        "per-step E[L] of the growth")
+    # depth caps without the trace: the capped families' per-step E[L] is not stored
+    capped = select(growth, latency(rows), batch=[1], context=[128], depth_caps=[1])
+    assert capped.points[0].expected_accept_length == 1.6
+    assert capped.growth["acceptance"].startswith("position-weighted E[L] of the growth")
+    assert select(GROWTH, latency(rows), batch=[1], context=[128]).growth["acceptance"] == (
+        "position-weighted E[L] of the growth")
+
+
+def test_a_point_file_names_its_family_and_refuses_another():
+    sel = select(GROWTH, latency({(1, 128): [10, 10, 11, 20]}), batch=[1], context=[128])
+    doc = sel.to_json()
+    assert doc["points"][0]["family"] == "growth order"
+    del doc["points"][0]["family"]  # a file written before points named it
+    assert Selection.from_json(doc).points[0].family == "growth order"
+    doc["points"][0]["family"] = "random"
+    with pytest.raises(TreeoptError, match=r"points\[0\]: family 'random': expected one of "
+                                           "'growth order', 'per-step greedy'"):
+        Selection.from_json(doc)
 
 
 def test_speculation_stops_paying_at_large_batch():

@@ -23,6 +23,7 @@ from treeopt.measure import Measurement
 from treeopt.select import select
 from treeopt.selection import Point, Selection, schedule
 from treeopt.simulate import Simulation, accept_lengths, held_out, simulate
+from treeopt.step_growth import StepGrowth, grow_per_step
 from treeopt.step_profile import StepProfile, StepRecord
 from treeopt.sweep import Sweep, SweepPoint
 from treeopt.trace import RankTrace, merge_traces
@@ -40,6 +41,7 @@ __all__ = [
     "RankTrace",
     "Selection",
     "Simulation",
+    "StepGrowth",
     "StepProfile",
     "StepRecord",
     "Sweep",
@@ -52,6 +54,7 @@ __all__ = [
     "expected_accept_length",
     "export",
     "grow",
+    "grow_per_step",
     "held_out",
     "load_tree_arg",
     "merge_traces",

@@ -33,11 +33,12 @@ if TYPE_CHECKING:
 def price(growth: Growth, verify: StepLatency, *, draft: DraftCost = NO_DRAFT,
           overhead: OverheadCost = NO_OVERHEAD, batch: Sequence[int] | None = None,
           context: Sequence[int] | None = None, depth_caps: Sequence[int] | None = None,
-          trace: RankTrace | None = None) -> Selection:
-    """Best tree per (batch, context) — by default every point the latency source has."""
+          trace: RankTrace | None = None, search_per_step: bool = True) -> Selection:
+    """Best tree per (batch, context) — by default every point the latency source has
+    (:func:`~treeopt.select.select`)."""
     return select(growth, verify, batch=batch or verify.batches, context=context or
                   verify.contexts, draft=draft, overhead=overhead, depth_caps=depth_caps,
-                  trace=trace)
+                  trace=trace, search_per_step=search_per_step)
 
 
 def saved_roofline_latency(path: str | os.PathLike[str], *, model: ModelConfig | None = None,

@@ -6,16 +6,21 @@ E[L] = 1, no drafting) and,
 where drafting cost grows with depth (Hydra), over depth caps too: the capped family is the growth
 order with deeper nodes removed, exact because values fall along every path. ``t_verify`` comes
 from a measured latency table or a roofline (:mod:`treeopt.costs`), interpolated linearly between
-measured q; sizes beyond the largest q measured are not considered. E[L] is the growth's
-(every trace position weighted alike) or, given the calibration trace, the mean accepted length of
-the steps decoding really takes (the trace walked step by step: what a live run measures). The
-result is a :class:`~treeopt.selection.Selection`.
+measured q; sizes beyond the largest q measured are not considered.
+
+E[L] is the mean accepted length of the steps decoding really takes (the trace walked step by
+step: what a live run measures): of the calibration trace when one is given, else the per-step
+E[L] the growth stores. Only a growth without it (or depth caps without a trace) is priced with
+its position-weighted E[L], and the selection's ``growth.acceptance`` says so. Given the trace,
+the trees of a per-step greedy growth (:mod:`treeopt.step_growth`) are priced beside the growth
+order's, the faster tree is picked, and each point names its ``family``. The result is a
+:class:`~treeopt.selection.Selection`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +39,7 @@ from treeopt.errors import FieldError, TreeoptError
 from treeopt.grow import Growth
 from treeopt.selection import Curve, DepthCapBest, Point, Selection
 from treeopt.simulate import nested_step_means, simulate
+from treeopt.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step
 from treeopt.trace import RankTrace
 from treeopt.tree import Path, Tree
 
@@ -50,6 +56,7 @@ class _Family:
     expanded: list[tuple[int, ...]]
     tree: Callable[[int], Tree]
     paths: list[Path] | None = None  # T_n = the first n paths, where the trees are so nested
+    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY
 
 
 def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None,
@@ -58,7 +65,9 @@ def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | Non
     if growth.constraint == "uniform":
         trees = [growth.tree(n) for n in range(growth.max_nodes + 1)]
         fam = _Family(None, ell, [expanded_nodes(t.paths) for t in trees], growth.tree)
-        return [_walked(fam, trace, max_size) if trace is not None else fam]
+        if trace is None:
+            return [replace(fam, ell=growth.headline_accept_length)]
+        return [_walked(fam, trace, max_size)]
     order = list(growth.order)
     values = np.diff(ell)
     out = []
@@ -70,7 +79,31 @@ def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | Non
         fam = _Family(cap, fam_ell, expanded, lambda n, paths=paths: Tree.from_choices(paths[:n]),
                       paths)
         out.append(_walked(fam, trace, max_size) if trace is not None else fam)
+    if trace is None and list(caps) == [None]:  # the growth's own per-step E[L], if it has it
+        return [replace(out[0], ell=growth.headline_accept_length)]
     return out
+
+
+def _per_step_greedy(growth: Growth, caps: Sequence[int | None], trace: RankTrace,
+                     max_size: int) -> _Family:
+    """The per-step greedy growth's trees, under the growth's caps (depth: the deepest family
+    priced), up to the largest size that can be priced."""
+    deepest = None if None in caps else max(c for c in caps if c is not None)
+    grown = grow_per_step(trace, max_nodes=min(growth.max_nodes, max_size),
+                          max_depth=deepest or growth.caps.get("max_depth"),
+                          max_rank=growth.caps.get("max_rank"), constraint=growth.constraint)
+    paths = list(grown.order)
+    return _Family(deepest, grown.accept_length,
+                   [expanded_nodes(paths[:n]) for n in range(len(paths) + 1)], grown.tree, paths,
+                   PER_STEP_GREEDY)
+
+
+def _greedy_gains(greedy: _Family, families: list[_Family]) -> list[int]:
+    """Sizes at which the per-step greedy tree accepts more per step than the growth order's
+    tree of the same size and depth cap."""
+    same = next(f for f in families if f.max_depth == greedy.max_depth)
+    n = min(len(same.ell), len(greedy.ell))
+    return [int(i) for i in np.flatnonzero(greedy.ell[:n] > same.ell[:n])]
 
 
 def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
@@ -123,10 +156,12 @@ def price_tree(tree: Tree, *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
 def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context: Sequence[int],
            draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
            depth_caps: Sequence[int] | None = None, trace: RankTrace | None = None,
-           ) -> Selection:
+           search_per_step: bool = True) -> Selection:
     """The best tree per (b, s), its tokens/s and speed-up, the curve, and where speculation
     stops paying (:meth:`~treeopt.selection.Selection.stops_paying`). With ``trace`` (one that
-    records ``sequence_positions``), E[L] is the per-step walk of that trace."""
+    records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
+    ``search_per_step``, the per-step greedy growth's trees are priced too; without it, the
+    per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L]."""
     if trace is not None and "sequence_positions" not in trace.meta:
         raise FieldError("trace", "lacks 'sequence_positions', which per-step E[L] needs "
                          "(recorded by treeopt calibrate)")
@@ -139,16 +174,54 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
     elif draft.per_depth and growth.constraint != "uniform":
         caps = list(range(1, max(len(p) for p in growth.order) + 1))
     families = _families(growth, caps, trace, max_size=verify.max_tokens - 1)
+    searched: dict[str, object] = {}
+    if trace is not None and search_per_step and growth.constraint != "uniform":
+        greedy = _per_step_greedy(growth, caps, trace, max_size=verify.max_tokens - 1)
+        searched = {"per_step_greedy": {"max_nodes": len(greedy.ell) - 1,
+                                        "better_at": _greedy_gains(greedy, families)}}
+        families.append(greedy)
     points = tuple(_point(families, verify, draft, overhead, b, s) for b in batch for s in context)
-    acceptance = ("per-step walk of " + str(trace.meta.get("source_path", "the trace"))
-                  if trace is not None else "position-weighted E[L] of the growth")
     return Selection(
         growth={"method": growth.method, "max_nodes": growth.max_nodes,
-                "constraint": growth.constraint, "acceptance": acceptance,
+                "constraint": growth.constraint,
+                "acceptance": _acceptance(growth, caps, trace), **searched,
                 **({"drafter": growth.drafter} if growth.drafter else {})},
         latency={"source": verify.source, **verify.meta},
         draft={"kind": draft.kind, "source": draft.source},
         overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points)
+
+
+def per_step_note(selection: Selection) -> str | None:
+    """Where the per-step greedy growth's tree accepts more per step than the growth order's of
+    the same size, and the points that pick it; None where it never does.
+
+    >>> from treeopt.selection import Curve
+    >>> p = Point(1, 64, Tree.chain(2), None, 2.5, 1.0, 0.0, 0.0, 250.0, 100.0, 2,
+    ...           Curve((), ()), family="per-step greedy")
+    >>> per_step_note(Selection({"per_step_greedy": {"max_nodes": 4, "better_at": [2, 3]}},
+    ...                         {}, {}, {}, (None,), (p,)))
+    'the per-step greedy growth accepts more per step than the growth order at sizes 2, 3; picked at batch 1 (context 64)'
+    """
+    better = (selection.growth.get("per_step_greedy") or {}).get("better_at") or []
+    if not better:
+        return None
+    picked = [f"batch {p.batch} (context {p.context})" for p in selection.points
+              if p.family == PER_STEP_GREEDY]
+    return ("the per-step greedy growth accepts more per step than the growth order at sizes "
+            + ", ".join(map(str, better)) + "; "
+            + ("picked at " + ", ".join(picked) if picked else "no point picks it (it is not "
+               "faster once priced)"))
+
+
+def _acceptance(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None) -> str:
+    """Which E[L] the selection priced with."""
+    if trace is not None:
+        return "per-step walk of " + str(trace.meta.get("source_path", "the trace"))
+    if growth.per_step_accept_length is not None and list(caps) == [None]:
+        return "per-step E[L] of the growth"
+    if growth.per_step_accept_length is not None:
+        return "position-weighted E[L] of the growth (depth caps: per step needs the trace)"
+    return "position-weighted E[L] of the growth"
 
 
 def check_grid(batch: Sequence[int], context: Sequence[int], *,
@@ -182,11 +255,11 @@ def _point(families: list[_Family], verify: StepLatency, draft: DraftCost,
     tps = scan.tokens_per_s
     ar = float(tps[0])
     paying = np.flatnonzero(np.nan_to_num(tps, nan=-np.inf) > ar * (1 + 1e-12))
+    capped = [(f, sc) for f, sc in zip(families, scans, strict=True) if f.family == GROWTH_ORDER]
     caps = ()
-    if len(families) > 1:
+    if len(capped) > 1:
         caps = tuple(DepthCapBest(f.max_depth, int(np.nanargmax(sc.tokens_per_s)),
-                                  float(np.nanmax(sc.tokens_per_s)))
-                     for f, sc in zip(families, scans, strict=True))
+                                  float(np.nanmax(sc.tokens_per_s))) for f, sc in capped)
     return Point(
         batch=b, context=s, tree=fam.tree(best_n), max_depth=fam.max_depth,
         expected_accept_length=float(fam.ell[best_n]),
@@ -196,4 +269,4 @@ def _point(families: list[_Family], verify: StepLatency, draft: DraftCost,
         max_paying_size=int(paying.max()) if paying.size else 0,
         curve=Curve(tuple(range(len(tps))),
                     tuple(None if np.isnan(x) else float(x) for x in tps)),
-        by_depth_cap=caps)
+        by_depth_cap=caps, family=fam.family)

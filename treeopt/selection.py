@@ -1,8 +1,10 @@
 """The result of a selection: the best tree per (batch, context) with its predicted curve, and
 per-batch-size schedules in the engines' forms. Frozen types; ``to_json`` is the file format.
 
-File: ``"format": "treeopt.selection/1"``: ``formula``, ``growth``, ``latency``, ``draft``,
-``depth_caps``, ``points`` (one per (batch, context)), ``stops_paying`` (per context, the first
+File: ``"format": "treeopt.selection/1"``: ``formula``, ``growth`` (with ``acceptance``: which
+E[L] was priced, and ``per_step_greedy``: the size of the per-step greedy growth priced and the
+sizes at which it accepts more per step than the growth order), ``latency``, ``draft``,
+``depth_caps``, ``points`` (one per (batch, context), each naming its tree's ``family``), ``stops_paying`` (per context, the first
 batch size at which no tree beats autoregressive decoding) and ``schedules`` (per context).
 """
 
@@ -16,6 +18,7 @@ from treeopt.errors import FieldError, TreeoptError
 from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
 from treeopt.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
+from treeopt.step_growth import FAMILIES, GROWTH_ORDER
 from treeopt.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
@@ -55,7 +58,8 @@ class Point:
     autoregressive_tokens_per_s: float
     max_paying_size: int  # largest size still faster than autoregressive decoding
     curve: Curve
-    by_depth_cap: tuple[DepthCapBest, ...] = ()
+    by_depth_cap: tuple[DepthCapBest, ...] = ()  # the growth order's families, one per cap
+    family: str = GROWTH_ORDER  # the trees the best one comes from (FAMILIES)
 
     @property
     def best_size(self) -> int:
@@ -102,7 +106,8 @@ class Point:
                   numbers(curve, "tokens_per_s", f"{where}: curve", positive=True, nullable=True)
                   if "tokens_per_s" in curve else ()),
             tuple(_depth_cap(c, f"{where}: by_depth_cap[{i}]")
-                  for i, c in enumerate(doc.get("by_depth_cap") or [])))
+                  for i, c in enumerate(doc.get("by_depth_cap") or [])),
+            _family(doc, where))
 
     def to_json(self) -> dict[str, Any]:
         doc = {"batch": self.batch, "context": self.context, "best_size": self.best_size,
@@ -113,13 +118,22 @@ class Point:
                "tokens_per_s": self.tokens_per_s,
                "autoregressive_tokens_per_s": self.autoregressive_tokens_per_s,
                "speedup": self.speedup, "pays": self.pays,
-               "max_paying_size": self.max_paying_size,
+               "max_paying_size": self.max_paying_size, "family": self.family,
                "curve": {"size": list(self.curve.size),
                          "tokens_per_s": list(self.curve.tokens_per_s)}}
         if self.by_depth_cap:
             doc["by_depth_cap"] = [{"max_depth": c.max_depth, "best_size": c.best_size,
                                     "tokens_per_s": c.tokens_per_s} for c in self.by_depth_cap]
         return doc
+
+
+def _family(doc: dict[str, Any], where: str) -> str:
+    """The family a point's tree comes from (a file without the key: the growth order)."""
+    family = doc.get("family", GROWTH_ORDER)
+    if family not in FAMILIES:
+        raise TreeoptError(f"{where}: family {family!r}: expected one of "
+                           f"{', '.join(map(repr, FAMILIES))}")
+    return str(family)
 
 
 def _depth_cap(doc: Any, where: str) -> DepthCapBest:

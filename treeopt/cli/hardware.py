@@ -118,7 +118,9 @@ def _register_select(sub: argparse._SubParsersAction) -> None:
                         "decoder's overhead, and the verify step when no other source is given; "
                         "several profiles of one setup are pooled")
     p.add_argument("--trace", metavar="T.npz",
-                   help="calibration trace: E[L] of every tree from its per-step walk")
+                   help="calibration trace: E[L] of every tree from its per-step walk, and "
+                        "the trees of a per-step greedy growth priced beside the growth's "
+                        "(default: the per-step E[L] the growth stores, where it has it)")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
     p.add_argument("--draft-heads", type=int, metavar="K",
                    help="heads the drafter has, for --draft-kind")
@@ -342,7 +344,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.costs import NO_OVERHEAD
     from treeopt.grow import Growth
     from treeopt.pricing import costs_of_profile, price
-    from treeopt.select import check_grid
+    from treeopt.select import check_grid, per_step_note
     from treeopt.trace import RankTrace
 
     check_grid(args.batch or (), args.context or (), names=("--batch", "--context"))
@@ -359,6 +361,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
                       context=args.context, depth_caps=args.max_depths, trace=trace)
+    if (note := per_step_note(selection)) is not None:
+        print(f"note: {note}", file=sys.stderr)
     if not dynamic:
         return emit(selection.to_json(), args.out)
     from treeopt.dynamic.report import dynamic_selection

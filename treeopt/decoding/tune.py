@@ -3,8 +3,9 @@ batch size, decoded against autoregressive decoding (:func:`~treeopt.decoding.co
 interleaved, warmed up, in rounds), beside what the step-cost model predicts for it.
 
 With a step profile (:class:`~treeopt.costs.StepCosts`) the sweep also measures, per batch, the
-tree :func:`~treeopt.select.select` picks over the whole growth (every size and depth cap), so the
-sweep shows how close the model's choice comes to the measured best. Two traces may play two
+tree :func:`~treeopt.select.select` picks over the whole growth (every size and depth cap of the
+growth order: a sweep point is a growth-order tree, so the per-step greedy trees select may also
+price are left out), so the sweep shows how close the model's choice comes to the measured best. Two traces may play two
 parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
 error is the step-cost model's alone), ``select_trace`` is what select picks with (a calibration
 trace: what a user's select sees before any live run; by default ``trace``). ``trace`` is read
@@ -165,7 +166,8 @@ def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
                 todo.setdefault((b, family_tree(growth, n, cap)), (cap, False))
         if costs is not None:
             pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
-                          batch=[b], context=costs.verify.contexts, trace=trace).points[0]
+                          batch=[b], context=costs.verify.contexts, trace=trace,
+                          search_per_step=False).points[0]
             cap = todo.get((b, pick.tree), (pick.max_depth, False))[0]
             todo[(b, pick.tree)] = (cap, True)
     return todo
