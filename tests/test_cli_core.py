@@ -77,7 +77,7 @@ def test_grow_writes_a_growth_file_atomically(files, tmp_path):
     proc = ok("grow", "--trace", files["t"], "--max-nodes", 20, "--out", out, cwd=tmp_path)
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        "grew empirical trees of 1 … 11 nodes",
+        "grew empirical trees of 1 … 11 nodes; E[L] of the 11-node tree 3.25 position-weighted",
         "note: only 11 nodes have a non-zero acceptance probability under the caps; larger trees "
         "cannot raise E[L]",
         f"wrote {out}"]
@@ -102,6 +102,49 @@ def test_grow_with_held_out(files, tmp_path):
                                "gap": [0.0, 0.125, 0.0, -0.25, -0.625]}
 
 
+# Six positions where the chain of 3 accepts everything, then four where it accepts nothing:
+# positions weigh the 3-node chain at (6·4 + 4) / 10 = 2.8; decoding steps at 0 and 4 (4 tokens
+# each), then 8 and 9: 10 tokens in 4 steps, 2.5 (tests/test_simulate.py has the 5-deep case).
+BURSTY = RankTrace(np.array([[0] * 3] * 6 + [[-1] * 3] * 4, np.int16),
+                   {"top_k": 3, "sequence_positions": [10]})
+
+
+def test_grow_leads_with_the_per_step_e_l(tmp_path):
+    BURSTY.save(tmp_path / "b.npz")
+    RankTrace(np.array([[0] * 3] * 4, np.int16), {"top_k": 3, "sequence_positions": [4]}).save(
+        tmp_path / "good.npz")  # every position accepts the chain: 4 tokens in one step
+    proc = ok("grow", "--trace", "b.npz", "--max-nodes", 3, "--held-out", "good.npz",
+              cwd=tmp_path)
+    assert proc.stderr.splitlines()[0] == ("grew empirical trees of 1 … 3 nodes; E[L] of the "
+                                           "3-node tree 2.5 per step (2.8 position-weighted)")
+    doc = json.loads(proc.stdout)
+    # 1 node: 2 a step at 0, 2, 4, then 4 of 1 — 10 / 7; 2 nodes: 3 at 0 and 3, then 6 … 9 — 10 / 6
+    assert doc["per_step_accept_length"] == [1.0, 1.428571428571, 1.666666666667, 2.5]
+    assert doc["expected_accept_length"] == [1.0, 1.6, 2.2, 2.8]
+    assert list(doc).index("per_step_accept_length") < list(doc).index("expected_accept_length")
+    held = doc["held_out"]
+    assert list(held) == ["trace", "per_step_accept_length", "per_step_gap",
+                          "expected_accept_length", "gap"]
+    assert held["per_step_accept_length"] == [1.0, 2.0, 3.0, 4.0]  # 2+2; 3+3 (past the end); 4
+    assert held["per_step_gap"] == [0.0, -0.571428571429, -1.333333333333, -1.5]
+    assert held["expected_accept_length"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_simulate_and_show_lead_with_the_per_step_e_l(tmp_path):
+    BURSTY.save(tmp_path / "b.npz")
+    (tmp_path / "chain.json").write_text("[[0], [0, 0], [0, 0, 0]]")
+    doc = json.loads(ok("simulate", "--tree", "chain.json", "--trace", "b.npz",
+                        cwd=tmp_path).stdout)
+    assert doc == {"acceptance": "per step", "mean_accept_length": 2.5, "stderr": doc["stderr"],
+                   "histogram": [0, 2, 0, 0, 2], "steps": 4, "sequences": 1, "positions": 10,
+                   "position_weighted": {"mean_accept_length": 2.8,
+                                         "stderr": doc["position_weighted"]["stderr"],
+                                         "histogram": [0, 4, 0, 0, 6], "positions": 10}}
+    ok("grow", "--trace", "b.npz", "--max-nodes", 3, "--out", "g.json", cwd=tmp_path)
+    shown = ok("show", "g.json", "--size", 3, cwd=tmp_path).stdout.splitlines()
+    assert shown[6] == "E[L] of the 3-node tree 2.5 per step (2.8 position-weighted)"
+
+
 def test_grow_independent_uniform_from_a_csv(files, tmp_path):
     doc = json.loads(ok("grow", "--accuracies", files["acc"], "--method", "independent",
                         "--constraint", "uniform", "--max-nodes", 3, cwd=tmp_path).stdout)
@@ -115,7 +158,7 @@ def test_simulate_a_growth_size_and_a_tree_file(files, tmp_path):
     ok("grow", "--trace", files["t"], "--max-nodes", 5, "--out", "g.json", cwd=tmp_path)
     doc = json.loads(ok("simulate", "--tree", "g.json", "--size", 3, "--trace", files["t"],
                         cwd=tmp_path).stdout)
-    assert doc == simulate(Tree.chain(3), TRACE).to_json()
+    assert doc == {"acceptance": "position-weighted", **simulate(Tree.chain(3), TRACE).to_json()}
     assert (doc["mean_accept_length"], doc["histogram"]) == (2.25, [0, 3, 2, 1, 2])
     ok("simulate", "--tree", files["t7"], "--trace", files["t"], "--out", "s.json", cwd=tmp_path)
     doc = json.loads((tmp_path / "s.json").read_text())
@@ -299,7 +342,10 @@ def test_export_show_simulate_take_a_selection(files, selection, tmp_path):
               cwd=tmp_path).stdout == "[[0], [0, 0]]\n"
     assert ok("export", "--tree", selection, "--batch", 4, "--context", 64, "--format", "medusa",
               cwd=tmp_path).stdout == "[[0], [1], [0, 0]]\n"
-    assert "nodes 2 (+ root), depth 2" in ok("show", selection, "--batch", 1, cwd=tmp_path).stdout
+    shown = ok("show", selection, "--batch", 1, cwd=tmp_path).stdout
+    assert "nodes 2 (+ root), depth 2" in shown
+    assert ("E[L] 2.4 as priced (position-weighted E[L] of the growth), a tree of the growth "
+            "order family") in shown
     doc = json.loads(ok("simulate", "--tree", selection, "--batch", 1, "--trace", files["t"],
                         cwd=tmp_path).stdout)
     assert doc["mean_accept_length"] == simulate(Tree.from_choices([[0], [0, 0]]),

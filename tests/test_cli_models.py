@@ -77,12 +77,13 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     assert report["tree_decoding"]["tokens"] == report["autoregressive"]["tokens"]
     assert report["tree"]["size"] == 5
     pred = report["predicted"]
+    assert pred["acceptance"] == "per step"  # calibrate records the trace's sequences
     assert pred["measured"] == report["tree_decoding"]["mean_accept_length"]
     assert pred["relative_difference"] == pytest.approx(
         (pred["measured"] - pred["mean_accept_length"]) / pred["mean_accept_length"])
     # the live steps that start inside the trace's positions are the steps its walk takes:
     # the same prompts, teacher forced on the same greedy continuations, so equal exactly
-    inside = pred["per_step"]["inside_trace"]
+    inside = pred["inside_trace"]
     assert (inside["sequences"], inside["measured_steps"]) == (6, inside["steps"])
     assert inside["measured"] == pytest.approx(inside["mean_accept_length"], rel=1e-12)
     assert inside["relative_difference"] == pytest.approx(0.0, abs=1e-12)

@@ -218,7 +218,25 @@ def test_verify_compares_the_steps_inside_the_trace_up_to_where_each_output_ende
                       {"sequence_positions": [4, 4]})
     out = prediction(Tree.chain(1), trace, measured=1.25,
                      sequences=[(2, 1), (1, 1, 1, 1, 1)], emitted=[3, 5])
-    inside = out["per_step"]["inside_trace"]
+    inside = out["inside_trace"]
     assert (inside["steps"], inside["measured_steps"]) == (5, 5)  # [2] and [1, 1, 1, 1]
     assert inside["measured"] == inside["mean_accept_length"] == 6 / 5
-    assert out["per_step"]["steps"] == 7  # the whole walk: [2, 1, 2] and [1, 1, 1, 1]
+    assert out["steps"] == 7  # the whole walk: [2, 1, 2] and [1, 1, 1, 1]
+
+
+def test_verify_predicts_the_per_step_mean_and_labels_the_position_weighted_one():
+    """A chain of one on one sequence of 4 positions, accepted at t0, t1 and t3: decoding steps
+    at t0 (2 tokens), t2 (1), t3 (2) — 5 tokens in 3 steps — while positions weigh 7 / 4."""
+    pytest.importorskip("torch")
+    from treeopt.decoding.verify import prediction
+
+    trace = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
+    out = prediction(Tree.chain(1), trace, measured=1.5)
+    assert (out["acceptance"], out["mean_accept_length"], out["steps"]) == ("per step", 5 / 3, 3)
+    assert out["relative_difference"] == (1.5 - 5 / 3) / (5 / 3)
+    assert out["position_weighted_mean_accept_length"] == 1.75
+    assert out["position_weighted_relative_difference"] == (1.5 - 1.75) / 1.75
+    assert "per_step" not in out and "inside_trace" not in out  # no live sequences given
+    plain = prediction(Tree.chain(1), RankTrace(trace.ranks), measured=1.5)
+    assert (plain["acceptance"], plain["mean_accept_length"]) == ("position-weighted", 1.75)
+    assert "position_weighted_mean_accept_length" not in plain

@@ -6,8 +6,10 @@ kind), ``mode``, ``prompts`` (decoded), ``max_new_tokens``, the comparison (``ba
 ``rounds``, ``tree_decoding``, ``autoregressive``, ``speedup``, ``speedup_spread``,
 ``speedup_se``, ``round_speedups``, ``end_to_end_speedup``; ``sampled_batches`` when the prompts
 were sampled; ``outputs_match`` and ``mismatched_prompts`` under greedy and sample modes),
-``support_probe``, ``model_generate`` (greedy), ``lossless``, ``predicted`` (with a trace), and
-where it ran (``model``, ``heads_dir``, ``device``, ``dtype``, ``attention``).
+``support_probe``, ``model_generate`` (greedy), ``lossless``, ``predicted`` (with a trace:
+:func:`treeopt.decoding.verify.prediction` — its ``mean_accept_length`` the per-step walk where
+the trace records its sequences, ``acceptance`` says which), and where it ran (``model``,
+``heads_dir``, ``device``, ``dtype``, ``attention``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ _PROBE = ("prefix_tokens", "max_abs_logit_diff", "tolerance")
 @dataclass(frozen=True)
 class VerifyReport:
     """Measured acceptance, throughput and losslessness of one tree, beside autoregressive
-    decoding of the same prompts and, with a trace, the predicted E[L]."""
+    decoding of the same prompts and, with a trace, the predicted E[L] (per step where the trace
+    records its sequences)."""
 
     tree: Tree
     heads: str  # the drafter's kind

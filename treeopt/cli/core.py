@@ -16,11 +16,12 @@ from treeopt.files import write_json, write_text_atomic
 from treeopt.formats import (
     EXTENSIONS,
     export,
+    file_kind,
     is_selection_file,
     load_tree_arg,
     recorded_drafter,
 )
-from treeopt.grow import CONSTRAINTS, grow
+from treeopt.grow import CONSTRAINTS, Growth, grow
 from treeopt.lookup_export import (
     LOOKUP_FORMATS,
     TRIE_NOTES,
@@ -158,25 +159,78 @@ def cmd_grow(args: argparse.Namespace) -> int:
                   max_rank=args.max_rank, constraint=args.constraint)
     doc: dict[str, Any] = growth.to_json()
     if args.held_out:
-        held = growth.evaluate(RankTrace.load(args.held_out))
-        doc["held_out"] = {"trace": args.held_out,
-                           "expected_accept_length": [round(float(x), 12) for x in held],
-                           "gap": [round(float(a - b), 12) for a, b in
-                                   zip(growth.expected_accept_length, held, strict=True)]}
-    print(f"grew {args.method} trees of 1 … {growth.max_nodes} nodes", file=sys.stderr)
+        doc["held_out"] = _held_out(growth, args.held_out)
+    print(f"grew {args.method} trees of 1 … {growth.max_nodes} nodes; "
+          f"{_growth_accept_text(growth, growth.max_nodes)}", file=sys.stderr)
     if "exhausted" in growth.meta:
         print(f"note: {growth.meta['exhausted']}", file=sys.stderr)
     return emit(doc, args.out)
+
+
+def _growth_accept_text(growth: Growth, n: int) -> str:
+    """E[L] of the growth's n-node tree as a person reads it: per step first.
+
+    >>> import numpy as np
+    >>> g = Growth("empirical", "none", ((0,),), np.array([1.0, 2.0]), {},
+    ...            per_step_accept_length=np.array([1.0, 1.5]))
+    >>> _growth_accept_text(g, 1)
+    'E[L] of the 1-node tree 1.5 per step (2 position-weighted)'
+    """
+    weighted = f"{float(growth.expected_accept_length[n]):.4g}"
+    if growth.per_step_accept_length is None:
+        return f"E[L] of the {n}-node tree {weighted} position-weighted"
+    return (f"E[L] of the {n}-node tree {float(growth.per_step_accept_length[n]):.4g} per step "
+            f"({weighted} position-weighted)")
+
+
+def _held_out(growth: Growth, path: str) -> dict[str, Any]:
+    """E[L] of every size on the held-out trace at ``path``, and the gap to the growth's own:
+    per step (where both traces record their sequences) first, then position-weighted."""
+    trace = RankTrace.load(path)
+    doc: dict[str, Any] = {"trace": path}
+    steps = growth.evaluate_per_step(trace)
+    if steps is not None:
+        doc["per_step_accept_length"] = _rounded(steps)
+        if growth.per_step_accept_length is not None:
+            doc["per_step_gap"] = _rounded(growth.per_step_accept_length - steps)
+    held = growth.evaluate(trace)
+    doc["expected_accept_length"] = _rounded(held)
+    doc["gap"] = _rounded(growth.expected_accept_length - held)
+    return doc
+
+
+def _rounded(values: Any) -> list[float]:
+    return [round(float(x), 12) for x in values]
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     tree = _tree(args)
     trace = RankTrace.load(args.trace)
     trace.require(heads=tree.depth, source=args.trace)
-    doc = simulate(tree, trace).to_json()
-    if "sequence_positions" in trace.meta:  # where decoding's steps really start
-        doc["per_step"] = simulate(tree, trace, per_step=True).to_json()
-    return emit(doc, args.out)
+    return emit(_simulation_doc(tree, trace), args.out)
+
+
+def _simulation_doc(tree: Tree, trace: RankTrace) -> dict[str, Any]:
+    """``treeopt simulate``'s output: the per-step walk where the trace records its sequences
+    (``acceptance``: ``per step``), with the position-weighted figures under
+    ``position_weighted``; else the position-weighted ones alone.
+
+    >>> import numpy as np
+    >>> tr = RankTrace(np.array([[0], [0], [-1], [0]], np.int16), {"sequence_positions": [4]})
+    >>> doc = _simulation_doc(Tree.chain(1), tr)
+    >>> doc["acceptance"], doc["mean_accept_length"], doc["steps"]
+    ('per step', 1.6666666666666667, 3)
+    >>> doc["position_weighted"]["mean_accept_length"]
+    1.75
+    """
+    weighted = simulate(tree, trace).to_json()
+    if "sequence_positions" not in trace.meta:
+        return {"acceptance": "position-weighted", **weighted}
+    walk = simulate(tree, trace, per_step=True)  # where decoding's steps really start
+    return {"acceptance": "per step", "mean_accept_length": walk.mean_accept_length,
+            "stderr": walk.stderr, "histogram": list(walk.histogram), "steps": walk.count,
+            "sequences": len(walk.sequences), "positions": trace.positions,
+            "position_weighted": weighted}
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -317,6 +371,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(tree.draw())
     print(f"\nnodes {tree.size} (+ root), depth {tree.depth}, widths per depth {list(tree.widths)}, "
           f"leaves {len(tree.leaves)}, max rank {tree.max_rank}")
+    recorded = _recorded_accept_length(args, tree)
+    if recorded is not None:
+        print(recorded)
     print("\nengines (export --format …):")
     for target in ENGINES:
         problems = engine_problems(tree, target.format, num_heads=args.num_heads,
@@ -324,3 +381,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         verdict = "runs it" if not problems else "no: " + "; ".join(problems)
         print(f"  {target.label:26} {verdict}")
     return 0
+
+
+def _recorded_accept_length(args: argparse.Namespace, tree: Tree) -> str | None:
+    """The E[L] a growth or selection --tree records for ``tree`` (per step first); None for
+    a plain tree file."""
+    kind = file_kind(Path(args.tree).read_text(encoding="utf-8"))
+    if kind == "growth":
+        return _growth_accept_text(Growth.load(args.tree), args.size)
+    if kind != "selection":
+        return None
+    selection = Selection.load(args.tree)
+    point = next(p for p in selection.points if p.tree == tree
+                 and args.batch in (None, p.batch) and args.context in (None, p.context))
+    how = selection.growth.get("acceptance", "E[L] of the growth")
+    return (f"E[L] {point.expected_accept_length:.4g} as priced ({how}), a tree of the "
+            f"{point.family} family")

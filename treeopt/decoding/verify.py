@@ -6,7 +6,8 @@ greedy verification "lossless" means the tree's output equals the model's own gr
 loop is held to the same; under sampling, the tree's output equals treeopt's plain sampling with
 the same seed. Beside them, the support probe's largest logit difference between treeopt's tree
 step and the model's own forward, past every sliding window and chunk. A rank trace, when given,
-predicts the mean accepted length (E[L], and the per-step walk) the measurement is compared with.
+predicts the mean accepted length the measurement is compared with: the per-step walk where the
+trace records its sequences, the position-weighted E[L] beside it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from treeopt.decoding.models import attention_of
 from treeopt.decoding.reference import check_comparison
 from treeopt.errors import TreeoptError
 from treeopt.measure import ONCE, Measurement
-from treeopt.simulate import simulate, step_walk, steps_inside
+from treeopt.simulate import Simulation, simulate, step_walk, steps_inside
 from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.verify_report import VERIFY_FORMAT, VerifyReport
@@ -130,39 +131,55 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
 def prediction(tree: Tree, trace: RankTrace, measured: float,
                sequences: Sequence[Sequence[int]] = (),
                emitted: Sequence[int] = ()) -> dict[str, Any]:
-    """What ``trace`` predicts for the mean accepted length a live run ``measured``.
+    """What ``trace`` predicts for the mean accepted length a live run ``measured``: the per-step
+    walk where the trace records its sequences (``acceptance``: ``per step``; ``steps``: how
+    many it takes), with the position-weighted E[L] beside it
+    (``position_weighted_mean_accept_length``, ``position_weighted_stderr``,
+    ``position_weighted_relative_difference``); else the position-weighted E[L] alone.
 
     ``sequences``: the live run's accepted lengths, step by step, of each prompt in order, and
     ``emitted`` the tokens each prompt's output holds (one per sequence). When the trace
-    records its sequences and holds at least as many, ``per_step.inside_trace`` compares the
-    walk of its first ones with the live steps that start inside their positions — cut, for an
-    output that ended early (at EOS), to the positions before its last token, where the live run
-    started steps: the steps that walk takes, if the trace was recorded on these prompts (a
-    trace stops short of the run's last tokens, by the drafter's depth, and a continuation's
-    end accepts otherwise).
+    records its sequences and holds at least as many, ``inside_trace`` compares the walk of its
+    first ones with the live steps that start inside their positions — cut, for an output that
+    ended early (at EOS), to the positions before its last token, where the live run started
+    steps: the steps that walk takes, if the trace was recorded on these prompts (a trace stops
+    short of the run's last tokens, by the drafter's depth, and a continuation's end accepts
+    otherwise).
     """
-    sim = simulate(tree, trace)
-    predicted = float(sim.mean_accept_length)
-    out = {"mean_accept_length": predicted, "stderr": float(sim.stderr),
-           "trace_positions": trace.positions, "measured": measured,
-           "relative_difference": (measured - predicted) / predicted}
-    if step_walk(tree, trace) is not None:
-        walk = simulate(tree, trace, per_step=True)
-        per_step = walk.mean_accept_length
-        out["per_step"] = {"mean_accept_length": per_step, "stderr": walk.stderr,
-                           "steps": walk.count,
-                           "relative_difference": (measured - per_step) / per_step}
-        counts = trace.meta["sequence_positions"]
-        n = len(sequences)
-        if 0 < n <= len(counts):
-            cuts = [min(c, max(1, e - 1)) for c, e in zip(counts[:n], emitted, strict=True)]
-            own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
-            inside = steps_inside(sequences, cuts)
-            if not inside or not own.count:  # no step started inside the trace
-                return out
-            live = sum(inside) / len(inside)
-            out["per_step"]["inside_trace"] = {
-                "sequences": n, "mean_accept_length": own.mean_accept_length,
-                "steps": own.count, "measured": live, "measured_steps": len(inside),
-                "relative_difference": (live - own.mean_accept_length) / own.mean_accept_length}
+    weighted = simulate(tree, trace)
+    base = {"trace_positions": trace.positions, "measured": measured}
+    if step_walk(tree, trace) is None:
+        return {"acceptance": "position-weighted", **_against(weighted, measured), **base}
+    walk = simulate(tree, trace, per_step=True)
+    out = {"acceptance": "per step", **_against(walk, measured), "steps": walk.count, **base,
+           **{f"position_weighted_{k}": v for k, v in _against(weighted, measured).items()}}
+    inside = _inside_trace(tree, trace, sequences, emitted)
+    if inside is not None:
+        out["inside_trace"] = inside
     return out
+
+
+def _against(sim: Simulation, measured: float) -> dict[str, float]:
+    """A simulated mean accepted length, its standard error, and how far ``measured`` is off."""
+    mean = float(sim.mean_accept_length)
+    return {"mean_accept_length": mean, "stderr": float(sim.stderr),
+            "relative_difference": (measured - mean) / mean}
+
+
+def _inside_trace(tree: Tree, trace: RankTrace, sequences: Sequence[Sequence[int]],
+                  emitted: Sequence[int]) -> dict[str, Any] | None:
+    """The walk of the trace's first sequences beside the live steps inside their positions
+    (None without as many sequences in the trace, or no live step inside it)."""
+    counts = trace.meta["sequence_positions"]
+    n = len(sequences)
+    if not 0 < n <= len(counts):
+        return None
+    cuts = [min(c, max(1, e - 1)) for c, e in zip(counts[:n], emitted, strict=True)]
+    own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
+    inside = steps_inside(sequences, cuts)
+    if not inside or not own.count:  # no step started inside the trace
+        return None
+    live = sum(inside) / len(inside)
+    return {"sequences": n, "mean_accept_length": own.mean_accept_length, "steps": own.count,
+            "measured": live, "measured_steps": len(inside),
+            "relative_difference": (live - own.mean_accept_length) / own.mean_accept_length}
