@@ -24,6 +24,7 @@ from treeopt.accuracy import AccuracyTable
 from treeopt.costs import StepCosts
 from treeopt.grow import Growth
 from treeopt.selection import Selection
+from treeopt.step_growth import StepGrowth
 from treeopt.sweep import Sweep
 from treeopt.trace import RankTrace
 from treeopt.value import Method, Source
@@ -111,10 +112,21 @@ def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
     return grow(source, method=method, max_nodes=max_nodes)
 
 
+@st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=BY_IDENTITY)
+def per_step_growth(trace: RankTrace, *, max_nodes: int, max_depth: int, max_rank: int,
+                    constraint: str) -> StepGrowth:
+    """:func:`treeopt.step_growth.grow_per_step`, computed once per trace and caps."""
+    from treeopt.step_growth import grow_per_step
+
+    return grow_per_step(trace, max_nodes=max_nodes, max_depth=max_depth, max_rank=max_rank,
+                         constraint=constraint)
+
+
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
 def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
-    """E[L] of every tree of ``growth`` on ``trace`` (:meth:`Growth.evaluate`), read-only."""
-    curve = np.asarray(growth.evaluate(trace))
+    """E[L] of every tree of ``growth`` on ``trace``, per step where both allow it
+    (:meth:`Growth.evaluate_headline`), read-only."""
+    curve = np.asarray(growth.evaluate_headline(trace))
     curve.setflags(write=False)
     return curve
 

@@ -19,7 +19,8 @@ LABEL_KEY, BATCH_KEY = "trees_label", "trees_batch"
 # the Trees page's widget keys → the TreeSettings field each one holds
 SETTING_KEYS = {"trees_temperature": "temperature", "trees_method": "method",
                 "trees_max": "max_nodes", "trees_size": "size", "trees_depth": "max_depth",
-                "trees_rank": "max_rank", "trees_constraint": "constraint"}
+                "trees_rank": "max_rank", "trees_constraint": "constraint",
+                "trees_family": "family"}
 
 
 def is_demo_data() -> bool:

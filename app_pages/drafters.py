@@ -26,7 +26,7 @@ st.caption("Every drafter the demo ships, calibrated on the same prompts (the tr
            "; ".join(ROLES.get(k, k) for k in kinds) + ".")
 with page_errors():
     st.plotly_chart(plots_drafters.acceptance_by_size(
-        {k: bundle.growths[k].expected_accept_length for k in kinds}), width="stretch")
+        {k: bundle.growths[k].headline_accept_length for k in kinds}), width="stretch")
     priced = {k: p for k in kinds if (p := demo_pricing(k)) is not None}
     if not priced:
         st.info("This demo has no step profiles: build it with the latency stage to compare "

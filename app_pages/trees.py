@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages.cache import CachedFigures, growth_pair, held_out_curve
+from app_pages.cache import CachedFigures, growth_pair, held_out_curve, per_step_growth
 from app_pages.choice import (
     BATCH_KEY,
     LABEL_KEY,
@@ -15,10 +15,13 @@ from app_pages.choice import (
 )
 from app_pages.state import current_dataset, page_errors
 from treeopt.grow import CONSTRAINTS
+from treeopt.step_growth import FAMILIES, GROWTH_ORDER, PER_STEP_GREEDY
 from treeopt.workbench import plots as plot_functions
 from treeopt.workbench.trees import (
     LARGEST,
     TreeSettings,
+    chosen_accept_length,
+    families_for,
     grown_choice,
     imported_tree_point,
     pick_choice,
@@ -63,6 +66,14 @@ with left:
     max_rank = st.slider("Max rank", 1, 32, key="trees_rank")
     constraint = st.selectbox("Engine constraint", CONSTRAINTS, key="trees_constraint",
                               help="contiguous: Hydra reference code; uniform: vLLM")
+    families = families_for(source, constraint)
+    family = st.radio("Trees", FAMILIES, horizontal=True, key="trees_family",
+                      disabled=len(families) == 1,
+                      help="the growth order (the best E[L] with every position weighted "
+                           "alike), or the per-step greedy growth (each size adds the node that "
+                           "raises the per-step mean most); select prices both and picks the "
+                           "faster tree. Per-step needs a trace of sequences, nested trees")
+    family = family if family in families else GROWTH_ORDER
     pasted = st.text_area("Compare a tree (paste a choices list in any engine form)",
                           key="trees_pasted", placeholder="[[0], [0, 0], [1], [0, 1]]")
     pasted_point = None
@@ -75,7 +86,7 @@ with page_errors():
     depth = min(max_depth, source.heads)
     growths = growth_pair(source, max_nodes=max_nodes, max_depth=depth, max_rank=max_rank,
                           constraint=constraint)
-    others = {f"{other} · {m}": g.expected_accept_length
+    others = {f"{other} · {m}": g.headline_accept_length
               for other in data.sources if other != label and data.has_trace(other)
               for m, g in growth_pair(data.sources[other], max_nodes=max_nodes,
                                       max_depth=min(depth, data.sources[other].heads),
@@ -88,44 +99,53 @@ with page_errors():
         others[f"{label} · greedy-grown, at T = {temperature:g}"] = held_out_curve(greedy_growth,
                                                                                   source)
     growth = growths[method]
-    tree = growth.tree(min(size, growth.max_nodes))
+    stepped = (per_step_growth(source, max_nodes=max_nodes, max_depth=depth, max_rank=max_rank,
+                               constraint=constraint) if family == PER_STEP_GREEDY else None)
+    tree = (stepped.tree(min(size, len(stepped.order))) if stepped is not None
+            else growth.tree(min(size, growth.max_nodes)))
     view = view_tree(tree, source, method=method)
-    points = {f"chosen ({tree.size} nodes)": (tree.size, view.expected_accept_length)}
+    chosen, how = chosen_accept_length(growth, size, view, stepped=stepped)
+    points = {f"chosen ({tree.size} nodes)": (tree.size, chosen)}
     if pasted_point is not None:
         pasted_tree, pasted_ell = pasted_point
         points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
     found = demo_pick(label, batch) if temperature == 0 else None
 
 if tree.size < size:  # the size stays where the user put it; the tree shown says why it differs
+    largest = len(stepped.order) if stepped is not None else growth.max_nodes
     clamp.warning(f"The chosen size, {size} nodes, is above the largest tree grown "
-                  f"({growth.max_nodes} nodes): the tree shown has {tree.size}. Raise “Largest "
+                  f"({largest} nodes): the tree shown has {tree.size}. Raise “Largest "
                   "tree” to see the chosen size.")
-settings = TreeSettings(size, max_depth, max_nodes, max_rank, method, constraint, temperature)
+settings = TreeSettings(size, max_depth, max_nodes, max_rank, method, constraint, temperature,
+                        family)
 pick = (pick_choice(label, found[0], heads=source.heads, hardware=found[1])
         if found is not None else None)
 set_choice(grown_choice(label, tree, settings, batch=batch, pick=pick))
 with right:
     c1, c2, c3 = st.columns(3)
-    c1.metric("E[L] of the chosen tree", f"{view.expected_accept_length:.4f}")
+    c1.metric("E[L] of the chosen tree", f"{chosen:.4f}", help=how)
     c2.metric("Nodes / depth", f"{tree.size} / {tree.depth}")
     c3.metric("Tokens verified per step", f"{tree.num_tokens}")
-    curves = {f"{label} · {m}": g.expected_accept_length for m, g in growths.items()}
+    curves = {f"{label} · {m}": g.headline_accept_length for m, g in growths.items()}
+    if stepped is not None:
+        curves[f"{label} · {PER_STEP_GREEDY}"] = stepped.accept_length
     st.plotly_chart(plots.growth_curves({**curves, **others}, points=points),
                     width="stretch")
     st.plotly_chart(plots.tree_figure(tree, view.probabilities,
                                       title=f"{label}: {method} tree of {tree.size} nodes "
-                                            f"(E[L] = {view.expected_accept_length:.3f})"),
+                                            f"(E[L] = {chosen:.3f})"),
                     width="stretch")
     w1, w2 = st.columns(2)
     w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
                     width="stretch")
     if held is not None:
-        w2.plotly_chart(plots.gap_curve(growth.expected_accept_length,
+        w2.plotly_chart(plots.gap_curve(growth.headline_accept_length,
                                         held_out_curve(growth, held)),
                         width="stretch")
     else:
         w2.info("No held-out trace for these heads: the gap between calibration and held-out "
                 "E[L] cannot be shown. Trees grown on few positions overfit them.")
-    st.caption("E[L] weights every calibration position equally; real decoding starts steps at "
-               "only some positions, and typical acceptance or sampling accept more than one "
-               "path — measure those on the Verify page.")
+    st.caption("E[L] is per step where the trace records its sequences: the trace walked as "
+               "decoding steps through it, each step starting where the last one ended, what a "
+               "live run measures (node probabilities weight every position alike). Typical "
+               "acceptance accepts more than one path — measure it on the Verify page.")

@@ -34,13 +34,15 @@ def main() -> None:
     print(f"demo: {m['base']['parameters']:,} parameters, held-out loss "
           f"{m['base']['heldout']['loss']:.3f} nats/token, built in {m['build_seconds']:.0f} s "
           f"({m['size_bytes'] / 2**20:.1f} MiB)\n")
-    print("E[L] of the growth's tree of n nodes: calibration trace / held-out trace")
+    print("E[L] of the growth's tree of n nodes (per step where the growth has it, else "
+          "position-weighted): calibration trace / held-out trace")
     print("kind     " + "".join(f"{f'n={n}':>18}" for n in SIZES))
     for kind in KINDS:
-        g, held = demo.growths[kind], demo.growths[kind].evaluate(demo.heldout_traces[kind])
-        cells = [f"{g.expected_accept_length[n]:8.3f} / {held[n]:.3f}" for n in SIZES
+        g = demo.growths[kind]
+        held = g.evaluate_headline(demo.heldout_traces[kind])
+        cells = [f"{g.headline_accept_length[n]:8.3f} / {held[n]:.3f}" for n in SIZES
                  if n <= g.max_nodes]
-        print(f"{kind:8} " + "".join(f"{c:>18}" for c in cells))
+        print(f"{kind:8} {g.acceptance:18} " + "".join(f"{c:>18}" for c in cells))
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts[: args.prompts]]
     reference, ar = autoregressive_run(Decoder(demo.model), prompts,
                                        max_new_tokens=args.new_tokens)

@@ -58,8 +58,8 @@ def main() -> None:
                                        max_new_tokens=args.new_tokens)
     print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model; {len(prompts)} "
           f"held-out prompts × {args.new_tokens} new tokens; 1 torch thread\n")
-    print("drafter       n   E[L] cal / held-out   live E[L]   calibration walk   held-out walk"
-          "   lossless")
+    print("drafter       n   position-weighted E[L] cal / held-out   live E[L]   calibration walk"
+          "   held-out walk   lossless")
     fidelity_ok, exact_ok, lossless_ok = True, True, True
     # the calibration trace over the tokens a live run decodes (its first --new-tokens of each
     # continuation): acceptance late in a 256-token continuation differs from early on

@@ -225,14 +225,15 @@ def main() -> None:
         picks[name] = (heads, pick.tree, growth)
         results[name] = {
             "heldout_top1_agreement": agreement(demo, heads, held),
-            "expected_accept_length": {n: float(growth.expected_accept_length[n])
-                                       for n in (1, 2, 4, 8, 16, 64)},
+            "accept_length": {n: float(growth.headline_accept_length[n])
+                              for n in (1, 2, 4, 8, 16, 64)},
+            "acceptance": growth.acceptance,
             "pick": {"size": pick.tree.size, "choices": pick.tree.as_choices(),
                      "predicted_speedup": pick.speedup}}
         print(f"{name:>8}: held-out top-1 "
               f"{' / '.join(f'{a:.3f}' for a in results[name]['heldout_top1_agreement'])}; "
-              f"E[L] at 4 / 16 nodes {growth.expected_accept_length[4]:.3f} / "
-              f"{growth.expected_accept_length[16]:.3f}; select's batch-1 pick {pick.tree.size} "
+              f"E[L] ({growth.acceptance}) at 4 / 16 nodes {growth.headline_accept_length[4]:.3f} / "
+              f"{growth.headline_accept_length[16]:.3f}; select's batch-1 pick {pick.tree.size} "
               f"nodes, predicted {pick.speedup:.3f}×", flush=True)
     if args.live:
         for name, (heads, tree, _) in picks.items():

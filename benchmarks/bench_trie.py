@@ -57,6 +57,7 @@ def compare(growth, calib, held, lookup_held) -> None:
     chains = {k: float(accept_lengths(Tree.chain(k), lookup_held).mean())
               for k in range(1, lookup_held.heads + 1)}
     best = max(chains, key=chains.__getitem__)
+    print("E[L] position-weighted, and per step (walk) on the held-out trace")
     print(f"{'nodes':>5}  {'trie E[L] calib':>15}  {'held-out':>8}  {'walk':>6}  "
           f"{'lookup chain':>12}  {'walk':>6}")
     for n in SIZES:

@@ -22,6 +22,7 @@ from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.formats import export  # noqa: E402
 from treeopt.grow import grow  # noqa: E402
 from treeopt.simulate import simulate  # noqa: E402
+from treeopt.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step  # noqa: E402
 from treeopt.value import expected_accept_length  # noqa: E402
 from treeopt.workbench.datasets import dataset_from_upload  # noqa: E402
 
@@ -46,11 +47,23 @@ def demo_pick(demo, kind):
     return None if priced is None else min(priced.selection.points, key=lambda p: p.batch)
 
 
-def trees_page_tree(trace, *, size: int = 64, max_depth: int | None = None):
+def trees_page_tree(trace, *, size: int = 64, max_depth: int | None = None,
+                    family: str = GROWTH_ORDER):
     """The tree the Trees page chooses at these widget values."""
+    if family == PER_STEP_GREEDY:
+        grown = grow_per_step(trace, max_nodes=128, max_depth=max_depth or trace.heads,
+                              max_rank=10)
+        return grown.tree(min(size, len(grown.order)))
     growth = grow(trace, method="empirical", max_nodes=128, max_depth=max_depth or trace.heads,
                   max_rank=10, constraint="none")
     return growth.tree(min(size, growth.max_nodes))
+
+
+def page_accept_length(tree, trace) -> str:
+    """The E[L] the Trees page shows for ``tree``: per step on a trace of sequences."""
+    if "sequence_positions" in trace.meta:
+        return f"{simulate(tree, trace, per_step=True).mean_accept_length:.4f}"
+    return f"{expected_accept_length(tree, trace, method='empirical'):.4f}"
 
 
 def default_tree(demo, kind=KINDS[0]):
@@ -124,10 +137,12 @@ def test_trees_page_shows_the_exact_expected_accept_length(demo):
     trace = demo.traces[KINDS[0]]
     tree = default_tree(demo)
     pick = demo_pick(demo, KINDS[0])
+    family = at.radio(key="trees_family").value
     if pick is not None:  # the page's widgets reproduce select's pick exactly
-        assert tree == trees_page_tree(trace, size=pick.tree.size, max_depth=pick.max_depth)
-    value = expected_accept_length(tree, trace, method="empirical")
-    assert metrics(at) == {"E[L] of the chosen tree": f"{value:.4f}",
+        assert family == pick.family
+        assert tree == trees_page_tree(trace, size=pick.tree.size, max_depth=pick.max_depth,
+                                       family=family)
+    assert metrics(at) == {"E[L] of the chosen tree": page_accept_length(tree, trace),
                            "Nodes / depth": f"{tree.size} / {tree.depth}",
                            "Tokens verified per step": f"{tree.size + 1}"}
     assert len(figures(at)) == 4  # growth curves, tree, widths, held-out gap
@@ -135,9 +150,12 @@ def test_trees_page_shows_the_exact_expected_accept_length(demo):
     at.slider(key="trees_size").set_value(32).run()
     at.slider(key="trees_depth").set_value(trace.heads).run()
     assert_clean(at)
-    small = trees_page_tree(trace, size=32)
-    assert metrics(at)["E[L] of the chosen tree"] == (
-        f"{expected_accept_length(small, trace, method='empirical'):.4f}")
+    small = trees_page_tree(trace, size=32, family=family)
+    assert metrics(at)["E[L] of the chosen tree"] == page_accept_length(small, trace)
+    at.radio(key="trees_family").set_value(GROWTH_ORDER).run()
+    assert_clean(at)
+    assert metrics(at)["E[L] of the chosen tree"] == page_accept_length(
+        trees_page_tree(trace, size=32), trace)
 
 
 def test_trees_page_shows_a_bad_pasted_tree_as_an_error():
@@ -165,10 +183,12 @@ def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
     at = open_page("trees")
     at.slider(key="trees_size").set_value(20).run()
     at.slider(key="trees_depth").set_value(demo.traces[KINDS[0]].heads).run()
+    family = at.radio(key="trees_family").value
     at.switch_page("app_pages/export.py").run()
     assert_clean(at)
     assert [c.value for c in at.code] == expected_exports(
-        trees_page_tree(demo.traces[KINDS[0]], size=20), demo.traces[KINDS[0]].heads)
+        trees_page_tree(demo.traces[KINDS[0]], size=20, family=family),
+        demo.traces[KINDS[0]].heads)
 
 
 def test_hardware_page_draws_its_charts():
@@ -318,9 +338,9 @@ def test_trees_page_grows_for_a_sampling_temperature(demo):
     sampled = demo.sampled_traces(KINDS[0])[1.0][0]
     size = at.slider(key="trees_size").value
     depth = at.slider(key="trees_depth").value
-    tree = trees_page_tree(sampled, size=size, max_depth=depth)
-    assert metrics(at)["E[L] of the chosen tree"] == (
-        f"{expected_accept_length(tree, sampled, method='empirical'):.4f}")
+    tree = trees_page_tree(sampled, size=size, max_depth=depth,
+                           family=at.radio(key="trees_family").value)
+    assert metrics(at)["E[L] of the chosen tree"] == page_accept_length(tree, sampled)
     names = [t["name"] for t in figures(at)[0]["data"]]
     assert any("greedy-grown, at T = 1" in n for n in names)
 
@@ -333,7 +353,7 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     ell, cost, speed, *by_set = figures(at)
     assert [t["name"] for t in ell["data"]] == list(demo.kinds)
     for trace in ell["data"]:
-        want = demo.growths[trace["name"]].expected_accept_length
+        want = demo.growths[trace["name"]].headline_accept_length
         assert trace["y"] == pytest.approx(list(want))
     assert [t["name"] for t in cost["data"]] == [*demo.kinds, "verify step"]
     priced = {k: demo_pricing(demo, k) for k in demo.kinds}

@@ -136,8 +136,13 @@ def test_cached_computations_are_keyed_by_their_inputs(state, cache):
 
     curve = cache.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"])
     assert cache.held_out_curve(pair["empirical"], state.demo().heldout_traces["medusa"]) is curve
-    assert np.array_equal(curve, pair["empirical"].evaluate(state.demo().heldout_traces["medusa"]))
+    assert np.array_equal(curve, pair["empirical"].evaluate_headline(
+        state.demo().heldout_traces["medusa"]))  # per step: both traces record their sequences
     assert not curve.flags.writeable
+
+    stepped = cache.per_step_growth(traces["medusa"], **caps)
+    assert cache.per_step_growth(traces["medusa"], **caps) is stepped
+    assert cache.per_step_growth(traces["medusa"], **{**caps, "max_nodes": 24}) is not stepped
 
     growth = cache.grown(traces["hydra"], method="empirical", max_nodes=16)
     assert cache.grown(traces["hydra"], method="empirical", max_nodes=16) is growth

@@ -42,7 +42,8 @@ class SweptPricing:
 class DemoPricing:
     """What the demo's measurements say about its ``kind`` heads on the machine that built it:
     the step costs profiled in the live loop, the selection they predict (E[L] from the
-    calibration trace walked step by step) and, when one was recorded, the live sweep."""
+    calibration trace walked step by step; the growth order's trees and the per-step greedy
+    growth's) and, when one was recorded, the live sweep."""
 
     kind: str
     costs: StepCosts

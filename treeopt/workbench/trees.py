@@ -15,6 +15,9 @@ from treeopt.errors import TreeoptError
 from treeopt.formats import parse_tree
 from treeopt.grow import Growth, grow
 from treeopt.selection import SELECTION_FORMAT, Point, Selection
+from treeopt.simulate import simulate, step_walk
+from treeopt.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
+from treeopt.trace import RankTrace
 from treeopt.tree import Tree
 from treeopt.value import (
     Source,
@@ -42,12 +45,14 @@ class TreeSettings:
     method: str = "empirical"
     constraint: str = TREE_DEFAULTS["constraint"]
     temperature: float = 0.0
+    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY: the trees of treeopt.step_growth
 
     def describe(self, label: str, size: int) -> str:
         """``medusa · empirical · none · greedy · 12 nodes``: the tree these settings grow."""
         decoding = ("greedy" if self.temperature == 0
                     else f"grown for sampling at T = {self.temperature:g}")
-        return f"{label} · {self.method} · {self.constraint} · {decoding} · {size} nodes"
+        how = self.method if self.family == GROWTH_ORDER else self.family
+        return f"{label} · {how} · {self.constraint} · {decoding} · {size} nodes"
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "") -> C
     Trees page settings that grow it again."""
     ranks = [r for path in pick.tree.paths for r in path]
     settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
-                            max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1))
+                            max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1),
+                            family=pick.family)
     return Choice(label, pick.batch, pick.tree,
                   f"{label} · select's pick on {hardware or 'the hardware'} at batch "
                   f"{pick.batch} · {pick.tree.size} nodes, {pick.speedup:.2f}× predicted",
@@ -140,14 +146,41 @@ def selection_from_upload(data: bytes, name: str) -> Selection:
 
 
 def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree, float]:
-    """Parse a pasted choices list (any engine form) and evaluate it on ``source``."""
+    """Parse a pasted choices list (any engine form) and evaluate it on ``source``: per step
+    where ``source`` is a trace that records its sequences, as the growths' curves are."""
     tree = parse_tree(text, source="pasted tree")
     heads = source.heads
     if tree.depth > heads:
         raise TreeoptError(f"pasted tree is {tree.depth} deep but the data has {heads} heads")
+    if isinstance(source, RankTrace) and step_walk(tree, source) is not None:
+        return tree, simulate(tree, source, per_step=True).mean_accept_length
     return tree, expected_accept_length(tree, source, method=usable_method(source, method))
 
 
+def families_for(source: Source, constraint: str) -> tuple[str, ...]:
+    """The families of trees the Trees page can grow on ``source``: the growth order, and the
+    per-step greedy growth where ``source`` is a trace recording its sequences and the trees are
+    nested (not ``uniform``)."""
+    walks = isinstance(source, RankTrace) and bool(source.meta.get("sequence_positions"))
+    return FAMILIES if walks and constraint != "uniform" else (GROWTH_ORDER,)
+
+
+def chosen_accept_length(growth: Growth, size: int, view: TreeView, *,
+                         stepped: StepGrowth | None = None) -> tuple[float, str]:
+    """E[L] of the tree the Trees page chose (``view``; ``size``: the size asked for) and a note
+    on it: per step where the trees were grown by the per-step walk (``stepped``) or the growth
+    has it, with the position-weighted figure in the note; else the view's position-weighted
+    E[L]."""
+    weighted = f"(position-weighted: {view.expected_accept_length:.4f})"
+    if stepped is not None:
+        return (float(stepped.accept_length[view.tree.size]),
+                f"per step, a tree of the per-step greedy growth {weighted}")
+    if growth.per_step_accept_length is None:
+        return view.expected_accept_length, "position-weighted: every calibration position alike"
+    return (float(growth.per_step_accept_length[min(size, growth.max_nodes)]),
+            f"per step: the calibration trace walked as decoding steps through it {weighted}")
+
+
 __all__ = ["GROWN", "LARGEST", "PICKED", "TREE_DEFAULTS", "Choice", "TreeSettings", "TreeView",
-           "default_choice", "grown_choice", "growth_pair", "imported_tree_point", "pick_choice",
+           "chosen_accept_length", "default_choice", "families_for", "grown_choice", "growth_pair", "imported_tree_point", "pick_choice",
            "selection_from_upload", "view_tree"]
