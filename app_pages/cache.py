@@ -20,14 +20,14 @@ import plotly.graph_objects as go
 import streamlit as st
 from streamlit.runtime.caching.cache_errors import UnhashableParamError
 
-from treeopt.accuracy import AccuracyTable
-from treeopt.costs import StepCosts
-from treeopt.grow import Growth
-from treeopt.selection import Selection
-from treeopt.step_growth import StepGrowth
-from treeopt.sweep import Sweep
-from treeopt.trace import RankTrace
-from treeopt.value import Method, Source
+from treeopt.documents.sweep import Sweep
+from treeopt.model.acceptance import Method, Source
+from treeopt.model.accuracy import AccuracyTable
+from treeopt.model.growth import Growth
+from treeopt.model.step_growth import StepGrowth
+from treeopt.model.trace import RankTrace
+from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.selection import Selection
 from treeopt.workbench.adaptive import AdaptiveReplay
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None,
 
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
 def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
-    """:func:`treeopt.grow.grow` with its default caps, computed once per source."""
-    from treeopt.grow import grow
+    """:func:`treeopt.model.growth.grow` with its default caps, computed once per source."""
+    from treeopt.model.growth import grow
 
     return grow(source, method=method, max_nodes=max_nodes)
 
@@ -115,8 +115,8 @@ def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
 @st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=BY_IDENTITY)
 def per_step_growth(trace: RankTrace, *, max_nodes: int, max_depth: int, max_rank: int,
                     constraint: str) -> StepGrowth:
-    """:func:`treeopt.step_growth.grow_per_step`, computed once per trace and caps."""
-    from treeopt.step_growth import grow_per_step
+    """:func:`treeopt.model.step_growth.grow_per_step`, computed once per trace and caps."""
+    from treeopt.model.step_growth import grow_per_step
 
     return grow_per_step(trace, max_nodes=max_nodes, max_depth=max_depth, max_rank=max_rank,
                          constraint=constraint)
@@ -135,9 +135,9 @@ def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
 def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware,
                        batch: tuple[int, ...], context: tuple[int, ...],
                        draft_kind: str | None, draft_heads: int) -> Selection:
-    """:func:`treeopt.pricing.roofline_selection` (bf16), computed once per growth, model,
+    """:func:`treeopt.pricing.sources.roofline_selection` (bf16), computed once per growth, model,
     hardware and grid."""
-    from treeopt.pricing import roofline_selection as build
+    from treeopt.pricing.sources import roofline_selection as build
 
     return build(growth, model=model, hardware=hardware, batch=list(batch),
                  context=list(context), draft_kind=draft_kind, draft_heads=draft_heads)

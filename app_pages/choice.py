@@ -10,7 +10,7 @@ import streamlit as st
 
 from app_pages.state import current_dataset, demo_dataset, demo_pricing
 from treeopt.demo.layout import KINDS
-from treeopt.selection import Point
+from treeopt.pricing.selection import Point
 from treeopt.workbench.pricing import DemoPricing
 from treeopt.workbench.trees import Choice, default_choice, pick_choice
 

@@ -7,10 +7,10 @@ import streamlit as st
 from app_pages.choice import current_choice
 from app_pages.state import demo_drafter, page_errors
 from treeopt.drafters import engine_draft
-from treeopt.engines import ENGINES, engine_problems
+from treeopt.engines.formats import EXTENSIONS, export
+from treeopt.engines.lookup_export import FORMS, export_lookup, recorded_lookup
+from treeopt.engines.rules import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
-from treeopt.formats import EXTENSIONS, export
-from treeopt.lookup_export import FORMS, export_lookup, recorded_lookup
 from treeopt.workbench.trees import selection_from_upload
 
 TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",

@@ -14,8 +14,8 @@ from app_pages.choice import (
     trees_drafter_changed,
 )
 from app_pages.state import current_dataset, page_errors
-from treeopt.grow import CONSTRAINTS
-from treeopt.step_growth import FAMILIES, GROWTH_ORDER, PER_STEP_GREEDY
+from treeopt.model.growth import CONSTRAINTS
+from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, PER_STEP_GREEDY
 from treeopt.workbench import plots as plot_functions
 from treeopt.workbench.trees import (
     LARGEST,

@@ -117,7 +117,7 @@ class Row:
 def workloads(demo, args) -> list[Workload]:
     """The held-out prompts as the trace records them, in order and easiest first."""
     from treeopt.adaptive.workload import ChainAcceptance
-    from treeopt.prompts import encode
+    from treeopt.documents.prompts import encode
 
     held = demo.heldout_traces["eagle"].sequences(args.prompts, positions=args.new_tokens - 1)
     prompts = encode(demo.tokenizer, demo.prompts[: args.prompts])
@@ -131,7 +131,7 @@ def workloads(demo, args) -> list[Workload]:
 
 def _reorder(trace, order: list[int]):
     """``trace``'s sequences in ``order``."""
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
 
     counts = trace.meta["sequence_positions"]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -166,13 +166,13 @@ def predictions(report, w: Workload, costs, batch: int, continuous: bool) -> dic
         steady_tokens_per_s,
     )
     from treeopt.adaptive.replay import chain_step_seconds
-    from treeopt.select import price_tree
-    from treeopt.simulate import (
+    from treeopt.model.simulation import (
         batch_window_accept_length,
         continuous_window_accept_length,
         step_lengths,
     )
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.select import price_tree
 
     depth = w.acceptance.max_steps
     seconds = chain_step_seconds(costs, batch=batch, max_steps=depth)
@@ -218,7 +218,7 @@ class Live:
 
     @property
     def se(self) -> float:
-        from treeopt.measure import relative_se
+        from treeopt.documents.measure import relative_se
 
         return relative_se(self.speedups)
 
@@ -232,7 +232,7 @@ def race_rounds(demo, w: Workload, batch: int, plan: Plan, new_tokens: int, meas
     from treeopt.adaptive.live import ChainSource
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     drafting, plain = Decoder(demo.model, demo.heads["eagle"]), Decoder(demo.model)
     config = DecodeConfig(max_new_tokens=new_tokens)
@@ -272,10 +272,10 @@ def profiled_alongside(demo, w: Workload, report, batch: int, out: Path, target_
     (:class:`~treeopt.profiling.alongside.AlongsideProfile`: each shape beside plain decoding, in
     rounds until its step over plain's has ``target_se``), so they meet the machine as the live
     runs do."""
-    from treeopt.measure import Measurement
-    from treeopt.pricing import profiled_costs
+    from treeopt.documents.measure import Measurement
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.sources import profiled_costs
     from treeopt.profiling.alongside import AlongsideProfile
-    from treeopt.tree import Tree
 
     profile = AlongsideProfile(demo.model, demo.heads["eagle"], w.prompts, out=out,
                                max_new_tokens=w.new_tokens,
@@ -293,7 +293,7 @@ def measure(demo, costs, w: Workload, report, batch: int, args) -> list[Row]:
     raced live beside plain decoding; last, plain decoding (its live rate pooled over every
     race)."""
     from treeopt.adaptive.replay import chain_step_seconds
-    from treeopt.measure import Measurement
+    from treeopt.documents.measure import Measurement
 
     continuous = args.batching == "continuous"
     plans = predictions(report, w, costs, batch, continuous)
@@ -352,8 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder
     from treeopt.demo import load
-    from treeopt.pricing import profiled_costs
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.sources import profiled_costs
 
     torch.set_num_threads(1)
     started = time.perf_counter()

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def set_prompts(demo, name: str, count: int) -> list[list[int]]:
     """The first ``count`` prompts of the demo's ``name`` set, as token ids."""
-    from treeopt.prompts import encode, read_texts
+    from treeopt.documents.prompts import encode, read_texts
 
     part = "heldout" if name == "code" else name
     return encode(demo.tokenizer, read_texts([demo.paths.prompts(part)])[:count])
@@ -48,7 +48,7 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
     tokens/s, and whether its outputs equal plain decoding's."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     names = [*trees, "none"]
     runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees]
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from treeopt.demo import load
     from treeopt.demo.prompt_sets import PROMPT_SETS, prompt_set_selections
-    from treeopt.selection import choose_drafter_per_set
+    from treeopt.pricing.selection import choose_drafter_per_set
 
     torch.set_num_threads(1)
     started = time.perf_counter()

@@ -25,8 +25,8 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.ranks import greedy_continuations
 from treeopt.drafters import KIND_NAMES
 from treeopt.drafters.training import TrainConfig, train_heads
-from treeopt.grow import grow
-from treeopt.simulate import simulate
+from treeopt.model.growth import grow
+from treeopt.model.simulation import simulate
 
 
 def build_model(args, device):

@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from treeopt.demo import load
+from treeopt.documents.measure import Measurement
 from treeopt.drafters import build_heads
-from treeopt.measure import Measurement
-from treeopt.pricing import profiled_costs
+from treeopt.pricing.select import select
+from treeopt.pricing.sources import profiled_costs
 from treeopt.profiling.step import profile_steps
-from treeopt.select import select
 
 SHAPES = "128x8x384,128x16x384,128x24x384"
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)

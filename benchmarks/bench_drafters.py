@@ -29,9 +29,9 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.demo import KINDS, load
 from treeopt.demo.quality import acceptance_run, autoregressive_run
-from treeopt.measure import Measurement
-from treeopt.selection import choose_drafter
-from treeopt.simulate import step_lengths
+from treeopt.documents.measure import Measurement
+from treeopt.model.simulation import step_lengths
+from treeopt.pricing.selection import choose_drafter
 from treeopt.workbench.pricing import demo_pricing
 
 SIZES = (16, 64)

@@ -42,12 +42,12 @@ from treeopt.decoding.compare import compare  # noqa: E402
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
 from treeopt.demo.load import load  # noqa: E402
+from treeopt.documents.measure import Measurement  # noqa: E402
 from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
-from treeopt.dynamic.settings import grid  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
-from treeopt.measure import Measurement  # noqa: E402
-from treeopt.pricing import profiled_costs  # noqa: E402
-from treeopt.select import growth_expected_accept_length, price_tree  # noqa: E402
+from treeopt.model.dynamic_settings import grid  # noqa: E402
+from treeopt.pricing.select import growth_expected_accept_length, price_tree  # noqa: E402
+from treeopt.pricing.sources import profiled_costs  # noqa: E402
 
 
 def traces(directory: Path | None, demo_dir: Path, part: str) -> dict[int, DynamicTrace]:
@@ -237,7 +237,7 @@ def accuracy(dec, ids, cal, held, held_all, args) -> None:
 
 
 # Settings the recommendation picks among at batch 1-8 on the demo, beyond the demo build's
-# design set: profiled here so that they are priced as measured (treeopt.costs.step_costs).
+# design set: profiled here so that they are priced as measured (treeopt.pricing.costs.step_costs).
 PICKED = ((1, 3, 4), (2, 2, 4))
 
 
@@ -257,9 +257,9 @@ def profile_here(demo, batches):
     import tempfile
 
     from treeopt.demo.config import DemoConfig
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.documents.prompts import encode, read_texts
+    from treeopt.model.dynamic_settings import DynamicSettings
     from treeopt.profiling.step import profile_steps
-    from treeopt.prompts import encode, read_texts
 
     c = DemoConfig()
     design = [DynamicSettings(*s) for s in (*c.dynamic_profile, *PICKED)]
@@ -275,7 +275,7 @@ def profile_here(demo, batches):
 
 
 def _empty():
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     return Tree(())
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.accuracy import AccuracyTable
-from treeopt.grow import grow
-from treeopt.reference import greedy_by_resimulation
-from treeopt.synthetic import synthetic_trace
+from treeopt.model.accuracy import AccuracyTable
+from treeopt.model.growth import grow
+from treeopt.model.search_reference import greedy_by_resimulation
+from treeopt.model.synthetic import synthetic_trace
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:

@@ -45,15 +45,15 @@ from treeopt.decoding.models import model_dims
 from treeopt.decoding.ranks import greedy_continuations
 from treeopt.demo import load, stages
 from treeopt.demo.config import plan
+from treeopt.documents.prompts import encode, read_texts
 from treeopt.drafters import build_heads, drafter_kind
 from treeopt.drafters.config import TrainConfig
 from treeopt.drafters.training import distill_loss, train_heads, windows
-from treeopt.grow import grow
-from treeopt.pricing import profiled_costs
+from treeopt.model.growth import grow
+from treeopt.model.tree import Tree
+from treeopt.pricing.select import select
+from treeopt.pricing.sources import profiled_costs
 from treeopt.profiling.step import profile_steps
-from treeopt.prompts import encode, read_texts
-from treeopt.select import select
-from treeopt.tree import Tree
 
 HELDOUT_SEQUENCES = 96  # held-out prompts continued greedily for the agreement check
 PROFILE_SEQUENCES = 8  # held-out prompts a --profile step profile decodes (as bench_live's)

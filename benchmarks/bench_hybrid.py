@@ -8,7 +8,7 @@ For every model drafter the demo ships:
    calibration traces walked step by step): the best tree's tokens/s of the model drafter
    alone, of prompt lookup alone and of the hybrid, and which wins. The hybrid is priced with
    its model drafter's step profile, drafting only the model's own depths
-   (:meth:`~treeopt.costs.DraftCost.first_depths`); prompt lookup with its own step profile
+   (:meth:`~treeopt.pricing.costs.DraftCost.first_depths`); prompt lookup with its own step profile
    where the demo ships one, else with the same verify and overhead and no drafting cost.
    ``--own-profile DIR``: the hybrid's own live step is profiled too (as the demo build profiles
    each drafter: its growth's design trees at the demo's batch sizes, the demo's step
@@ -41,7 +41,7 @@ def lookup_trace(demo, lookup, *, new_tokens: int, temperature: float = 0.0):
     """Prompt lookup's calibration trace: the demo's when it ships one, else calibrated here
     over the calibration prompts (the demo traces' continuations, ``new_tokens`` long)."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-    from treeopt.prompts import encode, read_texts
+    from treeopt.documents.prompts import encode, read_texts
 
     if "prompt-lookup" in demo.kinds and not temperature:
         return demo.traces["prompt-lookup"]
@@ -61,10 +61,10 @@ def selections(demo, kind: str, chain, own=None):
     calibration traces and measured step costs; with ``own`` (a function of the hybrid's
     growth giving its own step costs), the hybrid priced by those too (``<kind>+lookup, own
     profile``)."""
-    from treeopt.costs import NO_DRAFT
     from treeopt.drafters.hybrid import hybrid_trace
-    from treeopt.grow import grow
-    from treeopt.pricing import price, profiled_costs
+    from treeopt.model.growth import grow
+    from treeopt.pricing.costs import NO_DRAFT
+    from treeopt.pricing.sources import price, profiled_costs
     from treeopt.workbench.pricing import demo_pricing
 
     costs = profiled_costs(demo.step_profile(kind))
@@ -93,9 +93,9 @@ def own_costs(demo, hybrid, growth, *, out: Path):
     drafter's (the growth's design trees, the demo's batch sizes, new tokens and step
     measurement, on its calibration prompts), resumed from ``out``."""
     from treeopt.demo.config import DemoConfig
-    from treeopt.pricing import profiled_costs
+    from treeopt.documents.prompts import encode, read_texts
+    from treeopt.pricing.sources import profiled_costs
     from treeopt.profiling.step import profile_steps
-    from treeopt.prompts import encode, read_texts
 
     flat = {k: tuple(v) if isinstance(v, list) else v  # the timing settings: no nested ones
             for k, v in demo.manifest["config"].items()

@@ -66,22 +66,22 @@ from doc_table import write_between
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.live_sweep import tune
 from treeopt.decoding.loop import Decoder, decode_alongside
 from treeopt.decoding.models import attention_of
-from treeopt.decoding.tune import tune
 from treeopt.demo import load
-from treeopt.grow import Growth, grow
-from treeopt.measure import Measurement
-from treeopt.pricing import profiled_costs
+from treeopt.documents.measure import Measurement
+from treeopt.documents.prompts import encode, read_texts
+from treeopt.documents.step_profile import StepProfile, StepRecord
+from treeopt.documents.sweep import BATCHINGS, Sweep, SweepPoint
+from treeopt.model.growth import Growth, grow
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.select import select
+from treeopt.pricing.sources import profiled_costs
+from treeopt.pricing.sweep_prediction import predict
 from treeopt.profiling.alongside import AlongsideProfile
 from treeopt.profiling.step import profile_steps
-from treeopt.prompts import encode, read_texts
-from treeopt.select import select
-from treeopt.step_profile import StepProfile, StepRecord
-from treeopt.sweep import BATCHINGS, Sweep, SweepPoint
-from treeopt.sweep_prediction import predict
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 BATCHES = (1, 2, 4, 8)

@@ -29,7 +29,7 @@ def check(demo, lookup, prompts, *, chain: int, new_tokens: int, temperature: fl
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.exactness import walk_against_live
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     eos = demo.tokenizer.eos_token_id
     sampled = {"temperature": temperature, "seed": 0} if temperature else {}

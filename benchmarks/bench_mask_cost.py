@@ -33,8 +33,8 @@ def child(args: argparse.Namespace) -> None:
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, decode_alongside
     from treeopt.demo import load
-    from treeopt.prompts import encode
-    from treeopt.tree import Tree
+    from treeopt.documents.prompts import encode
+    from treeopt.model.tree import Tree
 
     torch.set_num_threads(1)
     demo = load(HERE / "data" / "demo")

@@ -106,8 +106,8 @@ def treeopt_peers(model, picks: dict, new_tokens: int, eos: int | None,
     selection)), and the recommendation (stopping at ``eos``, as ``generate`` does)."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder
-    from treeopt.selection import choose_drafter
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.selection import choose_drafter
 
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos)
 
@@ -154,17 +154,18 @@ def demo_setup(prompts: int, dtype):
 def model_setup(args):
     """A base model directory, its prompts and the ``--pick`` drafters."""
     from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.documents.prompts import read_texts
     from treeopt.drafters.checkpoints import load_heads_for
-    from treeopt.prompts import read_texts
-    from treeopt.selection import Selection
+    from treeopt.pricing.selection import Selection
 
     model, tokenizer = load_model(ModelSpec(path=str(args.model), dtype=args.dtype or "fp32",
                                             threads=1))
     picks = {}
     for pick in args.pick:
-        kind, spec, selection = pick.rsplit("=", 2) if pick.count("=") >= 2 else (None, None, None)
-        if kind is None:
+        if pick.count("=") < 2:
             raise SystemExit(f"--pick {pick}: expected KIND=SPEC=SELECTION.json")
+        kind, rest = pick.split("=", 1)  # a spec may hold "=" itself (prompt-lookup:depth=10)
+        spec, selection = rest.rsplit("=", 1)
         picks[kind] = (load_heads_for(model, spec), Selection.load(selection))
     texts = read_texts([args.prompt_file])[: args.prompts]
     hf_model = model

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from treeopt.grow import Growth
-from treeopt.pricing import roofline_selection
+from treeopt.model.growth import Growth
+from treeopt.pricing.sources import roofline_selection
 from treeopt.roofline import ModelConfig, load_hardware, preset
 from treeopt.roofline.params import parameter_count
 

@@ -33,10 +33,10 @@ import torch
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.demo import load
-from treeopt.grow import Growth
-from treeopt.prompts import encode
-from treeopt.simulate import simulate
-from treeopt.tree import Tree
+from treeopt.documents.prompts import encode
+from treeopt.model.growth import Growth
+from treeopt.model.simulation import simulate
+from treeopt.model.tree import Tree
 
 EPSILONS = (0.05, 0.1, 0.15, 0.2, 0.25)
 

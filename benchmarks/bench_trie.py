@@ -4,7 +4,7 @@ prompt lookup's chains, and its exactness live (never a test; writes nothing in 
 1. Calibrate both n-gram drafters (``treeopt.decoding.calibrate``, as ``treeopt calibrate
    --drafter ngram-trie:… / prompt-lookup:depth=10`` do) on the first ``--prompts`` calibration
    prompts and on as many held-out prompts, greedy, ``--new-tokens`` each.
-2. Grow the trie's trees on the calibration trace (``treeopt.grow``, empirical) and print, for
+2. Grow the trie's trees on the calibration trace (``treeopt.model.growth``, empirical) and print, for
    tree sizes 4, 8, 16 and 32, E[L] on the calibration trace (in sample) and on the held-out
    trace (``Growth.evaluate``), beside prompt lookup's chain of the same size (capped at its
    depth) and its best chain, on the same held-out prompts. E[L] here is the mean over every
@@ -44,14 +44,14 @@ def traces(demo, drafter, prompts, *, new_tokens: int, top_k: int, temperature: 
 
 
 def walk_mean(tree, trace) -> float:
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     return float(step_lengths(tree, trace).mean())
 
 
 def compare(growth, calib, held, lookup_held) -> None:
-    from treeopt.simulate import accept_lengths
-    from treeopt.tree import Tree
+    from treeopt.model.simulation import accept_lengths
+    from treeopt.model.tree import Tree
 
     in_sample, out = growth.expected_accept_length, growth.evaluate(held)
     chains = {k: float(accept_lengths(Tree.chain(k), lookup_held).mean())
@@ -102,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from treeopt.demo import demo_paths, load
+    from treeopt.documents.prompts import read_texts
     from treeopt.drafters.prompt_lookup import PromptLookup
     from treeopt.drafters.trie_drafter import TrieDrafter
-    from treeopt.grow import grow
-    from treeopt.prompts import read_texts
+    from treeopt.model.growth import grow
 
     torch.set_num_threads(1)
     demo = load(threads=1)

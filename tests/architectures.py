@@ -170,7 +170,7 @@ def walk_matches(model: Any, heads: Any, prompt: list[int], directory: Any) -> t
     decoding of that prompt gives; returns that and the live mean accepted length."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.decoding.loop import DecodeConfig, generate
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     trace, _ = calibrate(model, heads, [prompt], directory / f"{heads.config.kind}.npz",
                          config=CalibrateConfig(top_k=TOP_K, max_new_tokens=NEW_TOKENS))

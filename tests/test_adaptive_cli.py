@@ -12,7 +12,7 @@ import pytest
 from treeopt.adaptive import SGLangConfig
 from treeopt.adaptive.sglang import loader_problems
 from treeopt.cli import main
-from treeopt.trace import RankTrace
+from treeopt.model.trace import RankTrace
 
 PROFILE = "data/demo/latency/step-eagle-cpu.json"
 DYNAMIC = "data/demo/dynamic/eagle-heldout-topk1.npz"

@@ -284,7 +284,7 @@ def demo_replay(shipped):
 
 def test_the_demo_replay_sets_the_four_strategies_side_by_side(shipped, demo_replay):
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.pricing import profiled_costs
+    from treeopt.pricing.sources import profiled_costs
     from treeopt.workbench.adaptive import STRATEGIES, strategy_rates
 
     r = demo_replay

@@ -16,9 +16,9 @@ from treeopt.adaptive.tune import SearchSpace, fixed_replays, tune_sglang
 from treeopt.adaptive.workload import ChainAcceptance, by_difficulty, shifted
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
-from treeopt.simulate import step_walk
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.simulation import step_walk
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 SECONDS = np.array([1.0, 1.5, 2.0, 2.5])  # a chain step of k = 0 … 3
 
@@ -85,7 +85,7 @@ def test_dynamic_top1_trace_matches_its_own_walk():
     acc = ChainAcceptance.from_dynamic(dyn)
     assert acc.accepted.tolist() == [[0, 1, 2, 2]] * 6
     r = replay(FixedSteps(3), acc, batch=1, costs=SECONDS)
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
 
     assert r.mean_accept_length == dyn.walk(DynamicSettings(1, 3, 4)).mean_accept_length
     with pytest.raises(TreeoptError, match="top-k 2"):
@@ -125,7 +125,7 @@ def test_workloads():
 
 
 def test_step_seconds_of_the_demo_profile():
-    from treeopt.pricing import profiled_costs
+    from treeopt.pricing.sources import profiled_costs
 
     costs = profiled_costs("data/demo/latency/step-eagle-cpu.json")
     s = chain_step_seconds(costs, batch=1, max_steps=7)
@@ -213,7 +213,7 @@ def test_vllm_policy_reads_the_previous_rounds_batch():
 
 
 def _two_context_costs():
-    from treeopt.costs import NO_DRAFT, NO_OVERHEAD, StepCosts, StepLatency
+    from treeopt.pricing.costs import NO_DRAFT, NO_OVERHEAD, StepCosts, StepLatency
 
     points = [(1, s, q, 0.01 * q + 1e-5 * s) for s in (128, 1024) for q in range(1, 9)]
     return StepCosts(StepLatency.from_points(points, "lat.json"), NO_DRAFT, NO_OVERHEAD, {}, {})
@@ -224,8 +224,8 @@ def test_one_rule_for_the_context_a_price_is_read_at():
     refused without one, by the replay, the adaptive report's static tree and the sweep's
     prediction alike (the last two once took the first context in silence)."""
     from treeopt.adaptive.report import _static
-    from treeopt.grow import grow
-    from treeopt.sweep_prediction import predict
+    from treeopt.model.growth import grow
+    from treeopt.pricing.sweep_prediction import predict
 
     costs = _two_context_costs()
     assert costs.context(200) == 128 and costs.context(900) == 1024

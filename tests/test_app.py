@@ -17,13 +17,13 @@ if not (default_root() / "manifest.json").exists():
 from apptest import assert_clean, figures, open_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from treeopt.engines import FORMATS, engine_problems  # noqa: E402
+from treeopt.engines.formats import export  # noqa: E402
+from treeopt.engines.rules import FORMATS, engine_problems  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
-from treeopt.formats import export  # noqa: E402
-from treeopt.grow import grow  # noqa: E402
-from treeopt.simulate import simulate  # noqa: E402
-from treeopt.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step  # noqa: E402
-from treeopt.value import expected_accept_length  # noqa: E402
+from treeopt.model.acceptance import expected_accept_length  # noqa: E402
+from treeopt.model.growth import grow  # noqa: E402
+from treeopt.model.simulation import simulate  # noqa: E402
+from treeopt.model.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step  # noqa: E402
 from treeopt.workbench.datasets import dataset_from_upload  # noqa: E402
 
 
@@ -105,7 +105,7 @@ def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
     # the other pages now work on the uploaded table (independent model)
     at.switch_page("app_pages/trees.py").run()
     assert_clean(at)
-    from treeopt.accuracy import parse_accuracies
+    from treeopt.model.accuracy import parse_accuracies
 
     table = parse_accuracies(table_csv.decode(), source="vicuna.csv")
     growth = grow(table, method="independent", max_nodes=128, max_depth=2, max_rank=10)
@@ -210,7 +210,9 @@ def test_live_page_draws_the_demos_evidence(demo):
     assert len(figs) == ((1 if sweep is not None else 0) + (2 if dynamic.exists() else 0)
                          + (2 if adaptive else 0))
     if sweep is not None:  # measured points: exactly the sweep's speed-ups at batch 1, the
-        from treeopt.sweep import Sweep  # quantity its measured best (the star) is ranked by
+        from treeopt.documents.sweep import (
+            Sweep,  # quantity its measured best (the star) is ranked by
+        )
 
         swept = Sweep.load(sweep)
         points = sorted((p for p in swept.points if p.batch == 1 and p.max_depth is None),
@@ -261,10 +263,10 @@ def test_verify_page_decodes_a_batch_losslessly(demo, dtype):
 def test_export_page_exports_a_selection_files_pick_per_batch():
     import numpy as np
 
-    from treeopt.costs import StepLatency
     from treeopt.files import dumps
-    from treeopt.grow import Growth
-    from treeopt.select import select
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.costs import StepLatency
+    from treeopt.pricing.select import select
 
     growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
     ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10]}
@@ -289,12 +291,12 @@ def test_export_page_exports_a_selection_files_pick_per_batch():
 def test_export_page_writes_each_engines_ngram_settings_for_a_prompt_lookup_pick():
     import numpy as np
 
-    from treeopt.costs import StepLatency
+    from treeopt.engines.lookup_export import FORMS, export_lookup
     from treeopt.files import dumps
-    from treeopt.grow import Growth
-    from treeopt.lookup_export import FORMS, export_lookup
-    from treeopt.select import select
-    from treeopt.tree import Tree
+    from treeopt.model.growth import Growth
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.costs import StepLatency
+    from treeopt.pricing.select import select
 
     meta = {"trace_meta": {"head_kind": "prompt-lookup", "num_heads": 3, "heads_config": {
         "kind": "prompt-lookup", "num_heads": 3, "min_match": 2, "max_match": 4}}}
@@ -346,7 +348,7 @@ def test_trees_page_grows_for_a_sampling_temperature(demo):
 
 
 def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
-    from treeopt.selection import choose_drafter
+    from treeopt.pricing.selection import choose_drafter
     from treeopt.workbench.pricing import demo_pricing
 
     at = open_page("drafters")
@@ -393,7 +395,7 @@ def dynamic_selection_doc() -> dict:
     at batch 1 a tree wins (topk 2, steps 3, 8 tokens), at batch 4 the chain (topk 1, steps 2)."""
     from treeopt.dynamic.recommend import FORMAT
     from treeopt.dynamic.report import engine_settings
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
 
     settings = [(1, 1, 2), (1, 2, 3), (2, 2, 4), (2, 3, 4), (2, 3, 8)]
     speedups = {1: [1.10, 1.20, 1.40, 1.45, 1.50], 4: [1.05, 1.15, 1.00, 0.95, 0.80]}

@@ -16,10 +16,10 @@ import pytest
 
 from treeopt.demo.layout import default_root
 from treeopt.errors import TreeoptError
-from treeopt.grow import grow
-from treeopt.simulate import nested_step_means, simulate
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.growth import grow
+from treeopt.model.simulation import nested_step_means, simulate
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / ".streamlit" / "config.toml"
@@ -168,8 +168,8 @@ def test_identity_keys_are_never_reused(cache):
 
 @needs_demo
 def test_dataset_tables_are_computed_once():
-    from treeopt.accuracy import AccuracyTable
     from treeopt.demo.load import load
+    from treeopt.model.accuracy import AccuracyTable
     from treeopt.workbench.datasets import demo_dataset
 
     data = demo_dataset(load(with_model=False))

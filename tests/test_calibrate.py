@@ -179,7 +179,7 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(walker, tmp_path):
     """The rank trace is an exact substrate: walking it reproduces every decoding step."""
     from treeopt import Tree
     from treeopt.decoding.loop import generate
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     model, heads = walker
     tree = Tree.from_choices(WALK_TREE)
@@ -197,7 +197,7 @@ def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_pat
     sequence j of the run (prompt j // S, sample j % S) is live decoding on stream j."""
     from treeopt import Tree
     from treeopt.decoding.loop import decode
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     model, heads = walker
     tree = Tree.from_choices(WALK_TREE)

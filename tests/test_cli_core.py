@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from treeopt import RankTrace, Tree
-from treeopt.formats import export
-from treeopt.simulate import simulate
+from treeopt.engines.formats import export
+from treeopt.model.simulation import simulate
 
 ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
 TRACE = RankTrace(np.array(ROWS, np.int16), {"top_k": 3})
@@ -323,10 +323,10 @@ def test_usage_errors_exit_2_without_traceback(tmp_path):
 @pytest.fixture
 def selection(tmp_path: Path) -> Path:
     """Batch 1 picks the depth-2 chain, batch 4 the 3-node tree, batch 8 turns speculation off."""
-    from treeopt.costs import StepLatency
     from treeopt.files import write_json
-    from treeopt.grow import Growth
-    from treeopt.select import select
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.costs import StepLatency
+    from treeopt.pricing.select import select
 
     growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
     ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10], 8: [10, 20, 30, 40]}

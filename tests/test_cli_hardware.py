@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from treeopt.cli import main
-from treeopt.grow import Growth
+from treeopt.model.growth import Growth
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
 
@@ -109,8 +109,8 @@ def test_select_from_a_latency_table(tmp_path, growth, latency):
 def test_select_prices_per_step_and_says_where_the_greedy_tree_is_picked(tmp_path):
     """One head; rank 0 right at 3 positions, rank 1 at 2, but (1,) steps at 5/3 tokens and the
     growth order's (0,) at 1.5 (tests/test_step_growth.py works it out)."""
-    from treeopt.grow import grow
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import grow
+    from treeopt.model.trace import RankTrace
 
     trace = RankTrace(np.array([[1], [0], [0], [1], [0]], np.int16), {"sequence_positions": [5]})
     trace.save(tmp_path / "t.npz")

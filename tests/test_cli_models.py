@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from treeopt.step_profile import StepProfile  # noqa: E402
-from treeopt.trace import RankTrace  # noqa: E402
-from treeopt.verify_report import VerifyReport  # noqa: E402
+from treeopt.documents.step_profile import StepProfile  # noqa: E402
+from treeopt.documents.verify_report import VerifyReport  # noqa: E402
+from treeopt.model.trace import RankTrace  # noqa: E402
 
 
 def run(*args, cwd=None):

@@ -96,8 +96,8 @@ def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from treeopt.grow import Growth
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
 
     out, _, _ = tiny_demo
     paths = demo_paths(out)
@@ -123,7 +123,7 @@ def test_load_returns_everything(tiny_demo):
     assert demo.tokenizer(demo.prompts[0])["input_ids"]
     assert demo.latency is not None and demo.latency.name == "cpu.json"
     assert set(demo_dataset(demo).sources) == set(KINDS)
-    from treeopt.sweep import Sweep
+    from treeopt.documents.sweep import Sweep
     from treeopt.workbench.pricing import demo_pricing
 
     for kind in KINDS:
@@ -187,7 +187,7 @@ def test_interrupted_build_resumes_and_never_publishes_half(tmp_path, monkeypatc
 
 
 def test_tiny_sampled_traces_record_their_sampling(tiny_demo):
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
 
     out, manifest, _ = tiny_demo
     paths = demo_paths(out)

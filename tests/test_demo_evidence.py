@@ -45,7 +45,7 @@ def remeasured(tmp_path_factory):
 def _picks(out: Path, kind: str, tmp_path: Path, monkeypatch) -> dict[int, tuple]:
     """``treeopt select --demo KIND`` on the demo at ``out``: its tree's paths per batch."""
     from treeopt.cli import main
-    from treeopt.selection import Selection
+    from treeopt.pricing.selection import Selection
 
     monkeypatch.setenv("TREEOPT_DEMO", str(out))
     path = tmp_path / f"select-{kind}.json"
@@ -55,7 +55,7 @@ def _picks(out: Path, kind: str, tmp_path: Path, monkeypatch) -> dict[int, tuple
 
 def test_every_drafter_is_swept_to_the_target_or_the_cap(remeasured):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.sweep import Sweep
+    from treeopt.documents.sweep import Sweep
 
     out, _, _ = remeasured
     paths = DemoPaths(out)
@@ -77,7 +77,7 @@ def test_every_drafter_is_swept_to_the_target_or_the_cap(remeasured):
 
 def test_step_profiles_are_fresh_and_measured_to_the_target_or_the_cap(remeasured):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.step_profile import StepProfile
+    from treeopt.documents.step_profile import StepProfile
 
     out, first, again = remeasured
     paths = DemoPaths(out)
@@ -99,8 +99,8 @@ def test_step_profiles_are_fresh_and_measured_to_the_target_or_the_cap(remeasure
 
 def test_alongside_profiles_hold_every_swept_tree(remeasured):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.step_profile import StepProfile
-    from treeopt.sweep import Sweep
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.documents.sweep import Sweep
 
     out, _, again = remeasured
     paths = DemoPaths(out)
@@ -121,7 +121,7 @@ def test_alongside_profiles_hold_every_swept_tree(remeasured):
 
 def test_the_sweep_measures_the_tree_select_demo_picks(remeasured, tmp_path, monkeypatch):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.sweep import Sweep
+    from treeopt.documents.sweep import Sweep
 
     out, _, _ = remeasured
     for kind in KINDS:
@@ -165,7 +165,7 @@ def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkey
 
     from treeopt.demo import build, stages
     from treeopt.demo.layout import DemoPaths
-    from treeopt.sweep import Sweep
+    from treeopt.documents.sweep import Sweep
 
     torch.set_num_threads(1)
     out = tmp_path / "demo"
@@ -261,14 +261,14 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
     from test_select import profile_records, typed
     from test_tune import GROWTH, PROMPTS
 
-    from treeopt.costs import step_costs
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.tune import tune
+    from treeopt.decoding.live_sweep import tune
+    from treeopt.documents.measure import Measurement
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
-    from treeopt.measure import Measurement
-    from treeopt.select import select
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import step_costs
+    from treeopt.pricing.select import select
 
     model = tiny_llama(vocab=64, hidden=32, layers=1)
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),

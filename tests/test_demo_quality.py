@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from treeopt.demo.quality import fidelity, repetition_share
 from treeopt.errors import TreeoptError
-from treeopt.simulate import step_walk
-from treeopt.stats import ratio_stderr
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.accept_stats import ratio_stderr
+from treeopt.model.simulation import step_walk
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 CHAIN2 = Tree.from_choices([[0], [0, 0]])
 
@@ -65,7 +65,7 @@ def test_repetition_loss_on_a_uniform_model():
     """Every probability is 1/V, so each term is −log(1 − (1 − λ)/V)."""
     import torch
 
-    from treeopt.demo.base import repetition_loss
+    from treeopt.demo.base_model import repetition_loss
 
     vocab, lam = 10, 0.5
 
@@ -81,7 +81,7 @@ def test_repetition_loss_is_zero_when_probabilities_decay_by_lambda():
     """A model whose repeat probabilities shrink by λ each repetition pays nothing."""
     import torch
 
-    from treeopt.demo.base import repetition_loss
+    from treeopt.demo.base_model import repetition_loss
 
     span, seq_len, vocab, lam = 4, 12, 8, 0.5
     spans = torch.tensor([[1, 2, 3, 4]])
@@ -109,7 +109,7 @@ def test_repetition_loss_is_zero_when_probabilities_decay_by_lambda():
 def test_span_lengths_stay_in_their_range(low, width, seed):
     import torch
 
-    from treeopt.demo.base import span_length
+    from treeopt.demo.base_model import span_length
 
     g = torch.Generator().manual_seed(seed)
     lengths = [span_length((low, low + width), g) for _ in range(20)]
@@ -117,7 +117,7 @@ def test_span_lengths_stay_in_their_range(low, width, seed):
 
 
 def test_the_ditto_phase_is_the_last_steps_and_costs_its_rows():
-    from treeopt.demo.base import BaseConfig
+    from treeopt.demo.base_model import BaseConfig
 
     cfg = BaseConfig(steps=50, seq_len=16, batch_size=4, ditto_share=0.5, ditto_phase=0.2)
     assert (cfg.ditto_rows, cfg.ditto_start) == (2, 40)
@@ -131,7 +131,7 @@ def test_the_ditto_phase_is_the_last_steps_and_costs_its_rows():
 @pytest.mark.parametrize("bad", [{"ditto_share": 1.0}, {"ditto_phase": 1.5},
                                  {"ditto_span": (0, 8)}, {"ditto_span": (8, 8)}])
 def test_bad_ditto_settings_are_refused(bad):
-    from treeopt.demo.base import BaseConfig
+    from treeopt.demo.base_model import BaseConfig
 
     with pytest.raises(TreeoptError, match="ditto_"):
         BaseConfig(**bad)
@@ -139,22 +139,22 @@ def test_bad_ditto_settings_are_refused(bad):
 
 def test_training_switches_to_ditto_rows_at_the_phase_start(monkeypatch):
     """The repeated-span loss is computed on exactly the steps of the DITTO phase."""
-    from treeopt.demo import base
+    from treeopt.demo import base_model
 
-    cfg = base.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+    cfg = base_model.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                           intermediate_size=32, max_positions=32, seq_len=16, batch_size=4,
                           steps=10, warmup=2, ditto_share=0.5, ditto_phase=0.3)
     calls = []
-    real = base.repetition_loss
+    real = base_model.repetition_loss
 
     def counted(model, spans, **kw):
         calls.append(spans.shape[0])
         return real(model, spans, **kw)
 
-    monkeypatch.setattr(base, "repetition_loss", counted)
+    monkeypatch.setattr(base_model, "repetition_loss", counted)
     stream = np.arange(400, dtype=np.int32) % 50 + 3
-    model = base.new_model(cfg, 64, seed=0)
-    losses = base.train_base(model, stream, cfg, seed=0)
+    model = base_model.new_model(cfg, 64, seed=0)
+    losses = base_model.train_base(model, stream, cfg, seed=0)
     assert len(losses) == 10 and all(math.isfinite(x) for x in losses)
     assert calls == [2, 2, 2]  # three phase steps (7, 8, 9), two span rows each
     assert not model.training and not any(p.requires_grad for p in model.parameters())
@@ -167,15 +167,15 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
     training is refused."""
     import torch
 
-    from treeopt.demo import base
+    from treeopt.demo import base_model
     from treeopt.errors import TreeoptError
 
-    cfg = base.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+    cfg = base_model.BaseConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                           intermediate_size=32, max_positions=32, seq_len=16, batch_size=4,
                           steps=10, warmup=2, ditto_share=0.5, ditto_phase=0.3)
     stream = np.arange(400, dtype=np.int32) % 50 + 3
-    whole = base.new_model(cfg, 64, seed=0)
-    want = base.train_base(whole, stream, cfg, seed=0)
+    whole = base_model.new_model(cfg, 64, seed=0)
+    want = base_model.train_base(whole, stream, cfg, seed=0)
 
     class Stop(Exception):
         pass
@@ -186,11 +186,11 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
 
     ckpt = tmp_path / "base.pt"
     with pytest.raises(Stop):
-        base.train_base(base.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt,
+        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt,
                         every=2, progress=stop_at_5)
     seen = []
-    resumed = base.new_model(cfg, 64, seed=0)
-    got = base.train_base(resumed, stream, cfg, seed=0, checkpoint=ckpt, every=2,
+    resumed = base_model.new_model(cfg, 64, seed=0)
+    got = base_model.train_base(resumed, stream, cfg, seed=0, checkpoint=ckpt, every=2,
                           progress=lambda step, loss: seen.append(step))
     assert seen == [5, 6, 7, 8, 9, 10]  # steps 1-4 came from the checkpoint
     assert got == want
@@ -198,9 +198,9 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
                                  strict=True):
         assert torch.equal(a, b), name
     with pytest.raises(TreeoptError, match="not of this base-model training"):
-        base.train_base(base.new_model(cfg, 64, seed=0), stream,
-                        base.BaseConfig(**{**cfg.to_dict(), "lr": 1e-3}), seed=0,
+        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream,
+                        base_model.BaseConfig(**{**cfg.to_dict(), "lr": 1e-3}), seed=0,
                         checkpoint=ckpt)
     ckpt.write_bytes(b"torn")
     with pytest.raises(TreeoptError, match="not a checkpoint of a base-model training"):
-        base.train_base(base.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt)
+        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt)

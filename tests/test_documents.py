@@ -17,16 +17,16 @@ from test_select import profile_records
 
 from treeopt import RankTrace
 from treeopt.cli import main
-from treeopt.costs import StepLatency, throughput
+from treeopt.documents.step_profile import StepProfile
+from treeopt.documents.sweep import Sweep
 from treeopt.dynamic.recommend import price_dynamic
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
-from treeopt.grow import grow
-from treeopt.select import price_tree
-from treeopt.step_profile import StepProfile
-from treeopt.sweep import Sweep
-from treeopt.tree import Tree
+from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.growth import grow
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepLatency, throughput
+from treeopt.pricing.select import price_tree
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 RANKS = np.array([[0, 0], [0, 1], [1, 0], [0, 0], [2, -1], [0, 3]], np.int16)
@@ -324,7 +324,7 @@ def test_trees_and_dynamic_steps_are_priced_by_the_one_formula():
     """A static tree and a dynamic setting that verify, expand and accept alike price alike,
     and both as the formula prices them."""
     lat = StepLatency({(2, 64): (np.array([1.0, 4.0]), np.array([0.010, 0.016]))}, "toy")
-    from treeopt.costs import DraftCost, OverheadCost
+    from treeopt.pricing.costs import DraftCost, OverheadCost
 
     draft = DraftCost("eagle", "toy", lambda b, e: 1e-3 * b * sum(e))
     over = OverheadCost("toy", lambda b, q, d: 1e-4 * (b + q + d))

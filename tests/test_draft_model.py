@@ -96,7 +96,7 @@ def test_continuous_batching_decodes_each_prompt_as_alone(pair, cfg):
 
 
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(pair, tmp_path):
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     base, draft = pair
     tree = TREES["wide"]

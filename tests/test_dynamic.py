@@ -20,18 +20,18 @@ from test_eagle import (  # noqa: E402
 )
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.costs import DraftCost, OverheadCost, StepLatency  # noqa: E402
 from treeopt.decoding.accept import accept_rows  # noqa: E402
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
-from treeopt.decoding.dynamic import Pool, RowPlan, ancestry, choose  # noqa: E402
+from treeopt.decoding.dynamic_drafting import Pool, RowPlan, ancestry, choose  # noqa: E402
 from treeopt.decoding.dynamic_ranks import simulate_dynamic  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
 from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.dynamic import DynamicSettings  # noqa: E402
 from treeopt.dynamic.recommend import price_dynamic, recommend  # noqa: E402
-from treeopt.dynamic.settings import grid  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
+from treeopt.model.dynamic_settings import grid  # noqa: E402
+from treeopt.pricing.costs import DraftCost, OverheadCost, StepLatency  # noqa: E402
 
 SETTINGS = [DynamicSettings(1, 3, 4), DynamicSettings(2, 3, 5), DynamicSettings(3, 4, 12),
             DynamicSettings(4, 2, 21)]

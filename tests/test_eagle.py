@@ -132,7 +132,7 @@ def test_continuous_batching_decodes_each_prompt_as_alone(base, trained_eagle, c
     assert_each_prompt_as_alone(base, trained_eagle, TREE, PROMPTS, cfg, batch=2)
 
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(base, trained_eagle, tmp_path):
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     walks = []
     for i, prompt in enumerate(PROMPTS[:3]):

@@ -129,7 +129,7 @@ def test_continuous_batching_decodes_each_prompt_as_alone(base, cfg):
 
 
 def test_trained_eagle3_walks_its_trace_step_by_step_and_drafts(base, trained, tmp_path):
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     assert trained.config.feature_layers == (2, 2, 1)  # EAGLE-3's layers of a 4-layer model
     walks = []

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.engines import ENGINES, FORMATS, engine, engine_problems, engines_for
+from treeopt.engines.rules import ENGINES, FORMATS, engine, engine_problems, engines_for
 from treeopt.errors import TreeoptError
-from treeopt.grow import grow
-from treeopt.synthetic import synthetic_trace
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.growth import grow
+from treeopt.model.synthetic import synthetic_trace
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 CHAIN_17 = Tree.chain(17)
 

@@ -76,7 +76,7 @@ def test_a_library_call_names_the_field():
 
 
 def test_measurement_errors_are_field_errors():
-    from treeopt.measure import Measurement, MeasurementError
+    from treeopt.documents.measure import Measurement, MeasurementError
 
     assert issubclass(MeasurementError, FieldError)
     with pytest.raises(FieldError, match="^target_se must be in"):

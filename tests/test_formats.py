@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import Tree, TreeoptError
-from treeopt.engines import FORMATS, engine_problems
-from treeopt.formats import export, growmap, load_tree_arg, parse_tree
-from treeopt.grow import grow
-from treeopt.synthetic import synthetic_trace
+from treeopt.engines.formats import export, growmap, load_tree_arg, parse_tree
+from treeopt.engines.rules import FORMATS, engine_problems
+from treeopt.model.growth import grow
+from treeopt.model.synthetic import synthetic_trace
 
 T7 = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
 T7_LIST = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"
@@ -186,7 +186,7 @@ def trees(draw) -> Tree:
 
 @st.composite
 def uniform_trees(draw) -> Tree:
-    from treeopt.grow import uniform_tree
+    from treeopt.model.growth import uniform_tree
 
     return uniform_tree(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
 

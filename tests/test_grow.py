@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
-from treeopt.engines import engine_problems
-from treeopt.grow import Growth, grow, uniform_tree
-from treeopt.simulate import simulate
-from treeopt.uniform import largest_uniform
-from treeopt.value import expected_accept_length
+from treeopt.engines.rules import engine_problems
+from treeopt.model.acceptance import expected_accept_length
+from treeopt.model.growth import Growth, grow, uniform_tree
+from treeopt.model.simulation import simulate
+from treeopt.model.uniform import largest_uniform
 
 # 8 positions x 3 heads. Rank-prefix counts (the empirical values, in positions):
 #   (0): t0 t1 t2 t4 t7 = 5    (1): t3 = 1    (2): t5 = 1

@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 
 from treeopt.drafters.hybrid import hybrid_ranks
 from treeopt.errors import TreeoptError
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 torch = pytest.importorskip("torch")
 
@@ -102,7 +102,7 @@ def test_continuous_batching_decodes_each_prompt_as_alone(base, drafters, kind):
                          ids=["greedy", "sampled"])
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(base, drafters, kind, cfg,
                                                               tmp_path):
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     sampling = {} if cfg.mode == "greedy" else {"temperature": cfg.temperature,
                                                 "seed": cfg.seed}
@@ -215,7 +215,7 @@ def test_select_prices_a_hybrid_with_its_models_profile_drafting_the_models_dept
     from types import SimpleNamespace
 
     from treeopt.cli.hardware import _hybrid_draft
-    from treeopt.costs import DraftCost
+    from treeopt.pricing.costs import DraftCost
 
     draft = DraftCost("medusa", "profile", lambda batch, expanded: float(sum(expanded)))
     deep = (1, 1, 1, 1, 1)  # a spine five deep

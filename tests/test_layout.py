@@ -6,8 +6,8 @@ The packages, each above the ones it may import (:data:`ALLOWED`):
 - ``core``: the flat modules of ``treeopt/`` and the drafter registry (``treeopt.drafters``
   itself and ``treeopt.drafters.config``, which are torch-free); with ``dynamic`` (dynamic-tree
   simulation and recommendation) and ``roofline`` (predicted latency) it is the numpy layer.
-  The three import each other where a job needs it (``treeopt.pricing`` reads the roofline,
-  ``treeopt.step_profile`` names dynamic settings, ``dynamic`` prices with ``treeopt.costs``),
+  The three import each other where a job needs it (``treeopt.pricing.sources`` reads the roofline,
+  ``treeopt.documents.step_profile`` names dynamic settings, ``dynamic`` prices with ``treeopt.pricing.costs``),
   so there a cycle is a chain of imports that leaves a package and comes back to it, module by
   module; every other package is one node of the import graph;
 - ``decoding``: the tree forward, acceptance, the live loop (static and dynamic trees), the
@@ -211,25 +211,25 @@ def test_a_planted_cycle_is_found(tmp_path):
     files = {"treeopt/__init__.py": "", "treeopt/errors.py": "",
              "treeopt/decoding/__init__.py": "", "treeopt/drafters/__init__.py": "",
              "treeopt/decoding/loop.py": "from treeopt.errors import E\n"
-                                         "def run():\n    from treeopt.drafters.base import D\n",
-             "treeopt/drafters/base.py": "from treeopt.decoding.loop import run\n"}
+                                         "def run():\n    from treeopt.drafters.heads import D\n",
+             "treeopt/drafters/heads.py": "from treeopt.decoding.loop import run\n"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert package_cycles(graph(tmp_path)) == [["decoding", "drafters"]]
-    (tmp_path / "treeopt/drafters/base.py").write_text("from treeopt.errors import E\n")
+    (tmp_path / "treeopt/drafters/heads.py").write_text("from treeopt.errors import E\n")
     assert package_cycles(graph(tmp_path)) == []
 
 
 def test_the_numpy_layer_is_checked_module_by_module():
-    edges = {"treeopt.costs": {"treeopt.dynamic.settings"},
-             "treeopt.dynamic.recommend": {"treeopt.costs"},
+    edges = {"treeopt.pricing.costs": {"treeopt.model.dynamic_settings"},
+             "treeopt.dynamic.recommend": {"treeopt.pricing.costs"},
              "treeopt.roofline.config": {"treeopt.roofline.families"},
              "treeopt.roofline.families": {"treeopt.roofline.config"}}
     assert package_cycles(edges) == []  # no chain leaves a package and comes back
-    edges["treeopt.dynamic.settings"] = {"treeopt.dynamic.recommend"}
-    assert package_cycles(edges) == [["treeopt.costs", "treeopt.dynamic.recommend",
-                                      "treeopt.dynamic.settings"]]
+    edges["treeopt.model.dynamic_settings"] = {"treeopt.dynamic.recommend"}
+    assert package_cycles(edges) == [["treeopt.dynamic.recommend", "treeopt.model.dynamic_settings",
+                                      "treeopt.pricing.costs"]]
 
 
 def test_the_checks_see_imports_inside_functions_and_for_annotations(tmp_path):
@@ -246,12 +246,12 @@ def test_annotation_only_allowances_hold_only_under_type_checking():
     module = "treeopt.drafters"
     assert exempt(module, Import("treeopt.decoding.drafter", 1, annotation=True))
     assert not exempt(module, Import("treeopt.decoding.drafter", 1, annotation=False))
-    assert not exempt("treeopt.costs", Import("treeopt.decoding.drafter", 1, annotation=True))
+    assert not exempt("treeopt.pricing.costs", Import("treeopt.decoding.drafter", 1, annotation=True))
 
 
 def test_the_numpy_layer_loads_no_torch():
     code = ("import treeopt.dynamic.engines, treeopt.dynamic.recommend, treeopt.dynamic.report, "
-            "treeopt.dynamic.simulate, treeopt.drafters, treeopt.drafters.config, treeopt.dtypes,"
+            "treeopt.dynamic.simulate, treeopt.drafters, treeopt.drafters.config, treeopt.documents.dtypes,"
             " treeopt.roofline.draft, sys\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)

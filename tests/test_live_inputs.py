@@ -19,8 +19,8 @@ import pytest
 
 from treeopt import RankTrace, TreeoptError, grow
 from treeopt.cli import main
-from treeopt.tree import Tree
-from treeopt.verify_report import VERIFY_FORMAT, VerifyReport
+from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
+from treeopt.model.tree import Tree
 
 RANKS = np.array([[0, 0], [0, 1], [1, 0], [0, 0], [2, -1], [0, 3]], np.int16)
 TRACE_META = {"top_k": 4, "head_kind": "medusa", "num_heads": 2, "model": "m",

@@ -13,9 +13,7 @@ import pytest
 import yaml
 
 from treeopt.cli import main
-from treeopt.errors import FieldError, TreeoptError
-from treeopt.grow import Growth
-from treeopt.lookup_export import (
+from treeopt.engines.lookup_export import (
     LookupSetting,
     export_lookup,
     hf_kwargs,
@@ -25,10 +23,12 @@ from treeopt.lookup_export import (
     trtllm_yaml,
     vllm_config,
 )
+from treeopt.errors import FieldError, TreeoptError
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
 
 SETTING = LookupSetting(k=4, min_n=2, max_n=3)
 TRT_K4 = {"speculative_config": {"decoding_type": "NGram", "max_draft_len": 4,

@@ -105,8 +105,8 @@ from treeopt import Tree  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, decode, generate  # noqa: E402
 from treeopt.drafters.trie_drafter import TrieDrafter, parse_trie_spec  # noqa: E402
-from treeopt.grow import grow  # noqa: E402
-from treeopt.simulate import step_lengths  # noqa: E402
+from treeopt.model.growth import grow  # noqa: E402
+from treeopt.model.simulation import step_lengths  # noqa: E402
 
 PROMPTS = [[5, 17, 99, 3, 42, 5, 17], [7, 7, 8], [200, 100, 50, 25, 12, 6, 3], [9],
            [11, 12, 13, 11, 12, 14, 11, 12]]

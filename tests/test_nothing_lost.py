@@ -26,7 +26,7 @@ import pytest
 from treeopt import RankTrace, TreeoptError
 from treeopt.cli import main
 from treeopt.files import dumps
-from treeopt.grow import grow
+from treeopt.model.growth import grow
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
 

@@ -13,10 +13,10 @@ import pytest
 from apptest import APP, assert_clean, figures, open_page, vega_specs
 
 from treeopt.demo.layout import KINDS, DemoPaths, default_root
+from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.errors import TreeoptError
-from treeopt.selection import Curve, Point, Selection
-from treeopt.sweep import Sweep, SweepPoint
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
+from treeopt.pricing.selection import Curve, Point, Selection
 from treeopt.workbench.overview import (
     BatchAnswer,
     DrafterEvidence,

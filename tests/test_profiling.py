@@ -11,15 +11,15 @@ import torch
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import verifier, verify_step
+from treeopt.documents.measure import Measurement, median_relative_se
+from treeopt.documents.step_profile import StepProfile
 from treeopt.errors import TreeoptError
-from treeopt.measure import Measurement, median_relative_se
+from treeopt.model.tree import Tree
 from treeopt.profiling.device import measure_device
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import Call, interleaved
 from treeopt.profiling.verify import build_model, profile_verify
 from treeopt.roofline import Hardware, ModelConfig, preset
-from treeopt.step_profile import StepProfile
-from treeopt.tree import Tree
 
 TINY = preset("tiny")
 
@@ -38,7 +38,7 @@ def tiny_medusa() -> tuple[torch.nn.Module, torch.nn.Module]:
 def profile_chains(out, *, rounds=3, min_seconds=0.0, target_se=0.0, max_rounds=64, **kw):
     """The step profile, at batch 1 on one prompt, of the chains of 1 and 2 nodes."""
     import treeopt.profiling.step as step
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
 
     model, heads = tiny_medusa()
     growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
@@ -143,7 +143,7 @@ def test_out_of_memory_stops_one_configuration_only():
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
     from treeopt.profiling.step import profile_steps
 
     model = build_model(TINY, device="cpu", dtype="fp32")
@@ -212,7 +212,7 @@ def test_an_alongside_record_is_rescaled_to_its_batchs_one_reference(tmp_path, m
     measured with the batch's first tree — and the file prices as a step profile: the tree at
     that record, to the last digit."""
     import treeopt.profiling.alongside as alongside
-    from treeopt.pricing import profiled_costs
+    from treeopt.pricing.sources import profiled_costs
 
     def record(size, q, draft, verify, book):
         return {"batch": 1, "max_depth": None, "size": size, "depth": min(size, 1), "q": q,
@@ -239,10 +239,10 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     """One busy moment makes a tree's verify step look cheaper than a smaller tree's: that
     record and the one it fell below get another round, and the fall is gone."""
     import treeopt.profiling.step as step
-    from treeopt.costs import verify_dips
     from treeopt.drafters import build_heads
     from treeopt.drafters.config import HeadsConfig
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.costs import verify_dips
 
     calls: list[tuple[int, int]] = []
 
@@ -309,7 +309,7 @@ def test_rounds_added_for_time_come_a_whole_cycle_of_the_prompts_at_a_time(tmp_p
     the autoregressive record (1 s a round) gets 2 + 2 + 2 rounds, a tree's (2 s a round, with
     its reference) 2 + 2, and each prompt is decoded as often as the other."""
     import treeopt.profiling.step as step
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
 
     clock, decoded = [0.0], []
 
@@ -398,7 +398,7 @@ def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp
     """A batch-1 record is not one prompt's: round r decodes the r-th group of b prompts,
     cyclically, and smaller batches get the rounds it takes to decode ``sequences`` of them."""
     import treeopt.profiling.step as step
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
 
     groups: dict[tuple[int, int], list[list[int]]] = {}  # (batch, q) → first token of each row
 

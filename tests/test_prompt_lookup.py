@@ -131,7 +131,7 @@ def test_continuous_batching_decodes_each_prompt_as_alone(base, lookup, cfg):
 @pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=48), SAMPLED],
                          ids=["greedy", "sampled"])
 def test_the_trace_walk_reproduces_live_decoding_step_by_step(base, lookup, cfg, tmp_path):
-    from treeopt.simulate import step_lengths
+    from treeopt.model.simulation import step_lengths
 
     sampling = ({} if cfg.mode == "greedy" else
                 {"temperature": cfg.temperature, "seed": cfg.seed})

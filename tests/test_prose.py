@@ -161,8 +161,8 @@ def test_a_finished_demo_gains_the_prose_stage_and_keeps_everything_else(resumed
 def test_the_prose_prompts_come_from_unseen_files_and_are_traced_like_the_heldout_ones(resumed):
     from treeopt.demo.corpus import load_corpus
     from treeopt.demo.layout import DemoPaths
-    from treeopt.grow import Growth
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
 
     out, _, manifest, _ = resumed
     paths = DemoPaths(out)
@@ -224,7 +224,7 @@ def test_the_stage_records_what_choose_drafter_prints_for_both_prompt_sets(resum
 def test_redo_prose_makes_the_prose_set_again_and_nothing_else(resumed):
     from treeopt.demo import build
     from treeopt.demo.layout import DemoPaths
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
 
     out, _, manifest, _ = resumed
     trace = DemoPaths(out).prose_trace("hydra")
@@ -241,8 +241,8 @@ def test_redo_prose_makes_the_prose_set_again_and_nothing_else(resumed):
 
 
 def test_choose_drafter_per_set_names_the_fastest_on_each_set_and_the_robust_pick():
-    from treeopt.selection import Curve, Point, Selection, choose_drafter_per_set
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.selection import Curve, Point, Selection, choose_drafter_per_set
 
     def sel(*speedups):  # one point per batch size 1, 2, …
         points = tuple(Point(b, 64, Tree.chain(1 if s > 1 else 0), None, 1.5, 1.0, 0.0, 0.0,

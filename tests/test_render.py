@@ -172,7 +172,7 @@ def assert_units(fig, *axes: str) -> None:
 
 
 def test_the_heatmap_scales_to_its_data_and_labels_depths(demo):
-    from treeopt.accuracy import AccuracyTable
+    from treeopt.model.accuracy import AccuracyTable
     from treeopt.workbench.plots import accuracy_heatmap
 
     for kind, trace in demo.traces.items():
@@ -254,8 +254,8 @@ def test_the_sweep_figure_puts_the_measured_best_on_the_speedup_it_ranks_by(demo
 
 
 def test_hardware_figures_have_units_and_the_drafters_shades(demo):
-    from treeopt.grow import grow
-    from treeopt.pricing import roofline_selection
+    from treeopt.model.growth import grow
+    from treeopt.pricing.sources import roofline_selection
     from treeopt.roofline import load_hardware, preset, roofline
     from treeopt.workbench.plots_hardware import (
         best_size_heatmap,

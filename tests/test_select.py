@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.costs import (
+from treeopt.documents.step_profile import StepRecord
+from treeopt.errors import TreeoptError
+from treeopt.model.growth import Growth, grow
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import (
     DraftCost,
     StepLatency,
     expanded_nodes,
@@ -15,15 +20,10 @@ from treeopt.costs import (
     step_costs,
     verify_dips,
 )
-from treeopt.errors import TreeoptError
-from treeopt.grow import Growth, grow
+from treeopt.pricing.select import growth_expected_accept_length, per_step_note, price_tree, select
+from treeopt.pricing.selection import Selection, schedule
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
-from treeopt.select import growth_expected_accept_length, per_step_note, price_tree, select
-from treeopt.selection import Selection, schedule
-from treeopt.step_profile import StepRecord
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
 
 # node values 0.8, 0.6, 0.1: E[L] 1, 1.8, 2.4, 2.5
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
@@ -206,8 +206,8 @@ def test_profiles_of_one_setup_pooled_are_priced_as_their_records_together(tmp_p
     measured it. A profile of another setup is refused, naming both files."""
     import json
 
-    from treeopt.pricing import profiled_costs
-    from treeopt.step_profile import STEP_FORMAT
+    from treeopt.documents.step_profile import STEP_FORMAT
+    from treeopt.pricing.sources import profiled_costs
 
     setup = {"format": STEP_FORMAT, "device": "cpu", "dtype": "float32", "attention": "sdpa",
              "model": {"hidden_size": 32}, "threads": 1,
@@ -339,7 +339,7 @@ def test_one_tree_priced_like_the_scan_prices_it():
 
 
 def test_a_sweep_summarises_best_and_pick_and_round_trips(tmp_path):
-    from treeopt.sweep import Sweep, SweepPoint
+    from treeopt.documents.sweep import Sweep, SweepPoint
 
     def point(b, n, tps, picked=False, pred=None, ar=100.0):
         return SweepPoint(b, n, None, 1, tuple((i,) for i in range(n)), tps, ar,
@@ -368,8 +368,8 @@ def test_the_fastest_drafter_per_batch_is_chosen_from_their_selections(tmp_path)
     import subprocess
     import sys
 
-    from treeopt.costs import DraftCost
-    from treeopt.selection import choose_drafter
+    from treeopt.pricing.costs import DraftCost
+    from treeopt.pricing.selection import choose_drafter
 
     verify = latency({(1, 128): [10, 10, 11, 20], (8, 128): [10, 20, 30, 40]})
     cheap = select(GROWTH, verify, draft=DraftCost("medusa", "t", lambda b, e: 0.001),

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
-from treeopt.simulate import (
+from treeopt.model.acceptance import expected_accept_length, node_probabilities, prefix_counts
+from treeopt.model.simulation import (
     accept_lengths,
     held_out,
     nested_step_means,
@@ -19,7 +20,6 @@ from treeopt.simulate import (
     simulate,
     step_lengths,
 )
-from treeopt.value import expected_accept_length, node_probabilities, prefix_counts
 
 ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
 TRACE = RankTrace(np.array(ROWS, np.int16))
@@ -171,7 +171,7 @@ def cut_into_sequences(tr: RankTrace, data) -> tuple[RankTrace, list[int], int]:
 @settings(max_examples=100, deadline=None)
 @given(trace_and_tree(), st.data())
 def test_the_batch_window_counts_every_row_until_the_first_finishes(case, data):
-    from treeopt.simulate import batch_window_accept_length
+    from treeopt.model.simulation import batch_window_accept_length
 
     tr, tree = case
     tr, counts, batch = cut_into_sequences(tr, data)
@@ -207,7 +207,7 @@ def reference_continuous_window(tree, tr, counts, batch):
 @settings(max_examples=100, deadline=None)
 @given(trace_and_tree(), st.data())
 def test_the_continuous_window_counts_every_row_until_one_ends_with_none_waiting(case, data):
-    from treeopt.simulate import batch_window_accept_length, continuous_window_accept_length
+    from treeopt.model.simulation import batch_window_accept_length, continuous_window_accept_length
 
     tr, tree = case
     tr, counts, batch = cut_into_sequences(tr, data)
@@ -225,7 +225,7 @@ def test_the_continuous_window_outlasts_a_short_sequence():
     one 1 token a step for 2, the third 2 tokens a step for 2. Statically the first two's window
     ends with the short one (2 steps); continuously its row takes the third, and both rows
     count until the long one ends."""
-    from treeopt.simulate import batch_window_accept_length, continuous_window_accept_length
+    from treeopt.model.simulation import batch_window_accept_length, continuous_window_accept_length
 
     ranks = np.array([[0]] * 8 + [[-1]] * 2 + [[0]] * 4, np.int16)
     tr = RankTrace(ranks, {"sequence_positions": [8, 2, 4]})
@@ -258,5 +258,5 @@ def test_a_bursty_trace_halves_the_per_step_mean():
 def test_nested_step_means_in_chunks_equal_one_pass(monkeypatch):
     order = [(0,) * k for k in range(1, 6)]
     whole = nested_step_means(order, BURSTY, sizes=6)
-    monkeypatch.setattr(importlib.import_module("treeopt.simulate"), "_CHUNK", 25)  # 2 trees of 10 positions at a time
+    monkeypatch.setattr(importlib.import_module("treeopt.model.simulation"), "_CHUNK", 25)  # 2 trees of 10 positions at a time
     assert nested_step_means(order, BURSTY, sizes=6).tolist() == whole.tolist()

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import RankTrace, Tree, TreeoptError
-from treeopt.engines import engine_problems
-from treeopt.grow import grow
-from treeopt.simulate import simulate
-from treeopt.step_growth import grow_per_step
+from treeopt.engines.rules import engine_problems
+from treeopt.model.growth import grow
+from treeopt.model.simulation import simulate
+from treeopt.model.step_growth import grow_per_step
 
 # One head, one sequence of 5 positions. Rank 0 is right at 3 positions, rank 1 at 2, so the
 # growth order takes (0,) first; but (0,) accepts at t1 and t2 together, so decoding steps over

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from treeopt import RankTrace, Tree, TreeoptError, merge_traces
-from treeopt.simulate import simulate
+from treeopt.model.simulation import simulate
 
 ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
 

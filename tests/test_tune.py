@@ -14,13 +14,13 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
-from treeopt.decoding.tune import tune  # noqa: E402
+from treeopt.decoding.live_sweep import tune  # noqa: E402
+from treeopt.documents.measure import Measurement, MeasurementError, median_relative_se  # noqa: E402
+from treeopt.documents.sweep import Sweep  # noqa: E402
 from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
-from treeopt.grow import Growth  # noqa: E402
-from treeopt.measure import Measurement, MeasurementError, median_relative_se  # noqa: E402
-from treeopt.sweep import Sweep  # noqa: E402
+from treeopt.model.growth import Growth  # noqa: E402
 
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11]]
@@ -71,7 +71,7 @@ def test_before_point_runs_right_before_each_point_measured_and_never_for_a_kept
     """The hook a step profile taken at the points' own moments hangs on: called with each
     point's batch, depth cap and tree just before its comparison starts, and not again for the
     points a resumed sweep keeps."""
-    import treeopt.decoding.tune as tune_module
+    import treeopt.decoding.live_sweep as tune_module
 
     events = []
     measure = tune_module.compare
@@ -108,7 +108,7 @@ def test_the_speed_up_pairs_each_round_with_its_own_autoregressive_run():
     from treeopt.decoding.compare import Comparison
     from treeopt.decoding.loop import BatchResult
     from treeopt.decoding.stats import DecodeStats
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     def run(tokens: int, seconds: float) -> BatchResult:
         return BatchResult(((1,),), DecodeStats(tokens, (1,), seconds, tokens, seconds))
@@ -183,7 +183,7 @@ def test_rounds_stop_on_the_standard_error_they_report(monkeypatch, seed):
     error meets its target, or it hit the round cap — the standard error recomputed from the
     runs themselves, and so is the progress bar's last tick its total."""
     from treeopt.decoding import compare as comparing
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     _LogNoisyDecoder.rng = np.random.default_rng(seed)
     monkeypatch.setattr(comparing, "Decoder", _LogNoisyDecoder)
@@ -205,7 +205,7 @@ def test_a_sample_of_prompts_grows_until_its_speedup_is_known_to_the_target(monk
     the per-batch speed-ups' standard error meets the target, the cap, or the prompts run out;
     the report's speed-up and its standard error are over those batches."""
     from treeopt.decoding import compare as comparing
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     _LogNoisyDecoder.rng = np.random.default_rng(seed)
     monkeypatch.setattr(comparing, "Decoder", _LogNoisyDecoder)
@@ -256,8 +256,8 @@ def test_select_picks_with_its_own_trace_and_the_points_are_predicted_from_the_o
     """
     from test_select import profile_records, typed
 
-    from treeopt.costs import step_costs
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import step_costs
 
     costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
     meta = {"top_k": 4, "sequence_positions": [20, 20]}
@@ -285,8 +285,8 @@ def test_points_are_predicted_over_the_positions_the_sweep_decodes(model_and_hea
     (picking with the same trace) takes no tree."""
     from test_select import profile_records, typed
 
-    from treeopt.costs import step_costs
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import step_costs
 
     costs = step_costs(typed(profile_records("medusa")), kind="medusa", source="s.json")
     meta = {"top_k": 4, "sequence_positions": [20, 20]}
@@ -309,9 +309,9 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
     the new model predicts it, the old pick is no longer marked and the new one is measured."""
     from test_select import profile_records, typed
 
-    from treeopt.costs import step_costs
-    from treeopt.sweep_prediction import predict
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.costs import step_costs
+    from treeopt.pricing.sweep_prediction import predict
 
     flat, steep = ([{**r, "ms_verify": ms(r["q"])} for r in profile_records("medusa")]
                    for ms in (lambda q: 10.0, lambda q: 10.0 * q))
@@ -345,10 +345,10 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
     2 + 4 steps) says 4/3, which is what batch 1 sees."""
     from test_select import profile_records, typed
 
-    from treeopt.costs import step_costs
-    from treeopt.select import price_tree
-    from treeopt.trace import RankTrace
-    from treeopt.tree import Tree
+    from treeopt.model.trace import RankTrace
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.costs import step_costs
+    from treeopt.pricing.select import price_tree
 
     costs = step_costs(typed(profile_records("medusa", 1) + profile_records("medusa", 2)),
                        kind="medusa", source="s.json")
@@ -398,7 +398,7 @@ def test_rounds_go_on_until_the_point_was_timed_min_seconds(monkeypatch, rounds,
     (here 6) however long is asked; the progress bar knows its total from the first round (a
     round's time is steady) and its last tick is that total."""
     from treeopt.decoding import compare as compare_module
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     monkeypatch.setattr(compare_module, "Decoder", _TimedDecoder)
     ticks: list[tuple[int, int]] = []
@@ -442,7 +442,7 @@ def test_rounds_go_on_until_the_speedup_s_standard_error_is_at_most_target_se(
     error of the speed-up the comparison reports (its median; of the inverse ratios, 1, 1.2, …,
     it would be 0.0836 after 3 rounds)."""
     from treeopt.decoding import compare as compare_module
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     monkeypatch.setattr(compare_module, "Decoder", _NoisyDecoder)
     _NoisyDecoder.calls = 0
@@ -523,7 +523,7 @@ class _RaceDecoder:
 
 def test_a_race_gives_each_tree_its_throughput_over_the_first_trees(monkeypatch):
     from treeopt.decoding import compare as compare_module
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     monkeypatch.setattr(compare_module, "Decoder", _RaceDecoder)
     _RaceDecoder.calls = 0
@@ -541,7 +541,7 @@ def test_a_race_gives_each_tree_its_throughput_over_the_first_trees(monkeypatch)
 
 def test_a_race_on_a_model_decodes_every_tree(model_and_heads):
     from treeopt.decoding.compare import race
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     model, heads = model_and_heads
     ratios = race(model, heads, [Tree.chain(1), Tree.chain(2)], PROMPTS,
@@ -558,9 +558,9 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
 
     from test_select import profile_records, typed
 
-    import treeopt.decoding.tune as tune_module
-    from treeopt.costs import step_costs
-    from treeopt.trace import RankTrace
+    import treeopt.decoding.live_sweep as tune_module
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import step_costs
 
     def fake_compare(model, heads, tree, prompts, **kw):
         speedup = 2.0 if tree.size == 1 else 1.5
@@ -597,7 +597,7 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
 
 
 def test_a_race_of_other_points_than_the_best_and_the_pick_is_not_reported():
-    from treeopt.sweep import Race, SweepPoint
+    from treeopt.documents.sweep import Race, SweepPoint
 
     def point(size, speedup, selected=False):
         return SweepPoint(1, size, None, 1, ((0,),), 1.0, 1.0, speedup, 0.0, 1.5, True,
@@ -613,7 +613,7 @@ def test_a_race_of_other_points_than_the_best_and_the_pick_is_not_reported():
 def test_the_sweep_figure_says_how_each_point_was_timed_and_what_the_race_found():
     """Hover text: a point's rounds and standard error (a point from before either: neither);
     select's pick, when raced against the measured best, its share of it."""
-    from treeopt.sweep import Race, SweepPoint
+    from treeopt.documents.sweep import Race, SweepPoint
     from treeopt.workbench.plots_hardware import sweep_figure
 
     def point(size, speedup, **kw):
@@ -643,10 +643,10 @@ def test_a_continuous_sweep_decodes_every_prompt_in_b_rows_and_is_predicted_so(
     is that of decoding it alone."""
     from test_select import profile_records, typed
 
-    from treeopt.costs import step_costs
     from treeopt.decoding.compare import compare
-    from treeopt.trace import RankTrace
-    from treeopt.tree import Tree
+    from treeopt.model.trace import RankTrace
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.costs import step_costs
 
     costs = step_costs(typed(profile_records("medusa", 1) + profile_records("medusa", 2)),
                        kind="medusa", source="s.json")

@@ -1,7 +1,7 @@
 """treeopt: design, price, export and verify static speculation trees for draft-head decoding.
 
 ``import treeopt`` needs numpy only; torch, transformers and streamlit load where they are used
-(:mod:`treeopt.drafters.base`, :mod:`treeopt.decoding.calibrate`, :mod:`treeopt.decoding.loop`, the app).
+(:mod:`treeopt.drafters.heads`, :mod:`treeopt.decoding.calibrate`, :mod:`treeopt.decoding.loop`, the app).
 
 >>> import treeopt
 >>> trace = treeopt.RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))
@@ -14,22 +14,22 @@
 
 import numpy as np  # noqa: F401  (used by the doctest above)
 
-from treeopt.accuracy import AccuracyTable, read_accuracies
-from treeopt.engines import engine_problems
+from treeopt.documents.measure import Measurement
+from treeopt.documents.step_profile import StepProfile, StepRecord
+from treeopt.documents.sweep import Sweep, SweepPoint
+from treeopt.documents.verify_report import VerifyReport
+from treeopt.engines.formats import export, load_tree_arg, parse_tree
+from treeopt.engines.rules import engine_problems
 from treeopt.errors import TreeoptError
-from treeopt.formats import export, load_tree_arg, parse_tree
-from treeopt.grow import Growth, grow, uniform_tree
-from treeopt.measure import Measurement
-from treeopt.select import select
-from treeopt.selection import Point, Selection, schedule
-from treeopt.simulate import Simulation, accept_lengths, held_out, simulate
-from treeopt.step_growth import StepGrowth, grow_per_step
-from treeopt.step_profile import StepProfile, StepRecord
-from treeopt.sweep import Sweep, SweepPoint
-from treeopt.trace import RankTrace, merge_traces
-from treeopt.tree import Tree
-from treeopt.value import expected_accept_length, node_probabilities
-from treeopt.verify_report import VerifyReport
+from treeopt.model.acceptance import expected_accept_length, node_probabilities
+from treeopt.model.accuracy import AccuracyTable, read_accuracies
+from treeopt.model.growth import Growth, grow, uniform_tree
+from treeopt.model.simulation import Simulation, accept_lengths, held_out, simulate
+from treeopt.model.step_growth import StepGrowth, grow_per_step
+from treeopt.model.trace import RankTrace, merge_traces
+from treeopt.model.tree import Tree
+from treeopt.pricing.select import select
+from treeopt.pricing.selection import Point, Selection, schedule
 
 __version__ = "0.1.0"
 

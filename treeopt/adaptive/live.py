@@ -27,9 +27,9 @@ import numpy.typing as npt
 from treeopt.adaptive.policies import Policy, RoundState
 from treeopt.adaptive.replay import Replay, chain_step_seconds, replay
 from treeopt.adaptive.workload import ChainAcceptance
-from treeopt.costs import StepCosts
 from treeopt.errors import TreeoptError
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepCosts
 
 __all__ = ["ChainSource", "Rounds", "replay_batches", "replay_continuous", "steady_tokens_per_s"]
 

@@ -28,8 +28,8 @@ import numpy.typing as npt
 
 from treeopt.adaptive.policies import Policy, RoundState
 from treeopt.adaptive.workload import ChainAcceptance
-from treeopt.costs import StepCosts, throughput
 from treeopt.errors import TreeoptError
+from treeopt.pricing.costs import StepCosts, throughput
 
 
 def chain_step_seconds(costs: StepCosts, *, batch: int, context: int | None = None,

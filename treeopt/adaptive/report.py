@@ -15,10 +15,10 @@ from treeopt.adaptive.replay import Replay, chain_step_seconds, replay
 from treeopt.adaptive.sglang import SGLangConfig
 from treeopt.adaptive.tune import DEFAULT_SPACE, SearchSpace, fixed_replays, tune_sglang
 from treeopt.adaptive.workload import ChainAcceptance
-from treeopt.costs import StepCosts
 from treeopt.errors import TreeoptError
-from treeopt.grow import Growth
-from treeopt.trace import RankTrace
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.pricing.costs import StepCosts
 
 FORMAT = "treeopt.adaptive-report/1"
 
@@ -137,7 +137,7 @@ def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: S
 
 def _static(growth: Growth, trace: RankTrace, costs: StepCosts, batch: int,
             context: int | None) -> StaticTree:
-    from treeopt.pricing import price
+    from treeopt.pricing.sources import price
 
     ctx = costs.context(context)
     point = price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,

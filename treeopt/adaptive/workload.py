@@ -3,7 +3,7 @@ and the workloads a replay runs: the trace as recorded, or reordered so that acc
 
 A chain of k steps (top-k 1) accepts, at a position, its leading drafts that are the base
 model's tokens, at most k: on a rank trace, the number of leading rank-0 entries capped at k
-(:mod:`treeopt.simulate`); on a dynamic trace of top-k 1, the nodes a ``(1, k, k + 1)`` step
+(:mod:`treeopt.model.simulation`); on a dynamic trace of top-k 1, the nodes a ``(1, k, k + 1)`` step
 keeps (:meth:`treeopt.dynamic.simulate.DynamicTrace.accepted`). Counts exclude the bonus token,
 as the engines' controllers count them, so a step emits the count + 1 tokens.
 """
@@ -17,10 +17,10 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
+from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.trace import RankTrace
 
 
 @dataclass(frozen=True, eq=False)

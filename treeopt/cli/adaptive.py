@@ -64,7 +64,7 @@ def _acceptance(path: str) -> tuple[Any, Any]:
 
     from treeopt.adaptive.workload import ChainAcceptance
     from treeopt.dynamic.simulate import DynamicTrace
-    from treeopt.trace import RankTrace
+    from treeopt.model.trace import RankTrace
 
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -85,9 +85,9 @@ def cmd_adaptive(args: argparse.Namespace) -> int:
     from treeopt.adaptive.sglang import SGLangConfig
     from treeopt.adaptive.workload import by_difficulty
     from treeopt.files import write_json, write_text_atomic
-    from treeopt.grow import Growth
-    from treeopt.pricing import profiled_costs
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.sources import profiled_costs
 
     acceptance, rank = _acceptance(args.trace)
     if args.workload != "steady":

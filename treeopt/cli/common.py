@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.decoding.config import ATTENTIONS
-from treeopt.dtypes import dtype_name
+from treeopt.documents.dtypes import dtype_name
+from treeopt.documents.measure import MAX_ROUNDS
 from treeopt.errors import TreeoptError
 from treeopt.files import dumps, streamed, write_json
-from treeopt.measure import MAX_ROUNDS
 
 
 def emit(obj: Any, out: str | None) -> int:
@@ -167,7 +167,7 @@ DTYPE_HELP = "fp32, bf16, fp16 or fp64 (torch's names float32, bfloat16, … als
 
 
 def dtype_flag(text: str) -> str:
-    """``--dtype``: a name of :mod:`treeopt.dtypes` (an alias becomes its name)."""
+    """``--dtype``: a name of :mod:`treeopt.documents.dtypes` (an alias becomes its name)."""
     try:
         return dtype_name(text, source="dtype")
     except TreeoptError as exc:
@@ -254,10 +254,10 @@ def add_target_se(p: argparse.ArgumentParser, *, what: str) -> None:
 
 
 def measurement_from(args: argparse.Namespace, **fields: Any) -> Any:
-    """The :class:`~treeopt.measure.Measurement` of ``--rounds``, ``--min-seconds`` and
+    """The :class:`~treeopt.documents.measure.Measurement` of ``--rounds``, ``--min-seconds`` and
     ``--target-se`` (``fields`` replace flags); a bad value is a
     :class:`~treeopt.errors.FieldError`, which :func:`treeopt.cli.main` words as its flag."""
-    from treeopt.measure import Measurement
+    from treeopt.documents.measure import Measurement
 
     return Measurement(**{"rounds": args.rounds, "min_seconds": args.min_seconds,
                           "target_se": args.target_se, **fields})

@@ -7,13 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from treeopt.accuracy import AccuracyTable, read_accuracies
 from treeopt.cli.common import add_out, emit
 from treeopt.drafters import KINDS, engine_draft
-from treeopt.engines import DRAFTS, ENGINES, FORMATS, engine, engine_problems
-from treeopt.errors import TreeoptError
-from treeopt.files import write_json, write_text_atomic
-from treeopt.formats import (
+from treeopt.engines.formats import (
     EXTENSIONS,
     export,
     file_kind,
@@ -21,8 +17,7 @@ from treeopt.formats import (
     load_tree_arg,
     recorded_drafter,
 )
-from treeopt.grow import CONSTRAINTS, Growth, grow
-from treeopt.lookup_export import (
+from treeopt.engines.lookup_export import (
     LOOKUP_FORMATS,
     TRIE_NOTES,
     export_lookup,
@@ -30,11 +25,16 @@ from treeopt.lookup_export import (
     recorded_lookup,
     recorded_trie,
 )
-from treeopt.selection import Selection, schedule
-from treeopt.simulate import simulate
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
-from treeopt.value import METHODS
+from treeopt.engines.rules import DRAFTS, ENGINES, FORMATS, engine, engine_problems
+from treeopt.errors import TreeoptError
+from treeopt.files import write_json, write_text_atomic
+from treeopt.model.acceptance import METHODS
+from treeopt.model.accuracy import AccuracyTable, read_accuracies
+from treeopt.model.growth import CONSTRAINTS, Growth, grow
+from treeopt.model.simulation import simulate
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.selection import Selection, schedule
 
 NGRAM = "ngram"  # --draft of a chain drafted by prompt lookup (n-gram settings, no tree)
 EXPORT_FORMATS = FORMATS + tuple(f for f in LOOKUP_FORMATS if f not in FORMATS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from treeopt.cli.common import emit
-from treeopt.dtypes import DTYPES
-from treeopt.sweep import BATCHINGS
+from treeopt.documents.dtypes import DTYPES
+from treeopt.documents.sweep import BATCHINGS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

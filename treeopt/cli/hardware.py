@@ -275,10 +275,10 @@ def cmd_profile_device(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_step(args: argparse.Namespace) -> int:
-    from treeopt.costs import verify_dips
-    from treeopt.grow import Growth
+    from treeopt.documents.prompts import encode, read_texts
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.costs import verify_dips
     from treeopt.profiling.step import FALL_LIMIT, SIZES, profile_steps
-    from treeopt.prompts import encode, read_texts
 
     growth = Growth.load(args.growth)
     texts = read_texts(args.prompts)
@@ -341,11 +341,11 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    from treeopt.costs import NO_OVERHEAD
-    from treeopt.grow import Growth
-    from treeopt.pricing import costs_of_profile, price
-    from treeopt.select import check_grid, per_step_note
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import NO_OVERHEAD
+    from treeopt.pricing.select import check_grid, per_step_note
+    from treeopt.pricing.sources import costs_of_profile, price
 
     check_grid(args.batch or (), args.context or (), names=("--batch", "--context"))
     growth = Growth.load(args.growth)
@@ -413,7 +413,7 @@ def _dynamic_profile(args: argparse.Namespace) -> Any:
     """--dynamic-profile read, if given: a step profile of dynamic drafting."""
     if not args.dynamic_profile:
         return None
-    from treeopt.step_profile import StepProfile
+    from treeopt.documents.step_profile import StepProfile
 
     profile = StepProfile.load(args.dynamic_profile)
     require(profile.design == "dynamic", f"--dynamic-profile {args.dynamic_profile}: a step "
@@ -423,7 +423,7 @@ def _dynamic_profile(args: argparse.Namespace) -> Any:
 
 
 def cmd_choose_drafter(args: argparse.Namespace) -> int:
-    from treeopt.selection import choose_drafter, choose_drafter_per_set
+    from treeopt.pricing.selection import choose_drafter, choose_drafter_per_set
 
     require(not args.name or bool(args.prompt_set), "--name names the positional selections' "
             "prompt set beside --prompt-set NAME=S.json,…; give --prompt-set too")
@@ -445,7 +445,7 @@ def cmd_choose_drafter(args: argparse.Namespace) -> int:
 def _named_selections(paths: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Selection files read and named by their drafter's kind (a file's path added where two
     share a kind or one has none); and name → path."""
-    from treeopt.selection import Selection
+    from treeopt.pricing.selection import Selection
 
     named: dict[str, Selection] = {}
     for path in paths:
@@ -469,7 +469,7 @@ def _step_profile(args: argparse.Namespace) -> Any:
     """The --step-profile files read and pooled (one profile), if given."""
     if not args.step_profile:
         return None
-    from treeopt.step_profile import StepProfile
+    from treeopt.documents.step_profile import StepProfile
 
     return StepProfile.pool(args.step_profile)
 
@@ -508,7 +508,7 @@ def _check_sources(args: argparse.Namespace, growth: Any, trace: Any, profile: A
 def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any) -> Any:
     """The verify-step latency named by one of --latency, --roofline, --hardware, or else the
     one the step profile measured."""
-    from treeopt import pricing
+    from treeopt.pricing.sources import roofline_latency, saved_roofline_latency
 
     sources = [x for x in (args.latency, args.roofline, args.hardware) if x]
     require(len(sources) <= 1 and (sources or costs is not None),
@@ -526,17 +526,17 @@ def _verify_latency(args: argparse.Namespace, growth: Any, cfg: Any, costs: Any)
                             source=f"{args.latency}{beside}")
         return table.latency(source=args.latency)
     if args.roofline:
-        return pricing.saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)
+        return saved_roofline_latency(args.roofline, model=cfg, dtype=args.dtype)
     from treeopt.roofline import load_hardware
 
     _need_grid(args, "batch", "context")
-    return pricing.roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
-                                    batch=args.batch, context=args.context,
-                                    precision=_precision(args), attention=args.attention)
+    return roofline_latency(growth, model=cfg, hardware=load_hardware(args.hardware),
+                            batch=args.batch, context=args.context,
+                            precision=_precision(args), attention=args.attention)
 
 
 def _draft(args: argparse.Namespace, cfg: Any, costs: Any) -> Any:
-    from treeopt.costs import NO_DRAFT
+    from treeopt.pricing.costs import NO_DRAFT
 
     if costs is not None:
         require(not args.draft_kind, "give --step-profile or --draft-kind, not both")
@@ -546,7 +546,7 @@ def _draft(args: argparse.Namespace, cfg: Any, costs: Any) -> Any:
     require(bool(args.hardware) and cfg is not None and bool(args.draft_heads),
             "--draft-kind predicts the heads' cost on --hardware: give --hardware, the model "
             "(--preset/--config) and --draft-heads K")
-    from treeopt.pricing import roofline_draft
+    from treeopt.pricing.sources import roofline_draft
     from treeopt.roofline import load_hardware
 
     return roofline_draft(args.draft_kind, num_heads=args.draft_heads, model=cfg,

@@ -27,10 +27,10 @@ from treeopt.cli.common import (
     measurement_from,
     require,
 )
-from treeopt.engines import FORMATS
+from treeopt.documents.measure import MAX_ROUNDS
+from treeopt.documents.sweep import BATCHINGS
+from treeopt.engines.rules import FORMATS
 from treeopt.errors import TreeoptError
-from treeopt.measure import MAX_ROUNDS
-from treeopt.sweep import BATCHINGS
 
 SAMPLE_PROMPTS = 16  # the fewest prompts verify's default sample decodes (all, when fewer)
 SAMPLE_TARGET_SE = 0.03  # the speed-up's relative standard error verify's sample stops at
@@ -213,16 +213,16 @@ def _prompt_count(text: str) -> int | str:
 
 
 def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
-    from treeopt.prompts import encode, read_texts
+    from treeopt.documents.prompts import encode, read_texts
 
     return encode(tok, read_texts(args.prompts), source=" ".join(args.prompts))
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.verify import Verification, verify
-    from treeopt.formats import load_tree_arg
-    from treeopt.prompts import read_texts
-    from treeopt.trace import RankTrace
+    from treeopt.documents.prompts import read_texts
+    from treeopt.engines.formats import load_tree_arg
+    from treeopt.model.trace import RankTrace
 
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
                          context=args.context, decoding_batch=True)
@@ -287,13 +287,13 @@ def _check_tune_flags(args: argparse.Namespace, *, profiled: bool, prompts: int)
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.live_sweep import family_tree, tune
     from treeopt.decoding.models import attention_of
-    from treeopt.decoding.tune import family_tree, tune
-    from treeopt.grow import Growth
-    from treeopt.pricing import costs_of_profile
-    from treeopt.prompts import read_texts
-    from treeopt.step_profile import StepProfile
-    from treeopt.trace import RankTrace
+    from treeopt.documents.prompts import read_texts
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.sources import costs_of_profile
 
     growth = Growth.load(args.growth)
     caps = [None, *(args.max_depths or [])]

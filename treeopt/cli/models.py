@@ -151,9 +151,9 @@ def _register_calibrate_dynamic(sub: argparse._SubParsersAction) -> None:
 def cmd_train_heads(args: argparse.Namespace) -> int:
     from treeopt.decoding.models import context_length
     from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.documents.prompts import encode, read_texts
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.training import TrainConfig, fit_to_data, train_heads
-    from treeopt.prompts import encode, read_texts
 
     require(args.generate >= 0, f"--generate {args.generate}: must be ≥ 0 (0: train on the "
                                 "texts as they are)")
@@ -200,7 +200,7 @@ def cmd_train_heads(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate, parse_shard
-    from treeopt.prompts import encode, read_texts
+    from treeopt.documents.prompts import encode, read_texts
 
     shard, num_shards = parse_shard(args.shard)
     texts = read_texts(args.prompts)
@@ -227,7 +227,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
     from treeopt.decoding.dynamic_ranks import simulate_dynamic
     from treeopt.decoding.ranks import greedy_continuations
-    from treeopt.prompts import encode, read_texts
+    from treeopt.documents.prompts import encode, read_texts
 
     _check_dynamic_flags(args)
     out = Path(args.out)
@@ -272,7 +272,7 @@ def _check_dynamic_flags(args: argparse.Namespace) -> None:
     16-bit counts, so a step's pool of candidates must fit them."""
     import numpy as np
 
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
 
     require(all(k >= 1 for k in args.topk), f"--topk {args.topk}: values must be ≥ 1")
     require(args.steps >= 1, f"--steps must be ≥ 1, got {args.steps}")
@@ -306,7 +306,7 @@ def _earlier_trace(path: Path, run: dict[str, object], *, force: bool) -> Dynami
 
 
 def cmd_trace_merge(args: argparse.Namespace) -> int:
-    from treeopt.trace import RankTrace, merge_traces
+    from treeopt.model.trace import RankTrace, merge_traces
 
     traces = [RankTrace.load(p) for p in args.shards]
     merged = merge_traces(traces, names=args.shards)

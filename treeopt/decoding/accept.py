@@ -13,7 +13,7 @@
 
 Every row accepts the longest root-to-leaf prefix whose nodes all pass (the root always does).
 One tree for every row (:func:`accept`, a :class:`~treeopt.decoding.plan.TreePlan`) or a tree
-per row (:func:`accept_rows`, dynamic drafting's :class:`~treeopt.decoding.dynamic.RowPlan`):
+per row (:func:`accept_rows`, dynamic drafting's :class:`~treeopt.decoding.dynamic_drafting.RowPlan`):
 the same rule, on the greedy or sampled tokens of :func:`model_tokens`.
 """
 
@@ -31,7 +31,7 @@ from treeopt.decoding.sampling import sample
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
-    from treeopt.decoding.dynamic import RowPlan
+    from treeopt.decoding.dynamic_drafting import RowPlan
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,7 +110,7 @@ def longest_path(plan: TreePlan, ok: torch.Tensor, score: torch.Tensor | None = 
     ``ok`` ``[b, n]`` says which nodes pass; ``score`` ``[b, n]`` breaks ties between paths of
     equal length (typical acceptance: log-likelihood), else the first leaf in canonical order.
 
-    >>> from treeopt.tree import Tree
+    >>> from treeopt.model.tree import Tree
     >>> from treeopt.decoding.plan import tree_plan
     >>> plan = tree_plan(Tree.from_choices([[0], [1], [0, 0]]), "cpu")
     >>> path, length = longest_path(plan, torch.tensor([[True, True, False], [False, True, True]]))

@@ -32,7 +32,7 @@ from treeopt.decoding.models import check_context
 from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
-from treeopt.trace import RankTrace, merge_traces
+from treeopt.model.trace import RankTrace, merge_traces
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

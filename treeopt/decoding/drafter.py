@@ -18,9 +18,9 @@ from treeopt.drafters.config import HeadsConfig
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
-    from treeopt.decoding.dynamic import RowPlan
+    from treeopt.decoding.dynamic_drafting import RowPlan
     from treeopt.decoding.plan import TreePlan
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
 
 LiveState = Any  # a kind's own state across live steps (Hydra++: its prefix layer's cache)
 
@@ -107,7 +107,7 @@ class Drafter(nn.Module):
 
     def draft_dynamic(self, settings: DynamicSettings, hidden: torch.Tensor, root: torch.Tensor,
                       state: LiveState = None) -> tuple[torch.Tensor, RowPlan]:
-        """A dynamic step (:mod:`treeopt.decoding.dynamic`): tree tokens ``[b, N]`` and the
+        """A dynamic step (:mod:`treeopt.decoding.dynamic_drafting`): tree tokens ``[b, N]`` and the
         rows' trees, from the same inputs as :meth:`draft`."""
         raise no_dynamic_trees(self.kind)
 

@@ -1,5 +1,5 @@
 """Exactness of a rank trace against live decoding, prompt by prompt: the trace's walk
-(:func:`treeopt.simulate.step_lengths`) against the accepted lengths of the same tree decoded
+(:func:`treeopt.model.simulation.step_lengths`) against the accepted lengths of the same tree decoded
 live, step by step, and the live output against plain decoding with the same sampling stream.
 
 A trace calibrated on prompts ``i = 0 …`` with sampling seed s draws prompt i's continuation
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from treeopt.simulate import step_lengths
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.simulation import step_lengths
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

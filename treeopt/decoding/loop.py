@@ -57,16 +57,16 @@ from treeopt.decoding.accept import Verdict, accept, accept_rows
 from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter, LiveState
-from treeopt.decoding.dynamic import RowPlan
+from treeopt.decoding.dynamic_drafting import RowPlan
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import verifier, verify_step
 from treeopt.decoding.weight_layout import lay_out_for_cpu
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
-from treeopt.tree import Tree
+from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -172,7 +172,7 @@ class Decoder:
                config: DecodeConfig | None = None, profile: bool = False,
                streams: Sequence[int] | None = None, batch: int | None = None) -> BatchResult:
         """Decode every prompt with ``tree`` in one batch (an empty tree: autoregressive;
-        :class:`~treeopt.dynamic.settings.DynamicSettings`: a tree drafted afresh every step;
+        :class:`~treeopt.model.dynamic_settings.DynamicSettings`: a tree drafted afresh every step;
         a :class:`TreeSource`: the tree it chooses, step by step).
 
         ``streams``: each prompt's sampling stream id (default 0 … n-1). Mode ``sample`` draws

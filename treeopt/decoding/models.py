@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from treeopt.decoding.attention import attention_for
-from treeopt.dtypes import TORCH_NAMES, dtype_name, recorded_dtype
+from treeopt.documents.dtypes import TORCH_NAMES, dtype_name, recorded_dtype
 from treeopt.errors import FieldError, TreeoptError
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class ModelSpec:
 
     path: str
     device: str = "cpu"
-    dtype: str = "fp32"  # a name of treeopt.dtypes (torch's names are aliases)
+    dtype: str = "fp32"  # a name of treeopt.documents.dtypes (torch's names are aliases)
     device_map: str | None = None
     trust_remote_code: bool = False
     threads: int | None = None  # CPU threads for torch (None: torch's own choice)
@@ -32,7 +32,7 @@ class ModelSpec:
 
 
 def torch_dtype(name: str, *, source: str = "--dtype") -> torch.dtype:
-    """The torch dtype of a name of :mod:`treeopt.dtypes` (or of its alias); the one place
+    """The torch dtype of a name of :mod:`treeopt.documents.dtypes` (or of its alias); the one place
     names become torch dtypes. Unknown names raise a TreeoptError naming ``source``.
 
     >>> torch_dtype("bf16"), torch_dtype("float32")
@@ -42,7 +42,7 @@ def torch_dtype(name: str, *, source: str = "--dtype") -> torch.dtype:
 
 
 def name_of_dtype(dtype: torch.dtype) -> str:
-    """The name :mod:`treeopt.dtypes` gives a torch dtype, as files record it (a dtype it does
+    """The name :mod:`treeopt.documents.dtypes` gives a torch dtype, as files record it (a dtype it does
     not name keeps torch's name).
 
     >>> name_of_dtype(torch.bfloat16), name_of_dtype(torch.int8)

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 
 @dataclass(frozen=True, eq=False)

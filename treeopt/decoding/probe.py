@@ -13,7 +13,7 @@ from treeopt.decoding.models import architecture, check_context, context_length
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.tree_forward import Verifier, verify_step
 from treeopt.errors import TreeoptError
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

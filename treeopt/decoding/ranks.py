@@ -73,7 +73,7 @@ def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Seque
 def reference_ranks(model: PreTrainedModel, heads: Drafter, sequence: Sequence[int], start: int, *,
                     top_k: int) -> npt.NDArray[np.int16]:
     """Slow, readable reference: one position and one head at a time, ranks by a stable sort
-    (draft heads: :class:`~treeopt.drafters.base.DraftHeads`' ``features`` and
+    (draft heads: :class:`~treeopt.drafters.heads.DraftHeads`' ``features`` and
     ``head_logits``)."""
     K, device = heads.config.num_heads, model_device(model)
     ids = torch.tensor([list(sequence)], device=device)
@@ -99,7 +99,7 @@ def greedy_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int]
     ``max_new_tokens``."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import decode
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     run = decode(model, None, Tree(()), prompts,
                  config=DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
@@ -112,7 +112,7 @@ def sampled_continuations(model: PreTrainedModel, prompts: Sequence[Sequence[int
     live loop with an empty tree on sampling stream ``streams[i]``: exactly the tokens live
     sample-and-match decoding of that prompt with that stream emits."""
     from treeopt.decoding.loop import decode
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     run = decode(model, None, Tree(()), prompts, config=config, streams=streams)
     return [[*p, *t] for p, t in zip(prompts, run.tokens, strict=True)]

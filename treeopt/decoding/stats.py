@@ -1,5 +1,5 @@
 """Statistics of a decoding run: tokens, time, accepted lengths, and (when profiled) where a
-step's time goes. Accepted lengths are summarised by the one :class:`treeopt.stats.AcceptStats`."""
+step's time goes. Accepted lengths are summarised by the one :class:`treeopt.model.accept_stats.AcceptStats`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from treeopt.stats import AcceptStats
+from treeopt.model.accept_stats import AcceptStats
 
 
 @dataclass(frozen=True)

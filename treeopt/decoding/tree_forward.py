@@ -31,7 +31,7 @@ from treeopt.errors import TreeoptError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.decoding.dynamic import RowPlan
+    from treeopt.decoding.dynamic_drafting import RowPlan
     from treeopt.decoding.probe import SupportProbe
 
 
@@ -51,7 +51,7 @@ def step_inputs(plan: TreePlan | RowPlan, lengths: torch.Tensor, frontier: int, 
     per layer type).
 
     >>> from treeopt.decoding.plan import tree_plan
-    >>> from treeopt.tree import Tree
+    >>> from treeopt.model.tree import Tree
     >>> pos, mask = step_inputs(tree_plan(Tree.from_choices([[0], [1]]), "cpu"),
     ...                         torch.tensor([2, 1]), 2, dtype=torch.float32)
     >>> pos.tolist(), (mask[:, 0] == 0).int().tolist()

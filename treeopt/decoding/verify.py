@@ -24,12 +24,12 @@ from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import TreeMismatch
 from treeopt.decoding.models import attention_of
 from treeopt.decoding.reference import check_comparison
+from treeopt.documents.measure import ONCE, Measurement
+from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError
-from treeopt.measure import ONCE, Measurement
-from treeopt.simulate import Simulation, simulate, step_walk, steps_inside
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
-from treeopt.verify_report import VERIFY_FORMAT, VerifyReport
+from treeopt.model.simulation import Simulation, simulate, step_walk, steps_inside
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 __all__ = ["VERIFY_FORMAT", "Verification", "VerifyReport", "check_tree_for", "verify"]
 
@@ -88,7 +88,7 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
     """Decode the prompts with ``run``'s tree and autoregressively, ``batch`` at a time, for as
     long as its measurement says on the speed-up, then a profiled pass for the phase times
     (``eos_token_id``, when given: the tokenizer's end of sequence, where a row stops); the
-    report, with ``meta`` (where it ran: :data:`~treeopt.verify_report.RUN_KEYS`) and the
+    report, with ``meta`` (where it ran: :data:`~treeopt.documents.verify_report.RUN_KEYS`) and the
     model's attention implementation."""
     tree, trace = run.tree, run.trace
     config = (run.config if eos_token_id is None

@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from treeopt.assets.registry import ASSETS
-from treeopt.demo.base import BaseConfig
+from treeopt.demo.base_model import BaseConfig
 from treeopt.demo.layout import KINDS
+from treeopt.documents.dtypes import DTYPES
+from treeopt.documents.measure import MAX_ROUNDS, Measurement, MeasurementError
+from treeopt.documents.sweep import BATCHINGS
 from treeopt.drafters import drafter_kind
-from treeopt.dtypes import DTYPES
 from treeopt.errors import FieldError, TreeoptError
-from treeopt.measure import MAX_ROUNDS, Measurement, MeasurementError
-from treeopt.sweep import BATCHINGS
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.
@@ -77,7 +77,7 @@ class DemoConfig:
     sweep_prompts: int = 8
     sweep_rounds: int = 3
     live_new_tokens: int = 64  # new tokens per prompt in the step profile and the sweep
-    # how long each speed figure is measured (treeopt.measure): a step-profile record (the
+    # how long each speed figure is measured (treeopt.documents.measure): a step-profile record (the
     # dynamic ones too) at least step_rounds rounds, more until step_min_seconds and until its
     # step over the reference's has a relative standard error of at most step_target_se (0: no
     # target); a sweep point (and a race) alike on its speed-up; every timing at most

@@ -15,12 +15,12 @@ from treeopt.demo.layout import DemoPaths
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.costs import StepCosts
     from treeopt.decoding.drafter import Drafter
-    from treeopt.grow import Growth
+    from treeopt.documents.sweep import Sweep
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import StepCosts
     from treeopt.profiling.alongside import AlongsideProfile
-    from treeopt.sweep import Sweep
-    from treeopt.trace import RankTrace
 
 
 def alongside_profile(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
@@ -65,8 +65,8 @@ def alongside_errors(sweep: Sweep, growth: Growth, costs: StepCosts,
     """The sweep's points predicted by ``costs`` (the profile taken alongside them), E[L] from
     ``trace`` (the swept prompts' own, as the sweep's predictions): per batch, the largest and
     the mean absolute error (predicted over measured speed-up, minus one)."""
-    from treeopt.sweep_prediction import predict
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.sweep_prediction import predict
 
     rows = []
     for b in sweep.batches:

@@ -10,8 +10,8 @@ from typing import Any
 from treeopt.demo.layout import DEMO_FORMAT, DemoPaths, base_model_dir, demo_paths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
-from treeopt.grow import Growth
-from treeopt.trace import RankTrace
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,7 +101,7 @@ def load(root: str | os.PathLike[str] | None = None, *, device: str = "cpu",
     torch, no weights needed: a demo on a pretrained base loads so before its base is
     fetched); :func:`attach_model` adds them later.
     """
-    from treeopt.prompts import read_texts
+    from treeopt.documents.prompts import read_texts
 
     paths = demo_paths(root)
     manifest = read_manifest(paths)

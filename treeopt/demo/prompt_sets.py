@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from treeopt.demo.layout import DemoPaths
 
 if TYPE_CHECKING:
-    from treeopt.selection import Selection
+    from treeopt.pricing.selection import Selection
 
 PROMPT_SETS = ("code", "prose")
 
@@ -21,10 +21,10 @@ def prompt_set_selections(paths: DemoPaths, kinds: Sequence[str], *, device: str
     """Prompt set → drafter → its selection, for each of ``kinds`` (every one needs its step
     profile on ``device`` and its prose trace and growth). Profiles are named by their path
     inside the demo."""
-    from treeopt.grow import Growth
-    from treeopt.pricing import profiled_costs
-    from treeopt.select import select
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.select import select
+    from treeopt.pricing.sources import profiled_costs
 
     sets: dict[str, dict[str, Selection]] = {name: {} for name in PROMPT_SETS}
     for kind in kinds:

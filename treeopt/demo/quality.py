@@ -17,9 +17,9 @@ import numpy as np
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.stats import combine
-from treeopt.simulate import simulate, steps_inside
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.simulation import simulate, steps_inside
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

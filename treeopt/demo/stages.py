@@ -27,11 +27,11 @@ KIND_SETTINGS: dict[str, tuple[str, ...]] = {"medusa_head_layers": ("medusa",)}
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.costs import StepCosts
     from treeopt.decoding.drafter import Drafter
-    from treeopt.grow import Growth
-    from treeopt.sweep import Sweep
-    from treeopt.trace import RankTrace
+    from treeopt.documents.sweep import Sweep
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import StepCosts
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
 
@@ -95,7 +95,7 @@ class Context:
         return np.load(path)
 
     def prompt_ids(self, part: str) -> list[list[int]]:
-        from treeopt.prompts import encode, read_texts
+        from treeopt.documents.prompts import encode, read_texts
 
         return encode(self.tokenizer, read_texts([self.paths.prompts(part)]))
 
@@ -167,7 +167,7 @@ def prompts(ctx: Context) -> dict[str, Any]:
 def base_model(ctx: Context) -> dict[str, Any]:
     import torch
 
-    from treeopt.demo.base import heldout_loss, new_model, train_base
+    from treeopt.demo.base_model import heldout_loss, new_model, train_base
 
     c = ctx.config
     if c.base_model is not None:  # recorded, not trained, never copied
@@ -350,8 +350,8 @@ def growths(ctx: Context) -> dict[str, Any]:
 def kind_growths(ctx: Context, kind: str) -> tuple[dict[int, float], dict[int, float]]:
     """Grow the ``kind`` drafter's trees (empirical and independent); E[L] by size on the
     calibration trace and on the held-out one."""
-    from treeopt.grow import grow
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import grow
+    from treeopt.model.trace import RankTrace
 
     trace = RankTrace.load(ctx.paths.trace(kind))
     for method in ("independent", "empirical"):
@@ -376,7 +376,7 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
     """The ``kind`` drafter's traces of continuations sampled at temperature ``t`` (calibration
     and held-out prompts), the growth for ``t``, and what the greedy-grown tree gives up there."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-    from treeopt.grow import Growth, grow
+    from treeopt.model.growth import Growth, grow
 
     c = ctx.config
     cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
@@ -421,8 +421,8 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
     accepted length measured beside the calibration trace's prediction."""
     from treeopt.decoding.loop import Decoder
     from treeopt.demo.quality import acceptance_run, prediction
-    from treeopt.grow import Growth
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
 
     c, out = ctx.config, {}
     decoder = Decoder(ctx.model, ctx.heads(kind))
@@ -450,7 +450,7 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
 def _looping_reference(ctx: Context, prompt_ids: list[list[int]]) -> dict[str, Any]:
     """Greedy 8-gram repetition of the same architecture untrained (same seed): a looping model
     (not for a pretrained base, whose own repetition is its own)."""
-    from treeopt.demo.base import new_model
+    from treeopt.demo.base_model import new_model
     from treeopt.demo.quality import greedy_repetition
 
     c = ctx.config
@@ -507,7 +507,7 @@ def latency(ctx: Context) -> dict[str, Any]:
 
 def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
-    from treeopt.grow import Growth
+    from treeopt.model.growth import Growth
     from treeopt.profiling.step import profile_steps
 
     c = ctx.config
@@ -538,10 +538,10 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     each batch: select over the whole growth, E[L] from the calibration trace, priced by the
     demo's step profile of the drafter, which also predicts every point."""
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.tune import tune
+    from treeopt.decoding.live_sweep import tune
     from treeopt.demo.evidence import alongside_profile, sweep_method
-    from treeopt.grow import Growth
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
 
     c = ctx.config
     threads(c.live_threads)
@@ -702,8 +702,8 @@ def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
     """The ``kind`` drafter's greedy trace on the prose prompts and its growth; the position-mean
     E[L] by size of that growth on prose, of the code-grown trees on prose, and of the code-grown
     trees on the held-out code prompts."""
-    from treeopt.grow import Growth, grow
-    from treeopt.trace import RankTrace
+    from treeopt.model.growth import Growth, grow
+    from treeopt.model.trace import RankTrace
 
     trace = greedy_trace(ctx, kind, "prose", ctx.paths.prose_trace(kind))
     path = ctx.paths.prose_growth(kind)
@@ -724,11 +724,11 @@ def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
 
 def prose_choice(ctx: Context, kinds: tuple[str, ...]) -> dict[str, Any]:
     """The fastest drafter per batch size on the held-out code prompts and on the prose ones,
-    and the robust pick across both (:func:`treeopt.selection.choose_drafter_per_set`): each
+    and the robust pick across both (:func:`treeopt.pricing.selection.choose_drafter_per_set`): each
     drafter's growth for the set, E[L] the per-step walk of the set's trace, priced by the
     drafter's step profile. Nothing when a drafter has no step profile."""
     from treeopt.demo.prompt_sets import prompt_set_selections
-    from treeopt.selection import choose_drafter_per_set
+    from treeopt.pricing.selection import choose_drafter_per_set
 
     device = ctx.config.device
     if not all(ctx.paths.step_profile(k, device).exists() for k in kinds):
@@ -858,7 +858,7 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
     from treeopt.decoding.loop import Decoder
     from treeopt.dynamic import DynamicSettings
     from treeopt.dynamic.simulate import DynamicTrace
-    from treeopt.tree import Tree
+    from treeopt.model.tree import Tree
 
     c = ctx.config
     prompts = ctx.prompt_ids("heldout")[: c.dynamic_check_prompts]
@@ -894,8 +894,8 @@ def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
     """``select --dynamic`` on the demo: the EAGLE step profile prices every setting and the
     static growth's trees at every profiled batch."""
     from treeopt.dynamic.report import dynamic_selection
-    from treeopt.grow import Growth
-    from treeopt.select import select
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.select import select
 
     c = ctx.config
     costs = demo_costs(ctx, ctx.paths.step_profile("eagle", c.device))
@@ -925,7 +925,7 @@ def _has_profiler() -> bool:
 def demo_costs(ctx: Context, profile: Path) -> StepCosts:
     """The step costs of a profile of the demo, named by its path inside the demo (a build's
     work directory is not where the demo will be read)."""
-    from treeopt.pricing import profiled_costs
+    from treeopt.pricing.sources import profiled_costs
 
     return profiled_costs(profile, source=ctx.paths.inside(profile))
 

@@ -3,7 +3,7 @@ drafter, a separate draft model, prompt lookup and an n-gram trie (n-gram drafti
 weights: a chain, and SGLang's tree).
 
 This module is the one registry of drafter kinds and needs no torch: the CLI lists the kinds,
-:mod:`treeopt.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
+:mod:`treeopt.pricing.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
 decoder reads whether it drafts dynamic trees, the demo which of its settings sizes it, and only
 :func:`build_heads` imports the torch implementations (:mod:`treeopt.drafters.medusa`,
 :mod:`treeopt.drafters.hydra`, :mod:`treeopt.drafters.eagle`, :mod:`treeopt.drafters.eagle3`,

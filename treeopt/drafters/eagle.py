@@ -33,16 +33,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
-from treeopt.decoding.dynamic import Pool, RowPlan, best, choose, scored_children
+from treeopt.decoding.dynamic_drafting import Pool, RowPlan, best, choose, scored_children
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import _projection, rank_table
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.heads import _projection, rank_table
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
-    from treeopt.dynamic.settings import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
 
 KV = tuple[torch.Tensor, torch.Tensor]
 

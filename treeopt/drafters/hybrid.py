@@ -36,8 +36,8 @@ from treeopt.decoding.plan import tree_plan
 from treeopt.drafters import HYBRID_SUFFIX, drafter_kind
 from treeopt.drafters.prompt_lookup import NO_CANDIDATE, LookupState, PromptLookup
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

@@ -19,8 +19,8 @@ from torch import nn
 
 from treeopt.decoding.ranking import top_candidates
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import DraftHeads, PrefixCache, ResBlock
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.heads import DraftHeads, PrefixCache, ResBlock
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

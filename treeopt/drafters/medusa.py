@@ -14,8 +14,8 @@ from torch.nn import functional as F
 
 from treeopt.decoding.ranking import top_candidates
 from treeopt.drafters import KINDS
-from treeopt.drafters.base import DraftHeads, ResBlock
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.heads import DraftHeads, ResBlock
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

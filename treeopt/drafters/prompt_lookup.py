@@ -37,7 +37,7 @@ from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

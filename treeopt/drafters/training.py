@@ -3,7 +3,7 @@
 Depth k at position t learns the base model's own next-token distribution at position t+1+k
 (the teacher loss the Hydra++ recipe found best): a soft cross-entropy, weighted λ_k = decay^k
 (0.8^k by default), summed over depths; each drafter gives its terms
-(:meth:`~treeopt.drafters.base.DraftHeads.distill_terms`; EAGLE adds its feature regression).
+(:meth:`~treeopt.drafters.heads.DraftHeads.distill_terms`; EAGLE adds its feature regression).
 AdamW, linear warm-up then a cosine schedule. :func:`distill_draft_model` makes a draft model
 the same way: a shallower copy of the base model trained on its next-token distributions.
 """
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from transformers import PreTrainedModel
 
-    from treeopt.drafters.base import DraftHeads
+    from treeopt.drafters.heads import DraftHeads
 
 
 def windows(sequences: Sequence[Sequence[int]], seq_len: int) -> torch.Tensor:

@@ -45,7 +45,7 @@ from treeopt.drafters.prompt_lookup import (
 )
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

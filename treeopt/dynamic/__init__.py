@@ -15,18 +15,18 @@ A child's score never exceeds its parent's, so the chosen nodes always include t
 
 This package is numpy only: it simulates and recommends.
 
-- :mod:`treeopt.dynamic.settings`: the three settings and the named policies;
+- :mod:`treeopt.model.dynamic_settings`: the three settings and the named policies;
 - :mod:`treeopt.dynamic.simulate`: accepted lengths of every setting from a dynamic trace;
 - :mod:`treeopt.dynamic.recommend` and :mod:`treeopt.dynamic.report`: the fastest settings per
   batch size, priced by the step-cost model;
 - :mod:`treeopt.dynamic.engines`: the settings as each engine takes them.
 
 Live dynamic drafting runs in :mod:`treeopt.decoding`: one step's expansion and selection
-(:mod:`treeopt.decoding.dynamic`), acceptance over trees that differ from row to row
+(:mod:`treeopt.decoding.dynamic_drafting`), acceptance over trees that differ from row to row
 (:func:`treeopt.decoding.accept.accept_rows`) and the dynamic trace of calibration text
 (:mod:`treeopt.decoding.dynamic_ranks`).
 """
 
-from treeopt.dynamic.settings import POLICIES, DynamicSettings
+from treeopt.model.dynamic_settings import POLICIES, DynamicSettings
 
 __all__ = ["POLICIES", "DynamicSettings"]

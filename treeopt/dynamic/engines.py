@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import json
 
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
+from treeopt.model.dynamic_settings import DynamicSettings
 
 ENGINES: tuple[str, ...] = ("sglang", "eagle2", "trtllm")
 

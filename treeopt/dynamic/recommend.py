@@ -4,7 +4,7 @@ model that prices static trees.
 A dynamic step verifies N tokens and calls the drafter ``steps`` times: its catch-up (the root),
 then k frontier nodes per later level, so it is priced as a tree of N tokens, depth S and
 ``(1, k, …, k)`` nodes expanded per depth, by the step-throughput formula
-(:func:`treeopt.costs.throughput`):
+(:func:`treeopt.pricing.costs.throughput`):
 
     tokens/s = b · E[L](k, S, N) / (t_verify(b, s, N) + t_draft(b, (1, k, …)) + t_overhead(b, N, S))
 
@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.costs import (
+from treeopt.dynamic.simulate import DynamicTrace
+from treeopt.errors import TreeoptError
+from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.pricing.costs import (
     NO_DRAFT,
     NO_OVERHEAD,
     DraftCost,
@@ -29,9 +32,6 @@ from treeopt.costs import (
     StepLatency,
     throughput,
 )
-from treeopt.dynamic.settings import DynamicSettings
-from treeopt.dynamic.simulate import DynamicTrace
-from treeopt.errors import TreeoptError
 
 FORMAT = "treeopt.dynamic-selection/1"
 

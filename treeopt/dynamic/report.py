@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from treeopt.costs import DraftCost, OverheadCost, StepLatency
 from treeopt.dynamic.recommend import FORMAT, recommend
-from treeopt.dynamic.settings import DynamicSettings, grid
 from treeopt.dynamic.simulate import DynamicTrace
-from treeopt.selection import Selection
+from treeopt.model.dynamic_settings import DynamicSettings, grid
+from treeopt.pricing.costs import DraftCost, OverheadCost, StepLatency
+from treeopt.pricing.selection import Selection
 
 
 def default_grid(traces: Mapping[int, DynamicTrace], max_tokens: int, *,

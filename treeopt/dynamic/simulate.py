@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write
-from treeopt.stats import AcceptStats
+from treeopt.model.accept_stats import AcceptStats
+from treeopt.model.dynamic_settings import DynamicSettings
 
 FORMAT = "treeopt.dynamic-trace/1"
 

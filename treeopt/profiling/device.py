@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from treeopt.decoding.models import torch_dtype
-from treeopt.dtypes import dtype_name
+from treeopt.documents.dtypes import dtype_name
 from treeopt.errors import TreeoptError
 from treeopt.profiling.timing import Call, interleaved, summarize
 from treeopt.profiling.verify import check_device, device_label

@@ -12,7 +12,7 @@ A record averages over as many sequences at every batch size — at least ``sequ
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
 beyond the measurement's ``rounds`` as that takes. Further rounds — while a record's decodes
 took less than the measurement's ``min_seconds``, or its step over its reference's, round by
-round, has a relative standard error above ``target_se`` (:class:`treeopt.measure.Measurement`,
+round, has a relative standard error above ``target_se`` (:class:`treeopt.documents.measure.Measurement`,
 up to its round cap; records say their ``se``) — come a whole cycle at a time, so that every
 sequence weighs alike in a record: a verify step's cost depends on its context.
 
@@ -25,9 +25,9 @@ phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregres
 whole batch size, also the autoregressive record — taken from the round with the median scaled
 step (one disturbed decode moves no record). A verify time that falls as q grows is measured
 again (:data:`REMEASURES` rounds at most), and the measurement's rule applied again after.
-:func:`treeopt.costs.step_costs` turns the records into the step-cost model ``select`` uses.
+:func:`treeopt.pricing.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
-The file is a :class:`~treeopt.step_profile.StepProfile` (``steps`` ``"steady"``), written
+The file is a :class:`~treeopt.documents.step_profile.StepProfile` (``steps`` ``"steady"``), written
 atomically after each batch size, so an interrupted run keeps every finished batch and resumes
 after it.
 """
@@ -46,18 +46,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np  # noqa: F401  (the doctest below builds a Growth)
 import torch
 
-from treeopt.costs import expanded_nodes, verify_dips
 from treeopt.decoding.compare import check_batch
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import architecture, attention_of, name_of_dtype
+from treeopt.documents.measure import Measurement, median_relative_se
+from treeopt.documents.step_profile import SETUP, StepProfile, StepRecord
 from treeopt.dynamic.recommend import expanded as dynamic_expanded
-from treeopt.dynamic.settings import DynamicSettings
 from treeopt.errors import TreeoptError
-from treeopt.grow import Growth
-from treeopt.measure import Measurement, median_relative_se
-from treeopt.step_profile import SETUP, StepProfile, StepRecord
-from treeopt.tree import Tree
+from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.growth import Growth
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import expanded_nodes, verify_dips
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -235,7 +235,7 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     """The design entries whose verify time falls more than :data:`FALL_LIMIT` below a smaller
     q's, and those of the q it falls below (which of the two is off is not known).
 
-    >>> from treeopt.tree import Tree
+    >>> from treeopt.model.tree import Tree
     >>> trees = [(None, Tree(())), (None, Tree.from_choices([[0]])),
     ...          (None, Tree.from_choices([[0], [1]]))]
     >>> _falling(trees, {0: (0, 5.0, 0), 1: (0, 6.0, 0), 2: (0, 5.4, 0)})
@@ -308,7 +308,7 @@ STEPS = "steady"  # records time the steps during which every row of the batch r
 
 
 def setup_of(model: PreTrainedModel) -> dict[str, Any]:
-    """The fields of :data:`~treeopt.step_profile.SETUP` for ``model`` as loaded: the device
+    """The fields of :data:`~treeopt.documents.step_profile.SETUP` for ``model`` as loaded: the device
     (``cpu`` or ``cuda:<name>``), dtype, attention implementation and shape a step profile
     records."""
     from treeopt.profiling.verify import device_label

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from treeopt.costs import StepLatency
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
+from treeopt.pricing.costs import StepLatency
 from treeopt.roofline.config import ModelConfig
 
 LATENCY_FORMAT = "treeopt.latency/1"

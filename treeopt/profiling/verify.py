@@ -27,8 +27,9 @@ from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.models import check_decodable, torch_dtype
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
-from treeopt.dtypes import dtype_name
+from treeopt.documents.dtypes import dtype_name
 from treeopt.errors import FieldError, TreeoptError
+from treeopt.model.tree import Tree
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import (
     Call,
@@ -39,7 +40,6 @@ from treeopt.profiling.timing import (
     summarize,
 )
 from treeopt.roofline.config import ModelConfig
-from treeopt.tree import Tree
 
 METHODS = ("eager", "cuda-graphs")
 

@@ -10,7 +10,7 @@ from treeopt.roofline.hardware import Hardware, hardware_names, load_hardware
 from treeopt.roofline.model import Efficiency, Precision, operators
 from treeopt.roofline.moe import expected_experts
 from treeopt.roofline.params import ParameterCount, kv_bytes_per_token, parameter_count
-from treeopt.roofline.sweep import Roofline, roofline
+from treeopt.roofline.step_times import Roofline, roofline
 
 __all__ = [
     "Efficiency",

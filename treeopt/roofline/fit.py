@@ -21,7 +21,7 @@ from treeopt.errors import TreeoptError
 from treeopt.roofline.config import ModelConfig
 from treeopt.roofline.hardware import Hardware
 from treeopt.roofline.model import BF16, OP_CLASSES, Array, Efficiency, Precision
-from treeopt.roofline.sweep import roofline
+from treeopt.roofline.step_times import roofline
 
 Point = tuple[int, int, int, float]  # batch, context, tokens, measured seconds
 MIN_SCALE = 0.01  # time multiplier = 1 / efficiency; efficiency ≤ 100

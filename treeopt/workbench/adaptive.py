@@ -61,7 +61,7 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
     profile of ``kind``."""
     from treeopt.adaptive.report import adaptive_report
     from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
-    from treeopt.pricing import profiled_costs
+    from treeopt.pricing.sources import profiled_costs
 
     if workload not in WORKLOADS:
         raise TreeoptError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treeopt.accuracy import AccuracyTable, parse_accuracies
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
-from treeopt.value import Method, Source, methods_for
+from treeopt.model.acceptance import Method, Source, methods_for
+from treeopt.model.accuracy import AccuracyTable, parse_accuracies
+from treeopt.model.trace import RankTrace
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
@@ -93,8 +93,8 @@ def calibrate_local(model_dir: str, heads_dir: str, prompts_file: str, *, out: s
     """Calibrate a local model and heads on a prompts file (what ``treeopt calibrate`` does)."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
     from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.documents.prompts import encode, read_texts
     from treeopt.drafters.checkpoints import load_heads_for
-    from treeopt.prompts import encode, read_texts
 
     for flag, value in (("model directory", model_dir), ("heads directory", heads_dir),
                         ("prompts file", prompts_file)):

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -49,7 +49,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.reference import check_comparison
     from treeopt.decoding.verify import check_tree_for
-    from treeopt.simulate import simulate
+    from treeopt.model.simulation import simulate
 
     if not prompt.strip():
         raise TreeoptError("the prompt is empty")

@@ -2,10 +2,10 @@
 use, how fast it is predicted to run, how fast it was measured, and how sure each figure is.
 
 Built from the functions the CLI calls, so the two print one set of numbers: each drafter's
-selection is ``treeopt select``'s (:func:`treeopt.pricing.price`; on the demo
+selection is ``treeopt select``'s (:func:`treeopt.pricing.sources.price`; on the demo
 :func:`treeopt.workbench.pricing.demo_pricing`, what ``select --demo KIND`` computes), the drafter
-is ``treeopt choose-drafter``'s (:func:`treeopt.selection.choose_drafter`), the measurement is
-read by :class:`treeopt.sweep.Sweep`, and the dynamic alternative is read from ``select
+is ``treeopt choose-drafter``'s (:func:`treeopt.pricing.selection.choose_drafter`), the measurement is
+read by :class:`treeopt.documents.sweep.Sweep`, and the dynamic alternative is read from ``select
 --dynamic``'s document as the Hardware page reads it. Every figure carries a source string.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.errors import TreeoptError
-from treeopt.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
-from treeopt.sweep import Sweep, SweepPoint
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
+from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo

@@ -11,8 +11,8 @@ import numpy as np
 import numpy.typing as npt
 import plotly.graph_objects as go
 
-from treeopt.accuracy import AccuracyTable
-from treeopt.tree import Tree
+from treeopt.model.accuracy import AccuracyTable
+from treeopt.model.tree import Tree
 from treeopt.workbench import style
 
 ACCURACY_KINDS: tuple[str, ...] = ("marginal", "cumulative", "conditional")

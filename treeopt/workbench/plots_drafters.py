@@ -11,9 +11,9 @@ import numpy as np
 import numpy.typing as npt
 import plotly.graph_objects as go
 
-from treeopt.costs import StepCosts
-from treeopt.selection import Selection, choose_drafter
-from treeopt.sweep import Sweep
+from treeopt.documents.sweep import Sweep
+from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.selection import Selection, choose_drafter
 from treeopt.workbench import style
 
 

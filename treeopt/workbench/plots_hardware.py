@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from treeopt.selection import Selection
-from treeopt.sweep import Sweep, SweepPoint
+from treeopt.documents.sweep import Sweep, SweepPoint
+from treeopt.pricing.selection import Selection
 from treeopt.workbench import style
 
 _HEIGHT = 440

@@ -1,19 +1,19 @@
 """The demo's measured pricing, as the app's pages show it: its step profiles priced
-(:mod:`treeopt.pricing`) beside its live sweeps."""
+(:mod:`treeopt.pricing.sources`) beside its live sweeps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from treeopt.costs import StepCosts
-from treeopt.grow import Growth
-from treeopt.pricing import price, profiled_costs
-from treeopt.selection import Selection
-from treeopt.sweep import Sweep
-from treeopt.sweep_prediction import predict
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.documents.sweep import Sweep
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.selection import Selection
+from treeopt.pricing.sources import price, profiled_costs
+from treeopt.pricing.sweep_prediction import predict
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo

@@ -18,13 +18,13 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import FieldError, TreeoptError
-from treeopt.grow import Growth
-from treeopt.trace import RankTrace
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
 
 if TYPE_CHECKING:
+    from treeopt.documents.step_profile import StepProfile
     from treeopt.dynamic.simulate import DynamicTrace
     from treeopt.profiling.table import LatencyTable
-    from treeopt.step_profile import StepProfile
 
 _LABELS = {"kind": "head kind", "num_heads": "head count", "hidden_size": "hidden size",
            "vocab_size": "vocabulary", "num_layers": "base model layers"}

@@ -1,7 +1,7 @@
 """The trees the app shows: the chosen drafter and tree (:class:`Choice`: select's pick by
 default), its per-node view, the growths of the Trees page and a pasted tree evaluated on the
 data. Which acceptance model a source supports is decided once, by
-:func:`treeopt.value.usable_method`."""
+:func:`treeopt.model.acceptance.usable_method`."""
 
 from __future__ import annotations
 
@@ -11,21 +11,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from treeopt.engines.formats import parse_tree
 from treeopt.errors import TreeoptError
-from treeopt.formats import parse_tree
-from treeopt.grow import Growth, grow
-from treeopt.selection import SELECTION_FORMAT, Point, Selection
-from treeopt.simulate import simulate, step_walk
-from treeopt.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
-from treeopt.value import (
+from treeopt.model.acceptance import (
     Source,
     expected_accept_length,
     methods_for,
     node_probabilities,
     usable_method,
 )
+from treeopt.model.growth import Growth, grow
+from treeopt.model.simulation import simulate, step_walk
+from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.selection import SELECTION_FORMAT, Point, Selection
 
 # what the Trees page starts with, and the tree Export and Verify use until one is chosen there
 TREE_DEFAULTS = {"max_nodes": 128, "size": 64, "max_rank": 10, "constraint": "none"}
@@ -45,7 +45,7 @@ class TreeSettings:
     method: str = "empirical"
     constraint: str = TREE_DEFAULTS["constraint"]
     temperature: float = 0.0
-    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY: the trees of treeopt.step_growth
+    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY: the trees of treeopt.model.step_growth
 
     def describe(self, label: str, size: int) -> str:
         """``medusa · empirical · none · greedy · 12 nodes``: the tree these settings grow."""

@@ -1,6 +1,6 @@
 """The step profile: what a live decoding step costs, phase by phase, for the trees (or dynamic
 settings) of a design set at each batch size (``treeopt profile step`` writes it,
-:func:`treeopt.costs.step_costs` prices with it). Numpy-free: select and pricing read it
+:func:`treeopt.pricing.costs.step_costs` prices with it). Numpy-free: select and pricing read it
 without torch.
 
 File: ``"format": "treeopt.step-profile/1"`` with the setup its figures hold for — ``device``,
@@ -19,11 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from treeopt.drafters import KIND_NAMES
-from treeopt.dtypes import recorded_dtype
-from treeopt.dynamic.settings import DynamicSettings
-from treeopt.errors import TreeoptError
-from treeopt.fields import (
+from treeopt.documents.dtypes import recorded_dtype
+from treeopt.documents.fields import (
     flag,
     integer,
     integers,
@@ -33,7 +30,10 @@ from treeopt.fields import (
     optional,
     text,
 )
+from treeopt.drafters import KIND_NAMES
+from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
+from treeopt.model.dynamic_settings import DynamicSettings
 
 STEP_FORMAT = "treeopt.step-profile/1"
 DESIGNS = ("trees", "dynamic")

@@ -14,12 +14,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from treeopt.documents.fields import integer, integers, listed, mapping, number, numbers, optional
+from treeopt.engines.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
 from treeopt.errors import FieldError, TreeoptError
-from treeopt.fields import integer, integers, listed, mapping, number, numbers, optional
 from treeopt.files import read_tagged_json
-from treeopt.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
-from treeopt.step_growth import FAMILIES, GROWTH_ORDER
-from treeopt.tree import Tree
+from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER
+from treeopt.model.tree import Tree
 
 SELECTION_FORMAT = "treeopt.selection/1"
 FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead(b, |T|+1, depth(T)))"
@@ -240,7 +240,7 @@ class Selection:
 def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
     """One tree per batch-size range at ``context``, with TensorRT-LLM and vLLM forms (for an
     n-gram drafter, whose trees are chains, the engines' n-gram settings instead:
-    :func:`treeopt.lookup_export.lookup_schedule`).
+    :func:`treeopt.engines.lookup_export.lookup_schedule`).
 
     A batch size between two swept ones uses the tree of the next larger swept size (larger
     batches favour smaller trees); above the largest swept size speculation is off.
@@ -347,7 +347,7 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     models or dtypes are refused (:func:`check_same_setup`); on different (batch, context)
     grids they are compared where they overlap, and none at all is refused.
 
-    >>> from treeopt.tree import Tree
+    >>> from treeopt.model.tree import Tree
     >>> def sel(tps):
     ...     c = Curve((0, 1), (1.0, tps))
     ...     p = Point(1, 64, Tree.chain(1), None, 1.5, 1.0, 0.0, 0.0, tps, 1.0, 1, c)
@@ -410,7 +410,7 @@ def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[Prompt
     robust pick maximises the smallest share over the sets (ties: the first named, ``none``
     last), so it is the fastest drafter wherever the sets agree.
 
-    >>> from treeopt.tree import Tree
+    >>> from treeopt.model.tree import Tree
     >>> def sel(tps):
     ...     c = Curve((0, 1), (1.0, tps))
     ...     p = Point(1, 64, Tree.chain(1), None, 1.5, 1.0, 0.0, 0.0, tps, 1.0, 1, c)

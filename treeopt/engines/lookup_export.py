@@ -30,7 +30,7 @@ import numpy as np
 
 from treeopt.drafters import KINDS
 from treeopt.errors import FieldError, TreeoptError
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 SGLANG_GENERATIONS: tuple[str, ...] = ("window", "trie-depth")
 
@@ -69,7 +69,7 @@ class LookupSetting:
 
 def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
     """The n-gram lengths ``(min_n, max_n)`` a growth or selection records of its drafter
-    (:attr:`treeopt.grow.Growth.drafter`), or ``None`` when it is no n-gram drafter.
+    (:attr:`treeopt.model.growth.Growth.drafter`), or ``None`` when it is no n-gram drafter.
 
     >>> recorded_lookup({"kind": "prompt-lookup", "min_match": 1, "max_match": 3})
     (1, 3)
@@ -194,7 +194,7 @@ def trtllm_config(s: LookupSetting, *, draft_len_schedule: Mapping[int, int] | N
     ``NGramDecodingConfig``: each request's own context (``is_public_pool`` false), the oldest
     match (``is_use_oldest``, the earliest occurrence), the overlap scheduler off.
     ``draft_len_schedule`` maps the last batch size of each range to its draft length, as
-    :func:`treeopt.selection.schedule` writes it (the semantics of TensorRT-LLM's
+    :func:`treeopt.pricing.selection.schedule` writes it (the semantics of TensorRT-LLM's
     ``_torch/speculative/utils.py`` ``get_draft_len_for_batch_size``: a key's length holds up to
     that batch size; the older ``Drafter.get_draft_len_for_batch_size`` read keys as the first
     batch size of a range instead)."""
@@ -339,7 +339,7 @@ def export_lookup(tree: Tree, fmt: str, *, min_n: int, max_n: int,
 def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[str, int], *,
                     min_n: int, max_n: int, trie: TrieSetting | None = None) -> dict[str, Any]:
     """The engines' forms of a per-batch-size schedule of chains (``ranges``: one chain size
-    per batch range, as :func:`treeopt.selection.schedule` builds them; size 0: speculation
+    per batch range, as :func:`treeopt.pricing.selection.schedule` builds them; size 0: speculation
     off): TensorRT-LLM's ``draft_len_schedule`` inside one ``NGramDecodingConfig``, one vLLM
     config and one set of SGLang flags per range, and Hugging Face's (batch 1 only). With
     ``trie`` (:func:`recorded_trie`) the ranges hold trees of an n-gram trie: SGLang's flags
@@ -358,7 +358,7 @@ def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[st
                                                            draft_len_schedule.items()})}
               if k_max else {}))
     first = ranges[0]
-    from treeopt.selection import vllm_batch_table
+    from treeopt.pricing.selection import vllm_batch_table
 
     vllm = ({"speculative_config": {**vllm_config(LookupSetting(k_max, min_n, max_n)),
                                     "num_speculative_tokens_per_batch_size":

@@ -2,16 +2,16 @@
 
 Medusa's and Hydra's tree search is greedy: at each step, try every frontier candidate (a child of a
 node already in the tree), simulate the enlarged tree over the whole calibration set, and keep the
-candidate that raises the mean accepted length most. :func:`treeopt.grow.grow` reaches the same
+candidate that raises the mean accepted length most. :func:`treeopt.model.growth.grow` reaches the same
 trees by one pass over rank-prefix counts; tests compare the two and ``benchmarks/bench_grow.py``
 prints the speed ratio.
 """
 
 from __future__ import annotations
 
-from treeopt.simulate import accept_lengths
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree, canonical_key
+from treeopt.model.simulation import accept_lengths
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree, canonical_key
 
 
 def greedy_by_resimulation(trace: RankTrace, *, max_nodes: int, max_depth: int,

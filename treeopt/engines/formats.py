@@ -13,7 +13,7 @@
 | ``json``      | treeopt's own tree file, ``{"format": "treeopt.tree/1", "choices": …}``   |
 
 What each engine builds from these files, and so which trees each format refuses, is the
-registry in :mod:`treeopt.engines`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
+registry in :mod:`treeopt.engines.rules`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import re
 from pathlib import Path as FilePath
 from typing import Any
 
-from treeopt.engines import engine, engine_problems
+from treeopt.engines.rules import engine, engine_problems
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_text
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 TREE_FORMAT = "treeopt.tree/1"
 EXTENSIONS = {"trtllm-yaml": "yaml", "growmap": "json", "vllm": "json", "json": "json",
@@ -248,7 +248,7 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
         raise FieldError("batch" if batch is not None else "context",
                          f"picks a point of a selection file, and {p} is not one")
     if kind == "growth":
-        from treeopt.grow import Growth
+        from treeopt.model.growth import Growth
 
         growth = Growth.from_json(_json(text, p), source=str(p))
         if size is None:
@@ -256,7 +256,7 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
                              "pick one with {size} N", inline=True, where=str(p))
         return growth.tree(size)
     if kind == "selection":
-        from treeopt.selection import Selection
+        from treeopt.pricing.selection import Selection
 
         selection = Selection.from_json(_json(text, p), source=str(p))
         try:
@@ -270,13 +270,13 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
 
 def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What a growth or selection file records of the drafter its trees were grown for
-    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.grow.Growth.drafter`); empty for
+    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.model.growth.Growth.drafter`); empty for
     any other tree file."""
     p = FilePath(path)
     text = read_text(p, expected="a text file holding a tree")
     kind = file_kind(text)
     if kind == "growth":
-        from treeopt.grow import Growth
+        from treeopt.model.growth import Growth
 
         return Growth.from_json(_json(text, p), source=str(p)).drafter
     if kind == "selection":

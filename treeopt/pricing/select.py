@@ -5,16 +5,16 @@ depth))``, scanned over the growth's sizes n = 0 … N (n = 0 is autoregressive 
 E[L] = 1, no drafting) and,
 where drafting cost grows with depth (Hydra), over depth caps too: the capped family is the growth
 order with deeper nodes removed, exact because values fall along every path. ``t_verify`` comes
-from a measured latency table or a roofline (:mod:`treeopt.costs`), interpolated linearly between
+from a measured latency table or a roofline (:mod:`treeopt.pricing.costs`), interpolated linearly between
 measured q; sizes beyond the largest q measured are not considered.
 
 E[L] is the mean accepted length of the steps decoding really takes (the trace walked step by
 step: what a live run measures): of the calibration trace when one is given, else the per-step
 E[L] the growth stores. Only a growth without it (or depth caps without a trace) is priced with
 its position-weighted E[L], and the selection's ``growth.acceptance`` says so. Given the trace,
-the trees of a per-step greedy growth (:mod:`treeopt.step_growth`) are priced beside the growth
+the trees of a per-step greedy growth (:mod:`treeopt.model.step_growth`) are priced beside the growth
 order's, the faster tree is picked, and each point names its ``family``. The result is a
-:class:`~treeopt.selection.Selection`.
+:class:`~treeopt.pricing.selection.Selection`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.costs import (
+from treeopt.errors import FieldError, TreeoptError
+from treeopt.model.growth import Growth
+from treeopt.model.simulation import nested_step_means, simulate
+from treeopt.model.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree
+from treeopt.pricing.costs import (
     NO_DRAFT,
     NO_OVERHEAD,
     DraftCost,
@@ -35,13 +41,7 @@ from treeopt.costs import (
     expanded_nodes,
     throughput,
 )
-from treeopt.errors import FieldError, TreeoptError
-from treeopt.grow import Growth
-from treeopt.selection import Curve, DepthCapBest, Point, Selection
-from treeopt.simulate import nested_step_means, simulate
-from treeopt.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree
+from treeopt.pricing.selection import Curve, DepthCapBest, Point, Selection
 
 MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
 MAX_CONTEXT = 1 << 24  # the largest context length priced
@@ -158,7 +158,7 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
            depth_caps: Sequence[int] | None = None, trace: RankTrace | None = None,
            search_per_step: bool = True) -> Selection:
     """The best tree per (b, s), its tokens/s and speed-up, the curve, and where speculation
-    stops paying (:meth:`~treeopt.selection.Selection.stops_paying`). With ``trace`` (one that
+    stops paying (:meth:`~treeopt.pricing.selection.Selection.stops_paying`). With ``trace`` (one that
     records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
     ``search_per_step``, the per-step greedy growth's trees are priced too; without it, the
     per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L]."""
@@ -195,7 +195,7 @@ def per_step_note(selection: Selection) -> str | None:
     """Where the per-step greedy growth's tree accepts more per step than the growth order's of
     the same size, and the points that pick it; None where it never does.
 
-    >>> from treeopt.selection import Curve
+    >>> from treeopt.pricing.selection import Curve
     >>> p = Point(1, 64, Tree.chain(2), None, 2.5, 1.0, 0.0, 0.0, 250.0, 100.0, 2,
     ...           Curve((), ()), family="per-step greedy")
     >>> per_step_note(Selection({"per_step_greedy": {"max_nodes": 4, "better_at": [2, 3]}},

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import permutations, product
 from math import factorial, prod
 
-from treeopt.tree import Path, Tree
+from treeopt.model.tree import Path, Tree
 
 MAX_ORDERS = 5040  # orders of equal keys replayed at most; a tree with more is refused
 

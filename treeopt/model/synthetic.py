@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from treeopt.trace import MISS, RankTrace
+from treeopt.model.trace import MISS, RankTrace
 
 # top-1 accuracies of heads 1..5, of the order the Medusa paper reports for Vicuna-7B heads
 DEFAULT_TOP1 = (0.60, 0.42, 0.33, 0.27, 0.23)

@@ -12,12 +12,12 @@ Engine-shape constraints:
   grounded heads extend the first e candidates of a node). A node's first child becomes a
   candidate once its left sibling has one.
 - ``uniform``: level-uniform trees (vLLM's drafter): every node at depth l-1 has the same c_l
-  children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.uniform`).
+  children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.model.uniform`).
 
 E[L] above weights every trace position alike (``expected_accept_length``, position-weighted).
 Where the trace records its sequences, a growth also holds each tree's per-step mean accepted
 length (``per_step_accept_length``: the trace walked as decoding steps through it,
-:func:`treeopt.simulate.nested_step_means`), what live decoding measures and what a person
+:func:`treeopt.model.simulation.nested_step_means`), what live decoding measures and what a person
 reads first (:attr:`Growth.headline_accept_length`).
 """
 
@@ -35,10 +35,17 @@ import numpy.typing as npt
 
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json, write_json
-from treeopt.simulate import accept_lengths, nested_step_means, node_visits, simulate
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree, canonical_key
-from treeopt.value import METHODS, Method, Source, accuracy_table, independent_value, prefix_counts
+from treeopt.model.acceptance import (
+    METHODS,
+    Method,
+    Source,
+    accuracy_table,
+    independent_value,
+    prefix_counts,
+)
+from treeopt.model.simulation import accept_lengths, nested_step_means, node_visits, simulate
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree, canonical_key
 
 GROWTH_FORMAT = "treeopt.growth/1"
 CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "grounded", "uniform")
@@ -267,11 +274,11 @@ def grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | Non
         raise FieldError("max_depth", f"and {{max_rank}} must be at least 1, got {caps}")
     meta = _provenance(source)
     if constraint == "uniform":
-        from treeopt.uniform import grow_uniform
+        from treeopt.model.uniform import grow_uniform
 
         vectors, ell = grow_uniform(source, method=method, **caps)
         if len(vectors) < max_nodes:
-            from treeopt.uniform import capped_note
+            from treeopt.model.uniform import capped_note
 
             meta["exhausted"] = capped_note(max_nodes, len(vectors))
         return _with_steps(Growth(method, constraint, (), ell, caps, vectors, meta), source)

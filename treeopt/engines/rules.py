@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from treeopt.engines.trtllm_keys import MAX_ORDERS, cpp_difference, order_count
 from treeopt.errors import TreeoptError
-from treeopt.tree import Path, Tree
-from treeopt.trtllm_keys import MAX_ORDERS, cpp_difference, order_count
+from treeopt.model.tree import Path, Tree
 
 DRAFTS: tuple[str, ...] = ("medusa", "eagle")
 MEDUSA_TOPK = 10  # Medusa's reference code drafts the top-10 candidates of every head
@@ -160,7 +160,7 @@ def _level_uniform(tree: Tree) -> str | None:
 
 # ----- TensorRT-LLM's C++ runtime: the tree its node keys give --------------------------------
 def _cpp_built(*, eagle1: bool) -> Callable[[Tree], str | None]:
-    """The problem of a tree TensorRT-LLM's C++ runtime builds differently (treeopt.trtllm_keys).
+    """The problem of a tree TensorRT-LLM's C++ runtime builds differently (treeopt.engines.trtllm_keys).
 
     Only trees the runtime accepts (ranks ≤ 16, 16 levels) and, for EAGLE-1, whose children are
     ranks 0..k-1 are replayed: the other rules speak for the rest.

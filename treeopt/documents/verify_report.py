@@ -18,11 +18,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from treeopt import fields
+from treeopt.documents import fields
+from treeopt.documents.sweep import BATCHINGS
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
-from treeopt.sweep import BATCHINGS
-from treeopt.tree import Tree
+from treeopt.model.tree import Tree
 
 VERIFY_FORMAT = "treeopt.verify/1"
 RUN_KEYS = ("model", "heads_dir", "device", "dtype", "attention")  # where the report was made

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from treeopt.documents.fields import flag, integer, integers, listed, mapping, number, optional
+from treeopt.documents.measure import MAX_ROUNDS
 from treeopt.errors import TreeoptError
-from treeopt.fields import flag, integer, integers, listed, mapping, number, optional
 from treeopt.files import read_tagged_json, write_json
-from treeopt.measure import MAX_ROUNDS
 
 SWEEP_FORMAT = "treeopt.sweep/1"
 # how a batch-b measurement batches its prompts: b at a time, or all in one run of b rows where

@@ -10,7 +10,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from treeopt.costs import (
+from treeopt.documents.step_profile import StepProfile
+from treeopt.errors import TreeoptError
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.pricing.costs import (
     NO_DRAFT,
     NO_OVERHEAD,
     DraftCost,
@@ -19,12 +23,8 @@ from treeopt.costs import (
     StepLatency,
     step_costs,
 )
-from treeopt.errors import TreeoptError
-from treeopt.grow import Growth
-from treeopt.select import select
-from treeopt.selection import Selection
-from treeopt.step_profile import StepProfile
-from treeopt.trace import RankTrace
+from treeopt.pricing.select import select
+from treeopt.pricing.selection import Selection
 
 if TYPE_CHECKING:
     from treeopt.roofline import Hardware, ModelConfig, Precision
@@ -35,7 +35,7 @@ def price(growth: Growth, verify: StepLatency, *, draft: DraftCost = NO_DRAFT,
           context: Sequence[int] | None = None, depth_caps: Sequence[int] | None = None,
           trace: RankTrace | None = None, search_per_step: bool = True) -> Selection:
     """Best tree per (batch, context) — by default every point the latency source has
-    (:func:`~treeopt.select.select`)."""
+    (:func:`~treeopt.pricing.select.select`)."""
     return select(growth, verify, batch=batch or verify.batches, context=context or
                   verify.contexts, draft=draft, overhead=overhead, depth_caps=depth_caps,
                   trace=trace, search_per_step=search_per_step)
@@ -46,7 +46,7 @@ def saved_roofline_latency(path: str | os.PathLike[str], *, model: ModelConfig |
     """Verify latency from a saved ``treeopt roofline`` file, checked against the model/dtype."""
     from treeopt.files import read_json
     from treeopt.roofline.config import ModelConfig
-    from treeopt.roofline.sweep import read_roofline_points
+    from treeopt.roofline.step_times import read_roofline_points
 
     doc = read_json(path)
     points = read_roofline_points(doc, source=str(path))

@@ -1,7 +1,7 @@
 """The two acceptance models: the probability that a tree node is accepted at a step.
 
 - ``independent`` (Medusa's model): the product of the marginal top-i accuracies along the path;
-  needs only an :class:`~treeopt.accuracy.AccuracyTable`.
+  needs only an :class:`~treeopt.model.accuracy.AccuracyTable`.
 - ``empirical``: the fraction of trace positions whose rank prefix equals the path; exact under
   greedy verification, for independent and sequentially dependent (Hydra) heads alike.
 
@@ -15,11 +15,11 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.accuracy import AccuracyTable
 from treeopt.errors import TreeoptError
-from treeopt.simulate import accept_lengths, node_visits
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree
+from treeopt.model.accuracy import AccuracyTable
+from treeopt.model.simulation import accept_lengths, node_visits
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree
 
 Method = Literal["independent", "empirical"]
 Source = RankTrace | AccuracyTable

@@ -5,24 +5,24 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from treeopt.costs import StepCosts
-from treeopt.grow import Growth
-from treeopt.select import growth_expected_accept_length, price_tree
-from treeopt.simulate import (
+from treeopt.model.growth import Growth
+from treeopt.model.simulation import (
     batch_window_accept_length,
     continuous_window_accept_length,
     simulate,
 )
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.select import growth_expected_accept_length, price_tree
 
 
 def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int, *,
                         continuous: bool = False) -> float:
     """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
     batch b > 1 counted over the steady window — of each group of b sequences
-    (:func:`~treeopt.simulate.batch_window_accept_length`), or with ``continuous`` batching of
-    b rows that each take the next sequence (:func:`~treeopt.simulate.
+    (:func:`~treeopt.model.simulation.batch_window_accept_length`), or with ``continuous`` batching of
+    b rows that each take the next sequence (:func:`~treeopt.model.simulation.
     continuous_window_accept_length`); the pooled walk where the trace has fewer than b
     sequences."""
     window = (continuous_window_accept_length if continuous else batch_window_accept_length)(

@@ -14,9 +14,9 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
-from treeopt.stats import AcceptStats
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree
+from treeopt.model.accept_stats import AcceptStats
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree
 
 
 def walk(tree: Tree, trace: RankTrace) -> Iterator[npt.NDArray[np.int64]]:

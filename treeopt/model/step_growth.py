@@ -1,12 +1,12 @@
 """Grow trees by the per-step walk: at each size, add the frontier node that most raises the mean
-accepted length of the steps decoding takes (:func:`treeopt.simulate.step_walk`).
+accepted length of the steps decoding takes (:func:`treeopt.model.simulation.step_walk`).
 
-The growth order (:mod:`treeopt.grow`) maximises E[L] with every trace position weighted alike.
+The growth order (:mod:`treeopt.model.growth`) maximises E[L] with every trace position weighted alike.
 Decoding starts a step only where the last one ended, so the n-node tree whose steps accept most
 can differ from the growth order's: a node accepted where long acceptances cluster is worth less
 per step than its count says. This greedy growth prices every candidate node by the walk itself.
 It is a heuristic, not an optimum — the per-step mean is not even monotone in the tree (a longer
-acceptance can land the next step on a poor position) — so :func:`treeopt.select.select` prices
+acceptance can land the next step on a poor position) — so :func:`treeopt.pricing.select.select` prices
 it beside the growth order and takes the faster tree.
 
 A size costs one walk of every (candidate, sequence) pair the candidate changes — a pair is walked
@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
-from treeopt.tree import Path, Tree
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path, Tree
 
 GROWTH_ORDER = "growth order"  # the families select prices: the growth's own trees,
 PER_STEP_GREEDY = "per-step greedy"  # and this module's
@@ -47,7 +47,7 @@ def grow_per_step(trace: RankTrace, *, max_nodes: int, max_depth: int | None = N
                   max_rank: int | None = None, constraint: str = "none") -> StepGrowth:
     """Trees of 0 … ``max_nodes`` nodes, each the last plus the frontier node whose tree's
     per-step walk of ``trace`` accepts most per step (ties: shallower, then the lexicographically
-    smaller path). ``constraint`` as in :func:`treeopt.grow.grow` (``none``, ``contiguous`` or
+    smaller path). ``constraint`` as in :func:`treeopt.model.growth.grow` (``none``, ``contiguous`` or
     ``grounded``); the growth stops early where no frontier node is ever reached.
 
     >>> tr = RankTrace(np.array([[0], [1], [1], [1]], np.int16), {"sequence_positions": [4]})

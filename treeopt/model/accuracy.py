@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
 from treeopt.files import check_format, read_text
-from treeopt.trace import RankTrace
+from treeopt.model.trace import RankTrace
 
 ACCURACY_FORMAT = "treeopt.accuracies/1"
 _TOLERANCE = 1e-9

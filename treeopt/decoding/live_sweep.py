@@ -2,8 +2,8 @@
 batch size, decoded against autoregressive decoding (:func:`~treeopt.decoding.compare.compare`:
 interleaved, warmed up, in rounds), beside what the step-cost model predicts for it.
 
-With a step profile (:class:`~treeopt.costs.StepCosts`) the sweep also measures, per batch, the
-tree :func:`~treeopt.select.select` picks over the whole growth (every size and depth cap of the
+With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also measures, per batch, the
+tree :func:`~treeopt.pricing.select.select` picks over the whole growth (every size and depth cap of the
 growth order: a sweep point is a growth-order tree, so the per-step greedy trees select may also
 price are left out), so the sweep shows how close the model's choice comes to the measured best. Two traces may play two
 parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
@@ -21,17 +21,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from treeopt.costs import StepCosts
 from treeopt.decoding.compare import check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
+from treeopt.documents.measure import Measurement
+from treeopt.documents.sweep import Race, Sweep, SweepPoint
 from treeopt.errors import FieldError, TreeoptError
-from treeopt.grow import Growth
-from treeopt.measure import Measurement
-from treeopt.select import select
-from treeopt.sweep import Race, Sweep, SweepPoint
-from treeopt.sweep_prediction import predict
-from treeopt.trace import RankTrace
-from treeopt.tree import Tree
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.select import select
+from treeopt.pricing.sweep_prediction import predict
 
 if TYPE_CHECKING:
     import os

@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
-from treeopt.trace import RankTrace
-from treeopt.value import Source, accuracy_table
+from treeopt.model.acceptance import Source, accuracy_table
+from treeopt.model.trace import RankTrace
 
 # level_probability(prefix_state, level, c) -> (probability of acceptance through this level, state)
 LevelFn = Callable[[object, int, int], tuple[float, object]]

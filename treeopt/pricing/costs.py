@@ -21,10 +21,10 @@ import numpy.typing as npt
 
 from treeopt.drafters import drafter_kind
 from treeopt.errors import TreeoptError
-from treeopt.tree import Path
+from treeopt.model.tree import Path
 
 if TYPE_CHECKING:
-    from treeopt.step_profile import StepRecord
+    from treeopt.documents.step_profile import StepRecord
 
 Grid = dict[tuple[int, int], tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]
 DraftFn = Callable[[int, tuple[int, ...]], float]  # (batch, nodes expanded per depth) → seconds
@@ -241,7 +241,7 @@ def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[
 
 def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
                device: str = "") -> StepCosts:
-    """Fit :class:`StepCosts` to a step profile's records (:class:`~treeopt.step_profile.
+    """Fit :class:`StepCosts` to a step profile's records (:class:`~treeopt.documents.step_profile.
     StepRecord`): each gives a batch, a tree (size, depth, tokens q, nodes expanded per depth),
     the context and the milliseconds per step of its draft, verify and bookkeeping phases.
 
