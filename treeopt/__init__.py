@@ -30,8 +30,7 @@ from treeopt.model.trace import RankTrace, merge_traces
 from treeopt.model.tree import Tree
 from treeopt.pricing.select import select
 from treeopt.pricing.selection import Point, Selection, schedule
-
-__version__ = "0.1.0"
+from treeopt.version import __version__
 
 __all__ = [
     "AccuracyTable",

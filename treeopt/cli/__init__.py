@@ -16,6 +16,7 @@ from typing import NoReturn
 from treeopt.cli.common import check_out
 from treeopt.cli.demo_flags import add_demo_flags, expand_demo
 from treeopt.errors import FieldError, TreeoptError, missing_extra
+from treeopt.version import __version__
 
 _MODULES = ("treeopt.cli.core", "treeopt.cli.models", "treeopt.cli.live", "treeopt.cli.hardware",
             "treeopt.cli.demo", "treeopt.cli.adaptive", "treeopt.cli.fetch")
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="treeopt",
         description="Design, price, export and verify static speculation trees.",
     )
-    parser.add_argument("--version", action="version", version=f"treeopt {_version()}")
+    parser.add_argument("--version", action="version", version=f"treeopt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _MODULES:
         try:
@@ -135,9 +136,3 @@ def _end_progress_line() -> None:
         sys.stderr.write("\n")
     for bar in bars:
         bar.disable = True  # closing it later must not redraw over the message
-
-
-def _version() -> str:
-    from treeopt import __version__
-
-    return __version__

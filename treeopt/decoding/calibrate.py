@@ -33,6 +33,7 @@ from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_con
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.model.trace import RankTrace, merge_traces
+from treeopt.version import __version__
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -245,8 +246,6 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
 
 def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
             meta: dict[str, Any]) -> RankTrace:
-    from treeopt import __version__
-
     K = heads.config.num_heads
     merged = (merge_traces(traces) if traces
               else RankTrace(np.zeros((0, K), np.int16), {"sequences": 0, "tokens": 0}))

@@ -26,6 +26,7 @@ from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
+from treeopt.version import __version__
 
 Log = Callable[[str], None]
 
@@ -255,8 +256,6 @@ def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> 
     import tokenizers
     import torch
     import transformers
-
-    from treeopt import __version__
 
     files = _files(paths.root)
     return {

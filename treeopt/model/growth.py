@@ -46,6 +46,7 @@ from treeopt.model.acceptance import (
 from treeopt.model.simulation import accept_lengths, nested_step_means, node_visits, simulate
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Path, Tree, canonical_key
+from treeopt.version import __version__
 
 GROWTH_FORMAT = "treeopt.growth/1"
 CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "grounded", "uniform")
@@ -389,8 +390,6 @@ def _shape(source: Source) -> tuple[int, int]:
 
 
 def _provenance(source: Source) -> dict[str, Any]:
-    from treeopt import __version__
-
     meta: dict[str, Any] = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                             "treeopt_version": __version__}
     if isinstance(source, RankTrace):
