@@ -6,7 +6,7 @@ import streamlit as st
 
 from app_pages.choice import current_choice
 from app_pages.state import demo_drafter, page_errors
-from treeopt.drafters import engine_draft
+from treeopt.drafters.kinds import engine_draft
 from treeopt.engines.formats import EXTENSIONS, export
 from treeopt.engines.lookup_export import FORMS, export_lookup, recorded_lookup
 from treeopt.engines.rules import ENGINES, engine_problems

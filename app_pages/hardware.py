@@ -5,7 +5,7 @@ import streamlit as st
 
 from app_pages.cache import CachedFigures, grown, roofline_selection
 from app_pages.state import current_dataset, page_errors
-from treeopt.drafters import KINDS
+from treeopt.drafters.kinds import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_hardware
 from treeopt.workbench.style import format_seconds

@@ -31,8 +31,9 @@ from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.ranking import rank_of
 from treeopt.decoding.ranks import rank_batch
 from treeopt.decoding.tree_forward import forward_with_cache
-from treeopt.drafters import KIND_NAMES, build_heads
 from treeopt.drafters.config import HeadsConfig, default_feature_layers
+from treeopt.drafters.heads import build_heads
+from treeopt.drafters.kinds import KIND_NAMES
 
 
 def timed(fn, device, repeats):

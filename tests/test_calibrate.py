@@ -14,8 +14,8 @@ from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
-from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
 
 V, D = 256, 64
 PROMPTS = [[1, 5, 17, 33], [1, 9, 100, 3, 4, 200, 7], [1, 44], [1, 8, 8, 8, 9], [1, 250, 3]]

@@ -26,7 +26,7 @@ from treeopt.decoding.dynamic_drafting import Pool, RowPlan, ancestry, choose  #
 from treeopt.decoding.dynamic_ranks import simulate_dynamic  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
-from treeopt.drafters import build_heads  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.dynamic import DynamicSettings  # noqa: E402
 from treeopt.dynamic.recommend import price_dynamic, recommend  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402

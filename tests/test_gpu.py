@@ -16,17 +16,12 @@ from conftest import tiny_llama  # noqa: E402
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.drafters import (  # noqa: E402
-    HYBRID_SUFFIX,
-    KIND_NAMES,
-    TRAINED_KINDS,
-    build_heads,
-    drafter_kind,
-)
 from treeopt.drafters.checkpoints import load_heads_for  # noqa: E402
 from treeopt.drafters.config import HeadsConfig, default_feature_layers  # noqa: E402
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.hybrid import HybridDrafter  # noqa: E402
+from treeopt.drafters.kinds import HYBRID_SUFFIX, KIND_NAMES, TRAINED_KINDS, drafter_kind  # noqa: E402
 from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 

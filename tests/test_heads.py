@@ -14,7 +14,6 @@ from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
 from treeopt.decoding.ranking import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
-from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.checkpoints import (  # noqa: E402
     import_medusa,
     load_heads,
@@ -22,6 +21,7 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     save_heads,
 )
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
 
 D, V = 64, 256
 
@@ -245,12 +245,13 @@ def test_the_registry_says_what_each_implementation_does():
 
     from treeopt.decoding.drafter import Drafter
     from treeopt.demo.config import DemoConfig
-    from treeopt.drafters import HYBRID_SUFFIX, KINDS
+    from treeopt.drafters.heads import drafter_class
+    from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS
     from treeopt.roofline.draft import _FORMULAS
 
     demo_settings = {f.name for f in dataclasses.fields(DemoConfig)}
     for kind in KINDS.values():
-        cls = kind.heads_class()
+        cls = drafter_class(kind)
         if kind.hybrid:  # a model kind joined by prompt lookup: the kind of an instance
             model = KINDS[kind.name.removesuffix(HYBRID_SUFFIX)]
             assert cls.__name__ == "HybridDrafter" and kind.title.startswith(model.title)

@@ -159,9 +159,9 @@ def test_the_cli_calibrates_grows_profiles_selects_and_verifies_a_hybrid(
     from transformers import AutoModelForCausalLM
 
     from treeopt import RankTrace
-    from treeopt.drafters import build_heads
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.config import HeadsConfig
+    from treeopt.drafters.heads import build_heads
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=64,

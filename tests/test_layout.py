@@ -3,8 +3,8 @@ source of every module (every import counts, inside functions and under ``TYPE_C
 
 The packages, each above the ones it may import (:data:`ALLOWED`):
 
-- ``core``: the flat modules of ``treeopt/`` and the drafter registry (``treeopt.drafters``
-  itself and ``treeopt.drafters.config``, which are torch-free); with ``dynamic`` (dynamic-tree
+- ``core``: the flat modules of ``treeopt/`` and the drafter registry (``treeopt.drafters.kinds``
+  and ``treeopt.drafters.config``, which are torch-free); with ``dynamic`` (dynamic-tree
   simulation and recommendation) and ``roofline`` (predicted latency) it is the numpy layer.
   The three import each other where a job needs it (``treeopt.pricing.sources`` reads the roofline,
   ``treeopt.documents.step_profile`` names dynamic settings, ``dynamic`` prices with ``treeopt.pricing.costs``),
@@ -64,7 +64,7 @@ THIRD_PARTY: dict[str, tuple[str, ...]] = {
     # hands out read-only arrays — no page computes with numpy or builds a figure itself
     "app_pages": ("streamlit", "numpy", "plotly"),
 }
-REGISTRY = ("treeopt.drafters", "treeopt.drafters.config")
+REGISTRY = ("treeopt.drafters.kinds", "treeopt.drafters.config")
 SUBPACKAGES = ("drafters", "decoding", "dynamic", "profiling", "roofline", "workbench", "cli",
                "demo", "assets")
 # An upward import allowed under ``if TYPE_CHECKING:`` only: the registry's build_heads returns
@@ -251,7 +251,7 @@ def test_annotation_only_allowances_hold_only_under_type_checking():
 
 def test_the_numpy_layer_loads_no_torch():
     code = ("import treeopt.dynamic.engines, treeopt.dynamic.recommend, treeopt.dynamic.report, "
-            "treeopt.dynamic.simulate, treeopt.drafters, treeopt.drafters.config, treeopt.documents.dtypes,"
+            "treeopt.dynamic.simulate, treeopt.drafters.kinds, treeopt.drafters.config, treeopt.documents.dtypes,"
             " treeopt.roofline.draft, sys\nprint('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)

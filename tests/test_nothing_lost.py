@@ -382,9 +382,9 @@ def test_merge_of_two_separate_runs_names_the_difference(tmp_path):
 @pytest.fixture(scope="module")
 def heads_dir(tiny_model_dir, tmp_path_factory):
     """Random medusa heads for the tiny model, saved without training."""
-    from treeopt.drafters import build_heads
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.config import HeadsConfig
+    from treeopt.drafters.heads import build_heads
 
     cfg = json.loads((tiny_model_dir / "config.json").read_text())
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=cfg["hidden_size"],
@@ -566,9 +566,9 @@ def eagle_dir(tiny_model_dir, tmp_path_factory):
     """A random EAGLE drafter for the tiny model, saved without training."""
     from transformers import AutoModelForCausalLM
 
-    from treeopt.drafters import build_heads
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.config import HeadsConfig
+    from treeopt.drafters.heads import build_heads
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     vocab, hidden = model.get_output_embeddings().weight.shape

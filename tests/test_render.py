@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treeopt.drafters import KINDS
+from treeopt.drafters.kinds import KINDS
 from treeopt.workbench import style
 from treeopt.workbench.style import (
     DRAFTER_COLOURS,

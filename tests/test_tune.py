@@ -17,8 +17,8 @@ from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.live_sweep import tune  # noqa: E402
 from treeopt.documents.measure import Measurement, MeasurementError, median_relative_se  # noqa: E402
 from treeopt.documents.sweep import Sweep  # noqa: E402
-from treeopt.drafters import build_heads  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.model.growth import Growth  # noqa: E402
 

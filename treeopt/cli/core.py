@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.cli.common import add_out, emit
-from treeopt.drafters import KINDS, engine_draft
+from treeopt.drafters.kinds import KINDS, engine_draft
 from treeopt.engines.formats import (
     EXTENSIONS,
     export,

@@ -21,7 +21,7 @@ from treeopt.cli.common import (
     measurement_from,
     require,
 )
-from treeopt.drafters import KIND_NAMES
+from treeopt.drafters.kinds import KIND_NAMES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -380,7 +380,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 def _hybrid_draft(growth: Any, profile: Any, draft: Any) -> Any:
     """``draft`` for a hybrid's growth priced with its model drafter's step profile: the model
     drafts its own depths only (the lookup's chain runs deeper alone); else ``draft`` itself."""
-    from treeopt.drafters import HYBRID_SUFFIX, KINDS
+    from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS
 
     kind = KINDS.get(str(growth.drafter.get("kind") or ""))
     if kind is None or not kind.hybrid or profile is None:

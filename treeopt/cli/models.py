@@ -20,7 +20,7 @@ from treeopt.cli.common import (
     progress,
     require,
 )
-from treeopt.drafters import TRAINED_KINDS
+from treeopt.drafters.kinds import TRAINED_KINDS
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

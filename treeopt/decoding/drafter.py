@@ -2,7 +2,7 @@
 
 The implementations (Medusa and Hydra heads, EAGLE drafters, a draft model) live in
 :mod:`treeopt.drafters`; what the rest of treeopt knows about a kind without torch — including
-whether it drafts dynamic trees — is its :class:`~treeopt.drafters.DrafterKind` in the registry.
+whether it drafts dynamic trees — is its :class:`~treeopt.drafters.kinds.DrafterKind` in the registry.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from treeopt.drafters import KINDS, DrafterKind
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.kinds import KINDS, DrafterKind
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def feed_all_but_last(state: Any, catch_up: Callable[[Any], object],
 def no_dynamic_trees(kind: DrafterKind) -> TreeoptError:
     """The error of asking a kind that drafts no dynamic trees for one, naming those that do.
 
-    >>> from treeopt.drafters import drafter_kind
+    >>> from treeopt.drafters.kinds import drafter_kind
     >>> str(no_dynamic_trees(drafter_kind("hydra")))
     'dynamic trees need an EAGLE drafter or an EAGLE-3 drafter, not Hydra heads'
     """

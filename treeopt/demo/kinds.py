@@ -8,7 +8,7 @@ from typing import Any
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.layout import KINDS
-from treeopt.drafters import drafter_kind
+from treeopt.drafters.kinds import drafter_kind
 
 HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
 NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's

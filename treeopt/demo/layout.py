@@ -187,7 +187,7 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
     or to the first drafter a demo without Hydra heads ships.
     """
-    from treeopt.drafters import engine_draft
+    from treeopt.drafters.kinds import engine_draft
 
     p = demo_paths(root)
     shipped = p.kinds()

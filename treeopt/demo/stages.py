@@ -258,8 +258,8 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     n-gram drafters have no weights: their settings are written (``drafter.json``)."""
     import torch
 
-    from treeopt.drafters import drafter_kind
     from treeopt.drafters.checkpoints import save_heads
+    from treeopt.drafters.kinds import drafter_kind
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
     c = ctx.config

@@ -38,9 +38,9 @@ import torch
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.drafters import build_heads, drafter_kind
 from treeopt.drafters.config import HeadsConfig, default_feature_layers
-from treeopt.drafters.heads import DraftHeads
+from treeopt.drafters.heads import DraftHeads, build_heads
+from treeopt.drafters.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
 

@@ -29,9 +29,9 @@ from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
 from treeopt.decoding.layers import additive
 from treeopt.decoding.ranking import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier, verifier
-from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.heads import rank_table
+from treeopt.drafters.kinds import KINDS
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 

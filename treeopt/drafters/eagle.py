@@ -35,9 +35,9 @@ from torch import nn
 from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
 from treeopt.decoding.dynamic_drafting import Pool, RowPlan, best, choose, scored_children
 from treeopt.decoding.ranking import rank_of, top_candidates
-from treeopt.drafters import KINDS
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.heads import _projection, rank_table
+from treeopt.drafters.kinds import KINDS
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

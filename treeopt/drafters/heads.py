@@ -1,7 +1,8 @@
 """What every set of draft heads shares: the :class:`DraftHeads` interface (a
 :class:`~treeopt.decoding.drafter.Drafter`), Medusa's residual block, the vocabulary projection
 (a per-head copy of the base LM head or the frozen LM head itself), and the table of ranks a
-drafter returns.
+drafter returns; and the drafter of a registered kind, built (:func:`build_heads`) or its class
+loaded (:func:`drafter_class`).
 
 Heads read the base model's last hidden state ``h_t`` (after the final norm). Untrained heads
 equal the LM head: every block starts at zero. Candidates are ranked by
@@ -10,7 +11,9 @@ equal the LM head: every block starts at zero. Candidates are ranked by
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +22,8 @@ from torch import nn
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.ranking import rank_of
 from treeopt.drafters.config import HeadsConfig
+from treeopt.drafters.kinds import DrafterKind, drafter_kind
+from treeopt.errors import TreeoptError
 
 PrefixCache = tuple[torch.Tensor, torch.Tensor] | None
 
@@ -123,3 +128,35 @@ class DraftHeads(Drafter):
             return rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n])
 
         return rank_table((depth(k) for k in range(K)), top_k=top_k)
+
+
+def drafter_class(kind: DrafterKind) -> type[Drafter]:
+    """The torch implementation of ``kind`` (its ``module:Class``), imported on demand.
+
+    >>> from treeopt.drafters.kinds import KINDS
+    >>> drafter_class(KINDS["hydra"]).__name__
+    'HydraHeads'
+    """
+    module, name = kind.implementation.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_heads(cfg: HeadsConfig, *, lm_head: Any = None, embeddings: Any = None) -> Drafter:
+    """Draft heads for ``cfg``; with ``lm_head`` (and, for path readers, ``embeddings``) from
+    the base model. Shapes are checked against the config.
+
+    >>> cfg = HeadsConfig(kind="medusa", num_heads=2, hidden_size=8, vocab_size=16)
+    >>> build_heads(cfg)(torch.zeros(1, 3, 8)).shape
+    torch.Size([2, 1, 3, 16])
+    """
+    kind = drafter_kind(cfg.kind)
+    if not kind.trained:
+        raise TreeoptError(f"a {kind.title.lower()} is loaded from its own directory, not built "
+                           f"from a heads config")
+    for name, mod in (("lm_head", lm_head), ("embeddings", embeddings)):
+        shape = (cfg.vocab_size, cfg.hidden_size)
+        if mod is not None and tuple(mod.weight.shape[:2]) != shape:
+            raise TreeoptError(
+                f"heads config (hidden {cfg.hidden_size}, vocab {cfg.vocab_size}) does not match "
+                f"the base model's {name} of shape {list(mod.weight.shape)}")
+    return drafter_class(kind).build(cfg, lm_head=lm_head, embeddings=embeddings)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.drafters import KINDS
+from treeopt.drafters.kinds import KINDS
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.tree import Tree
 

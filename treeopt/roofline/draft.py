@@ -14,7 +14,7 @@ The shapes follow :mod:`treeopt.drafters.heads` (T = tokens the heads run on, h 
 - Prompt lookup: no device work (a host lookup, :func:`_lookup`).
 
 Which formula prices a kind, and the shape of EAGLE's fc, are fields of the kind's
-:class:`~treeopt.drafters.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
+:class:`~treeopt.drafters.kinds.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
 
 Each operator takes max(FLOPs / peak, bytes / bandwidth): matmuls at the dtype's tensor peak,
 element-wise work at the FP32 vector peak.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from treeopt.drafters import drafter_kind
+from treeopt.drafters.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.roofline.hardware import Hardware
 from treeopt.roofline.model import BF16, Precision

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.drafters import KINDS
+from treeopt.drafters.kinds import KINDS
 
 DRAFTER_COLOURS: dict[str, str] = {"medusa": "#1f77b4", "hydra": "#ff7f0e", "eagle": "#2ca02c",
                                    "eagle3": "#17becf", "draft-model": "#9467bd",
