@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import Tree, TreeoptError
-from treeopt.engines.formats import export, growmap, load_tree_arg, parse_tree
+from treeopt.engines.formats import export, growmap, parse_tree
 from treeopt.engines.rules import FORMATS, engine_problems
 from treeopt.model.growth import grow
 from treeopt.model.synthetic import synthetic_trace
+from treeopt.pricing.tree_files import load_tree_arg
 
 T7 = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
 T7_LIST = "[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]"

@@ -18,7 +18,7 @@ from treeopt.documents.measure import Measurement
 from treeopt.documents.step_profile import StepProfile, StepRecord
 from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.documents.verify_report import VerifyReport
-from treeopt.engines.formats import export, load_tree_arg, parse_tree
+from treeopt.engines.formats import export, parse_tree
 from treeopt.engines.rules import engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.model.acceptance import expected_accept_length, node_probabilities
@@ -30,6 +30,7 @@ from treeopt.model.trace import RankTrace, merge_traces
 from treeopt.model.tree import Tree
 from treeopt.pricing.select import select
 from treeopt.pricing.selection import Point, Selection, schedule
+from treeopt.pricing.tree_files import load_tree_arg
 from treeopt.version import __version__
 
 __all__ = [

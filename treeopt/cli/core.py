@@ -9,14 +9,7 @@ from typing import Any
 
 from treeopt.cli.common import add_out, emit
 from treeopt.drafters.kinds import KINDS, engine_draft
-from treeopt.engines.formats import (
-    EXTENSIONS,
-    export,
-    file_kind,
-    is_selection_file,
-    load_tree_arg,
-    recorded_drafter,
-)
+from treeopt.engines.formats import EXTENSIONS, export
 from treeopt.engines.lookup_export import (
     LOOKUP_FORMATS,
     TRIE_NOTES,
@@ -35,6 +28,7 @@ from treeopt.model.simulation import simulate
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.selection import Selection, schedule
+from treeopt.pricing.tree_files import file_kind, is_selection_file, load_tree_arg, recorded_drafter
 
 NGRAM = "ngram"  # --draft of a chain drafted by prompt lookup (n-gram settings, no tree)
 EXPORT_FORMATS = FORMATS + tuple(f for f in LOOKUP_FORMATS if f not in FORMATS)

@@ -221,8 +221,8 @@ def _prompts(args: argparse.Namespace, tok: Any) -> list[list[int]]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.verify import Verification, verify
     from treeopt.documents.prompts import read_texts
-    from treeopt.engines.formats import load_tree_arg
     from treeopt.model.trace import RankTrace
+    from treeopt.pricing.tree_files import load_tree_arg
 
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
                          context=args.context, decoding_batch=True)

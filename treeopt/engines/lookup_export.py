@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from treeopt.drafters.kinds import KINDS
+from treeopt.engines.formats import vllm_batch_table
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.tree import Tree
 
@@ -358,8 +359,6 @@ def lookup_schedule(ranges: list[dict[str, Any]], draft_len_schedule: Mapping[st
                                                            draft_len_schedule.items()})}
               if k_max else {}))
     first = ranges[0]
-    from treeopt.pricing.selection import vllm_batch_table
-
     vllm = ({"speculative_config": {**vllm_config(LookupSetting(k_max, min_n, max_n)),
                                     "num_speculative_tokens_per_batch_size":
                                         vllm_batch_table(ranges)}} if k_max else {})

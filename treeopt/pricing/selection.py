@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeopt.documents.fields import integer, integers, listed, mapping, number, numbers, optional
+from treeopt.engines.formats import vllm_batch_table
 from treeopt.engines.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json
@@ -272,22 +273,6 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
             "tensorrt_llm": {"draft_len_schedule": trt},
             "vllm": {"num_speculative_tokens_per_batch_size": vllm_batch_table(ranges)},
             "note": f"draft length = tree nodes (tokens drafted per step); {unswept}"}
-
-
-def vllm_batch_table(ranges: list[dict[str, Any]]) -> list[list[int]]:
-    """vLLM's ``num_speculative_tokens_per_batch_size`` (0.24 and later) for ``ranges``: vLLM
-    carries the last range's draft length to every larger batch
-    (``build_dynamic_sd_schedule_lookup``), so where the last range drafts, a range of 0 just
-    above it turns speculation off there, as the schedule says.
-
-    >>> vllm_batch_table([{"min_batch": 1, "max_batch": 2, "size": 3},
-    ...                   {"min_batch": 3, "max_batch": 8, "size": 1}])
-    [[1, 2, 3], [3, 8, 1], [9, 9, 0]]
-    """
-    table = [[r["min_batch"], r["max_batch"], r["size"]] for r in ranges]
-    if table and table[-1][2]:
-        table.append([table[-1][1] + 1, table[-1][1] + 1, 0])
-    return table
 
 
 def check_same_setup(selections: list[Selection]) -> None:
