@@ -14,7 +14,13 @@ from test_eagle import PROMPTS, trained_eagle_drafter  # noqa: E402
 from test_prompt_lookup import PROMPTS as REPEATING  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
-from treeopt.adaptive import FixedSteps, RoundState, SGLangConfig, SGLangSlot  # noqa: E402
+from treeopt.adaptive import (  # noqa: E402
+    FixedSteps,
+    RoundState,
+    SGLangConfig,
+    SGLangPolicy,
+    SGLangSlot,
+)
 from treeopt.adaptive.live import (  # noqa: E402
     ChainSource,
     Rounds,
@@ -94,9 +100,9 @@ def eagle_acceptance(base, eagle, prompts, tmp_path_factory):
 
 
 POLICIES = {
-    "sglang-overlap": lambda: quick((0, 1, 2, 4), overlap=True).policy(),
-    "sglang-no-overlap": lambda: quick((1, 2, 3, 4), overlap=False, start=4).policy(),
-    "sglang-default": lambda: SGLangConfig.default().capped(4).policy(),
+    "sglang-overlap": lambda: SGLangPolicy(quick((0, 1, 2, 4), overlap=True)),
+    "sglang-no-overlap": lambda: SGLangPolicy(quick((1, 2, 3, 4), overlap=False, start=4)),
+    "sglang-default": lambda: SGLangPolicy(SGLangConfig.default().capped(4)),
     "vllm": lambda: VLLMSchedule(((1, 1, 4), (2, 3, 2), (4, 8, 1)), num_speculative_tokens=4),
     "trtllm": lambda: TRTLLMSchedule(((1, 3), (2, 1), (4, 2)), max_draft_len=3),
 }
@@ -126,9 +132,9 @@ def test_prompt_lookup_live_rounds_equal_the_replay(base, lookup, tmp_path):
     decoder = Decoder(base, lookup)
     for batch in (1, 4):
         for overlap in (True, False):
-            source = ChainSource(quick((0, 1, 2, 4), overlap=overlap).policy(), max_steps=4)
+            source = ChainSource(SGLangPolicy(quick((0, 1, 2, 4), overlap=overlap)), max_steps=4)
             assert live_batches(decoder, source, prompts, batch)[0] == list(plain)
-            replayed = replay_batches(quick((0, 1, 2, 4), overlap=overlap).policy(), acc,
+            replayed = replay_batches(SGLangPolicy(quick((0, 1, 2, 4), overlap=overlap)), acc,
                                       batch=batch, costs=SECONDS)
             assert source.rounds().equals(replayed)
             assert 0 in source.rounds().steps and max(source.rounds().steps) >= 2
@@ -149,7 +155,7 @@ def test_a_fixed_source_decodes_as_the_static_chain(base, eagle, prompts):
 
 def test_alternating_runs_keep_their_own_sources(base, eagle, prompts, plain):
     decoder = Decoder(base, eagle)
-    a = ChainSource(quick((0, 1, 2, 4), overlap=True).policy(), max_steps=4)
+    a = ChainSource(SGLangPolicy(quick((0, 1, 2, 4), overlap=True)), max_steps=4)
     b = ChainSource(FixedSteps(2), max_steps=4)
     got = decode_alongside([(decoder, a), (decoder, b), (decoder, Tree.chain(2))], prompts[:2],
                            config=CFG)
@@ -254,7 +260,7 @@ def test_every_drafter_kind_runs_autoregressive_rounds_between_drafted_ones(base
     want = decode(base, None, Tree(()), PROMPTS, config=cfg).tokens
     slot = SGLangSlot((0, 1, 2), warmup_batches=1, update_interval=1)
     for drafter in drafters:
-        source = ChainSource(SGLangConfig(((1, slot),), num_steps=0, overlap=False).policy(),
+        source = ChainSource(SGLangPolicy(SGLangConfig(((1, slot),), num_steps=0, overlap=False)),
                              max_steps=2)
         assert Decoder(base, drafter.eval()).decode(source, PROMPTS, config=cfg).tokens == want
         assert source.rounds().steps[:2] == (0, 0) and 1 in source.rounds().steps

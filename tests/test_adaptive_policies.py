@@ -19,18 +19,18 @@ from treeopt.adaptive import (
     FixedSteps,
     RoundState,
     SGLangConfig,
+    SGLangPolicy,
     SGLangSlot,
     TRTLLMSchedule,
     VLLMSchedule,
 )
-from treeopt.adaptive.sglang import cuda_graph_batch_sizes, loader_problems
-from treeopt.adaptive.versions import sglang_default_slots
+from treeopt.adaptive.sglang import cuda_graph_batch_sizes, loader_problems, sglang_default_slots
 from treeopt.errors import TreeoptError
 
 
 def run(config: SGLangConfig, rounds: list[list[int]], *, batch: int | None = None) -> list[int]:
     """The steps drafted in each round, feeding the given per-request accepts."""
-    policy, out = config.policy(), []
+    policy, out = SGLangPolicy(config), []
     for r, accepted in enumerate(rounds):
         state = RoundState(r, batch or len(accepted))
         out.append(policy.decide(state))
@@ -66,7 +66,7 @@ def test_slot8_cycles_between_0_and_1_on_zero_accepts():
 
 def test_slot32_starts_at_its_middle_when_the_start_is_not_a_candidate():
     config = SGLangConfig.default(overlap=False)
-    policy = config.policy()
+    policy = SGLangPolicy(config)
     slot = policy.slot_for(32)
     assert (slot.current, slot.ema) == (1, 0.0)
     assert policy.slot_for(64).current == 0 and policy.slot_for(64).ema == -1.0
@@ -78,7 +78,7 @@ def test_slots_keep_their_own_state_and_padding_routes_up():
                           overlap=False)
     assert [config.route(b) for b in (1, 32, 33, 34, 35, 36)] == [1, 1, 35, 35, 35, 35]
     assert SGLangConfig(config.slots, cuda_graph_bs=None).route(33) == 1
-    policy = config.policy()
+    policy = SGLangPolicy(config)
     for r in range(15):  # only slot 1 sees rounds: slot 35 stays at its start
         policy.decide(RoundState(r, 1))
         policy.observe(RoundState(r, 1), [0])
@@ -238,7 +238,7 @@ def test_policy_equals_the_wheel_round_by_round(wheel, a, b, start, rounds):
     theirs._bs_list, theirs._cuda_graph_bs = [1, 9], [1, 2, 4, 8, 16]
     theirs._slots = {1: wheel.AdaptiveStepSlot(config.start_steps, a),
                      9: wheel.AdaptiveStepSlot(config.start_steps, b)}
-    ours = config.policy()
+    ours = SGLangPolicy(config)
     for r, (batch, accept) in enumerate(rounds):
         steps = ours.decide(RoundState(r, batch))
         assert steps == theirs.get_steps_for_batch(batch)

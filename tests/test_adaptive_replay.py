@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.adaptive import FixedSteps, SGLangConfig, SGLangSlot, TRTLLMSchedule, VLLMSchedule
+from treeopt.adaptive import (
+    FixedSteps,
+    SGLangConfig,
+    SGLangPolicy,
+    SGLangSlot,
+    TRTLLMSchedule,
+    VLLMSchedule,
+)
 from treeopt.adaptive.replay import chain_step_seconds, replay
 from treeopt.adaptive.report import trtllm_schedule, vllm_schedule
 from treeopt.adaptive.tune import SearchSpace, fixed_replays, tune_sglang
@@ -56,7 +63,7 @@ def test_a_step_beyond_the_trace_is_refused_naming_the_round():
     config = SGLangConfig(((1, SGLangSlot((1, 3))),), num_steps=1, overlap=False)
     with pytest.raises(TreeoptError, match=r"chose 3 steps in round 15 at batch 1; toy records "
                                            r"chains of 0 … 1 steps"):
-        replay(config.policy(), acc, batch=1, costs=SECONDS)
+        replay(SGLangPolicy(config), acc, batch=1, costs=SECONDS)
 
 
 ranks = st.lists(st.lists(st.sampled_from([0, 0, 0, 1, -1]), min_size=4, max_size=4),
@@ -101,7 +108,7 @@ def test_constant_acceptance_converges_to_one_above_it(a, batch):
     slot = SGLangSlot(tuple(range(7)))
     for overlap in (False, True):
         config = SGLangConfig(((1, slot),), num_steps=3, overlap=overlap)
-        r = replay(config.policy(), acc, batch=batch, costs=np.ones(7))
+        r = replay(SGLangPolicy(config), acc, batch=batch, costs=np.ones(7))
         assert set(r.steps[-100:].tolist()) == {min(a + 1, 6)}
 
 
@@ -109,7 +116,7 @@ def test_zero_acceptance_cycles_between_0_and_1():
     acc = table([[0] * 4] * 400, (400,))
     config = SGLangConfig(((1, SGLangSlot((0, 1, 3), down_hysteresis=0.0)),), num_steps=3,
                           overlap=False)
-    r = replay(config.policy(), acc, batch=1, costs=SECONDS)
+    r = replay(SGLangPolicy(config), acc, batch=1, costs=SECONDS)
     assert r.steps[:15].tolist() == [3] * 15
     assert r.steps[15:35].tolist() == [0] * 5 + [1] * 5 + [0] * 5 + [1] * 5
 
@@ -165,7 +172,8 @@ def test_tuned_is_never_below_the_default_nor_the_best_fixed(seed):
         assert t.tokens_per_s >= d.tokens_per_s
         best = max(f.tokens_per_s for f in fixed_replays(acc, seconds[b], batch=b))
         assert t.tokens_per_s >= best
-        again = replay(tuning.tuned.policy(), acc, batch=b, costs=seconds[b])  # exact, repeatable
+        # exact, repeatable
+        again = replay(SGLangPolicy(tuning.tuned), acc, batch=b, costs=seconds[b])
         assert (again.steps == t.steps).all() and again.tokens_per_s == t.tokens_per_s
 
 

@@ -127,7 +127,7 @@ class SGLangPolicy:
     round t first drafts round t + 2; without it, round t + 1.
 
     >>> def steps(config, rounds=18):
-    ...     p, out = config.policy(), []
+    ...     p, out = SGLangPolicy(config), []
     ...     for r in range(rounds):
     ...         out.append(p.decide(RoundState(r, 1)))
     ...         p.observe(RoundState(r, 1), [3])

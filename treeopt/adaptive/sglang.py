@@ -15,12 +15,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treeopt.errors import TreeoptError
-
-if TYPE_CHECKING:
-    from treeopt.adaptive.policies import SGLangPolicy
 
 KNOBS: tuple[str, ...] = ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
                           "up_hysteresis", "ceiling_coeff")
@@ -102,8 +99,6 @@ class SGLangConfig:
     @classmethod
     def default(cls, version: str = "0.5.23", **options: Any) -> SGLangConfig:
         """SGLang's built-in table (``DEFAULT_ADAPTIVE_CONFIG``) of ``version`` (0.5.14+)."""
-        from treeopt.adaptive.versions import sglang_default_slots
-
         return cls(sglang_default_slots(version), label=f"sglang {version} default", **options)
 
     def capped(self, max_steps: int) -> SGLangConfig:
@@ -144,12 +139,6 @@ class SGLangConfig:
         keys = [k for k, _ in self.slots]
         return keys[max(0, bisect.bisect_right(keys, g) - 1)]
 
-    def policy(self) -> SGLangPolicy:
-        """A fresh controller of this setup (every slot at its start)."""
-        from treeopt.adaptive.policies import SGLangPolicy
-
-        return SGLangPolicy(self)
-
     def to_json(self) -> dict[str, Any]:
         """The file SGLang reads: one entry per slot, every knob written out."""
         return {str(k): slot.to_json() for k, slot in self.slots}
@@ -173,6 +162,30 @@ class SGLangConfig:
                 except TreeoptError as exc:
                     raise TreeoptError(f"{source}: BS {key}: {exc}") from None
         return cls(tuple(slots), label=source, **options)
+
+
+# SGLang's DEFAULT_ADAPTIVE_CONFIG: (key, candidate steps, down_hysteresis); up_hysteresis and
+# ceiling_coeff are 0 in every slot
+_SGLANG_DEFAULTS: dict[str, tuple[tuple[int, tuple[int, ...], float], ...]] = {
+    "0.5.14": ((1, (1, 3, 7), -0.25), (8, (0, 1, 3), 0.0), (32, (0, 1), 0.0), (64, (0,), 0.0)),
+    "0.5.20": ((1, (1, 3, 5, 7), -0.25), (8, (0, 1, 3), 0.0), (32, (0, 1), 0.0),
+               (64, (0,), 0.0)),
+}
+_SGLANG_RELEASES = {**{f"0.5.{n}": "0.5.14" for n in range(14, 20)},
+                    **{f"0.5.{n}": "0.5.20" for n in range(20, 24)}}
+
+
+def sglang_default_slots(version: str = "0.5.23") -> tuple[tuple[int, SGLangSlot], ...]:
+    """The built-in slots of SGLang ``version`` (0.5.14 – 0.5.23).
+
+    >>> [s.candidate_steps for _, s in sglang_default_slots("0.5.14")][0]
+    (1, 3, 7)
+    """
+    if version not in _SGLANG_RELEASES:
+        raise TreeoptError(f"SGLang {version}: the adaptive rule replayed here is that of "
+                           f"{', '.join(_SGLANG_RELEASES)}")
+    return tuple((key, SGLangSlot(steps, down_hysteresis=down, up_hysteresis=0.0))
+                 for key, steps, down in _SGLANG_DEFAULTS[_SGLANG_RELEASES[version]])
 
 
 def _number(value: Any, name: str) -> float | int:

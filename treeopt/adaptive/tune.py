@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.adaptive.policies import FixedSteps
+from treeopt.adaptive.policies import FixedSteps, SGLangPolicy
 from treeopt.adaptive.replay import Replay, replay
 from treeopt.adaptive.sglang import SGLangConfig, SGLangSlot
 from treeopt.adaptive.workload import ChainAcceptance
@@ -88,7 +88,7 @@ class _SlotSearch:
         if key not in self.seen:
             config = SGLangConfig(((self.batch, slot),), num_steps=start,
                                   cuda_graph_bs=None, overlap=self.base.overlap)
-            r = replay(config.policy(), self.acceptance, batch=self.batch, costs=self.seconds)
+            r = replay(SGLangPolicy(config), self.acceptance, batch=self.batch, costs=self.seconds)
             self.seen[key] = SlotOption(slot, start, r.tokens_per_s)
         return self.seen[key]
 
@@ -148,7 +148,8 @@ def tune_sglang(acceptance: ChainAcceptance, seconds: dict[int, npt.NDArray[np.f
         searches[b].run(space, [(slot, start_of(slot, used.start_steps))])
     tuned = _join(searches, {b: r for b, (_, r) in floors.items()}, default)
     out = tuple((b, floors[b][0], floors[b][1],
-                 replay(tuned.policy(), acceptance, batch=b, costs=seconds[b])) for b in batches)
+                 replay(SGLangPolicy(tuned), acceptance, batch=b, costs=seconds[b]))
+                for b in batches)
     return SGLangTuning(default, tuned, out)
 
 
@@ -163,10 +164,10 @@ def default_replay(default: SGLangConfig, acceptance: ChainAcceptance, batch: in
     that of the default with those candidate steps dropped (:meth:`SGLangConfig.capped`),
     which the config returned names."""
     try:
-        return default, replay(default.policy(), acceptance, batch=batch, costs=seconds)
+        return default, replay(SGLangPolicy(default), acceptance, batch=batch, costs=seconds)
     except TreeoptError:
         capped = default.capped(acceptance.max_steps)
-        return capped, replay(capped.policy(), acceptance, batch=batch, costs=seconds)
+        return capped, replay(SGLangPolicy(capped), acceptance, batch=batch, costs=seconds)
 
 
 def _join(searches: dict[int, _SlotSearch], defaults: dict[int, Replay],

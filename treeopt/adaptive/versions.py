@@ -6,16 +6,11 @@ SGLang and vLLM were read from their released wheels (PyPI), TensorRT-LLM from i
 
 >>> [c.engine for c in CONTROLLERS]
 ['sglang', 'vllm', 'trtllm', 'trtllm']
->>> [s.candidate_steps for _, s in sglang_default_slots("0.5.14")][0]
-(1, 3, 7)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from treeopt.adaptive.sglang import SGLangSlot
-from treeopt.errors import TreeoptError
 
 
 @dataclass(frozen=True)
@@ -62,22 +57,3 @@ CONTROLLERS: tuple[Controller, ...] = (
         ("keys are upper bounds; above the largest key speculation is off",
          "the smallest key's value equals max_draft_len; exclusive with max_concurrency")),
 )
-
-# SGLang's DEFAULT_ADAPTIVE_CONFIG: (key, candidate steps, down_hysteresis); up_hysteresis and
-# ceiling_coeff are 0 in every slot
-_SGLANG_DEFAULTS: dict[str, tuple[tuple[int, tuple[int, ...], float], ...]] = {
-    "0.5.14": ((1, (1, 3, 7), -0.25), (8, (0, 1, 3), 0.0), (32, (0, 1), 0.0), (64, (0,), 0.0)),
-    "0.5.20": ((1, (1, 3, 5, 7), -0.25), (8, (0, 1, 3), 0.0), (32, (0, 1), 0.0),
-               (64, (0,), 0.0)),
-}
-_SGLANG_RELEASES = {**{f"0.5.{n}": "0.5.14" for n in range(14, 20)},
-                    **{f"0.5.{n}": "0.5.20" for n in range(20, 24)}}
-
-
-def sglang_default_slots(version: str = "0.5.23") -> tuple[tuple[int, SGLangSlot], ...]:
-    """The built-in slots of SGLang ``version`` (0.5.14 – 0.5.23)."""
-    if version not in _SGLANG_RELEASES:
-        raise TreeoptError(f"SGLang {version}: the adaptive rule replayed here is that of "
-                           f"{', '.join(_SGLANG_RELEASES)}")
-    return tuple((key, SGLangSlot(steps, down_hysteresis=down, up_hysteresis=0.0))
-                 for key, steps, down in _SGLANG_DEFAULTS[_SGLANG_RELEASES[version]])
