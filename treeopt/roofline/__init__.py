@@ -4,11 +4,12 @@ FLOP/s and bandwidth (numpy only; formulas in :mod:`roofline.model`, :mod:`roofl
 :mod:`roofline.moe`).
 """
 
-from treeopt.roofline.config import MLA, ModelConfig, MoE, load_config, preset, preset_names
+from treeopt.roofline.config import ModelConfig, load_config, preset, preset_names
 from treeopt.roofline.fit import Fit, fit_efficiency
 from treeopt.roofline.hardware import Hardware, hardware_names, load_hardware
+from treeopt.roofline.mla import MLA
 from treeopt.roofline.model import Efficiency, Precision, operators
-from treeopt.roofline.moe import expected_experts
+from treeopt.roofline.moe import MoE, expected_experts
 from treeopt.roofline.params import ParameterCount, kv_bytes_per_token, parameter_count
 from treeopt.roofline.step_times import Roofline, roofline
 

@@ -4,9 +4,10 @@ The fields mirror Hugging Face ``config.json`` (``hidden_size``, ``intermediate_
 ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
 ``vocab_size``, ``max_position_embeddings``), plus what sets the cost of the families that
 :mod:`roofline.families` reads: per-layer attention kinds (full, sliding window, chunked),
-grouped-query and multi-query attention, MLA's compressed KV (:class:`MLA`), mixture-of-experts
-layers (:class:`MoE`), tied embeddings, non-gated MLPs and parallel residuals. Named presets live
-in ``presets.json`` beside this module, each row a ``config.json`` with its source and model card.
+grouped-query and multi-query attention, MLA's compressed KV (:class:`~treeopt.roofline.mla.MLA`),
+mixture-of-experts layers (:class:`~treeopt.roofline.moe.MoE`), tied embeddings, non-gated MLPs
+and parallel residuals. Named presets live in ``presets.json`` beside this module, each row a
+``config.json`` with its source and model card.
 """
 
 from __future__ import annotations
@@ -21,40 +22,11 @@ from typing import Any
 
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json
+from treeopt.roofline.families import read_hf, write_hf
+from treeopt.roofline.mla import MLA
+from treeopt.roofline.moe import MoE
 
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-@dataclass(frozen=True)
-class MoE:
-    """Routed experts: ``experts_per_token`` of ``num_experts`` gated MLPs of width
-    ``intermediate_size`` per token, plus always-on shared experts of total width
-    ``shared_intermediate_size``, in the layers listed in ``layers``."""
-
-    num_experts: int
-    experts_per_token: int
-    intermediate_size: int
-    layers: tuple[int, ...]
-    shared_intermediate_size: int = 0
-    bias: bool = False  # the router and the experts' linears have biases (gpt_oss)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", tuple(self.layers))
-        if not 1 <= self.experts_per_token <= self.num_experts or self.intermediate_size < 1:
-            raise TreeoptError(f"MoE: need 1 ≤ experts per token ({self.experts_per_token}) ≤ "
-                               f"experts ({self.num_experts}) and a positive expert width")
-
-
-@dataclass(frozen=True)
-class MLA:
-    """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent of
-    ``kv_lora_rank`` plus one RoPE key of ``qk_rope_head_dim`` per token and layer."""
-
-    kv_lora_rank: int
-    q_lora_rank: int | None
-    qk_rope_head_dim: int
-    qk_nope_head_dim: int
-    v_head_dim: int
 
 
 @dataclass(frozen=True)
@@ -156,14 +128,10 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, doc: dict[str, Any], *, name: str, source: str) -> ModelConfig:
         """Read a Hugging Face ``config.json`` dict; ``source`` names it in errors."""
-        from treeopt.roofline.families import read_hf
-
         return cls(name=name, **read_hf(doc, source=source))
 
     def to_hf(self) -> dict[str, Any]:
         """The Hugging Face config fields (for ``AutoConfig.for_model``)."""
-        from treeopt.roofline.families import write_hf
-
         return write_hf(self)
 
     def to_json(self) -> dict[str, Any]:

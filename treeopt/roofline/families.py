@@ -37,6 +37,8 @@ from __future__ import annotations
 from typing import Any
 
 from treeopt.errors import TreeoptError
+from treeopt.roofline.mla import MLA
+from treeopt.roofline.moe import MoE
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma2",
             "gemma3_text", "gemma3", "gpt_oss", "cohere2", "olmo3", "llama4_text", "deepseek_v3",
@@ -150,8 +152,6 @@ def _attention(family: str, d: dict[str, Any]) -> dict[str, Any]:
         "attention_chunk_size": chunk if "chunked_attention" in types else None,
     }
     if family == "deepseek_v3":
-        from treeopt.roofline.config import MLA
-
         mla = MLA(d["kv_lora_rank"], d.get("q_lora_rank"), d["qk_rope_head_dim"],
                   d["qk_nope_head_dim"], d["v_head_dim"])
         out.update(mla=mla, head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
@@ -161,8 +161,6 @@ def _attention(family: str, d: dict[str, Any]) -> dict[str, Any]:
 
 def _block(family: str, d: dict[str, Any]) -> dict[str, Any]:
     """Norms, MLP form, residual, positions, experts."""
-    from treeopt.roofline.config import MoE
-
     out: dict[str, Any] = {
         "qk_norm": family in ("qwen3", "qwen3_moe", "gemma3_text", "olmo3")
         or (family == "llama4_text" and d.get("use_qk_norm", True)),

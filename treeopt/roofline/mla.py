@@ -1,4 +1,5 @@
-"""Multi-head latent attention (DeepSeek-V2/V3) as engines that cache the latent run it.
+"""Multi-head latent attention (DeepSeek-V2/V3; :class:`MLA`: its shape) as engines that cache the
+latent run it.
 
 vLLM and SGLang cache, per token and layer, the normed latent of r = ``kv_lora_rank`` elements
 and one shared RoPE key of ρ = ``qk_rope_head_dim``: r + ρ elements, against 2·H·head_dim for
@@ -32,9 +33,22 @@ v_absorb together read W_UK and W_UV, the two halves of ``kv_b_proj``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from treeopt.roofline.rows import Grid, Row, attention_core, elementwise, linear, norm
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3): the KV cache holds one latent of
+    ``kv_lora_rank`` plus one RoPE key of ``qk_rope_head_dim`` per token and layer."""
+
+    kv_lora_rank: int
+    q_lora_rank: int | None
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
 
 
 def mla_rows(cfg: Any, g: Grid, *, eager: bool) -> Iterator[Row]:

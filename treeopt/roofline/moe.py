@@ -1,4 +1,5 @@
-"""Mixture-of-experts layers: a step reads the weights of every distinct expert its tokens route to.
+"""Mixture-of-experts layers (their shape: :class:`MoE`): a step reads the weights of every
+distinct expert its tokens route to.
 
 With E routed experts, top-k routing and T = b·q tokens in the step, routing each token to k
 experts uniformly at random touches on average D(T) = E·(1 − (1 − k/E)^T) distinct experts
@@ -29,12 +30,33 @@ tokens of one sequence share experts more often, so D(T) is an upper bound on th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from treeopt.roofline.config import MoE
+from treeopt.errors import TreeoptError
 from treeopt.roofline.rows import Grid, Row, elementwise, gated_mlp, linear
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Routed experts: ``experts_per_token`` of ``num_experts`` gated MLPs of width
+    ``intermediate_size`` per token, plus always-on shared experts of total width
+    ``shared_intermediate_size``, in the layers listed in ``layers``."""
+
+    num_experts: int
+    experts_per_token: int
+    intermediate_size: int
+    layers: tuple[int, ...]
+    shared_intermediate_size: int = 0
+    bias: bool = False  # the router and the experts' linears have biases (gpt_oss)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        if not 1 <= self.experts_per_token <= self.num_experts or self.intermediate_size < 1:
+            raise TreeoptError(f"MoE: need 1 ≤ experts per token ({self.experts_per_token}) ≤ "
+                               f"experts ({self.num_experts}) and a positive expert width")
 
 
 def expected_experts(experts: int, top_k: int, tokens: Any) -> Any:
