@@ -153,7 +153,7 @@ def demo_setup(prompts: int, dtype):
 
 def model_setup(args):
     """A base model directory, its prompts and the ``--pick`` drafters."""
-    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.decoding.loading import ModelSpec, load_model
     from treeopt.documents.prompts import read_texts
     from treeopt.drafters.checkpoints import load_heads_for
     from treeopt.pricing.selection import Selection

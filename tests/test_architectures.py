@@ -21,8 +21,7 @@ import architectures as arch  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
 from treeopt.decoding.layers import FULL, AttentionLayout, LayerKind  # noqa: E402
-from treeopt.decoding.probe import check_tree_support  # noqa: E402
-from treeopt.decoding.tree_forward import verifier  # noqa: E402
+from treeopt.decoding.probe import check_tree_support, verifier  # noqa: E402
 
 DECODED = [f for f in arch.FAMILIES if f.refused is None]
 REFUSED = [f for f in arch.FAMILIES if f.refused is not None]

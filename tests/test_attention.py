@@ -12,8 +12,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.attention import EXACT, attention_for, exact_attention, register  # noqa: E402
+from treeopt.decoding.loading import ModelSpec, load_model  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode  # noqa: E402
-from treeopt.decoding.models import ModelSpec, attention_of, load_model  # noqa: E402
+from treeopt.decoding.models import attention_of  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 

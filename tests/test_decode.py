@@ -15,11 +15,9 @@ from continuous import assert_each_prompt_as_alone  # noqa: E402
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
 from treeopt.decoding.plan import tree_plan  # noqa: E402
+from treeopt.decoding.probe import verifier  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
-from treeopt.decoding.tree_forward import (  # noqa: E402
-    verifier,
-    verify_step,
-)
+from treeopt.decoding.tree_forward import verify_step  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 MEDUSA_63 = [  # Medusa's mc_sim_7b_63

@@ -10,7 +10,8 @@ import torch
 
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import verifier, verify_step
+from treeopt.decoding.probe import verifier
+from treeopt.decoding.tree_forward import verify_step
 from treeopt.documents.measure import Measurement, median_relative_se
 from treeopt.documents.step_profile import StepProfile
 from treeopt.errors import TreeoptError

@@ -201,7 +201,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 
 def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and tokenizer the :func:`add_model_flags` flags name."""
-    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.decoding.loading import ModelSpec, load_model
 
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,

@@ -48,7 +48,7 @@ from treeopt.model.tree import Tree
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.decoding.probe import SupportProbe
+    from treeopt.decoding.tree_forward import SupportProbe
 
 SPLIT_BATCHES = 2  # batches of the profiled pass that measures the per-step phase times
 LOSSLESS_MODES = ("greedy", "sample")  # tree output must equal autoregressive output exactly

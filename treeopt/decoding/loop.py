@@ -60,9 +60,10 @@ from treeopt.decoding.drafter import Drafter, LiveState
 from treeopt.decoding.dynamic_drafting import RowPlan
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
+from treeopt.decoding.probe import verifier
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
-from treeopt.decoding.tree_forward import verifier, verify_step
+from treeopt.decoding.tree_forward import verify_step
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
 from treeopt.model.dynamic_settings import DynamicSettings
@@ -133,7 +134,7 @@ def check_tree_for_heads(tree: Tree | DynamicSettings, heads: Drafter | None) ->
 class Decoder:
     """The live decoder of one model and its heads, checked once: each layer's attention kind,
     that treeopt's tree step gives the model's own logits past every window, and how its verify
-    forward runs (:func:`~treeopt.decoding.tree_forward.verifier`). :meth:`decode` then decodes
+    forward runs (:func:`~treeopt.decoding.probe.verifier`). :meth:`decode` then decodes
     any tree, or none.
 
     On the CPU the float32 linear weights of the model and the heads are first stored

@@ -1,17 +1,23 @@
 """The support probe: does treeopt's tree step, driven through the model's public forward with
 treeopt's masks, positions and cache, give the model's own logits — past every sliding window
-and chunk? A model it cannot vouch for is refused before any work."""
+and chunk? A model it cannot vouch for is refused before any work: :func:`verifier` builds a
+model's :class:`~treeopt.decoding.tree_forward.Verifier` with the probe run, and
+:func:`check_decodable` refuses what it cannot decode."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 
+from treeopt.decoding.blas import blas_choice
+from treeopt.decoding.cache import cache_shape
+from treeopt.decoding.layers import attention_layout
 from treeopt.decoding.models import architecture, check_context, context_length
 from treeopt.decoding.plan import TreePlan, tree_plan
-from treeopt.decoding.tree_forward import Verifier, verify_step
+from treeopt.decoding.tree_forward import SupportProbe, Verifier, mask_dtype, verify_step
+from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 
@@ -19,20 +25,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 PROBE_TREE = Tree.from_choices([[0], [1], [0, 0]])  # root → a → c, and a's sibling b
-
-
-@dataclass(frozen=True)
-class SupportProbe:
-    """How far treeopt's tree step strays from the model's own forward: the largest logit
-    difference over every probed token, against the tolerance of the dtype."""
-
-    prefix: int  # tokens cached before the tree (past every window and chunk)
-    max_abs_diff: float
-    tolerance: float
-
-    @property
-    def exact(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
 
 
 def probe_tree_support(verify: Verifier) -> SupportProbe:
@@ -101,3 +93,53 @@ def check_tree_support(verify: Verifier) -> SupportProbe:
             f"{getattr(model.config, '_attn_implementation', '?')}), so its masks cannot be "
             f"trusted with this model; load it with attn_implementation='sdpa' or 'eager'")
     return probe
+
+
+def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False,
+             features: tuple[int, ...] = ()) -> Verifier:
+    """The :class:`Verifier` of ``model``: its layers' attention kinds (models with recurrent
+    layers are refused, :func:`~treeopt.decoding.layers.attention_layout`) and its cache's
+    shape; with ``tree``, first check that the model's forward, driven with treeopt's masks,
+    gives its own logits across every window (:func:`check_tree_support`); with ``compile``,
+    steps run through ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one
+    per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
+    wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
+    weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
+    layout = attention_layout(model)  # before anything runs: refusals cost nothing
+    lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
+    plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
+                     features=features)  # no BLAS choice inside what torch.compile traces
+    if tree:
+        plain = replace(plain, probe=check_tree_support(plain))
+    plain = replace(plain, split=not features and _split_is_exact(model))
+    blas = blas_choice(model)
+    if not compile:
+        return replace(plain, blas=blas)
+    device = model.get_input_embeddings().weight.device
+    mode = "reduce-overhead" if device.type == "cuda" else "default"
+    return replace(plain, blas=blas,
+                   compiled=torch.compile(plain.eager, mode=mode, dynamic=False))
+
+
+def _split_is_exact(model: PreTrainedModel) -> bool:
+    """Whether decoder-then-LM-head gives the model's own logits on a short probe."""
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    if decoder is None or head is None or decoder is model:
+        return False
+    device = model.get_input_embeddings().weight.device
+    ids = torch.tensor([[1, 2, 3]], device=device)
+    with torch.no_grad():
+        try:
+            got = head(decoder(input_ids=ids).last_hidden_state)
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            return False
+        want = model(input_ids=ids).logits
+    return got.shape == want.shape and bool(torch.equal(got, want))
+
+
+def check_decodable(model: PreTrainedModel) -> None:
+    """Refuse, before any long job, a model treeopt cannot decode as it decodes itself: layers
+    of another kind than attention, or a tree step whose logits differ from the model's own
+    forward past every window (:func:`check_tree_support`)."""
+    with torch.inference_mode():
+        verifier(model, tree=True)

@@ -14,25 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from treeopt.decoding.blas import BlasChoice, blas_choice
-from treeopt.decoding.cache import CacheShape, SlotCache, cache_shape
+from treeopt.decoding.blas import BlasChoice
+from treeopt.decoding.cache import CacheShape, SlotCache
 from treeopt.decoding.drafter import pick_features
-from treeopt.decoding.layers import AttentionLayout, Masks, additive, attention_layout
+from treeopt.decoding.layers import AttentionLayout, Masks, additive
 from treeopt.decoding.models import architecture
 from treeopt.decoding.plan import TreePlan
-from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from treeopt.decoding.dynamic_drafting import RowPlan
-    from treeopt.decoding.probe import SupportProbe
 
 
 def mask_dtype(model: PreTrainedModel) -> torch.dtype:
@@ -113,6 +111,20 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
     return out.logits, pick_features(out.hidden_states, layers)
 
 
+@dataclass(frozen=True)
+class SupportProbe:
+    """How far treeopt's tree step strays from the model's own forward: the largest logit
+    difference over every probed token, against the tolerance of the dtype."""
+
+    prefix: int  # tokens cached before the tree (past every window and chunk)
+    max_abs_diff: float
+    tolerance: float
+
+    @property
+    def exact(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+
 @dataclass(frozen=True, eq=False)
 class Verifier:
     """How verify forwards run on one model, decided once (:func:`verifier`).
@@ -185,50 +197,6 @@ class Verifier:
     def _library(self, input_ids: torch.Tensor) -> AbstractContextManager[None]:
         """The faster BLAS library for a forward of these tokens, where there is a choice."""
         return nullcontext() if self.blas is None else self.blas.use(input_ids.numel())
-
-
-def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False,
-             features: tuple[int, ...] = ()) -> Verifier:
-    """The :class:`Verifier` of ``model``: its layers' attention kinds (models with recurrent
-    layers are refused, :func:`~treeopt.decoding.layers.attention_layout`) and its cache's
-    shape; with ``tree``, first check that the model's forward, driven with treeopt's masks,
-    gives its own logits across every window (:func:`check_tree_support`); with ``compile``,
-    steps run through ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one
-    per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
-    wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
-    weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
-    layout = attention_layout(model)  # before anything runs: refusals cost nothing
-    lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
-    plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
-                     features=features)  # no BLAS choice inside what torch.compile traces
-    if tree:
-        from treeopt.decoding.probe import check_tree_support  # the probe drives a Verifier
-
-        plain = replace(plain, probe=check_tree_support(plain))
-    plain = replace(plain, split=not features and _split_is_exact(model))
-    blas = blas_choice(model)
-    if not compile:
-        return replace(plain, blas=blas)
-    device = model.get_input_embeddings().weight.device
-    mode = "reduce-overhead" if device.type == "cuda" else "default"
-    return replace(plain, blas=blas,
-                   compiled=torch.compile(plain.eager, mode=mode, dynamic=False))
-
-
-def _split_is_exact(model: PreTrainedModel) -> bool:
-    """Whether decoder-then-LM-head gives the model's own logits on a short probe."""
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    if decoder is None or head is None or decoder is model:
-        return False
-    device = model.get_input_embeddings().weight.device
-    ids = torch.tensor([[1, 2, 3]], device=device)
-    with torch.no_grad():
-        try:
-            got = head(decoder(input_ids=ids).last_hidden_state)
-        except (TypeError, ValueError, RuntimeError, AttributeError):
-            return False
-        want = model(input_ids=ids).logits
-    return got.shape == want.shape and bool(torch.equal(got, want))
 
 
 def verify_step(verify: Verifier, tokens: torch.Tensor, plan: TreePlan | RowPlan, *,

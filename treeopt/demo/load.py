@@ -121,7 +121,7 @@ def attach_model(demo: Demo, *, device: str = "cpu", dtype: str | None = None,
     traces, growths and prompts are ``demo``'s own objects, not read again. A pretrained base
     is loaded from the asset cache; when it is not there, a one-line TreeoptError says which
     command fetches it."""
-    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.decoding.loading import ModelSpec, load_model
     from treeopt.drafters.checkpoints import load_heads_for
 
     where = base_model_dir(demo.paths, demo.manifest)

@@ -103,7 +103,7 @@ class Context:
     def model(self) -> PreTrainedModel:
         """The base model, computed in the config's dtype (the demo's own model is stored in
         16 bits)."""
-        from treeopt.decoding.models import ModelSpec, load_model
+        from treeopt.decoding.loading import ModelSpec, load_model
 
         return self._once("model", lambda: load_model(ModelSpec(
             path=str(self.model_dir), device=self.config.device, dtype=self.config.dtype))[0])

@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 
 from treeopt.decoding.cache import SlotCache
-from treeopt.decoding.models import check_decodable, torch_dtype
+from treeopt.decoding.models import torch_dtype
 from treeopt.decoding.plan import tree_plan
-from treeopt.decoding.tree_forward import Verifier, verifier, verify_step
+from treeopt.decoding.probe import check_decodable, verifier
+from treeopt.decoding.tree_forward import Verifier, verify_step
 from treeopt.documents.dtypes import dtype_name
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.tree import Tree

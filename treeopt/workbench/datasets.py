@@ -92,7 +92,7 @@ def calibrate_local(model_dir: str, heads_dir: str, prompts_file: str, *, out: s
                     progress: Callable[[int, int], None] | None = None) -> Dataset:
     """Calibrate a local model and heads on a prompts file (what ``treeopt calibrate`` does)."""
     from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-    from treeopt.decoding.models import ModelSpec, load_model
+    from treeopt.decoding.loading import ModelSpec, load_model
     from treeopt.documents.prompts import encode, read_texts
     from treeopt.drafters.checkpoints import load_heads_for
 
