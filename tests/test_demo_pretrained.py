@@ -178,7 +178,7 @@ def test_the_cli_refuses_an_unknown_kind_in_one_line(tmp_path, capsys):
 
 
 def test_a_base_that_is_not_there_or_not_a_model(tmp_path):
-    from treeopt.demo.pretrained import base_dir
+    from treeopt.demo.layout import base_dir
 
     with pytest.raises(TreeoptError, match=r"^base model '.*nowhere': no Hugging Face model "
                                            r"directory there \(no config.json\) and no such "

@@ -23,6 +23,7 @@ from typing import Any
 
 from treeopt.demo import stages
 from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
+from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
@@ -67,8 +68,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     paths = DemoPaths(work)
     marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
     torch.manual_seed(config.seed)
-    ctx = stages.Context(config, paths, work / ".stages", say, show_progress,
-                         kinds=tuple(k for k in stages.HEAD_KINDS if k in config.kinds))
+    ctx = Context(config, paths, work / ".stages", say, show_progress,
+                  kinds=tuple(k for k in stages.HEAD_KINDS if k in config.kinds))
     results: dict[str, Any] = {}
     for name, fn in stages.PIPELINE:
         results[name] = _stage(ctx, name, fn)
@@ -209,7 +210,7 @@ def _seed_from_published(target: Path, work: Path, config: DemoConfig, *,
                 write_json(work / ".stages" / f"{name}.json", record)
 
 
-def _stage(ctx: stages.Context, name: str, fn: Callable[[stages.Context], dict[str, Any]],
+def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
            ) -> dict[str, Any]:
     """Run a stage unless its record exists; the record carries the stage's seconds. A kind
     stage with a kept record (see :func:`_seed_from_published`) runs for the kinds it names

@@ -1,4 +1,5 @@
-"""Where each part of a demo directory lives; pure paths, importable without torch."""
+"""Where each part of a demo directory lives, and the pretrained base a demo reads; pure paths,
+importable without torch."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from treeopt.assets.registry import ASSETS, asset_dir, fetched, missing_hint
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json
 
@@ -152,13 +154,29 @@ def named_demo(name: str) -> Path:
                        f"{', '.join(built) or 'none'}")
 
 
+def base_dir(name: str, *, required: bool = True) -> Path:
+    """The model directory of the pretrained base ``name``: an asset's directory in the asset
+    cache, or ``name`` itself, a local Hugging Face model directory. When it is missing a
+    TreeoptError says in one line how to get it — unless not ``required``: then the directory
+    it would be in."""
+    if name in ASSETS:
+        found = fetched(name)
+        if found is None and required:
+            raise TreeoptError(missing_hint(name))
+        return found or asset_dir(name)
+    path = Path(name)
+    if required and not (path / "config.json").is_file():
+        models = ", ".join(n for n, a in ASSETS.items() if a.kind == "model")
+        raise TreeoptError(f"base model {name!r}: no Hugging Face model directory there (no "
+                           f"config.json) and no such asset; the model assets are {models}")
+    return path
+
+
 def base_model_dir(paths: DemoPaths, manifest: dict[str, Any] | None = None, *,
                    required: bool = True) -> Path:
     """The base model directory of the demo at ``paths``: its own ``model/``, or the pretrained
     base its manifest names, where it was fetched — a one-line TreeoptError saying which
     command fetches it when it is not there, unless not ``required`` (then where it would be)."""
-    from treeopt.demo.pretrained import base_dir
-
     doc = manifest if manifest is not None else read_json(paths.require().manifest)
     base = doc.get("config", {}).get("base_model")
     return paths.model if base is None else base_dir(base, required=required)

@@ -1,5 +1,6 @@
-"""A demo on a pretrained base: where its model and prompt set are, and the first three stages
-of a build that trains no tokenizer and no base model.
+"""A demo on a pretrained base: where its prompt set is (its model:
+:func:`treeopt.demo.layout.base_dir`), and the first three stages of a build that trains no
+tokenizer and no base model.
 
 The base is an asset of :data:`treeopt.assets.registry.ASSETS` (``treeopt fetch NAME`` puts it in
 the asset cache) or a local Hugging Face model directory. It is read where it is and never copied
@@ -17,32 +18,15 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from treeopt.assets.registry import ASSET_RECORD, ASSETS, asset_dir, fetched, missing_hint
+from treeopt.assets.registry import ASSET_RECORD, ASSETS, fetched, missing_hint
+from treeopt.demo.layout import base_dir
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json, write_text_atomic
 
 if TYPE_CHECKING:
-    from treeopt.demo.stages import Context
+    from treeopt.demo.context import Context
 
 PROMPT_PARTS = ("calibration", "heldout")  # the files a prompt set holds
-
-
-def base_dir(name: str, *, required: bool = True) -> Path:
-    """The model directory of the pretrained base ``name``: an asset's directory in the asset
-    cache, or ``name`` itself, a local Hugging Face model directory. When it is missing a
-    TreeoptError says in one line how to get it — unless not ``required``: then the directory
-    it would be in."""
-    if name in ASSETS:
-        found = fetched(name)
-        if found is None and required:
-            raise TreeoptError(missing_hint(name))
-        return found or asset_dir(name)
-    path = Path(name)
-    if required and not (path / "config.json").is_file():
-        models = ", ".join(n for n, a in ASSETS.items() if a.kind == "model")
-        raise TreeoptError(f"base model {name!r}: no Hugging Face model directory there (no "
-                           f"config.json) and no such asset; the model assets are {models}")
-    return path
 
 
 def prompt_set_dir(name: str) -> Path:
@@ -127,5 +111,5 @@ def base_stage(ctx: Context) -> dict[str, Any]:
             "vocab_size": config.get("vocab_size")}
 
 
-__all__ = ["base_dir", "base_stage", "parameters", "prompt_set_dir", "prompts_stage",
+__all__ = ["base_stage", "parameters", "prompt_set_dir", "prompts_stage",
            "provenance", "tokenizer_stage"]

@@ -6,14 +6,14 @@ import copy
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from treeopt.demo.config import DemoConfig
-from treeopt.demo.corpus import Corpus, load_corpus
+from treeopt.demo.context import Context
 from treeopt.demo.kinds import HEAD_KINDS, NEW_KINDS, lacking, trained_kinds
 from treeopt.demo.kinds import KIND_STAGES as KIND_STAGES  # the build reads it here
 from treeopt.demo.layout import KINDS, DemoPaths
@@ -25,109 +25,13 @@ DRAFTERS = KINDS
 KIND_SETTINGS: dict[str, tuple[str, ...]] = {"medusa_head_layers": ("medusa",)}
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
-    from treeopt.decoding.drafter import Drafter
     from treeopt.documents.sweep import Sweep
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import StepCosts
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
-
-
-@dataclass
-class Context:
-    """What the stages share: settings, output paths, scratch space, log; the corpus, tokenizer
-    and model are loaded on first use and kept in ``loaded`` (a stage that rewrites one calls
-    :meth:`reload`); ``kinds``: the head kinds the kind stages (:data:`KIND_STAGES`) make. The
-    model and its tokenizer are the demo's own (``model/``) or the pretrained base the config
-    names, read where it was fetched."""
-
-    config: DemoConfig
-    paths: DemoPaths
-    scratch: Path
-    log: Callable[[str], None]
-    show_progress: bool = False
-    loaded: dict[str, Any] = field(default_factory=dict)
-    kinds: tuple[str, ...] = HEAD_KINDS  # the head kinds the kind stages make (or make again)
-
-    def _once(self, name: str, load: Callable[[], Any]) -> Any:
-        if name not in self.loaded:
-            self.loaded[name] = load()
-        return self.loaded[name]
-
-    def reload(self, name: str) -> None:
-        """Forget ``name`` (``tokenizer``, ``model``): a stage has just rewritten it on disk."""
-        self.loaded.pop(name, None)
-
-    @property
-    def corpus(self) -> Corpus:
-        return self._once("corpus", lambda: load_corpus(max_files=self.config.max_files))
-
-    @property
-    def model_dir(self) -> Path:
-        """The base model's directory: the demo's ``model/`` or the pretrained base's own."""
-        from treeopt.demo.pretrained import base_dir
-
-        base = self.config.base_model
-        return self.paths.model if base is None else base_dir(base)
-
-    @property
-    def vocab_size(self) -> int:
-        """The base model's vocabulary (its logits' width), from its config."""
-        return int(read_json(self.model_dir / "config.json")["vocab_size"])
-
-    @property
-    def tokenizer(self) -> Any:
-        from transformers import AutoTokenizer
-
-        return self._once("tokenizer", lambda: AutoTokenizer.from_pretrained(
-            str(self.model_dir), local_files_only=True))
-
-    def stream(self, part: str) -> np.ndarray:
-        """The token stream of a corpus part, cached in the scratch space."""
-        from treeopt.demo.tokenizer import encode_stream
-
-        path = self.scratch / f"stream-{part}.npy"
-        if not path.exists():
-            np.save(path, encode_stream(self.tokenizer, [f.text for f in self.corpus.part(part)]))
-        return np.load(path)
-
-    def prompt_ids(self, part: str) -> list[list[int]]:
-        from treeopt.documents.prompts import encode, read_texts
-
-        return encode(self.tokenizer, read_texts([self.paths.prompts(part)]))
-
-    @property
-    def model(self) -> PreTrainedModel:
-        """The base model, computed in the config's dtype (the demo's own model is stored in
-        16 bits)."""
-        from treeopt.decoding.loading import ModelSpec, load_model
-
-        return self._once("model", lambda: load_model(ModelSpec(
-            path=str(self.model_dir), device=self.config.device, dtype=self.config.dtype))[0])
-
-    def reference(self) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
-        """The plain greedy continuations of the held-out prompts and their record
-        (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
-        from treeopt.decoding.loop import Decoder
-        from treeopt.demo.quality import autoregressive_run
-
-        return self._once("reference", lambda: autoregressive_run(
-            Decoder(self.model), self.prompt_ids("heldout"),
-            max_new_tokens=self.config.max_new_tokens))
-
-    def heads(self, kind: str) -> Drafter:
-        from treeopt.drafters.checkpoints import load_heads_for
-
-        return load_heads_for(self.model, self.paths.heads(kind))
-
-    def bar(self, total: int, desc: str) -> Any:
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=desc, leave=False, disable=not self.show_progress,
-                    dynamic_ncols=True)
 
 
 def corpus_and_tokenizer(ctx: Context) -> dict[str, Any]:
