@@ -27,10 +27,9 @@ from treeopt.decoding.dynamic_ranks import simulate_dynamic  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
 from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
-from treeopt.dynamic import DynamicSettings  # noqa: E402
 from treeopt.dynamic.recommend import price_dynamic, recommend  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
-from treeopt.model.dynamic_settings import grid  # noqa: E402
+from treeopt.model.dynamic_settings import DynamicSettings, grid  # noqa: E402
 from treeopt.pricing.costs import DraftCost, OverheadCost, StepLatency  # noqa: E402
 
 SETTINGS = [DynamicSettings(1, 3, 4), DynamicSettings(2, 3, 5), DynamicSettings(3, 4, 12),

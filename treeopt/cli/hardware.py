@@ -166,8 +166,8 @@ def _register_choose_drafter(sub: argparse._SubParsersAction) -> None:
 
 def _dynamic_list(text: str) -> list[Any]:
     """``1:3:4,4:4:16`` → dynamic settings (topk:steps:draft-tokens)."""
-    from treeopt.dynamic import DynamicSettings
     from treeopt.errors import TreeoptError
+    from treeopt.model.dynamic_settings import DynamicSettings
 
     out = []
     for item in _names(text):

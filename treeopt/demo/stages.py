@@ -740,7 +740,7 @@ def recheck_quality(ctx: Context, results: dict[str, Any]) -> None:
 def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     """The live dynamic step of the EAGLE drafter, profiled phase by phase at every live batch
     size over a design set of settings: what prices dynamic drafting."""
-    from treeopt.dynamic import DynamicSettings
+    from treeopt.model.dynamic_settings import DynamicSettings
     from treeopt.profiling.step import profile_steps
 
     c = ctx.config
@@ -760,8 +760,8 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
     """Live dynamic decoding of the check settings on held-out prompts: lossless, and E[L]
     beside the calibration trace's walk and the held-out trace's walk of the same prompts."""
     from treeopt.decoding.loop import Decoder
-    from treeopt.dynamic import DynamicSettings
     from treeopt.dynamic.simulate import DynamicTrace
+    from treeopt.model.dynamic_settings import DynamicSettings
     from treeopt.model.tree import Tree
 
     c = ctx.config

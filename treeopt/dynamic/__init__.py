@@ -13,9 +13,10 @@ One step, for settings (topk k, steps S, draft tokens N):
 
 A child's score never exceeds its parent's, so the chosen nodes always include their ancestors.
 
-This package is numpy only: it simulates and recommends.
+This package simulates and recommends.
 
-- :mod:`treeopt.model.dynamic_settings`: the three settings and the named policies;
+- :mod:`treeopt.model.dynamic_settings`: the three settings and the named policies (with the
+  model, as step profiles and the decoder read them);
 - :mod:`treeopt.dynamic.simulate`: accepted lengths of every setting from a dynamic trace;
 - :mod:`treeopt.dynamic.recommend` and :mod:`treeopt.dynamic.report`: the fastest settings per
   batch size, priced by the step-cost model;
@@ -25,8 +26,7 @@ Live dynamic drafting runs in :mod:`treeopt.decoding`: one step's expansion and 
 (:mod:`treeopt.decoding.dynamic_drafting`), acceptance over trees that differ from row to row
 (:func:`treeopt.decoding.accept.accept_rows`) and the dynamic trace of calibration text
 (:mod:`treeopt.decoding.dynamic_ranks`).
+
+Layer: numpy; may import ``errors``, ``files``, ``model``, ``documents``, ``registry`` and
+``pricing``.
 """
-
-from treeopt.model.dynamic_settings import POLICIES, DynamicSettings
-
-__all__ = ["POLICIES", "DynamicSettings"]
