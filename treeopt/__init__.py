@@ -1,7 +1,11 @@
 """treeopt: design, price, export and verify static speculation trees for draft-head decoding.
 
 ``import treeopt`` needs numpy only; torch, transformers and streamlit load where they are used
-(:mod:`treeopt.drafters.heads`, :mod:`treeopt.decoding.calibrate`, :mod:`treeopt.decoding.loop`, the app).
+(:mod:`treeopt.drafters.heads`, :mod:`treeopt.decoding.calibrate`, :mod:`treeopt.decoding.loop`,
+the app).
+
+Layer: numpy, the package's face (the public API below), imported by no module of treeopt; may
+import ``errors``, ``version``, ``model``, ``documents``, ``engines`` and ``pricing``.
 
 >>> import treeopt
 >>> trace = treeopt.RankTrace(np.array([[0, 0], [0, 1], [1, 0], [0, 0]], np.int16))

@@ -1,4 +1,7 @@
-"""The one error family of treeopt: bad input that the user can fix."""
+"""The one error family of treeopt: bad input that the user can fix.
+
+Layer: numpy, a leaf; may import nothing of treeopt.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Versioned files: atomic writes and format-tag checks shared by every reader and writer."""
+"""Versioned files: atomic writes and format-tag checks shared by every reader and writer.
+
+Layer: numpy; may import ``errors``.
+"""
 
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ exactly over rank traces, tuned offline and exported in the engines' own formats
 - :mod:`treeopt.adaptive.versions`: which engine versions decide so;
 - :mod:`treeopt.adaptive.replay`: a policy over a chain-acceptance table, batch by batch;
 - :mod:`treeopt.adaptive.tune`: configs searched for the best predicted throughput.
+
+Layer: numpy; may import ``errors``, ``files``, ``model``, ``documents``, ``registry``,
+``pricing`` and ``dynamic``.
 """
 
 from treeopt.adaptive.policies import (

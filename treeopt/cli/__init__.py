@@ -4,6 +4,9 @@ Every sub-command prints JSON on stdout (or writes it to ``--out``), shows progr
 turns a :class:`~treeopt.errors.TreeoptError`, or a module of an optional extra that is not
 installed, into one line on stderr with exit status 2. A :class:`~treeopt.errors.FieldError`
 names library fields; the line names the flags the user typed instead (:func:`flag_for`).
+
+Layer: the command line; may import the numpy layer, ``decoding``, ``drafters``, ``profiling``,
+``assets``, ``demo`` and ``workbench``.
 """
 
 from __future__ import annotations

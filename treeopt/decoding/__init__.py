@@ -1,10 +1,13 @@
 """Decoding with a base model (torch): the tree-verification forward and its cache, acceptance
 rules, the live loop, the tree-vs-autoregressive comparison, and calibration's rank traces.
 
-Modules, from the bottom up: :mod:`~treeopt.decoding.models` (loading a Hugging Face causal LM),
-:mod:`~treeopt.decoding.cache`, :mod:`~treeopt.decoding.tree_forward`,
-:mod:`~treeopt.decoding.plan` (a tree's index tensors), :mod:`~treeopt.decoding.accept`,
-:mod:`~treeopt.decoding.loop`, :mod:`~treeopt.decoding.compare`,
+Modules, from the bottom up: :mod:`~treeopt.decoding.models` (what treeopt reads of a Hugging
+Face causal LM), :mod:`~treeopt.decoding.cache`, :mod:`~treeopt.decoding.plan` (a tree's index
+tensors), :mod:`~treeopt.decoding.tree_forward`, :mod:`~treeopt.decoding.probe` (the support
+probe and a model's verifier), :mod:`~treeopt.decoding.loading` (a model ready to decode),
+:mod:`~treeopt.decoding.accept`, :mod:`~treeopt.decoding.loop`, :mod:`~treeopt.decoding.compare`,
 :mod:`~treeopt.decoding.verify`, :mod:`~treeopt.decoding.ranks`,
 :mod:`~treeopt.decoding.calibrate`. Importing this package imports nothing else.
+
+Layer: torch; may import the numpy layer.
 """

@@ -1,2 +1,6 @@
-"""The typed documents treeopt reads and writes (fields, measurements, profiles, sweeps, reports;
-numpy-free); imports :mod:`treeopt.model` and the drafter registry."""
+"""The typed documents treeopt reads and writes: checked fields, measurement settings, dtype
+names, prompt files, step profiles, sweeps and verify reports.
+
+Layer: numpy (these need not even numpy); may import ``errors``, ``files``, ``model`` and
+``registry``.
+"""

@@ -1,5 +1,8 @@
-"""Drafters (torch): what proposes a tree's candidate tokens — Medusa and Hydra heads, EAGLE
-drafters, a draft model, prompt lookup, an n-gram trie; imports the numpy layer and
-:mod:`treeopt.decoding`, whose :class:`~treeopt.decoding.drafter.Drafter` interface they
-implement. Two modules are torch-free and sit in the numpy layer: the registry of kinds
-(:mod:`treeopt.drafters.kinds`) and the heads' settings (:mod:`treeopt.drafters.config`)."""
+"""Drafters: what proposes a tree's candidate tokens — Medusa and Hydra heads, EAGLE drafters, a
+draft model, prompt lookup, an n-gram trie — implementations of the decoder's
+:class:`~treeopt.decoding.drafter.Drafter` interface. Their registry of kinds
+(:mod:`treeopt.drafters.kinds`) and the heads' settings (:mod:`treeopt.drafters.config`) are
+torch-free and form the layout's ``registry``, below the model.
+
+Layer: torch; may import the numpy layer and ``decoding``.
+"""

@@ -5,12 +5,14 @@ outside :mod:`treeopt.drafters` branches on a kind's name or probes a drafter fo
 differs between kinds is a field of its :class:`DrafterKind`. Each kind names its torch
 implementation (``module:Class``), which :func:`treeopt.drafters.heads.drafter_class` loads.
 
+Layer: the ``registry`` (with :mod:`treeopt.drafters.config`), free of numpy and
+torch; may import ``errors``.
+
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
 (True, False)
 >>> [k.name for k in KINDS.values() if k.dynamic]
 ['eagle', 'eagle3']
 """
-
 
 from __future__ import annotations
 

@@ -1,2 +1,5 @@
-"""The rank-trace model: trees, traces, acceptance, growth and simulation (numpy); imports only
-:mod:`treeopt.errors` and :mod:`treeopt.files`."""
+"""The rank-trace model: trees, rank traces, acceptance, growth, simulation, and the settings of
+dynamic trees.
+
+Layer: numpy, the bottom; may import ``errors``, ``files`` and ``version``.
+"""

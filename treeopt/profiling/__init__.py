@@ -2,6 +2,8 @@
 phase, and device micro-benchmarks. Importing the package needs numpy only; the measuring modules
 (:mod:`treeopt.profiling.verify`, :mod:`treeopt.profiling.step`, :mod:`treeopt.profiling.device`)
 import torch.
+
+Layer: torch; may import the numpy layer, ``decoding`` and ``drafters``.
 """
 
 from treeopt.profiling.table import LATENCY_FORMAT, LatencyRecord, LatencyTable

@@ -2,6 +2,8 @@
 :mod:`roofline.families` reads (dense, sliding-window, MLA, MoE), bounded by a hardware row's peak
 FLOP/s and bandwidth (numpy only; formulas in :mod:`roofline.model`, :mod:`roofline.mla` and
 :mod:`roofline.moe`).
+
+Layer: numpy; may import ``errors``, ``files`` and ``registry``.
 """
 
 from treeopt.roofline.config import ModelConfig, load_config, preset, preset_names

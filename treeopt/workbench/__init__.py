@@ -4,4 +4,7 @@
 and the Plotly figures (:mod:`~treeopt.workbench.plots`, :mod:`~treeopt.workbench.plots_hardware`),
 drawn in one style (:mod:`~treeopt.workbench.style`: a drafter's colour, a slowdown, units).
 Pages call these and render; importing this package imports nothing else.
+
+Layer: the app's services; may import the numpy layer, ``decoding``, ``drafters``,
+``profiling``, ``assets`` and ``demo``.
 """
