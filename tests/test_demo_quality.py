@@ -186,8 +186,8 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
 
     ckpt = tmp_path / "base.pt"
     with pytest.raises(Stop):
-        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt,
-                        every=2, progress=stop_at_5)
+        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0,
+                              checkpoint=ckpt, every=2, progress=stop_at_5)
     seen = []
     resumed = base_model.new_model(cfg, 64, seed=0)
     got = base_model.train_base(resumed, stream, cfg, seed=0, checkpoint=ckpt, every=2,
@@ -203,4 +203,5 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
                         checkpoint=ckpt)
     ckpt.write_bytes(b"torn")
     with pytest.raises(TreeoptError, match="not a checkpoint of a base-model training"):
-        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0, checkpoint=ckpt)
+        base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0,
+                              checkpoint=ckpt)

@@ -220,7 +220,8 @@ def test_a_planted_bad_reference_is_found(tmp_path: Path, commands) -> None:
         "# Planted\n\nSee `treeopt/decoding/loop.py`, treeopt/no_such_module.py and\n"
         "`benchmarks/bench_nothing.py`; `treeopt.decoding.loop.Decoder` and\n"
         "`treeopt.decoding.nowhere`, `treeopt.pricing.costs.no_such_function`,\n"
-        "`treeopt.documents.sweep.SweepPoint.no_such_field`; the `treeopt.sweep/1` format (DESIGN.md).\n\n"
+        "`treeopt.documents.sweep.SweepPoint.no_such_field`; the `treeopt.sweep/1` format\n"
+        "(DESIGN.md).\n\n"
         "```\ntreeopt select --growth g.json\ntreeopt frobnicate --x 1\n"
         "treeopt profile step --out s.json\ntreeopt profile sideways\n```\n\n"
         "[ok](#planted) [gone](#no-such-heading) [missing](no-such-doc.md)\n")
@@ -229,8 +230,10 @@ def test_a_planted_bad_reference_is_found(tmp_path: Path, commands) -> None:
         "no file benchmarks/bench_nothing.py",
         "no file DESIGN.md in the repository",
         "treeopt.decoding defines no nowhere (treeopt.decoding.nowhere)",
-        "treeopt.pricing.costs defines no no_such_function (treeopt.pricing.costs.no_such_function)",
-        "treeopt.documents.sweep.SweepPoint has no no_such_field (treeopt.documents.sweep.SweepPoint.no_such_field)",
+        "treeopt.pricing.costs defines no no_such_function "
+        "(treeopt.pricing.costs.no_such_function)",
+        "treeopt.documents.sweep.SweepPoint has no no_such_field "
+        "(treeopt.documents.sweep.SweepPoint.no_such_field)",
         "no command `treeopt frobnicate`",
         "no command `treeopt profile sideways`",
         "link to a missing heading #no-such-heading",

@@ -21,7 +21,12 @@ from treeopt.drafters.config import HeadsConfig, default_feature_layers  # noqa:
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.hybrid import HybridDrafter  # noqa: E402
-from treeopt.drafters.kinds import HYBRID_SUFFIX, KIND_NAMES, TRAINED_KINDS, drafter_kind  # noqa: E402
+from treeopt.drafters.kinds import (  # noqa: E402
+    HYBRID_SUFFIX,
+    KIND_NAMES,
+    TRAINED_KINDS,
+    drafter_kind,
+)
 from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 

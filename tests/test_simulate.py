@@ -258,5 +258,6 @@ def test_a_bursty_trace_halves_the_per_step_mean():
 def test_nested_step_means_in_chunks_equal_one_pass(monkeypatch):
     order = [(0,) * k for k in range(1, 6)]
     whole = nested_step_means(order, BURSTY, sizes=6)
-    monkeypatch.setattr(importlib.import_module("treeopt.model.simulation"), "_CHUNK", 25)  # 2 trees of 10 positions at a time
+    # 2 trees of 10 positions at a time
+    monkeypatch.setattr(importlib.import_module("treeopt.model.simulation"), "_CHUNK", 25)
     assert nested_step_means(order, BURSTY, sizes=6).tolist() == whole.tolist()

@@ -15,7 +15,11 @@ from conftest import tiny_llama  # noqa: E402
 
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.live_sweep import tune  # noqa: E402
-from treeopt.documents.measure import Measurement, MeasurementError, median_relative_se  # noqa: E402
+from treeopt.documents.measure import (  # noqa: E402
+    Measurement,
+    MeasurementError,
+    median_relative_se,
+)
 from treeopt.documents.sweep import Sweep  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402

@@ -13,8 +13,9 @@
 
 Every row accepts the longest root-to-leaf prefix whose nodes all pass (the root always does).
 One tree for every row (:func:`accept`, a :class:`~treeopt.decoding.plan.TreePlan`) or a tree
-per row (:func:`accept_rows`, dynamic drafting's :class:`~treeopt.decoding.dynamic_drafting.RowPlan`):
-the same rule, on the greedy or sampled tokens of :func:`model_tokens`.
+per row (:func:`accept_rows`, dynamic drafting's
+:class:`~treeopt.decoding.dynamic_drafting.RowPlan`): the same rule, on the greedy or sampled tokens
+of :func:`model_tokens`.
 """
 
 from __future__ import annotations

@@ -12,17 +12,18 @@ own steps), so both meet the machine at the same moments.
 The speed-up is the median of the rounds' speed-ups, each the tree's steady-state tokens/s over
 the autoregressive tokens/s *of the same round* (paired: both met the same moments; the median
 drops a round a burst disturbed); its standard error is the median's
-(:attr:`Comparison.speedup_se`, :func:`~treeopt.documents.measure.median_relative_se`). Autoregressive
-throughput is its best of rounds, batch by batch (for every batch of prompts the fastest of its
-rounds, summed over the batches), and the tree's is that times the speed-up: the tree's
-throughput at the moment autoregressive decoding ran fastest, the normalisation the step profile uses too (:mod:`treeopt.profiling.step`). The spread
-of the rounds' speed-ups says how much the machine moved. Throughput is the steady-state decode
-rate (every row of the batch running, prefill excluded: what the cost model predicts) and, beside
-it, end to end. Phase times (draft / verify / bookkeeping) come from a separate profiled pass
-(its steps interleaved too), since timing phases costs time itself.
+(:attr:`Comparison.speedup_se`, :func:`~treeopt.documents.measure.median_relative_se`).
+Autoregressive throughput is its best of rounds, batch by batch (for every batch of prompts the
+fastest of its rounds, summed over the batches), and the tree's is that times the speed-up: the
+tree's throughput at the moment autoregressive decoding ran fastest, the normalisation the step
+profile uses too (:mod:`treeopt.profiling.step`). The spread of the rounds' speed-ups says how much
+the machine moved. Throughput is the steady-state decode rate (every row of the batch running,
+prefill excluded: what the cost model predicts) and, beside it, end to end. Phase times (draft /
+verify / bookkeeping) come from a separate profiled pass (its steps interleaved too), since timing
+phases costs time itself.
 
-How long to measure is a :class:`~treeopt.documents.measure.Measurement`: its rounds, seconds and target
-standard error are read on the speed-up the comparison reports. With ``sample_prompts`` the
+How long to measure is a :class:`~treeopt.documents.measure.Measurement`: its rounds, seconds and
+target standard error are read on the speed-up the comparison reports. With ``sample_prompts`` the
 prompts are a population to sample: batches are taken one at a time, in order, each decoded once,
 and the speed-up is estimated over the batches (a round is a batch of prompts), so the sample
 grows until the speed-up's standard error meets the target or the batches run out.

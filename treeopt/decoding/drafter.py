@@ -2,7 +2,8 @@
 
 The implementations (Medusa and Hydra heads, EAGLE drafters, a draft model) live in
 :mod:`treeopt.drafters`; what the rest of treeopt knows about a kind without torch — including
-whether it drafts dynamic trees — is its :class:`~treeopt.drafters.kinds.DrafterKind` in the registry.
+whether it drafts dynamic trees — is its :class:`~treeopt.drafters.kinds.DrafterKind` in the
+registry.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Exactness of a rank trace against live decoding, prompt by prompt: the trace's walk
-(:func:`treeopt.model.simulation.step_lengths`) against the accepted lengths of the same tree decoded
-live, step by step, and the live output against plain decoding with the same sampling stream.
+(:func:`treeopt.model.simulation.step_lengths`) against the accepted lengths of the same tree
+decoded live, step by step, and the live output against plain decoding with the same sampling
+stream.
 
 A trace calibrated on prompts ``i = 0 …`` with sampling seed s draws prompt i's continuation
 from stream i (:func:`treeopt.decoding.sampling.stream_keys`); decoding prompt i alone with

@@ -2,16 +2,16 @@
 batch size, decoded against autoregressive decoding (:func:`~treeopt.decoding.compare.compare`:
 interleaved, warmed up, in rounds), beside what the step-cost model predicts for it.
 
-With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also measures, per batch, the
-tree :func:`~treeopt.pricing.select.select` picks over the whole growth (every size and depth cap of the
-growth order: a sweep point is a growth-order tree, so the per-step greedy trees select may also
-price are left out), so the sweep shows how close the model's choice comes to the measured best. Two traces may play two
-parts: ``trace`` gives each point's predicted E[L] (ideally the swept prompts' own trace, so the
-error is the step-cost model's alone), ``select_trace`` is what select picks with (a calibration
-trace: what a user's select sees before any live run; by default ``trace``). ``trace`` is read
-over the positions the sweep decodes, each sequence's first ``max_new_tokens``; a
-``select_trace`` is read as given, whole, as ``treeopt select --trace`` reads it, so the pick
-measured is the one select makes (without one, select picks with ``trace`` as read).
+With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also measures, per batch,
+the tree :func:`~treeopt.pricing.select.select` picks over the whole growth (every size and depth
+cap of the growth order: a sweep point is a growth-order tree, so the per-step greedy trees select
+may also price are left out), so the sweep shows how close the model's choice comes to the measured
+best. Two traces may play two parts: ``trace`` gives each point's predicted E[L] (ideally the swept
+prompts' own trace, so the error is the step-cost model's alone), ``select_trace`` is what select
+picks with (a calibration trace: what a user's select sees before any live run; by default
+``trace``). ``trace`` is read over the positions the sweep decodes, each sequence's first
+``max_new_tokens``; a ``select_trace`` is read as given, whole, as ``treeopt select --trace`` reads
+it, so the pick measured is the one select makes (without one, select picks with ``trace`` as read).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ def torch_dtype(name: str, *, source: str = "--dtype") -> torch.dtype:
 
 
 def name_of_dtype(dtype: torch.dtype) -> str:
-    """The name :mod:`treeopt.documents.dtypes` gives a torch dtype, as files record it (a dtype it does
-    not name keeps torch's name).
+    """The name :mod:`treeopt.documents.dtypes` gives a torch dtype, as files record it (a dtype it
+    does not name keeps torch's name).
 
     >>> name_of_dtype(torch.bfloat16), name_of_dtype(torch.int8)
     ('bf16', 'int8')

@@ -1,5 +1,6 @@
 """Statistics of a decoding run: tokens, time, accepted lengths, and (when profiled) where a
-step's time goes. Accepted lengths are summarised by the one :class:`treeopt.model.accept_stats.AcceptStats`."""
+step's time goes. Accepted lengths are summarised by the one
+:class:`treeopt.model.accept_stats.AcceptStats`."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@
 
 What each engine builds from these files, and so which trees each format refuses, is the
 registry in :mod:`treeopt.engines.rules`; a per-batch-size schedule's vLLM table is
-:func:`vllm_batch_table`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
+:func:`vllm_batch_table`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only —
+never ``eval``.
 """
 
 from __future__ import annotations

@@ -160,7 +160,8 @@ def _level_uniform(tree: Tree) -> str | None:
 
 # ----- TensorRT-LLM's C++ runtime: the tree its node keys give --------------------------------
 def _cpp_built(*, eagle1: bool) -> Callable[[Tree], str | None]:
-    """The problem of a tree TensorRT-LLM's C++ runtime builds differently (treeopt.engines.trtllm_keys).
+    """The problem of a tree TensorRT-LLM's C++ runtime builds differently
+    (treeopt.engines.trtllm_keys).
 
     Only trees the runtime accepts (ranks ≤ 16, 16 levels) and, for EAGLE-1, whose children are
     ranks 0..k-1 are replayed: the other rules speak for the rest.

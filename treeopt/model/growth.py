@@ -12,7 +12,8 @@ Engine-shape constraints:
   grounded heads extend the first e candidates of a node). A node's first child becomes a
   candidate once its left sibling has one.
 - ``uniform``: level-uniform trees (vLLM's drafter): every node at depth l-1 has the same c_l
-  children ranked 0 … c_l-1. Not nested, so searched over branching vectors (:mod:`treeopt.model.uniform`).
+  children ranked 0 … c_l-1. Not nested, so searched over branching vectors
+  (:mod:`treeopt.model.uniform`).
 
 E[L] above weights every trace position alike (``expected_accept_length``, position-weighted).
 Where the trace records its sequences, a growth also holds each tree's per-step mean accepted

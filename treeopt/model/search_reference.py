@@ -2,9 +2,9 @@
 
 Medusa's and Hydra's tree search is greedy: at each step, try every frontier candidate (a child of a
 node already in the tree), simulate the enlarged tree over the whole calibration set, and keep the
-candidate that raises the mean accepted length most. :func:`treeopt.model.growth.grow` reaches the same
-trees by one pass over rank-prefix counts; tests compare the two and ``benchmarks/bench_grow.py``
-prints the speed ratio.
+candidate that raises the mean accepted length most. :func:`treeopt.model.growth.grow` reaches the
+same trees by one pass over rank-prefix counts; tests compare the two and
+``benchmarks/bench_grow.py`` prints the speed ratio.
 """
 
 from __future__ import annotations

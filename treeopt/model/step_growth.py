@@ -1,13 +1,13 @@
 """Grow trees by the per-step walk: at each size, add the frontier node that most raises the mean
 accepted length of the steps decoding takes (:func:`treeopt.model.simulation.step_walk`).
 
-The growth order (:mod:`treeopt.model.growth`) maximises E[L] with every trace position weighted alike.
-Decoding starts a step only where the last one ended, so the n-node tree whose steps accept most
-can differ from the growth order's: a node accepted where long acceptances cluster is worth less
-per step than its count says. This greedy growth prices every candidate node by the walk itself.
-It is a heuristic, not an optimum — the per-step mean is not even monotone in the tree (a longer
-acceptance can land the next step on a poor position) — so :func:`treeopt.pricing.select.select` prices
-it beside the growth order and takes the faster tree.
+The growth order (:mod:`treeopt.model.growth`) maximises E[L] with every trace position weighted
+alike. Decoding starts a step only where the last one ended, so the n-node tree whose steps accept
+most can differ from the growth order's: a node accepted where long acceptances cluster is worth
+less per step than its count says. This greedy growth prices every candidate node by the walk
+itself. It is a heuristic, not an optimum — the per-step mean is not even monotone in the tree (a
+longer acceptance can land the next step on a poor position) — so
+:func:`treeopt.pricing.select.select` prices it beside the growth order and takes the faster tree.
 
 A size costs one walk of every (candidate, sequence) pair the candidate changes — a pair is walked
 again only where the last node added changed its sequence — all pairs advancing together: loops
@@ -47,8 +47,8 @@ def grow_per_step(trace: RankTrace, *, max_nodes: int, max_depth: int | None = N
                   max_rank: int | None = None, constraint: str = "none") -> StepGrowth:
     """Trees of 0 … ``max_nodes`` nodes, each the last plus the frontier node whose tree's
     per-step walk of ``trace`` accepts most per step (ties: shallower, then the lexicographically
-    smaller path). ``constraint`` as in :func:`treeopt.model.growth.grow` (``none``, ``contiguous`` or
-    ``grounded``); the growth stops early where no frontier node is ever reached.
+    smaller path). ``constraint`` as in :func:`treeopt.model.growth.grow` (``none``, ``contiguous``
+    or ``grounded``); the growth stops early where no frontier node is ever reached.
 
     >>> tr = RankTrace(np.array([[0], [1], [1], [1]], np.int16), {"sequence_positions": [4]})
     >>> g = grow_per_step(tr, max_nodes=2)

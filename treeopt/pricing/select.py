@@ -5,15 +5,15 @@ depth))``, scanned over the growth's sizes n = 0 … N (n = 0 is autoregressive 
 E[L] = 1, no drafting) and,
 where drafting cost grows with depth (Hydra), over depth caps too: the capped family is the growth
 order with deeper nodes removed, exact because values fall along every path. ``t_verify`` comes
-from a measured latency table or a roofline (:mod:`treeopt.pricing.costs`), interpolated linearly between
-measured q; sizes beyond the largest q measured are not considered.
+from a measured latency table or a roofline (:mod:`treeopt.pricing.costs`), interpolated linearly
+between measured q; sizes beyond the largest q measured are not considered.
 
 E[L] is the mean accepted length of the steps decoding really takes (the trace walked step by
 step: what a live run measures): of the calibration trace when one is given, else the per-step
 E[L] the growth stores. Only a growth without it (or depth caps without a trace) is priced with
 its position-weighted E[L], and the selection's ``growth.acceptance`` says so. Given the trace,
-the trees of a per-step greedy growth (:mod:`treeopt.model.step_growth`) are priced beside the growth
-order's, the faster tree is picked, and each point names its ``family``. The result is a
+the trees of a per-step greedy growth (:mod:`treeopt.model.step_growth`) are priced beside the
+growth order's, the faster tree is picked, and each point names its ``family``. The result is a
 :class:`~treeopt.pricing.selection.Selection`.
 """
 
@@ -158,8 +158,8 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
            depth_caps: Sequence[int] | None = None, trace: RankTrace | None = None,
            search_per_step: bool = True) -> Selection:
     """The best tree per (b, s), its tokens/s and speed-up, the curve, and where speculation
-    stops paying (:meth:`~treeopt.pricing.selection.Selection.stops_paying`). With ``trace`` (one that
-    records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
+    stops paying (:meth:`~treeopt.pricing.selection.Selection.stops_paying`). With ``trace`` (one
+    that records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
     ``search_per_step``, the per-step greedy growth's trees are priced too; without it, the
     per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L]."""
     if trace is not None and "sequence_positions" not in trace.meta:

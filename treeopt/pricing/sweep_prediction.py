@@ -21,8 +21,8 @@ def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int, *,
                         continuous: bool = False) -> float:
     """E[L] of ``tree`` as a sweep point at ``batch`` measures it: the trace's per-step walk, at
     batch b > 1 counted over the steady window — of each group of b sequences
-    (:func:`~treeopt.model.simulation.batch_window_accept_length`), or with ``continuous`` batching of
-    b rows that each take the next sequence (:func:`~treeopt.model.simulation.
+    (:func:`~treeopt.model.simulation.batch_window_accept_length`), or with ``continuous`` batching
+    of b rows that each take the next sequence (:func:`~treeopt.model.simulation.
     continuous_window_accept_length`); the pooled walk where the trace has fewer than b
     sequences."""
     window = (continuous_window_accept_length if continuous else batch_window_accept_length)(

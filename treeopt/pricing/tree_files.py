@@ -1,5 +1,6 @@
 """A TREE argument read from a file of any kind: a growth (``size`` picks the tree), a selection
-(the batch size and context pick it) or any engine's form (:func:`treeopt.engines.formats.parse_tree`)."""
+(the batch size and context pick it) or any engine's form
+(:func:`treeopt.engines.formats.parse_tree`)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
 
 def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What a growth or selection file records of the drafter its trees were grown for
-    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.model.growth.Growth.drafter`); empty for
-    any other tree file."""
+    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.model.growth.Growth.drafter`); empty
+    for any other tree file."""
     p = FilePath(path)
     text = read_text(p, expected="a text file holding a tree")
     kind = file_kind(text)
@@ -70,7 +71,8 @@ def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def is_selection_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a selection (whose tree depends on the batch size)."""
-    return file_kind(read_text(FilePath(path), expected="a text file holding a tree")) == "selection"
+    text = read_text(FilePath(path), expected="a text file holding a tree")
+    return file_kind(text) == "selection"
 
 
 def file_kind(text: str) -> str:

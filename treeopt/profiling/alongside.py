@@ -9,11 +9,11 @@ measurements' noise, not the host's drift.
 
 Each call profiles the point's tree beside the autoregressive reference at the point's batch
 (:func:`treeopt.profiling.step.batch_records`: the decoder's own loop, phase by phase, in rounds
-as the :class:`~treeopt.documents.measure.Measurement` says) and adds the tree's record to the file. A
-batch size's autoregressive record is the one measured with its first tree; every later record
+as the :class:`~treeopt.documents.measure.Measurement` says) and adds the tree's record to the file.
+A batch size's autoregressive record is the one measured with its first tree; every later record
 is rescaled to it (its step over its own reference is what was measured), so the records of a
-batch share one reference and price as one profile: :func:`treeopt.pricing.costs.step_costs` reads the
-file like any other step profile. Written atomically after each record; a tree already recorded
+batch share one reference and price as one profile: :func:`treeopt.pricing.costs.step_costs` reads
+the file like any other step profile. Written atomically after each record; a tree already recorded
 at a batch is not measured again.
 """
 

@@ -12,9 +12,10 @@ A record averages over as many sequences at every batch size — at least ``sequ
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
 beyond the measurement's ``rounds`` as that takes. Further rounds — while a record's decodes
 took less than the measurement's ``min_seconds``, or its step over its reference's, round by
-round, has a relative standard error above ``target_se`` (:class:`treeopt.documents.measure.Measurement`,
-up to its round cap; records say their ``se``) — come a whole cycle at a time, so that every
-sequence weighs alike in a record: a verify step's cost depends on its context.
+round, has a relative standard error above ``target_se``
+(:class:`treeopt.documents.measure.Measurement`, up to its round cap; records say their ``se``) —
+come a whole cycle at a time, so that every sequence weighs alike in a record: a verify step's cost
+depends on its context.
 
 A shared machine changes speed from minute to minute, and a step's cost matters only relative to
 the autoregressive step it is compared with. So every round decodes each tree alongside an
@@ -308,8 +309,8 @@ STEPS = "steady"  # records time the steps during which every row of the batch r
 
 
 def setup_of(model: PreTrainedModel) -> dict[str, Any]:
-    """The fields of :data:`~treeopt.documents.step_profile.SETUP` for ``model`` as loaded: the device
-    (``cpu`` or ``cuda:<name>``), dtype, attention implementation and shape a step profile
+    """The fields of :data:`~treeopt.documents.step_profile.SETUP` for ``model`` as loaded: the
+    device (``cpu`` or ``cuda:<name>``), dtype, attention implementation and shape a step profile
     records."""
     from treeopt.profiling.verify import device_label
 

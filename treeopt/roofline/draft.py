@@ -1,6 +1,7 @@
 """Predicted cost of the draft heads per decoding step (pure roofline, no efficiency factors).
 
-The shapes follow :mod:`treeopt.drafters.heads` (T = tokens the heads run on, h = hidden, V = vocabulary):
+The shapes follow :mod:`treeopt.drafters.heads` (T = tokens the heads run on, h = hidden, V =
+vocabulary):
 
 - Medusa (one call, T = b: the last accepted token of each sequence), per head:
   ``num_layers`` ResBlocks (linear h→h with bias: 2·T·h² + T·h FLOPs, w·(h² + h) + 2·a·T·h bytes;

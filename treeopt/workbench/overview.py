@@ -4,8 +4,8 @@ use, how fast it is predicted to run, how fast it was measured, and how sure eac
 Built from the functions the CLI calls, so the two print one set of numbers: each drafter's
 selection is ``treeopt select``'s (:func:`treeopt.pricing.sources.price`; on the demo
 :func:`treeopt.workbench.pricing.demo_pricing`, what ``select --demo KIND`` computes), the drafter
-is ``treeopt choose-drafter``'s (:func:`treeopt.pricing.selection.choose_drafter`), the measurement is
-read by :class:`treeopt.documents.sweep.Sweep`, and the dynamic alternative is read from ``select
+is ``treeopt choose-drafter``'s (:func:`treeopt.pricing.selection.choose_drafter`), the measurement
+is read by :class:`treeopt.documents.sweep.Sweep`, and the dynamic alternative is read from ``select
 --dynamic``'s document as the Hardware page reads it. Every figure carries a source string.
 """
 
