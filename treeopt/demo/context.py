@@ -12,8 +12,8 @@ import numpy as np
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.corpus import Corpus, load_corpus
-from treeopt.demo.kinds import HEAD_KINDS
 from treeopt.demo.layout import DemoPaths, base_dir
+from treeopt.demo.stage_kinds import HEAD_KINDS
 from treeopt.files import read_json
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class Context:
     """What the stages share: settings, output paths, scratch space, log; the corpus, tokenizer
     and model are loaded on first use and kept in ``loaded`` (a stage that rewrites one calls
     :meth:`reload`); ``kinds``: the head kinds the kind stages
-    (:data:`~treeopt.demo.kinds.KIND_STAGES`) make. The
+    (:data:`~treeopt.demo.stage_kinds.KIND_STAGES`) make. The
     model and its tokenizer are the demo's own (``model/``) or the pretrained base the config
     names, read where it was fetched."""
 

@@ -14,9 +14,9 @@ import numpy as np
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.context import Context
-from treeopt.demo.kinds import HEAD_KINDS, NEW_KINDS, lacking, trained_kinds
-from treeopt.demo.kinds import KIND_STAGES as KIND_STAGES  # the build reads it here
 from treeopt.demo.layout import KINDS, DemoPaths
+from treeopt.demo.stage_kinds import HEAD_KINDS, NEW_KINDS, lacking, trained_kinds
+from treeopt.demo.stage_kinds import KIND_STAGES as KIND_STAGES  # the build reads it here
 from treeopt.files import read_json, write_json
 
 DRAFTERS = KINDS
