@@ -61,6 +61,7 @@ from treeopt.decoding.dynamic_drafting import RowPlan
 from treeopt.decoding.models import check_context, model_device
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.probe import verifier
+from treeopt.decoding.row_products import pair_lone_rows
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult, DecodeStats, StepSplit
 from treeopt.decoding.tree_forward import verify_step
@@ -147,6 +148,7 @@ class Decoder:
         self.model, self.heads = model, heads
         self.device = model_device(model)
         lay_out_for_cpu(heads)  # the model's: in verifier()
+        pair_lone_rows(heads)
         # compiled: (b, capacity, slot) → kv; runs decoded alongside each other use their own slot
         self._static_kv: dict[tuple[int, int, int], torch.Tensor] = {}
         with torch.inference_mode():

@@ -16,6 +16,7 @@ from treeopt.decoding.cache import cache_shape
 from treeopt.decoding.layers import attention_layout
 from treeopt.decoding.models import architecture, check_context, context_length
 from treeopt.decoding.plan import TreePlan, tree_plan
+from treeopt.decoding.row_products import pair_lone_rows
 from treeopt.decoding.tree_forward import SupportProbe, Verifier, mask_dtype, verify_step
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
@@ -104,9 +105,12 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     steps run through ``torch.compile`` (on CUDA in "reduce-overhead" mode: CUDA graphs, one
     per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
     wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
-    weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`)."""
+    weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`),
+    and its 16-bit linears whose lone-row product rounds otherwise multiply a lone row beside a
+    copy (:mod:`~treeopt.decoding.row_products`)."""
     layout = attention_layout(model)  # before anything runs: refusals cost nothing
     lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
+    pair_lone_rows(model)  # likewise: a token gets the same bits alone, in a tree or a batch
     plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces
     if tree:

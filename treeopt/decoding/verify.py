@@ -20,6 +20,7 @@ import torch
 
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.divergence import Divergence, first_divergence
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import TreeMismatch
 from treeopt.decoding.models import attention_of
@@ -104,8 +105,11 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
     doc = result.to_dict()
     probe = result.probe  # the decoder's, run before it decoded anything
     check = check_comparison(model, prompts, result)
+    divergences = None
     if check is not None:  # greedy
         lossless = check.tree_equals_generate and not result.mismatched
+        if result.mismatched:
+            divergences = tuple(d.to_json() for d in parted(model, prompts, result))
     else:
         lossless = result.lossless  # sample: per seed; typical: None
     return VerifyReport(
@@ -125,7 +129,17 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
         run={**(meta or {}), "attention": attention_of(model)},
-        batching="continuous" if run.continuous else "static")
+        batching="continuous" if run.continuous else "static", divergences=divergences)
+
+
+def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Any, *,
+           most: int = 16) -> list[Divergence]:
+    """Where each of the first ``most`` prompts whose tree output differs from the
+    autoregressive one parted from it, with the model's own logits of both tokens there."""
+    found = [first_divergence(model, prompts[i], result.autoregressive_outputs[i],
+                              result.tree_outputs[i], index=i)
+             for i in result.mismatched[:most]]
+    return [d for d in found if d is not None]
 
 
 def prediction(tree: Tree, trace: RankTrace, measured: float,

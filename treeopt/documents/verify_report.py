@@ -57,6 +57,19 @@ class VerifyReport:
     predicted: dict[str, Any] | None = None  # what the trace predicts
     run: dict[str, Any] = field(default_factory=dict)  # where it ran: RUN_KEYS
     batching: str = "static"  # or "continuous": every prompt in one run of ``batch`` rows
+    # greedy outputs that differ from autoregressive decoding: where each parted, and the
+    # model's own logits of the two tokens there (treeopt.decoding.divergence.Divergence)
+    divergences: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def lossless_up_to_ties(self) -> bool | None:
+        """Lossless, or every output that differs parted at a tie the dtype cannot resolve (the
+        model's own logits of both tokens within one step of the dtype); None when unknown."""
+        if self.lossless:
+            return True
+        if self.divergences is None:  # typical acceptance, or a report from before them
+            return None
+        return bool(self.divergences) and all(bool(d.get("at_tie")) for d in self.divergences)
 
     @property
     def outputs_match(self) -> bool | None:
@@ -83,6 +96,9 @@ class VerifyReport:
         if self.model_generate is not None:
             doc["model_generate"] = self.model_generate
         doc["lossless"] = self.lossless
+        if self.divergences is not None:
+            doc["divergences"] = list(self.divergences)
+            doc["lossless_up_to_ties"] = self.lossless_up_to_ties
         if self.predicted is not None:
             doc["predicted"] = self.predicted
         return {**doc, **self.run}
@@ -116,11 +132,19 @@ class VerifyReport:
             _object(doc, "model_generate", source, optional=True),
             _object(doc, "predicted", source, optional=True),
             {k: doc[k] for k in RUN_KEYS if k in doc},
-            _batching(doc, source))
+            _batching(doc, source), _divergences(doc, source))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> VerifyReport:
         return cls.from_json(read_tagged_json(path, VERIFY_FORMAT), source=str(path))
+
+
+def _divergences(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], ...] | None:
+    """The report's divergences, each an object (a report without the key: None)."""
+    if "divergences" not in doc:
+        return None
+    found = fields.listed(doc, "divergences", source)
+    return tuple(fields.mapping(d, f"{source}: divergences[{i}]") for i, d in enumerate(found))
 
 
 def _batching(doc: dict[str, Any], source: str) -> str:
