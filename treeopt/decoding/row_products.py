@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeopt.decoding.weight_layout import cpu_linears
+
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 _PAIRED = "_treeopt_paired"  # set on a module whose forward pairs lone rows
 
@@ -52,20 +54,14 @@ def pair_lone_rows(*modules: nn.Module | None) -> int:
     many modules were paired."""
     verdict: dict[tuple[int, int, torch.dtype], bool] = {}
     paired = 0
-    for module in modules:
-        if module is None:
+    for sub, weight in cpu_linears(*modules):
+        if weight.dtype not in SIXTEEN_BIT or getattr(sub, _PAIRED, False):
             continue
-        for sub in module.modules():
-            weight = getattr(sub, "weight", None)
-            if (not isinstance(sub, nn.Linear) or not isinstance(weight, torch.Tensor)
-                    or weight.device.type != "cpu" or weight.dtype not in SIXTEEN_BIT
-                    or getattr(sub, _PAIRED, False)):
-                continue
-            key = (weight.shape[0], weight.shape[1], weight.dtype)
-            if key not in verdict:
-                verdict[key] = lone_row_differs(weight)
-            if verdict[key]:
-                sub.forward = types.MethodType(_paired_forward, sub)  # type: ignore[method-assign]
-                setattr(sub, _PAIRED, True)
-                paired += 1
+        key = (weight.shape[0], weight.shape[1], weight.dtype)
+        if key not in verdict:
+            verdict[key] = lone_row_differs(weight)
+        if verdict[key]:
+            sub.forward = types.MethodType(_paired_forward, sub)  # type: ignore[method-assign]
+            setattr(sub, _PAIRED, True)
+            paired += 1
     return paired

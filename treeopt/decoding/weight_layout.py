@@ -18,6 +18,8 @@ anything, so every step it runs, autoregressive or tree, uses the same layout.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
@@ -37,18 +39,25 @@ def lay_out_for_cpu(*modules: nn.Module | None) -> int:
     """Store every float32 CPU ``nn.Linear`` weight of ``modules`` column-major, in place
     (idempotent; a parameter shared by several modules moves once). Returns how many moved."""
     moved, seen = 0, set()
+    for _, weight in cpu_linears(*modules):
+        if id(weight) in seen:
+            continue
+        seen.add(id(weight))
+        if weight.dtype == torch.float32 and not weight.t().is_contiguous():
+            with torch.inference_mode(False):  # a normal tensor: the model may train later
+                weight.data = column_major(weight.data)
+            moved += 1
+    return moved
+
+
+def cpu_linears(*modules: nn.Module | None) -> Iterator[tuple[nn.Linear, torch.Tensor]]:
+    """Every ``nn.Linear`` of ``modules`` whose weight is a CPU tensor, with that weight (a
+    weight shared by several modules comes with each)."""
     for module in modules:
         if module is None:
             continue
         for sub in module.modules():
             weight = getattr(sub, "weight", None)
-            if (not isinstance(sub, nn.Linear) or not isinstance(weight, torch.Tensor)
-                    or id(weight) in seen):
-                continue
-            seen.add(id(weight))
-            if (weight.device.type == "cpu" and weight.dtype == torch.float32
-                    and not weight.t().is_contiguous()):
-                with torch.inference_mode(False):  # a normal tensor: the model may train later
-                    weight.data = column_major(weight.data)
-                moved += 1
-    return moved
+            if (isinstance(sub, nn.Linear) and isinstance(weight, torch.Tensor)
+                    and weight.device.type == "cpu"):
+                yield sub, weight
