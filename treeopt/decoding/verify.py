@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from treeopt.decoding.compare import compare
+from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.divergence import Divergence, first_divergence
 from treeopt.decoding.drafter import Drafter
@@ -132,7 +132,7 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         batching="continuous" if run.continuous else "static", divergences=divergences)
 
 
-def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Any, *,
+def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Comparison, *,
            most: int = 16) -> list[Divergence]:
     """Where each of the first ``most`` prompts whose tree output differs from the
     autoregressive one parted from it, with the model's own logits of both tokens there."""
