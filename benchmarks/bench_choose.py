@@ -20,7 +20,8 @@ pick across both sets, and the pick's measured share of the fastest (the goal: t
 fastest; where it is not, the share says by how much it misses).
 
 Run: ``python benchmarks/bench_choose.py [--prompts 16] [--new-tokens 128] [--batches 1,2,4,8]``
-on a quiet machine, after a demo build with the ``prose`` stage.
+on a quiet machine, after a demo build with the ``prose`` stage; ``--demo smollm2`` on the real
+model's demo (its weights fetched with ``treeopt fetch smollm2-135m-instruct``).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batching", choices=("continuous", "static"), default="continuous",
                     help="continuous: a finished row takes the next prompt (default); static: "
                          "consecutive batches")
+    ap.add_argument("--demo", help="a demo in data/ (smollm2: the real model's, after "
+                                   "`treeopt fetch`) or its directory; default the shipped one")
+    ap.add_argument("--dtype", help="the model's dtype (fp32, bf16; default the demo build's)")
     args = ap.parse_args(argv)
     continuous = args.batching == "continuous"
     bad = [b for b in args.batches if args.prompts % b]
@@ -79,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from treeopt.demo import load
+    from treeopt.demo.layout import demo_root
     from treeopt.demo.prompt_sets import PROMPT_SETS, prompt_set_selections
     from treeopt.pricing.selection import choose_drafter_per_set
 
     torch.set_num_threads(1)
     started = time.perf_counter()
-    demo = load(threads=1)
+    demo = load(demo_root(args.demo), threads=1, dtype=args.dtype)
     kinds = [k for k in demo.kinds if demo.step_profile(k) is not None]
     if not demo.paths.prompts("prose").exists():
         print("the demo has no prose prompts: build it with the prose stage "

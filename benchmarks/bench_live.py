@@ -70,6 +70,7 @@ from treeopt.decoding.live_sweep import tune
 from treeopt.decoding.loop import Decoder, decode_alongside
 from treeopt.decoding.models import attention_of
 from treeopt.demo import load
+from treeopt.demo.layout import demo_root
 from treeopt.documents.measure import Measurement
 from treeopt.documents.prompts import encode, read_texts
 from treeopt.documents.step_profile import StepProfile, StepRecord
@@ -447,8 +448,11 @@ def caption(demo, args, results: list[dict], *, load: tuple[float, float]) -> st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--demo-dir", help="default: the shipped data/demo")
-    ap.add_argument("--kinds", default="hydra,medusa")
+    ap.add_argument("--demo", "--demo-dir", dest="demo_dir",
+                    help="a demo in data/ (smollm2: the real model's, after `treeopt fetch`) or "
+                         "its directory; default: the shipped data/demo")
+    ap.add_argument("--kinds", help="drafter kinds, comma-separated (default: hydra,medusa where "
+                                    "the demo ships them, else every kind it ships)")
     ap.add_argument("--prompts", type=int, default=32, help="held-out prompts per point")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3,
@@ -506,14 +510,16 @@ def main() -> None:
     torch.set_num_threads(1)
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-live-"))
     out.mkdir(parents=True, exist_ok=True)
-    demo = load(args.demo_dir, threads=1, dtype=args.dtype)
+    demo = load(demo_root(args.demo_dir), threads=1, dtype=args.dtype)
     print(f"demo: {demo.manifest['base']['parameters']:,}-parameter base model in {args.dtype} "
           f"(attention {attention_of(demo.model)}); 1 torch thread; "
           f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, {args.rounds} "
           f"rounds and at least {args.min_seconds:g} s, standard error ≤ {args.target_se:.1%}; "
           f"files in {out}", file=sys.stderr)
     start_load = os.getloadavg()[0]
-    results = [bench_kind(demo, kind, args, out) for kind in args.kinds.split(",")]
+    kinds = (args.kinds.split(",") if args.kinds else
+             [k for k in ("hydra", "medusa") if k in demo.kinds] or list(demo.kinds))
+    results = [bench_kind(demo, kind, args, out) for kind in kinds]
     text = table(results, caption(demo, args, results, load=(start_load, os.getloadavg()[0])))
     print(f"\n{text}")
     if args.write:

@@ -134,21 +134,37 @@ def treeopt_peers(model, picks: dict, new_tokens: int, eos: int | None,
     return peers, next((p.name for p in peers if p.kind == drafter), None)
 
 
-def demo_setup(prompts: int, dtype):
-    """The shipped demo: its model, tokenizer, held-out prompts, draft model and picks."""
+def demo_setup(root, prompts: int, dtype_name: str | None):
+    """A demo (default the shipped one; ``--demo smollm2`` the real model's): its model,
+    tokenizer, held-out prompts, draft model (if it ships one) and picks."""
     from treeopt.demo import load
+    from treeopt.demo.layout import base_model_dir, demo_root
     from treeopt.workbench.pricing import demo_pricing
 
-    demo = load(threads=1)
-    if dtype is not None:
-        demo.model.to(dtype)
+    demo = load(demo_root(root), threads=1, dtype=dtype_name)
     picks = {}
     for kind in demo.kinds:
         priced = demo_pricing(demo, kind)
         if priced is not None:
             picks[kind] = (demo.heads[kind], priced.selection)
     texts = demo.prompts[:prompts]
-    return demo.model, demo.model, demo.tokenizer, texts, demo.paths.heads("draft-model"), picks
+    draft = demo.paths.heads("draft-model") if "draft-model" in demo.kinds else None
+    hf_model = own_kernels(demo.model, base_model_dir(demo.paths, demo.manifest))
+    return demo.model, hf_model, demo.tokenizer, texts, draft, picks
+
+
+def own_kernels(model, where):
+    """``model`` as a user loads it for Hugging Face's decoders: itself where treeopt left its
+    attention as transformers ships it, else a fresh copy from ``where`` on its own kernels."""
+    if model.config._attn_implementation in ("sdpa", "eager"):
+        return model
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    copy = AutoModelForCausalLM.from_pretrained(where, local_files_only=True,
+                                                dtype=model.dtype).eval()
+    torch.set_num_threads(1)
+    return copy
 
 
 def model_setup(args):
@@ -168,15 +184,7 @@ def model_setup(args):
         spec, selection = rest.rsplit("=", 1)
         picks[kind] = (load_heads_for(model, spec), Selection.load(selection))
     texts = read_texts([args.prompt_file])[: args.prompts]
-    hf_model = model
-    if model.config._attn_implementation not in ("sdpa", "eager"):  # treeopt's exact attention
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        hf_model = AutoModelForCausalLM.from_pretrained(  # as a user loads it: its own kernels
-            args.model, local_files_only=True, dtype=model.dtype).eval()
-        torch.set_num_threads(1)
-    return model, hf_model, tokenizer, texts, args.draft_model, picks
+    return model, own_kernels(model, args.model), tokenizer, texts, args.draft_model, picks
 
 
 def race(peers: Sequence[Peer], prompts: Sequence[list[int]],
@@ -201,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=128, help="new tokens each (default 128)")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the prompts (default 2)")
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
-    ap.add_argument("--model", type=Path, help="a base model directory instead of the demo's")
+    ap.add_argument("--demo", help="a demo in data/ or its directory (default the shipped one; "
+                                   "smollm2: the real model's, after `treeopt fetch`)")
+    ap.add_argument("--model", type=Path, help="a base model directory instead of a demo")
     ap.add_argument("--prompt-file", type=Path, help="with --model: its prompts (JSONL or text)")
     ap.add_argument("--pick", action="append", default=[], metavar="KIND=SPEC=SELECTION",
                     help="with --model: a drafter and the selection made for it (repeatable)")
@@ -214,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.model is not None and args.prompt_file is None:
         ap.error("--model needs --prompt-file")
+    if args.model is not None and args.demo is not None:
+        ap.error("--demo and --model: give one")
 
     import torch
     from transformers.utils import logging
@@ -224,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     dtype = torch_dtype(args.dtype) if args.dtype else None
     model, hf_model, tokenizer, texts, draft_dir, picks = (
-        model_setup(args) if args.model is not None else demo_setup(args.prompts, dtype))
+        model_setup(args) if args.model is not None
+        else demo_setup(args.demo, args.prompts, args.dtype))
     eos = tokenizer.eos_token_id
     prompts = [tokenizer(t)["input_ids"] for t in texts]
     hf = hf_peers(hf_model, draft_dir, args.new_tokens, eos, dtype)

@@ -154,6 +154,16 @@ def named_demo(name: str) -> Path:
                        f"{', '.join(built) or 'none'}")
 
 
+def demo_root(text: str | os.PathLike[str] | None) -> Path:
+    """The demo that ``text`` names: a demo directory (one holding ``manifest.json``), else a
+    demo in ``data/`` (:func:`named_demo`: ``smollm2``); None → the shipped demo. The
+    benchmarks' ``--demo`` takes it."""
+    if text is None:
+        return default_root()
+    path = Path(text)
+    return path if (path / "manifest.json").is_file() else named_demo(str(text))
+
+
 def base_dir(name: str, *, required: bool = True) -> Path:
     """The model directory of the pretrained base ``name``: an asset's directory in the asset
     cache, or ``name`` itself, a local Hugging Face model directory. When it is missing a
