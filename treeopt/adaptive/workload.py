@@ -62,15 +62,11 @@ class ChainAcceptance:
     @classmethod
     def from_rank_trace(cls, trace: RankTrace, *, source: str | None = None) -> ChainAcceptance:
         """From a rank trace that records its sequences (``sequence_positions``)."""
-        counts = trace.meta.get("sequence_positions")
-        name = source or str(trace.meta.get("source_path", "rank trace"))
-        if not counts or sum(counts) != trace.positions:
-            raise TreeoptError(f"{name}: no 'sequence_positions' in its meta, so a replay "
-                               "cannot tell its sequences apart")
+        counts = trace.sequence_lengths(source=source)  # every sequence a request
         lead = np.cumprod(trace.ranks == 0, axis=1).sum(axis=1)  # leading rank-0 entries
         steps = np.arange(trace.heads + 1)
-        return cls(np.minimum(lead[:, None], steps[None, :]).astype(np.int8),
-                   tuple(int(c) for c in counts), name)
+        return cls(np.minimum(lead[:, None], steps[None, :]).astype(np.int8), tuple(counts),
+                   source or str(trace.meta.get("source_path") or "rank trace"))
 
     @classmethod
     def from_dynamic(cls, trace: DynamicTrace, *, source: str = "dynamic trace",

@@ -77,7 +77,12 @@ def _acceptance(path: str) -> tuple[Any, Any]:
         trace = DynamicTrace.load(path)
         return ChainAcceptance.from_dynamic(trace, source=Path(path).name), None
     trace = RankTrace.load(path)
-    return ChainAcceptance.from_rank_trace(trace, source=Path(path).name), trace
+    kept = trace.nonempty()  # a continuation too short to rank is no request to replay
+    if kept is not trace:
+        left = len(trace.meta["sequence_positions"]) - len(kept.meta["sequence_positions"])
+        print(f"note: {path}: {left} sequences of 0 positions (continuations shorter than "
+              f"{trace.heads} heads + 2 tokens) left out of the replay", file=sys.stderr)
+    return ChainAcceptance.from_rank_trace(kept, source=Path(path).name), kept
 
 
 def cmd_adaptive(args: argparse.Namespace) -> int:

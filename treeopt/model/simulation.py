@@ -209,6 +209,16 @@ def steps_inside(lengths: Sequence[Sequence[int]], positions: Sequence[int]) -> 
     return inside
 
 
+def _row_walk(tree: Tree, trace: RankTrace,
+              ) -> tuple[npt.NDArray[np.int64], list[tuple[int, int]]] | None:
+    """:func:`step_walk` for a figure whose rows are the trace's sequences: None without
+    ``sequence_positions``, refused where a sequence holds no position."""
+    if "sequence_positions" not in trace.meta:
+        return None
+    trace.sequence_lengths()  # refuses a sequence of 0 positions
+    return step_walk(tree, trace)
+
+
 def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> float | None:
     """Mean accepted length per row and step that batches of ``batch`` sequences show while all
     their rows run: what a batched live measurement counts (tokens/s in the steady window, which
@@ -220,7 +230,8 @@ def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> floa
     A row that accepts well then counts as much as one that accepts badly. The pooled per-step
     mean instead weights each sequence by its steps, so where acceptance differs from sequence to
     sequence the window's mean is the higher. At batch 1 the two are the same. Returns None
-    without ``sequence_positions``, or with fewer sequences than ``batch``.
+    without ``sequence_positions``, or with fewer sequences than ``batch``; a sequence of 0
+    positions, no row, is refused (:meth:`~treeopt.model.trace.RankTrace.sequence_lengths`).
 
     >>> tr = RankTrace(np.array([[0], [0], [0], [0], [-1], [-1], [-1], [-1]], np.int16),
     ...                {"sequence_positions": [4, 4]})
@@ -230,7 +241,7 @@ def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> floa
     >>> batch_window_accept_length(Tree.chain(1), tr, 1), batch_window_accept_length(Tree.chain(1), tr, 2)
     (1.3333333333333333, 1.5)
     """
-    walk = step_walk(tree, trace)
+    walk = _row_walk(tree, trace)
     if walk is None or len(walk[1]) < batch:
         return None
     steps, per_sequence = walk
@@ -253,7 +264,8 @@ def continuous_window_accept_length(tree: Tree, trace: RankTrace,
     batching does (:meth:`treeopt.decoding.loop.Decoder.decode` with ``batch``). The window
     counts every step up to and including the one in which a row ends with no sequence left to
     take. Each sequence's steps are its :func:`step_walk`. Returns None without
-    ``sequence_positions``, or with fewer sequences than ``batch``.
+    ``sequence_positions``, or with fewer sequences than ``batch``; a sequence of 0 positions,
+    no row, is refused (:meth:`~treeopt.model.trace.RankTrace.sequence_lengths`).
 
     With as many sequences as rows it is :func:`batch_window_accept_length`; with more, a row
     that ends early no longer ends the window, so the rows' long, well-accepted sequences count
@@ -272,7 +284,7 @@ def continuous_window_accept_length(tree: Tree, trace: RankTrace,
     ...     Tree.chain(1), tr, 3)
     True
     """
-    walk = step_walk(tree, trace)
+    walk = _row_walk(tree, trace)
     if walk is None or len(walk[1]) < batch:
         return None
     steps, per_sequence = walk

@@ -128,6 +128,52 @@ class RankTrace:
         return RankTrace(self.ranks[rows], {**self.meta, "sequence_positions": kept,
                                             "sequences": count})
 
+    def sequence_lengths(self, *, source: str | None = None) -> list[int]:
+        """Positions per sequence, for a figure that runs each sequence as a row of a batch (a
+        live batch's steady window, an adaptive replay): the one reader of them, which refuses
+        a trace that does not record them or one of whose sequences holds none (``source``:
+        what messages call the trace; default its ``source_path``, else "rank trace").
+
+        >>> t = RankTrace(np.zeros((3, 1), np.int16), {"sequence_positions": [2, 0, 1]})
+        >>> try:
+        ...     t.sequence_lengths(source="cal.npz")
+        ... except TreeoptError as exc:
+        ...     print(str(exc).split(" (")[0])
+        cal.npz: sequence 1 of 3 has 0 positions
+        """
+        name = source or str(self.meta.get("source_path") or "rank trace")
+        counts = self.meta.get("sequence_positions")
+        if not counts or sum(counts) != self.positions:
+            raise TreeoptError(f"{name}: no 'sequence_positions' in its meta, so its sequences "
+                               "cannot be told apart")
+        empty = [i for i, n in enumerate(counts) if n == 0]
+        if empty:
+            raise TreeoptError(
+                f"{name}: sequence {empty[0]} of {len(counts)} has 0 positions (a continuation "
+                f"shorter than the {self.heads} heads + 2 tokens), so it is no batch row; leave "
+                "such sequences out with RankTrace.nonempty()")
+        return [int(n) for n in counts]
+
+    def nonempty(self) -> RankTrace:
+        """The trace without its sequences of 0 positions; meta ``empty_sequences`` lists where
+        they stood (indices of the trace as recorded). Itself when it has none.
+
+        >>> t = RankTrace(np.zeros((3, 1), np.int16), {"sequence_positions": [2, 0, 1]})
+        >>> kept = t.nonempty()
+        >>> kept.meta["sequence_positions"], kept.meta["empty_sequences"]
+        ([2, 1], [1])
+        """
+        counts = self.meta.get("sequence_positions")
+        if not counts or all(counts):
+            return self
+        dropped = list(self.meta.get("empty_sequences", []))
+        kept = [i for i, n in enumerate(counts) if n]
+        origin = [i for i in range(len(counts) + len(dropped)) if i not in dropped]
+        return RankTrace(self.ranks, {
+            **self.meta, "sequence_positions": [counts[i] for i in kept],
+            "sequences": len(kept),
+            "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n])})
+
     def first_positions(self, positions: int) -> RankTrace:
         """Every sequence cut to its first ``positions`` positions: what a live run of that many
         new tokens visits (acceptance changes along a continuation — on the demo it rises, so a
