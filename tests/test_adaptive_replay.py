@@ -239,7 +239,7 @@ def test_one_rule_for_the_context_a_price_is_read_at():
     assert costs.context(200) == 128 and costs.context(900) == 1024
     trace = RankTrace(np.array([[0, 0], [0, -1], [1, 0]], np.int16), {"sequence_positions": [3]})
     growth = grow(trace, method="empirical", max_nodes=2)
-    refusal = r"lat\.json: profiled at contexts \[128, 1024\]; name the context to price at"
+    refusal = r"lat\.json: contexts \[128, 1024\] to choose from; pick one with context S"
     with pytest.raises(TreeoptError, match=refusal):
         costs.context()
     with pytest.raises(TreeoptError, match=refusal):

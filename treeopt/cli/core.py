@@ -27,6 +27,7 @@ from treeopt.model.growth import CONSTRAINTS, Growth, grow
 from treeopt.model.simulation import simulate
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
+from treeopt.pricing.contexts import pick_context
 from treeopt.pricing.selection import Selection, schedule
 from treeopt.pricing.tree_files import file_kind, is_selection_file, load_tree_arg, recorded_drafter
 
@@ -317,10 +318,7 @@ def _export_schedule(args: argparse.Namespace) -> int:
     if args.batch is not None:
         raise TreeoptError("--schedule-dir writes every batch range; leave out --batch")
     selection = Selection.load(args.tree)
-    context = args.context if args.context is not None else selection.contexts[0]
-    if args.context is None and len(selection.contexts) > 1:
-        raise TreeoptError(f"{args.tree}: the selection holds contexts {selection.contexts}; "
-                           "pick one with --context S")
+    context = pick_context(selection.contexts, args.context, where=args.tree)
     plan = schedule(selection, context=context)
     files = {}  # every file is rendered (and every tree checked) before one is written
     for r in plan["ranges"]:

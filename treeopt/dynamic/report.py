@@ -10,6 +10,7 @@ from typing import Any
 from treeopt.dynamic.recommend import FORMAT, recommend
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.model.dynamic_settings import DynamicSettings, grid
+from treeopt.pricing.contexts import pick_context
 from treeopt.pricing.costs import DraftCost, OverheadCost, StepLatency
 from treeopt.pricing.selection import Selection
 
@@ -54,7 +55,7 @@ def dynamic_selection(traces: Mapping[int, DynamicTrace], *, verify: StepLatency
                             draft_tokens=draft_tokens)
     points = []
     for sp in static.points:
-        context = min(verify.contexts, key=lambda s: abs(s - sp.context))  # its own profile's
+        context = pick_context(verify.contexts, sp.context, nearest=True)  # its own profile's
         choice = recommend(traces, settings, verify=verify, draft=draft, overhead=overhead,
                            batch=[sp.batch], context=context)[0]
         doc = choice.to_json()

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from treeopt.drafters.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Path
+from treeopt.pricing.contexts import pick_context
 
 if TYPE_CHECKING:
     from treeopt.documents.step_profile import StepRecord
@@ -156,15 +157,9 @@ class StepCosts:
 
     def context(self, requested: int | None = None) -> int:
         """The profiled context a price is read at: the one nearest ``requested``; with none
-        requested, the only one profiled (a profile of several contexts is refused: which one
-        would be a guess)."""
-        contexts = self.verify.contexts
-        if requested is None:
-            if len(contexts) > 1:
-                raise TreeoptError(f"{self.verify.source}: profiled at contexts {contexts}; "
-                                   "name the context to price at")
-            return contexts[0]
-        return min(contexts, key=lambda s: abs(s - requested))
+        requested, the only one profiled (:func:`~treeopt.pricing.contexts.pick_context`)."""
+        return pick_context(self.verify.contexts, requested, nearest=True,
+                            where=self.verify.source)
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,6 +21,7 @@ from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER
 from treeopt.model.tree import Tree
+from treeopt.pricing.contexts import pick_context
 
 SELECTION_FORMAT = "treeopt.selection/1"
 FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead(b, |T|+1, depth(T)))"
@@ -188,12 +189,7 @@ class Selection:
                 raise FieldError("batch", f"the selection holds a tree per batch size "
                                  f"{self.batches}; pick one with {{batch}} B", inline=True)
             batch = self.batches[0]
-        if context is None:
-            if len(self.contexts) > 1:
-                raise FieldError("context", f"the selection holds a tree per context length "
-                                 f"{self.contexts}; pick one with {{context}} S", inline=True)
-            context = self.contexts[0]
-        return self.point(batch, context).tree
+        return self.point(batch, pick_context(self.contexts, context)).tree
 
     def stops_paying(self) -> list[dict[str, int | None]]:
         """Per context, the smallest batch size at which autoregressive decoding wins."""
