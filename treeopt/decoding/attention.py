@@ -55,15 +55,18 @@ def exact_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     """
     if dropout:
         raise ValueError(f"{EXACT} attention is for inference: dropout must be 0, got {dropout}")
-    groups = query.shape[1] // key.shape[1]
-    k, v = key.double(), value.double()
-    if groups > 1:
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = torch.matmul(query.double(), k.transpose(-1, -2)) * scale  # [b, h, q, L]
+    b, h, n_q, d = query.shape
+    h_kv = key.shape[1]
+    groups = h // h_kv
+    # grouped-query heads share their key and value: each key head's query heads become one
+    # block of rows (head i reads key head i // groups), so K and V are not copied per head
+    q = query.double().reshape(b, h_kv, groups * n_q, d)
+    scale = scaling if scaling is not None else d ** -0.5
+    scores = torch.matmul(q, key.double().transpose(-1, -2)) * scale  # [b, h_kv, g·q, L]
+    n_k = scores.shape[-1]
+    scores = scores.reshape(b, h, n_q, n_k)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
-    n_q, n_k = scores.shape[-2:]
     if attention_mask is None:
         visible = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
         scores = scores.masked_fill(~visible, float("-inf"))
@@ -76,8 +79,8 @@ def exact_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
         probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1)
-    out = torch.matmul(probs, v).to(query.dtype)
-    return out.transpose(1, 2).contiguous(), None
+    out = torch.matmul(probs.reshape(b, h_kv, groups * n_q, n_k), value.double())
+    return out.reshape(b, h, n_q, -1).to(query.dtype).transpose(1, 2).contiguous(), None
 
 
 def register() -> str:
