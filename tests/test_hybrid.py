@@ -214,7 +214,7 @@ def test_walk_against_live_counts_the_prompts_that_agree(base, drafters, tmp_pat
 def test_select_prices_a_hybrid_with_its_models_profile_drafting_the_models_depths_only():
     from types import SimpleNamespace
 
-    from treeopt.cli.hardware import _hybrid_draft
+    from treeopt.cli.select_sources import hybrid_draft
     from treeopt.pricing.costs import DraftCost
 
     draft = DraftCost("medusa", "profile", lambda batch, expanded: float(sum(expanded)))
@@ -226,8 +226,8 @@ def test_select_prices_a_hybrid_with_its_models_profile_drafting_the_models_dept
     def profile(kind):
         return SimpleNamespace(kind=kind, heads={"kind": kind, "num_heads": 2})
 
-    assert _hybrid_draft(growth("medusa+lookup"), profile("medusa"), draft).seconds(1, deep) == 2
+    assert hybrid_draft(growth("medusa+lookup"), profile("medusa"), draft).seconds(1, deep) == 2
     for g, p in (("medusa+lookup", "medusa+lookup"), ("medusa", "medusa"),
                  ("medusa+lookup", "hydra"), ("medusa+lookup", None)):
-        priced = _hybrid_draft(growth(g), profile(p) if p else None, draft)
+        priced = hybrid_draft(growth(g), profile(p) if p else None, draft)
         assert priced.seconds(1, deep) == 5, (g, p)
