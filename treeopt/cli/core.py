@@ -278,21 +278,29 @@ def _fill_drafter(args: argparse.Namespace) -> None:
 
 
 def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
-    """Whether the export is of prompt-lookup settings (``--draft ngram``, the default for a
-    --tree grown for prompt lookup); if so, --min-n and --max-n default to what it records."""
-    lookup = recorded_lookup(recorded)
-    if lookup is not None and args.draft not in (None, NGRAM):
-        raise TreeoptError(f"{args.tree} was grown for prompt lookup, not for --draft "
+    """Whether the export is of n-gram settings (``--draft ngram``, the default for a --tree
+    grown for an n-gram drafter); if so, --min-n and --max-n default to the n-gram lengths it
+    records, and a trie's recorded depth goes to its trie setting (which kind records which:
+    :attr:`~treeopt.drafters.kinds.DrafterKind.max_match`)."""
+    lookup, trie = recorded_lookup(recorded), recorded_trie(recorded)
+    ngram = lookup is not None or trie is not None
+    if ngram and args.draft not in (None, NGRAM):
+        grown = KINDS[str(recorded["kind"])].title.lower()
+        raise TreeoptError(f"{args.tree} was grown for {grown}, not for --draft "
                            f"{args.draft}: export it with --draft ngram")
-    if args.draft != NGRAM and lookup is None:
+    if args.draft != NGRAM and not ngram:
         if args.min_n is not None or args.max_n is not None:
             raise TreeoptError("--min-n and --max-n apply to prompt-lookup settings "
                                "(--draft ngram) only")
         return False
+    if trie is not None and (args.min_n is not None or args.max_n is not None):
+        raise TreeoptError(f"--min-n and --max-n set prompt lookup's n-grams; {args.tree} was "
+                           f"grown for an n-gram trie of depth {trie.max_trie_depth}, which it "
+                           "records")
     from treeopt.drafters.ngram import LookupRule
 
     args.draft = NGRAM
-    args.trie = recorded_trie(recorded)  # a tree of an n-gram trie, not a chain
+    args.trie = trie  # a tree of an n-gram trie, not a chain
     default = lookup or (LookupRule().min_n, LookupRule().max_n)
     args.min_n = default[0] if args.min_n is None else args.min_n
     args.max_n = default[1] if args.max_n is None else args.max_n

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from treeopt.drafters.kinds import KINDS, TRIE_MATCH_TYPES, drafter_kind
+from treeopt.drafters.kinds import KINDS, drafter_kind
 from treeopt.errors import FieldError, TreeoptError
 
 
@@ -75,10 +75,11 @@ class HeadsConfig:
         if not kind.lookup and (self.min_match or self.max_match):
             raise TreeoptError(f"heads config: min_match and max_match apply to n-gram drafters "
                                f"only, not {kind.title}")
-        if (self.match_type in TRIE_MATCH_TYPES) != (self.kind == "ngram-trie"):
-            raise TreeoptError(f"heads config: match_type is one of {', '.join(TRIE_MATCH_TYPES)} for "
-                               f"an n-gram trie and empty otherwise; got {self.match_type!r} for "
-                               f"{kind.title}")
+        if (self.match_type not in kind.match_types if kind.match_types else self.match_type):
+            valid = (f"one of {', '.join(kind.match_types)}" if kind.match_types
+                     else "empty (it orders no trie's children)")
+            raise TreeoptError(f"heads config: match_type of {kind.title} is {valid}; got "
+                               f"{self.match_type!r}")
         if self.prefix_attention and not kind.prefix_attention:
             having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
             raise TreeoptError(f"heads config: prefix_attention applies to {having} only")

@@ -33,7 +33,7 @@ import torch
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.plan import tree_plan
-from treeopt.drafters.kinds import HYBRID_SUFFIX, drafter_kind
+from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS, drafter_kind
 from treeopt.drafters.prompt_lookup import NO_CANDIDATE, LookupState, PromptLookup
 from treeopt.errors import TreeoptError
 from treeopt.model.trace import RankTrace
@@ -76,7 +76,8 @@ def hybrid_trace(model: RankTrace, chain: RankTrace) -> RankTrace:
     kind = str(model.head_kind or "")
     if drafter_kind(kind, source="hybrid trace: the model trace's kind").lookup:
         raise TreeoptError(f"hybrid trace: the model trace is of {kind!r}, an n-gram drafter")
-    if chain.head_kind != "prompt-lookup":
+    chained = KINDS.get(str(chain.head_kind or ""))
+    if chained is None or not (chained.chain and chained.lookup) or chained.hybrid:
         raise TreeoptError(f"hybrid trace: the chain trace is of {chain.head_kind!r}, not "
                            f"prompt-lookup")
     for key in ("source", "max_new_tokens", "sampling", "sequences"):

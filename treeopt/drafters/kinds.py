@@ -41,7 +41,12 @@ class DrafterKind:
     lookup on the host (:mod:`treeopt.drafters.ngram`), which may have no candidate (a hole,
     token -1). ``hybrid``: a model drafter's tree with prompt lookup's chain as rank 0 below
     the root and along the chain (:mod:`treeopt.drafters.hybrid`), named ``<model>+lookup``;
-    its other fields are the model drafter's.
+    its other fields are the model drafter's. ``max_match``: for an n-gram kind, what
+    :attr:`~treeopt.drafters.config.HeadsConfig.max_match` sets — ``max_n``, the longest n-gram
+    prompt lookup matches (the engines' ``max_matching_ngram_size``, ``--max-n`` of export), or
+    ``max_trie_depth``, the depth of SGLang's n-gram trie; empty for the other kinds.
+    ``match_types``: the orders of a trie node's children its ``match_type`` may name (empty:
+    it has no trie, and ``match_type`` stays empty).
     """
 
     name: str
@@ -65,6 +70,11 @@ class DrafterKind:
     chain: bool = False  # proposes one token per depth (prompt lookup): its trees are chains
     lookup: bool = False  # drafts from the tokens alone (n-gram), no weights and no forward
     hybrid: bool = False  # a model drafter and prompt lookup in one tree (kind name + "+lookup")
+    max_match: str = ""  # an n-gram kind: the setting max_match is, "max_n" or "max_trie_depth"
+    match_types: tuple[str, ...] = ()  # the trie's orders of children its match_type may name
+
+
+TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
 
 
 KINDS: dict[str, DrafterKind] = {
@@ -96,12 +106,13 @@ KINDS: dict[str, DrafterKind] = {
                                  implementation="treeopt.drafters.prompt_lookup:PromptLookup",
                                  draft_formula="lookup", demo_layers=(), reads_features=False,
                                  trained=False, engine_draft="ngram", position="depth",
-                                 chain=True, lookup=True),
+                                 chain=True, lookup=True, max_match="max_n"),
     "ngram-trie": DrafterKind("ngram-trie", "N-gram trie", per_depth=False, reads_path=False,
                               implementation="treeopt.drafters.trie_drafter:TrieDrafter",
                               draft_formula="lookup", demo_layers=(), reads_features=False,
                               trained=False, engine_draft="ngram", position="depth",
-                              lookup=True),
+                              lookup=True, max_match="max_trie_depth",
+                              match_types=TRIE_MATCH_TYPES),
 }
 HYBRID_SUFFIX = "+lookup"
 
@@ -112,12 +123,12 @@ def _hybrid(model: DrafterKind) -> DrafterKind:
     return replace(model, name=model.name + HYBRID_SUFFIX,
                    title=f"{model.title} + prompt lookup",
                    implementation="treeopt.drafters.hybrid:HybridDrafter", trained=False,
-                   dynamic=False, engine_draft="hybrid", lookup=True, hybrid=True)
+                   dynamic=False, engine_draft="hybrid", lookup=True, hybrid=True,
+                   max_match="max_n")
 
 
 KINDS.update({k.name + HYBRID_SUFFIX: _hybrid(k) for k in list(KINDS.values()) if not k.lookup})
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
-TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
 TRAINED_KINDS: tuple[str, ...] = tuple(k for k in KINDS if KINDS[k].trained)
 
 

@@ -70,15 +70,17 @@ class LookupSetting:
 
 def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
     """The n-gram lengths ``(min_n, max_n)`` a growth or selection records of its drafter
-    (:attr:`treeopt.model.growth.Growth.drafter`), or ``None`` when it is no n-gram drafter.
+    (:attr:`treeopt.model.growth.Growth.drafter`), or ``None`` when it is no drafter whose
+    ``max_match`` is the longest n-gram (:attr:`~treeopt.drafters.kinds.DrafterKind.max_match`;
+    an n-gram trie's is its depth, :func:`recorded_trie`).
 
     >>> recorded_lookup({"kind": "prompt-lookup", "min_match": 1, "max_match": 3})
     (1, 3)
-    >>> recorded_lookup({"kind": "eagle"}) is None
-    True
+    >>> recorded_lookup({"kind": "eagle"}) is None, recorded_lookup({"kind": "ngram-trie"}) is None
+    (True, True)
     """
     kind = KINDS.get(str(drafter.get("kind") or ""))
-    if kind is None or not kind.lookup or kind.hybrid:
+    if kind is None or kind.max_match != "max_n" or kind.hybrid:
         return None
     lengths = drafter.get("min_match"), drafter.get("max_match")
     if not all(isinstance(n, int) and n >= 1 for n in lengths):
@@ -123,7 +125,8 @@ def recorded_trie(drafter: Mapping[str, Any]) -> TrieSetting | None:
     >>> recorded_trie({"kind": "ngram-trie", "max_match": 18, "match_type": "prob"}).match
     'prob'
     """
-    if drafter.get("kind") != "ngram-trie":
+    kind = KINDS.get(str(drafter.get("kind") or ""))
+    if kind is None or kind.max_match != "max_trie_depth":
         return None
     depth = drafter.get("max_match")
     if not isinstance(depth, int) or depth < 2:

@@ -259,10 +259,11 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
     while trt and list(trt.values())[-1] == 0:  # trailing zeros are implicit in TensorRT-LLM
         trt.pop(list(trt)[-1])
     unswept = f"batches above {pts[-1].batch} were not swept, so speculation is off there"
-    lookup = recorded_lookup(selection.growth.get("drafter") or {})
-    if lookup is not None:  # an n-gram drafter: its chains as n-gram settings
-        forms = lookup_schedule(ranges, trt, min_n=lookup[0], max_n=lookup[1],
-                                trie=recorded_trie(selection.growth.get("drafter") or {}))
+    drafter = selection.growth.get("drafter") or {}
+    lookup, trie = recorded_lookup(drafter), recorded_trie(drafter)
+    if lookup is not None or trie is not None:  # an n-gram drafter: its n-gram settings
+        lengths = lookup or (1, 1)  # a trie's trees need no n-gram lengths
+        forms = lookup_schedule(ranges, trt, min_n=lengths[0], max_n=lengths[1], trie=trie)
         return {"context": context, "ranges": ranges, **forms,
                 "note": f"{forms['note']}; {unswept}"}
     return {"context": context, "ranges": ranges,
