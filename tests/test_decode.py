@@ -146,7 +146,7 @@ def test_continuous_batching_counts_the_steps_while_every_row_runs(peaked, monke
     """Plain decoding of 6 prompts, 2 rows: every row finishes its 12 tokens at the same step
     and both take the next prompts, so the steady window holds every step (11 a pair: the
     prefill emits the first token), and none of the prefills' time."""
-    from treeopt.decoding import loop
+    from treeopt.decoding import batching, clocks
 
     model, _, prompts = peaked
     cfg = DecodeConfig(max_new_tokens=12)
@@ -156,17 +156,17 @@ def test_continuous_batching_counts_the_steps_while_every_row_runs(peaked, monke
     assert (run.stats.iterations, run.stats.decode_tokens, run.stats.decode_row_steps) == (
         3 * 11, 6 * 11, 6 * 11)
     taken = []
-    real = loop._Run._take
+    real = batching.ContinuousBatch._take
 
-    def slow_take(self, row, p):  # each refill's prefill takes a long second
+    def slow_take(self, run, row, p):  # each refill's prefill takes a long second
         taken.append(p)
         clock[0] += 1000.0
-        return real(self, row, p)
+        return real(self, run, row, p)
 
     clock = [0.0]
-    perf = loop.time.perf_counter
-    monkeypatch.setattr(loop.time, "perf_counter", lambda: perf() + clock[0])
-    monkeypatch.setattr(loop._Run, "_take", slow_take)
+    perf = clocks.time.perf_counter
+    monkeypatch.setattr(clocks.time, "perf_counter", lambda: perf() + clock[0])
+    monkeypatch.setattr(batching.ContinuousBatch, "_take", slow_take)
     run = decode(model, None, Tree(()), rows, config=cfg, batch=2)
     assert taken == [2, 3, 4, 5]
     assert run.stats.seconds > 4000 > run.stats.decode_seconds > 0
@@ -249,6 +249,7 @@ def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, 
     than the steady steps take together, however busy the machine)."""
     import time
 
+    import treeopt.decoding.batch_run as batch_run
     import treeopt.decoding.loop as loop
 
     model, _, prompts = peaked
@@ -258,7 +259,7 @@ def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, 
     decoder = loop.Decoder(model, trained["hydra"])
     window = min(n for _, n in decoder.decode(TREES["chain"], rows, config=cfg).stats.runs)
     calls = 0
-    verify_step = loop.verify_step
+    verify_step = batch_run.verify_step
 
     def slow_tail(*args, **kw):
         nonlocal calls
@@ -267,7 +268,7 @@ def test_profiled_phases_leave_out_the_steps_after_a_row_stops(peaked, trained, 
             time.sleep(0.3)
         return verify_step(*args, **kw)
 
-    monkeypatch.setattr(loop, "verify_step", slow_tail)
+    monkeypatch.setattr(batch_run, "verify_step", slow_tail)
     stats = decoder.decode(TREES["chain"], rows, config=cfg, profile=True).stats
     assert stats.split.steps == window < stats.iterations == calls
     assert stats.split.verify_s < 0.3 <= stats.seconds - sum(stats.split.to_dict().values())
@@ -393,11 +394,12 @@ def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trai
     run's time (and, profiled, its phases) holds none of the tree's."""
     import time
 
+    import treeopt.decoding.batch_run as batch_run
     import treeopt.decoding.loop as loop
 
     model, _, prompts = peaked
     order = []
-    verify_step = loop.verify_step
+    verify_step = batch_run.verify_step
 
     def slow_tree(verify, tokens, *args, **kw):
         order.append("tree" if tokens.shape[1] > 1 else "ar")
@@ -405,7 +407,7 @@ def test_runs_decoded_alongside_interleave_and_count_their_own_time(peaked, trai
             time.sleep(0.1)
         return verify_step(verify, tokens, *args, **kw)
 
-    monkeypatch.setattr(loop, "verify_step", slow_tree)
+    monkeypatch.setattr(batch_run, "verify_step", slow_tree)
     decoder = loop.Decoder(model, trained["hydra"])
     tree, ar = decoder.decode_alongside((TREES["chain"], Tree(())), prompts[:1],
                                         config=DecodeConfig(max_new_tokens=32), profile=profile)

@@ -1,0 +1,90 @@
+"""The drafter at work in one run: its live state and the features it reads next, per row; each
+step's tree tokens; a new prompt's state taking a row's place.
+
+A run without heads, or with an empty static tree, drafts nothing: its step is the root alone
+(autoregressive decoding). A lookup drafter (prompt lookup, an n-gram trie) leaves a node it has
+no candidate for as token -1, a hole: the verifier reads it as token 0 (:func:`fill_holes`),
+and acceptance never accepts it, since no model token is -1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from treeopt.decoding.drafter import Drafter, LiveState
+from treeopt.decoding.dynamic_drafting import RowPlan
+from treeopt.decoding.plan import TreePlan
+from treeopt.model.dynamic_settings import DynamicSettings
+
+
+def fill_holes(tokens: torch.Tensor) -> torch.Tensor:
+    """The tree tokens the verifier reads: each hole (-1) as token 0.
+
+    >>> fill_holes(torch.tensor([[5, -1, 7]])).tolist()
+    [[5, 0, 7]]
+    """
+    return tokens.clamp_min(0)
+
+
+class Drafting:
+    """``heads`` drafting a run of ``batch`` rows (``drafts``: whether its steps draft at all);
+    ``h`` the features they read next (set by :meth:`prefilled`), ``state`` their live state."""
+
+    def __init__(self, heads: Drafter | None, *, drafts: bool, batch: int,
+                 capacity: int) -> None:
+        self.heads, self.capacity = heads, capacity
+        self.drafts = drafts and heads is not None
+        self.holes = self.drafts and heads.kind.lookup  # a lookup drafter leaves holes
+        self.state: LiveState = (heads.start(batch=batch, capacity=capacity)
+                                 if heads is not None else None)
+        self.h = torch.zeros(0)
+
+    def prefilled(self, hidden: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor,
+                  first: torch.Tensor) -> None:
+        """The features after the prompts (``ids`` ``[b, longest]``, right-padded to
+        ``lengths``) and their first tokens."""
+        order = torch.arange(ids.shape[1], device=ids.device)[None].expand(ids.shape[0], -1)
+        self.advance(hidden, ids, order, lengths, first)
+
+    def draft(self, root: torch.Tensor, shape: TreePlan | DynamicSettings,
+              ) -> tuple[torch.Tensor, TreePlan | RowPlan]:
+        """The step's tree tokens ``[b, q]`` (root first, holes -1) and the plan they are
+        verified by: ``shape``'s, or, drafted dynamically, each row's own."""
+        if not self.drafts:
+            return root[:, None], shape
+        if isinstance(shape, DynamicSettings):
+            return self.heads.draft_dynamic(shape, self.h, root, self.state)
+        return self.heads.draft(shape, self.h, root, self.state), shape
+
+    def verifiable(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` as the verifier reads them (holes filled, for a lookup drafter)."""
+        return fill_holes(tokens) if self.holes else tokens
+
+    def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
+                count: torch.Tensor, next_root: torch.Tensor) -> None:
+        """Read the tokens just accepted (``tokens[:, index]``, ``count`` of them per row, then
+        ``next_root``): the features and state for the next step."""
+        if not self.drafts:
+            self.h, self.state = hidden[:, -1:], None
+            return
+        self.h, self.state = self.heads.advance(hidden, tokens, index, count, next_root,
+                                                self.state)
+
+    def own_features(self) -> None:
+        """The features become this run's own copy, safe to write row by row."""
+        if self.drafts:
+            self.h = self.h.clone()
+
+    def take_row(self, row: int, hidden: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor,
+                 first: torch.Tensor) -> None:
+        """A new prompt (``ids`` ``[1, n]``, prefilled to ``hidden``, first token ``first``)
+        in ``row``: its drafter state, fed up to what a step's catch-up feeds
+        (:meth:`~treeopt.decoding.drafter.Drafter.prime`), takes the row's place."""
+        if not self.drafts:
+            return
+        new = self.heads.start(batch=1, capacity=self.capacity)
+        order = torch.arange(ids.shape[1], device=ids.device)[None]
+        h, new = self.heads.advance(hidden, ids, order, lengths, first, new)
+        self.heads.prime(new)
+        self.state = self.heads.take_row(self.state, row, new)
+        self.h[row] = h[0]
