@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.continuations import ContinuationStore
 from treeopt.decoding.models import check_context
 from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
 from treeopt.errors import FieldError, TreeoptError
@@ -145,8 +146,12 @@ def shard_path(out: str | os.PathLike[str], shard: int, num_shards: int) -> Path
 def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
               out: str | os.PathLike[str], *, config: CalibrateConfig = CalibrateConfig(),
               meta: dict[str, Any] | None = None,
-              progress: Callable[[int, int], None] | None = None) -> tuple[RankTrace, Path]:
-    """Run (or resume) this shard's calibration and write its trace; return it and its path."""
+              progress: Callable[[int, int], None] | None = None,
+              continuations: ContinuationStore | None = None) -> tuple[RankTrace, Path]:
+    """Run (or resume) this shard's calibration and write its trace; return it and its path.
+    ``continuations``: where the base model's continuations of these prompts are kept for other
+    drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
+    once)."""
     target = shard_path(out, config.shard, config.num_shards)
     fingerprint = _fingerprint(heads, prompts, config, meta or {})
     if target.exists():
@@ -163,7 +168,7 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
             if not part.exists():
                 lo = c * config.batch_size
                 _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config,
-                           first=lo).save(part)
+                           first=lo, continuations=continuations).save(part)
             if progress is not None:
                 progress(n + 1, len(chunks))
     except BaseException:  # interrupted or failed: keep finished chunks, leave no empty folder
@@ -215,7 +220,8 @@ def _stamp(parts: Path) -> str | None:
 
 
 def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
-               config: CalibrateConfig, *, first: int = 0) -> RankTrace:
+               config: CalibrateConfig, *, first: int = 0,
+               continuations: ContinuationStore | None = None) -> RankTrace:
     """Chunk of ``prompts`` whose first is prompt number ``first`` of the run."""
     K = heads.config.num_heads
     if config.source == "greedy":
@@ -227,11 +233,19 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
             S = config.samples_per_prompt
             prompts = [p for p in prompts for _ in range(S)]
             streams = [(first + i) * S + s for i in range(len(prompts) // S) for s in range(S)]
-            seqs = sampled_continuations(model, prompts, config=config.decoding(),
-                                         streams=streams)
+
+            def decode() -> list[list[int]]:
+                return sampled_continuations(model, prompts, config=config.decoding(),
+                                             streams=streams)
+            settings: dict[str, Any] = {"decoding": asdict(config.decoding()),
+                                        "streams": streams}
         else:
-            seqs = greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
-                                        eos_token_id=config.eos_token_id)
+            def decode() -> list[list[int]]:
+                return greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
+                                            eos_token_id=config.eos_token_id)
+            settings = {"greedy": config.max_new_tokens, "eos": config.eos_token_id}
+        seqs = (decode() if continuations is None else
+                continuations.get(_model_label(model), prompts, settings, decode))
         starts = [len(p) - 1 for p in prompts]
         ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k)
     else:
@@ -242,6 +256,12 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
                            "sequence_positions": [len(r) for r in ranks]})
+
+
+def _model_label(model: PreTrainedModel) -> str:
+    """What tells one model's continuations from another's: its path, class and dtype."""
+    return (f"{getattr(model.config, '_name_or_path', '?')}|{type(model).__name__}|"
+            f"{getattr(model, 'dtype', '?')}")
 
 
 def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,

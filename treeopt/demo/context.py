@@ -17,6 +17,7 @@ from treeopt.demo.stage_kinds import HEAD_KINDS
 from treeopt.files import read_json
 
 if TYPE_CHECKING:
+    from treeopt.decoding.continuations import ContinuationStore
     from transformers import PreTrainedModel
 
     from treeopt.decoding.drafter import Drafter
@@ -92,6 +93,17 @@ class Context:
 
         return self._once("model", lambda: load_model(ModelSpec(
             path=str(self.model_dir), device=self.config.device, dtype=self.config.dtype))[0])
+
+    @property
+    def continuations(self) -> ContinuationStore:
+        """The base model's continuations of the demo's prompts, decoded once for every drafter
+        calibrated on them (:mod:`~treeopt.decoding.continuations`); kept in the work directory
+        under a digest of the model's weights, so a base trained again never meets its
+        predecessor's tokens."""
+        from treeopt.decoding.continuations import ContinuationStore, weights_digest
+
+        return self._once("continuations", lambda: ContinuationStore(
+            self.scratch / "continuations" / weights_digest(self.model)))
 
     def reference(self) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
         """The plain greedy continuations of the held-out prompts and their record

@@ -238,7 +238,8 @@ def greedy_trace(ctx: Context, kind: str, part: str, out: Path) -> RankTrace:
     bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
     trace, _ = calibrate(ctx.model, ctx.heads(kind), prompts, out, config=cal,
                          meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-                         progress=lambda i, n, bar=bar: bar.update(1))
+                         progress=lambda i, n, bar=bar: bar.update(1),
+                         continuations=ctx.continuations)
     bar.close()
     return trace
 
@@ -294,7 +295,7 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
             ctx.model, heads, prompts,
             ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-            progress=lambda i, n, bar=bar: bar.update(1))
+            progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations)
         bar.close()
     g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
     g.save(ctx.paths.growth(kind, temperature=t))
