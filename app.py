@@ -1,9 +1,10 @@
-"""treeopt workbench: `streamlit run app.py`. Navigation only; every page lives in app_pages/."""
+"""treeopt workbench: `streamlit run app.py`. Navigation and the demo chooser only; every page
+lives in app_pages/."""
 
 import streamlit as st
 
 from app_pages.preload import preload_plotly
-from app_pages.state import warm_up
+from app_pages.state import demo_chooser, warm_up
 
 st.set_page_config(page_title="treeopt — speculation tree workbench", page_icon="🌳",
                    layout="wide")
@@ -20,6 +21,8 @@ PAGES = [
     st.Page("app_pages/verify.py", title="Verify", icon=":material/verified:"),
 ]
 
-st.navigation(PAGES).run()
+navigation = st.navigation(PAGES)
+demo_chooser()  # in the sidebar, under the pages
+navigation.run()
 warm_up()  # the page has run: what the other pages read is computed meanwhile
 preload_plotly()  # and the browser loads the Plotly bundle they draw with

@@ -1,27 +1,33 @@
-"""Export: a tree in every engine's format, each engine's rules checked as its own code applies
-them. The tree is the one chosen on the Trees page, or the pick of a selection file at a batch
-size (``treeopt select --out selection.json``)."""
+"""Export: a tree in the forms each engine reads for the drafter it was grown for — tree formats
+for a model drafter, n-gram settings for prompt lookup and the n-gram trie, dynamic and adaptive
+settings for EAGLE — each engine's rules checked as its own code applies them. The tree is the
+chosen one (the Overview's pick until another is chosen), or the pick of a selection file at a
+batch size (``treeopt select --out selection.json``)."""
 
 import streamlit as st
 
 from app_pages.choice import current_choice
-from app_pages.state import demo_drafter, page_errors
-from treeopt.drafters.kinds import engine_draft
-from treeopt.engines.formats import EXTENSIONS, export
-from treeopt.engines.lookup_export import FORMS, export_lookup, recorded_lookup
-from treeopt.engines.rules import ENGINES, engine_problems
-from treeopt.errors import TreeoptError
+from app_pages.state import (
+    demo_adaptive,
+    demo_drafter,
+    demo_dynamic_selection,
+    page_errors,
+)
+from treeopt.drafters.kinds import KINDS, engine_draft
+from treeopt.workbench.adaptive import WORKLOADS
+from treeopt.workbench.export_tabs import (
+    ExportTab,
+    describe,
+    dynamic_tabs,
+    lookup_tabs,
+    tree_tabs,
+)
 from treeopt.workbench.trees import selection_from_upload
 
-TABS = {"medusa": "Medusa", "hydra": "Hydra", "trtllm": "TRT-LLM script",
-        "trtllm-yaml": "TRT-LLM YAML", "triton": "Triton", "vllm": "vLLM", "growmap": "Sequoia",
-        "paths": "Leaf paths", "json": "JSON"}  # short: all nine tabs fit a laptop screen
-LOOKUP_TABS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm-yaml": "TRT-LLM YAML",
-               "hf": "Hugging Face"}  # prompt lookup's settings, one tab per engine
-
 st.title("Export")
-source = st.radio("Tree", ["Chosen on the Trees page", "A selection file"], horizontal=True,
+source = st.radio("Tree", ["The chosen tree", "A selection file"], horizontal=True,
                   key="export_source")
+batch = None
 if source == "A selection file":
     upload = st.file_uploader("selection.json, from `treeopt select --out`", type=["json"],
                               key="export_selection")
@@ -41,66 +47,56 @@ if source == "A selection file":
 else:
     with page_errors():
         chosen = current_choice()
-    tree = chosen.tree
-    description = f"{chosen.description} — choose another on the Trees page."
+    tree, batch = chosen.tree, chosen.batch
+    description = f"{chosen.description} — choose another on the Overview or the Trees page."
     drafter = demo_drafter(chosen.drafter)
 st.caption(f"Tree: {description}")
 if tree.size == 0:
     st.info("Speculation does not pay here: the pick is no tree (decode autoregressively).")
     st.stop()
-with page_errors():
-    lookup = recorded_lookup(drafter)  # an n-gram drafter: engine settings, not a tree
-if lookup is not None:
-    st.caption(f"Prompt lookup drafts a chain of {tree.size} tokens after the longest match of "
-               f"the context's last {lookup[0]}…{lookup[1]} tokens: each engine's n-gram "
-               "settings for it.")
-    for tab, form in zip(st.tabs([LOOKUP_TABS[f.format] for f in FORMS]), FORMS, strict=True):
-        with tab, page_errors():
-            st.caption(f"{form.engine} — read from {form.versions}")
-            text = export_lookup(tree, form.format, min_n=lookup[0], max_n=lookup[1])
-            for note in form.notes(lookup[0]):
-                st.caption(f"Note: {note}")
-            st.code(text, language=None if form.extension == "txt" else form.extension,
-                    wrap_lines=True)
-            st.download_button(f"Download for {form.format}", text,
-                               file_name=f"ngram_{tree.size}_{form.format}.{form.extension}",
-                               key=f"dl_ngram_{form.format}")
+kind = KINDS.get(str(drafter.get("kind") or ""))
+if kind is not None and kind.hybrid:
+    st.info(f"This tree was grown for a hybrid ({kind.title}): no engine verifies one tree of "
+            "a drafter's and n-gram candidates; export the drafter's own tree.")
     st.stop()
+with page_errors():
+    st.write(describe(tree, drafter))
+    tabs: list[ExportTab] = lookup_tabs(tree, drafter)
+if not tabs:
+    c1, c2, c3 = st.columns([1, 1, 2])
+    heads_needed = max(tree.depth, drafter.get("depth") or 1, 1)
+    num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
+                                value=heads_needed,  # another tree or drafter that needs
+                                key=f"export_heads_{heads_needed}")  # another count resets it
+    typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
+    eagle = typed in ("eagle", "eagle3")
+    draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
+                     index=1 if eagle else 0, key="export_draft")
+    eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",
+                                value=drafter.get("checkpoint", "") if eagle else "",
+                                placeholder="a local directory or hub name",
+                                key="export_eagle_model")
+    tabs = tree_tabs(tree, num_heads=int(num_heads), draft=draft,
+                     speculative_model=eagle_model or None, method=typed if eagle else "eagle")
+    if kind is not None and kind.dynamic and source == "The chosen tree":
+        with page_errors(stop=False):
+            doc = demo_dynamic_selection()
+            points = [p for p in (doc or {}).get("points", []) if p["batch"] == batch]
+            replayed = demo_adaptive(next(iter(WORKLOADS)))  # the Live page's first
+            tabs += dynamic_tabs(batch, dynamic_point=points[0] if points else None,
+                                 adaptive_config=replayed.report.tuned.to_json()
+                                 if replayed is not None else None)
 
-c1, c2, c3 = st.columns([1, 1, 2])
-heads_needed = max(tree.depth, drafter.get("depth") or 1, 1)
-num_heads = c1.number_input("Draft heads the engine serves", min_value=1, max_value=64,
-                            value=heads_needed,  # another tree or drafter that needs
-                            key=f"export_heads_{heads_needed}")  # another count resets it
-typed = engine_draft(drafter.get("kind"))  # grown for an EAGLE drafter: its defaults
-eagle = typed in ("eagle", "eagle3")
-draft = c2.radio("TensorRT-LLM decoding type", ["medusa", "eagle"], horizontal=True,
-                 index=1 if eagle else 0, key="export_draft")
-eagle_model = c3.text_input("EAGLE checkpoint, for TensorRT-LLM's EAGLE YAML and vLLM",
-                            value=drafter.get("checkpoint", "") if eagle else "",
-                            placeholder="a local directory or hub name", key="export_eagle_model")
-method = typed if eagle else "eagle"
-
-targets = [e for e in ENGINES if e.draft in (None, draft)]
-for tab, target in zip(st.tabs([TABS[e.format] for e in targets]), targets, strict=True):
+for tab, shown in zip(st.tabs([t.title for t in tabs]), tabs, strict=True):
     with tab:
-        st.caption(f"{target.engine} — rules checked against {target.versions}")
-        problems = engine_problems(tree, target.format, num_heads=int(num_heads), draft=draft)
-        if problems:
-            st.warning("This engine would build a different tree: " + "; ".join(problems))
+        st.caption(shown.engine)
+        if shown.text is None:
+            st.warning(shown.problem or "This engine cannot run this tree.")
             continue
-        try:
-            text = export(tree, target.format, num_heads=int(num_heads), draft=draft,
-                          speculative_model=eagle_model or None, method=method)
-        except TreeoptError as exc:  # a value the format needs is missing
-            st.warning(str(exc).replace("--speculative-model", "the EAGLE checkpoint"))
-            continue
-        st.success("Rules checked: the engine builds exactly this tree.")
-        for note in target.notes:
+        if shown.checked:
+            st.success("Rules checked: the engine builds exactly this tree.")
+        for note in shown.notes:
             st.caption(f"Note: {note}")
-        st.code(text, language="yaml" if target.format == "trtllm-yaml" else "json",
-                wrap_lines=True)
-        st.download_button(f"Download for {target.engine}", text,
-                           file_name=f"tree_{tree.size}_{target.format}."
-                                     f"{EXTENSIONS.get(target.format, 'txt')}",
-                           key=f"dl_{target.format}")
+        st.code(shown.text, language=shown.language, wrap_lines=True)
+        st.download_button(f"Download {shown.file_name}", shown.text, file_name=shown.file_name,
+                           key=f"dl_{shown.title}")

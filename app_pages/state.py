@@ -8,11 +8,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from app_pages.cache import Document
+from treeopt.demo.layout import default_root
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.workbench.datasets import Dataset
@@ -24,40 +26,93 @@ if TYPE_CHECKING:
     from treeopt.workbench.overview import Overview
 
 DATASET_KEY = "dataset"
+DEMO_KEY = "demo_root"  # the demo the person chose in the sidebar (its directory)
+
+
+def current_root() -> str:
+    """The directory of the demo the pages work on: the one chosen in the sidebar, else the
+    shipped one (``data/demo``, or ``$TREEOPT_DEMO``)."""
+    try:
+        chosen = st.session_state.get(DEMO_KEY)
+    except Exception:  # noqa: BLE001 — no session (a bare script): the shipped demo
+        chosen = None
+    return str(chosen) if chosen else str(default_root())
+
+
+CHOOSER_KEY = "demo_chooser"  # the sidebar's widget
+
+
+def demo_chooser() -> None:
+    """The sidebar's choice of demo: the shipped one and every other demo built in ``data/``,
+    each named with its base model."""
+    from treeopt.workbench.demos import available_demos
+
+    demos = {str(d.root): d.label for d in available_demos()}
+    root = current_root()
+    if root not in demos:  # $TREEOPT_DEMO elsewhere, or a demo removed since
+        demos = {root: Path(root).name, **demos}
+    st.sidebar.selectbox("Demo", list(demos), index=list(demos).index(root),
+                         format_func=demos.__getitem__, key=CHOOSER_KEY, on_change=_chosen,
+                         help="the demo every page works on: its base model, drafters and "
+                              "measurements (a demo is built by `treeopt demo build`)")
+
+
+def _chosen() -> None:
+    """The chooser changed: make its demo the one the pages work on, and forget every choice
+    made on the last one (its pick, dataset and page widgets name that demo's drafters)."""
+    root = st.session_state[CHOOSER_KEY]
+    for key in list(st.session_state):
+        if key != CHOOSER_KEY:
+            del st.session_state[key]
+    st.session_state[DEMO_KEY] = root
+
+
+def demo(root: str | None = None) -> Demo:
+    """The chosen demo's files — traces, growths, prompts, manifest — loaded once per server,
+    without the model (no torch): what every page that does not decode reads."""
+    return _demo(root or current_root())
 
 
 @st.cache_resource(show_spinner=False)
-def demo() -> Demo:
-    """The shipped demo's files — traces, growths, prompts, manifest — loaded once per server,
-    without the model (no torch): what every page that does not decode reads."""
+def _demo(root: str) -> Demo:
     from treeopt.demo.load import load
 
-    return load(with_model=False)
+    return load(root, with_model=False)
+
+
+def demo_model(dtype: str = "float32") -> Demo:
+    """:func:`demo` with its model, tokenizer and drafters, loaded once per server, demo and
+    dtype the first time a page decodes (bfloat16 runs with treeopt's exact attention, so tree
+    decoding stays lossless); its traces and growths are :func:`demo`'s own objects. A demo on
+    a pretrained base that is not fetched raises a one-line TreeoptError naming the command
+    that fetches it."""
+    return _demo_model(current_root(), dtype)
 
 
 @st.cache_resource(show_spinner="Loading the demo's model…")
-def demo_model(dtype: str = "float32") -> Demo:
-    """:func:`demo` with its model, tokenizer and drafters, loaded once per server and dtype the
-    first time a page decodes (bfloat16 runs with treeopt's exact attention, so tree decoding
-    stays lossless); its traces and growths are :func:`demo`'s own objects."""
+def _demo_model(root: str, dtype: str) -> Demo:
     from treeopt.demo.load import attach_model
 
     # the demo model is tiny: one thread decodes faster and does not stall on a busy small machine
-    return attach_model(demo(), threads=1, dtype=dtype)
+    return attach_model(demo(root), threads=1, dtype=dtype)
+
+
+def demo_dataset(root: str | None = None) -> Dataset:
+    """The demo's traces as the app's dataset (greedy, held-out and sampled), once per server."""
+    return _demo_dataset(root or current_root())
 
 
 @st.cache_resource(show_spinner=False)
-def demo_dataset() -> Dataset:
-    """The demo's traces as the app's dataset (greedy, held-out and sampled), once per server."""
+def _demo_dataset(root: str) -> Dataset:
     from treeopt.workbench.datasets import demo_dataset as build
 
-    return build(demo())
+    return build(demo(root))
 
 
-_WARMING = threading.Event()
+_WARMED_ROOTS: set[str] = set()  # the demos a warm-up was started for
 
 
-def warm_up() -> None:
+def warm_up(root: str | None = None) -> None:
     """Start computing, in the background and once per server, what the pages read from the
     demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection, the
     adaptive replay of each of the Live page's workloads):
@@ -70,22 +125,24 @@ def warm_up() -> None:
     so that a page's run, which gives the lock up at each message it sends, does not wait 5 ms
     behind the warm-up's pure-Python replays each time it takes it back. On the 2-core host
     either alone left a page opened during the warm-up at 1.7–2.3 s; both, at most 1.2 s
-    (benchmarks/bench_app.py)."""
-    if _WARMING.is_set():
+    (benchmarks/bench_app.py). ``root``: the demo to warm (default: the chosen one), once per
+    demo."""
+    root = root or current_root()
+    if root in _WARMED_ROOTS:
         return
-    _WARMING.set()
-    threading.Thread(target=_warm, name="treeopt-warm-up", daemon=True).start()
+    _WARMED_ROOTS.add(root)
+    threading.Thread(target=_warm, args=(root,), name="treeopt-warm-up", daemon=True).start()
 
 
 WARM_UP_SWITCH_INTERVAL = 0.0005  # seconds; CPython's default is 0.005
 
 
-def _warm() -> None:
+def _warm(root: str) -> None:
     _lowest_priority()
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, WARM_UP_SWITCH_INTERVAL))
     try:
-        _warmed()
+        _warmed(root)
     except Exception:  # noqa: BLE001, S110 — the page that needs the value raises it again
         pass
     finally:
@@ -105,18 +162,20 @@ def _lowest_priority() -> None:
 
 
 @st.cache_resource(show_spinner=False)
-def _warmed() -> bool:
-    """The warm-up's work (inside a cached function, the loaders show no spinner)."""
-    data = demo_dataset()
+def _warmed(root: str) -> bool:
+    """The warm-up's work on the demo at ``root`` (inside a cached function, the loaders show
+    no spinner): the pricing first, which every page's pick needs."""
+    for kind in demo(root).traces:
+        demo_pricing(kind, root=root)
+    demo_overview(root)
+    data = demo_dataset(root)
     for label in data.sources:
         data.table(label)
-    for kind in demo().traces:
-        demo_pricing(kind)
-    demo_dynamic_selection()
+    demo_dynamic_selection(root)
     from treeopt.workbench.adaptive import WORKLOADS
 
     for workload in WORKLOADS:  # the Live page's replay, the workload shown first first
-        demo_adaptive(workload)
+        demo_adaptive(workload, root=root)
     return True
 
 
@@ -130,28 +189,36 @@ def set_dataset(dataset: Dataset | None) -> None:
     st.session_state[DATASET_KEY] = dataset
 
 
+def demo_pricing(kind: str, *, root: str | None = None) -> DemoPricing | None:
+    """The demo's step profile, the selection it predicts, its live sweep and held-out pricing,
+    for ``kind``; computed once per server, demo and kind."""
+    return _demo_pricing(root or current_root(), kind)
+
+
 @st.cache_resource(show_spinner="Pricing the demo's trees…")
-def demo_pricing(kind: str) -> DemoPricing | None:
-    """The demo's step profile, the selection it predicts and its live sweep, for ``kind``;
-    computed once per server and kind."""
+def _demo_pricing(root: str, kind: str) -> DemoPricing | None:
     from treeopt.workbench.pricing import demo_pricing as build
 
-    return build(demo(), kind)
+    return build(demo(root), kind)
+
+
+def demo_adaptive(workload: str, *, root: str | None = None) -> AdaptiveReplay | None:
+    """The adaptive replay of the demo's EAGLE drafter on ``workload``, once per server, demo
+    and workload (:func:`treeopt.workbench.adaptive.demo_adaptive`)."""
+    return _demo_adaptive(root or current_root(), workload)
 
 
 @st.cache_resource(show_spinner="Replaying the engines' adaptive controllers…")
-def demo_adaptive(workload: str) -> AdaptiveReplay | None:
-    """The adaptive replay of the demo's EAGLE drafter on ``workload``, once per server and
-    workload (:func:`treeopt.workbench.adaptive.demo_adaptive`)."""
+def _demo_adaptive(root: str, workload: str) -> AdaptiveReplay | None:
     from treeopt.workbench.adaptive import demo_adaptive as build
 
-    return build(demo(), workload=workload)
+    return build(demo(root), workload=workload)
 
 
-def demo_dynamic_selection() -> Document | None:
+def demo_dynamic_selection(root: str | None = None) -> Document | None:
     """``select --dynamic``'s document for the demo's EAGLE drafter, on the latency table's
     device (None when the demo ships none); read once per server and file version."""
-    bundle = demo()
+    bundle = demo(root)
     table = bundle.latency
     path = bundle.paths.dynamic_selection(table.stem if table else "cpu")
     return _read_dynamic_selection(str(path), path.stat().st_mtime) if path.exists() else None
@@ -196,9 +263,15 @@ def page_errors(*, stop: bool = True) -> Iterator[None]:
             st.stop()
 
 
+def demo_overview(root: str | None = None) -> Overview | None:
+    """The Overview page's answer on the demo (None without a step profile), model-free: the
+    pick every page starts from."""
+    return _demo_overview(root or current_root())
+
+
 @st.cache_resource(show_spinner="Pricing every drafter of the demo…")
-def demo_overview() -> Overview | None:
-    """The Overview page's answer on the demo (None without a step profile), model-free."""
+def _demo_overview(root: str) -> Overview | None:
     from treeopt.workbench.overview import demo_overview as build
 
-    return build(demo(), price=demo_pricing)  # the pricing every page shares, once
+    # the pricing every page shares, once
+    return build(demo(root), price=lambda kind: demo_pricing(kind, root=root))

@@ -8,6 +8,7 @@ from app_pages.choice import (
     LABEL_KEY,
     current_choice,
     demo_pick,
+    held_out_walk,
     pick_batches,
     seed_trees_widgets,
     set_choice,
@@ -23,6 +24,7 @@ from treeopt.workbench.trees import (
     chosen_accept_length,
     families_for,
     grown_choice,
+    held_out_accept_length,
     imported_tree_point,
     pick_choice,
     view_tree,
@@ -118,14 +120,21 @@ if tree.size < size:  # the size stays where the user put it; the tree shown say
                   "tree” to see the chosen size.")
 settings = TreeSettings(size, max_depth, max_nodes, max_rank, method, constraint, temperature,
                         family)
-pick = (pick_choice(label, found[0], heads=source.heads, hardware=found[1])
+pick = (pick_choice(label, found[0], heads=source.heads, hardware=found[1], held_out=found[2])
         if found is not None else None)
-set_choice(grown_choice(label, tree, settings, batch=batch, pick=pick))
+choice = grown_choice(label, tree, settings, batch=batch, pick=pick)
+set_choice(choice)
+held_walk = held_out_walk(label) if temperature == 0 else None
 with right:
-    c1, c2, c3 = st.columns(3)
+    st.caption(f"Chosen: {choice.description}")
+    c1, c2, c3, c4 = st.columns(4)
     c1.metric("E[L] of the chosen tree", f"{chosen:.4f}", help=how)
-    c2.metric("Nodes / depth", f"{tree.size} / {tree.depth}")
-    c3.metric("Tokens verified per step", f"{tree.num_tokens}")
+    if held_walk is not None:
+        c2.metric("E[L] held out, per step", f"{held_out_accept_length(tree, held_walk[0]):.4f}",
+                  help=f"the held-out trace walked as decoding steps over {held_walk[1]}: the "
+                       "E[L] the Overview prices its headline with")
+    c3.metric("Nodes / depth", f"{tree.size} / {tree.depth}")
+    c4.metric("Tokens verified per step", f"{tree.num_tokens}")
     curves = {f"{label} · {m}": g.headline_accept_length for m, g in growths.items()}
     if stepped is not None:
         curves[f"{label} · {PER_STEP_GREEDY}"] = stepped.accept_length

@@ -23,7 +23,7 @@ from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choo
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
-    from treeopt.workbench.pricing import DemoPricing, SweptPricing
+    from treeopt.workbench.pricing import DemoPricing, HeldOutPricing, SweptPricing
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Predicted:
     tokens_per_s: float
     autoregressive_tokens_per_s: float
     source: str
+    accept_length: float | None = None  # the E[L] it was priced with, where known
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,10 @@ class DynamicAlternative:
 @dataclass(frozen=True)
 class BatchAnswer:
     """The answer at one (batch, context): the drafter ``choose-drafter`` picks (``none``: no
-    tree pays), its tree (``select``'s pick), predicted and measured speed-ups, every drafter's
-    predicted speed-up, and the dynamic alternative."""
+    tree pays), its tree (``select``'s pick), predicted (on the calibration prompts, as
+    ``select`` prices it) and measured speed-ups, every drafter's predicted speed-up, the
+    dynamic alternative, and the same tree predicted for held-out prompts (``held_out``: the
+    held-out trace walked step by step, priced by the same step costs; the headline)."""
 
     batch: int
     context: int
@@ -93,6 +96,7 @@ class BatchAnswer:
     candidates: Mapping[str, float]  # drafter → predicted speed-up of its best tree
     measured: Measured | None
     dynamic: DynamicAlternative | None
+    held_out: Predicted | None = None
 
     @property
     def tree_label(self) -> str:
@@ -139,45 +143,6 @@ class BatchAnswer:
 MODEL_TOLERANCE = 0.05  # bench_live's goal: every sweep point predicted within 5%
 
 
-@dataclass(frozen=True)
-class Headline:
-    """One batch size's headline as the Overview page shows it (an ``st.metric``): ``label``
-    ``batch B``, ``value`` the predicted speed-up, ``delta`` the measured one, ``tone`` how the
-    delta is coloured (``red``: a slowdown; ``orange``: prediction and measurement disagree)."""
-
-    label: str
-    value: str
-    delta: str
-    tone: str
-    help: str
-
-
-def headline(a: BatchAnswer) -> Headline:
-    """The headline of answer ``a``.
-
-    The value reads ``1.89× predicted``; the delta ``1.55× measured, spread 2.5%`` (``1.55×
-    measured at 10 nodes (nearest swept), …`` when the sweep measured another tree, ``not
-    measured`` without one); the help names every figure's source.
-    """
-    m = a.measured
-    sources = [f"{a.drafter if a.tree.size else 'no tree'} ({a.tree_label}): "
-               f"{a.predicted.tokens_per_s:.0f} tokens/s {a.predicted.source}"]
-    if m is None:
-        delta, tone = "not measured", "gray"
-    else:
-        where = "" if m.same_tree else f" at {m.size} nodes (nearest swept)"
-        delta = f"{m.speedup:.2f}× measured{where}, spread {m.spread:.1%}"
-        tone = "red" if m.speedup < 1 else "orange" if a.disagreement else "gray"
-        sources.append(f"{m.speedup:.2f}× ({m.tokens_per_s:.0f} tokens/s) {m.source}")
-    if a.dynamic is not None:
-        d = a.dynamic
-        sources.append(f"dynamic alternative ({d.drafter}): {d.settings}, {d.speedup:.2f}× "
-                       f"({d.over_static:.2f}× the static tree's speed-up in the same document) "
-                       f"{d.source}")
-    return Headline(f"batch {a.batch}", f"{a.predicted.speedup:.2f}× predicted", delta, tone,
-                    "\n\n".join(sources))
-
-
 def rows(view: Overview) -> list[dict[str, Any]]:
     """The answers as table rows: what to use, predicted and measured, the dynamic alternative."""
     out = []
@@ -185,12 +150,11 @@ def rows(view: Overview) -> list[dict[str, Any]]:
         m, d = a.measured, a.dynamic
         out.append({
             "batch": a.batch, "drafter": a.drafter, "tree": a.tree_label,
-            "predicted speed-up": round(a.predicted.speedup, 3),
+            "predicted, held out": round(a.held_out.speedup, 3) if a.held_out else None,
+            "predicted, calibration": round(a.predicted.speedup, 3),
             "predicted tokens/s": round(a.predicted.tokens_per_s, 1),
             "measured speed-up": round(m.speedup, 3) if m else None,
             "spread over rounds": f"{m.spread:.1%}" if m else None,
-            "predicted for the swept prompts": (round(m.predicted_here, 3)
-                                                if m and m.predicted_here is not None else None),
             "predicted as swept (profile alongside)": (
                 round(m.predicted_as_swept, 3)
                 if m and m.predicted_as_swept is not None else None),
@@ -210,6 +174,7 @@ class DrafterEvidence:
     trace: str | None = None  # the calibration trace whose per-step walk gave E[L], if known
     command: str = "treeopt select"  # what computes the selection on the command line
     as_swept: SweptPricing | None = None  # the sweep's own run priced, if it can be
+    held_out: HeldOutPricing | None = None  # the step costs with the held-out walk
 
 
 @dataclass(frozen=True)
@@ -260,7 +225,7 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
         choice.speedups, key=lambda k: choice.speedups[k])
     given = evidence[name]
     predicted = Predicted(point.speedup, point.tokens_per_s, point.autoregressive_tokens_per_s,
-                          prediction_source(given, root=root))
+                          prediction_source(given, root=root), point.expected_accept_length)
     measured = None
     if given.sweep is not None and point.tree.size:
         measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth)
@@ -270,7 +235,23 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
     return BatchAnswer(choice.batch, choice.context, choice.drafter, point.tree, point.max_depth,
                        predicted, dict(choice.speedups), measured,
                        dynamic_alternative(dynamic, choice.batch, choice.context,
-                                           source=dynamic_source))
+                                           source=dynamic_source),
+                       held_out_prediction(given, point.tree, choice.batch, root=root))
+
+
+def held_out_prediction(evidence: DrafterEvidence, tree: Tree, batch: int, *,
+                        root: str | Path | None = None) -> Predicted | None:
+    """``tree`` at ``batch`` priced for the held-out prompts (None without a held-out
+    pricing, or for no tree)."""
+    held = evidence.held_out
+    if held is None or tree.size == 0:
+        return None
+    p = held.predict(tree, batch)
+    latency = _short(str(evidence.selection.latency.get("source", "?")), root)
+    source = (f"E[L]: the held-out trace walked step by step over {held.window}; step costs: "
+              f"{latency}, as `{evidence.command}` prices them")
+    return Predicted(p.speedup, p.tokens_per_s, p.tokens_per_s / p.speedup, source,
+                     p.accept_length)
 
 
 def prediction_source(evidence: DrafterEvidence, *, root: str | Path | None = None) -> str:
@@ -348,7 +329,8 @@ def demo_evidence(demo: Demo, *,
         if priced is not None:
             trace = demo.paths.inside(demo.paths.trace(kind))
             out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
-                                        f"treeopt select --demo {kind}", priced.as_swept)
+                                        f"treeopt select --demo {kind}", priced.as_swept,
+                                        priced.held_out)
     return out
 
 
@@ -383,6 +365,6 @@ def _short(path: str, root: str | Path | None) -> str:
         return path
 
 
-__all__ = ["BatchAnswer", "DrafterEvidence", "DynamicAlternative", "Headline", "Measured",
+__all__ = ["BatchAnswer", "DrafterEvidence", "DynamicAlternative", "Measured",
            "Overview", "Predicted", "demo_evidence", "demo_overview", "dynamic_alternative",
-           "headline", "measured_for", "overview", "prediction_source", "rows"]
+           "held_out_prediction", "measured_for", "overview", "prediction_source", "rows"]

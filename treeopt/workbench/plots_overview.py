@@ -17,7 +17,8 @@ from typing import Any
 from treeopt.workbench.overview import BatchAnswer, Overview
 from treeopt.workbench.style import REFERENCE, drafter_colour
 
-PREDICTED, MEASURED, DYNAMIC = "predicted (select)", "measured (sweep)", "dynamic (select --dynamic)"
+PREDICTED, MEASURED = "predicted (held-out prompts, per step)", "measured (sweep)"
+DYNAMIC = "dynamic (select --dynamic)"
 AS_SWEPT = "predicted as swept (its prompts, profile alongside)"
 HEIGHT = 420
 # A marker's shape per figure (Vega-Lite symbol names, or an SVG path in a unit square).
@@ -27,7 +28,7 @@ SHAPES: dict[str, str] = {MEASURED: "circle", AS_SWEPT: "M-1,-1L1,1M-1,1L1,-1",
 
 def predicted_vs_measured(view: Overview) -> dict[str, Any]:
     """The Vega-Lite spec: per batch size (categorical x), the chosen tree's predicted speed-up
-    (a bar in the drafter's colour, labelled with drafter and tree), its measurement (a point;
+    (held out where it is priced so, else as ``select`` priced it; a bar in the drafter's colour, labelled with drafter and tree), its measurement (a point;
     error bar: the rounds' spread, centred on the median; hollow where the sweep measured
     another size), the same tree priced as the sweep ran it (a cross, where the sweep took a
     profile alongside) and the dynamic alternative (a diamond in its drafter's colour), with
@@ -39,11 +40,11 @@ def predicted_vs_measured(view: Overview) -> dict[str, Any]:
          "axis": {"labelAngle": 0}}
     y_title = "speed-up over autoregressive decoding (×)"
     drafters = list(dict.fromkeys(a.drafter for a in answers))
-    bars = [{"batch": _batch(a), "drafter": a.drafter, "speedup": a.predicted.speedup,
+    bars = [{"batch": _batch(a), "drafter": a.drafter, "speedup": p.speedup,
              "label": f"{a.drafter}\n{a.tree_label}",
-             "hover": f"{a.drafter}, {a.tree_label}: {a.predicted.speedup:.2f}× predicted, "
-                      f"{a.predicted.tokens_per_s:.0f} tokens/s — {a.predicted.source}"}
-            for a in answers]
+             "hover": f"{a.drafter}, {a.tree_label}: {p.speedup:.2f}× predicted, "
+                      f"{p.tokens_per_s:.0f} tokens/s — {p.source}"}
+            for a in answers for p in [a.held_out or a.predicted]]
     markers = [m for a in answers for m in _markers(a)]
     spreads = [{"batch": _batch(a), "low": a.measured.speedup * (1 - a.measured.spread / 2),
                 "high": a.measured.speedup * (1 + a.measured.spread / 2)}

@@ -13,7 +13,7 @@ from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.selection import Selection
 from treeopt.pricing.sources import price, profiled_costs
-from treeopt.pricing.sweep_prediction import predict
+from treeopt.pricing.sweep_prediction import Prediction, predict
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
@@ -39,6 +39,33 @@ class SweptPricing:
 
 
 @dataclass(frozen=True, eq=False)
+class HeldOutPricing:
+    """A tree priced for held-out prompts: E[L] from the held-out trace walked step by step —
+    over the prompts and tokens the live sweep decoded where there is a sweep (at batch > 1
+    through the steady window it counts), else over the whole trace — and the step costs
+    ``select`` prices with. The app's headline prediction: for prompts like the ones served,
+    not the calibration prompts the trees were grown on."""
+
+    growth: Growth
+    costs: StepCosts
+    trace: RankTrace
+    prompts: int  # held-out prompts walked
+    tokens: int | None  # new tokens per prompt walked (None: every position the trace holds)
+    continuous: bool = False  # the batch window of continuous batching (the sweep's)
+
+    def predict(self, tree: Tree, batch: int) -> Prediction:
+        """Speed-up, tokens/s and E[L] of ``tree`` at ``batch`` on these held-out prompts."""
+        return predict(tree, self.growth, self.costs, self.trace, batch,
+                       continuous=self.continuous)
+
+    @property
+    def window(self) -> str:
+        """``32 held-out prompts × 128 tokens``: what the walk covers."""
+        tokens = f" × {self.tokens} tokens" if self.tokens is not None else ""
+        return f"{self.prompts} held-out prompts{tokens}"
+
+
+@dataclass(frozen=True, eq=False)
 class DemoPricing:
     """What the demo's measurements say about its ``kind`` heads on the machine that built it:
     the step costs profiled in the live loop, the selection they predict (E[L] from the
@@ -50,10 +77,12 @@ class DemoPricing:
     selection: Selection
     sweep: Sweep | None
     as_swept: SweptPricing | None = None  # the sweep's own run priced (with its alongside profile)
+    held_out: HeldOutPricing | None = None  # the step costs with the held-out walk
 
 
 def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
-    """The demo's measured pricing of its ``kind`` heads (None without a step profile)."""
+    """The demo's measured pricing of its ``kind`` heads (None without a step profile): the
+    selection, the live sweep, the sweep priced as it ran, and the held-out pricing."""
     path = demo.step_profile(kind)
     if path is None:
         return None
@@ -63,7 +92,26 @@ def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     sweep_path = demo.sweep(kind)
     sweep = Sweep.load(sweep_path) if sweep_path is not None else None
     return DemoPricing(kind, costs, selection, sweep,
-                       swept_pricing(demo, kind, sweep) if sweep is not None else None)
+                       swept_pricing(demo, kind, sweep) if sweep is not None else None,
+                       held_out_pricing(demo, kind, costs, sweep))
+
+
+def held_out_pricing(demo: Demo, kind: str, costs: StepCosts,
+                     sweep: Sweep | None) -> HeldOutPricing | None:
+    """``costs`` with the walk of the demo's held-out trace of ``kind``: over the sweep's
+    prompts and new tokens when ``sweep`` records them, else the whole trace (None without a
+    held-out trace that records its sequences)."""
+    trace = demo.heldout_traces.get(kind)
+    counts = trace.meta.get("sequence_positions") if trace is not None else None
+    if trace is None or not counts:
+        return None
+    prompts, tokens = (sweep.meta.get("prompts"), sweep.meta.get("max_new_tokens")
+                       ) if sweep is not None else (None, None)
+    if isinstance(prompts, int) and isinstance(tokens, int) and 1 <= prompts <= len(counts):
+        return HeldOutPricing(demo.growths[kind], costs,
+                              trace.sequences(prompts, positions=tokens), prompts, tokens,
+                              continuous=bool(sweep and sweep.continuous))
+    return HeldOutPricing(demo.growths[kind], costs, trace, len(counts), None)
 
 
 def swept_pricing(demo: Demo, kind: str, sweep: Sweep) -> SweptPricing | None:
@@ -82,4 +130,5 @@ def swept_pricing(demo: Demo, kind: str, sweep: Sweep) -> SweptPricing | None:
                         continuous=sweep.continuous)
 
 
-__all__ = ["DemoPricing", "SweptPricing", "demo_pricing", "swept_pricing"]
+__all__ = ["DemoPricing", "HeldOutPricing", "SweptPricing", "demo_pricing", "held_out_pricing",
+           "swept_pricing"]

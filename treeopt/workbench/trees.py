@@ -73,25 +73,32 @@ class Choice:
         return self.source == PICKED
 
 
-def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "") -> Choice:
+def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "",
+                held_out: float | None = None) -> Choice:
     """``select``'s ``pick`` for drafter ``label`` (of ``heads`` heads) as a choice, with the
-    Trees page settings that grow it again."""
+    Trees page settings that grow it again; ``held_out``: its speed-up predicted for held-out
+    prompts, the figure the description gives (else select's own, on the calibration prompts).
+    """
     ranks = [r for path in pick.tree.paths for r in path]
     settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
                             max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1),
                             family=pick.family)
+    figure = (f"{held_out:.2f}× predicted on held-out prompts" if held_out is not None
+              else f"{pick.speedup:.2f}× predicted")
     return Choice(label, pick.batch, pick.tree,
                   f"{label} · select's pick on {hardware or 'the hardware'} at batch "
-                  f"{pick.batch} · {pick.tree.size} nodes, {pick.speedup:.2f}× predicted",
+                  f"{pick.batch} · {pick.tree.size} nodes, depth {pick.tree.depth}, {figure}",
                   PICKED, settings)
 
 
 def default_choice(source: Source, label: str, *, pick: Point | None = None,
-                   hardware: str = "") -> Choice:
+                   hardware: str = "", held_out: float | None = None) -> Choice:
     """The choice of drafter ``label`` before one is made: ``select``'s ``pick`` for the
-    hardware measured, else the Trees page's default size grown on ``source``."""
+    hardware measured (``held_out``: as :func:`pick_choice` takes it), else the Trees page's
+    default size grown on ``source``."""
     if pick is not None:
-        return pick_choice(label, pick, heads=source.heads, hardware=hardware)
+        return pick_choice(label, pick, heads=source.heads, hardware=hardware,
+                           held_out=held_out)
     settings = TreeSettings(TREE_DEFAULTS["size"], source.heads, method=usable_method(source))
     growth = grow(source, method=settings.method, max_nodes=settings.max_nodes,
                   max_rank=settings.max_rank)
@@ -157,6 +164,15 @@ def imported_tree_point(text: str, source: Source, *, method: str) -> tuple[Tree
     return tree, expected_accept_length(tree, source, method=usable_method(source, method))
 
 
+def held_out_accept_length(tree: Tree, trace: RankTrace) -> float:
+    """E[L] of ``tree`` on held-out ``trace``, per step (the trace walked as decoding steps
+    through it) where the trace records its sequences, else position-weighted."""
+    if tree.size == 0:
+        return 1.0
+    per_step = bool(trace.meta.get("sequence_positions"))
+    return simulate(tree, trace, per_step=per_step).mean_accept_length
+
+
 def families_for(source: Source, constraint: str) -> tuple[str, ...]:
     """The families of trees the Trees page can grow on ``source``: the growth order, and the
     per-step greedy growth where ``source`` is a trace recording its sequences and the trees are
@@ -182,5 +198,6 @@ def chosen_accept_length(growth: Growth, size: int, view: TreeView, *,
 
 
 __all__ = ["GROWN", "LARGEST", "PICKED", "TREE_DEFAULTS", "Choice", "TreeSettings", "TreeView",
-           "chosen_accept_length", "default_choice", "families_for", "grown_choice", "growth_pair", "imported_tree_point", "pick_choice",
+           "chosen_accept_length", "default_choice", "families_for", "grown_choice", "growth_pair",
+           "held_out_accept_length", "imported_tree_point", "pick_choice",
            "selection_from_upload", "view_tree"]

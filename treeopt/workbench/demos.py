@@ -1,0 +1,78 @@
+"""The demos the app can open: the shipped one (``data/demo``, or ``$TREEOPT_DEMO``) and every
+other built demo beside it in ``data/`` (``data/smollm2``: the real model's), each with the base
+model it was built on and, for a pretrained base whose weights are not fetched here, the one
+command that fetches them. Pure paths and manifests, no torch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treeopt.assets.registry import ASSETS, fetched, missing_hint
+from treeopt.demo.layout import default_root
+from treeopt.files import read_json
+
+
+@dataclass(frozen=True)
+class DemoEntry:
+    """A built demo the app can open: its name (its directory's), where it is, and its base."""
+
+    name: str
+    root: Path
+    base_model: str  # as the Overview names it
+
+    @property
+    def label(self) -> str:
+        """``demo — a 3.9M-parameter model trained for the demo``: the chooser's text."""
+        return f"{self.name} — {self.base_model}"
+
+
+def base_model_name(manifest: Mapping[str, Any]) -> str:
+    """The base model a demo's manifest records, as a person reads it: the pretrained asset's
+    name, or the small model the build trained.
+
+    >>> base_model_name({"config": {"base_model": "smollm2-135m-instruct"}})
+    'smollm2-135m-instruct (pretrained)'
+    >>> base_model_name({"config": {"base": {"num_layers": 16, "hidden_size": 128}},
+    ...                  "base": {"parameters": 3936384}})
+    'a 3.9M-parameter model trained for the demo (16 layers, hidden size 128)'
+    """
+    config = manifest.get("config", {})
+    base = config.get("base_model")
+    if base:
+        return f"{base} (pretrained)"
+    shape = config.get("base", {})
+    count = manifest.get("base", {}).get("parameters")
+    size = f"a {count / 1e6:.1f}M-parameter model" if isinstance(count, int) else "a small model"
+    layers = (f" ({shape['num_layers']} layers, hidden size {shape['hidden_size']})"
+              if {"num_layers", "hidden_size"} <= set(shape) else "")
+    return f"{size} trained for the demo{layers}"
+
+
+def weights_missing(manifest: Mapping[str, Any]) -> str | None:
+    """One line naming the command that fetches the demo's pretrained base, when the base is an
+    asset that is not fetched here; None when its weights are at hand (its own model, or a
+    fetched or local pretrained one).
+
+    >>> weights_missing({"config": {}}) is None
+    True
+    """
+    base = manifest.get("config", {}).get("base_model")
+    if not base or base not in ASSETS:
+        return None
+    return None if fetched(base) is not None else missing_hint(base)
+
+
+def available_demos() -> list[DemoEntry]:
+    """The shipped demo first, then every other directory beside it holding a built demo (a
+    ``manifest.json``), by name."""
+    shipped = default_root()
+    found = sorted(d for d in shipped.parent.glob("*")
+                   if d != shipped and (d / "manifest.json").is_file())
+    roots = ([shipped] if (shipped / "manifest.json").is_file() else []) + found
+    return [DemoEntry(r.name, r, base_model_name(read_json(r / "manifest.json"))) for r in roots]
+
+
+__all__ = ["DemoEntry", "available_demos", "base_model_name", "weights_missing"]
