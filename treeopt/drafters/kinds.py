@@ -1,6 +1,7 @@
 """The one registry of drafter kinds, torch-free: the CLI lists the kinds,
 :mod:`treeopt.pricing.costs` and :mod:`treeopt.roofline.draft` read how a kind's cost grows, the
-decoder reads whether it drafts dynamic trees, the demo which of its settings sizes it. Nothing
+decoder reads whether it drafts dynamic trees, the demo which of its settings sizes it and
+which stage makes it, the app's figures the kinds they colour. Nothing
 outside :mod:`treeopt.drafters` branches on a kind's name or probes a drafter for a method: what
 differs between kinds is a field of its :class:`DrafterKind`. Each kind names its torch
 implementation (``module:Class``), which :func:`treeopt.drafters.heads.drafter_class` loads.
@@ -12,6 +13,8 @@ torch; may import ``errors``.
 (True, False)
 >>> [k.name for k in KINDS.values() if k.dynamic]
 ['eagle', 'eagle3']
+>>> [k.name for k in KINDS.values() if k.demo_stage == "heads"]
+['medusa', 'hydra']
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ class DrafterKind:
     prompt lookup matches (the engines' ``max_matching_ngram_size``, ``--max-n`` of export), or
     ``max_trie_depth``, the depth of SGLang's n-gram trie; empty for the other kinds.
     ``match_types``: the orders of a trie node's children its ``match_type`` may name (empty:
-    it has no trie, and ``match_type`` stays empty).
+    it has no trie, and ``match_type`` stays empty). ``demo_stage``: the stage of a demo build
+    that makes it — ``heads`` (the heads stages, one stage per step for every such kind),
+    ``drafters`` (the drafters stage, each kind made end to end), empty where the demo ships
+    none.
     """
 
     name: str
@@ -72,6 +78,7 @@ class DrafterKind:
     hybrid: bool = False  # a model drafter and prompt lookup in one tree (kind name + "+lookup")
     max_match: str = ""  # an n-gram kind: the setting max_match is, "max_n" or "max_trie_depth"
     match_types: tuple[str, ...] = ()  # the trie's orders of children its match_type may name
+    demo_stage: str = ""  # the demo build's stage that makes it: "heads", "drafters" or none
 
 
 TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
@@ -81,16 +88,16 @@ KINDS: dict[str, DrafterKind] = {
     "medusa": DrafterKind("medusa", "Medusa heads", per_depth=False, reads_path=False,
                           implementation="treeopt.drafters.medusa:MedusaHeads",
                           draft_formula="medusa",
-                          demo_layers=("medusa_head_layers", "head_layers")),
+                          demo_layers=("medusa_head_layers", "head_layers"), demo_stage="heads"),
     "hydra": DrafterKind("hydra", "Hydra heads", per_depth=True, reads_path=True,
                          implementation="treeopt.drafters.hydra:HydraHeads",
                          draft_formula="hydra", demo_layers=("head_layers",), min_layers=1,
-                         prefix_attention=True),
+                         prefix_attention=True, demo_stage="heads"),
     "eagle": DrafterKind("eagle", "EAGLE drafter", per_depth=True, reads_path=True,
                          implementation="treeopt.drafters.eagle:EagleDrafter",
                          draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
                          base_lm_head=True, dynamic=True, fc_inputs=2, fc_bias=True,
-                         engine_draft="eagle", position="depth"),
+                         engine_draft="eagle", position="depth", demo_stage="drafters"),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
                           implementation="treeopt.drafters.eagle3:Eagle3Drafter",
                           draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
@@ -100,19 +107,20 @@ KINDS: dict[str, DrafterKind] = {
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                draft_formula="draft-model",
                                demo_layers=("draft_model_layers",), reads_features=False,
-                               trained=False, position="depth"),
+                               trained=False, position="depth", demo_stage="drafters"),
     "prompt-lookup": DrafterKind("prompt-lookup", "Prompt lookup", per_depth=False,
                                  reads_path=False,
                                  implementation="treeopt.drafters.prompt_lookup:PromptLookup",
                                  draft_formula="lookup", demo_layers=(), reads_features=False,
                                  trained=False, engine_draft="ngram", position="depth",
-                                 chain=True, lookup=True, max_match="max_n"),
+                                 chain=True, lookup=True, max_match="max_n",
+                                 demo_stage="drafters"),
     "ngram-trie": DrafterKind("ngram-trie", "N-gram trie", per_depth=False, reads_path=False,
                               implementation="treeopt.drafters.trie_drafter:TrieDrafter",
                               draft_formula="lookup", demo_layers=(), reads_features=False,
                               trained=False, engine_draft="ngram", position="depth",
                               lookup=True, max_match="max_trie_depth",
-                              match_types=TRIE_MATCH_TYPES),
+                              match_types=TRIE_MATCH_TYPES, demo_stage="drafters"),
 }
 HYBRID_SUFFIX = "+lookup"
 
@@ -124,7 +132,7 @@ def _hybrid(model: DrafterKind) -> DrafterKind:
                    title=f"{model.title} + prompt lookup",
                    implementation="treeopt.drafters.hybrid:HybridDrafter", trained=False,
                    dynamic=False, engine_draft="hybrid", lookup=True, hybrid=True,
-                   max_match="max_n")
+                   max_match="max_n", demo_stage="")
 
 
 KINDS.update({k.name + HYBRID_SUFFIX: _hybrid(k) for k in list(KINDS.values()) if not k.lookup})
