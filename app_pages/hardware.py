@@ -1,21 +1,62 @@
-"""Hardware: the roofline of a model on a GPU, and the fastest tree per batch size and context it
-predicts. (What the demo measured on this machine is the Live page.)"""
+"""Hardware: what a tree costs per step, and so the fastest tree per batch size. By default
+the chosen demo's own model on this machine, priced from the step profile measured in the live
+loop (the Overview's pick first); as a choice, the roofline of a preset model on a GPU."""
 
 import streamlit as st
 
 from app_pages.cache import CachedFigures, grown, roofline_selection
-from app_pages.state import current_dataset, page_errors
+from app_pages.choice import current_choice, is_demo_data
+from app_pages.state import current_dataset, demo, demo_pricing, page_errors
 from treeopt.drafters.kinds import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_hardware
+from treeopt.workbench.demos import base_model_name
 from treeopt.workbench.style import format_seconds
 
 hw_plots = CachedFigures(plots_hardware)  # each figure built once per set of inputs
+MEASURED, ROOFLINE = "this demo on this machine (measured)", "a model on a GPU (roofline)"
 
 st.title("Hardware")
 st.write("`tokens/s = b · E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead)`: a "
          "bigger tree accepts more per step but costs more to draft and verify once the device "
          "stops being memory-bound.")
+with page_errors():
+    picked = current_choice()
+data = current_dataset()
+labels = list(data.sources)
+where = st.radio("Price", [MEASURED, ROOFLINE] if is_demo_data() else [ROOFLINE],
+                 horizontal=True, key="hw_where",
+                 help="measured: the step costs profiled on the machine that built the demo, "
+                      "as `treeopt select --demo` prices them; roofline: a preset model on a "
+                      "GPU's datasheet peaks")
+if where == MEASURED:
+    kinds = [k for k in labels if k in demo().traces]
+    h1, _ = st.columns([1, 3])
+    label = h1.selectbox("Drafter", kinds, key="hw_measured_label",
+                         index=kinds.index(picked.drafter) if picked.drafter in kinds else 0)
+    with page_errors():
+        priced = demo_pricing(label)
+    if priced is None:
+        st.info("The demo holds no step profile of this drafter: measure one with `treeopt "
+                "profile step`, or rebuild the demo.")
+        st.stop()
+    selection, device = priced.selection, priced.costs.verify.meta.get("device", "cpu")
+    context = selection.contexts[0]
+    mine = picked.drafter == label
+    st.caption(f"{'Chosen' if mine else 'Chosen elsewhere'}: {picked.description}. "
+               f"Base model: {base_model_name(demo().manifest)}, on {device}.")
+    left, right = st.columns(2)
+    left.plotly_chart(hw_plots.throughput_curves(selection, context=context, drafter=label),
+                      width="stretch")
+    right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
+    st.caption(f"E[L] from the {label} growth's calibration trace walked step by step; step "
+               f"costs (verify, drafting, the decoder's overhead) measured on {device} in the "
+               f"live loop ({priced.costs.verify.meta.get('source', 'the step profile')}), "
+               f"context {context}. The Overview's headline prices the same trees with the "
+               "held-out E[L].")
+    st.page_link("app_pages/live.py", label="Live: the sweeps that check these predictions",
+                 icon=":material/speed:")
+    st.stop()
 
 models, gpus = preset_names(), hardware_names()
 c = st.columns(5)
@@ -42,9 +83,9 @@ st.caption(f"Peaks from {gpu.source or 'the hardware table'}. Red: memory-bound 
            "blue: compute-bound. Marker size: share of the step's time.")
 
 st.header("Fastest tree per batch size and context")
-data = current_dataset()
 h1, _ = st.columns([1, 3])
-label = h1.selectbox("Heads (acceptance)", list(data.sources), key="hw_label")
+label = h1.selectbox("Heads (acceptance)", labels, key="hw_label",
+                     index=labels.index(picked.drafter) if picked.drafter in labels else 0)
 source = data.sources[label]
 method = data.methods(label)[0]
 draft_kind = label if label in KINDS else None

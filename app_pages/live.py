@@ -5,6 +5,7 @@ drafter's trees against the step-cost model, the engines' adaptive step controll
 import streamlit as st
 
 from app_pages.cache import CachedFigures
+from app_pages.choice import current_choice
 from app_pages.state import demo, demo_adaptive, demo_dynamic_selection, demo_pricing, page_errors
 from app_pages.tables import show_table
 from treeopt.workbench import adaptive, plots_dynamic, plots_hardware
@@ -22,7 +23,12 @@ st.write("The demo's evidence, measured on the machine that built it: each draft
 
 st.header("The live sweep: measured against predicted")
 kinds = list(demo().traces)
-live_kind = st.radio("Demo heads", kinds, horizontal=True, key="live_kind")
+with page_errors():
+    picked = current_choice()
+live_kind = st.radio("Demo heads", kinds, horizontal=True, key="live_kind",
+                     index=kinds.index(picked.drafter) if picked.drafter in kinds else 0,
+                     help="the chosen drafter first")
+st.caption(f"Chosen: {picked.description}.")
 priced = None
 with page_errors(stop=False):
     priced = demo_pricing(live_kind)
