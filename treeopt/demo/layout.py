@@ -10,13 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.assets.registry import ASSETS, asset_dir, fetched, missing_hint
+from treeopt.drafters.kinds import KINDS as REGISTRY
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json
 
 DEMO_FORMAT = "treeopt.demo/1"
-# the drafters a demo ships (a demo built before a kind was added lacks it: Demo.kinds)
-KINDS: tuple[str, ...] = ("medusa", "hydra", "eagle", "draft-model", "prompt-lookup",
-                          "ngram-trie")
+# the drafters a demo ships, in the registry's order: the kinds a stage of the build makes
+# (``DrafterKind.demo_stage``; a demo built before a kind was added lacks it: Demo.kinds)
+KINDS: tuple[str, ...] = tuple(k.name for k in REGISTRY.values() if k.demo_stage)
+# the drafter whose dynamic trees a demo measures: the first of them that drafts dynamic trees
+DYNAMIC_KIND: str = next(k for k in KINDS if REGISTRY[k].dynamic)
 ENV_VAR = "TREEOPT_DEMO"
 # the named demos the docs describe that are built on request: name → the build's own flags
 BUILDS = {"smollm2": "--base-model smollm2-135m-instruct"}
@@ -116,12 +119,20 @@ class DemoPaths:
         return self.root / "sweep" / f"{_kind(kind)}-alongside-{device}.json"
 
     def dynamic_trace(self, part: str, topk: int) -> Path:
-        """The EAGLE drafter's dynamic trace of ``topk`` on ``part`` (calibration, heldout)."""
-        return self.root / "dynamic" / f"eagle-{part}-topk{topk}.npz"
+        """The EAGLE drafter's dynamic trace of ``topk`` on ``part`` (calibration, heldout).
+
+        >>> DemoPaths(Path("d")).dynamic_trace("heldout", 2).as_posix()
+        'd/dynamic/eagle-heldout-topk2.npz'
+        """
+        return self.root / "dynamic" / f"{DYNAMIC_KIND}-{part}-topk{topk}.npz"
 
     def dynamic_step_profile(self, device: str = "cpu") -> Path:
-        """The EAGLE drafter's dynamic steps profiled phase by phase on ``device``."""
-        return self.root / "latency" / f"step-eagle-dynamic-{device}.json"
+        """The EAGLE drafter's dynamic steps profiled phase by phase on ``device``.
+
+        >>> DemoPaths(Path("d")).dynamic_step_profile("cuda").name
+        'step-eagle-dynamic-cuda.json'
+        """
+        return self.root / "latency" / f"step-{DYNAMIC_KIND}-dynamic-{device}.json"
 
     def dynamic_selection(self, device: str = "cpu") -> Path:
         """``select --dynamic``'s document for the EAGLE drafter on ``device``."""

@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from treeopt.demo.config import DemoConfig
-from treeopt.demo.layout import KINDS
+from treeopt.demo.layout import DYNAMIC_KIND, KINDS
 from treeopt.drafters.kinds import drafter_kind
 
-HEAD_KINDS = ("medusa", "hydra")  # the heads stages' drafters
-NEW_KINDS = tuple(k for k in KINDS if k not in HEAD_KINDS)  # the drafters stage's
+# the heads stages' drafters and the drafters stage's, as the registry says
+# (``DrafterKind.demo_stage``)
+HEAD_KINDS = tuple(k for k in KINDS if drafter_kind(k).demo_stage == "heads")
+NEW_KINDS = tuple(k for k in KINDS if drafter_kind(k).demo_stage == "drafters")
 # the stages that do each head kind's work apart (a record per kind inside the stage's record)
 KIND_STAGES = ("heads", "traces", "growth", "quality", "latency", "sweep", "sampled", "prose")
 
@@ -20,7 +22,8 @@ def lacking(name: str, record: dict[str, Any], kinds: tuple[str, ...] = KINDS,
             ) -> tuple[str, ...]:
     """The drafters of ``kinds`` (those a build makes) that stage ``name``'s ``record`` has no
     result for: each kind stage's own kinds, the prose stage's every kind; the head data and the
-    dynamic stage, when they were skipped, the trained drafters and EAGLE that need them.
+    dynamic stage, when they were skipped, the trained drafters and EAGLE
+    (:data:`~treeopt.demo.layout.DYNAMIC_KIND`) that need them.
 
     >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {"medusa": {}, "hydra": {}})
     (('draft-model', 'prompt-lookup', 'ngram-trie'), ())
@@ -31,7 +34,7 @@ def lacking(name: str, record: dict[str, Any], kinds: tuple[str, ...] = KINDS,
     """
     if name == "head_data" or name == "dynamic":
         need = trained_kinds(kinds) if name == "head_data" else tuple(
-            k for k in kinds if k == "eagle")
+            k for k in kinds if k == DYNAMIC_KIND)
         return need if "skipped" in record else ()
     if "skipped" in record:  # a stage that cannot run here (no profiler): not again
         return ()
