@@ -6,18 +6,27 @@ model's :class:`~treeopt.decoding.tree_forward.Verifier` with the probe run, and
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 
 from treeopt.decoding.blas import blas_choice
-from treeopt.decoding.cache import cache_shape
+from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.layers import attention_layout
 from treeopt.decoding.models import architecture, check_context, context_length
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.row_products import pair_lone_rows
-from treeopt.decoding.tree_forward import SupportProbe, Verifier, mask_dtype, verify_step
+from treeopt.decoding.tree_forward import (
+    SupportProbe,
+    Verifier,
+    forward_with_cache,
+    mask_dtype,
+    prefix_inputs,
+    verify_step,
+)
 from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
@@ -26,51 +35,129 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 PROBE_TREE = Tree.from_choices([[0], [1], [0, 0]])  # root → a → c, and a's sibling b
+RELATIVE_TOLERANCE = 1e-4  # of float32 hidden states; one key of a window of 1024 moves them more
+
+
+@dataclass(frozen=True)
+class ProbeCase:
+    """Two rows whose prefixes hold ``lengths`` tokens (the second one fewer), then the probe
+    tree; ``first``: the tokens of the prefix's first forward, the rest cached by a second
+    (a step of a chain), or None for one prefill."""
+
+    lengths: tuple[int, int]
+    first: int | None = None
+
+
+def probe_cases(verify: Verifier) -> list[ProbeCase]:
+    """Prefixes past every window and chunk (each layer's boundary inside the prefix), then,
+    for each window or chunk of ``W`` tokens, prefixes of ``W`` and ``W - 1``, cached in two
+    forwards: the boundary falls between the first row's prefix and its tree (its root opens a
+    chunk; a window loses its first key there) and inside the second row's tree. A model of
+    full attention only: the first prefixes again, cached in two forwards."""
+    spans = sorted({k.span for k in verify.layout.layers if k.span} | _config_spans(verify.model))
+    n = max([verify.layout.reach, *spans]) + 3
+    edges = [ProbeCase((w, w - 1), w // 2) for w in spans if w >= 3]
+    return [ProbeCase((n, n - 1))] + (edges or [ProbeCase((n, n - 1), n // 2)])
 
 
 def probe_tree_support(verify: Verifier) -> SupportProbe:
-    """Prefill two rows of random tokens (lengths differing by one, longer than every window
-    and chunk: each layer's boundary falls inside the prefix), verify a 3-node tree after
-    them, and compare each tree token's logits with the model's own forward — no cache, no
+    """Verify a 3-node tree after two rows' prefixes of random tokens (:func:`probe_cases`), in
+    float32 whatever the model's dtype (its weights cast there and back, losslessly), and
+    compare each tree token's last hidden state with the model's own forward's — no cache, no
     mask from treeopt — over the row's prefix and that token's path."""
+    model = verify.model
+    worst, scale, prefix = 0.0, 1.0, 0
+    with _float32(model), torch.no_grad():
+        exact = replace(verify, dtype=torch.float32, features=(), split=False, compiled=None,
+                        shape=replace(verify.shape, dtype=torch.float32))
+        for case in probe_cases(verify):
+            got, want = _probe_case(exact, case)
+            worst = max(worst, float((got - want).abs().max()))
+            scale, prefix = max(scale, float(want.abs().max())), max(prefix, *case.lengths)
+    return SupportProbe(prefix, worst, RELATIVE_TOLERANCE * scale)
+
+
+def _probe_case(verify: Verifier, case: ProbeCase) -> tuple[torch.Tensor, torch.Tensor]:
+    """Last hidden states ``[rows × tree tokens, d]`` of the probe tree after ``case``'s
+    prefixes: through treeopt's cache and masks, and through the model's own forward."""
     model, device = verify.model, verify.shape.device
-    n = max(verify.layout.reach, _config_spans(model)) + 3
+    n, q = max(case.lengths), PROBE_TREE.num_tokens
     check_context(model, n + PROBE_TREE.depth + 1, what="the tree-support probe")
     vocab = model.get_input_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(1, min(vocab, 1000), (2, n + PROBE_TREE.num_tokens), generator=gen)
-    ids = ids.to(device)
-    lengths = torch.tensor([n, n - 1], device=device)
+    gen = torch.Generator().manual_seed(n)
+    ids = torch.randint(1, min(vocab, 1000), (2, n + q), generator=gen).to(device)
+    lengths = torch.tensor(case.lengths, device=device)
+    cache = verify.cache(batch=2, capacity=n + q + 1)
+    first = case.first or n
+    _prefill(verify, ids[:, :first], torch.full_like(lengths, first), cache)
+    if first < n:  # the rest of the prefix: a chain step after the first forward's cache
+        rest = Tree.chain(n - first - 1)
+        verify_step(verify, ids[:, first:n], tree_plan(rest, str(device)), cache=cache,
+                    lengths=torch.full_like(lengths, first), frontier=first)
     plan = tree_plan(PROBE_TREE, str(device))
-    cache = verify.cache(batch=2, capacity=n + PROBE_TREE.num_tokens + 1)
-    with torch.no_grad():
-        verify.prefill(ids[:, :n], lengths, cache=cache)
-        tokens = torch.stack([ids[i, lengths[i]: lengths[i] + PROBE_TREE.num_tokens]
-                              for i in range(2)])  # [2, q]: root, a, b, c
-        logits, _ = verify_step(verify, tokens, plan, cache=cache, lengths=lengths, frontier=n)
-        seqs = [torch.cat([ids[i, :length], tokens[i, _ancestry(plan, node)]])
-                for i, length in enumerate(lengths.tolist()) for node in range(tokens.shape[1])]
-        padded = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)  # right-padded
-        last = torch.tensor([len(x) - 1 for x in seqs], device=device)
-        rows = torch.arange(len(seqs), device=device)
-        want = model(input_ids=padded).logits[rows, last].float()
-    got = logits.reshape(len(seqs), -1).float()  # rows × nodes, in the order of ``seqs``
-    worst = float((got - want).abs().max())
-    scale = max(1.0, float(want.abs().max()))
-    tol = (1e-3 if logits.dtype in (torch.float32, torch.float64) else 5e-2) * scale
-    return SupportProbe(n, worst, tol)
+    tokens = torch.stack([ids[i, length: length + q] for i, length in enumerate(case.lengths)])
+    _, hidden = verify_step(verify, tokens, plan, cache=cache, lengths=lengths, frontier=n)
+    seqs = [torch.cat([ids[i, :length], tokens[i, _ancestry(plan, node)]])
+            for i, length in enumerate(case.lengths) for node in range(q)]
+    return hidden.reshape(len(seqs), -1), _last_hidden(model, seqs)
 
 
-def _config_spans(model: PreTrainedModel) -> int:
-    """The longest window or chunk the config names under any field (``sliding_window``,
-    ``attention_chunk_size``, …), within the model's context: the probe passes it whatever
+def _prefill(verify: Verifier, ids: torch.Tensor, lengths: torch.Tensor, cache: SlotCache,
+             ) -> None:
+    """The prefix into ``cache`` with treeopt's masks, the LM head run at one position only."""
+    positions, mask = prefix_inputs(lengths, ids.shape[1], dtype=verify.dtype,
+                                    layout=verify.layout)
+    cache.place(0, ids.shape[1])
+    forward_with_cache(verify.model, ids, cache=cache, position_ids=positions,
+                       attention_mask=mask, logits_to_keep=1)
+
+
+def _last_hidden(model: PreTrainedModel, seqs: list[torch.Tensor]) -> torch.Tensor:
+    """The model's own last hidden state (after the final norm) at the end of each sequence
+    ``[len(seqs), d]``, no cache and no mask from treeopt, and no logits."""
+    padded = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)  # right-padded
+    last = torch.tensor([len(x) - 1 for x in seqs], device=padded.device)
+    rows = torch.arange(len(seqs), device=padded.device)
+    decoder = model.get_decoder()
+    if decoder is not None and decoder is not model:
+        hidden = decoder(input_ids=padded).last_hidden_state  # [rows, T, d]
+    else:
+        hidden = model(input_ids=padded, output_hidden_states=True,
+                       logits_to_keep=1).hidden_states[-1]
+    return hidden[rows, last]
+
+
+@contextmanager
+def _float32(model: PreTrainedModel) -> Iterator[None]:
+    """``model``'s floating-point weights and buffers in float32 inside, as they were after
+    (16-bit values are exact in float32, so the round trip changes no bit), with float32
+    products at full precision."""
+    tensors = [t for t in (*model.parameters(), *model.buffers())
+               if t.is_floating_point() and t.dtype != torch.float32]
+    dtypes = [t.dtype for t in tensors]
+    precision = torch.get_float32_matmul_precision()
+    try:
+        with torch.inference_mode(False):  # the weights stay ordinary tensors after
+            for t in tensors:
+                t.data = t.data.float()
+        torch.set_float32_matmul_precision("highest")
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        with torch.inference_mode(False):
+            for t, dtype in zip(tensors, dtypes, strict=True):
+                t.data = t.data.to(dtype)
+
+
+def _config_spans(model: PreTrainedModel) -> set[int]:
+    """The windows and chunks the config names under any field (``sliding_window``,
+    ``attention_chunk_size``, …), within the model's context: the probe passes them whatever
     treeopt believes the layers do, so a window treeopt missed shows as a difference."""
     config = model.config.get_text_config(decoder=True)
     limit = context_length(model) or 0
-    spans = [v for k, v in vars(config).items()
-             if ("window" in k or "chunk" in k) and isinstance(v, int)
-             and not isinstance(v, bool) and 0 < v and (not limit or v < limit)]
-    return max(spans, default=0)
+    return {v for k, v in vars(config).items()
+            if ("window" in k or "chunk" in k) and isinstance(v, int)
+            and not isinstance(v, bool) and 0 < v and (not limit or v < limit)}
 
 
 def _ancestry(plan: TreePlan, token: int) -> list[int]:
@@ -89,8 +176,8 @@ def check_tree_support(verify: Verifier) -> SupportProbe:
         model = verify.model
         raise TreeoptError(
             f"{architecture(model)}: treeopt's tree step differs from the model's own forward "
-            f"(logits by up to {probe.max_abs_diff:.3g} after {probe.prefix} tokens, tolerance "
-            f"{probe.tolerance:.3g}; attention implementation "
+            f"(float32 last hidden states by up to {probe.max_abs_diff:.3g} after up to "
+            f"{probe.prefix} tokens, tolerance {probe.tolerance:.3g}; attention implementation "
             f"{getattr(model.config, '_attn_implementation', '?')}), so its masks cannot be "
             f"trusted with this model; load it with attn_implementation='sdpa' or 'eager'")
     return probe

@@ -93,13 +93,15 @@ def prefix_inputs(lengths: torch.Tensor, longest: int, *, dtype: torch.dtype,
 
 def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache: Any,
                        position_ids: torch.Tensor, attention_mask: Masks | None = None,
-                       layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits ``[b, q, V]`` and last hidden states ``[b, q, d]`` (``layers``: those hidden
-    states concatenated, what an EAGLE-3 drafter reads) from the model's own forward; the cache
-    takes the q tokens."""
+                       layers: tuple[int, ...] = (), logits_to_keep: int = 0,
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``[b, q, V]`` (``logits_to_keep``: of the last that many tokens only; 0: all) and
+    last hidden states ``[b, q, d]`` (``layers``: those hidden states concatenated, what an
+    EAGLE-3 drafter reads) from the model's own forward; the cache takes the q tokens."""
     try:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    past_key_values=cache, use_cache=True, output_hidden_states=True)
+                    past_key_values=cache, use_cache=True, output_hidden_states=True,
+                    **({"logits_to_keep": logits_to_keep} if logits_to_keep else {}))
     except (TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
         if attention_mask is None:
             raise
@@ -113,10 +115,10 @@ def forward_with_cache(model: PreTrainedModel, input_ids: torch.Tensor, *, cache
 
 @dataclass(frozen=True)
 class SupportProbe:
-    """How far treeopt's tree step strays from the model's own forward: the largest logit
-    difference over every probed token, against the tolerance of the dtype."""
+    """How far treeopt's tree step strays from the model's own forward: the largest difference
+    of a probed token's last hidden state, in float32, against a tolerance relative to them."""
 
-    prefix: int  # tokens cached before the tree (past every window and chunk)
+    prefix: int  # the most tokens cached before the tree (past every window and chunk)
     max_abs_diff: float
     tolerance: float
 
