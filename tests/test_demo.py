@@ -248,7 +248,7 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
 def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path, monkeypatch):
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build, stage_dynamic, stages
     from treeopt.demo.layout import DemoPaths
 
     torch.set_num_threads(1)
@@ -269,7 +269,7 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path
     def interrupted(ctx, traces=None):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(stages, "dynamic_timing", interrupted)
+    monkeypatch.setattr(stage_dynamic, "dynamic_timing", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build.build_demo(out, cfg, log=lambda s: None, redo=(stages.TIMING,))
     monkeypatch.undo()
@@ -294,7 +294,7 @@ def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, mo
     batch size) and measures no drafter it had finished again."""
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build, stage_timing, stages
     from treeopt.demo.layout import DemoPaths
 
     torch.set_num_threads(1)
@@ -317,11 +317,11 @@ def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, mo
         sweep.write_text(json.dumps(doc))  # the first batch size measured, then the stop
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(stages, "drafter_timing", stopped_inside)
+    monkeypatch.setattr(stage_timing, "drafter_timing", stopped_inside)
     with pytest.raises(KeyboardInterrupt):
         build.build_demo(out, cfg, log=lambda s: None, redo=(stages.TIMING,))
     assert measured == [first, second]
-    monkeypatch.setattr(stages, "drafter_timing",
+    monkeypatch.setattr(stage_timing, "drafter_timing",
                         lambda ctx, kind: measured.append(kind) or real(ctx, kind))
     manifest = build.build_demo(out, cfg, log=lambda s: None)
     monkeypatch.undo()
@@ -337,7 +337,7 @@ def test_redo_quality_checks_the_heads_and_every_drafter_again(tmp_path, monkeyp
     not; nothing else is made again."""
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build, stage_quality, stages
 
     torch.set_num_threads(1)
     cfg = replace(TINY, seed=7)
@@ -352,12 +352,12 @@ def test_redo_quality_checks_the_heads_and_every_drafter_again(tmp_path, monkeyp
             raise KeyboardInterrupt
         return real(ctx, kind, reference)
 
-    monkeypatch.setattr(stages, "kind_quality", stopped_at_second)
+    monkeypatch.setattr(stage_quality, "kind_quality", stopped_at_second)
     with pytest.raises(KeyboardInterrupt):
         build.build_demo(out, cfg, log=lambda s: None, redo=("quality",))
     assert checked == [*stages.HEAD_KINDS, *stages.NEW_KINDS[:2]]
     checked.clear()
-    monkeypatch.setattr(stages, "kind_quality",
+    monkeypatch.setattr(stage_quality, "kind_quality",
                         lambda ctx, kind, reference: checked.append(kind) or real(ctx, kind,
                                                                                   reference))
     logs: list[str] = []

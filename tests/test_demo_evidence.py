@@ -163,7 +163,7 @@ def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkey
     profile alongside, no drafter keeps the one of the earlier measurement."""
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build, stage_timing, stages
     from treeopt.demo.layout import DemoPaths
     from treeopt.documents.sweep import Sweep
 
@@ -178,7 +178,7 @@ def test_an_interrupted_redo_resumes_when_run_again(remeasured, tmp_path, monkey
             raise KeyboardInterrupt
         return sweep_of(ctx, kind)
 
-    monkeypatch.setattr(stages, "kind_sweep", interrupted)
+    monkeypatch.setattr(stage_timing, "kind_sweep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build.build_demo(out, later, log=lambda s: None, redo=(stages.TIMING,))
     monkeypatch.undo()

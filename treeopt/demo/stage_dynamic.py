@@ -1,0 +1,150 @@
+"""The dynamic stage of a demo build: dynamic trees for the EAGLE drafter
+(:data:`~treeopt.demo.layout.DYNAMIC_KIND`) — its dynamic traces, live dynamic decoding of a
+few settings beside the traces' predictions, its dynamic step profile and ``select
+--dynamic``'s recommendation priced from it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from treeopt.demo.context import Context
+from treeopt.demo.layout import DYNAMIC_KIND
+from treeopt.demo.stage_timing import demo_costs, has_profiler, threads
+from treeopt.files import write_json
+
+
+def dynamic(ctx: Context) -> dict[str, Any]:
+    """Dynamic trees for the EAGLE drafter: its dynamic traces (calibration and held-out), live
+    dynamic decoding of a few settings against both traces' predictions, and ``select
+    --dynamic``'s recommendation per batch from the EAGLE step profile."""
+    from treeopt.decoding.dynamic_ranks import simulate_dynamic
+    from treeopt.decoding.ranks import greedy_continuations
+
+    c = ctx.config
+    if DYNAMIC_KIND not in c.kinds:
+        return {"skipped": "no EAGLE drafter in the build's kinds"}
+    drafter = ctx.heads(DYNAMIC_KIND)
+    out: dict[str, Any] = {"traces": {}}
+    traces: dict[str, dict[int, Any]] = {}
+    for part in ("calibration", "heldout"):
+        prompts = ctx.prompt_ids(part)
+        if part == "calibration":
+            prompts = prompts[: c.dynamic_prompts]
+        sequences = greedy_continuations(ctx.model, prompts, max_new_tokens=c.max_new_tokens)
+        starts = [len(p) - 1 for p in prompts]
+        traces[part] = {}
+        for k in c.dynamic_topk:
+            bar = ctx.bar(len(sequences), f"dynamic {part} top-k {k}")
+            trace = simulate_dynamic(ctx.model, drafter, sequences, starts, topk=k,
+                                     steps=c.dynamic_steps,
+                                     progress=lambda i, n, bar=bar: bar.update(i - bar.n))
+            bar.close()
+            meta = {**trace.meta, "prompts": f"{part} ({len(prompts)})",
+                    "max_new_tokens": c.max_new_tokens}
+            type(trace)(k, trace.places, trace.lengths, meta).save(
+                ctx.paths.dynamic_trace(part, k))
+            traces[part][k] = trace
+        out["traces"][part] = {"prompts": len(prompts), "positions": sum(trace.lengths)}
+    out["live"] = _dynamic_check(ctx, traces)
+    out.update(dynamic_timing(ctx, traces["calibration"]))
+    return out
+
+
+def dynamic_timing(ctx: Context, traces: dict[int, Any] | None = None) -> dict[str, Any]:
+    """What the dynamic stage measures of dynamic drafting's speed: the dynamic step profile and
+    the recommendation priced from it (``traces``: the calibration dynamic traces by top-k, read
+    from the demo's files when not given)."""
+    from treeopt.dynamic.simulate import DynamicTrace
+
+    c = ctx.config
+    if not has_profiler() or not ctx.paths.step_profile(DYNAMIC_KIND, c.device).exists():
+        return {}
+    if traces is None:
+        traces = {k: DynamicTrace.load(ctx.paths.dynamic_trace("calibration", k))
+                  for k in c.dynamic_topk}
+    return {"step_profile": _dynamic_step_profile(ctx),
+            "selection": _dynamic_selection(ctx, traces)}
+
+
+def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
+    """The live dynamic step of the EAGLE drafter, profiled phase by phase at every live batch
+    size over a design set of settings: what prices dynamic drafting."""
+    from treeopt.model.dynamic_settings import DynamicSettings
+    from treeopt.profiling.step import profile_steps
+
+    c = ctx.config
+    threads(c.live_threads)
+    out = ctx.paths.dynamic_step_profile(c.device)
+    prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    profile = profile_steps(ctx.model, ctx.heads(DYNAMIC_KIND), None, prompts,
+                            batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
+                            measure=c.measurement("step"),
+                            dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
+                            log=lambda line: ctx.log(f"  {line}"))
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step"))}
+
+
+def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str, Any]:
+    """Live dynamic decoding of the check settings on held-out prompts: lossless, and E[L]
+    beside the calibration trace's walk and the held-out trace's walk of the same prompts."""
+    from treeopt.decoding.loop import Decoder
+    from treeopt.dynamic.simulate import DynamicTrace
+    from treeopt.model.dynamic_settings import DynamicSettings
+    from treeopt.model.tree import Tree
+
+    c = ctx.config
+    prompts = ctx.prompt_ids("heldout")[: c.dynamic_check_prompts]
+    decoder = Decoder(ctx.model, ctx.heads(DYNAMIC_KIND))
+    reference = [t for i in range(0, len(prompts), 8) for t in decoder.decode(
+        Tree(()), prompts[i: i + 8], config=_greedy(c.max_new_tokens)).tokens]
+    rows = []
+    for k, steps, n in c.dynamic_check:
+        s = DynamicSettings(k, steps, n)
+        runs = [decoder.decode(s, prompts[i: i + 8], config=_greedy(c.max_new_tokens))
+                for i in range(0, len(prompts), 8)]
+        lengths = [x for r in runs for x in r.stats.accept_lengths]
+        held = traces["heldout"][k]
+        held = DynamicTrace(k, held.places[: sum(held.lengths[: len(prompts)])],
+                            held.lengths[: len(prompts)])
+        rows.append({**s.to_dict(), "lossless": [t for r in runs for t in r.tokens] == reference,
+                     "live_expected_accept_length": float(np.mean(lengths)),
+                     "calibration_walk": traces["calibration"][k].walk(s).mean_accept_length,
+                     "heldout_walk": held.walk(s).mean_accept_length})
+        ctx.log(f"  dynamic {s.label}: live E[L] {rows[-1]['live_expected_accept_length']:.3f}, "
+                f"calibration walk {rows[-1]['calibration_walk']:.3f}, lossless "
+                f"{rows[-1]['lossless']}")
+    return {"prompts": len(prompts), "settings": rows}
+
+
+def _greedy(max_new_tokens: int) -> Any:
+    from treeopt.decoding.config import DecodeConfig
+
+    return DecodeConfig(max_new_tokens=max_new_tokens)
+
+
+def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
+    """``select --dynamic`` on the demo: the EAGLE step profile prices every setting and the
+    static growth's trees at every profiled batch."""
+    from treeopt.dynamic.report import dynamic_selection
+    from treeopt.model.growth import Growth
+    from treeopt.pricing.select import select
+
+    c = ctx.config
+    costs = demo_costs(ctx, ctx.paths.step_profile(DYNAMIC_KIND, c.device))
+    static = select(Growth.load(ctx.paths.growth(DYNAMIC_KIND)), costs.verify, draft=costs.draft,
+                    overhead=costs.overhead, batch=costs.verify.batches,
+                    context=costs.verify.contexts)
+    dyn = demo_costs(ctx, ctx.paths.dynamic_step_profile(c.device))
+    doc = dynamic_selection(traces, verify=dyn.verify, draft=dyn.draft,
+                            overhead=dyn.overhead, static=static,
+                            sources={str(k): ctx.paths.dynamic_trace("calibration", k).name
+                                     for k in traces})
+    write_json(ctx.paths.dynamic_selection(c.device), doc)
+    return {"file": ctx.paths.dynamic_selection(c.device).name,
+            "best": [{"batch": p["batch"], **{k: p["best"][k] for k in
+                      ("topk", "steps", "draft_tokens", "speedup")},
+                      "static_speedup": p["static"]["speedup"]} for p in doc["points"]]}

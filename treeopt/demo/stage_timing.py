@@ -1,0 +1,163 @@
+"""The timing stages of a demo build: the verify-step latency table, each drafter's live step
+profile, its live throughput sweep (and the errors of the profile taken alongside it); the step
+costs a demo profile prices with, and the torch threads every timing runs with."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeopt.demo.context import Context
+from treeopt.demo.stage_kinds import HEAD_KINDS
+
+if TYPE_CHECKING:
+
+    from treeopt.documents.sweep import Sweep
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import StepCosts
+
+
+def latency(ctx: Context) -> dict[str, Any]:
+    """The verify-step table (batch 1, the profiler's own sweep) and, for each head kind, the
+    live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
+    if not has_profiler():
+        return {"skipped": "the profiler is not available (treeopt.profiling is not importable)"}
+    from treeopt.profiling.verify import profile_verify
+    from treeopt.roofline.config import load_config
+
+    c = ctx.config
+    threads(c.live_threads)
+    steps = {kind: kind_step_profile(ctx, kind) for kind in ctx.kinds}
+    if ctx.kinds != HEAD_KINDS and ctx.paths.latency(c.device).exists():
+        return {"step_profiles": steps}  # one kind made again: the model's table is the same
+    table = profile_verify(load_config(ctx.model_dir), out=ctx.paths.latency(c.device),
+                           device=c.device, dtype=c.dtype, batch=[1],
+                           context=list(c.latency_context), tokens=list(c.latency_tokens),
+                           repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.model_dir),
+                           log=lambda line: ctx.log(f"  {line}"))
+    return {"device": table.device, "file": ctx.paths.latency(c.device).name,
+            "records": len(table.records), "step_profiles": steps}
+
+
+def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
+    """The ``kind`` drafter's live step, profiled phase by phase for its growth's trees."""
+    from treeopt.model.growth import Growth
+    from treeopt.profiling.step import profile_steps
+
+    c = ctx.config
+    threads(c.live_threads)
+    out = ctx.paths.step_profile(kind, c.device)
+    prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
+    start = time.perf_counter()
+    profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
+                            prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
+                            out=out, max_new_tokens=c.live_new_tokens,
+                            measure=c.measurement("step"),
+                            log=lambda line: ctx.log(f"  {line}"))
+    return {"file": out.name, "records": len(profile.records),
+            "measurement": asdict(c.measurement("step")),
+            "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
+
+
+def sweep(ctx: Context) -> dict[str, Any]:
+    """The live throughput sweep of each head kind's trees on the held-out prompts, beside the
+    step-cost model's prediction and with the tree select picks: the Hardware page's figure."""
+    return {kind: kind_sweep(ctx, kind) for kind in ctx.kinds}
+
+
+def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
+    """The live throughput sweep of the ``kind`` drafter's trees on held-out prompts, measured
+    as the config says (:meth:`DemoConfig.measurement`, a race of select's pick against the
+    measured best, a step profile alongside), with the tree ``treeopt select --demo`` picks at
+    each batch: select over the whole growth, E[L] from the calibration trace, priced by the
+    demo's step profile of the drafter, which also predicts every point."""
+    from treeopt.decoding.config import DecodeConfig
+    from treeopt.decoding.live_sweep import tune
+    from treeopt.demo.evidence import alongside_profile, sweep_method
+    from treeopt.model.growth import Growth
+    from treeopt.model.trace import RankTrace
+
+    c = ctx.config
+    threads(c.live_threads)
+    prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
+    # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
+    # step-cost model's error, not the sampling error of a handful of prompts; select picks with
+    # the calibration trace, as a user's select does before any live run
+    path = ctx.paths.sweep(kind, c.device)
+    growth = Growth.load(ctx.paths.growth(kind))
+    sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
+    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+        c.sweep_prompts, positions=c.live_new_tokens)
+    alongside = alongside_profile(ctx.model, ctx.heads(kind), prompts, config=c,
+                                  out=ctx.paths.alongside_profile(kind, c.device))
+    start = time.perf_counter()
+    bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
+    result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
+                  sizes=sizes, out=path, measure=c.measurement("sweep"),
+                  config=DecodeConfig(max_new_tokens=c.live_new_tokens),
+                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)), trace=own,
+                  select_trace=RankTrace.load(ctx.paths.trace(kind)),
+                  meta={"model": "treeopt demo", "device": c.device,
+                        "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
+                  race_best=c.sweep_race, before_point=alongside,
+                  continuous=c.sweep_batching == "continuous",
+                  progress=lambda i, n, bar=bar: bar.update(i - bar.n))
+    bar.close()
+    for row in result.summary():
+        ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
+                f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
+                f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
+    record = {"file": path.name, "summary": result.summary(),
+              "method": sweep_method(c, ctx.paths, kind),
+              "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
+    if alongside is not None:
+        record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
+    return record
+
+
+def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own: RankTrace,
+                      ) -> dict[str, Any]:
+    """The sweep's points predicted from the profile taken alongside them, per batch."""
+    from treeopt.demo.evidence import alongside_errors
+
+    path = ctx.paths.alongside_profile(kind, ctx.config.device)
+    errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
+                              own.first_positions(ctx.config.live_new_tokens))
+    return {"file": path.name, "errors": errors}
+
+
+def drafter_timing(ctx: Context, kind: str) -> dict[str, Any]:
+    """What the drafters stage measures of a ``kind`` drafter's speed (its step profile and live
+    sweep; nothing without the profiler)."""
+    if not has_profiler():
+        return {}
+    return {"step_profile": kind_step_profile(ctx, kind), "sweep": kind_sweep(ctx, kind)}
+
+
+def has_profiler() -> bool:
+    """Whether the profiler (:mod:`treeopt.profiling`) can be imported here: without it the
+    timing stages record that they were skipped."""
+    try:
+        import treeopt.profiling.step  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def demo_costs(ctx: Context, profile: Path) -> StepCosts:
+    """The step costs of a profile of the demo, named by its path inside the demo (a build's
+    work directory is not where the demo will be read)."""
+    from treeopt.pricing.sources import profiled_costs
+
+    return profiled_costs(profile, source=ctx.paths.inside(profile))
+
+
+def threads(n: int) -> None:
+    """Time with ``n`` torch threads, as the app and the benchmarks run (the build's training
+    stages may use more)."""
+    from treeopt.decoding.models import set_threads
+
+    set_threads(n)

@@ -1,0 +1,114 @@
+"""The trace stages of a demo build: each drafter's greedy rank traces (calibration and held-out
+prompts), its growths from them, and its traces and growths of sampled continuations at the
+config's temperatures; E[L] at :data:`SIZES` in their records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from treeopt.demo.context import Context
+
+if TYPE_CHECKING:
+
+    from treeopt.model.trace import RankTrace
+
+SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
+
+
+def traces(ctx: Context) -> dict[str, Any]:
+    return {kind: kind_traces(ctx, kind) for kind in ctx.kinds}
+
+
+def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
+    """The greedy rank traces of the ``kind`` drafter on the calibration and held-out prompts."""
+    out = {}
+    for part in ("calibration", "heldout"):
+        trace = greedy_trace(ctx, kind, part, ctx.paths.trace(kind, heldout=part == "heldout"))
+        out[part] = {"positions": trace.positions, "sequences": int(trace.meta["sequences"])}
+    return out
+
+
+def greedy_trace(ctx: Context, kind: str, part: str, out: Path) -> RankTrace:
+    """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
+    (resumed when a run was interrupted): the demo's top-k, continuation length and batch."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+
+    c = ctx.config
+    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                          batch_size=c.calibration_batch)
+    prompts = ctx.prompt_ids(part)
+    bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
+    trace, _ = calibrate(ctx.model, ctx.heads(kind), prompts, out, config=cal,
+                         meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+                         progress=lambda i, n, bar=bar: bar.update(1),
+                         continuations=ctx.continuations)
+    bar.close()
+    return trace
+
+
+def growths(ctx: Context) -> dict[str, Any]:
+    ell, held = {}, {}
+    for kind in ctx.kinds:
+        ell[kind], held[kind] = kind_growths(ctx, kind)
+    return {"max_nodes": ctx.config.max_nodes, "expected_accept_length": ell,
+            "heldout_expected_accept_length": held}
+
+
+def kind_growths(ctx: Context, kind: str) -> tuple[dict[int, float], dict[int, float]]:
+    """Grow the ``kind`` drafter's trees (empirical and independent); E[L] by size on the
+    calibration trace and on the held-out one."""
+    from treeopt.model.growth import grow
+    from treeopt.model.trace import RankTrace
+
+    trace = RankTrace.load(ctx.paths.trace(kind))
+    for method in ("independent", "empirical"):
+        g = grow(trace, method=method, max_nodes=ctx.config.max_nodes)
+        g.save(ctx.paths.growth(kind, method=method))
+    test = g.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
+    return ({n: float(g.expected_accept_length[n]) for n in SIZES if n <= g.max_nodes},
+            {n: float(test[n]) for n in SIZES if n <= g.max_nodes})
+
+
+def sampled(ctx: Context) -> dict[str, Any]:
+    """Lossless sampling at each of the config's temperatures: traces of continuations sampled
+    from the base model (calibration and held-out prompts, per-position seeded), the growth for
+    each temperature, and what a greedy-grown tree gives up there."""
+    out: dict[str, Any] = {}
+    for t in ctx.config.sample_temperatures:
+        out[f"{t:g}"] = {kind: kind_sampled(ctx, kind, t) for kind in ctx.kinds}
+    return out
+
+
+def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
+    """The ``kind`` drafter's traces of continuations sampled at temperature ``t`` (calibration
+    and held-out prompts), the growth for ``t``, and what the greedy-grown tree gives up there."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.model.growth import Growth, grow
+
+    c = ctx.config
+    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                          batch_size=c.calibration_batch, temperature=t, seed=c.seed)
+    heads = ctx.heads(kind)
+    made = {}
+    for part in ("calibration", "heldout"):
+        prompts = ctx.prompt_ids(part)
+        bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
+        made[part], _ = calibrate(
+            ctx.model, heads, prompts,
+            ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
+            meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
+            progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations)
+        bar.close()
+    g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
+    g.save(ctx.paths.growth(kind, temperature=t))
+    greedy = Growth.load(ctx.paths.growth(kind)).evaluate(made["calibration"])
+    held = g.evaluate(made["heldout"])
+    return {
+        "positions": made["calibration"].positions,
+        "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in SIZES
+                                   if n <= g.max_nodes},
+        "heldout_expected_accept_length": {n: float(held[n]) for n in SIZES
+                                           if n <= g.max_nodes},
+        "greedy_grown_expected_accept_length": {n: float(greedy[n]) for n in SIZES
+                                                if n <= g.max_nodes and n < len(greedy)}}
