@@ -24,15 +24,36 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.drafters.kinds import KINDS
+from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS, DrafterKind
 
-DRAFTER_COLOURS: dict[str, str] = {"medusa": "#1f77b4", "hydra": "#ff7f0e", "eagle": "#2ca02c",
-                                   "eagle3": "#17becf", "draft-model": "#9467bd",
-                                   "prompt-lookup": "#bcbd22", "ngram-trie": "#d62728",
-                                   # hybrids: their model drafter's colour, lightened
-                                   "medusa+lookup": "#aec7e8", "hydra+lookup": "#ffbb78",
-                                   "eagle+lookup": "#98df8a", "eagle3+lookup": "#9edae5",
-                                   "draft-model+lookup": "#c5b0d5"}
+# the one mapping of colours, keyed by the registry's kinds that are not hybrids: a kind's colour
+# and, for a model drafter, the lighter one of its hybrid with prompt lookup (``<kind>+lookup``)
+_KIND_COLOURS: dict[str, tuple[str, ...]] = {
+    "medusa": ("#1f77b4", "#aec7e8"), "hydra": ("#ff7f0e", "#ffbb78"),
+    "eagle": ("#2ca02c", "#98df8a"), "eagle3": ("#17becf", "#9edae5"),
+    "draft-model": ("#9467bd", "#c5b0d5"), "prompt-lookup": ("#bcbd22",),
+    "ngram-trie": ("#d62728",)}
+
+
+def _kind_colour(kind: DrafterKind) -> str | None:
+    """The colour of a registered kind: its own, or for a hybrid its model drafter's lighter
+    one; None where the mapping has none (a test holds that every kind has one).
+
+    >>> _kind_colour(KINDS["hydra"]), _kind_colour(KINDS["hydra+lookup"])
+    ('#ff7f0e', '#ffbb78')
+    >>> set(DRAFTER_COLOURS) == set(KINDS) and set(_KIND_COLOURS) <= set(KINDS)
+    True
+    """
+    if kind.hybrid:
+        model = _KIND_COLOURS.get(kind.name.removesuffix(HYBRID_SUFFIX), ())
+        return model[1] if len(model) > 1 else None
+    own = _KIND_COLOURS.get(kind.name, ())
+    return own[0] if own else None
+
+
+# every registered kind's colour, in the registry's order
+DRAFTER_COLOURS: dict[str, str] = {
+    name: colour for name, kind in KINDS.items() if (colour := _kind_colour(kind)) is not None}
 OTHER_COLOURS: tuple[str, ...] = ("#8c564b", "#e377c2", "#6b6ecf", "#843c39", "#637939")
 REFERENCE = "#7f7f7f"  # autoregressive and other reference lines
 LABEL_SEPARATOR = " · "  # series names read "drafter · what"
