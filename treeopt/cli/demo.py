@@ -31,6 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="calibration and held-out prompts: a prompt-set asset (humaneval) or a "
                         "directory with calibration.jsonl and heldout.jsonl, copied into the "
                         "demo (default: the preset's; cut from the corpus without one)")
+    b.add_argument("--prose-set", metavar="NAME|DIR",
+                   help="the second prompt set, where repeats are rare: a prompt-set asset "
+                        "(sharegpt: requests people wrote, in the base model's chat template) or "
+                        "a directory with heldout.jsonl (default: the preset's; the corpus's "
+                        "docstrings and comments without one)")
     b.add_argument("--dtype", choices=DTYPES,
                    help="what the base model runs in for traces, checks and timing (default: "
                         "the preset's: fp32, bf16 on a pretrained base)")
@@ -116,7 +121,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     config = plan(budget_minutes=args.budget_minutes, device=args.device, seed=args.seed,
                   base_layers=args.base_layers, medusa_head_layers=args.medusa_head_layers,
                   base_model=_named_or_path(args.base_model),
-                  prompt_set=_named_or_path(args.prompt_set), dtype=args.dtype,
+                  prompt_set=_named_or_path(args.prompt_set),
+                  prose_set=_named_or_path(args.prose_set), dtype=args.dtype,
                   kinds=_kinds(args.kinds))
     timing = {name: getattr(args, name) for name in TIMING_FLAGS}
     config = replace(config, **{k: v for k, v in timing.items() if v is not None})

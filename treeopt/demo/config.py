@@ -313,6 +313,8 @@ def command_line(config: DemoConfig) -> str:
         head += f" --medusa-head-layers {config.medusa_head_layers}"
     if config.prompt_set != preset.prompt_set:
         head += f" --prompt-set {config.prompt_set}"
+    if config.prose_set != preset.prose_set:
+        head += f" --prose-set {config.prose_set}"
     if config.dtype != preset.dtype:
         head += f" --dtype {config.dtype}"
     if config.kinds != preset.kinds:
@@ -329,7 +331,7 @@ def command_line(config: DemoConfig) -> str:
 def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int = 0,
          base_layers: int | None = None, medusa_head_layers: int | None = None,
          base_model: str | None = None, prompt_set: str | None = None, dtype: str | None = None,
-         kinds: tuple[str, ...] | None = None) -> DemoConfig:
+         kinds: tuple[str, ...] | None = None, prose_set: str | None = None) -> DemoConfig:
     """The build that fits ``budget_minutes`` (default 30) on ``device``: step counts from
     planning figures; on a pretrained ``base_model`` the preset :func:`pretrained` (budget
     default :data:`PRETRAINED_BUDGET`, which sizes nothing there).
@@ -338,7 +340,8 @@ def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int 
     throughput scales inversely with them, so a base twice as deep needs twice the budget for the
     same training steps. ``medusa_head_layers``: residual blocks per Medusa head instead of
     ``head_layers`` (2); more blocks cost little time and accept more (docs/demo.md,
-    ``--medusa-head-layers``). ``prompt_set``, ``dtype``, ``kinds``: instead of the preset's.
+    ``--medusa-head-layers``). ``prompt_set``, ``prose_set``, ``dtype``, ``kinds``: instead of
+    the preset's.
     A budget under 2 minutes plans the tiny pipeline check, on a pretrained base too.
 
     >>> c = plan(budget_minutes=30)
@@ -369,7 +372,7 @@ def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int 
         config = _planned(budget_minutes, device, base_layers)
     return replace(config, seed=seed, device=device, budget_minutes=budget_minutes,
                    medusa_head_layers=medusa_head_layers, dtype=dtype or config.dtype,
-                   kinds=kinds or config.kinds)
+                   kinds=kinds or config.kinds, prose_set=prose_set or config.prose_set)
 
 
 def _planned(budget_minutes: float, device: str, base_layers: int | None) -> DemoConfig:
