@@ -1,8 +1,8 @@
 """docs/byo-model.md end to end: a local Hugging Face model directory → train-heads → calibrate →
 grow → select (predicted on a roofline preset, and measured: profile step → select
---step-profile) → export → verify, each through ``python -m treeopt`` in a subprocess; an EAGLE
-drafter trained, calibrated, grown and exported; and every ``treeopt`` command written in the
-guide parses with the real parser."""
+--step-profile) → export → verify, each through ``treeopt ARGS`` run as its subprocess would be
+(:mod:`in_process`); an EAGLE drafter trained, calibrated, grown and exported; and every
+``treeopt`` command written in the guide parses with the real parser."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+import in_process
 import pytest
 
 from treeopt.cli import build_parser
@@ -23,8 +23,7 @@ GUIDE = Path(__file__).resolve().parents[1] / "docs" / "byo-model.md"
 
 def run(*args: object) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    return subprocess.run([sys.executable, "-m", "treeopt", *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return in_process.treeopt(*args, env=env)
 
 
 def ok(*args: object) -> subprocess.CompletedProcess[str]:

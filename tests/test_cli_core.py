@@ -1,13 +1,14 @@
-"""The core sub-commands end to end, through ``python -m treeopt`` in a subprocess."""
+"""The core sub-commands end to end, through ``treeopt ARGS`` run as its subprocess would be
+(:mod:`in_process`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import in_process
 import numpy as np
 import pytest
 
@@ -25,8 +26,7 @@ EMPIRICAL_ELL = [1, 1.625, 2.0, 2.25, 2.375, 2.5, 2.625, 2.75, 2.875, 3.0, 3.125
 
 
 def treeopt(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "treeopt", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return in_process.treeopt(*args, cwd=cwd)
 
 
 def ok(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -1,14 +1,14 @@
-"""The model sub-commands end to end, through ``python -m treeopt`` in a subprocess."""
+"""The model sub-commands end to end, through ``treeopt ARGS`` run as its subprocess would be
+(:mod:`in_process`: the test process has torch imported already)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from in_process import treeopt
 
 pytest.importorskip("torch")
 
@@ -18,9 +18,7 @@ from treeopt.model.trace import RankTrace  # noqa: E402
 
 
 def run(*args, cwd=None):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    return subprocess.run([sys.executable, "-m", "treeopt", *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=300)
+    return treeopt(*args, cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"})
 
 
 def assert_user_error(proc, *fragments):
@@ -100,11 +98,9 @@ def test_rerun_of_a_finished_shard_is_skipped(workdir, tiny_model_dir, prompts_f
     target = workdir / "t.shard-0-of-2.npz"
     before = target.stat().st_mtime_ns
     env_shard = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "treeopt", "calibrate", "--model", str(tiny_model_dir), "--heads",
-         str(workdir / "heads"), "--prompts", str(prompts_file), "--max-new-tokens", "16",
-         "--top-k", "8", "--batch-size", "2", "--out", str(workdir / "t.npz")],
-        capture_output=True, text=True, env=env_shard, timeout=300)
+    proc = treeopt("calibrate", "--model", tiny_model_dir, "--heads", workdir / "heads",
+                   "--prompts", prompts_file, "--max-new-tokens", "16", "--top-k", "8",
+                   "--batch-size", "2", "--out", workdir / "t.npz", env=env_shard)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["shard"] == "0/2"  # taken from torchrun's RANK/WORLD_SIZE
     assert target.stat().st_mtime_ns == before
