@@ -2,8 +2,9 @@
 is one line on stderr with exit status 2 (never a traceback), and what the user asked for is not
 silently cut.
 
-Commands that fail before loading a model run in process (``main``); those that load one run in a
-subprocess with progress bars off, as a user's script would.
+Commands that fail before loading a model run in process (``main``); those that load one run as
+their subprocess would, progress bars off (:mod:`in_process`); those that show progress bars run
+in a subprocess, as a user's script would.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+import in_process
 import numpy as np
 import pytest
 
@@ -40,11 +42,12 @@ def cli(*args: object) -> subprocess.CompletedProcess[str]:
 
 
 def run(*args: object, progress: bool = False) -> subprocess.CompletedProcess[str]:
-    """``python -m treeopt ARGS`` in a subprocess (progress bars off unless ``progress``)."""
+    """``python -m treeopt ARGS``: progress bars off, run as its subprocess would be; with
+    ``progress``, in a subprocess, its bars on."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("TQDM_DISABLE", None)
     if not progress:
-        env["TQDM_DISABLE"] = "1"
+        return in_process.treeopt(*args, env={**env, "TQDM_DISABLE": "1"})
     return subprocess.run([sys.executable, "-m", "treeopt", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=300)
 
