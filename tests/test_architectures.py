@@ -100,21 +100,17 @@ def test_a_refused_family_fails_before_decoding_anything():
 
 def test_the_cli_refuses_a_recurrent_model_in_one_line_before_training(tmp_path, prompts_file):
     import os
-    import subprocess
-    import sys
 
     from conftest import tiny_tokenizer
+    from in_process import treeopt
 
     lfm2 = next(f for f in REFUSED if f.name == "lfm2")
     model_dir = tmp_path / "lfm2"
     lfm2.build().save_pretrained(model_dir)
     tiny_tokenizer(arch.VOCAB).save_pretrained(model_dir)
-    proc = subprocess.run(
-        [sys.executable, "-m", "treeopt", "train-heads", "--kind", "medusa", "--model",
-         str(model_dir), "--data", str(prompts_file), "--steps", "1", "--out",
-         str(tmp_path / "heads")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"})
+    proc = treeopt("train-heads", "--kind", "medusa", "--model", model_dir, "--data", prompts_file,
+                   "--steps", "1", "--out", tmp_path / "heads",
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"})
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert "Lfm2ForCausalLM" in line and "'conv'" in line and "recurrent state" in line
