@@ -17,9 +17,9 @@ from treeopt.demo.stage_kinds import HEAD_KINDS
 from treeopt.files import read_json
 
 if TYPE_CHECKING:
-    from treeopt.decoding.continuations import ContinuationStore
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.continuations import ContinuationStore
     from treeopt.decoding.drafter import Drafter
 
 

@@ -19,8 +19,9 @@ def prose(ctx: Context) -> dict[str, Any]:
     it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
     step profile, the fastest drafter per batch size on each set (``choose-drafter
     --prompt-set``). A trace and growth already on disk for the same drafter and prompts are
-    reused (an interrupted stage, or a kind made again beside kept ones: ``outputs`` and
-    ``kind_outputs`` name the files to remove first)."""
+    reused (an interrupted stage, or a kind made again beside kept ones:
+    :mod:`~treeopt.demo.stage_resume`'s ``outputs`` and ``kind_outputs`` name the files to remove
+    first)."""
     from treeopt.demo.pretrained import chat_prompts
     from treeopt.demo.prompts import sample_prose, write_prompts
 
@@ -42,7 +43,7 @@ def prose(ctx: Context) -> dict[str, Any]:
                               for k in dict.fromkeys(p["kind"] for p in found)}},
         "max_nodes": c.max_nodes, **{kind: kind_prose(ctx, kind) for kind in kinds}}
     if not (ctx.scratch / "retime.json").exists():  # else priced once the speed is measured
-        choice = prose_choice(ctx, kinds)                # again (:func:`retime`)
+        choice = prose_choice(ctx, kinds)                # again (``stage_resume.retime``)
         if choice:
             out["choice"] = choice
     return out
