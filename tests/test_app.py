@@ -35,13 +35,21 @@ def demo():
     return load(with_model=False)
 
 
+@pytest.fixture(scope="module")
+def view(demo):
+    """The Overview's answers on the demo: the pick every page starts from."""
+    from treeopt.workbench.overview import demo_overview
+
+    return demo_overview(demo)
+
+
 def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
 def demo_pick(demo, kind):
     """The tree select picks at batch 1 from the demo's step profile (None without one)."""
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     priced = demo_pricing(demo, kind)
     return None if priced is None else min(priced.selection.points, key=lambda p: p.batch)
@@ -66,13 +74,9 @@ def page_accept_length(tree, trace) -> str:
     return f"{expected_accept_length(tree, trace, method='empirical'):.4f}"
 
 
-def default_tree(demo, kind=KINDS[0]):
-    """The tree the Trees, Export and Verify pages start with: select's pick for the demo's
-    measured machine when the demo has a step profile, else the Trees page's 64 nodes."""
-    pick = demo_pick(demo, kind)
-    if pick is None:
-        return trees_page_tree(demo.traces[kind])
-    return pick.tree
+def recommended(view):
+    """The Overview's answer the pages start with: the smallest batch size's with a tree."""
+    return next(a for a in view.answers if a.tree.size)
 
 
 def test_data_page_lists_the_demo_trace_sizes(demo):
@@ -132,17 +136,19 @@ def test_heads_page_one_heatmap_per_head_kind(demo):
         f"{demo.traces[k].positions:,} positions per {noun[k]}" for k in demo.kinds]
 
 
-def test_trees_page_shows_the_exact_expected_accept_length(demo):
+def test_trees_page_shows_the_exact_expected_accept_length(demo, view):
     at = open_page("trees")
-    trace = demo.traces[KINDS[0]]
-    tree = default_tree(demo)
-    pick = demo_pick(demo, KINDS[0])
+    kind = recommended(view).drafter
+    trace = demo.traces[kind]
+    tree = recommended(view).tree
+    pick = demo_pick(demo, kind)
     family = at.radio(key="trees_family").value
-    if pick is not None:  # the page's widgets reproduce select's pick exactly
-        assert family == pick.family
-        assert tree == trees_page_tree(trace, size=pick.tree.size, max_depth=pick.max_depth,
-                                       family=family)
+    assert family == pick.family  # the page's widgets reproduce select's pick exactly
+    assert tree == trees_page_tree(trace, size=pick.tree.size, max_depth=pick.max_depth,
+                                   family=family)
     assert metrics(at) == {"E[L] of the chosen tree": page_accept_length(tree, trace),
+                           "E[L] held out, per step":
+                               f"{recommended(view).held_out.accept_length:.4f}",
                            "Nodes / depth": f"{tree.size} / {tree.depth}",
                            "Tokens verified per step": f"{tree.size + 1}"}
     assert len(figures(at)) == 4  # growth curves, tree, widths, held-out gap
@@ -173,14 +179,63 @@ def expected_exports(tree, num_heads: int | None = None) -> list[str]:
             if not engine_problems(tree, fmt, num_heads=heads)]
 
 
-def test_export_page_code_equals_the_library_export(demo):
-    at = open_page("export")  # nothing chosen yet: the default tree, for the demo's heads
-    assert [c.value for c in at.code] == expected_exports(default_tree(demo),
-                                                          demo.traces[KINDS[0]].heads)
+def expected_tabs(demo, kind, tree):
+    """The Export page's tabs for the demo's ``kind`` drafter and ``tree`` (the library's)."""
+    from treeopt.workbench.export_tabs import lookup_tabs, tree_tabs
+
+    drafter = {**demo.growths[kind].drafter, "kind": kind}
+    return lookup_tabs(tree, drafter) or tree_tabs(
+        tree, num_heads=max(tree.depth, demo.traces[kind].heads), draft="medusa",
+        speculative_model=None, method="eagle")
+
+
+def test_export_page_exports_the_overviews_pick_at_every_batch_in_every_tab(demo, view):
+    """The Overview's pick at each batch size, chosen with "Use this tree", on Export: every
+    tab holds the engine's file or one line saying why not (0 blank tabs), the files are the
+    library's, and the page names the drafter by its own kind."""
+    from treeopt.drafters.kinds import KINDS as REGISTRY
+
+    at = open_page()
+    for a in (a for a in view.answers if a.tree.size):
+        at.button(key=f"overview_use_{a.batch}").click().run()
+        at.switch_page("app_pages/export.py").run()
+        assert_clean(at)
+        tabs = expected_tabs(demo, a.drafter, a.tree)
+        if REGISTRY[a.drafter].dynamic:  # EAGLE: its dynamic and adaptive tabs besides
+            assert len(at.tabs) >= len(tabs)
+        else:
+            assert [t.label for t in at.tabs] == [t.title for t in tabs]
+        assert [c.value for c in at.code][:sum(t.text is not None for t in tabs)] == [
+            t.text for t in tabs if t.text is not None]
+        for tab in at.tabs:  # each: a file, or why there is none
+            assert len(tab.code) + len(tab.warning) == 1, tab.label
+        assert any(t.text for t in tabs)
+        words = "n-gram trie" if a.drafter == "ngram-trie" else REGISTRY[a.drafter].title
+        assert any(words in m.value for m in at.markdown), a.drafter
+        if a.drafter == "ngram-trie":
+            assert not any("Prompt lookup drafts" in m.value for m in at.markdown)
+        at.switch_page("app_pages/overview.py").run()
+
+
+def test_every_drafters_pick_at_every_batch_exports_somewhere(demo):
+    """Every drafter the Overview can recommend: its pick at each batch size gives every
+    engine tab a file or a one-line reason, and at least one engine a file."""
+    from treeopt.workbench.demo_pricing import demo_pricing
+
+    for kind in demo.kinds:
+        priced = demo_pricing(demo, kind)
+        for point in priced.selection.points:
+            if not point.tree.size:
+                continue
+            tabs = expected_tabs(demo, kind, point.tree)
+            assert all((t.text is None) != (t.problem is None) for t in tabs), kind
+            assert any(t.text for t in tabs), (kind, point.batch)
+            assert all(t.problem is None or "\n" not in t.problem for t in tabs)
 
 
 def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
     at = open_page("trees")
+    at.selectbox(key="trees_label").set_value(KINDS[0]).run()
     at.slider(key="trees_size").set_value(20).run()
     at.slider(key="trees_depth").set_value(demo.traces[KINDS[0]].heads).run()
     family = at.radio(key="trees_family").value
@@ -191,8 +246,24 @@ def test_export_page_follows_the_tree_chosen_on_the_trees_page(demo):
         demo.traces[KINDS[0]].heads)
 
 
+def test_hardware_page_prices_the_demos_pick_on_this_machine_first(demo, view):
+    from treeopt.workbench.demo_pricing import demo_pricing
+
+    at = open_page("hardware")
+    a = recommended(view)
+    assert at.radio(key="hw_where").value.startswith("this demo on this machine")
+    assert at.selectbox(key="hw_measured_label").value == a.drafter
+    curves, sizes = figures(at)
+    selection = demo_pricing(demo, a.drafter).selection
+    stars = [t for t in curves["data"] if t["mode"] == "markers"]
+    assert [(t["x"][0], t["y"][0]) for t in stars] == [
+        (p.best_size, p.tokens_per_s) for p in selection.points]
+    assert sizes["data"][0]["x"] == [str(b) for b in selection.batches]  # the measured grid
+
+
 def test_hardware_page_draws_its_charts():
     at = open_page("hardware")
+    at.radio(key="hw_where").set_value("a model on a GPU (roofline)").run()
     figs = figures(at)
     assert figs[0]["layout"]["title"]["text"].startswith("llama-2-7b on h100-sxm, b=1, s=512, q=64")
     assert len(figs) == 3  # the roofline, throughput by tree size, the best size per batch
@@ -201,10 +272,10 @@ def test_hardware_page_draws_its_charts():
     assert at.select_slider(key="hw_s").options == ["128", "512", "1024"]
 
 
-def test_live_page_draws_the_demos_evidence(demo):
+def test_live_page_draws_the_demos_evidence(demo, view):
     at = open_page("live")
     figs = figures(at)
-    sweep = demo.sweep(KINDS[0])
+    sweep = demo.sweep(recommended(view).drafter)  # the chosen drafter's sweep first
     dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
     adaptive = demo.step_profile("eagle") is not None  # the replay: rounds, strategies
     assert len(figs) == ((1 if sweep is not None else 0) + (2 if dynamic.exists() else 0)
@@ -224,21 +295,22 @@ def test_live_page_draws_the_demos_evidence(demo):
         assert star["y"] == [swept.best(1).speedup] and star["marker"]["symbol"] == "star"
 
 
-def test_verify_page_live_run_is_lossless_and_reports_figures(demo):
+def test_verify_page_live_run_is_lossless_and_reports_figures(demo, view):
     at = open_page("verify")
     assert not at.metric  # nothing runs before the button
+    assert at.selectbox(key="verify_kind").value == recommended(view).drafter
+    assert at.slider(key="verify_count").value == 4  # several held-out prompts by default
     at.button(key="verify_run").click().run()
     assert_clean(at)
     assert [s.value for s in at.success] == [
-        "Lossless: the tree's output equals the model's own greedy `generate` and treeopt's "
-        "plain greedy decoding token for token."]
+        "Lossless: every prompt's output equals the model's own greedy `generate` and "
+        "treeopt's plain greedy decoding token for token."]
     shown = metrics(at)
-    trace = demo.traces[KINDS[0]]
-    tree = default_tree(demo)
-    per_step = "sequence_positions" in trace.meta  # the trace walked as decoding steps
-    predicted = simulate(tree, trace, per_step=per_step).mean_accept_length
-    assert shown["Predicted accepted length"] == f"{predicted:.3f}"
+    # the held-out trace walked over what each prompt decoded is exact: the prediction is
+    # the measurement, to the last digit shown
+    assert shown["Predicted accepted length"] == shown["Measured mean accepted length"]
     assert float(shown["Measured mean accepted length"]) >= 1.0
+    assert not at.info  # no single-prompt note on a run of held-out prompts
     for label in ("Tree decoding", "Autoregressive"):
         assert shown[label].endswith(" tokens/s") and float(shown[label].split()[0]) > 0
     assert len(figures(at)) == 2  # accepted-length histogram, time split
@@ -266,7 +338,7 @@ def test_export_page_exports_a_selection_files_pick_per_batch():
     from treeopt.files import dumps
     from treeopt.model.growth import Growth
     from treeopt.pricing.costs import StepLatency
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
 
     growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
     ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10]}
@@ -296,7 +368,7 @@ def test_export_page_writes_each_engines_ngram_settings_for_a_prompt_lookup_pick
     from treeopt.model.growth import Growth
     from treeopt.model.tree import Tree
     from treeopt.pricing.costs import StepLatency
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
 
     meta = {"trace_meta": {"head_kind": "prompt-lookup", "num_heads": 3, "heads_config": {
         "kind": "prompt-lookup", "num_heads": 3, "min_match": 2, "max_match": 4}}}
@@ -321,14 +393,26 @@ def test_verify_page_samples_losslessly_with_the_sampled_trace(demo):
     at = open_page("verify")
     at.radio(key="verify_mode").set_value("sample").run()
     at.slider(key="verify_tokens").set_value(32)
+    at.slider(key="verify_count").set_value(1)
     at.button(key="verify_run").click().run()
     assert_clean(at)
     assert [s.value for s in at.success] == [
         "Lossless: the tree's output equals plain sampling at T = 0.7 with seed 0 token for "
         "token."]
-    trace = demo.sampled_traces(KINDS[0])[0.7][0]
-    predicted = simulate(default_tree(demo), trace, per_step=True).mean_accept_length
-    assert metrics(at)["Predicted accepted length"] == f"{predicted:.3f}"
+    assert float(metrics(at)["Predicted accepted length"]) >= 1.0  # the sampled trace's walk
+
+
+def test_verify_page_labels_a_single_prompt_run(demo):
+    at = open_page("verify")
+    at.radio(key="verify_prompts").set_value("one prompt").run()
+    at.slider(key="verify_tokens").set_value(16)
+    at.button(key="verify_run").click().run()
+    assert_clean(at)
+    assert metrics(at)["Predicted accepted length"] == "—"
+    assert [i.value for i in at.info] == [
+        "Single prompt: a tree on its own prompt can show any figure — what it accepts depends "
+        "on how much this one text repeats. The held-out prompts are what the other pages "
+        "predict for."]
 
 
 def test_trees_page_grows_for_a_sampling_temperature(demo):
@@ -337,7 +421,7 @@ def test_trees_page_grows_for_a_sampling_temperature(demo):
     at = open_page("trees")
     at.radio(key="trees_temperature").set_value(1.0).run()
     assert_clean(at)
-    sampled = demo.sampled_traces(KINDS[0])[1.0][0]
+    sampled = demo.sampled_traces(at.selectbox(key="trees_label").value)[1.0][0]
     size = at.slider(key="trees_size").value
     depth = at.slider(key="trees_depth").value
     tree = trees_page_tree(sampled, size=size, max_depth=depth,
@@ -349,7 +433,7 @@ def test_trees_page_grows_for_a_sampling_temperature(demo):
 
 def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     from treeopt.pricing.selection import choose_drafter
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     at = open_page("drafters")
     ell, cost, speed, *by_set = figures(at)
@@ -514,3 +598,45 @@ def test_every_page_asks_the_browser_for_plotlys_bundle_the_pinned_streamlit_shi
     (script,) = [h.proto.body for h in at.sidebar.get("html")]
     assert script == preload_script(bundle)
     assert f'new URL("{bundle}", entry.src)' in script and "import(bundle)" in script
+
+
+def test_the_sidebar_chooses_among_the_built_demos_and_the_overview_names_the_base():
+    from treeopt.workbench.demos import available_demos, base_model_name
+
+    at = open_page()
+    chooser = at.sidebar.selectbox(key="demo_chooser")
+    demos = available_demos()
+    assert chooser.options == [d.label for d in demos] and chooser.index == 0
+    assert demos[0].root == default_root()
+    from treeopt.files import read_json
+
+    base = base_model_name(read_json(default_root() / "manifest.json"))
+    assert any(f"base model: **{base}**" in m.value for m in at.markdown)
+
+
+def test_available_demos_lists_every_built_demo_beside_the_shipped_one(tmp_path, monkeypatch):
+    import json as jsonlib
+
+    from treeopt.workbench.demos import available_demos
+
+    for name, config in (("demo", {}), ("smollm2", {"base_model": "smollm2-135m-instruct"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "manifest.json").write_text(jsonlib.dumps({"config": config}))
+    (tmp_path / "examples").mkdir()  # no manifest: not a demo
+    monkeypatch.setenv("TREEOPT_DEMO", str(tmp_path / "demo"))
+    assert [(d.name, d.base_model) for d in available_demos()] == [
+        ("demo", "a small model trained for the demo"),
+        ("smollm2", "smollm2-135m-instruct (pretrained)")]
+
+
+def test_verify_says_which_command_fetches_missing_weights(monkeypatch):
+    from treeopt.assets.registry import missing_hint
+    from treeopt.workbench import demos
+
+    monkeypatch.setattr(demos, "weights_missing",
+                        lambda manifest: missing_hint("smollm2-135m-instruct"))
+    at = open_page("verify")
+    assert [i.value for i in at.info] == [
+        f"Decoding needs the base model's weights: {missing_hint('smollm2-135m-instruct')}."]
+    assert "treeopt fetch smollm2-135m-instruct" in at.info[0].value
+    assert at.button(key="verify_run").disabled

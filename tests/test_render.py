@@ -148,7 +148,7 @@ def demo():
 
 @pytest.fixture(scope="module")
 def priced(demo):
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     found = {k: p for k in demo.traces if (p := demo_pricing(demo, k)) is not None}
     if not found:
@@ -334,6 +334,7 @@ def figure_titles(at) -> list[str]:
 
 def test_hardware_page_has_one_context_control_and_no_zero_times(demo):
     at = open_page("hardware")
+    at.radio(key="hw_where").set_value("a model on a GPU (roofline)").run()
     contexts = [s for s in at.select_slider if "context" in s.label.lower()]
     assert [s.key for s in contexts] == ["hw_s"]  # the demo's dynamic selection: one context
     at.select_slider(key="hw_s").set_value(1024).run()
@@ -359,8 +360,7 @@ def test_verify_page_shows_a_slowdown_red_and_down_and_the_tree_grown_for_t(demo
                             mean_accept_length=1.0, stderr=0.0, batch=1,
                             tree_tokens_per_s=87.0, autoregressive_tokens_per_s=100.0,
                             speedup=0.87, outputs_match=True, generate_match=None,
-                            predicted_accept_length=None, predicted_per_step=None,
-                            time_split={"drafting": 1.0})
+                            predicted_accept_length=None, time_split={"drafting": 1.0})
 
     monkeypatch.setattr(live, "live_run", slow_run)
     at = open_page("verify")
