@@ -18,7 +18,7 @@ from treeopt.demo.layout import default_root
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.workbench.datasets import Dataset
-from treeopt.workbench.pricing import DemoPricing
+from treeopt.workbench.demo_pricing import DemoPricing
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
@@ -197,7 +197,7 @@ def demo_pricing(kind: str, *, root: str | None = None) -> DemoPricing | None:
 
 @st.cache_resource(show_spinner="Pricing the demo's trees…")
 def _demo_pricing(root: str, kind: str) -> DemoPricing | None:
-    from treeopt.workbench.pricing import demo_pricing as build
+    from treeopt.workbench.demo_pricing import demo_pricing as build
 
     return build(demo(root), kind)
 

@@ -172,7 +172,7 @@ def predictions(report, w: Workload, costs, batch: int, continuous: bool) -> dic
         step_lengths,
     )
     from treeopt.model.tree import Tree
-    from treeopt.pricing.select import price_tree
+    from treeopt.pricing.throughput import price_tree
 
     depth = w.acceptance.max_steps
     seconds = chain_step_seconds(costs, batch=batch, max_steps=depth)

@@ -22,7 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
-from treeopt.decoding.ranks import greedy_continuations
+from treeopt.decoding.rank_pass import greedy_continuations
 from treeopt.drafters.kinds import KIND_NAMES
 from treeopt.drafters.training import TrainConfig, train_heads
 from treeopt.model.growth import grow

@@ -27,7 +27,7 @@ import torch
 from treeopt.demo import load
 from treeopt.documents.measure import Measurement
 from treeopt.drafters.heads import build_heads
-from treeopt.pricing.select import select
+from treeopt.pricing.throughput import select
 from treeopt.pricing.sources import profiled_costs
 from treeopt.profiling.step import profile_steps
 

@@ -32,7 +32,7 @@ from treeopt.demo.quality import acceptance_run, autoregressive_run
 from treeopt.documents.measure import Measurement
 from treeopt.model.simulation import step_lengths
 from treeopt.pricing.selection import choose_drafter
-from treeopt.workbench.pricing import demo_pricing
+from treeopt.workbench.demo_pricing import demo_pricing
 
 SIZES = (16, 64)
 

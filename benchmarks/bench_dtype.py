@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo.layout import demo_root
     from treeopt.documents.prompts import encode
     from treeopt.model.tree import Tree
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     logging.set_verbosity_error()
     torch.set_num_threads(1)

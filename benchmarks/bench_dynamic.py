@@ -46,7 +46,7 @@ from treeopt.documents.measure import Measurement  # noqa: E402
 from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
 from treeopt.model.dynamic_settings import grid  # noqa: E402
-from treeopt.pricing.select import growth_expected_accept_length, price_tree  # noqa: E402
+from treeopt.pricing.throughput import growth_expected_accept_length, price_tree  # noqa: E402
 from treeopt.pricing.sources import profiled_costs  # noqa: E402
 
 

@@ -42,7 +42,7 @@ from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
 from treeopt.decoding.models import model_dims
-from treeopt.decoding.ranks import greedy_continuations
+from treeopt.decoding.rank_pass import greedy_continuations
 from treeopt.demo import load, stages
 from treeopt.demo.config import plan
 from treeopt.documents.prompts import encode, read_texts
@@ -52,7 +52,7 @@ from treeopt.drafters.kinds import drafter_kind
 from treeopt.drafters.training import distill_loss, train_heads, windows
 from treeopt.model.growth import grow
 from treeopt.model.tree import Tree
-from treeopt.pricing.select import select
+from treeopt.pricing.throughput import select
 from treeopt.pricing.sources import profiled_costs
 from treeopt.profiling.step import profile_steps
 

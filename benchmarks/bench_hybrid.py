@@ -65,7 +65,7 @@ def selections(demo, kind: str, chain, own=None):
     from treeopt.model.growth import grow
     from treeopt.pricing.costs import NO_DRAFT
     from treeopt.pricing.sources import price, profiled_costs
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     costs = profiled_costs(demo.step_profile(kind))
     model = demo_pricing(demo, kind).selection

@@ -139,7 +139,7 @@ def demo_setup(root, prompts: int, dtype_name: str | None):
     tokenizer, held-out prompts, draft model (if it ships one) and picks."""
     from treeopt.demo import load
     from treeopt.demo.layout import base_model_dir, demo_root
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     demo = load(demo_root(root), threads=1, dtype=dtype_name)
     picks = {}

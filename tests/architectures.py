@@ -148,7 +148,7 @@ def ranks_match(model: Any, heads: Any, sequences: list[list[int]]) -> bool:
     EAGLE, test_eagle's: the drafter re-run over its true and predicted entries)."""
     import numpy as np
 
-    from treeopt.decoding.ranks import rank_batch, reference_ranks
+    from treeopt.decoding.rank_pass import rank_batch, reference_ranks
 
     if heads.config.kind == "eagle":
         from test_eagle import reference_ranks as eagle_reference

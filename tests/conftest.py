@@ -96,7 +96,7 @@ def peaked():
     its greedy continuations of 16 random prompts, and the prompts."""
     import torch
 
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.rank_pass import greedy_continuations
 
     model = tiny_llama(vocab=256, seed=3)
     with torch.no_grad():

@@ -53,7 +53,7 @@ from streamlit.testing.v1 import AppTest
 
 from treeopt.demo.load import load
 load(with_model=False)
-import treeopt.workbench.datasets, treeopt.workbench.live, treeopt.workbench.pricing
+import treeopt.workbench.datasets, treeopt.workbench.live, treeopt.workbench.demo_pricing
 import treeopt.workbench.plots, treeopt.workbench.trees
 library = sorted(m for m in ("torch", "transformers") if m in sys.modules)
 

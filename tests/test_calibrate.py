@@ -13,7 +13,7 @@ import treeopt.decoding.calibrate as calibrate_module  # noqa: E402
 from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
-from treeopt.decoding.ranks import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
+from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 

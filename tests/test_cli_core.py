@@ -326,7 +326,7 @@ def selection(tmp_path: Path) -> Path:
     from treeopt.files import write_json
     from treeopt.model.growth import Growth
     from treeopt.pricing.costs import StepLatency
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
 
     growth = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
     ms = {1: [10, 10, 11, 20], 4: [10, 10, 10, 10], 8: [10, 20, 30, 40]}

@@ -16,7 +16,7 @@ from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode, generate  # noqa: E402
 from treeopt.decoding.plan import tree_plan  # noqa: E402
 from treeopt.decoding.probe import verifier  # noqa: E402
-from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
+from treeopt.decoding.rank_pass import greedy_continuations  # noqa: E402
 from treeopt.decoding.tree_forward import verify_step  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 

@@ -124,7 +124,7 @@ def test_load_returns_everything(tiny_demo):
     assert demo.latency is not None and demo.latency.name == "cpu.json"
     assert set(demo_dataset(demo).sources) == set(KINDS)
     from treeopt.documents.sweep import Sweep
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     for kind in KINDS:
         sweep = Sweep.load(demo.sweep(kind))

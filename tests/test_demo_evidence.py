@@ -268,7 +268,7 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
     from treeopt.drafters.heads import build_heads
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import step_costs
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
 
     model = tiny_llama(vocab=64, hidden=32, layers=1)
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),

@@ -26,7 +26,7 @@ from treeopt.model.dynamic_settings import DynamicSettings
 from treeopt.model.growth import grow
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepLatency, throughput
-from treeopt.pricing.select import price_tree
+from treeopt.pricing.throughput import price_tree
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 RANKS = np.array([[0, 0], [0, 1], [1, 0], [0, 0], [2, -1], [0, 3]], np.int16)

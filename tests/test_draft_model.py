@@ -17,7 +17,7 @@ from continuous import assert_each_prompt_as_alone  # noqa: E402
 from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, decode, generate  # noqa: E402
-from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
+from treeopt.decoding.rank_pass import greedy_continuations, rank_batch  # noqa: E402
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402
 
 V = 256

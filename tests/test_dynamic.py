@@ -23,9 +23,9 @@ from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.accept import accept_rows  # noqa: E402
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.dynamic_drafting import Pool, RowPlan, ancestry, choose  # noqa: E402
-from treeopt.decoding.dynamic_ranks import simulate_dynamic  # noqa: E402
+from treeopt.decoding.dynamic_rank_pass import simulate_dynamic  # noqa: E402
 from treeopt.decoding.loop import Decoder  # noqa: E402
-from treeopt.decoding.ranks import greedy_continuations  # noqa: E402
+from treeopt.decoding.rank_pass import greedy_continuations  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.dynamic.recommend import price_dynamic, recommend  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402

@@ -15,7 +15,7 @@ from conftest import tiny_llama  # noqa: E402
 
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
-from treeopt.decoding.ranks import greedy_continuations, rank_batch  # noqa: E402
+from treeopt.decoding.rank_pass import greedy_continuations, rank_batch  # noqa: E402
 from treeopt.drafters.checkpoints import load_heads_for  # noqa: E402
 from treeopt.drafters.config import HeadsConfig, default_feature_layers  # noqa: E402
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
-from treeopt.decoding.ranking import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
+from treeopt.decoding.token_order import best_token, rank_keys, rank_of, top_candidates  # noqa: E402
 from treeopt.drafters.checkpoints import (  # noqa: E402
     import_medusa,
     load_heads,

@@ -373,7 +373,7 @@ def choice(at):
 def pick_of(kind: str, batch: int | None = None):
     """select's pick for the demo's ``kind`` drafter at ``batch`` (the smallest by default)."""
     from treeopt.demo.load import load
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     sel = demo_pricing(load(with_model=False), kind).selection
     return sel.point(batch or sel.batches[0], sel.contexts[0])

@@ -194,7 +194,7 @@ def test_a_planted_bad_layout_is_found() -> None:
               .replace("(atomic, format-tagged JSON), version", "(atomic, format-tagged JSON)"))
     assert layout_problems(readme) == [
         "no treeopt/gadgets/", "no treeopt/model/step_grower", "no treeopt/gadgets/registry",
-        "no treeopt/gadgets/gguf", "no treeopt/gadgets/humaneval",
+        "no treeopt/gadgets/gguf", "no treeopt/gadgets/humaneval", "no treeopt/gadgets/sharegpt",
         "treeopt/assets/ is not in the map", "treeopt/version.py is not in the map"]
 
 

@@ -352,7 +352,7 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
     from treeopt.model.trace import RankTrace
     from treeopt.model.tree import Tree
     from treeopt.pricing.costs import step_costs
-    from treeopt.pricing.select import price_tree
+    from treeopt.pricing.throughput import price_tree
 
     costs = step_costs(typed(profile_records("medusa", 1) + profile_records("medusa", 2)),
                        kind="medusa", source="s.json")

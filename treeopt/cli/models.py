@@ -150,7 +150,7 @@ def _register_calibrate_dynamic(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train_heads(args: argparse.Namespace) -> int:
     from treeopt.decoding.models import context_length
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.rank_pass import greedy_continuations
     from treeopt.documents.prompts import encode, read_texts
     from treeopt.drafters.checkpoints import save_heads
     from treeopt.drafters.training import TrainConfig, fit_to_data, train_heads
@@ -225,8 +225,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
-    from treeopt.decoding.dynamic_ranks import simulate_dynamic
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.dynamic_rank_pass import simulate_dynamic
+    from treeopt.decoding.rank_pass import greedy_continuations
     from treeopt.documents.prompts import encode, read_texts
 
     _check_dynamic_flags(args)

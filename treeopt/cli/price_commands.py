@@ -126,7 +126,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import NO_OVERHEAD
-    from treeopt.pricing.select import check_grid, per_step_note
+    from treeopt.pricing.throughput import check_grid, per_step_note
     from treeopt.pricing.sources import costs_of_profile, price
 
     check_grid(args.batch or (), args.context or (), names=("--batch", "--context"))

@@ -10,7 +10,7 @@ probe and a model's verifier), :mod:`~treeopt.decoding.loading` (a model ready t
 :mod:`~treeopt.decoding.prefixes`, :mod:`~treeopt.decoding.batch_rows`,
 :mod:`~treeopt.decoding.clocks`, :mod:`~treeopt.decoding.batch_run`,
 :mod:`~treeopt.decoding.batching`), :mod:`~treeopt.decoding.loop`,
-:mod:`~treeopt.decoding.compare`, :mod:`~treeopt.decoding.verify`, :mod:`~treeopt.decoding.ranks`,
+:mod:`~treeopt.decoding.compare`, :mod:`~treeopt.decoding.verify`, :mod:`~treeopt.decoding.rank_pass`,
 :mod:`~treeopt.decoding.calibrate`. Importing this package imports nothing else.
 
 Layer: torch; may import the numpy layer.

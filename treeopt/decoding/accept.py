@@ -1,7 +1,7 @@
 """Acceptance rules, batched: which tree path each row's verify logits accept, and its next token.
 
 - greedy: a node passes when its token equals the base model's best token at its parent
-  (:func:`~treeopt.decoding.ranking.best_token`); lossless.
+  (:func:`~treeopt.decoding.token_order.best_token`); lossless.
 - sample (sample-and-match): at every node the base model's token is *sampled* from that node's
   logits (:func:`~treeopt.decoding.sampling.sample`, noise keyed by the row and the position) and
   a node passes when its token equals the sample at its parent; the sample at the last accepted
@@ -27,7 +27,7 @@ import torch
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.plan import TreePlan
-from treeopt.decoding.ranking import best_token
+from treeopt.decoding.token_order import best_token
 from treeopt.decoding.sampling import sample
 from treeopt.errors import TreeoptError
 

@@ -30,7 +30,7 @@ import numpy as np
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.continuations import ContinuationStore
 from treeopt.decoding.models import check_context
-from treeopt.decoding.ranks import greedy_continuations, rank_batch, sampled_continuations
+from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, sampled_continuations
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.model.trace import RankTrace, merge_traces

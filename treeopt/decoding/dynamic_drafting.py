@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from treeopt.decoding.ranking import top_candidates
+from treeopt.decoding.token_order import top_candidates
 
 
 def best(scores: torch.Tensor, k: int) -> torch.Tensor:
@@ -30,7 +30,7 @@ def best(scores: torch.Tensor, k: int) -> torch.Tensor:
 
 def scored_children(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` best candidate tokens ``[..., k]`` of ``logits`` ``[..., V]`` (the ranking
-    rule of :func:`~treeopt.decoding.ranking.top_candidates`) and their log-probabilities."""
+    rule of :func:`~treeopt.decoding.token_order.top_candidates`) and their log-probabilities."""
     tokens = top_candidates(logits, k).to(logits.device)
     logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, tokens)
     return tokens, logp

@@ -15,7 +15,7 @@ import torch
 
 from treeopt.decoding.drafter import Drafter, no_dynamic_trees, pick_features
 from treeopt.decoding.models import model_device
-from treeopt.decoding.ranks import positions_range
+from treeopt.decoding.rank_pass import positions_range
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
 

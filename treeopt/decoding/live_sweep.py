@@ -3,7 +3,7 @@ batch size, decoded against autoregressive decoding (:func:`~treeopt.decoding.co
 interleaved, warmed up, in rounds), beside what the step-cost model predicts for it.
 
 With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also measures, per batch,
-the tree :func:`~treeopt.pricing.select.select` picks over the whole growth (every size and depth
+the tree :func:`~treeopt.pricing.throughput.select` picks over the whole growth (every size and depth
 cap of the growth order: a sweep point is a growth-order tree, so the per-step greedy trees select
 may also price are left out), so the sweep shows how close the model's choice comes to the measured
 best. Two traces may play two parts: ``trace`` gives each point's predicted E[L] (ideally the swept
@@ -30,7 +30,7 @@ from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.select import select
+from treeopt.pricing.throughput import select
 from treeopt.pricing.sweep_prediction import predict
 
 if TYPE_CHECKING:

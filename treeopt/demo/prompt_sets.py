@@ -23,7 +23,7 @@ def prompt_set_selections(paths: DemoPaths, kinds: Sequence[str], *, device: str
     inside the demo."""
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
     from treeopt.pricing.sources import profiled_costs
 
     sets: dict[str, dict[str, Selection]] = {name: {} for name in PROMPT_SETS}

@@ -130,7 +130,7 @@ def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
                       ) -> float:
     """Mean 8-gram repetition share of greedy continuations (batched, for reference models)."""
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.rank_pass import greedy_continuations
 
     seqs = greedy_continuations(model, prompts, max_new_tokens=max_new_tokens)
     return float(np.mean([repetition_share(s[len(p):]) for s, p in

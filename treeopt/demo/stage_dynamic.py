@@ -20,8 +20,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     """Dynamic trees for the EAGLE drafter: its dynamic traces (calibration and held-out), live
     dynamic decoding of a few settings against both traces' predictions, and ``select
     --dynamic``'s recommendation per batch from the EAGLE step profile."""
-    from treeopt.decoding.dynamic_ranks import simulate_dynamic
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.dynamic_rank_pass import simulate_dynamic
+    from treeopt.decoding.rank_pass import greedy_continuations
 
     c = ctx.config
     if DYNAMIC_KIND not in c.kinds:
@@ -131,7 +131,7 @@ def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
     static growth's trees at every profiled batch."""
     from treeopt.dynamic.report import dynamic_selection
     from treeopt.model.growth import Growth
-    from treeopt.pricing.select import select
+    from treeopt.pricing.throughput import select
 
     c = ctx.config
     costs = demo_costs(ctx, ctx.paths.step_profile(DYNAMIC_KIND, c.device))

@@ -21,7 +21,7 @@ DRAFTERS = KINDS  # a drafter's training seed is its place here
 def head_data(ctx: Context) -> dict[str, Any]:
     """Self-distillation data: train-part prompts continued greedily by the base model, so the
     heads learn on the text they will draft for (Medusa-2's and Hydra's recipe)."""
-    from treeopt.decoding.ranks import greedy_continuations
+    from treeopt.decoding.rank_pass import greedy_continuations
     from treeopt.demo.prompts import sample_prompts
 
     c = ctx.config

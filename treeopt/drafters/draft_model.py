@@ -28,7 +28,7 @@ from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.drafter import Drafter, feed_all_but_last, take_queued_row
 from treeopt.decoding.layers import additive
 from treeopt.decoding.probe import verifier
-from treeopt.decoding.ranking import rank_of, top_candidates
+from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.heads import rank_table

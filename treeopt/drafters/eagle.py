@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter, feed_all_but_last
-from treeopt.decoding.ranking import rank_of, top_candidates
+from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.eagle_cache import EagleState, cached_forward, catch_up
 from treeopt.drafters.eagle_chains import teacher_chains

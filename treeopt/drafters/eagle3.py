@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.ranking import rank_of, top_candidates
+from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.eagle import DecoderLayer, EagleDrafter
 from treeopt.drafters.kinds import KINDS

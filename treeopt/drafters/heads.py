@@ -6,7 +6,7 @@ loaded (:func:`drafter_class`).
 
 Heads read the base model's last hidden state ``h_t`` (after the final norm). Untrained heads
 equal the LM head: every block starts at zero. Candidates are ranked by
-:mod:`treeopt.decoding.ranking`, the same rule in calibration and in decoding.
+:mod:`treeopt.decoding.token_order`, the same rule in calibration and in decoding.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.decoding.ranking import rank_of
+from treeopt.decoding.token_order import rank_of
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.kinds import DrafterKind, drafter_kind
 from treeopt.errors import TreeoptError

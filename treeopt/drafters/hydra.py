@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.ranking import top_candidates
+from treeopt.decoding.token_order import top_candidates
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, PrefixCache, ResBlock
 from treeopt.drafters.kinds import KINDS

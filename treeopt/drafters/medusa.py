@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeopt.decoding.ranking import top_candidates
+from treeopt.decoding.token_order import top_candidates
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, ResBlock
 from treeopt.drafters.kinds import KINDS

@@ -122,7 +122,7 @@ def chain_ranks(sequence: Sequence[int], start: int, rule: LookupRule, depth: in
                 ) -> npt.NDArray[np.int16]:
     """The rank trace ``[positions, depth]`` of a prompt-lookup chain over ``sequence`` (prompt
     and continuation), for the positions t = ``start`` … ``len - 2 - depth`` (those of
-    :func:`treeopt.decoding.ranks.positions_range`): 0 where the k-th token proposed after the
+    :func:`treeopt.decoding.rank_pass.positions_range`): 0 where the k-th token proposed after the
     root ``sequence[t+1]`` is ``sequence[t+2+k]``, else -1.
 
     >>> chain_ranks([1, 2, 3, 1, 2, 3, 1, 2], 2, LookupRule(min_n=1, max_n=2), 2).tolist()

@@ -25,7 +25,7 @@ This package simulates and recommends.
 Live dynamic drafting runs in :mod:`treeopt.decoding`: one step's expansion and selection
 (:mod:`treeopt.decoding.dynamic_drafting`), acceptance over trees that differ from row to row
 (:func:`treeopt.decoding.accept.accept_rows`) and the dynamic trace of calibration text
-(:mod:`treeopt.decoding.dynamic_ranks`).
+(:mod:`treeopt.decoding.dynamic_rank_pass`).
 
 Layer: numpy; may import ``errors``, ``files``, ``model``, ``documents``, ``registry`` and
 ``pricing``.

@@ -8,7 +8,7 @@ up to ``steps`` (a tree of fewer steps is the first levels of the pool) and ever
 draft tokens (a threshold on the same order): a step with settings (k, s, N) accepts the root
 plus every true node whose place in the s-level pool is below N − 1. A :class:`DynamicTrace`
 holds that table (``treeopt.dynamic-trace/1``, an ``.npz`` read without pickle), which
-:func:`treeopt.decoding.dynamic_ranks.simulate_dynamic` records.
+:func:`treeopt.decoding.dynamic_rank_pass.simulate_dynamic` records.
 
 Two readings, as for static trees: the mean over positions (E[L] at a random position), and the
 walk, which starts at each sequence's first position and jumps by the accepted length, exactly

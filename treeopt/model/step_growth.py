@@ -7,7 +7,7 @@ most can differ from the growth order's: a node accepted where long acceptances 
 less per step than its count says. This greedy growth prices every candidate node by the walk
 itself. It is a heuristic, not an optimum — the per-step mean is not even monotone in the tree (a
 longer acceptance can land the next step on a poor position) — so
-:func:`treeopt.pricing.select.select` prices it beside the growth order and takes the faster tree.
+:func:`treeopt.pricing.throughput.select` prices it beside the growth order and takes the faster tree.
 
 A size costs one walk of every (candidate, sequence) pair the candidate changes — a pair is walked
 again only where the last node added changed its sequence — all pairs advancing together: loops

@@ -23,7 +23,7 @@ from treeopt.pricing.costs import (
     StepLatency,
     step_costs,
 )
-from treeopt.pricing.select import select
+from treeopt.pricing.throughput import select
 from treeopt.pricing.selection import Selection
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def price(growth: Growth, verify: StepLatency, *, draft: DraftCost = NO_DRAFT,
           context: Sequence[int] | None = None, depth_caps: Sequence[int] | None = None,
           trace: RankTrace | None = None, search_per_step: bool = True) -> Selection:
     """Best tree per (batch, context) — by default every point the latency source has
-    (:func:`~treeopt.pricing.select.select`)."""
+    (:func:`~treeopt.pricing.throughput.select`)."""
     return select(growth, verify, batch=batch or verify.batches, context=context or
                   verify.contexts, draft=draft, overhead=overhead, depth_caps=depth_caps,
                   trace=trace, search_per_step=search_per_step)

@@ -14,7 +14,7 @@ from treeopt.model.simulation import (
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.select import growth_expected_accept_length, price_tree
+from treeopt.pricing.throughput import growth_expected_accept_length, price_tree
 
 
 def sweep_accept_length(tree: Tree, trace: RankTrace, batch: int, *,

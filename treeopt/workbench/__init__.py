@@ -1,6 +1,6 @@
 """What the app works on, without Streamlit: datasets of acceptance statistics
 (:mod:`~treeopt.workbench.datasets`), the demo's measured pricing
-(:mod:`~treeopt.workbench.pricing`), the Verify page's live run (:mod:`~treeopt.workbench.live`)
+(:mod:`~treeopt.workbench.demo_pricing`), the Verify page's live run (:mod:`~treeopt.workbench.live`)
 and the Plotly figures (:mod:`~treeopt.workbench.plots`, :mod:`~treeopt.workbench.plots_hardware`),
 drawn in one style (:mod:`~treeopt.workbench.style`: a drafter's colour, a slowdown, units).
 Pages call these and render; importing this package imports nothing else.

@@ -3,7 +3,7 @@ use, how fast it is predicted to run, how fast it was measured, and how sure eac
 
 Built from the functions the CLI calls, so the two print one set of numbers: each drafter's
 selection is ``treeopt select``'s (:func:`treeopt.pricing.sources.price`; on the demo
-:func:`treeopt.workbench.pricing.demo_pricing`, what ``select --demo KIND`` computes), the drafter
+:func:`treeopt.workbench.demo_pricing.demo_pricing`, what ``select --demo KIND`` computes), the drafter
 is ``treeopt choose-drafter``'s (:func:`treeopt.pricing.selection.choose_drafter`), the measurement
 is read by :class:`treeopt.documents.sweep.Sweep`, and the dynamic alternative is read from ``select
 --dynamic``'s document as the Hardware page reads it. Every figure carries a source string.
@@ -23,7 +23,7 @@ from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choo
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
-    from treeopt.workbench.pricing import DemoPricing, HeldOutPricing, SweptPricing
+    from treeopt.workbench.demo_pricing import DemoPricing, HeldOutPricing, SweptPricing
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Measured:
     # swept prompts' own trace (over the steady window at batch > 1); None: not recorded
     predicted_here: float | None = None
     # the point priced as the sweep ran it: the swept prompts' own acceptance and the step
-    # profile taken alongside the points (treeopt.workbench.pricing.SweptPricing); None: no
+    # profile taken alongside the points (treeopt.workbench.demo_pricing.SweptPricing); None: no
     # profile alongside
     predicted_as_swept: float | None = None
 
@@ -319,9 +319,9 @@ def demo_evidence(demo: Demo, *,
                   ) -> dict[str, DrafterEvidence]:
     """Every demo drafter with a step profile: the selection ``treeopt select --demo KIND``
     computes, the drafter's live sweep and its calibration trace. ``price(kind)``: the demo's
-    pricing of a drafter, computed already (default: :func:`~treeopt.workbench.pricing.
+    pricing of a drafter, computed already (default: :func:`~treeopt.workbench.demo_pricing.
     demo_pricing`, computed here)."""
-    from treeopt.workbench.pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing
 
     out = {}
     for kind in demo.growths:
