@@ -242,6 +242,9 @@ def test_a_newcomer_exports_the_pick_at_every_batch_size(app_url, browser):
             settle(page)
             page.get_by_role("button", name="Use this tree").nth(i).click()
             page.get_by_text(f"Chosen: {a.drafter} · select's pick").wait_for(timeout=60_000)
+            if i == 0:
+                settle(page)
+                screenshot(page, "overview-chosen")
             page.locator('[data-testid="stSidebarNav"] a', has_text="Export").click()
             page.get_by_role("heading", name="Export", level=1).wait_for(timeout=60_000)
             settle(page)

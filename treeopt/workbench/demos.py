@@ -25,8 +25,15 @@ class DemoEntry:
 
     @property
     def label(self) -> str:
-        """``demo — a 3.9M-parameter model trained for the demo``: the chooser's text."""
-        return f"{self.name} — {self.base_model}"
+        """The chooser's text: the name and the base, short enough for the sidebar.
+
+        >>> DemoEntry("smollm2", Path("data/smollm2"), "smollm2-135m-instruct (pretrained)").label
+        'smollm2 · smollm2-135m-instruct'
+        >>> DemoEntry("demo", Path("data/demo"), "a 3.9M-parameter model trained for the demo "
+        ...           "(16 layers, hidden size 128)").label
+        'demo · a 3.9M-parameter model'
+        """
+        return f"{self.name} · {self.base_model.split(' (')[0].split(' trained')[0]}"
 
 
 def base_model_name(manifest: Mapping[str, Any]) -> str:

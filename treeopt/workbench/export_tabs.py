@@ -91,7 +91,8 @@ def describe(tree: Tree, drafter: Mapping[str, Any]) -> str:
 
 
 def lookup_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
-    """The n-gram drafters' tabs (prompt lookup, the n-gram trie); empty for any other drafter."""
+    """The n-gram drafters' tabs (prompt lookup, the n-gram trie), those that export first;
+    empty for any other drafter."""
     lookup, trie = recorded_lookup(drafter), recorded_trie(drafter)
     if lookup is None and trie is None:
         return []
@@ -123,7 +124,7 @@ def lookup_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
                      "lookup's, not the trie's that was priced", *notes)
         out.append(_tab(LOOKUP_TITLES[form.format], engine, name, language, notes,
                         lambda f=form.format: export_lookup(tree, f, min_n=min_n, max_n=max_n)))
-    return out
+    return sorted(out, key=lambda t: t.text is None)  # the engines that run it first
 
 
 def tree_tabs(tree: Tree, *, num_heads: int, draft: str, speculative_model: str | None,
