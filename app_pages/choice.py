@@ -13,8 +13,8 @@ from app_pages.state import current_dataset, demo, demo_dataset, demo_overview, 
 from treeopt.demo.layout import KINDS
 from treeopt.model.trace import RankTrace
 from treeopt.pricing.selection import Point
-from treeopt.workbench.overview import BatchAnswer, Overview
 from treeopt.workbench.demo_pricing import DemoPricing
+from treeopt.workbench.overview import BatchAnswer, Overview
 from treeopt.workbench.trees import Choice, default_choice, pick_choice
 
 CHOICE_KEY = "choice"
