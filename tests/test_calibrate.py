@@ -12,10 +12,12 @@ from conftest import tiny_llama  # noqa: E402
 import treeopt.decoding.calibrate as calibrate_module  # noqa: E402
 from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
+from treeopt.decoding.continuations import ContinuationStore, weights_digest  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
 from treeopt.drafters.config import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
 
 V, D = 256, 64
 PROMPTS = [[1, 5, 17, 33], [1, 9, 100, 3, 4, 200, 7], [1, 44], [1, 8, 8, 8, 9], [1, 250, 3]]
@@ -237,3 +239,32 @@ def test_bad_sampling_config():
         CalibrateConfig(temperature=-1.0)
     with pytest.raises(TreeoptError, match="ranked, not sampled"):
         CalibrateConfig(temperature=1.0, source="texts")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_drafters_share_one_decoding_and_get_the_traces_they_would_alone(
+        model, tmp_path, monkeypatch, temperature):
+    """A continuation store decodes each batch once for every drafter calibrated on it, and each
+    drafter's trace is the one it gets alone (greedy and sampled)."""
+    config = CalibrateConfig(max_new_tokens=12, batch_size=2, temperature=temperature, seed=3)
+    drafters = {"medusa": _heads(model, "medusa"),
+                "prompt-lookup": PromptLookup(depth=4, min_n=1, max_n=3, vocab_size=V)}
+    alone = {k: calibrate(model, d, PROMPTS, tmp_path / f"alone-{k}.npz", config=config)[0]
+             for k, d in drafters.items()}
+    decoded: list[int] = []
+    for name in ("greedy_continuations", "sampled_continuations"):
+        real = getattr(calibrate_module, name)
+        monkeypatch.setattr(calibrate_module, name,
+                            lambda *a, real=real, **k: decoded.append(1) or real(*a, **k))
+    store = ContinuationStore(tmp_path / "store")
+    shared = {k: calibrate(model, d, PROMPTS, tmp_path / f"shared-{k}.npz", config=config,
+                           continuations=store)[0] for k, d in drafters.items()}
+    assert len(decoded) == 3  # 5 prompts in chunks of 2: decoded once, for both drafters
+    for k in alone:
+        assert np.array_equal(alone[k].ranks, shared[k].ranks)
+        assert alone[k].meta["sequence_positions"] == shared[k].meta["sequence_positions"]
+
+
+def test_the_weights_digest_tells_models_apart(model):
+    assert weights_digest(model) == weights_digest(model)
+    assert weights_digest(model) != weights_digest(tiny_llama(vocab=V, hidden=D, seed=2))
