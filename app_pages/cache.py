@@ -105,11 +105,14 @@ def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None,
 
 
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
-def grown(source: Source, *, method: Method, max_nodes: int) -> Growth:
-    """:func:`treeopt.model.growth.grow` with its default caps, computed once per source."""
+def grown(source: Source, *, method: Method, max_nodes: int,
+          constraint: str = "none") -> Growth:
+    """:func:`treeopt.model.growth.grow` with the source's own depth and ranks, computed once
+    per source, size and constraint."""
     from treeopt.model.growth import grow
 
-    return grow(source, method=method, max_nodes=max_nodes)
+    return grow(source, method=method, max_nodes=max_nodes,
+                constraint=constraint)  # type: ignore[arg-type]
 
 
 @st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=BY_IDENTITY)
@@ -127,6 +130,20 @@ def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
     """E[L] of every tree of ``growth`` on ``trace``, per step where both allow it
     (:meth:`Growth.evaluate_headline`), read-only."""
     curve = np.asarray(growth.evaluate_headline(trace))
+    curve.setflags(write=False)
+    return curve
+
+
+@st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=BY_IDENTITY)
+def step_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
+    """E[L] of every tree of ``growth`` on ``trace``, the trace it was grown on, as the Trees
+    page reads a curve: per step where ``trace`` records its sequences, even where the growth's
+    file holds no per-step figures (a demo built before it did); else position-weighted.
+    Read-only."""
+    steps = growth.per_step_accept_length
+    if steps is None:
+        steps = growth.evaluate_per_step(trace)
+    curve = np.array(steps if steps is not None else growth.expected_accept_length, float)
     curve.setflags(write=False)
     return curve
 

@@ -4,7 +4,7 @@ throughput each reaches per batch size, with the drafter select would choose."""
 
 import streamlit as st
 
-from app_pages.cache import CachedFigures
+from app_pages.cache import CachedFigures, step_curve
 from app_pages.state import demo, demo_pricing, page_errors
 from treeopt.workbench import plots_drafters as drafter_plots
 
@@ -26,7 +26,7 @@ st.caption("Every drafter the demo ships, calibrated on the same prompts (the tr
            "; ".join(ROLES.get(k, k) for k in kinds) + ".")
 with page_errors():
     st.plotly_chart(plots_drafters.acceptance_by_size(
-        {k: bundle.growths[k].headline_accept_length for k in kinds}), width="stretch")
+        {k: step_curve(bundle.growths[k], bundle.traces[k]) for k in kinds}), width="stretch")
     priced = {k: p for k in kinds if (p := demo_pricing(k)) is not None}
     if not priced:
         st.info("This demo has no step profiles: build it with the latency stage to compare "

@@ -1,11 +1,11 @@
-"""Heads: accuracy heatmaps (head or depth × rank), side by side for every drafter in the data."""
+"""Heads: accuracy heatmaps (head or depth × rank) of every drafter in the data, in one figure on
+one colour scale, so a colour reads the same accuracy in every panel."""
 
 import streamlit as st
 
 from app_pages.cache import CachedFigures
 from app_pages.state import current_dataset, page_errors
 from treeopt.workbench import plots as plot_functions
-from treeopt.workbench import style
 
 plots = CachedFigures(plot_functions)  # each figure built once per set of inputs
 
@@ -16,14 +16,14 @@ kind = c1.radio("Accuracy", plots.ACCURACY_KINDS, horizontal=True, key="heads_ki
                 help="marginal: P(true token is the head's i-th candidate); cumulative: top-i; "
                      "conditional: given every earlier head ranked it first")
 max_rank = c2.slider("Ranks shown", 2, 32, 10, key="heads_ranks")
-columns = st.columns(len(data.sources))
-for column, (label, _) in zip(columns, data.sources.items(), strict=True):
-    with column, page_errors(stop=False):
-        table = data.table(label)
-        st.subheader(label)
-        st.plotly_chart(plots.accuracy_heatmap(table, kind=kind, max_rank=max_rank,
-                                               title=f"{label}: {kind} accuracy (%)",
-                                               drafter=label),
+tables = {}
+for label in data.sources:  # a table that cannot be read says so; the others still draw
+    with page_errors(stop=False):
+        tables[label] = data.table(label)
+if tables:
+    with page_errors(stop=False):
+        st.plotly_chart(plots.accuracy_heatmaps(tables, kind=kind, max_rank=max_rank),
                         width="stretch")
-        if table.counts is not None:
-            st.caption(f"{int(table.counts[0]):,} positions per {style.position_noun(label)}")
+    st.caption("One colour scale for every panel (the colour bar): a colour is the same "
+               "accuracy in each drafter's panel. Each panel's title counts the positions its "
+               "accuracies are measured on.")

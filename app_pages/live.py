@@ -9,6 +9,7 @@ from app_pages.choice import current_choice
 from app_pages.state import demo, demo_adaptive, demo_dynamic_selection, demo_pricing, page_errors
 from app_pages.tables import show_table
 from treeopt.workbench import adaptive, plots_dynamic, plots_hardware
+from treeopt.workbench.numbers import nodes_text, percent_text
 
 dyn_plots = CachedFigures(plots_dynamic)  # each figure built once per set of inputs
 hw_plots = CachedFigures(plots_hardware)
@@ -43,8 +44,8 @@ else:
               "(points, spread over rounds) and predicted (dashed) speed-up"), width="stretch")
     rows = sweep.summary()
     errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
-    picks = [f"batch {r['batch']}: {r['selected_size']} nodes, "
-             f"{r['selected_share_of_best']:.0%} of the measured best" for r in rows
+    picks = [f"batch {r['batch']}: {nodes_text(r['selected_size'])}, "
+             f"{percent_text(r['selected_share_of_best'])} of the measured best" for r in rows
              if "selected_size" in r]
     batching = ("in one continuous batch of b rows, each taking the next prompt"
                 if sweep.continuous else "b prompts at a time")
@@ -55,7 +56,8 @@ else:
                "the autoregressive rate measured with it, so drift between points cancels "
                "(tokens/s on hover). ★ measured best by that speed-up, ◇ the tree select picks "
                "from the step profile (" + "; ".join(picks) + ")"
-               + (f"; largest prediction error {max(errors):.1%}." if errors else "."))
+               + (f"; largest prediction error {percent_text(max(errors))}." if errors
+                  else "."))
 
 st.header("Adaptive speculation (EAGLE): the engines' step controllers replayed")
 a1, a2, _ = st.columns([2, 1, 1])
@@ -106,7 +108,12 @@ else:
         left.plotly_chart(dyn_plots.static_vs_dynamic(dynamic, context=dyn_ctx), width="stretch")
         right.plotly_chart(dyn_plots.dynamic_grid(dynamic, dyn_batch, context=dyn_ctx),
                            width="stretch")
-        show_table(dyn_plots.recommended_rows(dynamic, context=dyn_ctx))
+        dyn_kind = dyn_plots.drafter(dynamic)
+        selection = demo_pricing(dyn_kind) if dyn_kind in kinds else None
+        show_table(dyn_plots.recommended_rows(
+            dynamic, context=dyn_ctx, selected=None if selection is None else {
+                q.batch: (q.tree.size, q.speedup) for q in selection.selection.points
+                if q.context == dyn_ctx}))
         grid = dynamic.get("grid", {})
         st.caption(
             f"Settings scanned: top-k {grid.get('topk')}, steps {grid.get('steps')}, draft "
@@ -114,7 +121,12 @@ else:
             f"the step profile {dynamic.get('latency', {}).get('source', '?')} on "
             f"{dynamic.get('latency', {}).get('device', '?')}. Each speed-up is over the "
             "autoregressive rate of its own profile (static trees: the static step's), so the "
-            "last column, the ratio of the two speed-ups, is free of drift between the profiles.")
+            "ratio of the two speed-ups is free of drift between the profiles. The static tree "
+            "here is the growth's best under that profile, its E[L] "
+            f"{dynamic.get('static_growth', {}).get('acceptance', 'the growth’s')}, as the "
+            "dynamic settings' are: like with like. Select's pick, the static tree the Drafters "
+            "page and the Overview show, is priced per step with the drafter's own step "
+            "profile, so its speed-up differs; the last column gives it.")
         chosen = dyn_plots.point(dynamic, dyn_batch, dyn_ctx)
         with st.expander(f"Engine settings at batch {dyn_batch}: "
                          f"{dyn_plots.settings_label(chosen['best'])}"):

@@ -2,7 +2,13 @@
 
 import streamlit as st
 
-from app_pages.cache import CachedFigures, growth_pair, held_out_curve, per_step_growth
+from app_pages.cache import (
+    CachedFigures,
+    grown,
+    growth_pair,
+    held_out_curve,
+    per_step_growth,
+)
 from app_pages.choice import (
     BATCH_KEY,
     LABEL_KEY,
@@ -18,6 +24,7 @@ from app_pages.state import current_dataset, page_errors
 from treeopt.model.growth import CONSTRAINTS
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, PER_STEP_GREEDY
 from treeopt.workbench import plots as plot_functions
+from treeopt.workbench.numbers import accept_length_text, nodes_text
 from treeopt.workbench.trees import (
     LARGEST,
     TreeSettings,
@@ -88,12 +95,12 @@ with page_errors():
     depth = min(max_depth, source.heads)
     growths = growth_pair(source, max_nodes=max_nodes, max_depth=depth, max_rank=max_rank,
                           constraint=constraint)
-    others = {f"{other} · {m}": g.headline_accept_length
-              for other in data.sources if other != label and data.has_trace(other)
-              for m, g in growth_pair(data.sources[other], max_nodes=max_nodes,
-                                      max_depth=min(depth, data.sources[other].heads),
-                                      max_rank=max_rank,
-                                      constraint=constraint).items() if m == "empirical"}
+    # every other drafter grown under its own depth and ranks (never this drafter's caps), to
+    # the same largest size under the same engine
+    others = {f"{other} · empirical": grown(data.sources[other], method="empirical",
+                                            max_nodes=max_nodes,
+                                            constraint=constraint).headline_accept_length
+              for other in data.sources if other != label and data.has_trace(other)}
     if temperature:  # what the greedy-grown tree gives up when sampling at T
         greedy_growth = growth_pair(data.sources[label], max_nodes=max_nodes,
                                     max_depth=depth, max_rank=max_rank,
@@ -107,16 +114,16 @@ with page_errors():
             else growth.tree(min(size, growth.max_nodes)))
     view = view_tree(tree, source, method=method)
     chosen, how = chosen_accept_length(growth, size, view, stepped=stepped)
-    points = {f"chosen ({tree.size} nodes)": (tree.size, chosen)}
+    points = {f"chosen ({nodes_text(tree.size)})": (tree.size, chosen)}
     if pasted_point is not None:
         pasted_tree, pasted_ell = pasted_point
-        points[f"pasted ({pasted_tree.size} nodes)"] = (pasted_tree.size, pasted_ell)
+        points[f"pasted ({nodes_text(pasted_tree.size)})"] = (pasted_tree.size, pasted_ell)
     found = demo_pick(label, batch) if temperature == 0 else None
 
 if tree.size < size:  # the size stays where the user put it; the tree shown says why it differs
     largest = len(stepped.order) if stepped is not None else growth.max_nodes
-    clamp.warning(f"The chosen size, {size} nodes, is above the largest tree grown "
-                  f"({largest} nodes): the tree shown has {tree.size}. Raise “Largest "
+    clamp.warning(f"The chosen size, {nodes_text(size)}, is above the largest tree grown "
+                  f"({nodes_text(largest)}): the tree shown has {tree.size}. Raise “Largest "
                   "tree” to see the chosen size.")
 settings = TreeSettings(size, max_depth, max_nodes, max_rank, method, constraint, temperature,
                         family)
@@ -128,9 +135,10 @@ held_walk = held_out_walk(label) if temperature == 0 else None
 with right:
     st.caption(f"Chosen: {choice.description}")
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("E[L] of the chosen tree", f"{chosen:.4f}", help=how)
+    c1.metric("E[L] of the chosen tree", accept_length_text(chosen), help=how)
     if held_walk is not None:
-        c2.metric("E[L] held out, per step", f"{held_out_accept_length(tree, held_walk[0]):.4f}",
+        c2.metric("E[L] held out, per step",
+                  accept_length_text(held_out_accept_length(tree, held_walk[0])),
                   help=f"the held-out trace walked as decoding steps over {held_walk[1]}: the "
                        "E[L] the Overview prices its headline with")
     c3.metric("Nodes / depth", f"{tree.size} / {tree.depth}")
@@ -141,11 +149,12 @@ with right:
     st.plotly_chart(plots.growth_curves({**curves, **others}, points=points),
                     width="stretch")
     st.plotly_chart(plots.tree_figure(tree, view.probabilities,
-                                      title=f"{label}: {method} tree of {tree.size} nodes "
-                                            f"(E[L] = {chosen:.3f})"),
+                                      title=f"{label}: {method} tree, "
+                                            f"{nodes_text(tree.size)}, E[L] "
+                                            f"{accept_length_text(chosen)}"),
                     width="stretch")
     w1, w2 = st.columns(2)
-    w1.plotly_chart(plots.widths_figure({f"{tree.size} nodes": tree.widths}),
+    w1.plotly_chart(plots.widths_figure({nodes_text(tree.size): tree.widths}),
                     width="stretch")
     if held is not None:
         w2.plotly_chart(plots.gap_curve(growth.headline_accept_length,
@@ -157,4 +166,7 @@ with right:
     st.caption("E[L] is per step where the trace records its sequences: the trace walked as "
                "decoding steps through it, each step starting where the last one ended, what a "
                "live run measures (node probabilities weight every position alike). Typical "
-               "acceptance accepts more than one path — measure it on the Verify page.")
+               "acceptance accepts more than one path — measure it on the Verify page. "
+               "Every other drafter's curve is grown under its own depth and ranks, to the "
+               "same largest tree and engine constraint: Max depth and Max rank cap this "
+               "drafter only.")

@@ -3,9 +3,12 @@ the figures each page shows equal to what the library computes here from the sam
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from treeopt.demo.layout import KINDS, default_root
@@ -68,10 +71,18 @@ def trees_page_tree(trace, *, size: int = 64, max_depth: int | None = None,
 
 
 def page_accept_length(tree, trace) -> str:
-    """The E[L] the Trees page shows for ``tree``: per step on a trace of sequences."""
+    """The E[L] the Trees page shows for ``tree``: per step on a trace of sequences, at the
+    app's one precision for an accepted length (two decimals)."""
     if "sequence_positions" in trace.meta:
-        return f"{simulate(tree, trace, per_step=True).mean_accept_length:.4f}"
-    return f"{expected_accept_length(tree, trace, method='empirical'):.4f}"
+        return f"{simulate(tree, trace, per_step=True).mean_accept_length:.2f}"
+    return f"{expected_accept_length(tree, trace, method='empirical'):.2f}"
+
+
+def values(array) -> list:
+    """A figure's array as the browser reads it: Plotly sends a numpy array as typed bytes."""
+    if isinstance(array, dict) and "bdata" in array:
+        return np.frombuffer(base64.b64decode(array["bdata"]), array["dtype"]).tolist()
+    return list(array)
 
 
 def recommended(view):
@@ -115,25 +126,33 @@ def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
     growth = grow(table, method="independent", max_nodes=128, max_depth=2, max_rank=10)
     tree = growth.tree(min(64, growth.max_nodes))
     value = expected_accept_length(tree, table, method="independent")
-    assert metrics(at)["E[L] of the chosen tree"] == f"{value:.4f}"
+    assert metrics(at)["E[L] of the chosen tree"] == f"{value:.2f}"
 
 
-def test_heads_page_one_heatmap_per_head_kind(demo):
+def test_heads_page_draws_every_drafter_on_one_colour_scale(demo):
+    from treeopt.workbench.style import heat_scale
+
     at = open_page("heads")
-    assert [s.value for s in at.subheader] == list(demo.kinds)
-    figs = figures(at)
-    assert [f["layout"]["title"]["text"] for f in figs] == [f"{k}: marginal accuracy (%)"
-                                                            for k in demo.kinds]
+    (fig,) = figures(at)  # one figure: a panel per drafter, one colour bar
+    assert fig["layout"]["title"]["text"] == "Marginal accuracy per head or depth and rank (%)"
+    assert [t["name"] for t in fig["data"]] == list(demo.kinds)
+    assert {t["coloraxis"] for t in fig["data"]} == {"coloraxis"}
+    shown = np.concatenate([np.stack([(demo.traces[k].ranks == r).mean(axis=0)
+                                      for r in range(10)], axis=1).ravel() * 100
+                            for k in demo.kinds])
+    scale = heat_scale(shown)  # the marginal accuracies of every drafter, ranks 0 … 9
+    axis = fig["layout"]["coloraxis"]
+    assert (axis["cmin"], axis["cmax"]) == pytest.approx((scale.zmin, scale.zmax))
     noun = {k: "depth" if k in ("eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie")
             else "head" for k in demo.kinds}
-    for kind, fig in zip(demo.kinds, figs, strict=True):
+    for kind, heat in zip(demo.kinds, fig["data"], strict=True):
         ranks = demo.traces[kind].ranks  # [positions, heads]
         top1 = (ranks[:, 0] == 0).mean() * 100
-        assert fig["data"][0]["hovertext"][0][0] == (f"{noun[kind]} 1, rank 0: {top1:.2f}%<br>"
-                                                     f"n = {len(ranks):,}")
-        assert fig["data"][0]["y"] == [f"{noun[kind]} {k + 1}" for k in range(ranks.shape[1])]
-    assert [c.value for c in at.caption] == [
-        f"{demo.traces[k].positions:,} positions per {noun[k]}" for k in demo.kinds]
+        assert heat["hovertext"][0][0] == (f"{noun[kind]} 1, rank 0: {top1:.1f}%<br>"
+                                           f"n = {len(ranks):,}")
+        assert heat["y"] == [f"{noun[kind]} {k + 1}" for k in range(ranks.shape[1])]
+    assert [a["text"] for a in fig["layout"]["annotations"]] == [
+        f"{k} · {demo.traces[k].positions:,} positions" for k in demo.kinds]
 
 
 def test_trees_page_shows_the_exact_expected_accept_length(demo, view):
@@ -148,7 +167,7 @@ def test_trees_page_shows_the_exact_expected_accept_length(demo, view):
                                    family=family)
     assert metrics(at) == {"E[L] of the chosen tree": page_accept_length(tree, trace),
                            "E[L] held out, per step":
-                               f"{recommended(view).held_out.accept_length:.4f}",
+                               f"{recommended(view).held_out.accept_length:.2f}",
                            "Nodes / depth": f"{tree.size} / {tree.depth}",
                            "Tokens verified per step": f"{tree.size + 1}"}
     assert len(figures(at)) == 4  # growth curves, tree, widths, held-out gap
@@ -162,6 +181,28 @@ def test_trees_page_shows_the_exact_expected_accept_length(demo, view):
     assert_clean(at)
     assert metrics(at)["E[L] of the chosen tree"] == page_accept_length(
         trees_page_tree(trace, size=32), trace)
+
+
+def test_trees_page_grows_every_other_drafter_under_its_own_depth(demo):
+    """Medusa chosen and capped at depth 2: every other drafter's curve is still its own
+    growth's, to its own size (prompt lookup's ends where its trees stop gaining), the curve
+    the Drafters page draws."""
+    at = open_page("trees")
+    at.selectbox(key="trees_label").set_value("medusa").run()
+    at.slider(key="trees_depth").set_value(2).run()
+    assert_clean(at)
+    curves = {t["name"]: t for t in figures(at)[0]["data"]}
+    drafters = {t["name"]: t["y"] for t in figures(open_page("drafters"))[0]["data"]}
+    for other in (k for k in demo.kinds if k != "medusa"):
+        own = grow(demo.traces[other], method="empirical", max_nodes=128)
+        curve = curves[f"{other} · empirical"]
+        assert values(curve["x"]) == list(range(own.max_nodes + 1))
+        assert values(curve["y"]) == pytest.approx(own.headline_accept_length.tolist())
+        assert drafters[other] == pytest.approx(values(curve["y"]))
+    capped = grow(demo.traces["medusa"], method="empirical", max_nodes=128, max_depth=2,
+                  max_rank=at.slider(key="trees_rank").value)
+    assert values(curves["medusa · empirical"]["y"]) == pytest.approx(
+        capped.headline_accept_length.tolist())  # the caps hold for the chosen drafter
 
 
 def test_trees_page_shows_a_bad_pasted_tree_as_an_error():
@@ -293,6 +334,54 @@ def test_live_page_draws_the_demos_evidence(demo, view):
         assert measured["y"] == [p.speedup for p in points]
         star = next(t for t in figs[0]["data"] if t.get("name") == "batch 1 measured best")
         assert star["y"] == [swept.best(1).speedup] and star["marker"]["symbol"] == "star"
+
+
+def test_live_page_names_one_node_in_the_singular_and_fits_its_titles(demo):
+    from treeopt.documents.sweep import Sweep
+    from treeopt.workbench.style import TITLE_CHARS
+
+    at = open_page("live")
+    kinds = at.radio(key="live_kind").options
+    for kind in kinds:
+        at.radio(key="live_kind").set_value(kind).run()
+        assert_clean(at)
+        said = " ".join([c.value for c in at.caption] + [m.value for m in at.markdown])
+        assert not re.search(r"(?<![\d,])1 nodes", said)
+        sweep = demo.sweep(kind)
+        if sweep is None:
+            continue
+        for row in Sweep.load(sweep).summary():
+            if "selected_size" in row:
+                n = row["selected_size"]
+                assert f"batch {row['batch']}: {n} node{'' if n == 1 else 's'}, " in said
+        for fig in figures(at):
+            lines = fig["layout"]["title"]["text"].split("<br>")
+            assert all(len(line) <= TITLE_CHARS for line in lines), lines
+
+
+def test_live_page_sets_select_s_pick_beside_the_dynamic_documents_static_tree(demo):
+    """EAGLE at batch 1: the dynamic document prices its own static tree (its step profile,
+    its E[L]); the Drafters page prices select's pick. The Live table shows both, labelled,
+    and the pick's figure is the Drafters page's bar."""
+    from treeopt.workbench.demo_pricing import demo_pricing
+    from treeopt.workbench.numbers import nodes_text, speedup_text
+
+    path = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
+    priced = demo_pricing(demo, "eagle")
+    if not path.exists() or priced is None:
+        pytest.skip("the demo has no dynamic selection of its EAGLE drafter")
+    at = open_page("live")
+    table = at.table[-1].value
+    doc = json.loads(path.read_text())
+    context = sorted({p["context"] for p in doc["points"]})[0]
+    for batch, shown in zip(table["batch"].tolist(), table["select's pick (Drafters page)"],
+                            strict=True):
+        pick = priced.selection.point(int(batch), context)
+        assert shown == f"{nodes_text(pick.tree.size)}, {speedup_text(pick.speedup)}"
+    drafters = figures(open_page("drafters"))[2]  # the best tree's speed-up per drafter
+    bar = next(t for t in drafters["data"] if t["name"] == "eagle")
+    assert speedup_text(bar["y"][0]) == table["select's pick (Drafters page)"][0].split(", ")[1]
+    assert any("Select's pick, the static tree the Drafters page" in c.value for c in at.caption)
 
 
 def test_verify_page_live_run_is_lossless_and_reports_figures(demo, view):
@@ -438,9 +527,11 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     at = open_page("drafters")
     ell, cost, speed, *by_set = figures(at)
     assert [t["name"] for t in ell["data"]] == list(demo.kinds)
-    for trace in ell["data"]:
-        want = demo.growths[trace["name"]].headline_accept_length
-        assert trace["y"] == pytest.approx(list(want))
+    for trace in ell["data"]:  # per step, as the Trees page and the pricing read E[L]
+        growth, walked = demo.growths[trace["name"]], demo.traces[trace["name"]]
+        want = growth.evaluate_per_step(walked)
+        assert trace["y"] == pytest.approx(list(want if want is not None
+                                                else growth.headline_accept_length))
     assert [t["name"] for t in cost["data"]] == [*demo.kinds, "verify step"]
     priced = {k: demo_pricing(demo, k) for k in demo.kinds}
     context = sorted(priced[KINDS[0]].selection.contexts)[0]
@@ -530,8 +621,10 @@ def test_dynamic_figures_plot_the_selection_documents_values():
         plots_dynamic.dynamic_grid(doc, 2)
 
     assert [(r["batch"], r["topk"], r["steps"], r["draft tokens"], r["predicted speed-up"],
-             r["static speed-up"]) for r in plots_dynamic.recommended_rows(doc)] == [
-        (1, 2, 3, 8, 1.5, 1.3), (4, 1, 2, 3, 1.15, 1.1)]
+             r["static speed-up here"]) for r in plots_dynamic.recommended_rows(doc)] == [
+        (1, 2, 3, 8, "1.50×", "1.30×"), (4, 1, 2, 3, "1.15×", "1.10×")]
+    beside = plots_dynamic.recommended_rows(doc, selected={1: (13, 1.7406)})
+    assert [r[plots_dynamic.SELECTED] for r in beside] == ["13 nodes, 1.74×", None]
 
 
 def use_dynamic_selection(monkeypatch, path: Path) -> None:
@@ -558,8 +651,9 @@ def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     assert table["batch"].tolist() == ["1", "4"]
     assert table[["topk", "steps", "draft tokens"]].values.tolist() == [["2", "3", "8"],
                                                                          ["1", "2", "3"]]
-    assert table["predicted speed-up"].tolist() == ["1.5", "1.15"]
-    assert table["static speed-up"].tolist() == ["1.3", "1.1"]
+    assert table["predicted speed-up"].tolist() == ["1.50×", "1.15×"]  # the app's precision
+    assert table["static tree here"].tolist() == ["7 nodes", "3 nodes"]
+    assert table["static speed-up here"].tolist() == ["1.30×", "1.10×"]
     engines = doc["points"][0]["engines"]
     assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
     assert [w.value for w in at.warning] == [  # a tree: only SGLang's page-size condition

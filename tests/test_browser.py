@@ -228,6 +228,7 @@ def test_a_newcomer_exports_the_pick_at_every_batch_size(app_url, browser):
     """Overview → "Use this tree" → Export, for each batch size's pick: the page names the
     choice, and every engine tab holds a file or one line saying why not (0 blank tabs)."""
     from treeopt.demo.load import load
+    from treeopt.workbench.numbers import nodes_text
     from treeopt.workbench.overview import demo_overview
 
     view = demo_overview(load(with_model=False))
@@ -249,7 +250,7 @@ def test_a_newcomer_exports_the_pick_at_every_batch_size(app_url, browser):
             page.get_by_role("heading", name="Export", level=1).wait_for(timeout=60_000)
             settle(page)
             assert_no_failure(page, f"Export at batch {a.batch}")
-            assert f"at batch {a.batch} · {a.tree.size} nodes" in page.inner_text("body")
+            assert f"at batch {a.batch} · {nodes_text(a.tree.size)}" in page.inner_text("body")
             tabs = page.get_by_role("tab")
             assert tabs.count() > 0
             for t in range(tabs.count()):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from treeopt.drafters.kinds import KINDS
 from treeopt.workbench import style
@@ -171,27 +173,54 @@ def assert_units(fig, *axes: str) -> None:
         assert title and UNIT.search(title), (name, title)
 
 
-def test_the_heatmap_scales_to_its_data_and_labels_depths(demo):
+def test_the_heatmaps_share_one_colour_scale_and_label_depths(demo):
     from treeopt.model.accuracy import AccuracyTable
-    from treeopt.workbench.plots import accuracy_heatmap
+    from treeopt.workbench.plots import accuracy_heatmaps
 
-    for kind, trace in demo.traces.items():
-        table = AccuracyTable.from_trace(trace)
-        for which, values in (("marginal", table.marginal), ("cumulative", table.cumulative)):
-            shown = np.asarray(values)[:, :6] * 100
-            heat = accuracy_heatmap(table, kind=which, max_rank=6, drafter=kind).data[0]
-            scale = heat_scale(shown)
-            positive = shown[shown > 0]  # a log scale starts at the smallest positive share
-            want = (np.log10(positive.min()), np.log10(positive.max())) if scale.log else (
-                shown.min(), shown.max())
-            assert (heat.zmin, heat.zmax) == pytest.approx(want)
-            assert list(heat.y) == [position_label(kind, k + 1) for k in range(trace.heads)]
+    tables = {kind: AccuracyTable.from_trace(trace) for kind, trace in demo.traces.items()}
+    for which in ("marginal", "cumulative"):
+        fig = accuracy_heatmaps(tables, kind=which, max_rank=6)
+        shown = {k: np.asarray(getattr(t, which))[:, :6] * 100 for k, t in tables.items()}
+        every = np.concatenate([v.ravel() for v in shown.values()])
+        scale = heat_scale(every)  # one scale over every panel's values
+        positive = every[every > 0]  # a log scale starts at the smallest positive share
+        want = (np.log10(positive.min()), np.log10(positive.max())) if scale.log else (
+            every.min(), every.max())
+        assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == pytest.approx(want)
+        assert fig.layout.coloraxis.colorbar.title.side == "right"  # along the bar: never cut
+        assert [t.name for t in fig.data] == list(tables)
+        for heat in fig.data:  # no panel has a scale or a colour bar of its own
+            assert heat.coloraxis == "coloraxis"
+            assert (heat.zmin, heat.zmax, heat.colorbar.title.text) == (None, None, None)
+            kind, values = heat.name, shown[heat.name]
+            assert list(heat.z[0]) == pytest.approx(scale.z(values)[0].tolist())
+            assert list(heat.y) == [position_label(kind, k + 1) for k in range(values.shape[0])]
             assert heat.hovertext[0][0].startswith(f"{position_label(kind, 1)}, ")
-            assert heat.hovertext[0][0].split("<br>")[0].endswith(f"{shown[0, 0]:.2f}%")
-        fig = accuracy_heatmap(table, drafter=kind)
-        assert fig.layout.yaxis.title.text == KINDS[kind].position
-    marginal = AccuracyTable.from_trace(demo.traces["medusa"]).marginal[:, :10] * 100
+            assert heat.hovertext[0][0].split("<br>")[0].endswith(f"{values[0, 0]:.1f}%")
+            assert heat.text[0][0] == f"{values[0, 0]:.1f}"  # written at the hover's precision
+        titles = [a.text for a in fig.layout.annotations]
+        assert titles == [f"{k} · {int(t.counts[0]):,} positions" for k, t in tables.items()]
+    one = accuracy_heatmaps({"medusa": tables["medusa"], "eagle": tables["eagle"]})
+    assert [one.layout[a].title.text for a in ("yaxis", "yaxis2")] == [
+        KINDS["medusa"].position, KINDS["eagle"].position]
+    marginal = tables["medusa"].marginal[:, :10] * 100
     assert heat_scale(marginal).log  # 47% down to 1%: a linear 0-100 scale shows one column
+
+
+def test_a_heatmap_panel_sits_beside_its_neighbour_two_to_a_row(demo):
+    from treeopt.model.accuracy import AccuracyTable
+    from treeopt.workbench.plots import accuracy_heatmaps
+
+    tables = {k: AccuracyTable.from_trace(t) for k, t in demo.traces.items()}
+    fig = accuracy_heatmaps(tables)
+    rows = -(-len(tables) // 2)
+    domains = sorted({tuple(fig.layout[f"xaxis{i or ''}"].domain) for i in
+                      [0, *range(2, len(tables) + 1)]})
+    assert len(domains) == min(2, len(tables))  # two columns, so six panels are not cramped
+    assert len({tuple(fig.layout[f"yaxis{i or ''}"].domain)
+                for i in [0, *range(2, len(tables) + 1)]}) == rows
+    assert all(fig.layout[f"{a}{i or ''}"].automargin  # tick labels push the margins
+               for a in ("xaxis", "yaxis") for i in [0, *range(2, len(tables) + 1)])
 
 
 def test_drafter_figures_give_each_drafter_its_colour(demo, priced):
@@ -222,7 +251,7 @@ def test_growth_curves_colour_each_drafter_and_dash_its_second_curve():
     from treeopt.workbench.plots import growth_curves
 
     fig = growth_curves({"hydra · empirical": [1, 1.5], "hydra · independent": [1, 1.4],
-                         "eagle · empirical": [1, 1.7]}, points={"chosen (1 nodes)": (1, 1.5)})
+                         "eagle · empirical": [1, 1.7]}, points={"chosen (1 node)": (1, 1.5)})
     assert [(t.name, colour_of(t), t.line.dash) for t in fig.data[:3]] == [
         ("hydra · empirical", "#ff7f0e", "solid"), ("hydra · independent", "#ff7f0e", "dash"),
         ("eagle · empirical", "#2ca02c", "solid")]
@@ -312,6 +341,89 @@ def test_dynamic_figures_use_shades_of_the_drafters_colour():
         assert_units(f, "xaxis", "yaxis")
 
 
+def all_figures(demo, priced) -> dict[str, object]:
+    """One of each figure the app draws, on the demo, with the longest titles its pages give."""
+    from treeopt.model.accuracy import AccuracyTable
+    from treeopt.model.growth import grow
+    from treeopt.pricing.sources import roofline_selection
+    from treeopt.roofline import load_hardware, preset
+    from treeopt.workbench import adaptive, plots, plots_drafters, plots_dynamic, plots_hardware
+
+    trace = demo.traces["hydra"]
+    growth = grow(trace, method="empirical", max_nodes=32)
+    tree = growth.tree(8)
+    swept = next((k, p) for k, p in priced.items() if p.sweep is not None)
+    selection = roofline_selection(growth, model=preset("llama-2-7b"),
+                                   hardware=load_hardware("h100-sxm"), batch=[1, 8],
+                                   context=[512], draft_kind="hydra", draft_heads=trace.heads)
+    replay = adaptive.demo_adaptive(demo, sequences=8, positions=16, batches=(1, 2))
+    context = priced[next(iter(priced))].selection.contexts[0]
+    figs = {
+        "heatmaps": plots.accuracy_heatmaps({k: AccuracyTable.from_trace(t)
+                                             for k, t in demo.traces.items()}),
+        "growth": plots.growth_curves({"hydra · empirical": growth.headline_accept_length}),
+        "gap": plots.gap_curve(growth.expected_accept_length, growth.expected_accept_length),
+        "tree": plots.tree_figure(tree, title="prompt-lookup: independent tree, 256 nodes, "
+                                              "E[L] 10.00"),
+        "widths": plots.widths_figure({"8 nodes": tree.widths}),
+        "histogram": plots.accept_histogram({"tree": [0, 3, 2]}),
+        "split": plots.time_split({"drafting": 1.0}),
+        "by size": plots_drafters.acceptance_by_size({"hydra": growth.expected_accept_length}),
+        "cost": plots_drafters.drafting_cost_by_depth({k: p.costs for k, p in priced.items()},
+                                                      batch=1, depth=3),
+        "speed": plots_drafters.throughput_by_batch({k: p.selection for k, p in priced.items()},
+                                                    context=context),
+        "sweep": plots_hardware.sweep_figure(
+            swept[1].sweep, drafter=swept[0], title=f"{swept[0]} on cpu: measured (points, "
+            "spread over rounds) and predicted (dashed) speed-up"),
+        "throughput": plots_hardware.throughput_curves(selection, context=512),
+        "best size": plots_hardware.best_size_heatmap(selection),
+        "static vs dynamic": plots_dynamic.static_vs_dynamic(dynamic_doc()),
+        "dynamic grid": plots_dynamic.dynamic_grid(dynamic_doc(), 1)}
+    if replay is not None:
+        figs["rounds"] = adaptive.rounds_figure(replay, 1)
+        figs["strategies"] = adaptive.strategies_figure(replay)
+    return figs
+
+
+def test_every_title_fits_a_half_width_column_and_hangs_from_the_top(demo, priced):
+    """At 1400 px a half-width column holds 48 characters of a title's 17 px font: every line
+    is at most that long, the top margin holds every line, and axes grow their margins to fit
+    their tick labels and titles."""
+    for name, fig in all_figures(demo, priced).items():
+        title = fig.layout.title
+        lines = title.text.split("<br>")
+        assert all(0 < len(line) <= style.TITLE_CHARS for line in lines), (name, lines)
+        assert (title.yref, title.y, title.yanchor) == ("container", 1, "top"), name
+        assert fig.layout.margin.t >= 28 + 24 * len(lines), name
+        assert fig.layout.xaxis.automargin and fig.layout.yaxis.automargin, name
+
+
+@given(st.lists(st.text("abcdefgh[]().·×", min_size=1, max_size=70), min_size=1, max_size=12))
+def test_a_wrapped_title_keeps_every_word_in_order(words):
+    text = " ".join(words)
+    lines = style.wrap_title(text).split("<br>")
+    assert " ".join(lines).split() == words  # nothing lost, nothing reordered
+    assert all(len(line) <= style.TITLE_CHARS or " " not in line for line in lines)
+
+
+def test_numbers_read_at_one_precision_with_counts_in_the_right_number():
+    from treeopt.workbench.numbers import (
+        accept_length_text,
+        count_text,
+        nodes_text,
+        percent_text,
+        speedup_text,
+    )
+
+    assert [speedup_text(x) for x in (1.867056, 1.7406, 2.0)] == ["1.87×", "1.74×", "2.00×"]
+    assert [accept_length_text(x) for x in (6.8, 3.5656, 1.0)] == ["6.80", "3.57", "1.00"]
+    assert [percent_text(x) for x in (0.9999, 0.0088)] == ["100.0%", "0.9%"]
+    assert [nodes_text(n) for n in (0, 1, 2, 1000)] == ["0 nodes", "1 node", "2 nodes",
+                                                        "1,000 nodes"]
+    assert count_text(1, "batch", "batches") == "1 batch"
+
+
 # --- pages --------------------------------------------------------------------------------
 
 APP = ROOT / "app.py"
@@ -329,7 +441,9 @@ def open_page(page: str):
 
 
 def figure_titles(at) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    """The page's figure titles as read: a title's lines (it wraps to fit) joined by spaces."""
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"].replace("<br>", " ")
+            for c in at.get("plotly_chart")]
 
 
 def test_hardware_page_has_one_context_control_and_no_zero_times(demo):

@@ -19,6 +19,7 @@ from treeopt.adaptive.report import AdaptiveReport, BatchSide
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.workbench import style
+from treeopt.workbench.numbers import ACCEPT_LENGTH_FORMAT, accept_length_text, nodes_text
 
 WORKLOADS: dict[str, str] = {
     "steady": "held-out prompts in order",
@@ -26,6 +27,9 @@ WORKLOADS: dict[str, str] = {
 }
 STRATEGIES = ("SGLang default adaptive", "tuned adaptive", "best fixed chain", "best static tree")
 SEQUENCES, POSITIONS = 48, 64  # the replayed share of the held-out trace (a quick first render)
+# the figures sit in half-width columns: a legend beside the plot would squeeze it, so below
+_LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0)
+_LEGEND_PX = 70
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +103,8 @@ def _rounds_trace(r: Replay, name: str, colour: str, *, window: int) -> list[go.
                        hovertemplate="round %{x}: %{y} steps<extra>" + name + "</extra>")
     ell = go.Scatter(x=rounds, y=moving_mean(r.accept_length, window).tolist(), name=f"{name}: E[L]",
                      mode="lines", line=dict(color=colour, width=1.5), legendgroup=name,
-                     hovertemplate=("round %{x}: E[L] %{y:.2f} (mean of " + str(window)
+                     hovertemplate=("round %{x}: E[L] %{y:" + ACCEPT_LENGTH_FORMAT + "} (mean of "
+                                    + str(window)
                                     + " rounds)<extra>" + name + "</extra>"))
     return [steps, ell]
 
@@ -117,11 +122,13 @@ def rounds_figure(replay: AdaptiveReplay, batch: int, *, window: int = 20) -> go
         fig.add_trace(steps, row=1, col=1)
         fig.add_trace(ell, row=2, col=1)
     top = max(int(side.default.steps.max()), int(side.tuned.steps.max()))
-    fig.update_yaxes(title_text="draft steps", dtick=1, range=[-0.3, top + 0.3], row=1, col=1)
-    fig.update_yaxes(title_text="E[L] (tokens per row-step)", row=2, col=1)
-    fig.update_xaxes(title_text="round", row=2, col=1)
-    fig.update_layout(title=f"{replay.kind} at batch {batch}: steps chosen and E[L] per round "
-                            f"({replay.workload} workload)", **style.layout(height=480))
+    fig.update_yaxes(title_text="draft steps", dtick=1, range=[-0.3, top + 0.3], row=1, col=1,
+                     automargin=True)
+    fig.update_yaxes(title_text="E[L] (tokens per row-step)", row=2, col=1, automargin=True)
+    fig.update_xaxes(title_text="round", row=2, col=1, automargin=True)
+    fig.update_layout(legend=_LEGEND_BELOW, **style.layout(
+        height=480 + _LEGEND_PX, title=f"{replay.kind} at batch {batch}: steps chosen and E[L] "
+                                       f"per round ({replay.workload} workload)"))
     return fig
 
 
@@ -136,12 +143,13 @@ def strategy_rates(replay: AdaptiveReplay) -> dict[str, list[float | None]]:
 
 def _hover(side: BatchSide, strategy: str) -> str:
     if strategy == STRATEGIES[3]:
-        return (f"{side.static.size} nodes, E[L] {side.static.expected_accept_length:.2f}"
+        return (f"{nodes_text(side.static.size)}, E[L] "
+                f"{accept_length_text(side.static.expected_accept_length)}"
                 if side.static else "no static tree")
     r = {STRATEGIES[0]: side.default, STRATEGIES[1]: side.tuned,
          STRATEGIES[2]: side.best_fixed}[strategy]
     mix = ", ".join(f"{k}: {n / r.rounds:.0%}" for k, n in r.step_counts().items())
-    return f"steps {mix}; E[L] {r.mean_accept_length:.2f}"
+    return f"steps {mix}; E[L] {accept_length_text(r.mean_accept_length)}"
 
 
 def strategies_figure(replay: AdaptiveReplay) -> go.Figure:
@@ -156,9 +164,10 @@ def strategies_figure(replay: AdaptiveReplay) -> go.Figure:
             for (name, rates), colour in zip(strategy_rates(replay).items(), colours,
                                              strict=True)]
     fig = go.Figure(bars)
-    fig.update_layout(barmode="group", title=f"{replay.kind}: predicted tokens/s per batch size "
-                                             f"({replay.workload} workload)",
+    fig.update_layout(barmode="group", legend=_LEGEND_BELOW,
                       xaxis=dict(type="category", title="batch size (sequences)"),
                       yaxis_title=style.axis_title("predicted throughput", "tokens/s"),
-                      **style.layout(height=420))
+                      **style.layout(height=420 + _LEGEND_PX,
+                                     title=f"{replay.kind}: predicted tokens/s per batch size "
+                                           f"({replay.workload} workload)"))
     return fig

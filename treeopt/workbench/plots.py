@@ -10,51 +10,115 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
+from treeopt.errors import TreeoptError
 from treeopt.model.accuracy import AccuracyTable
 from treeopt.model.tree import Tree
 from treeopt.workbench import style
+from treeopt.workbench.numbers import ACCEPT_LENGTH_FORMAT, PERCENT_FORMAT, count_text, nodes_text
 
 ACCURACY_KINDS: tuple[str, ...] = ("marginal", "cumulative", "conditional")
 _DASHES = ("solid", "dash", "dot", "dashdot")
 _SYMBOLS = ("diamond", "x", "square")
+_ROW_PX = 24  # a heatmap panel's height per head or depth
+_GAP_PX = 110  # between rows of panels: the x axis title and the next row's panel titles
+_WRITTEN_RANKS = 12  # up to this many ranks a heatmap writes each cell's value in it
 
 
-def accuracy_heatmap(table: AccuracyTable, *, kind: str = "marginal", title: str = "",
-                     max_rank: int = 10, drafter: str | None = None) -> go.Figure:
-    """Depth × rank heatmap of ``kind`` accuracies (percent; value and count on hover), its
-    colours spanning the values shown (see :func:`~treeopt.workbench.style.heat_scale`), its
-    rows ``head k`` or ``depth k`` as ``drafter``'s kind drafts them."""
-    if kind == "conditional" and table.conditional is None:
+def accuracy_values(table: AccuracyTable, kind: str, max_rank: int) -> npt.NDArray[np.float64]:
+    """``kind`` accuracies of ``table`` in percent, ``[heads, ranks]`` up to ``max_rank`` ranks
+    (NaN where the table has no conditional accuracies)."""
+    if kind not in ACCURACY_KINDS:
+        raise TreeoptError(f"accuracy kind {kind!r}: expected one of {', '.join(ACCURACY_KINDS)}")
+    values = {"marginal": table.marginal, "cumulative": table.cumulative,
+              "conditional": table.conditional}[kind]
+    if values is None:
         values = np.full_like(table.marginal, np.nan)
-    else:
-        values = {"marginal": table.marginal, "cumulative": table.cumulative,
-                  "conditional": table.conditional}[kind]
-    values = np.asarray(values)[:, :max_rank] * 100
+    return np.asarray(values, dtype=float)[:, :max_rank] * 100
+
+
+def _heatmap(table: AccuracyTable, values: npt.NDArray[np.float64], scale: style.HeatScale, *,
+             kind: str, drafter: str | None) -> go.Heatmap:
+    """One panel: ``values`` coloured on the shared ``scale`` (the figure's colour axis), each
+    cell's value written in it where the cells are wide enough, value and count on hover."""
     counts = table.conditional_counts if kind == "conditional" else table.counts
-    rows = [style.position_label(drafter, k + 1) for k in range(table.heads)]
-    ranks = [f"top{i + 1}" if kind == "cumulative" else f"rank {i}" for i in range(values.shape[1])]
-    hover = [[f"{rows[k]}, {ranks[i]}: {values[k, i]:.2f}%"
+    rows = [style.position_label(drafter, k + 1) for k in range(values.shape[0])]
+    first = 1 if kind == "cumulative" else 0  # top-1 … or rank 0 …
+    ranks = [f"top{i + first}" if kind == "cumulative" else f"rank {i}"
+             for i in range(values.shape[1])]
+    hover = [[f"{rows[k]}, {ranks[i]}: {values[k, i]:{PERCENT_FORMAT}}%"
               + ("" if counts is None else f"<br>n = {int(counts[k]):,}")
               for i in range(values.shape[1])] for k in range(values.shape[0])]
-    scale = style.heat_scale(values)
-    fig = go.Figure(go.Heatmap(z=scale.z(values), x=ranks, y=rows, colorscale="Viridis",
-                               zmin=scale.zmin, zmax=scale.zmax, text=np.round(values, 1),
-                               texttemplate="%{text}", hovertext=hover, hoverinfo="text",
-                               colorbar=scale.colorbar(
-                                   "accuracy (%, log scale)" if scale.log else "accuracy (%)")))
-    fig.update_layout(title=title or f"{kind.capitalize()} accuracy per depth and rank",
-                      xaxis_title="candidate rank" if kind != "cumulative" else "top-i",
-                      yaxis_title=style.position_noun(drafter),
-                      yaxis_autorange="reversed", **style.layout())
+    cells = values.shape[1] <= _WRITTEN_RANKS
+    written = [[f"{v:{PERCENT_FORMAT}}" for v in row] for row in values] if cells else None
+    return go.Heatmap(z=scale.z(values), x=[str(i + first) for i in range(values.shape[1])],
+                      y=rows, coloraxis="coloraxis", text=written,
+                      texttemplate="%{text}" if cells else None,
+                      hovertext=hover, hoverinfo="text", name=drafter or "")
+
+
+def accuracy_heatmaps(tables: Mapping[str, AccuracyTable], *, kind: str = "marginal",
+                      max_rank: int = 10, columns: int = 2) -> go.Figure:
+    """Depth × rank heatmaps of ``kind`` accuracies (percent), one panel per drafter
+    (``label → table``, each row ``head k`` or ``depth k`` as the label's kind drafts), in
+    ``columns`` columns on one colour scale with one colour bar: a colour reads the same
+    accuracy in every panel (see :func:`~treeopt.workbench.style.heat_scale`, over every
+    panel's values)."""
+    if not tables:
+        raise TreeoptError("no accuracy tables to draw")
+    values = {label: accuracy_values(t, kind, max_rank) for label, t in tables.items()}
+    scale = style.heat_scale(np.concatenate([v.ravel() for v in values.values()]))
+    cols = min(columns, len(tables))
+    labels = list(tables)
+    grid = [labels[i:i + cols] for i in range(0, len(labels), cols)]
+    areas = [_ROW_PX * max(max(values[label].shape[0] for label in row), 4) for row in grid]
+    plot_px = sum(areas) + _GAP_PX * (len(grid) - 1)
+    fig = make_subplots(rows=len(grid), cols=cols, row_heights=areas,
+                        horizontal_spacing=0.14 if cols > 1 else 0.0,
+                        vertical_spacing=_GAP_PX / plot_px if len(grid) > 1 else 0.0,
+                        subplot_titles=[_panel_title(label, tables[label]) for label in labels])
+    for i, label in enumerate(labels):
+        row, col = divmod(i, cols)
+        fig.add_trace(_heatmap(tables[label], values[label], scale, kind=kind, drafter=label),
+                      row=row + 1, col=col + 1)
+        fig.update_yaxes(title_text=style.position_noun(label), autorange="reversed",
+                         automargin=True, row=row + 1, col=col + 1)
+        fig.update_xaxes(title_text="top-i (the first i candidates)" if kind == "cumulative"
+                         else "candidate rank (0: the first candidate)", automargin=True,
+                         row=row + 1, col=col + 1)
+    bar = scale.colorbar("accuracy (%, log scale)" if scale.log else "accuracy (%)")
+    lay = style.layout(height=plot_px + 130, title=f"{kind.capitalize()} accuracy per "
+                                                   f"{_positions(labels)} and rank (%)")
+    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=scale.zmin, cmax=scale.zmax,
+                                     colorbar=bar), **lay)
     return fig
+
+
+def accuracy_heatmap(table: AccuracyTable, *, kind: str = "marginal", max_rank: int = 10,
+                     drafter: str | None = None) -> go.Figure:
+    """One drafter's panel of :func:`accuracy_heatmaps`."""
+    return accuracy_heatmaps({drafter or "": table}, kind=kind, max_rank=max_rank)
+
+
+def _panel_title(label: str, table: AccuracyTable) -> str:
+    """A panel's title: the drafter and the positions its first head or depth counted."""
+    if table.counts is None or not label:
+        return label
+    return f"{label} · {count_text(int(table.counts[0]), 'position')}"
+
+
+def _positions(labels: Sequence[str]) -> str:
+    """``head``, ``depth`` or ``head or depth``: what the panels' rows are, in the panels'
+    order."""
+    return " or ".join(dict.fromkeys(style.position_noun(label or None) for label in labels))
 
 
 def growth_curves(curves: Mapping[str, npt.ArrayLike], *,
                   points: Mapping[str, tuple[int, float]] | None = None,
                   title: str = "Expected accepted length vs tree size") -> go.Figure:
-    """E[L]-vs-size curves (index = number of nodes), plus single trees as labelled points.
-    A curve named ``drafter · …`` takes the drafter's colour; a drafter's further curves dash."""
+    """E[L]-vs-size curves (index = number of nodes), plus single trees as points, named in the
+    legend (a label beside a point is cut off at the plot's edge). A curve named ``drafter · …`` takes the drafter's colour; a drafter's further curves dash."""
     fig = go.Figure()
     seen: dict[str, int] = {}
     for name, values in curves.items():
@@ -64,15 +128,14 @@ def growth_curves(curves: Mapping[str, npt.ArrayLike], *,
         fig.add_trace(go.Scatter(x=np.arange(y.size), y=y, mode="lines", name=name,
                                  line=dict(color=style.drafter_colour(drafter),
                                            dash=_DASHES[repeat % len(_DASHES)]),
-                                 hovertemplate="%{x} nodes: E[L] = %{y:.4f}<extra>" + name
-                                 + "</extra>"))
+                                 hovertemplate="%{x}-node tree: E[L] %{y:"
+                                 + ACCEPT_LENGTH_FORMAT + "}<extra>" + name + "</extra>"))
     for i, (name, (size, ell)) in enumerate((points or {}).items()):
-        fig.add_trace(go.Scatter(x=[size], y=[ell], mode="markers+text", name=name,
-                                 text=[name], textposition="top center",
+        fig.add_trace(go.Scatter(x=[size], y=[ell], mode="markers", name=name,
                                  marker=dict(size=12, symbol=_SYMBOLS[i % len(_SYMBOLS)],
                                              color="#222222")))
-    fig.update_layout(title=title, xaxis_title="tree size (nodes, root excluded)",
-                      yaxis_title="E[L] (tokens per step)", **style.layout())
+    fig.update_layout(xaxis_title="tree size (nodes, root excluded)",
+                      yaxis_title="E[L] (tokens per step)", **style.layout(title=title))
     return fig
 
 
@@ -81,11 +144,11 @@ def gap_curve(calibration: npt.ArrayLike, held_out: npt.ArrayLike) -> go.Figure:
     cal, held = np.asarray(calibration, float), np.asarray(held_out, float)
     n = min(cal.size, held.size)
     fig = go.Figure(go.Scatter(x=np.arange(n), y=cal[:n] - held[:n], mode="lines",
-                               name="gap", hovertemplate="%{x} nodes: gap %{y:.4f}<extra></extra>"))
+                               name="gap", hovertemplate="%{x}-node tree: gap %{y:"
+                               + ACCEPT_LENGTH_FORMAT + "} tokens per step<extra></extra>"))
     fig.add_hline(y=0, line_dash="dot", line_color=style.REFERENCE)
-    fig.update_layout(title="Held-out gap (calibration − held-out E[L])",
-                      xaxis_title="tree size (nodes)", yaxis_title="gap (tokens per step)",
-                      **style.layout())
+    fig.update_layout(xaxis_title="tree size (nodes)", yaxis_title="gap (tokens per step)",
+                      **style.layout(title="Held-out gap (calibration − held-out E[L])"))
     return fig
 
 
@@ -100,7 +163,7 @@ def tree_figure(tree: Tree, probabilities: Sequence[float] | None = None, *,
         edge_x += [xy[parent + 1, 0], xy[i + 1, 0], None]
         edge_y += [xy[parent + 1, 1], xy[i + 1, 1], None]
     labels = ["root (base model token)"] + [
-        f"path {list(p)}<br>depth {len(p)}, rank {p[-1]}<br>P(accepted) = {prob[i + 1]:.4f}"
+        f"path {list(p)}<br>depth {len(p)}, rank {p[-1]}<br>P(accepted) = {prob[i + 1] * 100:{PERCENT_FORMAT}}%"
         for i, p in enumerate(tree.paths)]
     finite = np.nan_to_num(prob, nan=0.5)
     fig = go.Figure([
@@ -110,14 +173,14 @@ def tree_figure(tree: Tree, probabilities: Sequence[float] | None = None, *,
                    showlegend=False,
                    marker=dict(size=8 + 22 * np.sqrt(finite), color=finite, colorscale="Viridis",
                                cmin=0, cmax=1, line=dict(color="#333", width=0.5),
-                               colorbar=dict(title="P(accepted)"))),
+                               colorbar=dict(title=dict(text="P(accepted)", side="right")))),
     ])
-    fig.update_layout(title=title or f"Tree of {tree.size} nodes, depth {tree.depth}",
-                      xaxis=dict(visible=False),
+    fig.update_layout(xaxis=dict(visible=False),
                       yaxis=dict(title="depth (tokens below the root)",
                                  tickvals=-np.arange(tree.depth + 1),
                                  ticktext=[str(d) for d in range(tree.depth + 1)]),
-                      **style.layout(height=460))
+                      **style.layout(height=460, title=title or f"Tree of "
+                                     f"{nodes_text(tree.size)}, depth {tree.depth}"))
     return fig
 
 
@@ -149,9 +212,9 @@ def widths_figure(widths: Mapping[str, Sequence[int]]) -> go.Figure:
     """Nodes per depth, one bar group per tree."""
     fig = go.Figure([go.Bar(x=list(range(1, len(w) + 1)), y=list(w), name=name)
                      for name, w in widths.items()])
-    fig.update_layout(title="Width per depth", xaxis=dict(title="depth (tokens below the root)",
-                                                          dtick=1),
-                      yaxis_title="width (nodes)", barmode="group", **style.layout())
+    fig.update_layout(xaxis=dict(title="depth (tokens below the root)", dtick=1),
+                      yaxis_title="width (nodes)", barmode="group",
+                      **style.layout(title="Width per depth"))
     return fig
 
 
@@ -162,10 +225,11 @@ def accept_histogram(histograms: Mapping[str, Sequence[int]]) -> go.Figure:
         h = np.asarray(hist, dtype=float)
         share = h / max(h.sum(), 1.0) * 100
         fig.add_trace(go.Bar(x=np.arange(h.size)[1:], y=share[1:], name=name,
-                             hovertemplate="%{x} tokens: %{y:.1f}% of steps<extra></extra>"))
-    fig.update_layout(title="Accepted tokens per step",
-                      xaxis_title="accepted length (tokens per step)",
-                      yaxis_title="share of steps (%)", barmode="group", **style.layout())
+                             hovertemplate="%{x} tokens: %{y:" + PERCENT_FORMAT
+                                           + "}% of steps<extra></extra>"))
+    fig.update_layout(xaxis_title="accepted length (tokens per step)",
+                      yaxis_title="share of steps (%)", barmode="group",
+                      **style.layout(title="Accepted tokens per step"))
     return fig
 
 
@@ -173,6 +237,6 @@ def time_split(ms_per_step: Mapping[str, float]) -> go.Figure:
     """Where a decoding step's time goes (drafting, verification, bookkeeping), per step."""
     fig = go.Figure(go.Bar(x=list(ms_per_step), y=list(ms_per_step.values()),
                            hovertemplate="%{x}: %{y:.3f} ms per step<extra></extra>"))
-    fig.update_layout(title="Time per step, by phase (a profiled pass)", xaxis_title="phase",
-                      yaxis_title="time per step (ms)", **style.layout())
+    fig.update_layout(xaxis_title="phase", yaxis_title="time per step (ms)",
+                      **style.layout(title="Time per step, by phase (a profiled pass)"))
     return fig

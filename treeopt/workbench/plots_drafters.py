@@ -15,23 +15,26 @@ from treeopt.documents.sweep import Sweep
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.selection import Selection, choose_drafter
 from treeopt.workbench import style
+from treeopt.workbench.numbers import ACCEPT_LENGTH_FORMAT, SPEEDUP_FORMAT
 
 
 def acceptance_by_size(curves: Mapping[str, npt.ArrayLike]) -> go.Figure:
-    """E[L] of each drafter's growth against tree size, on a log axis ticked 1, 2, 4, 8 … (0
-    nodes, autoregressive with E[L] = 1, is in the hover but off the log axis)."""
+    """E[L] of each drafter's growth against tree size (per step on the calibration trace, as
+    the Trees page and the pricing read it), on a log axis ticked 1, 2, 4, 8 … (0 nodes,
+    autoregressive with E[L] = 1, is in the hover but off the log axis)."""
     fig = go.Figure()
     largest = 1
     for name, ell in curves.items():
         y = np.asarray(ell, dtype=float)
         fig.add_trace(go.Scatter(x=list(range(len(y))), y=y.tolist(), mode="lines", name=name,
                                  line=dict(color=style.drafter_colour(name), width=2),
-                                 hovertemplate=f"{name}: %{{x}} nodes, E[L] %{{y:.3f}}"
-                                               "<extra></extra>"))
+                                 hovertemplate=f"{name}: %{{x}}-node tree, E[L] "
+                                               f"%{{y:{ACCEPT_LENGTH_FORMAT}}}<extra></extra>"))
         largest = max(largest, len(y) - 1)
-    fig.update_layout(title="Expected accepted length by tree size (calibration trace)",
-                      xaxis=style.log_axis("tree size (nodes)", [1, largest], base=2),
-                      yaxis_title="E[L] (tokens per step)", **style.layout())
+    fig.update_layout(xaxis=style.log_axis("tree size (nodes)", [1, largest], base=2),
+                      yaxis_title="E[L] (tokens per step)",
+                      **style.layout(title="Expected accepted length by tree size "
+                                           "(calibration trace)"))
     return fig
 
 
@@ -54,9 +57,10 @@ def drafting_cost_by_depth(costs: Mapping[str, StepCosts], *, batch: int,
         verify = (first.verify.seconds(batch, context, np.array(depths) + 1) * 1e3).tolist()
         fig.add_trace(go.Scatter(x=depths, y=verify, mode="lines", name="verify step",
                                  line=dict(color="black", dash="dot")))
-    fig.update_layout(title=f"Drafting cost per step by depth, batch {batch} (step-cost model)",
-                      xaxis=dict(title="tree depth (tokens below the root)", dtick=1),
-                      yaxis_title="time per step (ms)", **style.layout())
+    fig.update_layout(xaxis=dict(title="tree depth (tokens below the root)", dtick=1),
+                      yaxis_title="time per step (ms)",
+                      **style.layout(title=f"Drafting cost per step by depth, batch {batch} "
+                                           "(step-cost model)"))
     return fig
 
 
@@ -75,9 +79,10 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
         fig.add_trace(go.Bar(x=labels, y=[p.speedup for p in pts], name=name,
                              marker_color=colour, offsetgroup=name,
                              customdata=[[p.tree.size, p.tokens_per_s] for p in pts],
-                             hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× autoregressive "
-                                           "predicted, %{customdata[0]} nodes, "
-                                           "%{customdata[1]:.0f} tokens/s<extra></extra>"))
+                             hovertemplate=f"{name}, batch %{{x}}: %{{y:{SPEEDUP_FORMAT}}}× "
+                                           "autoregressive predicted, a %{customdata[0]}-node "
+                                           "tree, %{customdata[1]:.0f} tokens/s"
+                                           "<extra></extra>"))
         sweep = (sweeps or {}).get(name)
         if sweep is not None:
             measured = [sweep.best(b).speedup if b in sweep.batches else None
@@ -86,7 +91,8 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
                                      name=f"{name} measured best", showlegend=False,
                                      marker=dict(symbol="diamond", size=10, color="white",
                                                  line=dict(color=colour, width=2)),
-                                     hovertemplate=f"{name}, batch %{{x}}: %{{y:.2f}}× "
+                                     hovertemplate=f"{name}, batch %{{x}}: "
+                                                   f"%{{y:{SPEEDUP_FORMAT}}}× "
                                                    "measured (best tree of the sweep)"
                                                    "<extra></extra>"))
     fig.add_trace(go.Scatter(
@@ -97,10 +103,10 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
         hoverinfo="skip"))
     fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot"),
                   annotation_text="autoregressive", annotation_position="bottom right")
-    fig.update_layout(title=f"Best tree's speed-up per drafter and batch size (context {context})",
-                      barmode="group", xaxis_title="batch size (sequences)",
+    fig.update_layout(barmode="group", xaxis_title="batch size (sequences)",
                       yaxis=dict(title="speed-up over autoregressive (×)", rangemode="tozero"),
-                      **style.layout())
+                      **style.layout(title="Best tree's speed-up per drafter and batch size "
+                                           f"(context {context})"))
     return fig
 
 
@@ -120,8 +126,10 @@ def acceptance_by_prompt_set(record: Mapping[str, Mapping[str, Mapping[str, floa
     for key, label, colour in PROMPT_SETS:
         values = [float(record[k][key][str(size)]) for k in kinds]
         fig.add_trace(go.Bar(x=kinds, y=values, name=label, marker_color=colour,
-                             hovertemplate=f"%{{x}}, {label}: E[L] %{{y:.3f}}<extra></extra>"))
-    fig.update_layout(title=f"E[L] with {size}-node trees: code against prose prompts",
-                      barmode="group", yaxis_title="E[L] (tokens per step)",
-                      xaxis_title="drafter", **style.layout())
+                             hovertemplate=f"%{{x}}, {label}: E[L] "
+                                           f"%{{y:{ACCEPT_LENGTH_FORMAT}}}<extra></extra>"))
+    fig.update_layout(barmode="group", yaxis_title="E[L] (tokens per step)",
+                      xaxis_title="drafter",
+                      **style.layout(title=f"E[L] with {size}-node trees: code against prose "
+                                           "prompts"))
     return fig

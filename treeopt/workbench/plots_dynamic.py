@@ -11,10 +11,12 @@ import plotly.graph_objects as go
 
 from treeopt.errors import TreeoptError
 from treeopt.workbench import style
+from treeopt.workbench.numbers import accept_length_text, nodes_text, speedup_text
 
 Doc = Mapping[str, Any]
 
 STATIC, DYNAMIC, CHAIN = "best static tree", "best dynamic settings", "best chain (top-k 1)"
+SELECTED = "select's pick (Drafters page)"  # the static tree the other pages price
 SPEEDUP_TITLE = style.axis_title("speed-up over autoregressive", "×")
 
 
@@ -90,25 +92,29 @@ def static_vs_dynamic(doc: Doc, *, context: int | None = None) -> go.Figure:
     colour = colours(doc)
     fig = go.Figure([
         _series(STATIC, batches, [s["speedup"] for s in static],
-                [f"batch {b}: static tree of {s['size']} nodes ({s['tokens']} tokens), "
-                 f"E[L] {s['expected_accept_length']:.2f}, {s['speedup']:.2f}×"
+                [f"batch {b}: static tree of {nodes_text(s['size'])} ({s['tokens']} tokens), "
+                 f"E[L] {accept_length_text(s['expected_accept_length'])}, "
+                 f"{speedup_text(s['speedup'])}"
                  for b, s in zip(batches, static, strict=True)], "square", colour[STATIC]),
         _series(DYNAMIC, batches, [d["speedup"] for d in best],
-                [f"batch {b}: {settings_label(d)}, E[L] {d['expected_accept_length']:.2f}, "
-                 f"{d['speedup']:.2f}×; {p['dynamic_over_static']:.2f}× the static tree's "
-                 "tokens/s" for b, d, p in zip(batches, best, pts, strict=True)], "circle",
+                [f"batch {b}: {settings_label(d)}, E[L] "
+                 f"{accept_length_text(d['expected_accept_length'])}, "
+                 f"{speedup_text(d['speedup'])}; {speedup_text(p['dynamic_over_static'])} the "
+                 "static tree's tokens/s" for b, d, p in zip(batches, best, pts, strict=True)], "circle",
                 colour[DYNAMIC]),
         _series(CHAIN, batches, [c["speedup"] if c else None for c in chain],
                 [f"batch {b}: {settings_label(c)} (steps only), "
-                 f"E[L] {c['expected_accept_length']:.2f}, {c['speedup']:.2f}×" if c else
+                 f"E[L] {accept_length_text(c['expected_accept_length'])}, "
+                 f"{speedup_text(c['speedup'])}" if c else
                  f"batch {b}: no chain in the grid" for b, c in zip(batches, chain, strict=True)],
                 "diamond", colour[CHAIN]),
     ])
     fig.add_hline(y=1.0, line=dict(color="black", dash="dash", width=1),
                   annotation_text="autoregressive", annotation_position="bottom right")
-    fig.update_layout(title=f"Predicted speed-up per batch size (context {pts[0]['context']})",
-                      xaxis=dict(type="category", title="batch size (sequences)"),
-                      yaxis_title=SPEEDUP_TITLE, **style.layout(height=440))
+    fig.update_layout(xaxis=dict(type="category", title="batch size (sequences)"),
+                      yaxis_title=SPEEDUP_TITLE,
+                      **style.layout(height=440, title="Predicted speed-up per batch size "
+                                                       f"(context {pts[0]['context']})"))
     return fig
 
 
@@ -144,34 +150,57 @@ def dynamic_grid(doc: Doc, batch: int, *, context: int | None = None) -> go.Figu
             x=[q["draft_tokens"] for q in row], y=[q["speedup"] for q in row],
             mode="lines+markers", name=f"topk {k}", line=dict(color=colour),
             marker=dict(color=colour, size=8),
-            hovertext=[f"{settings_label(q)}: E[L] {q['expected_accept_length']:.2f}, "
-                       f"{q['speedup']:.2f}×" for q in row], hoverinfo="text"))
+            hovertext=[f"{settings_label(q)}: E[L] "
+                       f"{accept_length_text(q['expected_accept_length'])}, "
+                       f"{speedup_text(q['speedup'])}" for q in row], hoverinfo="text"))
     best = p["best"]
     fig.add_trace(go.Scatter(
         x=[best["draft_tokens"]], y=[best["speedup"]], mode="markers", name="recommended",
         marker=dict(symbol="star", size=18, color="gold", line=dict(color="black", width=1)),
-        hovertext=f"recommended: {settings_label(best)}, {best['speedup']:.2f}×",
+        hovertext=f"recommended: {settings_label(best)}, {speedup_text(best['speedup'])}",
         hoverinfo="text"))
     ticks = sorted({int(q["draft_tokens"]) for q in p["grid"]})
     static = p["static"]
     fig.add_hline(y=static["speedup"], line=dict(color=colours(doc)[STATIC], dash="dash",
                                                  width=1),
-                  annotation_text=f"static tree, {static['size']} nodes",
+                  annotation_text=f"static tree, {nodes_text(static['size'])}",
                   annotation_position="bottom right")
     fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot", width=1))
-    fig.update_layout(title=f"Batch {batch}: dynamic settings (each top-k at its fastest steps)",
-                      xaxis=dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
+    fig.update_layout(xaxis=dict(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks],
                                  title="draft tokens verified per step (tokens, root included)"),
-                      yaxis_title=SPEEDUP_TITLE, **style.layout(height=440))
+                      yaxis_title=SPEEDUP_TITLE,
+                      **style.layout(height=440, title=f"Batch {batch}: dynamic settings (each "
+                                                       "top-k at its fastest steps)"))
     return fig
 
 
-def recommended_rows(doc: Doc, *, context: int | None = None) -> list[dict[str, Any]]:
-    """The recommended settings per batch size beside the best static tree: one table row each."""
-    return [{"batch": p["batch"], "topk": p["best"]["topk"], "steps": p["best"]["steps"],
-             "draft tokens": p["best"]["draft_tokens"],
-             "predicted speed-up": round(p["best"]["speedup"], 3),
-             "static tree (nodes)": p["static"]["size"],
-             "static speed-up": round(p["static"]["speedup"], 3),
-             "dynamic / static speed-up": round(p["dynamic_over_static"], 3)}
-            for p in points_at(doc, context)]
+def recommended_rows(doc: Doc, *, context: int | None = None,
+                     selected: Mapping[int, tuple[int, float]] | None = None
+                     ) -> list[dict[str, Any]]:
+    """The recommended settings per batch size beside the document's best static tree, one
+    table row each, numbers as the app writes them; ``selected``: select's pick per batch size
+    (nodes, predicted speed-up), as the Drafters page and the Overview show it, for a last
+    column (a dash where it has none).
+
+    >>> doc = {"points": [{"batch": 1, "context": 64, "dynamic_over_static": 0.866,
+    ...     "best": {"topk": 2, "steps": 4, "draft_tokens": 8, "speedup": 1.616},
+    ...     "static": {"size": 6, "speedup": 1.867}}]}
+    >>> recommended_rows(doc, selected={1: (13, 1.7406)})[0]  # doctest: +NORMALIZE_WHITESPACE
+    {'batch': 1, 'topk': 2, 'steps': 4, 'draft tokens': 8, 'predicted speed-up': '1.62×',
+     'static tree here': '6 nodes', 'static speed-up here': '1.87×',
+     'dynamic / static speed-up': '0.87×', "select's pick (Drafters page)": '13 nodes, 1.74×'}
+    """
+    rows = []
+    for p in points_at(doc, context):
+        row = {"batch": p["batch"], "topk": p["best"]["topk"], "steps": p["best"]["steps"],
+               "draft tokens": p["best"]["draft_tokens"],
+               "predicted speed-up": speedup_text(p["best"]["speedup"]),
+               "static tree here": nodes_text(p["static"]["size"]),
+               "static speed-up here": speedup_text(p["static"]["speedup"]),
+               "dynamic / static speed-up": speedup_text(p["dynamic_over_static"])}
+        if selected is not None:
+            pick = selected.get(p["batch"])
+            row[SELECTED] = (f"{nodes_text(pick[0])}, {speedup_text(pick[1])}" if pick
+                             else None)
+        rows.append(row)
+    return rows

@@ -10,6 +10,12 @@ import plotly.graph_objects as go
 from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.pricing.selection import Selection
 from treeopt.workbench import style
+from treeopt.workbench.numbers import (
+    SPEEDUP_FORMAT,
+    accept_length_text,
+    nodes_text,
+    speedup_text,
+)
 
 _HEIGHT = 440
 
@@ -46,12 +52,11 @@ def roofline_figure(records: dict[str, Any], *, peak_flops: float, vector_flops:
                              line=dict(color="grey", dash="dot"), name="ridge point",
                              text=["", f"ridge {ridge:.0f} FLOP/B"], textposition="top left",
                              hoverinfo="skip"))
-    fig.update_layout(title=title,
-                      xaxis=style.log_axis("operational intensity (FLOP/byte)", [lo, hi],
+    fig.update_layout(xaxis=style.log_axis("operational intensity (FLOP/byte)", [lo, hi],
                                            range=[np.log10(lo), np.log10(hi)]),
                       yaxis=style.log_axis("attained throughput (TFLOP/s)",
                                            [*y, top / 1e4, top]),
-                      **style.layout(height=_HEIGHT))
+                      **style.layout(height=_HEIGHT, title=title))
     return fig
 
 
@@ -67,14 +72,14 @@ def throughput_curves(selection: Selection, *, context: int, drafter: str = "") 
                                  marker=dict(size=12, symbol="star", color=colour,
                                              line=dict(color="black", width=1)),
                                  showlegend=False,
-                                 hovertext=f"batch {p.batch}: best {p.best_size} nodes, "
-                                           f"{p.speedup:.2f}× autoregressive",
+                                 hovertext=f"batch {p.batch}: best {nodes_text(p.best_size)}, "
+                                           f"{speedup_text(p.speedup)} autoregressive",
                                  hoverinfo="text"))
     rates = [r for p in points for r in p.curve.tokens_per_s]
-    fig.update_layout(title=f"Predicted throughput vs tree size (context {context})",
-                      xaxis_title="tree size (nodes; 0 = autoregressive)",
+    fig.update_layout(xaxis_title="tree size (nodes; 0 = autoregressive)",
                       yaxis=style.log_axis("throughput (tokens/s, whole batch)", rates),
-                      **style.layout(height=_HEIGHT))
+                      **style.layout(height=_HEIGHT, title="Predicted throughput vs tree size "
+                                                           f"(context {context})"))
     return fig
 
 
@@ -89,11 +94,12 @@ def best_size_heatmap(selection: Selection) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=size, x=[str(b) for b in batch], y=[str(s) for s in context],
                                customdata=speed, texttemplate="%{z}", textfont=dict(size=13),
                                colorscale="Blues", colorbar=dict(title="best size (nodes)"),
-                               hovertemplate="batch %{x}, context %{y}: best %{z} nodes, "
-                                             "%{customdata:.2f}× autoregressive<extra></extra>"))
-    fig.update_layout(title="Best tree size (hover: speed-up over autoregressive)",
-                      xaxis_title="batch size (sequences)", yaxis_title="context length (tokens)",
-                      **style.layout(height=_HEIGHT))
+                               hovertemplate="batch %{x}, context %{y}: best a %{z}-node "
+                                             "tree, %{customdata:" + SPEEDUP_FORMAT + "}× "
+                                             "autoregressive<extra></extra>"))
+    fig.update_layout(xaxis_title="batch size (sequences)", yaxis_title="context length (tokens)",
+                      **style.layout(height=_HEIGHT, title="Best tree size (hover: speed-up "
+                                                           "over autoregressive)"))
     return fig
 
 
@@ -121,7 +127,8 @@ def sweep_figure(sweep: Sweep, *, title: str, drafter: str = "") -> go.Figure:
                          visible=True, thickness=1),
             customdata=[[p.tree_tokens_per_s, p.autoregressive_tokens_per_s, _accepted(p),
                          _timed(p)] for p in pts],
-            hovertemplate=f"batch {b}, %{{x}} nodes: %{{y:.2f}}× autoregressive "
+            hovertemplate=f"batch {b}, a %{{x}}-node tree: %{{y:{SPEEDUP_FORMAT}}}× "
+                          "autoregressive "
                           "(%{customdata[0]:.0f} against %{customdata[1]:.0f} tokens/s), "
                           "%{customdata[2]}%{customdata[3]}<extra></extra>"))
         if all(p.predicted_speedup is not None for p in pts):
@@ -132,10 +139,9 @@ def sweep_figure(sweep: Sweep, *, title: str, drafter: str = "") -> go.Figure:
             fig.add_trace(marker)
     fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot", width=1),
                   annotation_text="autoregressive", annotation_position="bottom right")
-    fig.update_layout(title=title,
-                      xaxis=style.log_axis("tree size (nodes)", sizes, base=2),
+    fig.update_layout(xaxis=style.log_axis("tree size (nodes)", sizes, base=2),
                       yaxis_title=style.axis_title("measured speed-up over autoregressive", "×"),
-                      **style.layout(height=_HEIGHT))
+                      **style.layout(height=_HEIGHT, title=title))
     return fig
 
 
@@ -147,8 +153,8 @@ def _marked(sweep: Sweep, batch: int, colour: str) -> list[go.Scatter]:
         x=[best.size], y=[best.speedup], mode="markers", showlegend=False,
         name=f"batch {batch} measured best",
         marker=dict(symbol="star", size=16, color=colour, line=dict(color="black", width=1)),
-        hovertext=f"batch {batch}: measured best, {best.size} nodes{_capped(best)}, "
-                  f"{best.speedup:.2f}×", hoverinfo="text")]
+        hovertext=f"batch {batch}: measured best, {nodes_text(best.size)}{_capped(best)}, "
+                  f"{speedup_text(best.speedup)}", hoverinfo="text")]
     pick = sweep.selected(batch)
     if pick is not None:
         marks.append(go.Scatter(
@@ -156,8 +162,8 @@ def _marked(sweep: Sweep, batch: int, colour: str) -> list[go.Scatter]:
             name=f"batch {batch} select's pick",
             marker=dict(symbol="diamond-open", size=15, color="black",
                         line=dict(color="black", width=2)),
-            hovertext=f"batch {batch}: select's pick, {pick.size} nodes{_capped(pick)}, "
-                      f"{pick.speedup:.2f}× measured" + _raced(sweep, batch),
+            hovertext=f"batch {batch}: select's pick, {nodes_text(pick.size)}{_capped(pick)}, "
+                      f"{speedup_text(pick.speedup)} measured" + _raced(sweep, batch),
             hoverinfo="text"))
     return marks
 
@@ -177,10 +183,11 @@ def _accepted(point: SweepPoint) -> str:
     ('E[L] 2.17', 'E[L] 2.27 per row and steady step (priced 2.30)')
     """
     if point.steady_accept_length is None:
-        return f"E[L] {point.mean_accept_length:.2f}"
-    priced = (f" (priced {point.predicted_accept_length:.2f})"
+        return f"E[L] {accept_length_text(point.mean_accept_length)}"
+    priced = (f" (priced {accept_length_text(point.predicted_accept_length)})"
               if point.predicted_accept_length is not None else "")
-    return f"E[L] {point.steady_accept_length:.2f} per row and steady step{priced}"
+    return (f"E[L] {accept_length_text(point.steady_accept_length)} per row and steady "
+            f"step{priced}")
 
 
 def _timed(point: SweepPoint) -> str:

@@ -1,5 +1,6 @@
 """One look for every figure and metric of the app: a drafter's colour, how a speed-up, a
-duration and a drafter's k-th depth read, and axes with units and readable log ticks.
+duration and a drafter's k-th depth read, titles that fit, and axes with units and readable log
+ticks (the numbers' precision: :mod:`treeopt.workbench.numbers`).
 
 - :func:`drafter_colour`: one colour per drafter label on every page (the registered kinds fixed,
   any other label a stable pick from :data:`OTHER_COLOURS`); :func:`shades` of it for series of
@@ -10,12 +11,15 @@ duration and a drafter's k-th depth read, and axes with units and readable log t
 - :func:`axis_title`, :func:`log_axis`, :func:`log_ticks`: axis titles with units, log axes
   with explicit ticks (1, 2, 4, 8 … or 1, 2, 5, 10 …);
 - :func:`heat_scale`: a heatmap's colour range over the values it shows (log when they span
-  ten times or more).
+  ten times or more);
+- :func:`layout`, :func:`wrap_title`: the layout every figure starts from, its title broken into
+  lines that fit a half-width column at 1400 px, its axes' margins grown to fit their labels.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS, DrafterKind
+from treeopt.workbench.numbers import speedup_text
 
 # the one mapping of colours, keyed by the registry's kinds that are not hybrids: a kind's colour
 # and, for a model drafter, the lighter one of its hybrid with prompt lookup (``<kind>+lookup``)
@@ -59,9 +64,41 @@ REFERENCE = "#7f7f7f"  # autoregressive and other reference lines
 LABEL_SEPARATOR = " · "  # series names read "drafter · what"
 
 
-def layout(*, height: int = 420) -> dict[str, Any]:
-    """The layout every figure of the app starts from."""
-    return dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50), height=height)
+TITLE_CHARS = 48  # a title line's most characters: a half-width column at 1400 px shows them
+_TITLE_LINE_PX = 24  # the height of one title line (plotly_white's 17 px font, spaced)
+
+
+def wrap_title(text: str, chars: int = TITLE_CHARS) -> str:
+    """``text`` broken at spaces into lines of at most ``chars`` characters (a word longer than
+    that stays whole), joined by ``<br>``; line breaks already in it are kept.
+
+    >>> wrap_title("eagle at batch 1: steps chosen and E[L] per round (steady workload)")
+    'eagle at batch 1: steps chosen and E[L] per<br>round (steady workload)'
+    >>> wrap_title("short<br>lines")
+    'short<br>lines'
+    """
+    return "<br>".join(line for part in text.split("<br>")
+                       for line in textwrap.wrap(part, chars, break_long_words=False,
+                                                 break_on_hyphens=False) or [""])
+
+
+def layout(*, height: int = 420, title: str | None = None) -> dict[str, Any]:
+    """The layout every figure of the app starts from: its axes' margins grown to fit their tick
+    labels and titles, and ``title`` (wrapped by :func:`wrap_title`) with room for its lines.
+
+    >>> lay = layout(title="a " * 30)
+    >>> lay["title"]["text"].count("<br>"), lay["margin"]["t"]
+    (1, 76)
+    """
+    lines = 0 if title is None else wrap_title(title).count("<br>") + 1
+    spec: dict[str, Any] = dict(
+        template="plotly_white", height=height + _TITLE_LINE_PX * max(lines - 1, 0),
+        margin=dict(l=60, r=20, t=max(60, 28 + _TITLE_LINE_PX * lines), b=50),
+        xaxis_automargin=True, yaxis_automargin=True)
+    if title is not None:  # hung from the figure's top edge: its first line is never cut off
+        spec["title"] = dict(text=wrap_title(title), yref="container", y=1, yanchor="top",
+                             pad=dict(t=12))
+    return spec
 
 
 def drafter_of(name: str) -> str:
@@ -155,10 +192,10 @@ def speedup_delta(speedup: float, *, over: str = "autoregressive") -> SpeedupDel
     """
     shown = round(speedup, 2)
     if shown < 1:
-        return SpeedupDelta(f"{shown:.2f}× {over} (slower)", "red", "down")
+        return SpeedupDelta(f"{speedup_text(shown)} {over} (slower)", "red", "down")
     if shown > 1:
-        return SpeedupDelta(f"{shown:.2f}× {over} (faster)", "green", "up")
-    return SpeedupDelta(f"{shown:.2f}× {over} (no gain)", "gray", "off")
+        return SpeedupDelta(f"{speedup_text(shown)} {over} (faster)", "green", "up")
+    return SpeedupDelta(f"{speedup_text(shown)} {over} (no gain)", "gray", "off")
 
 
 _TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
@@ -256,8 +293,9 @@ class HeatScale:
         return np.log10(np.maximum(v, self.floor)) if self.log else v
 
     def colorbar(self, title: str, unit: str = "%") -> dict[str, Any]:
-        """The colour bar, ticked in the values' own terms."""
-        bar: dict[str, Any] = dict(title=title)
+        """The colour bar, ticked in the values' own terms, its title along it (a title across
+        it is wider than the bar and is cut at a narrow figure's edge)."""
+        bar: dict[str, Any] = dict(title=dict(text=title, side="right"))
         if self.log and self.zmin is not None and self.zmax is not None:
             ticks = [t for t in log_ticks(10 ** self.zmin, 10 ** self.zmax)
                      if self.zmin - 1e-9 <= math.log10(t) <= self.zmax + 1e-9]
@@ -286,7 +324,7 @@ def heat_scale(values: npt.ArrayLike) -> HeatScale:
     return HeatScale(False, float(v.min()), float(v.max()))
 
 
-__all__ = ["DRAFTER_COLOURS", "OTHER_COLOURS", "REFERENCE", "HeatScale", "SpeedupDelta",
-           "axis_title", "drafter_colour", "drafter_of", "format_seconds", "heat_scale",
-           "layout", "log_axis", "log_ticks", "position_label", "position_noun", "shades",
-           "speedup_delta", "tick_text"]
+__all__ = ["DRAFTER_COLOURS", "OTHER_COLOURS", "REFERENCE", "TITLE_CHARS", "HeatScale",
+           "SpeedupDelta", "axis_title", "drafter_colour", "drafter_of", "format_seconds",
+           "heat_scale", "layout", "log_axis", "log_ticks", "position_label", "position_noun",
+           "shades", "speedup_delta", "tick_text", "wrap_title"]

@@ -26,6 +26,7 @@ from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.selection import SELECTION_FORMAT, Point, Selection
+from treeopt.workbench.numbers import accept_length_text, nodes_text, speedup_text
 
 # what the Trees page starts with, and the tree Export and Verify use until one is chosen there
 TREE_DEFAULTS = {"max_nodes": 128, "size": 64, "max_rank": 10, "constraint": "none"}
@@ -52,7 +53,7 @@ class TreeSettings:
         decoding = ("greedy" if self.temperature == 0
                     else f"grown for sampling at T = {self.temperature:g}")
         how = self.method if self.family == GROWTH_ORDER else self.family
-        return f"{label} · {how} · {self.constraint} · {decoding} · {size} nodes"
+        return f"{label} · {how} · {self.constraint} · {decoding} · {nodes_text(size)}"
 
 
 @dataclass(frozen=True)
@@ -83,11 +84,12 @@ def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "",
     settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
                             max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1),
                             family=pick.family)
-    figure = (f"{held_out:.2f}× predicted on held-out prompts" if held_out is not None
-              else f"{pick.speedup:.2f}× predicted")
+    figure = (f"{speedup_text(held_out)} predicted on held-out prompts" if held_out is not None
+              else f"{speedup_text(pick.speedup)} predicted")
     return Choice(label, pick.batch, pick.tree,
                   f"{label} · select's pick on {hardware or 'the hardware'} at batch "
-                  f"{pick.batch} · {pick.tree.size} nodes, depth {pick.tree.depth}, {figure}",
+                  f"{pick.batch} · {nodes_text(pick.tree.size)}, depth {pick.tree.depth}, "
+                  f"{figure}",
                   PICKED, settings)
 
 
@@ -187,7 +189,7 @@ def chosen_accept_length(growth: Growth, size: int, view: TreeView, *,
     on it: per step where the trees were grown by the per-step walk (``stepped``) or the growth
     has it, with the position-weighted figure in the note; else the view's position-weighted
     E[L]."""
-    weighted = f"(position-weighted: {view.expected_accept_length:.4f})"
+    weighted = f"(position-weighted: {accept_length_text(view.expected_accept_length)})"
     if stepped is not None:
         return (float(stepped.accept_length[view.tree.size]),
                 f"per step, a tree of the per-step greedy growth {weighted}")
