@@ -1,8 +1,13 @@
-"""Shared fixtures: tiny Llama models built from a config (never downloaded) and the gpu marker."""
+"""Shared fixtures: tiny Llama models built from a config (never downloaded), the tiny demo
+built once for the whole run, and the gpu marker."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +146,55 @@ def demo_cli(tmp_path_factory):
         assert main(["choose-drafter", *map(str, paths.values())]) == 0
     return {"selections": {k: json.loads(p.read_text()) for k, p in paths.items()},
             "choice": json.loads(printed.getvalue())}
+
+
+@dataclass(frozen=True)
+class TinyDemos:
+    """The tiny demo (``treeopt.demo.config.TINY``): ``before`` finished without the prose
+    stage, ``after`` that demo given the prose stage by a resumed build, which logged
+    ``resume_logs``. Both are read only: a test that changes a demo changes a :func:`demo_copy`."""
+
+    before: Path
+    after: Path
+    resume_logs: list[str]
+
+
+def _build_tiny_demos(root: Path) -> None:
+    """Build :class:`TinyDemos` under ``root``: the whole pipeline but prose, then prose."""
+    import torch
+
+    from treeopt.demo import build, stages
+    from treeopt.demo.config import TINY
+
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "PIPELINE", tuple(s for s in stages.PIPELINE if s[0] != "prose"))
+        build.build_demo(root / "before" / "demo", TINY, log=lambda s: None)
+    shutil.copytree(root / "before" / "demo", root / "after" / "demo")
+    logs: list[str] = []
+    build.build_demo(root / "after" / "demo", TINY, log=logs.append)
+    (root / "logs.json").write_text(json.dumps(logs))  # last: the mark of a finished build
+
+
+@pytest.fixture(scope="session")
+def tiny_demos(tmp_path_factory) -> TinyDemos:
+    """:class:`TinyDemos`, built once for the run: under pytest-xdist the first worker to ask
+    builds them where every worker finds them (the run's shared temporary folder, behind a
+    lock), and the others wait for that build rather than make their own."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-demos"
+    with FileLock(f"{root}.lock"):
+        if not (root / "logs.json").exists():
+            shutil.rmtree(root, ignore_errors=True)  # what a failed build left
+            _build_tiny_demos(root)
+    return TinyDemos(root / "before" / "demo", root / "after" / "demo",
+                     json.loads((root / "logs.json").read_text()))
+
+
+def demo_copy(demo: Path, into: Path) -> tuple[Path, dict]:
+    """A copy of the finished ``demo`` at ``into / "demo"``, and its manifest as read back."""
+    out = into / "demo"
+    shutil.copytree(demo, out)
+    return out, json.loads((out / "manifest.json").read_text())

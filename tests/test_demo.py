@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import demo_copy
 
 from treeopt.demo import DEMO_FORMAT, KINDS, demo_paths
 from treeopt.demo.config import TINY, command_line, plan
@@ -19,17 +20,11 @@ SHIPPED = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 
 @pytest.fixture(scope="module")
-def tiny_demo(tmp_path_factory):
-    """A tiny demo built into a temporary directory: the whole pipeline in seconds."""
-    import torch
-
-    from treeopt.demo.build import build_demo
-
-    torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("demo") / "demo"
-    logs: list[str] = []
-    manifest = build_demo(out, TINY, log=logs.append)
-    return out, manifest, logs
+def tiny_demo(tiny_demos):
+    """The tiny demo, the whole pipeline in seconds (built once for the run: conftest's
+    ``tiny_demos``; read only), its manifest and the log of its last build."""
+    out = tiny_demos.after
+    return out, json.loads((out / "manifest.json").read_text()), tiny_demos.resume_logs
 
 
 CHECKPOINT = {"draft-model": ("config.json", "model.safetensors", "tokenizer.json"),
@@ -245,16 +240,16 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypat
     assert not (out.parent / f".{out.name}.building").exists()  # nothing started
 
 
-def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path, monkeypatch):
+def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tiny_demos, tmp_path,
+                                                                         monkeypatch):
     import torch
 
     from treeopt.demo import build, stage_dynamic, stages
     from treeopt.demo.layout import DemoPaths
 
     torch.set_num_threads(1)
-    cfg = replace(TINY, seed=5)
-    out = tmp_path / "demo"
-    first = build.build_demo(out, cfg, log=lambda s: None)
+    cfg = TINY
+    out, first = demo_copy(tiny_demos.after, tmp_path)
     paths = DemoPaths(out)
     timed = [*stages.outputs("latency", paths, cfg), *stages.outputs("sweep", paths, cfg),
              *stages.timing_outputs(paths, cfg)]
@@ -288,7 +283,8 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tmp_path
     assert again["prose"]["choice"]["points"]
 
 
-def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, monkeypatch):
+def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tiny_demos, tmp_path,
+                                                                    monkeypatch):
     """The step profile and the sweep are written as they go: a re-measurement stopped inside
     a drafter's sweep leaves part of it on disk. The resumed run finishes that sweep (every
     batch size) and measures no drafter it had finished again."""
@@ -298,9 +294,8 @@ def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, mo
     from treeopt.demo.layout import DemoPaths
 
     torch.set_num_threads(1)
-    cfg = replace(TINY, seed=6)
-    out = tmp_path / "demo"
-    build.build_demo(out, cfg, log=lambda s: None)
+    cfg = TINY
+    out, _ = demo_copy(tiny_demos.after, tmp_path)
     first, second = stages.NEW_KINDS[:2]
     measured: list[str] = []
     real = stages.drafter_timing
@@ -331,7 +326,7 @@ def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tmp_path, mo
     assert manifest["drafters"][second]["sweep"]["summary"] == sweep["summary"]
 
 
-def test_redo_quality_checks_the_heads_and_every_drafter_again(tmp_path, monkeypatch):
+def test_redo_quality_checks_the_heads_and_every_drafter_again(tiny_demos, tmp_path, monkeypatch):
     """``--redo quality`` decodes every kind's trees again — the heads' in the quality stage,
     the drafters' inside the drafters stage — and a stopped run checks only the drafters it had
     not; nothing else is made again."""
@@ -340,9 +335,8 @@ def test_redo_quality_checks_the_heads_and_every_drafter_again(tmp_path, monkeyp
     from treeopt.demo import build, stage_quality, stages
 
     torch.set_num_threads(1)
-    cfg = replace(TINY, seed=7)
-    out = tmp_path / "demo"
-    first = build.build_demo(out, cfg, log=lambda s: None)
+    cfg = TINY
+    out, first = demo_copy(tiny_demos.after, tmp_path)
     checked: list[str] = []
     real = stages.kind_quality
 
@@ -438,17 +432,16 @@ def test_a_tiny_build_trains_medusa_heads_of_the_depth_asked(tmp_path):
     assert manifest["config"]["medusa_head_layers"] == 3
 
 
-def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tmp_path, monkeypatch):
+def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos, tmp_path,
+                                                                     monkeypatch):
     import torch
 
     from treeopt.demo import build, stages
     from treeopt.drafters.checkpoints import read_heads_config
 
     torch.set_num_threads(1)
-    cfg = replace(TINY, seed=6)
-    out = tmp_path / "demo"
-    build.build_demo(out, cfg, log=lambda s: None)
-    first = json.loads((out / "manifest.json").read_text())  # as read back (string keys)
+    cfg = TINY
+    out, first = demo_copy(tiny_demos.after, tmp_path)  # as read back (string keys)
     deeper = replace(cfg, medusa_head_layers=3)
     _interrupted_at("sweep", out, deeper, monkeypatch)
     assert (tmp_path / ".demo.building" / ".stages" / "sweep.kept.json").exists()

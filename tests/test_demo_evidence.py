@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import demo_copy
 
 from treeopt.demo import KINDS
 from treeopt.demo.config import TIMING_FLAGS, TINY, command_line, plan
@@ -26,17 +27,16 @@ TODAY = replace(TINY, step_target_se=TARGET, sweep_target_se=TARGET, timing_max_
 
 
 @pytest.fixture(scope="module")
-def remeasured(tmp_path_factory):
-    """A tiny demo built with the old settings, then re-measured through the CLI with today's:
-    (the demo directory, the first manifest, the second)."""
+def remeasured(tiny_demos, tmp_path_factory):
+    """A tiny demo built with the old settings (a copy of conftest's, built once for the run),
+    then re-measured through the CLI with today's: (the demo directory, the first manifest,
+    the second)."""
     import torch
 
     from treeopt.cli import main
-    from treeopt.demo.build import build_demo
 
     torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("evidence") / "demo"
-    first = build_demo(out, TINY, log=lambda s: None)
+    out, first = demo_copy(tiny_demos.after, tmp_path_factory.mktemp("evidence"))
     assert main(["demo", "build", "--out", str(out), "--budget-minutes", "0.1", "--no-progress",
                  "--redo", "timing", *FLAGS]) == 0
     return out, first, json.loads((out / "manifest.json").read_text())

@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import replace
 
 import pytest
+from conftest import demo_copy
 
 from treeopt.demo.config import TINY, plan
 from treeopt.demo.corpus import SourceFile
@@ -123,17 +124,15 @@ def test_a_demo_without_the_setting_keeps_its_settings():
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
-    """A tiny demo finished without the prose stage, then built again with it."""
+def resumed(tiny_demos, tmp_path_factory):
+    """A tiny demo finished without the prose stage (a copy of conftest's, built once for the
+    run), then built again with it."""
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build
 
     torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("prose") / "demo"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stages, "PIPELINE", tuple(s for s in stages.PIPELINE if s[0] != "prose"))
-        first = build.build_demo(out, TINY, log=lambda s: None)
+    out, first = demo_copy(tiny_demos.before, tmp_path_factory.mktemp("prose"))
     logs: list[str] = []
     manifest = build.build_demo(out, TINY, log=logs.append)
     return out, first, manifest, logs
