@@ -22,6 +22,7 @@ from treeopt.workbench.export_tabs import (
     lookup_tabs,
     tree_tabs,
 )
+from treeopt.workbench.numbers import nodes_text, speedup_text
 from treeopt.workbench.trees import selection_from_upload
 
 st.title("Export")
@@ -42,7 +43,7 @@ if source == "A selection file":
     point = selection.point(batch, context)
     tree = point.tree
     description = (f"{upload.name} · select's pick at batch {batch}, context {context} · "
-                   f"{tree.size} nodes, {point.speedup:.2f}× predicted")
+                   f"{nodes_text(tree.size)}, {speedup_text(point.speedup)} predicted")
     drafter = selection.growth.get("drafter", {})
 else:
     with page_errors():

@@ -10,6 +10,7 @@ from app_pages.state import demo, demo_dataset, demo_model, page_errors
 from treeopt.workbench import plots
 from treeopt.workbench.demos import weights_missing
 from treeopt.workbench.live import live_run, prompts_walk
+from treeopt.workbench.numbers import accept_length_text
 from treeopt.workbench.style import speedup_delta
 
 HELD_OUT, OWN = "held-out", "one prompt"
@@ -86,13 +87,13 @@ if st.button("Run live verification", type="primary", key="verify_run", disabled
                        max_new_tokens=new_tokens, mode=mode, temperature=temperature or 0.7,
                        seed=seed, trace=trace, batch=batch, walked=walked)
     m = st.columns(4)
-    m[0].metric("Measured mean accepted length", f"{run.mean_accept_length:.3f}",
+    m[0].metric("Measured mean accepted length", accept_length_text(run.mean_accept_length),
                 help=f"± {run.stderr:.3f} (standard error over the steps of {run.prompts} "
                      f"prompt{'s' * (run.prompts > 1)})")
     if run.predicted_accept_length is not None:
         predicted = run.predicted_accept_length
         rel = (run.mean_accept_length / predicted - 1) * 100
-        m[1].metric("Predicted accepted length", f"{predicted:.3f}",
+        m[1].metric("Predicted accepted length", accept_length_text(predicted),
                     delta=f"{rel:+.1f}% measured vs predicted", delta_color="off",
                     help=f"these {run.prompts} held-out prompts' trace walked step by step over "
                          "the tokens each decoded: the walk the Overview and Trees predict "

@@ -18,6 +18,7 @@ from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 from treeopt.pricing.selection import Curve, Point, Selection
 from treeopt.workbench.headline import gap_sentence, headline
+from treeopt.workbench.numbers import speedup_text
 from treeopt.workbench.overview import (
     BatchAnswer,
     DrafterEvidence,
@@ -325,7 +326,7 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
     assert [b["speedup"] for b in bars] == [a.held_out.speedup for a in view.answers]
     assert not at.warning  # the detail sits in one expander
     assert at.table[0].value["predicted, calibration"].tolist() == [
-        f"{round(p['speedup'], 3):g}" for p in printed]
+        speedup_text(p["speedup"]) for p in printed]  # the app's one precision
     links = [e.proto.page for e in at.get("page_link")]
     assert [Path(link).stem for link in links] == ["trees", "live", "hardware", "export",
                                                    "verify"]

@@ -20,6 +20,7 @@ from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
+from treeopt.workbench.numbers import nodes_text, speedup_text
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
@@ -103,7 +104,7 @@ class BatchAnswer:
         """``9 nodes, depth 4``, or ``no tree``."""
         if self.tree.size == 0:
             return "no tree"
-        return f"{self.tree.size} nodes, depth {self.tree.depth}"
+        return f"{nodes_text(self.tree.size)}, depth {self.tree.depth}"
 
     @property
     def disagreement(self) -> str | None:
@@ -150,18 +151,18 @@ def rows(view: Overview) -> list[dict[str, Any]]:
         m, d = a.measured, a.dynamic
         out.append({
             "batch": a.batch, "drafter": a.drafter, "tree": a.tree_label,
-            "predicted, held out": round(a.held_out.speedup, 3) if a.held_out else None,
-            "predicted, calibration": round(a.predicted.speedup, 3),
-            "predicted tokens/s": round(a.predicted.tokens_per_s, 1),
-            "measured speed-up": round(m.speedup, 3) if m else None,
+            "predicted, held out": speedup_text(a.held_out.speedup) if a.held_out else None,
+            "predicted, calibration": speedup_text(a.predicted.speedup),
+            "predicted tokens/s": round(a.predicted.tokens_per_s),
+            "measured speed-up": speedup_text(m.speedup) if m else None,
             "spread over rounds": f"{m.spread:.1%}" if m else None,
             "predicted as swept (profile alongside)": (
-                round(m.predicted_as_swept, 3)
+                speedup_text(m.predicted_as_swept)
                 if m and m.predicted_as_swept is not None else None),
             "measured tree": (("the same" if m.same_tree else _size(m.size, m.max_depth))
                               if m else "not measured"),
             "dynamic alternative": f"{d.drafter}: {d.settings}" if d else None,
-            "dynamic speed-up": round(d.speedup, 3) if d else None})
+            "dynamic speed-up": speedup_text(d.speedup) if d else None})
     return out
 
 
@@ -352,7 +353,7 @@ def demo_overview(demo: Demo, *,
 
 
 def _size(size: int, max_depth: int | None) -> str:
-    return f"{size} nodes" + (f", depth cap {max_depth}" if max_depth is not None else "")
+    return nodes_text(size) + (f", depth cap {max_depth}" if max_depth is not None else "")
 
 
 def _short(path: str, root: str | Path | None) -> str:
