@@ -37,6 +37,7 @@ from treeopt.engines.lookup_export import (
 from treeopt.engines.rules import ENGINES, engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
+from treeopt.workbench.numbers import nodes_text
 
 LOOKUP_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm-yaml": "TRT-LLM YAML",
                  "hf": "Hugging Face"}  # the n-gram forms' tab names
@@ -87,7 +88,8 @@ def describe(tree: Tree, drafter: Mapping[str, Any]) -> str:
                 "prompt lookup.")
     kind = KINDS.get(str(drafter.get("kind") or ""))
     title = kind.title if kind is not None else "The tree"
-    return f"{title}: a tree of {tree.size} nodes, depth {tree.depth}, in each engine's tree format."
+    return (f"{title}: a tree of {nodes_text(tree.size)}, depth {tree.depth}, in each "
+            "engine's tree format.")
 
 
 def lookup_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
