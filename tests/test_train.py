@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -110,3 +113,43 @@ def test_bad_config():
         TrainConfig(num_heads=4, seq_len=4)
     with pytest.raises(TreeoptError, match="^steps must be ≥ 1, got 0"):
         TrainConfig(steps=0)
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("medusa", {"share_lm_head": True}), ("medusa", {}), ("hydra", {"prefix_attention": True}),
+    ("eagle", {"share_lm_head": True}),
+])
+def test_the_cached_top_k_teacher_over_the_whole_vocabulary_is_the_full_loss(setup, kind, options):
+    """With k = the vocabulary, the cached teacher scores every token, in order: the same loss
+    and agreement as the full loss (the teacher renormalised over its k only moves rounding)."""
+    from treeopt.drafters.training import TeacherCache, cached_distill_loss
+
+    model, seqs = setup
+    torch.manual_seed(0)
+    heads = build_heads(HeadsConfig(kind=kind, num_heads=3, hidden_size=64, vocab_size=256,
+                                    **options),
+                        lm_head=model.lm_head, embeddings=model.model.embed_tokens)
+    ids = windows(seqs, 32)[:4]
+    cache = TeacherCache.of(model, ids, heads.feature_layers, top_k=256, batch=3)
+    full, full_heads, full_agree = distill_loss(model, heads, ids)
+    part, part_heads, part_agree = cached_distill_loss(heads, ids, cache.features, cache.top_ids,
+                                                       cache.top_probs)
+    assert float(part) == pytest.approx(float(full), rel=1e-5)
+    assert part_heads == pytest.approx(full_heads, rel=1e-5) and part_agree == full_agree
+
+
+def test_a_top_k_teacher_trains_the_heads_it_would_train_in_full(setup):
+    """Trained against the teacher's 8 best tokens, the heads agree with the base model's greedy
+    tokens over the whole vocabulary about as often as heads trained against all 256."""
+    from treeopt.decoding.rank_pass import rank_batch
+
+    model, seqs = setup
+    cfg = TrainConfig(kind="medusa", num_heads=2, share_lm_head=True, steps=40, batch_size=4,
+                      seq_len=32, lr=5e-3, warmup=2)
+    top1 = {}
+    for k in (0, 8):
+        heads, history = train_heads(model, seqs, replace(cfg, teacher_top_k=k))
+        assert history[-1]["loss"] < history[0]["loss"]
+        ranks = np.concatenate(rank_batch(model, heads, seqs, [3] * len(seqs), top_k=16))
+        top1[k] = (ranks == 0).mean(0)  # per depth, the full vocabulary's argmax
+    assert top1[0].mean() > 0.1 and np.all(top1[8] >= top1[0] - 0.1), top1

@@ -44,6 +44,9 @@ TRAIN_FLAGS = {
     "warmup": ("N", "linear warm-up steps before the cosine decay"),
     "decay": ("D", "head k's loss is weighted D^k"),
     "seed": ("N", "random seed of the heads' initialisation and of batch sampling"),
+    "teacher_top_k": ("K", "compute the base model's features and its K most probable next "
+                           "tokens once, and score each step over the batch's candidate tokens "
+                           "(fast on a large vocabulary); 0: the full vocabulary every step"),
 }
 
 

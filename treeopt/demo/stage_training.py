@@ -69,6 +69,20 @@ def ngram_drafter(kind: str, c: DemoConfig, *, vocab_size: int) -> tuple[Any, di
     return drafter_class(spec)(**settings, vocab_size=vocab_size), settings
 
 
+FULL_VOCABULARY = 8192  # up to this vocabulary, heads train against the teacher's whole
+
+
+def teacher_top_k(vocab_size: int) -> int:
+    """The teacher's tokens per position a demo's heads train against: every one on a small
+    vocabulary (the demo's own 4,096), the 64 most probable on a real one (SmolLM2's 49,152:
+    the full softmax cost more than the rest of a step; :mod:`treeopt.drafters.vocabulary`).
+
+    >>> teacher_top_k(4096), teacher_top_k(49152)
+    (0, 64)
+    """
+    return 0 if vocab_size <= FULL_VOCABULARY else 64
+
+
 def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     """Train the ``kind`` drafter on the head data (self-distillation) and ship it in 16 bits:
     heads and EAGLE as heads directories, a draft model as a Hugging Face model directory;
@@ -95,7 +109,8 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
                       prefix_attention=c.head_prefix_attention
                       and drafter_kind(kind).prefix_attention, seq_len=c.head_seq_len,
                       lr=c.head_lr, warmup=max(1, c.head_steps // 20),
-                      seed=c.seed + 1 + DRAFTERS.index(kind))
+                      seed=c.seed + 1 + DRAFTERS.index(kind),
+                      teacher_top_k=teacher_top_k(ctx.vocab_size))
     bar = ctx.bar(c.head_steps, f"{kind} drafter")
 
     def tick(step: int, total: int, loss: float) -> None:
@@ -103,8 +118,11 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
 
     checkpoint = ctx.scratch / f"train-{kind}-checkpoint.pt"  # an interruption resumes here
     if drafter_kind(kind).trained:
-        trained, history = train_heads(ctx.model, rows, cfg, progress=tick,
-                                       checkpoint=checkpoint)
+        teacher = ctx.bar(len(rows), f"{kind} teacher (top {cfg.teacher_top_k})")
+        trained, history = train_heads(
+            ctx.model, rows, cfg, progress=tick, checkpoint=checkpoint,
+            teacher_progress=lambda i, n: teacher.update(i - teacher.n))
+        teacher.close()
         save_heads(copy.deepcopy(trained).to(torch.float16), ctx.paths.heads(kind),
                    meta={"training": {**cfg.__dict__},
                          "data": "train-part prompts continued greedily by the base model"})

@@ -123,6 +123,9 @@ class TrainConfig:
     warmup: int = 10
     decay: float = 0.8
     seed: int = 0
+    # > 0: the teacher's k best tokens per position, computed once, and each step's softmax over
+    # the batch's candidates (treeopt.drafters.vocabulary); 0: the full vocabulary every step
+    teacher_top_k: int = 0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len"):
@@ -136,6 +139,9 @@ class TrainConfig:
                 raise FieldError(name, f"must be a number ≥ 0, got {value}")
         if self.warmup < 0:
             raise FieldError("warmup", f"must be ≥ 0, got {self.warmup}")
+        if self.teacher_top_k < 0:
+            raise FieldError("teacher_top_k", f"must be ≥ 0 (0: the full vocabulary), got "
+                             f"{self.teacher_top_k}")
         if self.seq_len < self.num_heads + 2:
             raise FieldError("seq_len", f"{self.seq_len} leaves no targets for {self.num_heads} "
                              f"heads (needs ≥ {self.num_heads + 2})")

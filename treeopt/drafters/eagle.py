@@ -36,6 +36,7 @@ from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection, rank_table
 from treeopt.drafters.kinds import KINDS
+from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["DecoderLayer", "EagleDrafter", "EagleState"]
 
 
-class EagleDrafter(Drafter):
+class EagleDrafter(VocabularyView, Drafter):
     """EAGLE-1/2's drafter: fc over [embedding; feature], decoder layers, the base LM head."""
 
     kind = KINDS["eagle"]
@@ -75,9 +76,9 @@ class EagleDrafter(Drafter):
         return cls(cfg, lm_head=lm_head, embeddings=embeddings)
 
     def logits(self, g: torch.Tensor) -> torch.Tensor:
-        """Candidates' logits ``[..., V]`` from predicted features ``[..., d]``."""
-        w = self.base_lm_head.weight
-        return self.base_lm_head(g if g.dtype == w.dtype else g.to(w.dtype))
+        """Candidates' logits ``[..., V]`` from predicted features ``[..., d]`` (``[..., c]``
+        inside :meth:`~treeopt.drafters.vocabulary.VocabularyView.vocabulary`)."""
+        return self.projected(self.base_lm_head, g)
 
     def entries(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Layer inputs ``fc([e(token); feature])`` ``[b, m, d]``."""

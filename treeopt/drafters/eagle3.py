@@ -52,6 +52,7 @@ class Eagle3Drafter(EagleDrafter):
     """EAGLE-3's drafter: fused three-layer features, one fused layer, its own vocabulary."""
 
     kind = KINDS["eagle3"]
+    takes_vocabulary = False  # its own draft-vocabulary head: always trained in full
 
     def __init__(self, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
                  embeddings: nn.Module | None = None) -> None:

@@ -23,6 +23,7 @@ from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.token_order import rank_of
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.kinds import DrafterKind, drafter_kind
+from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
 
 PrefixCache = tuple[torch.Tensor, torch.Tensor] | None
@@ -55,7 +56,7 @@ def rank_table(per_depth: Iterable[torch.Tensor], *, top_k: int) -> torch.Tensor
                        dim=-1).to(torch.int16)
 
 
-class DraftHeads(Drafter):
+class DraftHeads(VocabularyView, Drafter):
     """K draft heads: the interface calibration, training, decoding and profiling use.
 
     - :meth:`features`: what the heads read at each position (``h_t``; Hydra++: its prefix
@@ -84,9 +85,9 @@ class DraftHeads(Drafter):
         raise NotImplementedError
 
     def project(self, k: int, z: torch.Tensor) -> torch.Tensor:
-        """Vocabulary logits of head k from its final hidden ``z`` ``[..., d]`` → ``[..., V]``."""
-        proj = self.base_lm_head if self.proj is None else self.proj[k]
-        return proj(z if z.dtype == proj.weight.dtype else z.to(proj.weight.dtype))
+        """Vocabulary logits of head k from its final hidden ``z`` ``[..., d]`` → ``[..., V]``
+        (``[..., c]`` inside :meth:`~treeopt.drafters.vocabulary.VocabularyView.vocabulary`)."""
+        return self.projected(self.base_lm_head if self.proj is None else self.proj[k], z)
 
     def features(self, hidden: torch.Tensor, cache: PrefixCache = None,
                  ) -> tuple[torch.Tensor, PrefixCache]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -76,9 +76,70 @@ def distill_loss(model: PreTrainedModel, heads: DraftHeads, ids: torch.Tensor, *
         out = model(input_ids=ids, use_cache=False, output_hidden_states=True)
         teacher = torch.softmax(out.logits.float(), dim=-1)  # [b, T, V]
         hidden = pick_features(out.hidden_states, heads.feature_layers).float()  # [b, T, ·d]
-    total = hidden.new_zeros(())
+    return _weighted(heads.distill_terms(hidden, ids, teacher), decay)
+
+
+@dataclass(frozen=True)
+class TeacherCache:
+    """The base model's view of every training row, computed once before training (the base is
+    frozen, so every step would compute it again): the features the drafter reads and, at each
+    position, the teacher's ``k`` most probable next tokens with their probabilities,
+    renormalised over the ``k`` (:mod:`~treeopt.drafters.vocabulary`)."""
+
+    features: torch.Tensor  # [rows, T, ·d] in the model's dtype
+    top_ids: torch.Tensor  # [rows, T, k]
+    top_probs: torch.Tensor  # [rows, T, k] float32, summing to 1 at each position
+
+    @classmethod
+    def of(cls, model: PreTrainedModel, rows: torch.Tensor, feature_layers: Sequence[int], *,
+           top_k: int, batch: int = 8,
+           progress: Callable[[int, int], None] | None = None) -> TeacherCache:
+        """One no-grad pass of ``model`` over ``rows`` ``[R, T]``, ``batch`` rows at a time."""
+        feats, ids, probs = [], [], []
+        with torch.no_grad():
+            for i in range(0, len(rows), batch):
+                out = model(input_ids=rows[i: i + batch], use_cache=False,
+                            output_hidden_states=True)
+                feats.append(pick_features(out.hidden_states, feature_layers))
+                p, t = torch.softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
+                ids.append(t)
+                probs.append(p / p.sum(-1, keepdim=True))
+                if progress is not None:
+                    progress(min(i + batch, len(rows)), len(rows))
+        return cls(torch.cat(feats), torch.cat(ids), torch.cat(probs))
+
+
+def sparse_teacher(top_ids: torch.Tensor, top_probs: torch.Tensor,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's candidate tokens (every position's ``k`` best, deduplicated, ascending) and
+    the teacher over them ``[b, T, c]`` (each position's mass on its own ``k``).
+
+    >>> ids = torch.tensor([[[5, 2], [2, 9]]])
+    >>> vocab, teacher = sparse_teacher(ids, torch.tensor([[[0.75, 0.25], [0.5, 0.5]]]))
+    >>> vocab.tolist(), teacher.tolist()
+    ([2, 5, 9], [[[0.25, 0.75, 0.0], [0.5, 0.0, 0.5]]])
+    """
+    vocab, where = torch.unique(top_ids, return_inverse=True)
+    teacher = top_probs.new_zeros(*top_ids.shape[:-1], len(vocab))
+    return vocab, teacher.scatter_(-1, where, top_probs)
+
+
+def cached_distill_loss(heads: DraftHeads, ids: torch.Tensor, features: torch.Tensor,
+                        top_ids: torch.Tensor, top_probs: torch.Tensor, *, decay: float = 0.8,
+                        ) -> tuple[torch.Tensor, list[float], list[float]]:
+    """:func:`distill_loss` from a :class:`TeacherCache`'s rows: the drafter scored over the
+    batch's candidate tokens against the teacher's ``k`` best (agreement within them)."""
+    vocab, teacher = sparse_teacher(top_ids, top_probs)
+    with heads.vocabulary(vocab):
+        return _weighted(heads.distill_terms(features.float(), ids, teacher), decay)
+
+
+def _weighted(terms: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], decay: float,
+              ) -> tuple[torch.Tensor, list[float], list[float]]:
+    """The depths' losses weighted decay^k and summed; each depth's loss and top-1 agreement."""
+    total = terms[0][0].new_zeros(())
     losses, agree = [], []
-    for k, (loss, logits, target) in enumerate(heads.distill_terms(hidden, ids, teacher)):
+    for k, (loss, logits, target) in enumerate(terms):
         total = total + decay**k * loss
         losses.append(float(loss.detach()))
         agree.append(float((logits.argmax(-1) == target.argmax(-1)).float().mean()))
@@ -135,9 +196,15 @@ def _optimise(module: torch.nn.Module, data: torch.Tensor, config: TrainConfig,
 def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], config: TrainConfig, *,
                 heads: DraftHeads | None = None,
                 progress: Callable[[int, int, float], None] | None = None,
-                checkpoint: Path | None = None) -> tuple[DraftHeads, list[dict[str, Any]]]:
+                checkpoint: Path | None = None,
+                teacher_progress: Callable[[int, int], None] | None = None,
+                ) -> tuple[DraftHeads, list[dict[str, Any]]]:
     """Train (new or given) heads on ``sequences`` of token ids; return them and a loss history
-    (``checkpoint``: resumable, see :func:`_optimise`)."""
+    (``checkpoint``: resumable, see :func:`_optimise`). With ``config.teacher_top_k``, the
+    base model's features and top-k distribution are computed once (:class:`TeacherCache`,
+    ``teacher_progress`` counts its rows) and each step scores the heads over the batch's
+    candidate tokens (:func:`cached_distill_loss`); else every step runs the base model and
+    scores the full vocabulary."""
     torch.manual_seed(config.seed)
     device = model_device(model)
     if heads is None:
@@ -148,13 +215,26 @@ def train_heads(model: PreTrainedModel, sequences: Sequence[Sequence[int]], conf
                             embeddings=model.get_input_embeddings())
         heads.to(device=device)  # own weights stay float32; shared base modules are untouched
     model.requires_grad_(False)
+    data = windows(sequences, config.seq_len).to(device)
+    if config.teacher_top_k and getattr(heads, "takes_vocabulary", False):
+        cache = TeacherCache.of(model, data, heads.feature_layers, top_k=config.teacher_top_k,
+                                progress=teacher_progress)
 
-    def step(ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        def step(rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+            loss, per_head, agree = cached_distill_loss(
+                heads, data[rows], cache.features[rows], cache.top_ids[rows],
+                cache.top_probs[rows], decay=config.decay)
+            return loss, {"head_loss": per_head, "top1_agreement": agree}
+
+        history = _optimise(heads, torch.arange(len(data), device=device), config, step,
+                            progress, checkpoint)
+        return heads.eval(), history
+
+    def full_step(ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
         loss, per_head, agree = distill_loss(model, heads, ids, decay=config.decay)
         return loss, {"head_loss": per_head, "top1_agreement": agree}
 
-    history = _optimise(heads, windows(sequences, config.seq_len).to(device), config, step,
-                        progress, checkpoint)
+    history = _optimise(heads, data, config, full_step, progress, checkpoint)
     return heads.eval(), history
 
 
