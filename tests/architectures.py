@@ -129,16 +129,31 @@ def train_drafter(model: Any, kind: str, sequences: list[list[int]]) -> Any:
     return train_heads(model, sequences, cfg)[0]
 
 
-def greedy_matches(model: Any, heads: Any, batch: list[list[int]],
-                   want: list[tuple[int, ...]]) -> tuple[int, int]:
-    """How many rows of the batch treeopt's autoregressive loop and its tree decoding decode
-    exactly as ``want`` (the model's own ``generate``)."""
+def decoded(model: Any, heads: Any, batch: list[list[int]], config: Any) -> list[tuple[int, ...]]:
+    """``batch`` decoded by treeopt under ``config``: its plain loop when ``heads`` is None,
+    else tree decoding with ``heads``."""
     from treeopt import Tree
-    from treeopt.decoding.loop import DecodeConfig, decode
+    from treeopt.decoding.loop import decode
 
-    cfg = DecodeConfig(max_new_tokens=NEW_TOKENS, eos_token_id=2)
-    loop = decode(model, None, Tree(()), batch, config=cfg).tokens
-    spec = decode(model, heads, tree(), batch, config=cfg).tokens
+    return decode(model, heads, Tree(()) if heads is None else tree(), batch,
+                  config=config).tokens
+
+
+def greedy() -> Any:
+    """Greedy decoding of ``NEW_TOKENS`` tokens, stopping at the end-of-sequence token."""
+    from treeopt.decoding.loop import DecodeConfig
+
+    return DecodeConfig(max_new_tokens=NEW_TOKENS, eos_token_id=2)
+
+
+def greedy_matches(model: Any, heads: Any, batch: list[list[int]],
+                   want: list[tuple[int, ...]], *,
+                   loop: list[tuple[int, ...]] | None = None) -> tuple[int, int]:
+    """How many rows of the batch treeopt's autoregressive loop and its tree decoding decode
+    exactly as ``want`` (the model's own ``generate``); ``loop``: the loop's tokens, when
+    decoded already (they do not depend on the drafter)."""
+    loop = decoded(model, None, batch, greedy()) if loop is None else loop
+    spec = decoded(model, heads, batch, greedy())
     same = lambda got: sum(tuple(g) == w for g, w in zip(got, want, strict=True))  # noqa: E731
     return same(loop), same(spec)
 
@@ -180,17 +195,28 @@ def walk_matches(model: Any, heads: Any, prompt: list[int], directory: Any) -> t
     return lengths[: len(walk)] == walk and len(walk) > 0, sum(lengths) / len(lengths)
 
 
-def sampling_matches(model: Any, heads: Any, batch: list[list[int]]) -> bool:
-    """Sample-and-match tree decoding emits treeopt's plain sampling's tokens, seed for seed."""
-    from treeopt import Tree
-    from treeopt.decoding.loop import DecodeConfig, decode
+SAMPLING_SEEDS = (0, 1)
 
-    for seed in (0, 1):
-        cfg = DecodeConfig(max_new_tokens=NEW_TOKENS, mode="sample", temperature=1.0, seed=seed)
-        if decode(model, heads, tree(), batch, config=cfg).tokens != decode(
-                model, None, Tree(()), batch, config=cfg).tokens:
-            return False
-    return True
+
+def sampling(seed: int) -> Any:
+    """Sampling at temperature 1 of ``NEW_TOKENS`` tokens from ``seed``."""
+    from treeopt.decoding.loop import DecodeConfig
+
+    return DecodeConfig(max_new_tokens=NEW_TOKENS, mode="sample", temperature=1.0, seed=seed)
+
+
+def plain_sampling(model: Any, batch: list[list[int]]) -> dict[int, list[tuple[int, ...]]]:
+    """Treeopt's plain sampling of ``batch``, seed by seed (the same for every drafter)."""
+    return {seed: decoded(model, None, batch, sampling(seed)) for seed in SAMPLING_SEEDS}
+
+
+def sampling_matches(model: Any, heads: Any, batch: list[list[int]], *,
+                     plain: dict[int, list[tuple[int, ...]]] | None = None) -> bool:
+    """Sample-and-match tree decoding emits treeopt's plain sampling's tokens, seed for seed
+    (``plain``: :func:`plain_sampling`'s, when decoded already)."""
+    plain = plain_sampling(model, batch) if plain is None else plain
+    return all(decoded(model, heads, batch, sampling(seed)) == plain[seed]
+               for seed in SAMPLING_SEEDS)
 
 
 CHECKS = ("loop = generate", "tree = generate", "ranks = reference", "walk = live",
@@ -222,13 +248,15 @@ def matrix_row(family: Family, directory: Any) -> dict[str, Any]:
     train = prompts(8, seed=5)
     train = [[*p, *c] for p, c in zip(train, own_greedy(model, train, max_new_tokens=24,
                                                           eos_token_id=None), strict=True)]
+    loop, plain = decoded(model, None, batch, greedy()), plain_sampling(model, batch)
     row: dict[str, Any] = {}
     for kind in DRAFTERS:
         heads = train_drafter(model, kind, train)
-        loop, spec = greedy_matches(model, heads, batch, want)
+        same_loop, same_tree = greedy_matches(model, heads, batch, want, loop=loop)
         walk, mean = walk_matches(model, heads, batch[1], directory)
-        row[kind] = {"loop = generate": loop == len(batch), "tree = generate": spec == len(batch),
-                     "ranks = reference": ranks_match(model, heads, sequences),
-                     "walk = live": walk, "sampling = plain": sampling_matches(model, heads, batch),
+        row[kind] = {"loop = generate": same_loop == len(batch),
+                     "tree = generate": same_tree == len(batch),
+                     "ranks = reference": ranks_match(model, heads, sequences), "walk = live": walk,
+                     "sampling = plain": sampling_matches(model, heads, batch, plain=plain),
                      "E[L]": mean}
     return row
