@@ -65,7 +65,10 @@ if prose:
     st.caption(f"The demo's second prompt set: {prose['prompts']['count']} passages of "
                "docstrings and comments, where the text itself rarely repeats. Acceptance "
                "follows the base model's own continuations, which loop as much on prose as on "
-               "code with this small model (docs/demo.md).")
+               "code with this small model (docs/demo.md). These bars weight every position "
+               "alike, as the demo's prose stage records them: above the per-step curves at the "
+               "top of the page wherever drafts run long. The fastest drafter per set below is "
+               "priced per step.")
     for point in prose.get("choice", {}).get("points", []):
         fastest = point["fastest"]
         st.caption(f"Batch {point['batch']}: fastest on code **{fastest['code']}**, on prose "

@@ -542,8 +542,11 @@ def test_drafters_page_compares_every_drafter_and_names_the_one_chosen(demo):
     for k, p in priced.items():
         assert bars[k] == pytest.approx([p.selection.point(c.batch, context).speedup
                                          for c in chosen])
-    star = next(t for t in speed["data"] if t["name"] == "chosen")
-    assert star["text"] == [c.drafter for c in chosen]
+    stars = [t for t in speed["data"] if t["name"] == "chosen"]  # one per batch size, each
+    assert [t["text"] for t in stars] == [[c.drafter] for c in chosen]  # over its drafter's bar
+    assert [t.get("offsetgroup") for t in stars] == [
+        c.drafter if c.drafter in priced else None for c in chosen]
+    assert speed["layout"]["scattermode"] == "group"  # diamonds sit on their own bars too
     prose = demo.manifest.get("prose")
     assert len(by_set) == (1 if prose else 0)  # code against prose, when the demo has the set
     if prose:

@@ -68,11 +68,13 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
                         sweeps: Mapping[str, Sweep | None] | None = None) -> go.Figure:
     """Predicted speed-up over autoregressive decoding of each drafter's best tree per batch size
     (bars; tokens/s on hover), the measured best of its live sweep where there is one
-    (diamonds), and a star on the drafter chosen (``none``: no tree pays)."""
+    (diamonds, each over its drafter's bar), and a star over the drafter chosen (``none``: no
+    tree pays), one trace per batch size."""
     fig = go.Figure()
     chosen = {c.batch: c for c in choose_drafter(dict(selections)) if c.context == context}
     batches = sorted(chosen)
     labels = [str(b) for b in batches]
+    heights = [1.0]
     for name, sel in selections.items():
         pts = [sel.point(b, context) for b in batches]
         colour = style.drafter_colour(name)
@@ -85,29 +87,45 @@ def throughput_by_batch(selections: Mapping[str, Selection], *, context: int,
                                            "<extra></extra>"))
         sweep = (sweeps or {}).get(name)
         if sweep is not None:
-            measured = [sweep.best(b).speedup if b in sweep.batches else None
-                        for b in batches]
-            fig.add_trace(go.Scatter(x=labels, y=measured, mode="markers", offsetgroup=name,
-                                     name=f"{name} measured best", showlegend=False,
-                                     marker=dict(symbol="diamond", size=10, color="white",
-                                                 line=dict(color=colour, width=2)),
-                                     hovertemplate=f"{name}, batch %{{x}}: "
-                                                   f"%{{y:{SPEEDUP_FORMAT}}}× "
-                                                   "measured (best tree of the sweep)"
-                                                   "<extra></extra>"))
-    fig.add_trace(go.Scatter(
-        x=labels, y=[max(chosen[b].speedups.values()) * 1.04 for b in batches],
-        mode="markers+text",
-        text=[chosen[b].drafter for b in batches], textposition="top center", name="chosen",
-        marker=dict(symbol="star", size=14, color="gold", line=dict(color="black", width=1)),
-        hoverinfo="skip"))
+            measured = [sweep.best(b).speedup if b in sweep.batches else None for b in batches]
+            heights += [m for m in measured if m is not None]
+            fig.add_trace(_diamonds(name, labels, measured))
+    for i, (b, label) in enumerate(zip(batches, labels, strict=True)):
+        top = max(chosen[b].speedups.values()) * 1.04
+        heights.append(top)
+        fig.add_trace(_star(chosen[b].drafter, label, top, grouped=chosen[b].drafter in
+                            selections, legend=i == 0))
     fig.add_hline(y=1.0, line=dict(color=style.REFERENCE, dash="dot"),
-                  annotation_text="autoregressive", annotation_position="bottom right")
-    fig.update_layout(barmode="group", xaxis_title="batch size (sequences)",
-                      yaxis=dict(title="speed-up over autoregressive (×)", rangemode="tozero"),
+                  annotation_text="autoregressive", annotation_position="bottom left",
+                  annotation_bgcolor="rgba(255,255,255,0.8)")
+    # scattermode group: a marker sits over its own drafter's bar, not over the group's middle
+    fig.update_layout(barmode="group", scattermode="group", xaxis_title="batch size (sequences)",
+                      yaxis=dict(title="speed-up over autoregressive (×)",
+                                 range=[0, max(heights) * 1.15]),  # room for the stars' names
                       **style.layout(title="Best tree's speed-up per drafter and batch size "
                                            f"(context {context})"))
     return fig
+
+
+def _diamonds(name: str, labels: list[str], measured: list[float | None]) -> go.Scatter:
+    """The measured best of ``name``'s live sweep per batch size, over its bars."""
+    colour = style.drafter_colour(name)
+    return go.Scatter(x=labels, y=measured, mode="markers", offsetgroup=name,
+                      name=f"{name} measured best", showlegend=False,
+                      marker=dict(symbol="diamond", size=10, color="white",
+                                  line=dict(color=colour, width=2)),
+                      hovertemplate=f"{name}, batch %{{x}}: %{{y:{SPEEDUP_FORMAT}}}× measured "
+                                    "(best tree of the sweep)<extra></extra>")
+
+
+def _star(drafter: str, label: str, top: float, *, grouped: bool, legend: bool) -> go.Scatter:
+    """The star naming the drafter chosen at batch ``label``, over its bar where it has one."""
+    return go.Scatter(x=[label], y=[top], mode="markers+text", text=[drafter],
+                      textposition="top center", name="chosen", legendgroup="chosen",
+                      showlegend=legend, offsetgroup=drafter if grouped else None,
+                      marker=dict(symbol="star", size=14, color="gold",
+                                  line=dict(color="black", width=1)),
+                      hoverinfo="skip")
 
 
 PROMPT_SETS = (("heldout_code_expected_accept_length", "held-out code", "#4c78a8"),
@@ -119,7 +137,9 @@ def acceptance_by_prompt_set(record: Mapping[str, Mapping[str, Mapping[str, floa
                              size: int) -> go.Figure:
     """Each drafter's E[L] at ``size`` nodes on the held-out code prompts and on the prose ones
     (the demo's ``prose`` stage record: drafter → what it measured; sizes as JSON keys), the
-    code-grown tree's and a prose-grown tree's: where a drafter that copies loses."""
+    code-grown tree's and a prose-grown tree's: where a drafter that copies loses. The record
+    holds position-weighted E[L] (every position alike), above the per-step figures of the
+    other charts where drafts run long: the axis says so."""
     kinds = [k for k, v in record.items() if isinstance(v, Mapping) and
              str(size) in v.get("expected_accept_length", {})]
     fig = go.Figure()
@@ -128,8 +148,8 @@ def acceptance_by_prompt_set(record: Mapping[str, Mapping[str, Mapping[str, floa
         fig.add_trace(go.Bar(x=kinds, y=values, name=label, marker_color=colour,
                              hovertemplate=f"%{{x}}, {label}: E[L] "
                                            f"%{{y:{ACCEPT_LENGTH_FORMAT}}}<extra></extra>"))
-    fig.update_layout(barmode="group", yaxis_title="E[L] (tokens per step)",
+    fig.update_layout(barmode="group", yaxis_title="E[L], position-weighted (tokens)",
                       xaxis_title="drafter",
                       **style.layout(title=f"E[L] with {size}-node trees: code against prose "
-                                           "prompts"))
+                                           "prompts (position-weighted)"))
     return fig
