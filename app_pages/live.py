@@ -8,6 +8,7 @@ from app_pages.cache import CachedFigures
 from app_pages.choice import current_choice
 from app_pages.state import demo, demo_adaptive, demo_dynamic_selection, demo_pricing, page_errors
 from app_pages.tables import show_table
+from treeopt.demo.layout import DYNAMIC_KIND
 from treeopt.workbench import adaptive, plots_dynamic, plots_hardware
 from treeopt.workbench.numbers import nodes_text, percent_text
 
@@ -66,7 +67,10 @@ workload = a1.radio("Workload", list(adaptive.WORKLOADS), horizontal=True, key="
 replayed = None
 with page_errors(stop=False):
     replayed = demo_adaptive(workload)
-if replayed is None:
+if replayed is None and DYNAMIC_KIND not in demo().kinds:
+    st.info(f"This demo ships no {DYNAMIC_KIND} drafter, so it has no adaptive controller to "
+            "replay; the shipped demo (`data/demo`) has one.")
+elif replayed is None:
     st.info("The demo holds no step profile of its EAGLE drafter: measure one with "
             "`treeopt profile step`, or rebuild the demo.")
 else:
@@ -93,7 +97,10 @@ st.header("Dynamic trees (EAGLE): static vs dynamic per batch size")
 dynamic = None
 with page_errors(stop=False):
     dynamic = demo_dynamic_selection()
-if dynamic is None:
+if dynamic is None and DYNAMIC_KIND not in demo().kinds:
+    st.info(f"This demo ships no {DYNAMIC_KIND} drafter, so it has no dynamic trees to "
+            "compare; the shipped demo (`data/demo`) has them.")
+elif dynamic is None:
     st.info("The demo holds no dynamic selection of its EAGLE drafter: run "
             "`treeopt select --dynamic`, or rebuild the demo.")
 else:

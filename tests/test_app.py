@@ -737,3 +737,14 @@ def test_verify_says_which_command_fetches_missing_weights(monkeypatch):
         f"Decoding needs the base model's weights: {missing_hint('smollm2-135m-instruct')}."]
     assert "treeopt fetch smollm2-135m-instruct" in at.info[0].value
     assert at.button(key="verify_run").disabled
+
+
+def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile():
+    at = open_page("live")
+    chooser = at.sidebar.selectbox(key="demo_chooser")
+    (smollm2,) = [o for o in chooser.options if o.startswith("smollm2")]  # data/smollm2 ships
+    chooser.set_value(smollm2).run(timeout=300)
+    assert_clean(at)
+    infos = [i.value for i in at.info]
+    assert any("ships no eagle drafter, so it has no adaptive controller" in v for v in infos)
+    assert any("ships no eagle drafter, so it has no dynamic trees" in v for v in infos)
