@@ -24,7 +24,8 @@ elif choice == "Upload a file":
 else:
     with st.form("calibrate"):
         model_dir = st.text_input("Base model directory (Hugging Face format)")
-        heads_dir = st.text_input("Draft heads directory")
+        heads_dir = st.text_input("Drafter: a directory (heads, EAGLE, a draft model), or "
+                                  "'prompt-lookup' / 'ngram-trie'")
         prompts = st.text_input("Prompts file (JSONL with a 'prompt' field, or plain text)")
         c1, c2, c3 = st.columns(3)
         top_k = c1.number_input("Recorded top-k", 1, 1000, 16)
@@ -48,7 +49,7 @@ if data.description:
     st.caption(data.description)
 for label, source in data.sources.items():
     held = data.held_out.get(label)
-    st.markdown(f"- **{label}**: {source.heads} heads"
+    st.markdown(f"- **{label}**: drafts {source.heads} deep"
                 + (f", {source.positions:,} calibration positions" if data.has_trace(label)
                    else ", accuracy table")
                 + (f"; held-out trace of {held.positions:,} positions" if held else ""))

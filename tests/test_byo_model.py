@@ -199,7 +199,7 @@ def _verified(my_model, heads, sel_file, prompts, trace, pick, tree_file, tmp_pa
     assert report["lossless"] is True
     assert reference["tree_equals_generate"] and reference["autoregressive_equals_generate"]
     probe = report["support_probe"]
-    assert probe["max_abs_logit_diff"] <= probe["tolerance"] and probe["prefix_tokens"] >= 1
+    assert probe["max_abs_hidden_diff"] <= probe["tolerance"] and probe["prefix_tokens"] >= 1
     tree_run, plain = report["tree_decoding"], report["autoregressive"]
     assert tree_run["tokens"] == plain["tokens"] == 6 * 16
     assert tree_run["steps"] < plain["steps"] and tree_run["mean_accept_length"] > 1.2

@@ -71,7 +71,7 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     assert (reference["tree_equals_generate"], reference["autoregressive_equals_generate"],
             reference["prompts"]) == (True, True, 6)
     probe = report["support_probe"]
-    assert probe["prefix_tokens"] == 3 and probe["max_abs_logit_diff"] <= probe["tolerance"]
+    assert probe["prefix_tokens"] == 3 and probe["max_abs_hidden_diff"] <= probe["tolerance"]
     assert report["tree_decoding"]["tokens"] == report["autoregressive"]["tokens"]
     assert report["tree"]["size"] == 5
     pred = report["predicted"]

@@ -38,7 +38,7 @@ def test_a_report_keeps_its_divergences_and_says_lossless_up_to_ties():
             Divergence(8, 65, (198, 378), (23.5, 23.625), 0.125).to_json())
     report = VerifyReport(Tree.chain(3), "prompt-lookup", "greedy", 16, 128, 1, 2, {}, {}, 1.5,
                           0.01, 0.02, (1.5, 1.5), 1.4, {"prefix_tokens": 3,
-                                                        "max_abs_logit_diff": 0.0,
+                                                        "max_abs_hidden_diff": 0.0,
                                                         "tolerance": 1.0},
                           False, (3, 8), divergences=ties)
     assert report.lossless_up_to_ties is True

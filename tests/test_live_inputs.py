@@ -147,7 +147,7 @@ def report() -> VerifyReport:
     return VerifyReport(
         Tree.from_choices([[0], [0, 0]]), "medusa", "greedy", 6, 16, 2, 3, dict(stats),
         {**stats, "steps": 8}, 1.5, 0.04, 0.01, (1.49, 1.5, 1.52), 1.4,
-        {"prefix_tokens": 3, "max_abs_logit_diff": 1e-6, "tolerance": 1e-4}, True,
+        {"prefix_tokens": 3, "max_abs_hidden_diff": 1e-6, "tolerance": 1e-4}, True,
         mismatched_prompts=(), model_generate={"prompts": 6, "tree_equals_generate": True},
         predicted={"mean_accept_length": 2.1, "measured": 2.0},
         run={"model": "m", "heads_dir": "h", "device": "cpu", "dtype": "float32",
@@ -185,7 +185,7 @@ def test_a_verify_report_reads_back_as_written(tmp_path):
     ({"prompts": True}, "'prompts' must be an integer, got True"),
     ({"lossless": "yes"}, "'lossless' must be true or false, got 'yes'"),
     ({"support_probe": {"prefix_tokens": 3, "tolerance": 1e-4}},
-     "support_probe: missing 'max_abs_logit_diff'"),
+     "support_probe: missing 'max_abs_hidden_diff'"),
     ({"tree": {"choices": [[0, 0]]}}, "tree: "),
     ({"tree_decoding": [1, 2]}, "'tree_decoding': expected an object"),
     ({"batching": "dynamic"}, "batching 'dynamic': expected static or continuous"),
@@ -198,6 +198,13 @@ def test_a_broken_verify_report_is_one_line_naming_the_file(tmp_path, change, fr
         VerifyReport.load(path)
     message = str(caught.value)
     assert message.startswith(f"{path}: ") and fragment in message and "\n" not in message
+
+
+def test_a_report_written_when_the_probe_compared_logits_reads_its_difference(tmp_path):
+    doc = report().to_json()
+    doc["support_probe"] = {"prefix_tokens": 3, "max_abs_logit_diff": 2e-6, "tolerance": 1e-4}
+    assert VerifyReport.from_json(doc).support_probe == {
+        "prefix_tokens": 3, "max_abs_hidden_diff": 2e-6, "tolerance": 1e-4}
 
 
 def test_a_report_of_another_kind_is_refused(tmp_path):

@@ -15,6 +15,7 @@ the trace records its sequences, ``acceptance`` says which), and where it ran (`
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,9 @@ from treeopt.model.tree import Tree
 
 VERIFY_FORMAT = "treeopt.verify/1"
 RUN_KEYS = ("model", "heads_dir", "device", "dtype", "attention")  # where the report was made
-_PROBE = ("prefix_tokens", "max_abs_logit_diff", "tolerance")
+_PROBE = ("prefix_tokens", "max_abs_hidden_diff", "tolerance")
+_RENAMED = {"max_abs_hidden_diff": "max_abs_logit_diff"}  # the probe compared logits once
+
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class VerifyReport:
     speedup_se: float | None  # relative standard error of the median speed-up (None: one round)
     round_speedups: tuple[float, ...]
     end_to_end_speedup: float
-    support_probe: dict[str, float]  # prefix_tokens, max_abs_logit_diff, tolerance
+    support_probe: dict[str, float]  # prefix_tokens, max_abs_hidden_diff, tolerance
     lossless: bool | None  # None under typical acceptance
     mismatched_prompts: tuple[int, ...] | None = None  # None under typical acceptance
     sampled_batches: int | None = None  # the prompts were sampled: the speed-up is over these
@@ -126,7 +129,7 @@ class VerifyReport:
             fields.optional(fields.number, doc, "speedup_se", source),
             tuple(float(v) for v in fields.numbers(doc, "round_speedups", source)),
             fields.number(doc, "end_to_end_speedup", source),
-            {k: fields.number(probe, k, f"{source}: support_probe") for k in _PROBE},
+            _probe(probe, source),
             fields.optional(fields.flag, doc, "lossless", source), mismatched,
             fields.optional(fields.integer, doc, "sampled_batches", source, minimum=1),
             _object(doc, "model_generate", source, optional=True),
@@ -153,6 +156,14 @@ def _batching(doc: dict[str, Any], source: str) -> str:
     if value not in BATCHINGS:
         raise TreeoptError(f"{source}: batching {value!r}: expected static or continuous")
     return str(value)
+
+
+def _probe(probe: Mapping[str, Any], source: str) -> dict[str, float]:
+    """The support probe's figures; a report written before the probe compared hidden states
+    names its difference ``max_abs_logit_diff``, read as the same field."""
+    probe = {new: probe[old] for new, old in _RENAMED.items() if new not in probe and old in probe
+             } | dict(probe)
+    return {k: fields.number(probe, k, f"{source}: support_probe") for k in _PROBE}
 
 
 def _object(doc: dict[str, Any], key: str, source: str, *,

@@ -14,6 +14,7 @@ from treeopt.errors import TreeoptError
 from treeopt.model.acceptance import Method, Source, methods_for
 from treeopt.model.accuracy import AccuracyTable, parse_accuracies
 from treeopt.model.trace import RankTrace
+from treeopt.workbench.demos import base_model_name
 
 if TYPE_CHECKING:
     from treeopt.demo.load import Demo
@@ -96,10 +97,12 @@ def calibrate_local(model_dir: str, heads_dir: str, prompts_file: str, *, out: s
     from treeopt.documents.prompts import encode, read_texts
     from treeopt.drafters.checkpoints import load_heads_for
 
-    for flag, value in (("model directory", model_dir), ("heads directory", heads_dir),
-                        ("prompts file", prompts_file)):
+    for flag, value in (("model directory", model_dir), ("prompts file", prompts_file)):
         if not value or not Path(value).exists():
             raise TreeoptError(f"{flag} {value!r} does not exist")
+    if not heads_dir:
+        raise TreeoptError("drafter: give a drafter directory or an n-gram drafter "
+                           "('prompt-lookup', 'ngram-trie')")
     model, tokenizer = load_model(ModelSpec(path=model_dir, device=device))
     heads = load_heads_for(model, heads_dir)
     prompts = encode(tokenizer, read_texts([prompts_file]), source=prompts_file)
@@ -122,9 +125,11 @@ def demo_dataset(demo: Demo) -> Dataset:
     positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
     temps = ", ".join(f"{t:g}" for t in demo.temperatures)
     sampled = f"; sampled at T = {temps} too" if temps else ""
-    return Dataset("demo", dict(demo.traces), held_out=dict(demo.heldout_traces),
-                   description=f"shipped demo: rank traces of its Medusa and Hydra heads "
-                               f"(positions: {positions}){sampled}",
+    return Dataset(f"demo {demo.paths.root.name}", dict(demo.traces),
+                   held_out=dict(demo.heldout_traces),
+                   description=f"shipped demo on {base_model_name(demo.manifest)}: greedy rank "
+                               f"traces of its drafters on the calibration prompts (positions: "
+                               f"{positions}), each with a held-out twin{sampled}",
                    sampled={k: demo.sampled_traces(k) for k in demo.traces})
 
 
