@@ -50,6 +50,9 @@ class HeadsConfig:
     max_match: int = 0
     # the n-gram trie: the order of a trie node's children, bfs or prob ("": not a trie drafter)
     match_type: str = ""
+    # MTP: the hidden state handed to the next depth is after the module's output norm
+    # (Qwen3-Next) rather than before it (DeepSeek-V3); treeopt.drafters.mtp
+    handoff_norm: bool = False
 
     def __post_init__(self) -> None:
         kind = drafter_kind(self.kind)
@@ -80,6 +83,9 @@ class HeadsConfig:
                      else "empty (it orders no trie's children)")
             raise TreeoptError(f"heads config: match_type of {kind.title} is {valid}; got "
                                f"{self.match_type!r}")
+        if self.handoff_norm and kind.name != "mtp":
+            raise TreeoptError(f"heads config: handoff_norm applies to {KINDS['mtp'].title} "
+                               f"only, not {kind.title}")
         if self.prefix_attention and not kind.prefix_attention:
             having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
             raise TreeoptError(f"heads config: prefix_attention applies to {having} only")
@@ -102,7 +108,8 @@ class HeadsConfig:
 
 
 _LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
-                 "draft_vocab_size", "feature_layers", "min_match", "max_match", "match_type")
+                 "draft_vocab_size", "feature_layers", "min_match", "max_match", "match_type",
+                 "handoff_norm")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 

@@ -54,13 +54,13 @@ def teacher_chains(net: EagleNetwork, hidden: torch.Tensor, stream: torch.Tensor
         for i, layer in enumerate(net.layers):
             q, kv = layer.qkv(y, positions[:, k: k + n])
             chain_kv[i].append(kv)
-            att = _chain_attention(q, layer, true_kv[i], chain_kv[i], seen)
+            att = chain_attention(q, layer, true_kv[i], chain_kv[i], seen)
             y = layer.finish(y, att)
         out.append(y)
     return out
 
 
-def _chain_attention(q: torch.Tensor, layer: DecoderLayer, true_kv: KV, chain: list[KV],
+def chain_attention(q: torch.Tensor, layer: DecoderLayer, true_kv: KV, chain: list[KV],
                      seen: torch.Tensor) -> torch.Tensor:
     """Attention of chain queries ``[b, h, n, hd]`` (chain t at its depth) over the true entries
     ``j ≤ t`` (``seen`` ``[n, T-1]``) and the chain's own entries at depths 1 … k (``chain``:

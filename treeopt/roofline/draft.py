@@ -12,6 +12,8 @@ vocabulary):
   linear (k+2)·h→h, SiLU and residual, ``num_layers − 1`` ResBlocks, the projection h→V.
 - EAGLE / EAGLE-3 and a draft model (one call per depth): decoder layers of a Llama-like shape
   (see :func:`_eagle` and :func:`_draft_model`); attention over the cached context is left out.
+- MTP (one call per depth, through module k mod n): EAGLE's call plus two input norms and the
+  output norm, the fc without a bias, one layer per module (see :func:`_mtp`).
 - Prompt lookup: no device work (a host lookup, :func:`_lookup`).
 
 Which formula prices a kind, and the shape of EAGLE's fc, are fields of the kind's
@@ -144,6 +146,32 @@ def _eagle(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) ->
         cost.linear(t, h, v, bias=False)
 
 
+def _mtp(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
+    """One call per depth k on the ``expanded[k]`` nodes of every sequence, through module
+    k mod n (n = ``num_layers`` modules; the first call also feeds the entries committed last
+    step, about one per sequence, and every other module feeds them too, into its own cache):
+    the embedding gather, ``enorm`` and ``hnorm`` (two RMS norms over h: 4 FLOPs an element),
+    ``eh_proj`` 2h→h without a bias, one decoder layer of a Llama-like shape (attention 4·h²,
+    MLP 8·h²), the output norm, then the projection h→V."""
+    h, v, p = spec.hidden_size, spec.vocab_size, cost.p
+
+    def module(t: int) -> None:
+        cost.memory(p.weight_bytes * t * h)
+        cost.elementwise(2 * t * h, per_element=4, tensors=2)
+        cost.linear(t, 2 * h, h, bias=False)
+        cost.linear(t, h, 12 * h, bias=False)
+        cost.elementwise(t * h, per_element=10, tensors=6)
+
+    for k, m in enumerate(expanded[: spec.num_heads]):
+        t = batch * (m + (1 if k == 0 else 0))
+        module(t)
+        if k == 0:
+            for _ in range(max(spec.num_layers, 1) - 1):
+                module(batch)
+        cost.elementwise(t * h, per_element=4, tensors=2)
+        cost.linear(t, h, v, bias=False)
+
+
 def _lookup(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -> None:
     """Prompt lookup: a dictionary lookup per sequence on the host, no device work at all (the
     measured step profile prices the host's time)."""
@@ -151,5 +179,5 @@ def _lookup(cost: _Cost, spec: DraftSpec, batch: int, expanded: Sequence[int]) -
 
 _FORMULAS: dict[str, Callable[[_Cost, DraftSpec, int, Sequence[int]], None]] = {
     "medusa": _medusa, "hydra": _hydra, "eagle": _eagle, "draft-model": _draft_model,
-    "lookup": _lookup,
+    "lookup": _lookup, "mtp": _mtp,
 }  # by name: each registered kind's ``draft_formula`` (tests/test_roofline.py checks)

@@ -36,6 +36,7 @@ from treeopt.workbench.numbers import speedup_text
 _KIND_COLOURS: dict[str, tuple[str, ...]] = {
     "medusa": ("#1f77b4", "#aec7e8"), "hydra": ("#ff7f0e", "#ffbb78"),
     "eagle": ("#2ca02c", "#98df8a"), "eagle3": ("#17becf", "#9edae5"),
+    "mtp": ("#393b79", "#9c9ede"),
     "draft-model": ("#9467bd", "#c5b0d5"), "prompt-lookup": ("#bcbd22",),
     "ngram-trie": ("#d62728",)}
 
