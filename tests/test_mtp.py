@@ -245,3 +245,32 @@ def test_the_roofline_prices_the_norms_the_projection_and_every_modules_catch_up
     assert round(eagle * 1e6, 6) == round(2 * 95.12448, 6)  # a bias, no norms
     # a second module catches up one entry per sequence: its weights read once more
     assert round((two - one) * 1e6, 6) == 29.415424
+
+
+def test_the_cli_trains_calibrates_and_verifies_an_mtp_drafter(tiny_model_dir, prompts_file,
+                                                              tmp_path):
+    """train-heads --kind mtp with two modules, calibrate, grow, verify: lossless, and the
+    heads directory records the modules and the depths."""
+    import json
+
+    from test_cli_models import run
+
+    out = tmp_path / "mtp"
+    proc = run("train-heads", "--model", tiny_model_dir, "--kind", "mtp", "--data", prompts_file,
+               "--generate", "40", "--num-heads", "3", "--num-layers", "2", "--steps", "30",
+               "--lr", "0.01", "--seq-len", "40", "--batch-size", "4", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((out / "heads.json").read_text())["config"]
+    assert (config["kind"], config["num_heads"], config["num_layers"]) == ("mtp", 3, 2)
+    proc = run("calibrate", "--model", tiny_model_dir, "--drafter", out, "--prompts",
+               prompts_file, "--max-new-tokens", "24", "--top-k", "64", "--out",
+               tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--out",
+               tmp_path / "g.json")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", out, "--tree",
+               tmp_path / "g.json", "--size", "4", "--prompts", prompts_file,
+               "--max-new-tokens", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs_match"] is True

@@ -1,7 +1,8 @@
 """The published layouts of MTP weights, mapped onto treeopt's MTP drafter
 (:mod:`treeopt.drafters.mtp`) for the base model they ship with.
 
-- **DeepSeek-V3** (and GLM-4.5, which reuses it): module i is the extra decoder layer
+- **DeepSeek-V3** (and GLM-4.5, which reuses it: ``Glm4MoeMTP``,
+  ``vllm/model_executor/models/glm4_moe_mtp.py`` at 028aedf6): module i is the extra decoder layer
   ``model.layers.{L+i}`` (L = ``num_hidden_layers``) holding ``enorm``, ``hnorm``, ``eh_proj``,
   ``shared_head.norm``, ``shared_head.head`` and ``embed_tokens`` (copies of the base model's LM
   head and embeddings) beside the block's own keys (``self_attn.*``, ``mlp.*``,
