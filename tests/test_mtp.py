@@ -98,7 +98,7 @@ def reference_ranks(base, drafter: MtpDrafter, sequence, start, top_k):
                 entries = torch.cat([true[m]] + [e for e, _ in chain[m]], dim=1)
                 g = run(drafter.mtp[m].block, entries,
                         list(range(t + 1)) + [p for _, p in chain[m]])
-            order = torch.sort(drafter.logits(g, k)[0], descending=True, stable=True).indices
+            order = torch.sort(drafter.stage(k).logits(g)[0], descending=True, stable=True).indices
             rank = order.tolist().index(sequence[t + 2 + k])
             row.append(rank if rank < top_k else -1)
         out.append(row)
@@ -199,8 +199,8 @@ def test_the_modules_run_in_turn_and_share_the_base_head(base):
     assert drafter.stage(0).module is drafter.stage(2).module is drafter.mtp[0]
     assert drafter.stage(1).module is drafter.mtp[1]
     g = torch.randn(3, D)
-    assert torch.equal(drafter.logits(g, 0), drafter.logits(g, 2))
-    assert not torch.equal(drafter.logits(g, 0), drafter.logits(g, 1))
+    assert torch.equal(drafter.stage(0).logits(g), drafter.stage(2).logits(g))
+    assert not torch.equal(drafter.stage(0).logits(g), drafter.stage(1).logits(g))
     assert drafter.base_lm_head is base.lm_head and not base.lm_head.weight.requires_grad
     own = sorted({k.split(".", 2)[2] for k in drafter.state_dict() if k.startswith("mtp.")})
     assert own == ["block.down_proj.weight", "block.gate_proj.weight",

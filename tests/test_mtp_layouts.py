@@ -165,12 +165,12 @@ def test_a_published_layout_imports_exactly(base, tmp_path, layout, modules):
     ids = torch.tensor([SEQ])
     with torch.inference_mode():
         hidden = base(input_ids=ids, output_hidden_states=True).hidden_states[-1]
-        chains = drafter.chains(hidden, ids, 3)  # [1, n, D] per depth, n = T-1-3
+        chains = drafter.chains(hidden, ids, 3)  # the head's inputs [1, n, D] per depth
         emb, head = base.model.embed_tokens.weight, base.lm_head.weight
         for t in (0, 4, len(SEQ) - 5):
             want = published_logits(state, layout, modules, emb, head, hidden[0], t, 3)
             for k in range(3):
-                got = drafter.logits(chains[k][0, t], k)
+                got = drafter.logits(chains[k][0, t])
                 torch.testing.assert_close(got, want[k], rtol=1e-5, atol=1e-5)
                 assert torch.equal(got.argsort(descending=True)[:5],
                                    want[k].argsort(descending=True)[:5])

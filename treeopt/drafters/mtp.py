@@ -41,12 +41,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.eagle import EagleDrafter
 from treeopt.drafters.eagle_cache import EagleState
 from treeopt.drafters.eagle_layer import DecoderLayer
-from treeopt.drafters.heads import _projection, rank_table
+from treeopt.drafters.heads import _projection
 from treeopt.drafters.kinds import KINDS
 from treeopt.drafters.mtp_chains import cyclic_catch_up, cyclic_chains, draft_cyclic
 from treeopt.errors import TreeoptError
@@ -151,39 +150,21 @@ class MtpDrafter(EagleDrafter):
         """Every module, in the order of the depths they run."""
         return [self.stage(i) for i in range(len(self.mtp))]
 
-    def logits(self, g: torch.Tensor, depth: int = 0) -> torch.Tensor:
-        """Logits ``[..., V]`` of the block outputs ``g`` of ``depth``'s module."""
-        return self.stage(depth).logits(g)
-
     def entries(self, tokens: torch.Tensor, features: torch.Tensor, depth: int = 0,
                 ) -> torch.Tensor:
         """Block inputs of ``depth``'s module: tokens ``[b, m]`` beside features ``[b, m, d]``."""
         return self.stage(depth).entries(tokens, features)
 
-    def ranks_of(self, g: torch.Tensor, target: torch.Tensor, depth: int = 0) -> torch.Tensor:
-        return rank_of(self.logits(g, depth), target)
-
-    def candidates(self, g: torch.Tensor, k: int, depth: int = 0) -> torch.Tensor:
-        return top_candidates(self.logits(g, depth), k)
-
     # -- teacher forcing -----------------------------------------------------------------------
 
     def chains(self, hidden: torch.Tensor, stream: torch.Tensor, depths: int,
                ) -> list[torch.Tensor]:
-        """Block outputs ``[b, n, d]`` of every depth at every position, teacher-forced exactly
-        (:func:`~treeopt.drafters.mtp_chains.cyclic_chains`). Differentiable."""
-        return cyclic_chains(self.stages(), hidden, stream, depths)
-
-    def rank_depths(self, hidden: torch.Tensor, stream: torch.Tensor, *, top_k: int,
-                    ) -> torch.Tensor:
-        """Depth k at t: the rank of ``stream[t+2+k]`` under depth k's module's logits."""
-        K = self.config.num_heads
-        b, T = stream.shape
-        n = T - 1 - K
-        if n <= 0:
-            return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
-        return rank_table((self.ranks_of(g, stream[:, 2 + k: 2 + k + n], k)
-                           for k, g in enumerate(self.chains(hidden, stream, K))), top_k=top_k)
+        """What the LM head reads ``[b, n, d]`` (each depth's block output through its
+        module's output norm) at every depth and position, teacher-forced exactly
+        (:func:`~treeopt.drafters.mtp_chains.cyclic_chains`), so that :meth:`logits` (the base
+        model's head) scores them and EAGLE's :meth:`rank_depths` ranks them. Differentiable."""
+        outputs = cyclic_chains(self.stages(), hidden, stream, depths)
+        return [self.stage(k).module.block.head_input(g) for k, g in enumerate(outputs)]
 
     def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
                       ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -192,8 +173,8 @@ class MtpDrafter(EagleDrafter):
         K = self.config.num_heads
         n = ids.shape[1] - 1 - K
         terms = []
-        for k, g in enumerate(self.chains(hidden, ids, K)):
-            logits = self.logits(g, k).float()
+        for k, z in enumerate(self.chains(hidden, ids, K)):
+            logits = self.logits(z).float()
             target = teacher[:, 1 + k: 1 + k + n]
             terms.append((-(target * F.log_softmax(logits, dim=-1)).sum(-1).mean(), logits,
                           target))
