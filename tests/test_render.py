@@ -119,7 +119,7 @@ def test_drafters_are_labelled_by_what_proposes_each_depth():
     # one network run once per depth, or one lookup proposing a depth's tokens (a hybrid: as
     # its model drafter)
     assert sequential == {"eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie",
-                          "eagle+lookup", "eagle3+lookup", "draft-model+lookup"}
+                          "suffix", "eagle+lookup", "eagle3+lookup", "draft-model+lookup"}
 
 
 def test_the_heat_scale_spans_the_data():

@@ -228,7 +228,10 @@ def add_heads_flag(p: argparse.ArgumentParser) -> None:
                         "model's tokenizer); or weightless n-gram drafting: prompt lookup, "
                         "'prompt-lookup' or 'prompt-lookup:depth=10,min-n=1,max-n=3', or "
                         "SGLang's trie, 'ngram-trie' or "
-                        "'ngram-trie:depth=10,max-trie-depth=18,match=bfs|prob' (required)")
+                        "'ngram-trie:depth=10,max-trie-depth=18,match=bfs|prob', or "
+                        "suffix decoding, 'suffix' or 'suffix:depth=16,max-tree-depth=24,"
+                        "max-spec-factor=1.0,max-spec-offset=0,min-token-prob=0.1,"
+                        "max-cached-requests=10000' (required)")
     p.add_argument("--draft-depth", type=int, metavar="K",
                    help="depths a draft model, an n-gram drafter or a published EAGLE "
                         "checkpoint drafts and a trace records (default 4; n-gram drafters "

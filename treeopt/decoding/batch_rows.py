@@ -72,6 +72,10 @@ class BatchRows:
         return len(self.out[self.owner[row]]) >= self.cfg.max_new_tokens or (
             self.cfg.eos_token_id is not None and self.cfg.eos_token_id in new)
 
+    def output(self, row: int) -> list[int]:
+        """The new tokens of ``row``'s prompt so far, cut as :meth:`tokens` cuts them."""
+        return self._truncate(self.out[self.owner[row]])
+
     def tokens(self) -> tuple[tuple[int, ...], ...]:
         """Each prompt's new tokens, cut at its budget and after its first EOS.
 

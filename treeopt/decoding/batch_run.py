@@ -97,6 +97,7 @@ class BatchRun:
                              self.gen, self.keys)
         self.rows.first(first.first.tolist())
         self.drafting.prefilled(first.hidden, first.ids, first.lengths, first.first)
+        self.finish([row for row, active in enumerate(self.rows.active) if not active])
         self.root = first.first
         self.clock.restart()
         self.prefixes.start(first.lengths, [len(p) for p in self.rows.held()])
@@ -137,6 +138,7 @@ class BatchRun:
                                keys=self.keys) if isinstance(plan, RowPlan) else
                    accept(plan, tokens, logits, self.cfg, self.gen, positions=positions,
                           keys=self.keys))
+        was = list(self.rows.active)
         accepted, paths = self.rows.read(verdict, tokens)  # host sync
         self.trees.verified(accepted)
         self.prefixes.extend(verdict, plan.steps, accepted, paths)
@@ -150,8 +152,15 @@ class BatchRun:
                      else torch.tensor(accepted, device=self.device))  # stopped rows: 0
             self.drafting.advance(hidden, tokens, verdict.path, count, self.root)
             self.clock.lap(DRAFT)  # the drafter's features for the next step: its drafting
+        self.finish([row for row, (a, b) in enumerate(zip(was, self.rows.active, strict=True))
+                     if a and not b])
         self.timer.stepped(entered)
         return self.running
+
+    def finish(self, rows: list[int]) -> None:
+        """Rows whose requests have just ended: the drafter learns each one's output."""
+        for row in rows:
+            self.drafting.finish(row, self.rows.output(row))
 
     def result(self) -> BatchResult:
         """Every prompt's tokens and the run's statistics."""

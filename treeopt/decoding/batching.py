@@ -73,4 +73,7 @@ class ContinuousBatch:
         run.keys[row], run.root[row] = key[0], new.first[0]
         run.prefixes.restart(row, len(prompt))
         run.drafting.take_row(row, new.hidden, new.ids, new.lengths, new.first)
-        return run.rows.take(row, p, int(new.first[0]))
+        runs = run.rows.take(row, p, int(new.first[0]))
+        if not runs:  # it ended at its first token
+            run.finish([row])
+        return runs

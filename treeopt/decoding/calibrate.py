@@ -7,6 +7,15 @@ sample s is stream ``i·S + s``), and the drafter is ranked against the *sampled
 forced along the sampled path: E[L] on that trace is live sample-and-match's expectation at that
 temperature. The trace's meta records the sampling (``"sampling"``); a greedy trace has none.
 
+A kind that drafts also from earlier requests' outputs (``kind.request_cache``: suffix
+decoding's global tree) is ranked request by request in the prompts' order through one cache
+(:meth:`~treeopt.decoding.drafter.Drafter.rank_requests`): request i sees the continuations of
+requests 0 … i-1. Its trace's meta records that order (``"request_order"``, each request's
+prompt); a walk over the trace needs nothing more, since each position's ranks already hold what
+its request saw, and live decoding of the prompts in that order, one at a time, meets the same
+cache. Such a run is one shard; a resumed one puts its finished chunks' requests (kept in each
+chunk's file) back into the cache.
+
 Work is cut into chunks of ``batch_size`` prompts. Shard i of n takes chunks i, i+n, …; each
 finished chunk is saved atomically under ``.<out>.parts/``, so an interrupted run resumes where it
 stopped, and the output appears only when complete (then the parts are removed). Re-running a
@@ -39,7 +48,7 @@ from treeopt.version import __version__
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from treeopt.decoding.drafter import Drafter
+    from treeopt.decoding.drafter import Drafter, RequestCache
 
 TARGETS = ("greedy", "texts")
 
@@ -153,6 +162,7 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
     drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
     once)."""
     target = shard_path(out, config.shard, config.num_shards)
+    _check_order(heads, config)
     fingerprint = _fingerprint(heads, prompts, config, meta or {})
     if target.exists():
         done = RankTrace.load(target)
@@ -162,20 +172,24 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
         return done, target
     chunks = list(range(config.shard, _num_chunks(len(prompts), config), config.num_shards))
     parts, created = _parts_dir(target, fingerprint)
+    cache = heads.request_cache() if heads.kind.request_cache else None
     try:
         for n, c in enumerate(chunks):
             part = parts / f"chunk-{c:06d}.npz"
             if not part.exists():
                 lo = c * config.batch_size
                 _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config,
-                           first=lo, continuations=continuations).save(part)
+                           first=lo, continuations=continuations, cache=cache).save(part)
+            elif cache is not None:  # resumed: its requests' outputs into the cache, in order
+                done = RankTrace.load(part).meta
+                heads.remember_requests(cache, done["requests"], done["starts"])
             if progress is not None:
                 progress(n + 1, len(chunks))
     except BaseException:  # interrupted or failed: keep finished chunks, leave no empty folder
         if created and not any(parts.glob("chunk-*.npz")):
             shutil.rmtree(parts, ignore_errors=True)
         raise
-    traces = [RankTrace.load(parts / f"chunk-{c:06d}.npz") for c in chunks]
+    traces = [_without_requests(RankTrace.load(parts / f"chunk-{c:06d}.npz")) for c in chunks]
     run = _fingerprint(heads, prompts, replace(config, shard=0), meta or {})  # alike in every shard
     trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint,
                                             "run_fingerprint": run})
@@ -221,8 +235,11 @@ def _stamp(parts: Path) -> str | None:
 
 def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
                config: CalibrateConfig, *, first: int = 0,
-               continuations: ContinuationStore | None = None) -> RankTrace:
-    """Chunk of ``prompts`` whose first is prompt number ``first`` of the run."""
+               continuations: ContinuationStore | None = None,
+               cache: RequestCache | None = None) -> RankTrace:
+    """Chunk of ``prompts`` whose first is prompt number ``first`` of the run; ``cache``:
+    the requests' outputs so far, for a kind that drafts from them (its trace keeps the
+    chunk's requests, which a resumed run puts back into the cache)."""
     K = heads.config.num_heads
     if config.source == "greedy":
         longest = max(len(p) for p in prompts)
@@ -247,15 +264,38 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
         seqs = (decode() if continuations is None else
                 continuations.get(_model_label(model), prompts, settings, decode))
         starts = [len(p) - 1 for p in prompts]
-        ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k)
+        ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k) if cache is None
+                 else heads.rank_requests(cache, seqs, starts, top_k=config.top_k))
     else:
         check_context(model, max(len(p) for p in prompts), what="the longest text")
         seqs, starts = list(prompts), [0] * len(prompts)
         ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k, targets="argmax")
     tokens = sum(len(s) for s in seqs)
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
+    kept = {} if cache is None else {"requests": [list(map(int, q)) for q in seqs],
+                                     "starts": starts}
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
-                           "sequence_positions": [len(r) for r in ranks]})
+                           "sequence_positions": [len(r) for r in ranks], **kept})
+
+
+def _check_order(heads: Drafter, config: CalibrateConfig) -> None:
+    """A kind that drafts from earlier requests' outputs is calibrated on continuations, in
+    one shard: request i's ranks read the outputs of requests 0 … i-1."""
+    if not heads.kind.request_cache:
+        return
+    what = heads.kind.title.lower()
+    if config.num_shards > 1:
+        raise FieldError("shard", f"{config.shard}/{config.num_shards}: {what} reads every "
+                         f"earlier request's output, so it is calibrated in one shard")
+    if config.source != "greedy":
+        raise TreeoptError(f"--texts: {what} is calibrated on the base model's continuations "
+                           f"(greedy or sampled), not on the user's own texts")
+
+
+def _without_requests(trace: RankTrace) -> RankTrace:
+    """A chunk's trace less the requests it kept for resuming."""
+    meta = {k: v for k, v in trace.meta.items() if k not in ("requests", "starts")}
+    return RankTrace(trace.ranks, meta)
 
 
 def _model_label(model: PreTrainedModel) -> str:
@@ -270,8 +310,10 @@ def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
     merged = (merge_traces(traces) if traces
               else RankTrace(np.zeros((0, K), np.int16), {"sequences": 0, "tokens": 0}))
     sampled = {"sampling": config.sampling} if config.sampling else {}
+    ordered = ({"request_order": _request_order(int(merged.meta.get("sequences", 0)), config)}
+               if heads.kind.request_cache else {})
     return RankTrace(merged.ranks, {
-        **meta, "head_kind": heads.config.kind, "num_heads": K,
+        **meta, **ordered, "head_kind": heads.config.kind, "num_heads": K,
         "heads_config": heads.config.to_dict(), "top_k": config.top_k,
         "source": "sampled" if sampled else config.source,
         "max_new_tokens": config.max_new_tokens, **sampled,
@@ -279,6 +321,17 @@ def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
         "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,
         "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}",
         "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]]})
+
+
+def _request_order(sequences: int, config: CalibrateConfig) -> list[int]:
+    """The prompt of each request, in the order a request cache met them (the trace's own
+    order): prompt i's samples one after another. Live decoding of the prompts in this order,
+    one at a time, meets the same cache.
+
+    >>> _request_order(4, CalibrateConfig(temperature=0.7, samples_per_prompt=2))
+    [0, 0, 1, 1]
+    """
+    return [i // config.samples_per_prompt for i in range(sequences)]
 
 
 def _fingerprint(heads: Drafter, prompts: Sequence[Sequence[int]], config: CalibrateConfig,

@@ -8,9 +8,11 @@ registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from treeopt.model.dynamic_settings import DynamicSettings
 
 LiveState = Any  # a kind's own state across live steps (Hydra++: its prefix layer's cache)
+RequestCache = Any  # a kind's cache of requests' outputs across calibration chunks
 
 
 class Drafter(nn.Module):
@@ -36,6 +39,9 @@ class Drafter(nn.Module):
     - :meth:`draft`: a live step's tree tokens for every row, batched;
     - :meth:`draft_dynamic`, :meth:`rank_dynamic`: the same for dynamic trees, in the kinds
       whose ``kind.dynamic`` is true;
+    - :meth:`request_cache`, :meth:`rank_requests`, :meth:`remember_requests`: calibration
+      of a kind whose drafts read earlier requests' outputs (``kind.request_cache``), request
+      by request in order; :meth:`finish`: a live request's end, the output such a kind keeps;
     - ``config``: its :class:`~treeopt.drafters.config.HeadsConfig` (``num_heads``: the depths it
       drafts), written beside every trace and profile.
     """
@@ -59,6 +65,27 @@ class Drafter(nn.Module):
         Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
         """
         raise NotImplementedError
+
+    def request_cache(self) -> RequestCache:
+        """An empty cache of requests' outputs, for a kind that drafts from one
+        (``kind.request_cache``: suffix decoding's global tree); calibration passes it to
+        :meth:`rank_requests` chunk after chunk."""
+        raise TreeoptError(f"a {self.kind.title.lower()} keeps no cache of requests")
+
+    def rank_requests(self, cache: RequestCache, sequences: Sequence[Sequence[int]],
+                      starts: Sequence[int], *, top_k: int) -> list[npt.NDArray[np.int16]]:
+        """Teacher-forced ranks of requests in order, each seeing ``cache`` as the requests
+        before it left it, then adding its own output: per sequence (prompt and continuation,
+        the prompt ``starts[i] + 1`` tokens) int16 ``[positions, K]`` for the positions
+        :meth:`rank_depths` would record from ``starts[i]`` (kinds with ``kind.request_cache``;
+        the ranks of the others do not depend on the order)."""
+        raise TreeoptError(f"a {self.kind.title.lower()} keeps no cache of requests")
+
+    def remember_requests(self, cache: RequestCache, sequences: Sequence[Sequence[int]],
+                          starts: Sequence[int]) -> None:
+        """Add requests' outputs to ``cache`` as :meth:`rank_requests` does, without ranking
+        them (a resumed calibration's finished chunks)."""
+        raise TreeoptError(f"a {self.kind.title.lower()} keeps no cache of requests")
 
     def distill_terms(self, hidden: torch.Tensor, ids: torch.Tensor, teacher: torch.Tensor,
                       ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -90,6 +117,11 @@ class Drafter(nn.Module):
         finished row took a new prompt (continuous batching) keeps that prompt's drafter
         prefill out of its steps, as it keeps the base model's. For kinds that feed everything
         in :meth:`advance`, or keep no state, there is nothing to do."""
+
+    def finish(self, state: LiveState, row: int, output: Sequence[int]) -> None:
+        """Row ``row``'s request has ended with ``output``, its new tokens cut at its budget and
+        EOS (what the run returns for it). A kind whose state outlives a request (a cache of
+        requests' outputs) keeps exactly that; the others have nothing to do."""
 
     def take_row(self, state: LiveState, row: int, new: LiveState) -> LiveState:
         """``state`` with ``row`` replaced by the one row of ``new`` (the live state of a new

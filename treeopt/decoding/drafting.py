@@ -70,6 +70,12 @@ class Drafting:
         self.h, self.state = self.heads.advance(hidden, tokens, index, count, next_root,
                                                 self.state)
 
+    def finish(self, row: int, output: list[int]) -> None:
+        """Row ``row``'s request has ended with ``output`` (its cut new tokens):
+        :meth:`~treeopt.decoding.drafter.Drafter.finish`."""
+        if self.drafts:
+            self.heads.finish(self.state, row, output)
+
     def own_features(self) -> None:
         """The features become this run's own copy, safe to write row by row."""
         if self.drafts:

@@ -233,8 +233,8 @@ TINY = DemoConfig(
 # the prompt set a pretrained base's preset takes unless told otherwise
 PRESET_PROMPTS = {"smollm2-135m-instruct": "humaneval"}
 PRESET_PROSE = {"smollm2-135m-instruct": "sharegpt"}  # a chat model's second set: chat requests
-# no weights (the registry's n-gram kinds): what a pretrained build ships first
-PRETRAINED_KINDS = tuple(k for k in KINDS if drafter_kind(k).lookup)
+# no weights (the registry's n-gram kinds a demo makes): what a pretrained build ships first
+PRETRAINED_KINDS = tuple(k for k in KINDS if drafter_kind(k).lookup and drafter_kind(k).demo_stage)
 
 
 def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | None = None,

@@ -381,11 +381,13 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
     """The drafter in ``directory`` wired to ``model`` (its LM head and embeddings, for heads),
     on its device and dtype; a draft model must share its tokenizer. ``directory`` may also be a
     prompt-lookup spec (``prompt-lookup:depth=10,max-n=3``) or an n-gram trie spec
-    (``ngram-trie:depth=10,max-trie-depth=18,match=bfs``), or hold one in ``drafter.json``;
+    (``ngram-trie:depth=10,max-trie-depth=18,match=bfs``) or a suffix decoding spec
+    (``suffix:depth=16,min-token-prob=0.1``), or hold one in ``drafter.json``;
     ``DIR+prompt-lookup[:…]`` joins the drafter in DIR and prompt lookup in one tree
     (:class:`~treeopt.drafters.hybrid.HybridDrafter`; ``depth``: the lookup's chain)."""
     from treeopt.decoding.models import model_dims
     from treeopt.drafters.prompt_lookup import SPEC_NAME, load_lookup, parse_lookup_spec
+    from treeopt.drafters.suffix import load_suffix, parse_suffix_spec
     from treeopt.drafters.trie_drafter import load_trie, parse_trie_spec
 
     hidden, vocab = model_dims(model)
@@ -400,7 +402,9 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
     lookup = (parse_lookup_spec(str(directory), vocab_size=vocab)
               or parse_trie_spec(str(directory), vocab_size=vocab)
               or load_lookup(directory, vocab_size=vocab)
-              or load_trie(directory, vocab_size=vocab))
+              or parse_suffix_spec(str(directory), vocab_size=vocab)
+              or load_trie(directory, vocab_size=vocab)
+              or load_suffix(directory, vocab_size=vocab))
     if lookup is not None:  # n-gram drafting: settings only, nothing to load
         if depth is None:
             return lookup

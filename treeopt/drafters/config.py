@@ -50,6 +50,13 @@ class HeadsConfig:
     max_match: int = 0
     # the n-gram trie: the order of a trie node's children, bfs or prob ("": not a trie drafter)
     match_type: str = ""
+    # suffix decoding (treeopt.drafters.suffix_tree; max_match: its trees' depth): a match of m
+    # tokens drafts at most ⌊m·factor + offset⌋, tokens at least this probable, from the
+    # responses of this many requests (-1: all; 0 with the factor 0: not a suffix drafter)
+    max_spec_factor: float = 0.0
+    max_spec_offset: float = 0.0
+    min_token_prob: float = 0.0
+    max_cached_requests: int = 0
     # MTP: the hidden state handed to the next depth is after the module's output norm
     # (Qwen3-Next) rather than before it (DeepSeek-V3); treeopt.drafters.mtp
     handoff_norm: bool = False
@@ -86,6 +93,11 @@ class HeadsConfig:
         if self.handoff_norm and kind.name != "mtp":
             raise TreeoptError(f"heads config: handoff_norm applies to {KINDS['mtp'].title} "
                                f"only, not {kind.title}")
+        suffix = [f"{name} {getattr(self, name)}" for name in _SUFFIX_FIELDS
+                  if getattr(self, name) != _DEFAULTS[name]]
+        if suffix and not kind.request_cache:
+            raise TreeoptError(f"heads config: {', '.join(suffix)}: these settings apply to "
+                               f"suffix decoding only, not {kind.title}")
         if self.prefix_attention and not kind.prefix_attention:
             having = " and ".join(k.title for k in KINDS.values() if k.prefix_attention)
             raise TreeoptError(f"heads config: prefix_attention applies to {having} only")
@@ -99,7 +111,7 @@ class HeadsConfig:
         their defaults (so a config that leaves them out and one that spells the defaults
         compare equal)."""
         out = asdict(self)
-        for name in _LAYER_FIELDS:
+        for name in (*_LAYER_FIELDS, *_SUFFIX_FIELDS):
             if out[name] == _DEFAULTS[name]:
                 del out[name]
         if "feature_layers" in out:
@@ -110,6 +122,7 @@ class HeadsConfig:
 _LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
                  "draft_vocab_size", "feature_layers", "min_match", "max_match", "match_type",
                  "handoff_norm")
+_SUFFIX_FIELDS = ("max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 
 

@@ -47,12 +47,16 @@ class DrafterKind:
     its other fields are the model drafter's. ``max_match``: for an n-gram kind, what
     :attr:`~treeopt.drafters.config.HeadsConfig.max_match` sets — ``max_n``, the longest n-gram
     prompt lookup matches (the engines' ``max_matching_ngram_size``, ``--max-n`` of export), or
-    ``max_trie_depth``, the depth of SGLang's n-gram trie; empty for the other kinds.
+    ``max_trie_depth``, the depth of SGLang's n-gram trie, or ``max_tree_depth``, the depth of
+    suffix decoding's trees; empty for the other kinds.
     ``match_types``: the orders of a trie node's children its ``match_type`` may name (empty:
     it has no trie, and ``match_type`` stays empty). ``demo_stage``: the stage of a demo build
     that makes it — ``heads`` (the heads stages, one stage per step for every such kind),
     ``drafters`` (the drafters stage, each kind made end to end), empty where the demo ships
-    none.
+    none. ``request_cache``: it drafts also from a cache of earlier requests' outputs
+    (suffix decoding's global tree, :mod:`treeopt.drafters.suffix_tree`), so a trace depends on
+    the order of the requests: calibration ranks them in order through one cache
+    (``Drafter.rank_requests``) and a live run carries its cache from request to request.
     """
 
     name: str
@@ -76,9 +80,10 @@ class DrafterKind:
     chain: bool = False  # proposes one token per depth (prompt lookup): its trees are chains
     lookup: bool = False  # drafts from the tokens alone (n-gram), no weights and no forward
     hybrid: bool = False  # a model drafter and prompt lookup in one tree (kind name + "+lookup")
-    max_match: str = ""  # an n-gram kind: the setting max_match is, "max_n" or "max_trie_depth"
+    max_match: str = ""  # an n-gram kind: the setting max_match is (max_n, max_trie_depth, …)
     match_types: tuple[str, ...] = ()  # the trie's orders of children its match_type may name
     demo_stage: str = ""  # the demo build's stage that makes it: "heads", "drafters" or none
+    request_cache: bool = False  # drafts from earlier requests' outputs too: traces keep order
 
 
 TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
@@ -125,6 +130,11 @@ KINDS: dict[str, DrafterKind] = {
                               trained=False, engine_draft="ngram", position="depth",
                               lookup=True, max_match="max_trie_depth",
                               match_types=TRIE_MATCH_TYPES, demo_stage="drafters"),
+    "suffix": DrafterKind("suffix", "Suffix decoding", per_depth=False, reads_path=False,
+                          implementation="treeopt.drafters.suffix:SuffixDrafter",
+                          draft_formula="lookup", demo_layers=(), reads_features=False,
+                          trained=False, engine_draft="suffix", position="depth", lookup=True,
+                          max_match="max_tree_depth", request_cache=True),
 }
 HYBRID_SUFFIX = "+lookup"
 

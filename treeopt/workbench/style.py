@@ -38,7 +38,7 @@ _KIND_COLOURS: dict[str, tuple[str, ...]] = {
     "eagle": ("#2ca02c", "#98df8a"), "eagle3": ("#17becf", "#9edae5"),
     "mtp": ("#393b79", "#9c9ede"),
     "draft-model": ("#9467bd", "#c5b0d5"), "prompt-lookup": ("#bcbd22",),
-    "ngram-trie": ("#d62728",)}
+    "ngram-trie": ("#d62728",), "suffix": ("#b5cf6b",)}
 
 
 def _kind_colour(kind: DrafterKind) -> str | None:
