@@ -10,7 +10,7 @@ import os
 import pytest
 
 from treeopt.adaptive import SGLangConfig
-from treeopt.adaptive.sglang import loader_problems
+from treeopt.engines.sglang.adaptive import loader_problems
 from treeopt.cli import main
 from treeopt.model.trace import RankTrace
 

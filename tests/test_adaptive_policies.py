@@ -24,7 +24,7 @@ from treeopt.adaptive import (
     TRTLLMSchedule,
     VLLMSchedule,
 )
-from treeopt.adaptive.sglang import cuda_graph_batch_sizes, loader_problems, sglang_default_slots
+from treeopt.engines.sglang.adaptive import cuda_graph_batch_sizes, loader_problems, sglang_default_slots
 from treeopt.errors import TreeoptError
 
 
@@ -272,13 +272,13 @@ def test_vllm_table_carries_forward_and_caps():
 def test_trtllm_two_readings_of_one_schedule():
     pairs = ((1, 4), (4, 2), (8, 0))
     lower = TRTLLMSchedule(pairs, max_draft_len=4)
-    upper = TRTLLMSchedule(pairs, max_draft_len=4, reading="one-model")
+    upper = TRTLLMSchedule(pairs, max_draft_len=4, reading="main")
     assert [lower.lookup(b) for b in range(1, 11)] == [4, 4, 4, 2, 2, 2, 2, 0, 0, 0]
     assert [upper.lookup(b) for b in range(1, 11)] == [4, 2, 2, 2, 0, 0, 0, 0, 0, 0]
     assert lower.decide(RoundState(5, batch=4, previous_batch=1)) == 2
     with pytest.raises(TreeoptError, match="must include batch_size=1"):
         TRTLLMSchedule(((4, 4), (8, 2)), max_draft_len=4)
-    assert TRTLLMSchedule(((4, 4), (8, 2)), max_draft_len=4, reading="one-model").lookup(1) == 4
+    assert TRTLLMSchedule(((4, 4), (8, 2)), max_draft_len=4, reading="main").lookup(1) == 4
     with pytest.raises(TreeoptError, match="must equal max_draft_len"):
         TRTLLMSchedule(((1, 3), (4, 4)), max_draft_len=4)
     with pytest.raises(TreeoptError, match="in 0 … max_draft_len"):

@@ -186,7 +186,7 @@ def test_tables_of_the_best_fixed_chains():
     assert best == {1: 3, 4: 1, 8: 0}
     v = vllm_schedule(best)
     assert v.ranges == ((1, 3, 3), (4, 7, 1), (8, 8, 0)) and v.num_speculative_tokens == 3
-    for reading in ("drafter", "one-model"):
+    for reading in ("release-1.2", "main"):
         t = trtllm_schedule(fixed, reading=reading)
         assert t == TRTLLMSchedule(((1, 3), (4, 1), (8, 0)), max_draft_len=3, reading=reading)
         for b in seconds:
@@ -201,8 +201,8 @@ def test_trtllm_keeps_its_first_key_the_largest():
     # batch 1 is best at 1 step, batch 2 at 3: the schedule's key 1 must hold the largest value
     seconds = {1: np.array([1.0, 1.0, 9.0, 9.5]), 2: np.array([1.0, 1.1, 1.2, 1.3])}
     fixed = {b: fixed_replays(acc, s, batch=b) for b, s in seconds.items()}
-    t = trtllm_schedule(fixed, reading="drafter")
-    assert t.max_draft_len == dict(t.schedule)[1] >= dict(t.schedule)[2]
+    t = trtllm_schedule(fixed, reading="release-1.2")
+    assert t.max_draft_len == t.lookup(1) >= t.lookup(2)
     total = sum(math.log(fixed[b][t.lookup(b)].tokens_per_s) for b in seconds)
     for m in range(1, 4):
         for k2 in range(m + 1):

@@ -20,8 +20,8 @@ if not (default_root() / "manifest.json").exists():
 from apptest import assert_clean, figures, open_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from treeopt.engines.formats import export  # noqa: E402
-from treeopt.engines.rules import FORMATS, engine_problems  # noqa: E402
+from treeopt.engines.forms import export  # noqa: E402
+from treeopt.engines.registry import FORMATS, engine_problems  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.model.acceptance import expected_accept_length  # noqa: E402
 from treeopt.model.growth import grow  # noqa: E402
@@ -452,7 +452,7 @@ def test_export_page_exports_a_selection_files_pick_per_batch():
 def test_export_page_writes_each_engines_ngram_settings_for_a_prompt_lookup_pick():
     import numpy as np
 
-    from treeopt.engines.lookup_export import FORMS, export_lookup
+    from treeopt.engines.lookup import FORMS, export_lookup
     from treeopt.files import dumps
     from treeopt.model.growth import Growth
     from treeopt.model.tree import Tree
@@ -659,9 +659,11 @@ def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     assert table["static speed-up here"].tolist() == ["1.30×", "1.10×"]
     engines = doc["points"][0]["engines"]
     assert [c.value for c in at.code] == [e["text"].rstrip("\n") for e in engines.values()]
-    assert [w.value for w in at.warning] == [  # a tree: only SGLang's page-size condition
+    assert [w.value for w in at.warning] == [  # a tree: SGLang's page-size condition, and
         "sglang: top-k > 1 drafts a tree: SGLang refuses it with --page-size > 1 unless "
-        "--attention-backend flashinfer, and on the trtllm_mha backend"]
+        "--attention-backend flashinfer, and on the trtllm_mha backend",  # 7 nodes > 2 × 3
+        "trtllm: max_total_draft_tokens 7 must be in [max_draft_len (3), "
+        "dynamic_tree_max_topK × max_draft_len (6)]"]
 
     at.selectbox(key="live_dyn_batch").set_value(4).run()
     assert_clean(at)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from treeopt import RankTrace, Tree
-from treeopt.engines.formats import export
+from treeopt.engines.forms import export
 from treeopt.model.simulation import simulate
 
 ROWS = [[0, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, -1], [0, -1, 0], [2, 0, 0], [-1, 0, 0], [0, 0, 0]]
@@ -365,7 +365,11 @@ def test_export_a_selection_schedule_one_file_per_batch_range(selection, tmp_pat
     plan = json.loads((out / "schedule.json").read_text())
     assert [r.get("file") for r in plan["ranges"]] == ["trtllm.batch1-1.txt",
                                                        "trtllm.batch2-4.txt", None]
-    assert plan["tensorrt_llm"] == {"draft_len_schedule": {"1": 2, "4": 3}}
+    assert plan["tensorrt_llm"] == {  # a longer draft at batch 2-4 than at 1: no schedule
+        "reading": "release-1.2",
+        "refused": "TensorRT-LLM's draft_len_schedule needs its longest draft at its smallest "
+                   "batch size (max_draft_len), but batch sizes 2-4 draft 3, more than batch "
+                   "size 1's 2"}
 
 
 @pytest.mark.parametrize("args, message", [

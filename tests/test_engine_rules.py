@@ -1,6 +1,6 @@
 """TensorRT-LLM's tree rules against slow, literal replays of what its code builds from a tree.
 
-The replays follow the engine's code step by step, independently of treeopt/engines/rules.py:
+The replays follow the engine's code step by step, independently of treeopt/engines/trtllm/trees.py:
 
 - ``cpp_build``: ``initTensorsFromChoices`` (cpp/tensorrt_llm/runtime/utils/
   speculativeChoicesUtils.cpp, NVIDIA/TensorRT-LLM b4f2086): keys from ``computePrefix`` (an
@@ -29,9 +29,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.engines.formats import export
-from treeopt.engines.rules import engine_problems
-from treeopt.engines.trtllm_keys import MAX_ORDERS, trtllm_key
+from treeopt.engines.forms import export
+from treeopt.engines.registry import engine_problems
+from treeopt.engines.trtllm.keys import MAX_ORDERS, trtllm_key
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 

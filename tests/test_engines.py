@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treeopt.engines.rules import ENGINES, FORMATS, engine, engine_problems, engines_for
+from treeopt.engines.registry import ENGINES, FORMATS, engine, engine_problems, engines_for
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import grow
 from treeopt.model.synthetic import synthetic_trace

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import Tree, TreeoptError
-from treeopt.engines.formats import export, growmap, parse_tree
-from treeopt.engines.rules import FORMATS, engine_problems
+from treeopt.engines.forms import export, parse_tree
+from treeopt.engines.reference import growmap
+from treeopt.engines.registry import FORMATS, engine_problems
 from treeopt.model.growth import grow
 from treeopt.model.synthetic import synthetic_trace
 from treeopt.pricing.tree_files import load_tree_arg

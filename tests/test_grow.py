@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import AccuracyTable, RankTrace, Tree, TreeoptError
-from treeopt.engines.rules import engine_problems
+from treeopt.engines.registry import engine_problems
 from treeopt.model.acceptance import expected_accept_length
 from treeopt.model.growth import Growth, grow, uniform_tree
 from treeopt.model.simulation import simulate

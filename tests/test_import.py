@@ -32,7 +32,7 @@ def test_import_treeopt_is_light():
 def test_core_modules_are_light():
     code = ("import treeopt.model.tree, treeopt.model.trace, treeopt.model.accuracy, "
             "treeopt.model.acceptance, treeopt.model.growth, treeopt.model.uniform, "
-            "treeopt.model.simulation, treeopt.engines.formats, treeopt.files, "
+            "treeopt.model.simulation, treeopt.engines.forms, treeopt.files, "
             "treeopt.model.synthetic, treeopt.cli.core")
     assert imported_heavy_modules(code) == []
 

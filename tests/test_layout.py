@@ -13,11 +13,15 @@ The numpy layer (``import treeopt`` loads it, and numpy only), from the bottom u
   :mod:`treeopt.drafters.config`: torch-free, though they live with the drafters);
 - ``model``: trees, rank traces, acceptance, growth, simulation, dynamic-tree settings;
 - ``documents``: the typed documents (step profiles, sweeps, verify reports, …); imports model;
-- ``roofline``: predicted latency; ``engines``: the engines' rules and forms (imports model);
+- ``roofline``: predicted latency; ``engines``: one module per engine, everything it accepts
+  and the versions that accept it (imports model, and registry: which drafter kind records
+  which n-gram lengths);
 - ``pricing``: step costs and selection (imports model, documents, roofline and engines: a
   selection file records each batch range's engine forms);
-- ``dynamic``: dynamic-tree simulation and recommendation (prices with pricing);
-- ``adaptive``: the engines' adaptive step controllers, replayed over dynamic workloads;
+- ``dynamic``: dynamic-tree simulation and recommendation (prices with pricing; each engine's
+  settings come from engines);
+- ``adaptive``: the engines' adaptive step controllers, replayed over dynamic workloads (the
+  controllers' rules and files are engines');
 - ``treeopt``: the package's face, the public API; no module of treeopt imports it.
 
 Above it: ``decoding`` (the tree forward, acceptance, the live loop and the
@@ -59,8 +63,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "roofline": (*_BASE, "registry"),
     "engines": (*_BASE, "model", "documents", "registry"),
     "pricing": (*_BASE, "model", "documents", "registry", "roofline", "engines"),
-    "dynamic": (*_BASE, "model", "documents", "registry", "pricing"),
-    "adaptive": (*_BASE, "model", "documents", "registry", "pricing", "dynamic"),
+    "dynamic": (*_BASE, "model", "documents", "registry", "engines", "pricing"),
+    "adaptive": (*_BASE, "model", "documents", "registry", "engines", "pricing", "dynamic"),
     "treeopt": ("errors", "version", "model", "documents", "engines", "pricing"),
     "decoding": NUMPY_LAYER,
     "drafters": (*NUMPY_LAYER, "decoding"),

@@ -13,16 +13,12 @@ import pytest
 import yaml
 
 from treeopt.cli import main
-from treeopt.engines.lookup_export import (
-    LookupSetting,
-    export_lookup,
-    hf_kwargs,
-    recorded_lookup,
-    sglang_flags,
-    trtllm_config,
-    trtllm_yaml,
-    vllm_config,
-)
+from treeopt.engines.huggingface import prompt_lookup_kwargs
+from treeopt.engines.lookup import LookupSetting, export_lookup, recorded_lookup
+from treeopt.engines.sglang.flags import ngram_flags
+from treeopt.engines.trtllm.configs import ngram_config, yaml_text
+from treeopt.engines.trtllm.schedule import encode
+from treeopt.engines.vllm.forms import ngram_config as vllm_ngram
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
@@ -50,22 +46,26 @@ SGLANG_CHAIN = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tok
 
 
 def test_each_engines_form_of_k4_n2_to_3():
-    assert vllm_config(SETTING) == {"method": "ngram", "num_speculative_tokens": 4,
-                                    "prompt_lookup_min": 2, "prompt_lookup_max": 3}
-    assert hf_kwargs(SETTING) == {"prompt_lookup_num_tokens": 4, "max_matching_ngram_size": 3}
-    assert sglang_flags(SETTING) == SGLANG_CHAIN + [
+    assert vllm_ngram(k=4, min_n=2, max_n=3) == {"method": "ngram", "num_speculative_tokens": 4,
+                                                 "prompt_lookup_min": 2, "prompt_lookup_max": 3}
+    assert prompt_lookup_kwargs(k=4, max_n=3) == {"prompt_lookup_num_tokens": 4,
+                                                  "max_matching_ngram_size": 3}
+    assert ngram_flags(k=4, min_n=2, max_n=3) == SGLANG_CHAIN + [
         "--speculative-ngram-min-match-window-size", "2",
         "--speculative-ngram-max-match-window-size", "3",
         "--speculative-ngram-branch-length", "7"]
-    assert sglang_flags(SETTING, generation="trie-depth") == SGLANG_CHAIN + [
+    assert ngram_flags(k=4, min_n=2, max_n=3, generation="trie-depth") == SGLANG_CHAIN + [
         "--speculative-ngram-max-trie-depth", "7"]
-    assert trtllm_config(SETTING) == TRT_K4
-    assert trtllm_yaml(SETTING) == TRT_K4_YAML
-    assert yaml.safe_load(trtllm_yaml(SETTING)) == TRT_K4
-    scheduled = trtllm_yaml(SETTING, draft_len_schedule={1: 4, 8: 2})
+    assert ngram_config(k=4, max_n=3) == TRT_K4
+    assert yaml_text(ngram_config(k=4, max_n=3)) == TRT_K4_YAML
+    assert export_lookup(Tree.chain(4), "trtllm-yaml", min_n=2, max_n=3) == TRT_K4_YAML
+    assert yaml.safe_load(TRT_K4_YAML) == TRT_K4
+    scheduled = yaml_text(ngram_config(k=4, max_n=3, schedule=encode([(1, 7, 4), (8, None, 2)])))
     assert yaml.safe_load(scheduled)["speculative_config"]["draft_len_schedule"] == {1: 4, 8: 2}
+    with pytest.raises(TreeoptError, match="max_draft_len 4 is not the config's max_draft_len 3"):
+        ngram_config(k=3, max_n=3, schedule=encode([(1, 7, 4), (8, None, 2)]))
     with pytest.raises(TreeoptError, match="generation must be one of window, trie-depth"):
-        sglang_flags(SETTING, generation="corpus")
+        ngram_flags(k=4, min_n=2, max_n=3, generation="corpus")
 
 
 def test_only_chains_and_valid_lengths_are_settings():
@@ -212,12 +212,12 @@ def test_select_writes_n_gram_schedules_for_prompt_lookup(selection):
     plan = json.loads(selection.read_text())["schedules"][0]
     assert [(r["min_batch"], r["max_batch"], r["size"], r["choices"]) for r in plan["ranges"]] \
         == [(1, 1, 3, [[0], [0, 0], [0, 0, 0]]), (2, 2, 1, [[0]]), (3, 8, 0, [])]
-    assert plan["tensorrt_llm"] == {
-        "draft_len_schedule": {"1": 3, "2": 1},
+    assert plan["tensorrt_llm"] == {  # release 1.2: lower thresholds, off from batch 3 on
+        "reading": "release-1.2", "draft_len_schedule": {"1": 3, "2": 1, "3": 0},
         "config": {"speculative_config": {
             "decoding_type": "NGram", "max_draft_len": 3, "max_matching_ngram_size": 3,
             "is_keep_all": True, "is_use_oldest": True, "is_public_pool": False,
-            "draft_len_schedule": {"1": 3, "2": 1}}, "disable_overlap_scheduler": True}}
+            "draft_len_schedule": {"1": 3, "2": 1, "3": 0}}, "disable_overlap_scheduler": True}}
     assert plan["vllm"] == {"speculative_config": {
         **_vllm(3), "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 1], [3, 8, 0]]},
         "speculative_config_per_batch_range": [

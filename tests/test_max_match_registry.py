@@ -12,7 +12,7 @@ import pytest
 
 from treeopt.cli.core import _fill_lookup
 from treeopt.drafters.kinds import KINDS
-from treeopt.engines.lookup_export import recorded_lookup, recorded_trie
+from treeopt.engines.lookup import recorded_lookup, recorded_trie
 from treeopt.errors import TreeoptError
 
 TRIE = {"kind": "ngram-trie", "depth": 3, "min_match": 1, "max_match": 18, "match_type": "bfs"}

@@ -116,7 +116,10 @@ def test_speculation_stops_paying_at_large_batch():
     sch = schedule(sel, context=128)
     assert [(r["min_batch"], r["max_batch"], r["size"]) for r in sch["ranges"]] == [(1, 1, 2),
                                                                                     (2, 8, 0)]
-    assert sch["tensorrt_llm"] == {"draft_len_schedule": {"1": 2}}
+    assert sch["tensorrt_llm"] == {"reading": "release-1.2", "max_draft_len": 2,
+                                   "draft_len_schedule": {"1": 2, "2": 0}}
+    main = schedule(sel, context=128, reading="main")["tensorrt_llm"]
+    assert main["draft_len_schedule"] == {"1": 2, "8": 0}
     assert sch["vllm"] == {"num_speculative_tokens_per_batch_size": [[1, 1, 2], [2, 8, 0]]}
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treeopt import RankTrace, Tree, TreeoptError
-from treeopt.engines.rules import engine_problems
+from treeopt.engines.registry import engine_problems
 from treeopt.model.growth import grow
 from treeopt.model.simulation import simulate
 from treeopt.model.step_growth import grow_per_step

@@ -22,8 +22,8 @@ from treeopt.documents.measure import Measurement
 from treeopt.documents.step_profile import StepProfile, StepRecord
 from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.documents.verify_report import VerifyReport
-from treeopt.engines.formats import export, parse_tree
-from treeopt.engines.rules import engine_problems
+from treeopt.engines.forms import export, parse_tree
+from treeopt.engines.registry import engine_problems
 from treeopt.errors import TreeoptError
 from treeopt.model.acceptance import expected_accept_length, node_probabilities
 from treeopt.model.accuracy import AccuracyTable, read_accuracies

@@ -12,9 +12,11 @@ from typing import Any
 
 from treeopt.adaptive.policies import TRTLLMSchedule, VLLMSchedule
 from treeopt.adaptive.replay import Replay, chain_step_seconds, replay
-from treeopt.adaptive.sglang import SGLangConfig
 from treeopt.adaptive.tune import DEFAULT_SPACE, SearchSpace, fixed_replays, tune_sglang
 from treeopt.adaptive.workload import ChainAcceptance
+from treeopt.engines.sglang.adaptive import SGLangConfig
+from treeopt.engines.trtllm.schedule import READINGS, encode, schedule_json
+from treeopt.engines.vllm.per_batch import table_json
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
@@ -75,12 +77,8 @@ class AdaptiveReport:
         return {"format": FORMAT, "workload": self.workload,
                 "sglang": {"default": self.default.to_json(), "tuned": self.tuned.to_json(),
                            "num_steps": self.tuned.num_steps},
-                "vllm": {"num_speculative_tokens": self.vllm.num_speculative_tokens,
-                         "num_speculative_tokens_per_batch_size": [list(r) for r in
-                                                                   self.vllm.ranges]},
-                "trtllm": {reading: {"max_draft_len": s.max_draft_len,
-                                     "draft_len_schedule": {str(k): v for k, v in s.schedule}}
-                           for reading, s in self.trtllm.items()},
+                "vllm": table_json(self.vllm),
+                "trtllm": {reading: schedule_json(s) for reading, s in self.trtllm.items()},
                 "batches": [s.to_json() for s in self.sides]}
 
     def table(self) -> str:
@@ -130,7 +128,7 @@ def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: S
         static = (_static(growth, static_trace, costs, b, context)
                   if growth is not None and static_trace is not None else None)
         sides.append(BatchSide(b, used.label, d, t, fixed[b][best_k[b]], static))
-    trt = {r: trtllm_schedule(fixed, reading=r) for r in ("drafter", "one-model")}
+    trt = {r: trtllm_schedule(fixed, reading=r) for r in READINGS}
     return AdaptiveReport(acceptance.source, default, tuning.tuned, tuple(sides),
                           vllm_schedule(best_k), trt)
 
@@ -161,19 +159,25 @@ def vllm_schedule(best_k: dict[int, int]) -> VLLMSchedule:
 
 def trtllm_schedule(fixed: dict[int, list[Replay]], *, reading: str) -> TRTLLMSchedule:
     """The ``draft_len_schedule`` with the most summed log tokens/s over ``fixed`` (batch →
-    replays of k = 0, 1, …) that TensorRT-LLM's validator takes: the smallest key (key 1 for the
-    ``drafter`` reading) is valued ``max_draft_len`` M, every other value at most M."""
+    replays of k = 0, 1, …) that TensorRT-LLM's validator takes: the smallest batch size drafts
+    ``max_draft_len`` M, every other at most M. A batch size's length holds from it up to the
+    next one's (``release-1.2``: on past the last) or from the one before up to it (``main``:
+    off past the last); :func:`treeopt.engines.trtllm.schedule.encode` writes the keys."""
     bs = sorted(fixed)
     best: tuple[float, TRTLLMSchedule] | None = None
     for m in range(1, len(fixed[bs[0]])):
         ks = {b: m if b == bs[0] else max(range(m + 1), key=lambda k, b=b: fixed[b][k].tokens_per_s)
               for b in bs}
         total = sum(math.log(fixed[b][k].tokens_per_s) for b, k in ks.items())
-        pairs = tuple(ks.items())
-        if reading == "drafter" and bs[0] != 1:
-            pairs = ((1, m), *pairs)
+        if reading == "main":
+            ranges = [(1 if i == 0 else bs[i - 1] + 1, b, ks[b]) for i, b in enumerate(bs)]
+        else:
+            ranges = [(1 if i == 0 else b, bs[i + 1] - 1 if i + 1 < len(bs) else None, ks[b])
+                      for i, b in enumerate(bs)]
+        s = encode(ranges, reading=reading)
         if best is None or total > best[0]:
-            best = (total, TRTLLMSchedule(pairs, max_draft_len=m, reading=reading))
+            best = (total, TRTLLMSchedule(s.schedule, max_draft_len=s.max_draft_len,
+                                          reading=reading))
     assert best is not None
     return best[1]
 

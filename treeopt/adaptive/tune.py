@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from treeopt.adaptive.policies import FixedSteps, SGLangPolicy
 from treeopt.adaptive.replay import Replay, replay
-from treeopt.adaptive.sglang import SGLangConfig, SGLangSlot
+from treeopt.engines.sglang.adaptive import SGLangConfig, SGLangSlot
 from treeopt.adaptive.workload import ChainAcceptance
 from treeopt.errors import TreeoptError
 

@@ -15,11 +15,12 @@ WORKLOADS: tuple[str, ...] = ("steady", "easy-first", "hard-first")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from treeopt.adaptive.export import ENGINES
+    from treeopt.engines.registry import ADAPTIVE_ENGINES
+    from treeopt.engines.trtllm.schedule import DEFAULT_READING, READINGS
 
     p = sub.add_parser("adaptive", help="replay and tune the engines' adaptive step controllers "
                        "on a chain trace; write the engine's config")
-    p.add_argument("--engine", choices=ENGINES, default="sglang",
+    p.add_argument("--engine", choices=ADAPTIVE_ENGINES, default="sglang",
                    help="whose config file --out gets (default %(default)s)")
     p.add_argument("--trace", required=True, metavar="T.npz",
                    help="a rank trace that records its sequences, or a dynamic trace of top-k 1 "
@@ -40,8 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-overlap", action="store_true",
                    help="SGLang runs with --disable-overlap-schedule (a decision drafts the next "
                         "round, not the one after)")
-    p.add_argument("--trtllm-reading", choices=("drafter", "one-model"), default="drafter",
-                   help="which TensorRT-LLM path reads the schedule (default %(default)s)")
+    p.add_argument("--trtllm-reading", choices=READINGS, default=DEFAULT_READING,
+                   help="which TensorRT-LLM version's reading of draft_len_schedule to write "
+                        "for: release-1.2 (keys are lower thresholds) or main (after PR #10860: "
+                        "keys are upper ends) (default %(default)s)")
     p.add_argument("--growth", metavar="G.json",
                    help="also price the best static tree of this growth (on --static-trace)")
     p.add_argument("--static-trace", metavar="R.npz",
@@ -87,7 +90,7 @@ def _acceptance(path: str) -> tuple[Any, Any]:
 
 def cmd_adaptive(args: argparse.Namespace) -> int:
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.adaptive.sglang import SGLangConfig
+    from treeopt.engines.sglang.adaptive import SGLangConfig
     from treeopt.adaptive.workload import by_difficulty
     from treeopt.files import write_json, write_text_atomic
     from treeopt.model.growth import Growth
@@ -122,11 +125,13 @@ def cmd_adaptive(args: argparse.Namespace) -> int:
 
 
 def _engine_file(args: argparse.Namespace, report: Any) -> Any:
-    from treeopt.adaptive.export import sglang_file, trtllm_file, vllm_file
+    from treeopt.engines.sglang import adaptive as sglang
+    from treeopt.engines.trtllm import schedule as trtllm
+    from treeopt.engines.vllm import per_batch as vllm
 
     if args.engine == "sglang":
-        return sglang_file(report.tuned, args.out, draft_model=args.draft_model)
+        return sglang.adaptive_file(report.tuned, args.out, draft_model=args.draft_model)
     if args.engine == "vllm":
-        return vllm_file(report.vllm, args.out, draft_model=args.draft_model)
-    return trtllm_file(report.trtllm[args.trtllm_reading], args.out,
-                       draft_model=args.draft_model)
+        return vllm.adaptive_file(report.vllm, args.out, draft_model=args.draft_model)
+    return trtllm.adaptive_file(report.trtllm[args.trtllm_reading], args.out,
+                                draft_model=args.draft_model)

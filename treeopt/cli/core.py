@@ -9,16 +9,16 @@ from typing import Any
 
 from treeopt.cli.common import add_out, emit
 from treeopt.drafters.kinds import KINDS, engine_draft
-from treeopt.engines.formats import EXTENSIONS, export
-from treeopt.engines.lookup_export import (
+from treeopt.engines.forms import EXTENSIONS, export
+from treeopt.engines.lookup import (
     LOOKUP_FORMATS,
-    TRIE_NOTES,
     export_lookup,
     lookup_form,
     recorded_lookup,
     recorded_trie,
 )
-from treeopt.engines.rules import DRAFTS, ENGINES, FORMATS, engine, engine_problems
+from treeopt.engines.registry import DRAFTS, ENGINES, FORMATS, engine, engine_problems
+from treeopt.engines.sglang.flags import TRIE_NOTES
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json, write_text_atomic
 from treeopt.model.acceptance import METHODS

@@ -29,7 +29,7 @@ from treeopt.cli.common import (
 )
 from treeopt.documents.measure import MAX_ROUNDS
 from treeopt.documents.sweep import BATCHINGS
-from treeopt.engines.rules import FORMATS
+from treeopt.engines.registry import FORMATS
 from treeopt.errors import TreeoptError
 
 SAMPLE_PROMPTS = 16  # the fewest prompts verify's default sample decodes (all, when fewer)

@@ -20,13 +20,14 @@ This package simulates and recommends.
 - :mod:`treeopt.dynamic.simulate`: accepted lengths of every setting from a dynamic trace;
 - :mod:`treeopt.dynamic.recommend` and :mod:`treeopt.dynamic.report`: the fastest settings per
   batch size, priced by the step-cost model;
-- :mod:`treeopt.dynamic.engines`: the settings as each engine takes them.
+- :mod:`treeopt.engines.dynamic_trees`: the settings as each engine takes them (the engine
+  modules' rules).
 
 Live dynamic drafting runs in :mod:`treeopt.decoding`: one step's expansion and selection
 (:mod:`treeopt.decoding.dynamic_drafting`), acceptance over trees that differ from row to row
 (:func:`treeopt.decoding.accept.accept_rows`) and the dynamic trace of calibration text
 (:mod:`treeopt.decoding.dynamic_rank_pass`).
 
-Layer: numpy; may import ``errors``, ``files``, ``model``, ``documents``, ``registry`` and
-``pricing``.
+Layer: numpy; may import ``errors``, ``files``, ``model``, ``documents``, ``registry``,
+``engines`` and ``pricing``.
 """

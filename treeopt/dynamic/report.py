@@ -39,7 +39,7 @@ def default_grid(traces: Mapping[int, DynamicTrace], max_tokens: int, *,
 
 def engine_settings(s: DynamicSettings) -> dict[str, Any]:
     """Each engine's flags or config for ``s``, and what an engine would refuse or change."""
-    from treeopt.dynamic.engines import ENGINES, check_dynamic, export_dynamic
+    from treeopt.engines.dynamic_trees import ENGINES, check_dynamic, export_dynamic
 
     return {name: {"text": export_dynamic(s, name), "problems": check_dynamic(s, name)}
             for name in ENGINES}

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treeopt.documents.fields import integer, integers, listed, mapping, number, numbers, optional
-from treeopt.engines.formats import vllm_batch_table
-from treeopt.engines.lookup_export import lookup_schedule, recorded_lookup, recorded_trie
+from treeopt.engines.forms import per_batch_forms
+from treeopt.engines.lookup import lookup_schedule, recorded_lookup, recorded_trie
+from treeopt.engines.trtllm.schedule import DEFAULT_READING
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER
@@ -234,10 +235,13 @@ class Selection:
         return cls.from_json(read_tagged_json(path, SELECTION_FORMAT), source=str(path))
 
 
-def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
-    """One tree per batch-size range at ``context``, with TensorRT-LLM and vLLM forms (for an
-    n-gram drafter, whose trees are chains, the engines' n-gram settings instead:
-    :func:`treeopt.engines.lookup_export.lookup_schedule`).
+def schedule(selection: Selection, *, context: int,
+             reading: str = DEFAULT_READING) -> dict[str, Any]:
+    """One tree per batch-size range at ``context``, with the engines' per-batch forms
+    (:func:`treeopt.engines.forms.per_batch_forms`; for an n-gram drafter, whose trees are
+    chains, the engines' n-gram settings instead: :func:`treeopt.engines.lookup.lookup_schedule`);
+    ``reading``: the TensorRT-LLM version whose reading of ``draft_len_schedule`` is written
+    (:data:`treeopt.engines.trtllm.schedule.READINGS`).
 
     A batch size between two swept ones uses the tree of the next larger swept size (larger
     batches favour smaller trees); above the largest swept size speculation is off.
@@ -255,20 +259,17 @@ def schedule(selection: Selection, *, context: int) -> dict[str, Any]:
             ranges.append({"min_batch": lo, "max_batch": p.batch, "size": p.best_size,
                            "depth": p.depth, "choices": p.choices})
         lo = p.batch + 1
-    trt = {str(r["max_batch"]): r["size"] for r in ranges}
-    while trt and list(trt.values())[-1] == 0:  # trailing zeros are implicit in TensorRT-LLM
-        trt.pop(list(trt)[-1])
     unswept = f"batches above {pts[-1].batch} were not swept, so speculation is off there"
     drafter = selection.growth.get("drafter") or {}
     lookup, trie = recorded_lookup(drafter), recorded_trie(drafter)
     if lookup is not None or trie is not None:  # an n-gram drafter: its n-gram settings
         lengths = lookup or (1, 1)  # a trie's trees need no n-gram lengths
-        forms = lookup_schedule(ranges, trt, min_n=lengths[0], max_n=lengths[1], trie=trie)
+        forms = lookup_schedule(ranges, min_n=lengths[0], max_n=lengths[1], trie=trie,
+                                reading=reading)
         return {"context": context, "ranges": ranges, **forms,
                 "note": f"{forms['note']}; {unswept}"}
-    return {"context": context, "ranges": ranges,
-            "tensorrt_llm": {"draft_len_schedule": trt},
-            "vllm": {"num_speculative_tokens_per_batch_size": vllm_batch_table(ranges)},
+    rows = [(r["min_batch"], r["max_batch"], r["size"]) for r in ranges]
+    return {"context": context, "ranges": ranges, **per_batch_forms(rows, reading=reading),
             "note": f"draft length = tree nodes (tokens drafted per step); {unswept}"}
 
 

@@ -1,6 +1,6 @@
 """A TREE argument read from a file of any kind: a growth (``size`` picks the tree), a selection
 (the batch size and context pick it) or any engine's form
-(:func:`treeopt.engines.formats.parse_tree`)."""
+(:func:`treeopt.engines.forms.parse_tree`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from pathlib import Path as FilePath
 from typing import Any
 
-from treeopt.engines.formats import parse_tree
+from treeopt.engines.forms import parse_tree
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_text
 from treeopt.model.growth import Growth

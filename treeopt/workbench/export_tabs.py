@@ -8,12 +8,12 @@ this tree, one line saying why. The drafter's kind decides the forms
 | prompt lookup        | each engine's n-gram settings (vLLM, SGLang, TensorRT-LLM, HF)       |
 | n-gram trie          | SGLang's NGRAM trie flags; a chain also as the other engines' n-gram |
 |                      | settings (their n-gram drafters draft chains by prompt lookup)      |
-| a model drafter      | each engine's tree format (:data:`treeopt.engines.rules.ENGINES`)   |
+| a model drafter      | each engine's tree format (:data:`treeopt.engines.registry.ENGINES`)|
 | EAGLE, beside those  | ``select --dynamic``'s engine settings and SGLang's tuned adaptive  |
 |                      | config, where the demo ships them                                   |
 
-The texts are the library's (:func:`treeopt.engines.formats.export`,
-:func:`treeopt.engines.lookup_export.export_lookup`): the page renders, never formats.
+The texts are the library's (:func:`treeopt.engines.forms.export`,
+:func:`treeopt.engines.lookup.export_lookup`): the page renders, never formats.
 """
 
 from __future__ import annotations
@@ -25,20 +25,22 @@ from typing import Any
 
 from treeopt.drafters.kinds import KINDS
 from treeopt.drafters.ngram import LookupRule
-from treeopt.engines.formats import EXTENSIONS, export
-from treeopt.engines.lookup_export import (
+from treeopt.engines.forms import EXTENSIONS, export
+from treeopt.engines.lookup import (
     FORMS,
-    TRIE_NOTES,
     TrieSetting,
     export_lookup,
     recorded_lookup,
     recorded_trie,
 )
-from treeopt.engines.rules import ENGINES, engine_problems
+from treeopt.engines.registry import ENGINES, engine_problems
+from treeopt.engines.sglang.adaptive import ADAPTIVE_TAB
+from treeopt.engines.sglang.flags import TRIE_NOTES
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 from treeopt.workbench.numbers import nodes_text
 
+MODEL_FLAG = "speculative-model"  # export's flag of the EAGLE checkpoint (treeopt's own)
 LOOKUP_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm-yaml": "TRT-LLM YAML",
                  "hf": "Hugging Face"}  # the n-gram forms' tab names
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm-yaml": "TensorRT-LLM",
@@ -149,7 +151,7 @@ def tree_tabs(tree: Tree, *, num_heads: int, draft: str, speculative_model: str 
                                                   speculative_model=speculative_model,
                                                   method=method))
         out.append(ExportTab(tab.title, tab.engine, tab.text,
-                             tab.problem and tab.problem.replace("--speculative-model",
+                             tab.problem and tab.problem.replace(f"--{MODEL_FLAG}",
                                                                  "the EAGLE checkpoint"),
                              tab.file_name, tab.language, tab.notes, checked=tab.text is not None))
     return out
@@ -163,16 +165,17 @@ def dynamic_tabs(batch: int | None, *, dynamic_point: Mapping[str, Any] | None,
     out = []
     if dynamic_point is not None:
         engines = dynamic_point.get("engines", {})
-        text = "".join(f"# {name}\n{entry['text'].rstrip()}\n" for name, entry in engines.items())
+        text = "".join(f"# {name}\n{entry['text'].rstrip()}\n" for name, entry in engines.items()
+                       if entry.get("text"))
         notes = tuple(f"{name}: {problem}" for name, entry in engines.items()
                       for problem in entry.get("problems", ()))
         out.append(ExportTab("Dynamic", f"`select --dynamic`'s best setting at batch {batch}, "
                              "in each engine's form", text, None,
                              f"dynamic_batch{batch}.txt", None, notes))
     if adaptive_config is not None:
-        out.append(ExportTab("Adaptive", "SGLang --speculative-adaptive-config: the step "
-                             "controller tuned on the demo's held-out prompts (`treeopt "
-                             "adaptive`)", json.dumps(dict(adaptive_config), indent=1), None,
+        out.append(ExportTab("Adaptive", f"{ADAPTIVE_TAB}: the step controller tuned on the "
+                             "demo's held-out prompts (`treeopt adaptive`)",
+                             json.dumps(dict(adaptive_config), indent=1), None,
                              "sglang_adaptive.json", "json"))
     return out
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.engines.formats import parse_tree
+from treeopt.engines.forms import parse_tree
 from treeopt.errors import TreeoptError
 from treeopt.model.acceptance import (
     Source,

@@ -1,4 +1,5 @@
-"""Engine formats: export a Tree in the form each engine reads, and import any of them back.
+"""Tree forms: export a Tree in the form each engine reads, and import any of them back; the
+per-batch-size schedule of a selection's trees in the engines' forms.
 
 | name          | engine / form                                                            |
 |---------------|--------------------------------------------------------------------------|
@@ -12,10 +13,10 @@
 | ``paths``     | leaves only, one root-to-leaf path each                                  |
 | ``json``      | treeopt's own tree file, ``{"format": "treeopt.tree/1", "choices": …}``   |
 
-What each engine builds from these files, and so which trees each format refuses, is the
-registry in :mod:`treeopt.engines.rules`; a per-batch-size schedule's vLLM table is
-:func:`vllm_batch_table`. Parsing uses ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only —
-never ``eval``.
+The texts are the engine modules' (:mod:`treeopt.engines.reference`,
+:mod:`treeopt.engines.trtllm`, :mod:`treeopt.engines.vllm`); what each engine builds from them,
+and so which trees each format refuses, is :mod:`treeopt.engines.registry`. Parsing uses
+``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from treeopt.engines.rules import engine, engine_problems
-from treeopt.errors import FieldError, TreeoptError
+from treeopt.engines import reference
+from treeopt.engines.registry import engine, engine_problems
+from treeopt.engines.trtllm import schedule as trt_schedule
+from treeopt.engines.trtllm import trees as trt_trees
+from treeopt.engines.vllm import forms as vllm_forms
+from treeopt.engines.vllm.per_batch import table_rows
+from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 
 TREE_FORMAT = "treeopt.tree/1"
@@ -58,77 +65,37 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
     if problems:
         raise TreeoptError(f"cannot export to {fmt}: {target.engine} would not build this tree: "
                            + "; ".join(problems))
-    choices = tree.as_choices()
     if fmt in ("medusa", "hydra"):
-        return json.dumps(choices)
+        return reference.choices_text(tree)
     if fmt == "trtllm":
-        return f'--{draft}_choices="{json.dumps(choices)}"'
+        return trt_trees.run_script_flag(tree, draft=draft)
     if fmt == "trtllm-yaml":
-        return _trtllm_yaml(tree, draft=draft, num_heads=num_heads,
-                            speculative_model=speculative_model)
+        return trt_trees.static_tree_yaml(tree, draft=draft, num_heads=num_heads,
+                                          speculative_model=speculative_model)
     if fmt == "triton":
-        return ", ".join("{" + ", ".join(map(str, p)) + "}" for p in tree.paths)
+        return trt_trees.triton_text(tree)
     if fmt == "vllm":
-        drafter = ({"method": method, "model": speculative_model}
-                   if draft == "eagle" and speculative_model else {})
-        return json.dumps({**drafter, "num_speculative_tokens": tree.size,
-                           "speculative_token_tree": str([tuple(p) for p in tree.paths])})
+        model = speculative_model if draft == "eagle" else None
+        return vllm_forms.config_text(vllm_forms.tree_config(tree, method=method, model=model))
     if fmt == "growmap":
-        return json.dumps(growmap(tree))
+        return json.dumps(reference.growmap(tree))
     if fmt == "paths":
         return json.dumps([list(p) for p in tree.leaves])
-    return json.dumps({"format": TREE_FORMAT, "choices": choices})
+    return json.dumps({"format": TREE_FORMAT, "choices": tree.as_choices()})
 
 
-def _trtllm_yaml(tree: Tree, *, draft: str, num_heads: int | None,
-                 speculative_model: str | None) -> str:
-    """TensorRT-LLM's ``speculative_config`` (the LLM API's ``extra_llm_api_options`` YAML)."""
-    choices = json.dumps(tree.as_choices())
-    if draft == "medusa":
-        if num_heads is None:
-            raise FieldError("num_heads", "is required for TensorRT-LLM's Medusa YAML: its "
-                             "num_medusa_heads overrides the checkpoint's head count")
-        lines = ["speculative_config:", "  decoding_type: Medusa",
-                 f"  max_draft_len: {tree.size}",
-                 f"  num_medusa_heads: {num_heads}",
-                 f"  medusa_choices: {choices}"]
-    else:
-        if not speculative_model:
-            raise FieldError("speculative_model", "is required for TensorRT-LLM's EAGLE YAML: "
-                             "the EAGLE checkpoint (a local directory or hub name)")
-        lines = ["speculative_config:", "  decoding_type: Eagle",
-                 f"  speculative_model: {json.dumps(speculative_model)}",
-                 f"  max_draft_len: {tree.depth}",
-                 f"  max_total_draft_tokens: {tree.size}",
-                 f"  max_non_leaves_per_layer: {max(_non_leaves_per_level(tree))}",
-                 f"  eagle_choices: {choices}"]
-    return "\n".join(lines) + "\n"
+def per_batch_forms(ranges: Sequence[tuple[int, int, int]], *,
+                    reading: str = trt_schedule.DEFAULT_READING) -> dict[str, Any]:
+    """The engines' per-batch-size draft lengths of ``ranges`` (lo, hi, tree nodes; above the
+    last range speculation is off): TensorRT-LLM's ``draft_len_schedule`` as ``reading`` reads
+    it (or why it takes none), vLLM's ``num_speculative_tokens_per_batch_size`` rows.
 
-
-def _non_leaves_per_level(tree: Tree) -> list[int]:
-    """Nodes with children at each depth, the root's level first."""
-    parents = {p[:-1] for p in tree.paths}
-    return [sum(1 for p in parents if len(p) == d) for d in range(tree.depth)]
-
-
-def growmap(tree: Tree) -> dict[str, Any]:
-    """Sequoia-style growmap: node 0 is the root, nodes in canonical (breadth-first) order.
-
-    >>> g = growmap(Tree.from_choices([[0], [1], [0, 0]]))
-    >>> g["roots"], g["branches"], g["Successors"], g["depth"], g["size"]
-    ([[0], [1, 2], [3]], [[2], [1, 0], [0]], [[1, 2], [3], [], []], [0, 1, 1, 2], 4)
+    >>> per_batch_forms([(1, 2, 3), (3, 8, 1)])["vllm"]
+    {'num_speculative_tokens_per_batch_size': [[1, 2, 3], [3, 8, 1], [9, 9, 0]]}
     """
-    succ: list[list[int]] = [[] for _ in range(tree.num_tokens)]
-    for i, parent in enumerate(tree.parents.tolist()):
-        succ[parent + 1].append(i + 1)
-    depth = tree.position_offsets.tolist()
-    roots = [[i for i in range(tree.num_tokens) if depth[i] == d] for d in range(tree.depth + 1)]
-    return {"roots": roots,
-            "branches": [[len(succ[i]) for i in level] for level in roots],
-            "Successors": succ,
-            "mask": tree.attention_mask.astype(int).tolist(),
-            "depth": depth,
-            "size": tree.num_tokens}
+    return {"tensorrt_llm": trt_schedule.schedule_or_refusal(ranges, reading=reading),
+            "vllm": {"num_speculative_tokens_per_batch_size": table_rows(ranges,
+                                                                         off_above=True)}}
 
 
 # ----- import ---------------------------------------------------------------------------------
@@ -163,13 +130,11 @@ def parse_tree(text: str, *, fmt: str | None = None, source: str = "tree") -> Tr
 
 
 def _choices_from_text(text: str, *, fmt: str | None) -> list[Any]:
-    flag = re.match(r"^--(medusa|eagle)_choices\s*=?\s*", text)
-    if flag:
-        text = text[flag.end():].strip().strip("'\"")
+    text = trt_trees.strip_flag(text)
     if fmt == "triton" or (fmt is None and re.match(r"^\{\s*\d", text)):
         return _literal("[" + text.replace("{", "[").replace("}", "]") + "]")
-    if fmt == "trtllm-yaml" or (fmt is None and text.startswith("speculative_config")):
-        return _from_yaml(text)
+    if fmt == "trtllm-yaml" or (fmt is None and trt_trees.is_yaml(text)):
+        return trt_trees.choices_from_yaml(text)
     if text.startswith("{"):
         return _from_json_object(json.loads(text))
     value = _literal(re.sub(r"^[A-Za-z_]\w*\s*=\s*", "", text))  # allow `name = [[0], ...]`
@@ -193,50 +158,19 @@ def _literal(text: str) -> list[Any]:
     return [list(p) if isinstance(p, (list, tuple)) else p for p in value]
 
 
-def _from_yaml(text: str) -> list[Any]:
-    import yaml
-
-    doc = yaml.safe_load(text)
-    cfg = doc.get("speculative_config", doc) if isinstance(doc, dict) else None
-    for key in ("medusa_choices", "eagle_choices"):
-        if isinstance(cfg, dict) and key in cfg:
-            return list(cfg[key])
-    raise TreeoptError("YAML has no speculative_config.medusa_choices or eagle_choices")
-
-
 def _from_json_object(doc: Any) -> list[Any]:
     if not isinstance(doc, dict):
         raise TreeoptError("expected a JSON object")
-    if "speculative_token_tree" in doc:
-        return _literal(str(doc["speculative_token_tree"]))
+    tree = vllm_forms.tree_from_config(doc)
+    if tree is not None:
+        return _literal(tree)
     if "Successors" in doc:
-        return Tree.from_parents(_parents_from_successors(doc["Successors"])).as_choices()
+        return Tree.from_parents(reference.growmap_parents(doc["Successors"])).as_choices()
     if doc.get("format") == TREE_FORMAT:
         return list(doc["choices"])
-    for key in ("medusa_choices", "eagle_choices", "choices"):
-        if key in doc:
-            return list(doc[key])
+    choices = trt_trees.choices_from_object(doc)
+    if choices is not None:
+        return choices
+    if "choices" in doc:
+        return list(doc["choices"])
     raise TreeoptError(f"JSON object with keys {sorted(doc)[:6]} is not a known tree form")
-
-
-def _parents_from_successors(successors: list[list[int]]) -> list[int]:
-    parent = {int(c): i for i, kids in enumerate(successors) for c in kids}
-    if sorted(parent) != list(range(1, len(successors))):
-        raise TreeoptError("growmap Successors must name every node 1..size-1 exactly once")
-    return [parent[i] - 1 for i in range(1, len(successors))]
-
-
-def vllm_batch_table(ranges: list[dict[str, Any]]) -> list[list[int]]:
-    """vLLM's ``num_speculative_tokens_per_batch_size`` (0.24 and later) for ``ranges``: vLLM
-    carries the last range's draft length to every larger batch
-    (``build_dynamic_sd_schedule_lookup``), so where the last range drafts, a range of 0 just
-    above it turns speculation off there, as the schedule says.
-
-    >>> vllm_batch_table([{"min_batch": 1, "max_batch": 2, "size": 3},
-    ...                   {"min_batch": 3, "max_batch": 8, "size": 1}])
-    [[1, 2, 3], [3, 8, 1], [9, 9, 0]]
-    """
-    table = [[r["min_batch"], r["max_batch"], r["size"]] for r in ranges]
-    if table and table[-1][2]:
-        table.append([table[-1][1] + 1, table[-1][1] + 1, 0])
-    return table

@@ -7,18 +7,24 @@ unless it sets its own. The loader (``_load_adaptive_config`` in
 ``sglang/srt/speculative/adaptive_spec_params.py``, 0.5.13 – 0.5.23) checks only that each slot
 has a non-empty list of non-negative ``int`` candidate steps (JSON ``true``/``false`` pass: a
 Python bool is an int) and that one slot exists; :func:`loader_problems` applies exactly those
-rules. The decision rule lives in :class:`treeopt.adaptive.policies.SGLangPolicy`.
+rules. A slot's decision rule is :class:`SlotState` (the EMA of accepted drafts and the
+threshold walk of ``AdaptiveStepSlot``); :class:`treeopt.adaptive.policies.SGLangPolicy` replays
+it round by round.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from treeopt.engines.rules import Controller, EngineFile
 from treeopt.errors import TreeoptError
+from treeopt.files import dumps
 
+ADAPTIVE_TAB = "SGLang --speculative-adaptive-config"  # what the file is, in a title
 KNOBS: tuple[str, ...] = ("ema_alpha", "update_interval", "warmup_batches", "down_hysteresis",
                           "up_hysteresis", "ceiling_coeff")
 
@@ -243,3 +249,76 @@ def launch_flags(config: SGLangConfig, config_path: str, *, draft_model: str = "
     if not config.overlap:
         flags.append("--disable-overlap-schedule")
     return " ".join(flags)
+
+
+def adaptive_file(config: SGLangConfig, path: str, *, draft_model: str = "DRAFT") -> EngineFile:
+    """SGLang's adaptive config at ``path``, and its server flags."""
+    return EngineFile("sglang", dumps(config.to_json()) + "\n",
+                      launch_flags(config, path, draft_model=draft_model))
+
+
+class SlotState:
+    """One slot's running state, as SGLang's ``AdaptiveStepSlot`` keeps it: the current steps,
+    the EMA of per-round batch-mean accepted drafts, and the rounds counted."""
+
+    __slots__ = ("slot", "current", "ema", "count")
+
+    def __init__(self, slot: SGLangSlot, start: int) -> None:
+        self.slot = slot
+        steps = slot.candidate_steps
+        self.current = start if start in steps else steps[len(steps) // 2]
+        self.ema = float(self.current - 1)
+        self.count = 0
+
+    def update(self, accepted: Sequence[int]) -> None:
+        """Feed one verified round; decide at rounds warm-up + k · interval."""
+        if not accepted:
+            return
+        s = self.slot
+        if self.current > 0:  # the EMA is frozen while speculation is off
+            mean = sum(accepted) / len(accepted)
+            self.ema = (1 - s.ema_alpha) * self.ema + s.ema_alpha * mean
+        self.count += 1
+        if self.count <= s.warmup_batches:
+            return
+        if (self.count - s.warmup_batches) % s.update_interval != 0:
+            return
+        self.current = self._target()
+
+    def _target(self) -> int:
+        """The threshold walk: down while the EMA is at or below the lower neighbour's drop
+        threshold; else up while it is above the current step's rise threshold; a zero step
+        always probes the next candidate up."""
+        s, c = self.slot, self.slot.candidate_steps
+        i = i0 = c.index(self.current)
+        if self.current == 0:
+            i = min(i + 1, len(c) - 1)
+            if c[i] > 0 and self.ema < 0:
+                self.ema = float(c[i] - 1)
+            return c[i]
+        while i > 0 and self.ema <= (0.5 if c[i - 1] == 0 else c[i - 1] - 0.5) + s.down_hysteresis:
+            i -= 1
+        if i == i0:
+            while i < len(c) - 1 and self.ema > c[i] - 0.5 + s.up_hysteresis:
+                i += 1
+        if s.ceiling_coeff > 0:
+            cap = max(1, math.ceil(self.ema * s.ceiling_coeff))
+            if cap < c[i] <= self.current:  # the cap never blocks a move up
+                while i > 0 and c[i] > cap:
+                    i -= 1
+        return c[i]
+
+
+CONTROLLER = Controller(
+    "sglang", "SGLangPolicy", "0.5.14 – 0.5.23 (the newest on PyPI)",
+    "sglang/srt/speculative/adaptive_spec_params.py (AdaptiveStepSlot, "
+    "AdaptiveSpeculativeParams, _load_adaptive_config) and adaptive_runtime_state.py, "
+    "0.5.23 wheel",
+    ("0.5.11 – 0.5.12: one flat slot, default [1, 3, 7], steps ≥ 1, the up-walk also after "
+     "a down-walk: not replayed",
+     "0.5.13: slots by batch size, steps ≥ 1, default {1: [1,3,7], 8: [1,3], 32: [1]}",
+     "0.5.14 – 0.5.19: the rule replayed here; default slot 1 is [1, 3, 7]",
+     "0.5.20 – 0.5.23: default slot 1 is [1, 3, 5, 7]",
+     "the throughput-aware strategy (PR #28045) and context buckets (PR #31716) are not "
+     "released",
+     "--speculative-eagle-topk must be 1: chains only"))

@@ -1,4 +1,5 @@
-"""What TensorRT-LLM's C++ runtime builds from a choices list, for Medusa and for EAGLE-1.
+"""What TensorRT-LLM's C++ runtime builds from a choices list, for Medusa and for EAGLE-1: its
+node keys replayed.
 
 Read off NVIDIA/TensorRT-LLM (the sources and what they do are in docs/engines.md):
 
