@@ -130,10 +130,6 @@ class VLLMSchedule(BatchTable):
     4
     """
 
-    @property
-    def label(self) -> str:
-        return f"vllm per-batch-size {[list(r) for r in self.ranges]}"
-
     def decide(self, state: RoundState) -> int:
         n = state.previous_batch if state.previous_batch is not None else state.batch
         return self.lookup(n)
@@ -151,10 +147,6 @@ class TRTLLMSchedule(DraftLenSchedule):
     >>> TRTLLMSchedule(((1, 4), (4, 2)), max_draft_len=4).decide(RoundState(0, batch=5))
     2
     """
-
-    @property
-    def label(self) -> str:
-        return f"trtllm draft_len_schedule {dict(self.schedule)} ({self.reading})"
 
     def decide(self, state: RoundState) -> int:
         return self.lookup(state.batch)

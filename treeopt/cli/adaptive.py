@@ -42,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="SGLang runs with --disable-overlap-schedule (a decision drafts the next "
                         "round, not the one after)")
     p.add_argument("--trtllm-reading", choices=READINGS, default=DEFAULT_READING,
-                   help="which TensorRT-LLM version's reading of draft_len_schedule to write "
-                        "for: release-1.2 (keys are lower thresholds) or main (after PR #10860: "
-                        "keys are upper ends) (default %(default)s)")
+                   help="which TensorRT-LLM version's reading of its per-batch schedule to "
+                        "write for: release-1.2 (keys are lower thresholds) or main (after PR "
+                        "#10860: keys are upper ends) (default %(default)s)")
     p.add_argument("--growth", metavar="G.json",
                    help="also price the best static tree of this growth (on --static-trace)")
     p.add_argument("--static-trace", metavar="R.npz",

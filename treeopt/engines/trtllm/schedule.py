@@ -106,6 +106,10 @@ class DraftLenSchedule:
                                f"({self.max_draft_len})")
         object.__setattr__(self, "schedule", pairs)
 
+    @property
+    def label(self) -> str:
+        return f"trtllm draft_len_schedule {dict(self.schedule)} ({self.reading})"
+
     def lookup(self, batch: int) -> int:
         """The draft length TensorRT-LLM drafts at ``batch`` active requests."""
         if batch < 1:

@@ -100,6 +100,10 @@ class BatchTable:
         if self.max_num_seqs <= 0:
             raise TreeoptError(f"max_num_seqs must be > 0, got {self.max_num_seqs}")
 
+    @property
+    def label(self) -> str:
+        return f"vllm per-batch-size {self.rows()}"
+
     def lookup(self, batch: int) -> int:
         """The dense table's entry at ``batch`` (1 … ``max_num_seqs``)."""
         if not 1 <= batch <= self.max_num_seqs:
