@@ -113,13 +113,15 @@ def block(w, x, positions, *, zero_centred: bool):
         w["mlp.down_proj.weight"].T
 
 
-def published_logits(state, layout, modules, emb, lm_head, hidden, t, depths):
+def published_logits(state, layout, modules, emb, lm_head, hidden, t, depths, *, first=L,
+                     normed_handoff=None):
     """Logits of depths 0 … depths-1 at position t, the published module run as the engines
     run it: depth k through module k mod n, over that module's true entries ``(x_{j+1}, h_j)``,
-    j ≤ t, and the chain's own entries it ran."""
+    j ≤ t, and the chain's own entries it ran; the normed state handed down where
+    ``normed_handoff`` (default: Qwen3-Next's layout; SGLang's reading of DeepSeek-V3's)."""
     def module(i):
         if layout == "deepseek-v3":
-            p = f"model.layers.{L + i}."
+            p = f"model.layers.{first + i}."
             own = {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
             return (own, own["enorm.weight"], own["hnorm.weight"], own["eh_proj.weight"],
                     own["shared_head.norm.weight"], False)
@@ -138,7 +140,8 @@ def published_logits(state, layout, modules, emb, lm_head, hidden, t, depths):
         own, _, _, _, out_norm, zc = module(i)
         g = block(own, torch.stack(entries), positions, zero_centred=zc)[-1]
         normed = rms(g, out_norm, zero_centred=zc)
-        return (normed if zc else g), normed @ lm_head.T  # handed down, logits
+        handed = normed if (zc if normed_handoff is None else normed_handoff) else g
+        return handed, normed @ lm_head.T  # handed down, logits
 
     true = {i: [entry(i, SEQ[j + 1], hidden[j]) for j in range(t + 1)]
             for i in range(min(modules, depths))}
@@ -176,6 +179,31 @@ def test_a_published_layout_imports_exactly(base, tmp_path, layout, modules):
                                    want[k].argsort(descending=True)[:5])
 
 
+def test_deepseek_weights_read_as_sglang_reads_them(base, tmp_path):
+    """SGLang's NEXTN: one module from its own checkpoint at model.layers.0, the normed state
+    handed down (``first_layer=0``, ``handoff_norm=True``): exact against the published math
+    read so, and different from vLLM's reading of the same weights."""
+    state = {k.replace(f"model.layers.{L}.", "model.layers.0."): v
+             for k, v in deepseek_state(base, 1, seed=3).items()}
+    save_file(state, str(tmp_path / "nextn.safetensors"))
+    sglang = import_mtp(base, tmp_path / "nextn.safetensors", depth=3, first_layer=0,
+                        handoff_norm=True)
+    vllm = import_mtp(base, tmp_path / "nextn.safetensors", depth=3, first_layer=0)
+    assert sglang.config.handoff_norm and not vllm.config.handoff_norm
+    ids = torch.tensor([SEQ])
+    with torch.inference_mode():
+        hidden = base(input_ids=ids, output_hidden_states=True).hidden_states[-1]
+        chains, other = sglang.chains(hidden, ids, 3), vllm.chains(hidden, ids, 3)
+        want = published_logits(state, "deepseek-v3", 1, base.model.embed_tokens.weight,
+                                base.lm_head.weight, hidden[0], 4, 3, first=0,
+                                normed_handoff=True)
+        for k in range(3):
+            torch.testing.assert_close(sglang.logits(chains[k][0, 4]), want[k], rtol=1e-5,
+                                       atol=1e-5)
+        torch.testing.assert_close(chains[0], other[0])  # depth 0 reads the base's state
+        assert not torch.allclose(chains[1], other[1], atol=1e-3)
+
+
 def test_a_sharded_checkpoint_opens_only_the_shards_holding_the_mtp_layer(base, tmp_path):
     """A checkpoint directory with an index: the MTP layer's shard is read; a shard without
     MTP keys is never opened (here it is not even a safetensors file)."""
@@ -198,7 +226,7 @@ def test_a_sharded_checkpoint_opens_only_the_shards_holding_the_mtp_layer(base, 
 def test_a_block_treeopt_cannot_run_is_refused_naming_the_key(base, key, message):
     state = {**deepseek_state(base, 1), key: torch.zeros(4)}
     with pytest.raises(TreeoptError, match=f"^ckpt: .*{message}"):
-        map_mtp_weights(state, num_hidden_layers=L, source="ckpt")
+        map_mtp_weights(state, first_layer=L, source="ckpt")
 
 
 def test_refusals_name_the_file_and_the_problem(base, tmp_path):
@@ -214,7 +242,7 @@ def test_refusals_name_the_file_and_the_problem(base, tmp_path):
     gapped = {k.replace("model.layers.2.", "model.layers.3."): v
               for k, v in deepseek_state(base, 1).items()}
     with pytest.raises(TreeoptError, match=r"numbered \[1\]; expected 0 … 0"):
-        map_mtp_weights(gapped, num_hidden_layers=L, source="x")
+        map_mtp_weights(gapped, first_layer=L, source="x")
     state = qwen3_next_state(1)
     del state["mtp.layers.0.mlp.up_proj.weight"]
     save_file(state, str(path))

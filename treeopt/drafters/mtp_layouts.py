@@ -17,6 +17,12 @@
   Read from ``Qwen3NextMultiTokenPredictor`` (``vllm/model_executor/models/qwen3_next_mtp.py``
   at 055e47c2).
 
+The engines read DeepSeek-V3's weights two ways. vLLM hands the block's output down and applies
+``shared_head.norm`` only before the LM head; SGLang's NEXTN (``DeepseekModelNextN.forward``,
+``python/sglang/srt/models/deepseek_nextn.py`` at 0114f9c9) returns the normed state, which its
+EAGLE loop hands to the next depth — ``handoff_norm=True`` imports it so. SGLang also loads one
+module from a checkpoint of its own at ``model.layers.0`` (``first_layer=0``).
+
 treeopt's block is a Llama decoder layer (q/k/v/o projections, RoPE, a SwiGLU MLP): a block
 with multi-head latent attention, a mixture-of-experts MLP, query/key norms or a gated
 attention output (DeepSeek-V3's and Qwen3-Next's own) is refused with the key that shows it.
@@ -76,8 +82,9 @@ class MtpWeights:
     copies: dict[str, torch.Tensor]  # the base model's tensors the layout repeats, by role
 
 
-def is_mtp_key(key: str, num_hidden_layers: int) -> bool:
-    """Whether ``key`` belongs to the MTP modules of a base model of ``num_hidden_layers``.
+def is_mtp_key(key: str, first_layer: int) -> bool:
+    """Whether ``key`` belongs to the MTP modules, DeepSeek-V3's numbered from ``first_layer``
+    (the base model's ``num_hidden_layers``).
 
     >>> is_mtp_key("model.layers.61.eh_proj.weight", 61), is_mtp_key("model.layers.60.x", 61)
     (True, False)
@@ -85,25 +92,25 @@ def is_mtp_key(key: str, num_hidden_layers: int) -> bool:
     True
     """
     m = re.match(r"model\.layers\.(\d+)\.", key)
-    return key.startswith("mtp.") or (m is not None and int(m[1]) >= num_hidden_layers)
+    return key.startswith("mtp.") or (m is not None and int(m[1]) >= first_layer)
 
 
-def map_mtp_weights(state: Mapping[str, torch.Tensor], *, num_hidden_layers: int,
+def map_mtp_weights(state: Mapping[str, torch.Tensor], *, first_layer: int,
                     source: str) -> MtpWeights:
     """``state``'s MTP weights (either layout; other keys are ignored) under treeopt's names.
 
     >>> w = map_mtp_weights({"mtp.fc.weight": torch.zeros(2, 4),
-    ...                      "mtp.norm.weight": torch.zeros(2)}, num_hidden_layers=1, source="x")
+    ...                      "mtp.norm.weight": torch.zeros(2)}, first_layer=1, source="x")
     >>> w.layout, w.modules, sorted(w.state), w.state["mtp.0.block.output_norm.weight"].tolist()
     ('qwen3-next', 1, ['mtp.0.block.output_norm.weight', 'mtp.0.eh_proj.weight'], [1.0, 1.0])
     """
-    keys = [k for k in state if is_mtp_key(k, num_hidden_layers)]
+    keys = [k for k in state if is_mtp_key(k, first_layer)]
     if any(k.startswith("mtp.") for k in keys):
         return _qwen3_next(state, [k for k in keys if k.startswith("mtp.")], source)
     if keys:
-        return _deepseek_v3(state, keys, num_hidden_layers, source)
+        return _deepseek_v3(state, keys, first_layer, source)
     raise TreeoptError(f"{source}: no MTP weights (DeepSeek-V3's model.layers."
-                       f"{num_hidden_layers}.eh_proj.weight or Qwen3-Next's mtp.fc.weight)")
+                       f"{first_layer}.eh_proj.weight or Qwen3-Next's mtp.fc.weight)")
 
 
 def _deepseek_v3(state: Mapping[str, torch.Tensor], keys: list[str], first: int,
@@ -168,7 +175,7 @@ def _contiguous(indices: set[int], source: str, where: str) -> None:
                            f"{sorted(indices)}; expected 0 … {len(indices) - 1} from there")
 
 
-def read_mtp_tensors(path: str | os.PathLike[str], num_hidden_layers: int,
+def read_mtp_tensors(path: str | os.PathLike[str], first_layer: int,
                      ) -> dict[str, torch.Tensor]:
     """The MTP tensors of a safetensors file, or of a directory of them (its
     ``model.safetensors.index.json`` names the shards to open), read without unpickling and
@@ -180,8 +187,7 @@ def read_mtp_tensors(path: str | os.PathLike[str], num_hidden_layers: int,
         index = p / "model.safetensors.index.json"
         if index.exists():
             weight_map = _weight_map(index)
-            files = sorted({p / f for k, f in weight_map.items()
-                            if is_mtp_key(k, num_hidden_layers)})
+            files = sorted({p / f for k, f in weight_map.items() if is_mtp_key(k, first_layer)})
         else:
             files = sorted(p.glob("*.safetensors"))
         if not files:
@@ -193,7 +199,7 @@ def read_mtp_tensors(path: str | os.PathLike[str], num_hidden_layers: int,
         try:
             with safe_open(str(file), framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118 (a safe_open handle is not a mapping)
-                    if is_mtp_key(key, num_hidden_layers):
+                    if is_mtp_key(key, first_layer):
                         out[key] = f.get_tensor(key)
         except (SafetensorError, OSError) as exc:
             raise TreeoptError(f"{file}: unreadable safetensors file ({exc})") from None
@@ -211,14 +217,18 @@ def _weight_map(index: Path) -> dict[str, str]:
 
 
 def import_mtp(model: Any, path: str | os.PathLike[str], *, depth: int | None = None,
+               first_layer: int | None = None, handoff_norm: bool | None = None,
                ) -> MtpDrafter:
     """The MTP drafter of a published layout in ``path`` (a safetensors file or a checkpoint
     directory) for the Hugging Face base model ``model``, drafting ``depth`` depths (default:
-    one per module, as TensorRT-LLM runs MTP), wired to the model's LM head and embeddings."""
+    one per module, as TensorRT-LLM runs MTP), wired to the model's LM head and embeddings.
+    ``first_layer``: where DeepSeek-V3's MTP layers start (default the model's
+    ``num_hidden_layers``); ``handoff_norm``: hand the normed state down (default: the layout's
+    own reading, vLLM's for DeepSeek-V3; true reads DeepSeek-V3's weights as SGLang does)."""
     cfg = model.config
     source = str(path)
-    weights = map_mtp_weights(read_mtp_tensors(path, cfg.num_hidden_layers),
-                              num_hidden_layers=cfg.num_hidden_layers, source=source)
+    first = cfg.num_hidden_layers if first_layer is None else first_layer
+    weights = map_mtp_weights(read_mtp_tensors(path, first), first_layer=first, source=source)
     lm_head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
     bases = {"lm_head": lm_head.weight, "embeddings": embeddings.weight}
     for role, copy in weights.copies.items():
@@ -234,7 +244,7 @@ def import_mtp(model: Any, path: str | os.PathLike[str], *, depth: int | None = 
         attention_heads=heads, kv_heads=0 if kv == heads else kv,
         intermediate_size=int(gate.shape[0]) if gate is not None else 0,
         rope_theta=_rope_theta(cfg, source), rms_norm_eps=float(cfg.rms_norm_eps),
-        handoff_norm=weights.handoff_norm)
+        handoff_norm=weights.handoff_norm if handoff_norm is None else handoff_norm)
     drafter = build_heads(drafter_cfg, lm_head=lm_head, embeddings=embeddings)
     dtype = lm_head.weight.dtype
     _load_state(drafter, {k: v.to(dtype) for k, v in weights.state.items()}, source)
