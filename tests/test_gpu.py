@@ -52,7 +52,7 @@ def _heads(kind: str, model, device: str):
     if kind == "draft-model":
         return DraftModel(tiny_llama(vocab=256, layers=1, seed=5).to(device), depth=4)
     cfg = HeadsConfig(kind=kind, num_heads=4, hidden_size=64, vocab_size=256,
-                      share_lm_head=kind == "eagle",
+                      share_lm_head=registered.base_lm_head,
                       feature_layers=default_feature_layers(2) if kind == "eagle3" else ())
     heads = build_heads(cfg, lm_head=model.lm_head,
                         embeddings=model.get_input_embeddings()).to(device)
