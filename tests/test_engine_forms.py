@@ -245,7 +245,7 @@ def test_sglang_nextn_flags():
     assert sglang.nextn_flags(steps=2, topk=4, draft_tokens=6, draft_model="mtp") == (
         "--speculative-algorithm NEXTN --speculative-draft-model-path mtp "
         "--speculative-num-steps 2 --speculative-eagle-topk 4 --speculative-num-draft-tokens 6")
-    with pytest.raises(TreeoptError, match="top-k > 1 needs --speculative-num-draft-tokens"):
+    with pytest.raises(TreeoptError, match="top-k > 1 needs the number of draft tokens"):
         sglang.nextn_flags(steps=2, topk=4)
     with pytest.raises(TreeoptError, match="at most 21 tokens"):
         sglang.nextn_flags(steps=2, topk=4, draft_tokens=30)

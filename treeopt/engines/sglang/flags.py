@@ -138,14 +138,13 @@ def nextn_flags(*, steps: int, topk: int = 1, draft_tokens: int | None = None,
     >>> nextn_flags(steps=3, draft_tokens=3)
     Traceback (most recent call last):
     ...
-    treeopt.errors.TreeoptError: SGLang's NEXTN with top-k 1 drafts a chain: it sets --speculative-num-draft-tokens to steps + 1 = 4, not 3
+    treeopt.errors.TreeoptError: SGLang's NEXTN with top-k 1 drafts a chain: it sets its draft tokens to steps + 1 = 4, not 3
     """
     tokens = steps + 1 if draft_tokens is None and topk == 1 else draft_tokens
     if tokens is None:
-        raise TreeoptError("SGLang's NEXTN with top-k > 1 needs --speculative-num-draft-tokens")
+        raise TreeoptError("SGLang's NEXTN with top-k > 1 needs the number of draft tokens")
     s = DynamicSettings(topk, steps, tokens)
     if s.is_chain and tokens != steps + 1:
-        raise TreeoptError(f"SGLang's NEXTN with top-k 1 drafts a chain: it sets "
-                           f"--speculative-num-draft-tokens to steps + 1 = {steps + 1}, not "
-                           f"{tokens}")
+        raise TreeoptError(f"SGLang's NEXTN with top-k 1 drafts a chain: it sets its draft "
+                           f"tokens to steps + 1 = {steps + 1}, not {tokens}")
     return dynamic_flags(s, draft_model=draft_model, algorithm="NEXTN")

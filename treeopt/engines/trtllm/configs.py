@@ -10,7 +10,7 @@ tensorrt_llm/_torch/speculative/utils.py at 011d0933dcb5e592f5fa2626beaf42a96324
 and tensorrt_llm/_torch/speculative/eagle3_dynamic_tree.py at
 057c8a65145bb53caf3939ba4fbcabbad46ea3dc (the dynamic-tree worker refuses the suffix automaton
 and relaxed acceptance). The dynamic tree's refusal of MLA and sliding-window models is
-TensorRT-LLM's documentation (docs/source/features/speculative-decoding.md, PR #13081, merged
+TensorRT-LLM's documentation (its speculative-decoding feature page, PR #13081, merged
 2026-04-15).
 
 >>> print(yaml_text({"speculative_config": mtp_config(k=1, num_nextn_predict_layers=1)}), end="")
