@@ -118,8 +118,9 @@ def test_drafters_are_labelled_by_what_proposes_each_depth():
     sequential = {k for k, kind in KINDS.items() if kind.position == "depth"}
     # one network run once per depth, or one lookup proposing a depth's tokens (a hybrid: as
     # its model drafter)
-    assert sequential == {"eagle", "eagle3", "draft-model", "prompt-lookup", "ngram-trie",
-                          "suffix", "eagle+lookup", "eagle3+lookup", "draft-model+lookup"}
+    assert sequential == {"eagle", "eagle3", "mtp", "draft-model", "prompt-lookup", "ngram-trie",
+                          "suffix", "eagle+lookup", "eagle3+lookup", "mtp+lookup",
+                          "draft-model+lookup"}
 
 
 def test_the_heat_scale_spans_the_data():
