@@ -29,8 +29,8 @@ import numpy.typing as npt
 
 from treeopt.adaptive.policies import FixedSteps, SGLangPolicy
 from treeopt.adaptive.replay import Replay, replay
-from treeopt.engines.sglang.adaptive import SGLangConfig, SGLangSlot
 from treeopt.adaptive.workload import ChainAcceptance
+from treeopt.engines.sglang.adaptive import SGLangConfig, SGLangSlot
 from treeopt.errors import TreeoptError
 
 KNOB_VALUES: dict[str, tuple[float, ...]] = {

@@ -90,8 +90,8 @@ def _acceptance(path: str) -> tuple[Any, Any]:
 
 def cmd_adaptive(args: argparse.Namespace) -> int:
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.engines.sglang.adaptive import SGLangConfig
     from treeopt.adaptive.workload import by_difficulty
+    from treeopt.engines.sglang.adaptive import SGLangConfig
     from treeopt.files import write_json, write_text_atomic
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
