@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
+from treeopt.decoding.exactness import walk_against_live  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, Decoder, decode  # noqa: E402
 from treeopt.drafters.suffix import SuffixDrafter, parse_suffix_spec  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
@@ -65,6 +66,8 @@ def test_the_walk_in_request_order_equals_live_decoding_one_request_at_a_time(
         assert np.mean(walk) > (1.5 if cfg.mode == "greedy" else 1.1)  # drafts were accepted
         longest = max(longest, *walk)
     assert longest >= 4  # the walks compared steps that accepted several drafted tokens
+    found = walk_against_live(base, drafter, TREES[0], PROMPTS, trace, cfg)
+    assert (found.step_equal, found.lossless, found.gap) == (len(PROMPTS), len(PROMPTS), 0.0)
 
 
 def test_the_order_matters_and_the_cache_limit_evicts_it(base, tmp_path):
@@ -171,6 +174,7 @@ def test_the_cli_calibrates_grows_and_verifies_suffix_decoding(tiny_model_dir, p
     from test_cli_models import assert_user_error, run
 
     from treeopt import RankTrace
+    from treeopt.model.growth import Growth
 
     spec = "suffix:depth=4,max-tree-depth=12,min-token-prob=0.2"
     proc = run("calibrate", "--model", tiny_model_dir, "--drafter", spec, "--prompts",
@@ -183,6 +187,10 @@ def test_the_cli_calibrates_grows_and_verifies_suffix_decoding(tiny_model_dir, p
     proc = run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "6", "--out",
                tmp_path / "g.json")
     assert proc.returncode == 0, proc.stderr
+    drafter = Growth.load(tmp_path / "g.json").drafter  # what an export reads
+    assert {k: v for k, v in drafter.items() if k != "checkpoint"} == {
+        "kind": "suffix", "depth": 4, "min_match": 1, "max_match": 12, "max_spec_factor": 1.0,
+        "max_spec_offset": 0.0, "min_token_prob": 0.2, "max_cached_requests": 10000}
     (tmp_path / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [1, 0]]")
     proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
                tmp_path / "tree.json", "--batch", "2", "--prompts", prompts_file,

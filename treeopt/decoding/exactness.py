@@ -4,8 +4,10 @@ decoded live, step by step, and the live output against plain decoding with the 
 stream.
 
 A trace calibrated on prompts ``i = 0 …`` with sampling seed s draws prompt i's continuation
-from stream i (:func:`treeopt.decoding.sampling.stream_keys`); decoding prompt i alone with
-``streams=[i]`` draws the same one, so greedy and sampled traces are checked alike. The walk
+from stream i (:func:`treeopt.decoding.sampling.stream_keys`); decoding the prompts in turn in
+one row, prompt i on stream i, draws the same one, so greedy and sampled traces are checked
+alike; a drafter that keeps a cache of requests' outputs (suffix decoding) meets the earlier
+prompts' outputs as its trace ranked them. The walk
 stops where the trace's positions stop (the last ``depth`` tokens of a sequence have no full set
 of targets): live steps after that are not compared.
 """
@@ -67,23 +69,24 @@ class Exactness:
 def walk_against_live(model: PreTrainedModel, drafter: Drafter, tree: Tree,
                       prompts: Sequence[Sequence[int]], trace: RankTrace,
                       config: DecodeConfig) -> Exactness:
-    """Decode every prompt alone with ``tree`` and with no tree (``config``, prompt i on sampling
-    stream i) and compare with ``trace``, calibrated on the same prompts in the same order with
+    """Decode the prompts one after another in one run of one row, with ``tree`` and with no
+    tree (``config``, prompt i on sampling stream i: each decodes as it does alone, and a
+    drafter with a cache of requests' outputs meets the earlier prompts' as calibration ranked
+    them), and compare with ``trace``, calibrated on the same prompts in the same order with
     the same sampling (it must record ``sequence_positions``)."""
     from treeopt.decoding.loop import Decoder
 
     counts = trace.sequences(len(prompts)).meta["sequence_positions"]
-    with_tree, plain = Decoder(model, drafter), Decoder(model)
-    start = equal = lossless = walked = walk_sum = live_sum = 0
-    for i, ids in enumerate(prompts):
+    live = Decoder(model, drafter).decode(tree, prompts, config=config, batch=1)
+    ref = Decoder(model).decode(Tree(()), prompts, config=config, batch=1)
+    start = equal = walked = walk_sum = live_sum = 0
+    for i, steps_i in enumerate(live.stats.sequence_accept_lengths):
         one = RankTrace(trace.ranks[start: start + counts[i]],
                         {**trace.meta, "sequence_positions": [counts[i]]})
         start += counts[i]
         walk = step_lengths(tree, one).tolist() if counts[i] else []
-        live = with_tree.decode(tree, [ids], config=config, streams=[i])
-        ref = plain.decode(Tree(()), [ids], config=config, streams=[i])
-        steps = list(live.stats.accept_lengths[: len(walk)])
+        steps = list(steps_i[: len(walk)])
         equal += steps == walk
-        lossless += live.tokens == ref.tokens
         walked, walk_sum, live_sum = walked + len(walk), walk_sum + sum(walk), live_sum + sum(steps)
+    lossless = sum(a == b for a, b in zip(live.tokens, ref.tokens, strict=True))
     return Exactness(len(prompts), equal, walked, walk_sum, live_sum, lossless)

@@ -109,10 +109,12 @@ class HeadsConfig:
     def to_dict(self) -> dict[str, object]:
         """The fields, less EAGLE's layer shape and the n-gram match lengths where they are at
         their defaults (so a config that leaves them out and one that spells the defaults
-        compare equal)."""
+        compare equal); a suffix drafter's settings always (0 is a setting of its own there:
+        no global tree, no offset)."""
         out = asdict(self)
+        kept = _SUFFIX_FIELDS if drafter_kind(self.kind).request_cache else ()
         for name in (*_LAYER_FIELDS, *_SUFFIX_FIELDS):
-            if out[name] == _DEFAULTS[name]:
+            if out[name] == _DEFAULTS[name] and name not in kept:
                 del out[name]
         if "feature_layers" in out:
             out["feature_layers"] = list(out["feature_layers"])

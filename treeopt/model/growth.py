@@ -50,6 +50,8 @@ from treeopt.model.tree import Path, Tree, canonical_key
 from treeopt.version import __version__
 
 GROWTH_FORMAT = "treeopt.growth/1"
+# suffix decoding's settings a growth's drafter record carries (treeopt.drafters.suffix_tree)
+_SUFFIX_SETTINGS = ("max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests")
 CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "grounded", "uniform")
 Constraint = Literal["none", "contiguous", "grounded", "uniform"]
 
@@ -90,8 +92,9 @@ class Growth:
         """The drafter this growth's trace was calibrated with, as far as it recorded it:
         ``kind``, ``checkpoint`` (the directory given to ``treeopt calibrate``), ``depth``
         (the depths it drafts) and, for an n-gram drafter, ``min_match`` and ``max_match`` (the
-        n-gram lengths it matches) and, for an n-gram trie, ``match_type``; absent keys were
-        not recorded."""
+        n-gram lengths it matches), for an n-gram trie, ``match_type``, and for suffix decoding
+        (``max_match``: its trees' depth) ``max_spec_factor``, ``max_spec_offset``,
+        ``min_token_prob`` and ``max_cached_requests``; absent keys were not recorded."""
         meta = self.meta.get("trace_meta")
         meta = meta if isinstance(meta, dict) else {}
         heads = meta.get("heads_config") if isinstance(meta.get("heads_config"), dict) else {}
@@ -100,7 +103,8 @@ class Growth:
                  "depth": meta.get("num_heads") or heads.get("num_heads"),
                  "min_match": heads.get("min_match") or None,  # 0: not an n-gram drafter
                  "max_match": heads.get("max_match") or None,
-                 "match_type": heads.get("match_type") or None}  # an n-gram trie's order
+                 "match_type": heads.get("match_type") or None,  # an n-gram trie's order
+                 **{k: heads.get(k) for k in _SUFFIX_SETTINGS}}  # suffix decoding's
         return {k: v for k, v in found.items() if v is not None}
 
     def tree(self, n: int) -> Tree:
