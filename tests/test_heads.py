@@ -270,8 +270,8 @@ def test_the_registry_says_what_each_implementation_does():
 def test_a_drafter_of_a_kind_without_dynamic_trees_refuses_them():
     heads = build_heads(HeadsConfig(kind="hydra", num_heads=2, hidden_size=D, vocab_size=V))
     assert not heads.kind.dynamic
-    with pytest.raises(TreeoptError, match="dynamic trees need an EAGLE drafter or an EAGLE-3 "
-                                           "drafter, not Hydra heads"):
+    with pytest.raises(TreeoptError, match="dynamic trees need an EAGLE drafter, an EAGLE-3 "
+                                           "drafter or an MTP drafter, not Hydra heads"):
         heads.draft_dynamic(None, torch.zeros(1, 1, D), torch.zeros(1, dtype=torch.long))
     with pytest.raises(TreeoptError, match="not Hydra heads"):
         heads.rank_dynamic(torch.zeros(1, 8, D), torch.zeros(1, 8, dtype=torch.long), topk=2,

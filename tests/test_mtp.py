@@ -211,11 +211,7 @@ def test_the_modules_run_in_turn_and_share_the_base_head(base):
     assert drafter.mtp[0].eh_proj.bias is None
 
 
-def test_mtp_refuses_dynamic_trees_and_a_bad_shape(base):
-    drafter = random_mtp(base, modules=1, seed=0)
-    assert not drafter.kind.dynamic
-    with pytest.raises(TreeoptError, match="dynamic trees need an EAGLE drafter"):
-        drafter.draft_dynamic(None, torch.zeros(1, 1, D), torch.zeros(1, dtype=torch.long))
+def test_mtp_refuses_a_bad_shape_and_dynamic_trees_of_several_modules(base):
     with pytest.raises(TreeoptError, match="do not divide"):
         build_heads(mtp_config(attention_heads=3))
     with pytest.raises(TreeoptError, match="handoff_norm applies to MTP drafter only, not EAGLE"):
@@ -223,6 +219,58 @@ def test_mtp_refuses_dynamic_trees_and_a_bad_shape(base):
                     handoff_norm=True)
     with pytest.raises(TreeoptError, match="share_lm_head"):
         HeadsConfig(kind="mtp", num_heads=2, hidden_size=D, vocab_size=V)
+    two = random_mtp(base, modules=2, seed=0)
+    with pytest.raises(TreeoptError, match="run one module, as SGLang's NEXTN does; this "
+                                           "drafter has 2"):
+        two.rank_dynamic(torch.zeros(1, 8, D), torch.zeros(1, 8, dtype=torch.long), topk=2,
+                         steps=2)
+
+
+# -- dynamic trees (SGLang's NEXTN: one module, EAGLE's top-k growth) ---------------------------
+
+@pytest.fixture(scope="module")
+def trained_one(base):
+    """A one-module MTP drafter trained briefly, the normed state handed down (SGLang's
+    reading of DeepSeek-V3's module)."""
+    seqs = greedy_continuations(base, PROMPTS * 4, max_new_tokens=40)
+    cfg = TrainConfig(kind="mtp", num_heads=4, steps=60, batch_size=8, seq_len=40, lr=3e-3)
+    drafter = train_heads(base, seqs, cfg)[0]
+    normed = build_heads(HeadsConfig(**{**drafter.config.to_dict(), "handoff_norm": True}),
+                         lm_head=base.lm_head, embeddings=base.model.embed_tokens)
+    normed.load_state_dict(drafter.state_dict())
+    return normed.eval()
+
+
+@pytest.mark.parametrize("topk,steps", [(1, 3), (3, 4)])
+def test_the_dynamic_simulation_equals_live_drafting_at_every_position(base, trained_one, topk,
+                                                                       steps):
+    from test_dynamic import _live_accepted
+
+    from treeopt.decoding.dynamic_rank_pass import simulate_dynamic
+    from treeopt.model.dynamic_settings import DynamicSettings
+
+    seqs = greedy_continuations(base, PROMPTS[:2], max_new_tokens=16)
+    starts = [len(p) - 1 for p in PROMPTS[:2]]
+    trace = simulate_dynamic(base, trained_one, seqs, starts, topk=topk, steps=steps,
+                             batch_size=2)
+    for s in (DynamicSettings(topk, steps, topk + 1),
+              DynamicSettings(topk, steps, 1 + topk + (steps - 1) * topk * topk)):
+        got, at = trace.accepted(s), 0
+        for seq, start, n in zip(seqs, starts, trace.lengths, strict=True):
+            want = [_live_accepted(base, trained_one, seq, start + i, s) for i in range(n)]
+            assert got[at: at + n].tolist() == want, s.label
+            at += n
+    assert float(np.mean(trace.accepted(s))) > 1.5
+
+
+def test_dynamic_decoding_with_mtp_is_lossless_greedy_and_sampled(base, trained_one):
+    from treeopt.decoding.loop import Decoder
+    from treeopt.model.dynamic_settings import DynamicSettings
+
+    dec = Decoder(base, trained_one)
+    for cfg in (DecodeConfig(max_new_tokens=20), SAMPLED):
+        want = dec.decode(Tree(()), PROMPTS, config=cfg).tokens
+        assert dec.decode(DynamicSettings(3, 4, 10), PROMPTS, config=cfg).tokens == want
 
 
 def test_the_roofline_prices_the_norms_the_projection_and_every_modules_catch_up():

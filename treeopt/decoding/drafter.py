@@ -190,9 +190,10 @@ def no_dynamic_trees(kind: DrafterKind) -> TreeoptError:
 
     >>> from treeopt.drafters.kinds import drafter_kind
     >>> str(no_dynamic_trees(drafter_kind("hydra")))
-    'dynamic trees need an EAGLE drafter or an EAGLE-3 drafter, not Hydra heads'
+    'dynamic trees need an EAGLE drafter, an EAGLE-3 drafter or an MTP drafter, not Hydra heads'
     """
-    able = " or ".join(f"an {k.title}" for k in KINDS.values() if k.dynamic)
+    *some, last = [f"an {k.title}" for k in KINDS.values() if k.dynamic]
+    able = f"{', '.join(some)} or {last}" if some else last
     return TreeoptError(f"dynamic trees need {able}, not {kind.title}")
 
 

@@ -12,7 +12,7 @@ torch; may import ``errors``.
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
 (True, False)
 >>> [k.name for k in KINDS.values() if k.dynamic]
-['eagle', 'eagle3']
+['eagle', 'eagle3', 'mtp']
 >>> [k.name for k in KINDS.values() if k.demo_stage == "heads"]
 ['medusa', 'hydra']
 """
@@ -111,7 +111,7 @@ KINDS: dict[str, DrafterKind] = {
     "mtp": DrafterKind("mtp", "MTP drafter", per_depth=True, reads_path=True,
                        implementation="treeopt.drafters.mtp:MtpDrafter", draft_formula="mtp",
                        demo_layers=("eagle_layers",), min_layers=1, base_lm_head=True,
-                       engine_draft="mtp", position="depth"),
+                       dynamic=True, engine_draft="mtp", position="depth"),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                draft_formula="draft-model",

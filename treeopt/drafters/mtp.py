@@ -28,7 +28,9 @@ and everything but the entry and the head is EAGLE's (:mod:`~treeopt.drafters.ea
 :mod:`~treeopt.drafters.eagle_chains`); :mod:`~treeopt.drafters.mtp_chains` runs the depths
 through the modules in turn. vLLM zeroes the embedding of the entry at position 0; treeopt does
 not (only the first prompt token's entry differs). Training: the soft cross-entropy to the base
-model's next-token distribution at every depth of the teacher-forced chains.
+model's next-token distribution at every depth of the teacher-forced chains. A drafter of one
+module also grows EAGLE-2's dynamic top-k trees through it (:mod:`~treeopt.drafters.eagle_growth`),
+as SGLang's NEXTN runs its one MTP layer through its EAGLE loop.
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.drafter import Drafter
 from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.eagle import EagleDrafter
 from treeopt.drafters.eagle_cache import EagleState
+from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection
 from treeopt.drafters.kinds import KINDS
@@ -51,7 +53,9 @@ from treeopt.drafters.mtp_chains import cyclic_catch_up, cyclic_chains, draft_cy
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
+    from treeopt.decoding.dynamic_drafting import RowPlan
     from treeopt.decoding.plan import TreePlan
+    from treeopt.model.dynamic_settings import DynamicSettings
 
 __all__ = ["MtpBlock", "MtpDrafter", "MtpModule", "MtpStage"]
 
@@ -119,8 +123,6 @@ class MtpDrafter(EagleDrafter):
     """An MTP drafter: ``num_layers`` modules run in turn over K depths, the base's LM head."""
 
     kind = KINDS["mtp"]
-    draft_dynamic = Drafter.draft_dynamic  # static trees and chains only
-    rank_dynamic = Drafter.rank_dynamic
 
     def __init__(self, cfg: HeadsConfig, *, lm_head: nn.Module | None = None,
                  embeddings: nn.Module | None = None) -> None:
@@ -200,6 +202,28 @@ class MtpDrafter(EagleDrafter):
         if state is None:
             raise TreeoptError("an MTP drafter drafts from its live state (start, then advance)")
         return draft_cyclic(self.stages(), plan, root, state)
+
+    def draft_dynamic(self, settings: DynamicSettings, hidden: torch.Tensor, root: torch.Tensor,
+                      state: EagleState | None = None) -> tuple[torch.Tensor, RowPlan]:
+        """A dynamic step through the one module, as EAGLE grows it
+        (:func:`~treeopt.drafters.eagle_growth.grow_dynamic`): SGLang's NEXTN."""
+        if state is None:
+            raise TreeoptError("an MTP drafter drafts from its live state (start, then advance)")
+        return grow_dynamic(self._one_module("dynamic trees"), settings, root, state)
+
+    def rank_dynamic(self, hidden: torch.Tensor, stream: torch.Tensor, *, topk: int,
+                     steps: int) -> torch.Tensor:
+        """Where the true path stands in the dynamic candidate pool at every position
+        (:func:`~treeopt.drafters.eagle_growth.dynamic_ranks`), through the one module."""
+        return dynamic_ranks(self._one_module("dynamic trees"), hidden, stream, topk=topk,
+                             steps=steps)
+
+    def _one_module(self, what: str) -> MtpStage:
+        """The drafter's one module; a drafter of several is refused ``what``, naming why."""
+        if len(self.mtp) != 1:
+            raise TreeoptError(f"{what} of an MTP drafter run one module, as SGLang's NEXTN "
+                               f"does; this drafter has {len(self.mtp)} (num_layers)")
+        return self.stage(0)
 
     def _catch_up(self, state: EagleState) -> torch.Tensor:
         """Feed the queued entries through every module; depth 0's output at each row's last."""
