@@ -46,7 +46,9 @@ order among equal counts follows the history of increments (``_increment_count``
 are ordered by token id, so a node's order is a function of its counts. Probabilities are
 computed in double precision (Arctic: float32), which can only differ at a probability within
 float32 rounding of ``min_token_prob``. The choice between trees and match lengths uses the
-path scores also for treeopt's branching trees.
+path scores also for treeopt's branching trees. A finished request's cached response is exactly
+its output (cut at the budget and EOS); vLLM adds each step's sampled tokens as it proposes,
+which may leave there the few tokens a last step sampled past the stop.
 """
 
 from __future__ import annotations
