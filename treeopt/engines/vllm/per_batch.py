@@ -8,7 +8,8 @@ rows that are not positive, ``lo > hi``, a negative K, overlapping rows or a fir
 starting at 1; it fills a dense table for batch sizes 1 … ``max_num_seqs``: a row's K over its
 range, a gap and everything above the last row carry the row before, every K capped at
 ``num_speculative_tokens``. (Main also takes 5-item rows with context ranges; treeopt writes
-3-item rows.)
+3-item rows.) tests/test_engine_wheels.py runs :func:`check_rows` and :class:`BatchTable` against
+the 0.33.0 wheel's own two functions.
 
 The profiler rule (vllm/v1/spec_decode/dynamic/generate_config.py at
 116e76b5f78ff176f834811fbe93d5b1f33c78c7 measures; ``DynamicSpeculativeDecodingManager`` in
