@@ -80,7 +80,13 @@ class MtpBlock(DecoderLayer):
 
 
 class MtpModule(nn.Module):
-    """One MTP module: ``enorm``, ``hnorm``, ``eh_proj`` (2h → h, no bias) and its block."""
+    """One MTP module: ``enorm``, ``hnorm``, ``eh_proj`` (2h → h, no bias) and its block.
+
+    >>> cfg = HeadsConfig(kind="mtp", num_heads=2, hidden_size=8, vocab_size=16,
+    ...                   share_lm_head=True, attention_heads=2)
+    >>> sorted(k for k in MtpModule(cfg).state_dict() if not k.startswith("block."))
+    ['eh_proj.weight', 'enorm.weight', 'hnorm.weight']
+    """
 
     def __init__(self, cfg: HeadsConfig) -> None:
         super().__init__()
@@ -145,7 +151,14 @@ class MtpDrafter(EagleDrafter):
         return cls(cfg, lm_head=lm_head, embeddings=embeddings)
 
     def stage(self, depth: int) -> MtpStage:
-        """The module that runs ``depth`` (0: the first, from the base model's features)."""
+        """The module that runs ``depth`` (0: the first, from the base model's features): module
+        ``depth mod num_layers``.
+
+        >>> d = MtpDrafter(HeadsConfig(kind="mtp", num_heads=4, hidden_size=8, vocab_size=16,
+        ...                            num_layers=2, share_lm_head=True, attention_heads=2))
+        >>> [next(i for i, m in enumerate(d.mtp) if m is d.stage(k).module) for k in range(4)]
+        [0, 1, 0, 1]
+        """
         return MtpStage(self, self.mtp[depth % len(self.mtp)])
 
     def stages(self) -> list[MtpStage]:
