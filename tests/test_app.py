@@ -95,7 +95,7 @@ def test_data_page_lists_the_demo_trace_sizes(demo):
     assert [t.value for t in at.title] == ["Data"]
     assert [s.value for s in at.subheader] == ["demo"]
     items = [m.value for m in at.markdown if m.value.startswith("- **")]
-    assert items == [f"- **{kind}**: {demo.traces[kind].heads} heads, "
+    assert items == [f"- **{kind}**: drafts {demo.traces[kind].heads} deep, "
                      f"{demo.traces[kind].positions:,} calibration positions; held-out trace of "
                      f"{demo.heldout_traces[kind].positions:,} positions" for kind in demo.kinds]
 
@@ -114,7 +114,7 @@ def test_data_page_shows_bad_uploads_as_errors_and_loads_good_ones():
     at.run()
     assert_clean(at)
     assert [s.value for s in at.success] == ["Loaded vicuna.csv."]
-    assert "- **vicuna**: 2 heads, accuracy table" in [m.value for m in at.markdown]
+    assert "- **vicuna**: drafts 2 deep, accuracy table" in [m.value for m in at.markdown]
     with pytest.raises(TreeoptError, match="expected a rank trace"):  # the uploader refuses it
         dataset_from_upload("bad.txt", b"0.5")
     # the other pages now work on the uploaded table (independent model)

@@ -12,7 +12,7 @@ from treeopt.workbench.datasets import calibrate_local, demo_dataset
 
 def test_the_real_models_demo_is_described_by_its_model_and_drafters():
     data = demo_dataset(load("data/smollm2", with_model=False))
-    assert data.name == "demo smollm2"
+    assert data.name == "smollm2"
     assert set(data.sources) == {"prompt-lookup", "ngram-trie"}
     assert "smollm2-135m-instruct (pretrained)" in data.description
     assert "Medusa" not in data.description and "heads" not in data.description

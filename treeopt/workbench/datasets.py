@@ -125,7 +125,7 @@ def demo_dataset(demo: Demo) -> Dataset:
     positions = ", ".join(f"{k} {t.positions:,}" for k, t in demo.traces.items())
     temps = ", ".join(f"{t:g}" for t in demo.temperatures)
     sampled = f"; sampled at T = {temps} too" if temps else ""
-    return Dataset(f"demo {demo.paths.root.name}", dict(demo.traces),
+    return Dataset(demo.paths.root.name, dict(demo.traces),
                    held_out=dict(demo.heldout_traces),
                    description=f"shipped demo on {base_model_name(demo.manifest)}: greedy rank "
                                f"traces of its drafters on the calibration prompts (positions: "
