@@ -348,8 +348,9 @@ def demo_overview(demo: Demo, *,
     table = demo.latency
     path = demo.paths.dynamic_selection(table.stem if table else "cpu")
     doc = read_tagged_json(path, FORMAT) if path.exists() else None
-    return overview(evidence, dynamic=doc, root=demo.paths.root,
-                    dynamic_source=demo.paths.inside(path))
+    source = (demo.paths.inside(path) if path.is_relative_to(demo.paths.root)
+              else path.as_posix())  # a selection made elsewhere is named where it is
+    return overview(evidence, dynamic=doc, root=demo.paths.root, dynamic_source=source)
 
 
 def _size(size: int, max_depth: int | None) -> str:
