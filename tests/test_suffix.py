@@ -200,3 +200,16 @@ def test_the_cli_calibrates_grows_and_verifies_suffix_decoding(tiny_model_dir, p
     proc = run("calibrate", "--model", tiny_model_dir, "--drafter", "suffix:match=3",
                "--prompts", prompts_file, "--out", tmp_path / "o.npz")
     assert_user_error(proc, "suffix:match=3", "'match=3' is not one of")
+
+
+def test_the_kinds_with_a_request_cache_are_those_that_rank_requests_in_order():
+    from treeopt.decoding.drafter import Drafter
+    from treeopt.drafters.heads import drafter_class
+    from treeopt.drafters.kinds import KINDS
+
+    methods = ("request_cache", "rank_requests", "remember_requests", "finish")
+    for kind in KINDS.values():
+        cls = drafter_class(kind)
+        own = [m for m in methods if getattr(cls, m) is not getattr(Drafter, m)]
+        assert own == (list(methods) if kind.request_cache else []), kind.name
+    assert [k for k, kind in KINDS.items() if kind.request_cache] == ["suffix"]
