@@ -147,6 +147,7 @@ def cmd_select(args: argparse.Namespace) -> int:
                       context=args.context, depth_caps=args.max_depths, trace=trace)
     if (note := per_step_note(selection)) is not None:
         print(f"note: {note}", file=sys.stderr)
+    _print_per_batch_k(selection)
     if not dynamic:
         return emit(selection.to_json(), args.out)
     from treeopt.dynamic.report import dynamic_selection
@@ -159,6 +160,22 @@ def cmd_select(args: argparse.Namespace) -> int:
                                   draft_tokens=args.draft_tokens,
                                   sources={str(k): dynamic_files[k][0] for k in dynamic}),
                 args.out)
+
+
+def _print_per_batch_k(selection: Any) -> None:
+    """vLLM's per-batch K by treeopt's table and by vLLM's profiler rule, per context, on
+    stderr (a chain drafter's selection; the file holds them under each schedule)."""
+    from treeopt.pricing.per_batch_k import table_text
+    from treeopt.pricing.selection import schedule
+
+    if selection.chains is None:
+        return
+    for context in selection.contexts:
+        section = schedule(selection, context=context).get("vllm_per_batch") or {}
+        if "refused" in section:
+            print(f"vLLM per-batch K, context {context}: {section['refused']}", file=sys.stderr)
+        elif section:
+            print(table_text(section), file=sys.stderr)
 
 
 def cmd_choose_drafter(args: argparse.Namespace) -> int:

@@ -57,6 +57,9 @@ class DrafterKind:
     (suffix decoding's global tree, :mod:`treeopt.drafters.suffix_tree`), so a trace depends on
     the order of the requests: calibration ranks them in order through one cache
     (``Drafter.rank_requests``) and a live run carries its cache from request to request.
+    ``chain_method``: the method name of vLLM's ``--speculative-config`` that drafts its chains
+    (``ngram``, ``suffix``, ``mtp``, ``eagle``, ``eagle3``, ``draft_model``), which
+    :mod:`treeopt.engines.vllm` maps to that method's config; empty where vLLM drafts none.
     """
 
     name: str
@@ -84,6 +87,7 @@ class DrafterKind:
     match_types: tuple[str, ...] = ()  # the trie's orders of children its match_type may name
     demo_stage: str = ""  # the demo build's stage that makes it: "heads", "drafters" or none
     request_cache: bool = False  # drafts from earlier requests' outputs too: traces keep order
+    chain_method: str = ""  # vLLM's method name of its chains (ngram, suffix, mtp, …); "": none
 
 
 TRIE_MATCH_TYPES: tuple[str, ...] = ("bfs", "prob")  # the n-gram trie's orders of children
@@ -102,28 +106,30 @@ KINDS: dict[str, DrafterKind] = {
                          implementation="treeopt.drafters.eagle:EagleDrafter",
                          draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
                          base_lm_head=True, dynamic=True, fc_inputs=2, fc_bias=True,
-                         engine_draft="eagle", position="depth", demo_stage="drafters"),
+                         engine_draft="eagle", position="depth", demo_stage="drafters",
+                         chain_method="eagle"),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
                           implementation="treeopt.drafters.eagle3:Eagle3Drafter",
                           draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
                           fused_layers=3, dynamic=True, fc_inputs=3, engine_draft="eagle3",
-                          position="depth"),
+                          position="depth", chain_method="eagle3"),
     "mtp": DrafterKind("mtp", "MTP drafter", per_depth=True, reads_path=True,
                        implementation="treeopt.drafters.mtp:MtpDrafter", draft_formula="mtp",
                        demo_layers=("eagle_layers",), min_layers=1, base_lm_head=True,
-                       dynamic=True, engine_draft="mtp", position="depth"),
+                       dynamic=True, engine_draft="mtp", position="depth", chain_method="mtp"),
     "draft-model": DrafterKind("draft-model", "Draft model", per_depth=True, reads_path=True,
                                implementation="treeopt.drafters.draft_model:DraftModel",
                                draft_formula="draft-model",
                                demo_layers=("draft_model_layers",), reads_features=False,
-                               trained=False, position="depth", demo_stage="drafters"),
+                               trained=False, position="depth", demo_stage="drafters",
+                               chain_method="draft_model"),
     "prompt-lookup": DrafterKind("prompt-lookup", "Prompt lookup", per_depth=False,
                                  reads_path=False,
                                  implementation="treeopt.drafters.prompt_lookup:PromptLookup",
                                  draft_formula="lookup", demo_layers=(), reads_features=False,
                                  trained=False, engine_draft="ngram", position="depth",
                                  chain=True, lookup=True, max_match="max_n",
-                                 demo_stage="drafters"),
+                                 demo_stage="drafters", chain_method="ngram"),
     "ngram-trie": DrafterKind("ngram-trie", "N-gram trie", per_depth=False, reads_path=False,
                               implementation="treeopt.drafters.trie_drafter:TrieDrafter",
                               draft_formula="lookup", demo_layers=(), reads_features=False,
@@ -134,7 +140,8 @@ KINDS: dict[str, DrafterKind] = {
                           implementation="treeopt.drafters.suffix:SuffixDrafter",
                           draft_formula="lookup", demo_layers=(), reads_features=False,
                           trained=False, engine_draft="suffix", position="depth", lookup=True,
-                          max_match="max_tree_depth", request_cache=True),
+                          max_match="max_tree_depth", request_cache=True,
+                          chain_method="suffix"),
 }
 HYBRID_SUFFIX = "+lookup"
 
@@ -146,7 +153,7 @@ def _hybrid(model: DrafterKind) -> DrafterKind:
                    title=f"{model.title} + prompt lookup",
                    implementation="treeopt.drafters.hybrid:HybridDrafter", trained=False,
                    dynamic=False, engine_draft="hybrid", lookup=True, hybrid=True,
-                   max_match="max_n", demo_stage="")
+                   max_match="max_n", demo_stage="", chain_method="")
 
 
 KINDS.update({k.name + HYBRID_SUFFIX: _hybrid(k) for k in list(KINDS.values()) if not k.lookup})

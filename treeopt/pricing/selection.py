@@ -5,7 +5,9 @@ File: ``"format": "treeopt.selection/1"``: ``formula``, ``growth`` (with ``accep
 E[L] was priced, and ``per_step_greedy``: the size of the per-step greedy growth priced and the
 sizes at which it accepts more per step than the growth order), ``latency``, ``draft``,
 ``depth_caps``, ``points`` (one per (batch, context), each naming its tree's ``family``), ``stops_paying`` (per context, the first
-batch size at which no tree beats autoregressive decoding) and ``schedules`` (per context).
+batch size at which no tree beats autoregressive decoding), ``schedules`` (per context) and,
+for a drafter vLLM drafts chains of, ``chains`` (:class:`~treeopt.pricing.chains.ChainTable`:
+every (batch, context)'s chains priced, from which each schedule's ``vllm_per_batch`` is made).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER
 from treeopt.model.tree import Tree
+from treeopt.pricing.chains import ChainTable, chain_method
 from treeopt.pricing.contexts import pick_context
+from treeopt.pricing.per_batch_k import vllm_per_batch
 
 SELECTION_FORMAT = "treeopt.selection/1"
 FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead(b, |T|+1, depth(T)))"
@@ -157,6 +161,7 @@ class Selection:
     depth_caps: tuple[int | None, ...]
     points: tuple[Point, ...]
     source: str = field(default="selection", compare=False)  # the file it was read from
+    chains: ChainTable | None = None  # a chain drafter's chains, priced at every point
 
     @property
     def batches(self) -> list[int]:
@@ -206,7 +211,8 @@ class Selection:
                 "depth_caps": list(self.depth_caps),
                 "points": [p.to_json() for p in self.points],
                 "stops_paying": self.stops_paying(),
-                "schedules": [schedule(self, context=s) for s in self.contexts]}
+                "schedules": [schedule(self, context=s) for s in self.contexts],
+                **({"chains": self.chains.to_json()} if self.chains is not None else {})}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], *, source: str = "selection") -> Selection:
@@ -222,10 +228,12 @@ class Selection:
             raise TreeoptError(f"{source}: missing '{missing[0]}'")
         blocks = (dict(mapping(doc.get(k, {}), f"{source}: '{k}'"))
                   for k in ("growth", "latency", "draft", "overhead"))
+        chains = (ChainTable.from_json(doc["chains"], where=f"{source}: chains")
+                  if doc.get("chains") is not None else None)
         selection = cls(*blocks, tuple(caps),
                         tuple(Point.from_json(p, where=f"{source}: points[{i}]")
                               for i, p in enumerate(listed(doc, "points", source))),
-                        source=source)
+                        source=source, chains=chains)
         if not selection.points:
             raise TreeoptError(f"{source}: the selection has no points")
         return selection
@@ -244,7 +252,10 @@ def schedule(selection: Selection, *, context: int,
     (:data:`treeopt.engines.trtllm.schedule.READINGS`).
 
     A batch size between two swept ones uses the tree of the next larger swept size (larger
-    batches favour smaller trees); above the largest swept size speculation is off.
+    batches favour smaller trees); above the largest swept size speculation is off. For a
+    drafter vLLM drafts chains of (with the selection's ``chains``), ``vllm_per_batch`` holds
+    vLLM's per-batch K by treeopt's rule and by vLLM's profiler rule
+    (:func:`treeopt.pricing.per_batch_k.vllm_per_batch`).
     """
     pts = sorted((p for p in selection.points if p.context == context), key=lambda p: p.batch)
     if not pts:
@@ -261,16 +272,30 @@ def schedule(selection: Selection, *, context: int,
         lo = p.batch + 1
     unswept = f"batches above {pts[-1].batch} were not swept, so speculation is off there"
     drafter = selection.growth.get("drafter") or {}
+    chains = _chains(selection, drafter, pts, context)
     lookup, trie = recorded_lookup(drafter), recorded_trie(drafter)
     if lookup is not None or trie is not None:  # an n-gram drafter: its n-gram settings
         lengths = lookup or (1, 1)  # a trie's trees need no n-gram lengths
         forms = lookup_schedule(ranges, min_n=lengths[0], max_n=lengths[1], trie=trie,
                                 reading=reading)
-        return {"context": context, "ranges": ranges, **forms,
+        return {"context": context, "ranges": ranges, **forms, **chains,
                 "note": f"{forms['note']}; {unswept}"}
     rows = [(r["min_batch"], r["max_batch"], r["size"]) for r in ranges]
     return {"context": context, "ranges": ranges, **per_batch_forms(rows, reading=reading),
-            "note": f"draft length = tree nodes (tokens drafted per step); {unswept}"}
+            **chains, "note": f"draft length = tree nodes (tokens drafted per step); {unswept}"}
+
+
+def _chains(selection: Selection, drafter: dict[str, Any], pts: list[Point],
+            context: int) -> dict[str, Any]:
+    """``vllm_per_batch`` at ``context`` where the selection priced a chain drafter's chains
+    (refused in one line where it cannot be made), else nothing."""
+    if selection.chains is None or not chain_method(drafter):
+        return {}
+    try:
+        return {"vllm_per_batch": vllm_per_batch(selection.chains, drafter, context=context,
+                                                 picks={p.batch: p.best_size for p in pts})}
+    except TreeoptError as exc:
+        return {"vllm_per_batch": {"refused": str(exc)}}
 
 
 def check_same_setup(selections: list[Selection]) -> None:

@@ -23,8 +23,8 @@ from treeopt.pricing.costs import (
     StepLatency,
     step_costs,
 )
-from treeopt.pricing.throughput import select
 from treeopt.pricing.selection import Selection
+from treeopt.pricing.throughput import select
 
 if TYPE_CHECKING:
     from treeopt.roofline import Hardware, ModelConfig, Precision

@@ -31,6 +31,7 @@ from treeopt.model.simulation import nested_step_means, simulate
 from treeopt.model.step_growth import GROWTH_ORDER, PER_STEP_GREEDY, grow_per_step
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Path, Tree
+from treeopt.pricing.chains import chain_method, drafter_record, price_chains
 from treeopt.pricing.costs import (
     NO_DRAFT,
     NO_OVERHEAD,
@@ -161,7 +162,9 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
     stops paying (:meth:`~treeopt.pricing.selection.Selection.stops_paying`). With ``trace`` (one
     that records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
     ``search_per_step``, the per-step greedy growth's trees are priced too; without it, the
-    per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L]."""
+    per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L].
+    For a drafter vLLM drafts chains of, the chains are priced beside the trees
+    (:func:`treeopt.pricing.chains.price_chains`)."""
     if trace is not None and "sequence_positions" not in trace.meta:
         raise FieldError("trace", "lacks 'sequence_positions', which per-step E[L] needs "
                          "(recorded by treeopt calibrate)")
@@ -181,14 +184,18 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
                                         "better_at": _greedy_gains(greedy, families)}}
         families.append(greedy)
     points = tuple(_point(families, verify, draft, overhead, b, s) for b in batch for s in context)
+    drafter = drafter_record(growth)
+    chains = (price_chains(growth, verify, batch=batch, context=context, draft=draft,
+                           overhead=overhead, trace=trace) if chain_method(drafter) else None)
     return Selection(
         growth={"method": growth.method, "max_nodes": growth.max_nodes,
                 "constraint": growth.constraint,
                 "acceptance": _acceptance(growth, caps, trace), **searched,
-                **({"drafter": growth.drafter} if growth.drafter else {})},
+                **({"drafter": drafter} if drafter else {})},
         latency={"source": verify.source, **verify.meta},
         draft={"kind": draft.kind, "source": draft.source},
-        overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points)
+        overhead={"source": overhead.source}, depth_caps=tuple(caps), points=points,
+        chains=chains)
 
 
 def per_step_note(selection: Selection) -> str | None:

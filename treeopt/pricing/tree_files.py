@@ -14,6 +14,7 @@ from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_text
 from treeopt.model.growth import Growth
 from treeopt.model.tree import Tree
+from treeopt.pricing.chains import drafter_record
 from treeopt.pricing.selection import Selection
 
 
@@ -56,13 +57,14 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
 
 def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What a growth or selection file records of the drafter its trees were grown for
-    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.model.growth.Growth.drafter`); empty
-    for any other tree file."""
+    (``kind``, ``checkpoint``, ``depth``; see :attr:`treeopt.model.growth.Growth.drafter`, and
+    the heads' ``num_layers``: :func:`treeopt.pricing.chains.drafter_record`); empty for any
+    other tree file."""
     p = FilePath(path)
     text = read_text(p, expected="a text file holding a tree")
     kind = file_kind(text)
     if kind == "growth":
-        return Growth.from_json(_json(text, p), source=str(p)).drafter
+        return drafter_record(Growth.from_json(_json(text, p), source=str(p)))
     if kind == "selection":
         recorded = _json(text, p).get("growth", {}).get("drafter")
         return dict(recorded) if isinstance(recorded, dict) else {}
