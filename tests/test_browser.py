@@ -224,41 +224,76 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
         context.close()
 
 
-def test_a_newcomer_exports_the_pick_at_every_batch_size(app_url, browser):
-    """Overview → "Use this tree" → Export, for each batch size's pick: the page names the
-    choice, and every engine tab holds a file or one line saying why not (0 blank tabs)."""
+FOLLOWING = ["Trees", "Hardware", "Live", "Export", "Verify"]  # the pages the pick follows to
+
+
+def choose_demo(page, name: str) -> None:
+    """Choose demo ``name`` (a folder of data/) in the sidebar's chooser, as a person would, and
+    wait for the Overview to name its base model."""
+    from treeopt.demo.layout import default_root, demo_root
+    from treeopt.files import read_json
+    from treeopt.workbench.demos import DemoEntry, base_model_name
+
+    root = demo_root(name)
+    if root == default_root():  # the app opens on it
+        return
+    base = base_model_name(read_json(root / "manifest.json"))
+    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').click()
+    page.get_by_role("option", name=DemoEntry(root.name, root, base).label).click()
+    page.get_by_text(base, exact=False).first.wait_for(timeout=90_000)
+
+
+@pytest.mark.parametrize("demo_name", ["demo", "smollm2"])
+def test_a_newcomer_follows_the_pick_to_every_page_at_every_batch_size(app_url, browser,
+                                                                       demo_name):
+    """Overview → "Use this tree" → Trees, Hardware, Live, Export and Verify, for each batch
+    size's pick of both shipped demos (the second chosen in the sidebar): every page names the
+    same drafter, tree and held-out figure the Overview confirmed, and on Export every engine
+    tab holds a file or one line saying why not (0 blank tabs)."""
+    from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
-    from treeopt.workbench.numbers import nodes_text
     from treeopt.workbench.overview import demo_overview
 
-    view = demo_overview(load(with_model=False))
+    view = demo_overview(load(demo_root(demo_name), with_model=False))
+    answers = [a for a in view.answers if a.tree.size]
+    assert answers, f"{demo_name}: the Overview recommends no tree at any batch size"
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     try:
         page.goto(app_url)
-        for i, a in enumerate(x for x in view.answers if x.tree.size):
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
+        choose_demo(page, demo_name)
+        for i, a in enumerate(answers):
             page.locator('[data-testid="stSidebarNav"] a', has_text="Overview").click()
             page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
             page.get_by_role("button", name="Use this tree").nth(i).wait_for(timeout=90_000)
             settle(page)
             page.get_by_role("button", name="Use this tree").nth(i).click()
-            page.get_by_text(f"Chosen: {a.drafter} · select's pick").wait_for(timeout=60_000)
+            confirmed = page.get_by_text(f"Chosen: {a.drafter} · select's pick")
+            confirmed.wait_for(timeout=60_000)
+            said = confirmed.inner_text().removeprefix("Chosen: ").split(". Trees,")[0]
+            assert f"at batch {a.batch} · " in said and f"{a.tree.size} node" in said
             if i == 0:
                 settle(page)
-                screenshot(page, "overview-chosen")
+                screenshot(page, f"{demo_name}-overview-chosen")
+            for name in FOLLOWING:
+                page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
+                page.get_by_role("heading", name=name, level=1).wait_for(timeout=60_000)
+                settle(page)
+                where = f"{demo_name} {name} at batch {a.batch}"
+                assert_no_failure(page, where)
+                assert said in page.inner_text("body"), where
+            tabs = page.get_by_role("tab")  # Export's engine tabs (Verify has none)
             page.locator('[data-testid="stSidebarNav"] a', has_text="Export").click()
             page.get_by_role("heading", name="Export", level=1).wait_for(timeout=60_000)
             settle(page)
-            assert_no_failure(page, f"Export at batch {a.batch}")
-            assert f"at batch {a.batch} · {nodes_text(a.tree.size)}" in page.inner_text("body")
-            tabs = page.get_by_role("tab")
             assert tabs.count() > 0
             for t in range(tabs.count()):
                 tabs.nth(t).click()
                 panel = page.locator('[role="tabpanel"]:not([hidden])')
                 shown = (panel.locator('[data-testid="stCode"]').count()
                          + panel.locator('[data-testid="stAlert"]').count())
-                assert shown >= 1, (a.batch, tabs.nth(t).inner_text())
-            screenshot(page, f"export-batch{a.batch}")
+                assert shown >= 1, (demo_name, a.batch, tabs.nth(t).inner_text())
+            screenshot(page, f"{demo_name}-export-batch{a.batch}")
     finally:
         context.close()
