@@ -1,6 +1,6 @@
 """Export: a tree in the forms each engine reads for the drafter it was grown for — tree formats
 for a model drafter, n-gram settings for prompt lookup and the n-gram trie, dynamic and adaptive
-settings for EAGLE — each engine's rules checked as its own code applies them. The tree is the
+settings for EAGLE, chain configs for MTP and suffix decoding — each engine's rules checked as its own code applies them. The tree is the
 chosen one (the Overview's pick until another is chosen), or the pick of a selection file at a
 batch size (``treeopt select --out selection.json``)."""
 
@@ -17,6 +17,7 @@ from treeopt.drafters.kinds import KINDS, engine_draft
 from treeopt.workbench.adaptive import WORKLOADS
 from treeopt.workbench.export_tabs import (
     ExportTab,
+    chain_tabs,
     describe,
     dynamic_tabs,
     lookup_tabs,
@@ -62,7 +63,7 @@ if kind is not None and kind.hybrid:
     st.stop()
 with page_errors():
     st.write(describe(tree, drafter))
-    tabs: list[ExportTab] = lookup_tabs(tree, drafter)
+    tabs: list[ExportTab] = lookup_tabs(tree, drafter) or chain_tabs(tree, drafter)
 if not tabs:
     c1, c2, c3 = st.columns([1, 1, 2])
     heads_needed = max(tree.depth, drafter.get("depth") or 1, 1)

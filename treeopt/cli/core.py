@@ -9,6 +9,8 @@ from typing import Any
 
 from treeopt.cli.common import add_out, emit
 from treeopt.drafters.kinds import KINDS, engine_draft
+from treeopt.engines.chain_forms import EXTENSIONS as CHAIN_EXTENSIONS
+from treeopt.engines.chain_forms import chain_notes, export_chain, exports_chains
 from treeopt.engines.forms import EXTENSIONS, export
 from treeopt.engines.lookup import (
     LOOKUP_FORMATS,
@@ -27,6 +29,7 @@ from treeopt.model.growth import CONSTRAINTS, Growth, grow
 from treeopt.model.simulation import simulate
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
+from treeopt.pricing.chains import chain_method
 from treeopt.pricing.contexts import pick_context
 from treeopt.pricing.selection import Selection, schedule
 from treeopt.pricing.tree_files import file_kind, is_selection_file, load_tree_arg, recorded_drafter
@@ -233,7 +236,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     notes = _notes(args)
     if args.schedule_dir:
         return _export_schedule(args)
-    text = _export_text(_tree(args), args)
+    tree = _tree(args)
+    text = _export_text(tree, args)
+    if args.chain is not None:
+        notes = chain_notes(args.chain[0], args.target, tree)
     if args.out:
         write_text_atomic(args.out, text)
         print(f"wrote {args.out}", file=sys.stderr)
@@ -246,6 +252,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _notes(args: argparse.Namespace) -> tuple[str, ...]:
     """What a user must know beside the exported text; an unknown target is refused."""
+    if args.chain is not None:
+        return chain_notes(args.chain[0], args.target, Tree(()))
     if args.draft == NGRAM:
         trie = getattr(args, "trie", None) is not None
         return TRIE_NOTES if trie else lookup_form(args.target).notes(args.min_n)
@@ -257,13 +265,22 @@ def _notes(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _fill_drafter(args: argparse.Namespace) -> None:
     """Defaults of --draft, --speculative-model and --num-heads from the drafter a growth or
-    selection --tree records (flags given win)."""
+    selection --tree records (flags given win); a drafter the engines run as chains (MTP,
+    suffix decoding: :func:`treeopt.engines.chain_forms.exports_chains`) sets ``args.chain``
+    (its vLLM method and record) and takes no --draft."""
     recorded = recorded_drafter(args.tree)
     hybrid = KINDS.get(str(recorded.get("kind") or ""))
     if hybrid is not None and hybrid.hybrid:
         raise TreeoptError(f"{args.tree} was grown for a hybrid ({hybrid.title}): no engine "
                            "verifies one tree of a drafter's and n-gram candidates (see "
                            "docs/drafters.md); export the drafter's own tree, or --draft ngram")
+    method = chain_method(recorded)
+    args.chain = (method, recorded) if exports_chains(method) else None
+    if args.chain is not None:
+        if args.draft is not None:
+            raise TreeoptError(f"{args.tree} was grown for a {hybrid.title.lower()}, which the "
+                               f"engines draft as chains (their own configs): leave out --draft")
+        return
     if _fill_lookup(args, recorded):
         return
     typed = engine_draft(recorded.get("kind"))  # medusa, eagle or eagle3
@@ -308,6 +325,8 @@ def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
 
 
 def _export_text(tree: Tree, args: argparse.Namespace) -> str:
+    if args.chain is not None:
+        return export_chain(args.chain[0], args.target, tree, drafter=args.chain[1])
     if args.draft == NGRAM:
         text = export_lookup(tree, args.target, min_n=args.min_n, max_n=args.max_n,
                              trie=getattr(args, "trie", None))
@@ -359,6 +378,8 @@ def _export_schedule(args: argparse.Namespace) -> int:
 
 def _extension(args: argparse.Namespace) -> str:
     """The file name ending of what --format writes."""
+    if args.chain is not None:
+        return CHAIN_EXTENSIONS.get(args.target, "txt")
     if args.draft == NGRAM:
         return lookup_form(args.target).extension
     return EXTENSIONS.get(args.target, "txt")

@@ -8,6 +8,8 @@ this tree, one line saying why. The drafter's kind decides the forms
 | prompt lookup        | each engine's n-gram settings (vLLM, SGLang, TensorRT-LLM, HF)       |
 | n-gram trie          | SGLang's NGRAM trie flags; a chain also as the other engines' n-gram |
 |                      | settings (their n-gram drafters draft chains by prompt lookup)      |
+| MTP, suffix decoding | each engine's chain config (vLLM ``mtp`` / ``suffix``, TensorRT-LLM |
+|                      | MTP / SA, SGLang NEXTN: :mod:`treeopt.engines.chain_forms`)          |
 | a model drafter      | each engine's tree format (:data:`treeopt.engines.registry.ENGINES`)|
 | EAGLE, beside those  | ``select --dynamic``'s engine settings and SGLang's tuned adaptive  |
 |                      | config, where the demo ships them                                   |
@@ -25,6 +27,7 @@ from typing import Any
 
 from treeopt.drafters.kinds import KINDS
 from treeopt.drafters.ngram import LookupRule
+from treeopt.engines import chain_forms
 from treeopt.engines.forms import EXTENSIONS, export
 from treeopt.engines.lookup import (
     FORMS,
@@ -38,6 +41,7 @@ from treeopt.engines.sglang.adaptive import ADAPTIVE_TAB
 from treeopt.engines.sglang.flags import TRIE_NOTES
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
+from treeopt.pricing.chains import chain_method
 from treeopt.workbench.numbers import nodes_text
 
 MODEL_FLAG = "speculative-model"  # export's flag of the EAGLE checkpoint (treeopt's own)
@@ -90,6 +94,9 @@ def describe(tree: Tree, drafter: Mapping[str, Any]) -> str:
                 "prompt lookup.")
     kind = KINDS.get(str(drafter.get("kind") or ""))
     title = kind.title if kind is not None else "The tree"
+    if chain_forms.exports_chains(chain_method(drafter)) and tree.size:
+        return (f"{title}: the engines draft its chains, of {chain_forms.chain_k(tree)} tokens "
+                f"for this tree of {nodes_text(tree.size)}: each engine's config for it.")
     return (f"{title}: a tree of {nodes_text(tree.size)}, depth {tree.depth}, in each "
             "engine's tree format.")
 
@@ -129,6 +136,23 @@ def lookup_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
         out.append(_tab(LOOKUP_TITLES[form.format], engine, name, language, notes,
                         lambda f=form.format: export_lookup(tree, f, min_n=min_n, max_n=max_n)))
     return sorted(out, key=lambda t: t.text is None)  # the engines that run it first
+
+
+def chain_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
+    """The tabs of a drafter the engines run as chains (MTP, suffix decoding), those that
+    export first; empty for any other drafter."""
+    method = chain_method(drafter)
+    if not chain_forms.exports_chains(method):
+        return []
+    out = []
+    for fmt in chain_forms.CHAIN_FORMATS:
+        ext = chain_forms.EXTENSIONS[fmt]
+        out.append(_tab(chain_forms.TITLES[fmt], chain_forms.ENGINE_TEXT[(method, fmt)],
+                        f"{method}_{tree.size}_{fmt}.{ext}", None if ext == "txt" else ext,
+                        chain_forms.chain_notes(method, fmt, tree),
+                        lambda f=fmt: chain_forms.export_chain(method, f, tree,
+                                                               drafter=drafter)))
+    return sorted(out, key=lambda t: t.text is None)
 
 
 def tree_tabs(tree: Tree, *, num_heads: int, draft: str, speculative_model: str | None,
@@ -190,5 +214,5 @@ def _tab(title: str, engine: str, file_name: str, language: str | None,
     return ExportTab(title, engine, text.rstrip("\n"), None, file_name, language, notes)
 
 
-__all__ = ["LOOKUP_TITLES", "TREE_TITLES", "ExportTab", "describe", "dynamic_tabs",
+__all__ = ["LOOKUP_TITLES", "TREE_TITLES", "ExportTab", "chain_tabs", "describe", "dynamic_tabs",
            "lookup_tabs", "tree_tabs"]
