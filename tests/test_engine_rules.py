@@ -270,8 +270,12 @@ TARGETS = [("trtllm", "medusa"), ("trtllm", "eagle"), ("trtllm-yaml", "medusa"),
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(grown_trees(), rank_trees(), deep_contiguous_trees()))
 def test_accepted_iff_the_engine_builds_it(tree):
+    replayed: dict[tuple[str, str], bool | None] = {}  # one replay per runtime drafter
     for fmt, draft in TARGETS:
-        exact = builds_exactly(tree, fmt, draft)
+        runtime = (fmt, draft) if (fmt, draft) == ("trtllm-yaml", "eagle") else ("cpp", draft)
+        if runtime not in replayed:
+            replayed[runtime] = builds_exactly(tree, fmt, draft)
+        exact = replayed[runtime]
         if exact is None:  # more orders of equal keys than are replayed: refused, and why
             assert any("more than treeopt replays" in p
                        for p in engine_problems(tree, fmt, draft=draft)), (fmt, draft)

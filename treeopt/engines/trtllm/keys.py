@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import permutations, product
 from math import factorial, prod
 
@@ -117,7 +118,17 @@ def built_paths(order: list[list[Path]], *, eagle1: bool) -> list[Path | None]:
 
 
 def cpp_difference(tree: Tree, *, eagle1: bool) -> Difference | None:
-    """How the runtime's tree differs from ``tree`` in some order of equal keys (None: never)."""
+    """How the runtime's tree differs from ``tree`` in some order of equal keys (None: never).
+
+    Remembered per tree: the formats that reach the C++ runtime (the run script, the Triton
+    backend, MedusaDecodingConfig) ask it of one tree in turn, and a tree with many equal keys
+    replays thousands of orders."""
+    return _difference(tree.paths, eagle1)
+
+
+@lru_cache(maxsize=256)
+def _difference(paths: tuple[Path, ...], eagle1: bool) -> Difference | None:
+    tree = Tree.from_choices(paths)
     levels = _levels(tree)
     for order in sort_orders(tree):
         built = built_paths(order, eagle1=eagle1)
