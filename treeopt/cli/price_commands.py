@@ -126,8 +126,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import NO_OVERHEAD
-    from treeopt.pricing.throughput import check_grid, per_step_note
     from treeopt.pricing.sources import costs_of_profile, price
+    from treeopt.pricing.throughput import check_grid, per_step_note
 
     check_grid(args.batch or (), args.context or (), names=("--batch", "--context"))
     growth = Growth.load(args.growth)
@@ -158,7 +158,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     return emit(dynamic_selection(dynamic, verify=verify, draft=draft, overhead=overhead,
                                   static=selection, topks=args.topk, steps=args.steps,
                                   draft_tokens=args.draft_tokens,
-                                  sources={str(k): dynamic_files[k][0] for k in dynamic}),
+                                  sources={str(k): dynamic_files[k][0] for k in dynamic},
+                                  attention=select_sources.model_attention(args)),
                 args.out)
 
 

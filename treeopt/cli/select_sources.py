@@ -55,6 +55,24 @@ def dynamic_profile(args: argparse.Namespace) -> Any:
     return profile
 
 
+def model_attention(args: argparse.Namespace) -> str | None:
+    """The target model's attention (``full``, ``mla``, ``sliding-window``) from the config.json
+    of --model DIR or --config FILE, or None where neither is given (--preset names a shape,
+    not a checkpoint's attention)."""
+    from pathlib import Path
+
+    from treeopt.engines.trtllm.configs import attention_kind
+    from treeopt.files import read_json
+
+    model, config = getattr(args, "model", None), getattr(args, "config", None)
+    path = Path(model) / "config.json" if model else Path(config) if config else None
+    if path is None:
+        return None
+    doc = read_json(path)
+    require(isinstance(doc, dict), f"{path}: a model config.json holds an object")
+    return attention_kind(doc)
+
+
 def step_profile(args: argparse.Namespace) -> Any:
     """The --step-profile files read and pooled (one profile), if given."""
     if not args.step_profile:

@@ -37,11 +37,23 @@ def default_grid(traces: Mapping[int, DynamicTrace], max_tokens: int, *,
                 tuple(tokens))
 
 
-def engine_settings(s: DynamicSettings) -> dict[str, Any]:
-    """Each engine's flags or config for ``s``, and what an engine would refuse or change."""
-    from treeopt.engines.dynamic_trees import ENGINES, check_dynamic, export_dynamic
+def engine_settings(s: DynamicSettings, *, attention: str | None = None) -> dict[str, Any]:
+    """Each engine's flags or config for ``s`` (SGLang's, EAGLE-2's and TensorRT-LLM's
+    EAGLE-3 dynamic tree: the same growth, top-k per level then the best draft tokens by
+    cumulative score, :mod:`treeopt.engines.dynamic_trees`), and what an engine would refuse or
+    change; ``attention`` is the target model's
+    (:func:`treeopt.engines.trtllm.configs.attention_kind`; None: not known, which a note says
+    where an engine refuses some)."""
+    from treeopt.engines.dynamic_trees import (
+        ENGINES,
+        attention_notes,
+        check_dynamic,
+        export_dynamic,
+    )
 
-    return {name: {"text": export_dynamic(s, name), "problems": check_dynamic(s, name)}
+    return {name: {"text": export_dynamic(s, name),
+                   "problems": check_dynamic(s, name, attention=attention),
+                   **({"notes": notes} if (notes := attention_notes(name, attention)) else {})}
             for name in ENGINES}
 
 
@@ -49,8 +61,10 @@ def dynamic_selection(traces: Mapping[int, DynamicTrace], *, verify: StepLatency
                       draft: DraftCost, overhead: OverheadCost, static: Selection,
                       topks: Sequence[int] | None = None, steps: Sequence[int] | None = None,
                       draft_tokens: Sequence[int] | None = None,
-                      sources: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The document, for every (batch, context) point of the ``static`` selection."""
+                      sources: Mapping[str, str] | None = None,
+                      attention: str | None = None) -> dict[str, Any]:
+    """The document, for every (batch, context) point of the ``static`` selection;
+    ``attention``: the target model's, which decides whether TensorRT-LLM runs the settings."""
     settings = default_grid(traces, verify.max_tokens, topks=topks, steps=steps,
                             draft_tokens=draft_tokens)
     points = []
@@ -66,10 +80,10 @@ def dynamic_selection(traces: Mapping[int, DynamicTrace], *, verify: StepLatency
         # Each design is priced against the autoregressive step of its own profile; comparing
         # the speed-ups cancels any drift between the two profiles' measurements of that step.
         doc["dynamic_over_static"] = choice.best.speedup / sp.speedup
-        doc["engines"] = engine_settings(choice.best.settings)
+        doc["engines"] = engine_settings(choice.best.settings, attention=attention)
         doc["grid"] = [p.to_json() for p in choice.points]
         points.append(doc)
-    return {"format": FORMAT, "traces": dict(sources or {}),
+    return {"format": FORMAT, "traces": dict(sources or {}), "attention": attention,
             "latency": {"source": verify.source, **verify.meta},
             "draft": {"kind": draft.kind, "source": draft.source},
             "overhead": {"source": overhead.source},

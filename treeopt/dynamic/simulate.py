@@ -10,6 +10,10 @@ plus every true node whose place in the s-level pool is below N − 1. A :class:
 holds that table (``treeopt.dynamic-trace/1``, an ``.npz`` read without pickle), which
 :func:`treeopt.decoding.dynamic_rank_pass.simulate_dynamic` records.
 
+The growth replayed is SGLang's EAGLE top-k tree and TensorRT-LLM's EAGLE-3 dynamic tree
+alike (:func:`treeopt.engines.trtllm.configs.eagle3_dynamic_tree_config`), so one trace prices
+both engines' settings.
+
 Two readings, as for static trees: the mean over positions (E[L] at a random position), and the
 walk, which starts at each sequence's first position and jumps by the accepted length, exactly
 as live decoding steps through the same text.

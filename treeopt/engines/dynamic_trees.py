@@ -38,6 +38,23 @@ def export_dynamic(s: DynamicSettings, engine: str, *, draft_model: str | None =
     return trtllm.eagle3_dynamic_tree_text(s, speculative_model=model)
 
 
+def attention_notes(engine: str, attention: str | None) -> list[str]:
+    """What to know where the target model's attention is not known (None) and ``engine``
+    refuses some: TensorRT-LLM's EAGLE-3 dynamic tree is not run for MLA or sliding-window
+    models (its speculative-decoding feature page, PR #13081).
+
+    >>> attention_notes("trtllm", None)
+    ["the model's attention is not known (give its config.json): TensorRT-LLM runs no EAGLE-3 dynamic tree for a model with MLA or sliding-window attention"]
+    >>> attention_notes("trtllm", "full"), attention_notes("sglang", None)
+    ([], [])
+    """
+    _check(engine)
+    if engine != "trtllm" or attention is not None:
+        return []
+    return ["the model's attention is not known (give its config.json): TensorRT-LLM runs no "
+            "EAGLE-3 dynamic tree for a model with MLA or sliding-window attention"]
+
+
 def check_dynamic(s: DynamicSettings, engine: str, *, attention: str | None = None
                   ) -> list[str]:
     """What ``engine`` would refuse or change in ``s`` (empty: it runs them as given);

@@ -198,7 +198,13 @@ def eagle3_dynamic_tree_config(s: DynamicSettings, *, speculative_model: str,
                                attention: str = "full") -> dict[str, Any]:
     """``Eagle3DecodingConfig`` with the dynamic tree (EAGLE-2's expansion, PR #13081):
     ``dynamic_tree_max_topK`` = top-k, ``max_draft_len`` = steps (the tree's depth),
-    ``max_total_draft_tokens`` = drafted nodes. ``attention`` is the target model's
+    ``max_total_draft_tokens`` = drafted nodes. Its growth per step
+    (``Eagle3OneModelDynamicTreeWorker`` in eagle3_dynamic_tree.py at 057c8a65: the root's
+    top-K, then per level the K frontier nodes' top-K children by product of probabilities, all
+    K·K kept in the history and the best K the next frontier; the best
+    ``max_total_draft_tokens`` of the history verified) is SGLang's and treeopt's, so
+    :mod:`treeopt.dynamic.simulate` prices it as it prices SGLang's settings
+    (tests/test_trtllm_dynamic_tree.py replays both rules). ``attention`` is the target model's
     (:func:`attention_kind`): TensorRT-LLM runs no dynamic tree for MLA or sliding-window models.
 
     >>> eagle3_dynamic_tree_config(DynamicSettings(4, 3, 10), speculative_model="E")
