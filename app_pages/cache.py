@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 import typing
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,7 @@ from treeopt.model.accuracy import AccuracyTable
 from treeopt.model.growth import Growth
 from treeopt.model.step_growth import StepGrowth
 from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Path
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.selection import Selection
 from treeopt.workbench.adaptive import AdaptiveReplay
@@ -97,22 +100,83 @@ def _returns_figure(fn: Callable[..., Any]) -> bool:
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
 def growth_pair(source: Source, *, max_nodes: int, max_depth: int | None,
                 max_rank: int | None, constraint: str) -> Mapping[str, Growth]:
-    """:func:`treeopt.workbench.trees.growth_pair`, computed once per source and caps."""
-    from treeopt.workbench.trees import growth_pair as build
+    """:func:`treeopt.workbench.trees.growth_pair`, computed once per source and caps (each
+    growth's per-step E[L] from :func:`step_means`)."""
+    from treeopt.model.acceptance import methods_for
 
-    return MappingProxyType(build(source, max_nodes=max_nodes, max_depth=max_depth,
-                                  max_rank=max_rank, constraint=constraint))
+    return MappingProxyType({m: _grow(source, method=m, max_nodes=max_nodes, max_depth=max_depth,
+                                      max_rank=max_rank, constraint=constraint)
+                             for m in methods_for(source)})
 
 
 @st.cache_resource(show_spinner=False, max_entries=256, hash_funcs=BY_IDENTITY)
 def grown(source: Source, *, method: Method, max_nodes: int,
           constraint: str = "none") -> Growth:
     """:func:`treeopt.model.growth.grow` with the source's own depth and ranks, computed once
-    per source, size and constraint."""
+    per source, size and constraint (its per-step E[L] from :func:`step_means`: a prefix of a
+    larger growth's walk, such as the demo's own growth's, costs nothing)."""
+    return _grow(source, method=method, max_nodes=max_nodes, constraint=constraint)
+
+
+def _grow(source: Source, *, method: Method, max_nodes: int, max_depth: int | None = None,
+          max_rank: int | None = None, constraint: str = "none") -> Growth:
+    """:func:`treeopt.model.growth.grow`'s growth, equal to it in every field but its creation
+    time: on a rank trace of nested trees, grown without the per-step walk (on the same ranks
+    without ``sequence_positions``), then given the walk from :func:`step_means`."""
     from treeopt.model.growth import grow
 
-    return grow(source, method=method, max_nodes=max_nodes,
-                constraint=constraint)  # type: ignore[arg-type]
+    walk = isinstance(source, RankTrace) and constraint != "uniform"
+    bare = (RankTrace(source.ranks, {k: v for k, v in source.meta.items()
+                                     if k != "sequence_positions"}) if walk else source)
+    growth = grow(bare, method=method, max_nodes=max_nodes, max_depth=max_depth,
+                  max_rank=max_rank, constraint=constraint)  # type: ignore[arg-type]
+    if not walk:
+        return growth
+    assert isinstance(source, RankTrace)
+    return replace(growth, meta={**growth.meta, "trace_meta": dict(source.meta)},
+                   per_step_accept_length=per_step(growth, source))
+
+
+_WALKS: dict[int, list[tuple[tuple[Path, ...], npt.NDArray[np.float64]]]] = {}
+_WALKS_LOCK = threading.Lock()
+WALKS_PER_TRACE = 32  # the walks kept per trace, the longest first
+
+
+def step_means(order: Sequence[Path], trace: RankTrace, *,
+               sizes: int) -> npt.NDArray[np.float64]:
+    """:func:`treeopt.model.simulation.nested_step_means` of the first ``sizes`` − 1 paths of
+    ``order`` on ``trace``, read-only, walked once per server: E[L] of the n-node tree depends on
+    the first n paths only, so a walk of a longer order with the same first paths answers it
+    (the Trees page's other drafters are prefixes of the demo's own growths, which the Drafters
+    page walks)."""
+    from treeopt.model.simulation import nested_step_means
+
+    key, head = identity(trace), tuple(order[:sizes - 1])
+    with _WALKS_LOCK:
+        walked = list(_WALKS.get(key, ()))
+    for done, curve in walked:
+        if len(curve) >= sizes and done[:sizes - 1] == head:
+            return curve[:sizes]
+    curve = nested_step_means(head, trace, sizes=sizes)
+    curve.setflags(write=False)
+    with _WALKS_LOCK:
+        if key not in _WALKS:
+            weakref.finalize(trace, _WALKS.pop, key, None)
+        kept = sorted([*_WALKS.get(key, ()), (head, curve)], key=lambda w: -len(w[1]))
+        _WALKS[key] = kept[:WALKS_PER_TRACE]
+    return curve
+
+
+def per_step(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64] | None:
+    """:meth:`Growth.evaluate_per_step` (the same checks, the same figures), nested trees walked
+    by :func:`step_means`."""
+    if growth.constraint == "uniform":
+        return growth.evaluate_per_step(trace)
+    counts = trace.meta.get("sequence_positions")
+    if not counts or sum(counts) != trace.positions:
+        return None
+    trace.require(heads=growth.tree(growth.max_nodes).depth, source="per-step trace")
+    return step_means(growth.order, trace, sizes=growth.max_nodes + 1)
 
 
 @st.cache_resource(show_spinner=False, max_entries=64, hash_funcs=BY_IDENTITY)
@@ -129,7 +193,8 @@ def per_step_growth(trace: RankTrace, *, max_nodes: int, max_depth: int, max_ran
 def held_out_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
     """E[L] of every tree of ``growth`` on ``trace``, per step where both allow it
     (:meth:`Growth.evaluate_headline`), read-only."""
-    curve = np.asarray(growth.evaluate_headline(trace))
+    steps = per_step(growth, trace) if growth.per_step_accept_length is not None else None
+    curve = np.array(steps if steps is not None else growth.evaluate(trace), float)
     curve.setflags(write=False)
     return curve
 
@@ -142,7 +207,7 @@ def step_curve(growth: Growth, trace: RankTrace) -> npt.NDArray[np.float64]:
     Read-only."""
     steps = growth.per_step_accept_length
     if steps is None:
-        steps = growth.evaluate_per_step(trace)
+        steps = per_step(growth, trace)
     curve = np.array(steps if steps is not None else growth.expected_accept_length, float)
     curve.setflags(write=False)
     return curve

@@ -166,6 +166,38 @@ def test_identity_keys_are_never_reused(cache):
     assert len(keys) == 50
 
 
+def _same_growth(mine, ref):
+    assert (mine.method, mine.constraint, mine.order, mine.caps) == \
+        (ref.method, ref.constraint, ref.order, ref.caps)
+    assert mine.expected_accept_length.tolist() == ref.expected_accept_length.tolist()
+    assert mine.per_step_accept_length.tolist() == ref.per_step_accept_length.tolist()
+    assert {**mine.meta, "created": None} == {**ref.meta, "created": None}
+
+
+def test_growths_share_their_walks_and_equal_grow(cache):
+    """The app's growths equal grow's in every field but the creation time, whether their
+    per-step walk is computed or read off a longer walk of the same first paths (a random
+    trace; each size checked against grow itself)."""
+    rng = np.random.default_rng(3)
+    counts = [int(c) for c in rng.integers(5, 40, size=6)]
+    trace = RankTrace(rng.integers(-1, 5, size=(sum(counts), 3)).astype(np.int16),
+                      {"sequence_positions": counts, "top_k": 5})
+    largest = cache.grown(trace, method="empirical", max_nodes=30)
+    _same_growth(largest, grow(trace, method="empirical", max_nodes=30))
+    walked = cache.step_means(largest.order, trace, sizes=31)
+    for n in (1, 7, 30):  # prefixes of the largest growth: its walk, sliced
+        assert cache.step_means(largest.order[:n], trace, sizes=n + 1).tolist() == \
+            walked[:n + 1].tolist()
+        _same_growth(cache.grown(trace, method="empirical", max_nodes=n),
+                     grow(trace, method="empirical", max_nodes=n))
+    capped = cache.growth_pair(trace, max_nodes=12, max_depth=2, max_rank=3, constraint="none")
+    for method, growth in capped.items():
+        _same_growth(growth, grow(trace, method=method, max_nodes=12, max_depth=2, max_rank=3))
+    assert not walked.flags.writeable
+    with pytest.raises(TreeoptError, match="not nested"):  # the walk's own checks still hold
+        cache.step_means([(0, 0), (0,)], trace, sizes=3)
+
+
 @needs_demo
 def test_dataset_tables_are_computed_once():
     from treeopt.demo.load import load
