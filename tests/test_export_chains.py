@@ -81,7 +81,7 @@ def test_export_writes_an_mtp_growths_chain_configs(tmp_path):
     code, _, err = cli("export", "--tree", tmp_path / "g.json", "--size", 3, "--format",
                        "medusa")
     assert code == 2 and err.strip().splitlines() == [
-        "treeopt export: error: an MTP drafter is exported as a chain config: choose --format "
+        "treeopt export: error: an MTP drafter is exported as a chain config: choose the format "
         "vllm, trtllm-yaml, sglang, not medusa"]
 
 

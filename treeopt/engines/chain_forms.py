@@ -93,7 +93,7 @@ def export_chain(method: str, fmt: str, tree: Tree, *, drafter: Mapping[str, Any
         raise TreeoptError(f"method {method!r} is exported as a tree, not as chain configs")
     if fmt not in CHAIN_FORMATS:
         raise TreeoptError(f"an {'MTP' if method == 'mtp' else 'suffix-decoding'} drafter is "
-                           f"exported as a chain config: choose --format "
+                           f"exported as a chain config: choose the format "
                            f"{', '.join(CHAIN_FORMATS)}, not {fmt}")
     k = chain_k(tree)
     if fmt == "vllm":

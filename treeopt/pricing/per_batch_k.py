@@ -151,12 +151,12 @@ def table_text(section: Mapping[str, Any]) -> str:
     ...        "switches": []}
     >>> print(table_text(doc))
     vLLM per-batch K (ngram, context 64): treeopt's table vs vLLM's profiler rule (measured at batch 1, 2)
-    batch  treeopt K  tok/s  speed-up   vLLM rule K  tok/s  speed-up   treeopt/rule
+    batch  treeopt K  tok/s  speed-up   vLLM rule K  tok/s  speed-up        vs rule
         1          3   20.0     2.00×             5   18.0     1.80×        +11.1%
     """
     lines = [f"vLLM per-batch K ({section['method']}, context {section['context']}): treeopt's "
              f"table vs vLLM's profiler rule (measured at {section['vllm_rule']['measured_at']})",
-             "batch  treeopt K  tok/s  speed-up   vLLM rule K  tok/s  speed-up   treeopt/rule"]
+             "batch  treeopt K  tok/s  speed-up   vLLM rule K  tok/s  speed-up        vs rule"]
     for row in section["batches"]:
         mine, rule = row["treeopt"], row["vllm_rule"]
         gain = (f"{mine['tokens_per_s'] / rule['tokens_per_s'] - 1:+.1%}"
