@@ -4,7 +4,8 @@ lives in app_pages/."""
 import streamlit as st
 
 from app_pages.preload import preload_plotly
-from app_pages.state import demo_chooser, warm_up
+from app_pages.state import demo_chooser
+from app_pages.warm import page_run, warm_up
 
 st.set_page_config(page_title="treeopt — speculation tree workbench", page_icon="🌳",
                    layout="wide")
@@ -23,6 +24,7 @@ PAGES = [
 
 navigation = st.navigation(PAGES)
 demo_chooser()  # in the sidebar, under the pages
-navigation.run()
+with page_run():  # the warm-up waits meanwhile
+    navigation.run()
 warm_up()  # the page has run: what the other pages read is computed meanwhile
 preload_plotly()  # and the browser loads the Plotly bundle they draw with

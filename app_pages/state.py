@@ -3,9 +3,6 @@ anything between runs."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,76 +104,6 @@ def _demo_dataset(root: str) -> Dataset:
     from treeopt.workbench.datasets import demo_dataset as build
 
     return build(demo(root))
-
-
-_WARMED_ROOTS: set[str] = set()  # the demos a warm-up was started for
-
-
-def warm_up(root: str | None = None) -> None:
-    """Start computing, in the background and once per server, what the pages read from the
-    demo (its dataset's accuracy tables, every drafter's pricing, the dynamic selection, the
-    adaptive replay of each of the Live page's workloads):
-    called once a page has run, so the next page a person opens finds them ready. A failure
-    here is left for the page to show. (It imports no third-party module: plotly reads pandas
-    off sys.modules, and would find one half imported.)
-
-    The pages' runs come first: the warm-up's thread runs at the lowest CPU priority, and while
-    it runs the interpreter hands its lock (the GIL) over every 0.5 ms instead of every 5 ms,
-    so that a page's run, which gives the lock up at each message it sends, does not wait 5 ms
-    behind the warm-up's pure-Python replays each time it takes it back. On the 2-core host
-    either alone left a page opened during the warm-up at 1.7–2.3 s; both, at most 1.2 s
-    (benchmarks/bench_app.py). ``root``: the demo to warm (default: the chosen one), once per
-    demo."""
-    root = root or current_root()
-    if root in _WARMED_ROOTS:
-        return
-    _WARMED_ROOTS.add(root)
-    threading.Thread(target=_warm, args=(root,), name="treeopt-warm-up", daemon=True).start()
-
-
-WARM_UP_SWITCH_INTERVAL = 0.0005  # seconds; CPython's default is 0.005
-
-
-def _warm(root: str) -> None:
-    _lowest_priority()
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, WARM_UP_SWITCH_INTERVAL))
-    try:
-        _warmed(root)
-    except Exception:  # noqa: BLE001, S110 — the page that needs the value raises it again
-        pass
-    finally:
-        sys.setswitchinterval(interval)
-
-
-def _lowest_priority() -> None:
-    """Give the calling thread the lowest CPU priority (nice 19) on Linux, where a thread has
-    its own (its native id names it to setpriority); elsewhere that id may name a process, so
-    the thread is left as it is."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except OSError:  # not permitted here: the warm-up runs at the server's priority
-        pass
-
-
-@st.cache_resource(show_spinner=False)
-def _warmed(root: str) -> bool:
-    """The warm-up's work on the demo at ``root`` (inside a cached function, the loaders show
-    no spinner): the pricing first, which every page's pick needs."""
-    for kind in demo(root).traces:
-        demo_pricing(kind, root=root)
-    demo_overview(root)
-    data = demo_dataset(root)
-    for label in data.sources:
-        data.table(label)
-    demo_dynamic_selection(root)
-    from treeopt.workbench.adaptive import WORKLOADS
-
-    for workload in WORKLOADS:  # the Live page's replay, the workload shown first first
-        demo_adaptive(workload, root=root)
-    return True
 
 
 def current_dataset() -> Dataset:

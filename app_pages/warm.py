@@ -1,0 +1,169 @@
+"""The warm-up: what the pages read from a demo, computed in the background once a page has run,
+in the order of the navigation, so that the next page a person opens finds it ready — and out
+of the way of the pages' own runs.
+
+Both run in one interpreter, which runs one thread at a time (the GIL): a page's run that meets
+the warm-up mid-computation shares the interpreter with it whatever the threads' CPU priorities,
+and on one core a page opened during the warm-up took 2–6× its own time
+(`benchmarks/bench_app.py`). So the warm-up starts each step only while no page runs
+(:func:`page_run` marks a run), and a step is small: one drafter's pricing, table, walk or
+growth, one replay.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from app_pages.cache import grown, growth_pair, held_out_curve, per_step_growth, step_curve
+from app_pages.state import (
+    current_root,
+    demo,
+    demo_adaptive,
+    demo_dataset,
+    demo_dynamic_selection,
+    demo_overview,
+    demo_pricing,
+)
+from treeopt.model.step_growth import PER_STEP_GREEDY
+from treeopt.workbench.trees import TreeSettings, pick_choice
+
+_WARMED_ROOTS: set[str] = set()  # the demos a warm-up was started for
+_RUNS = threading.Condition()
+_running = 0  # page runs in progress
+PAGE_WAIT_S = 30.0  # the longest a step waits for the pages to finish (a run left hanging)
+WARM_UP_SWITCH_INTERVAL = 0.0005  # seconds; CPython's default is 0.005
+
+
+@contextmanager
+def page_run() -> Iterator[None]:
+    """Mark a page's run: no warm-up step starts until it ends."""
+    global _running
+    with _RUNS:
+        _running += 1
+    try:
+        yield
+    finally:
+        with _RUNS:
+            _running -= 1
+            _RUNS.notify_all()
+
+
+def _between_runs() -> None:
+    """Wait until no page runs (at most :data:`PAGE_WAIT_S`)."""
+    with _RUNS:
+        _RUNS.wait_for(lambda: _running == 0, timeout=PAGE_WAIT_S)
+
+
+def warm_up(root: str | None = None) -> None:
+    """Start the warm-up of the demo at ``root`` (default: the chosen one), once per server and
+    demo, in a background thread at the lowest CPU priority. A failure here is left for the page
+    to show. (It imports no third-party module a page may be importing meanwhile: plotly reads
+    pandas off sys.modules, and would find one half imported.)"""
+    root = root or current_root()
+    if root in _WARMED_ROOTS:
+        return
+    _WARMED_ROOTS.add(root)
+    threading.Thread(target=_warm, args=(root,), name="treeopt-warm-up", daemon=True).start()
+
+
+def _warm(root: str) -> None:
+    _lowest_priority()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, WARM_UP_SWITCH_INTERVAL))
+    try:
+        made = steps(root)
+        while True:
+            _between_runs()  # the next step is made, and run, between the pages' runs
+            step = next(made, None)
+            if step is None:
+                break
+            try:
+                step()
+            except Exception:  # noqa: BLE001, S112 — the page that needs the value raises it
+                continue
+    except Exception:  # noqa: BLE001, S110 — a step that cannot be made: the pages make it
+        pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _lowest_priority() -> None:
+    """Give the calling thread the lowest CPU priority (nice 19) on Linux, where a thread has
+    its own (its native id names it to setpriority); elsewhere that id may name a process, so
+    the thread is left as it is."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError:  # not permitted here: the warm-up runs at the server's priority
+        pass
+
+
+def steps(root: str) -> Iterator[Callable[[], object]]:
+    """The warm-up's steps on the demo at ``root``, in the order the pages need them: every
+    drafter's pricing and the Overview (every page's pick), the Heads page's tables, the
+    Drafters page's per-step walks (the Trees and Hardware pages' other drafters read theirs off
+    them), the Trees page's first view, the Live page's dynamic selection and replays (the
+    workload shown first first). Each step is made once the ones before it have run."""
+    from treeopt.workbench.adaptive import WORKLOADS
+
+    bundle = demo(root)
+    for kind in bundle.traces:
+        yield lambda k=kind: demo_pricing(k, root=root)
+    yield lambda: demo_overview(root)
+    data = demo_dataset(root)
+    for label in data.sources:
+        yield lambda k=label: data.table(k)
+    for kind in bundle.growths:
+        if kind in bundle.traces:
+            yield lambda k=kind: step_curve(bundle.growths[k], bundle.traces[k])
+    yield from trees_first_view(root)
+    yield lambda: demo_dynamic_selection(root)
+    for workload in WORKLOADS:
+        yield lambda w=workload: demo_adaptive(w, root=root)
+
+
+def recommended_settings(root: str) -> tuple[str, TreeSettings] | None:
+    """The drafter and Trees page settings of the Overview's recommendation on the demo at
+    ``root`` (:func:`app_pages.choice.recommended` at no batch), None where it has none."""
+    view = demo_overview(root)
+    traces = demo(root).traces
+    answers = [a for a in view.answers if a.tree.size and a.drafter in traces] if view else []
+    if not answers or view is None:
+        return None
+    answer = answers[0]
+    point = view.evidence[answer.drafter].selection.point(answer.batch, answer.context)
+    return answer.drafter, pick_choice(answer.drafter, point,
+                                       heads=traces[answer.drafter].heads).settings
+
+
+def trees_first_view(root: str) -> list[Callable[[], object]]:
+    """The growths the Trees page opens with on the demo at ``root``: the recommended drafter's
+    pair (and per-step greedy growth, where the pick is one) and held-out curve, every other
+    drafter grown to the same size."""
+    found = recommended_settings(root)
+    if found is None:
+        return []
+    label, s = found
+    data = demo_dataset(root)
+    source, held = data.at_temperature(label, 0.0)
+    depth = min(s.max_depth, source.heads)
+    caps = dict(max_nodes=s.max_nodes, max_depth=depth, max_rank=s.max_rank,
+                constraint=s.constraint)
+    pair = lambda: growth_pair(source, **caps)  # noqa: E731
+    found_steps: list[Callable[[], object]] = [pair]
+    if held is not None:
+        found_steps.append(lambda: held_out_curve(pair()[s.method], held))
+    found_steps += [lambda o=o: grown(data.sources[o], method="empirical",
+                                      max_nodes=s.max_nodes, constraint=s.constraint)
+                    for o in data.sources if o != label and data.has_trace(o)]
+    if s.family == PER_STEP_GREEDY:
+        found_steps.append(lambda: per_step_growth(source, **caps))
+    return found_steps
+
+
+__all__ = ["page_run", "recommended_settings", "steps", "warm_up"]
