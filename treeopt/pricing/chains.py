@@ -23,6 +23,7 @@ import numpy as np
 from treeopt.documents.fields import integer, listed, mapping, numbers, text
 from treeopt.drafters.kinds import KINDS
 from treeopt.engines.vllm.per_batch import PROFILER_KS, acceptance_rate_per_pos
+from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.simulation import nested_step_means, simulate
 from treeopt.model.trace import RankTrace
@@ -81,8 +82,6 @@ class ChainPrices:
         ell = numbers(doc, "accept_length", where, positive=True)
         step = numbers(doc, "step_ms", where, positive=True, nullable=True)
         if len(ell) != len(step) or not ell:
-            from treeopt.errors import TreeoptError
-
             raise TreeoptError(f"{where}: 'accept_length' and 'step_ms' must hold one value per "
                                f"K = 0 … K_max, got {len(ell)} and {len(step)}")
         return cls(integer(doc, "batch", where, minimum=1),
