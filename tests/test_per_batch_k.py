@@ -119,3 +119,42 @@ def test_each_chain_method_s_config():
     assert per_batch_drafter_config("ngram", [(1, 2, 3)], drafter={"min_match": 2, "max_match": 4},
                                     off_above=False)["num_speculative_tokens_per_batch_size"] \
         == [[1, 2, 3]]
+
+
+def test_select_prints_and_writes_both_tables_for_a_prompt_lookup_growth(tmp_path):
+    """Chains of E[L] 1, 2, 8/3, 3 (position-weighted: rates 1, 2/3, 1/3); ms at q = 1 … 4.
+    vLLM's rule at batch 3 interpolates K 1 at 13.3 ms (2/13.3 beats K 0's 1/10), at batch 5
+    K 1 at 20 ms ties K 0, so K 0 (the smaller on a tie)."""
+    import contextlib
+    import io
+    import json
+
+    from treeopt.cli import main
+    from treeopt.profiling.table import LatencyRecord, LatencyTable
+    from treeopt.roofline import preset
+
+    trace = RankTrace(np.array([[0, 0, -1], [0, -1, -1], [0, 0, 0]], np.int16),
+                      {"top_k": 4, "head_kind": "prompt-lookup", "num_heads": 3,
+                       "heads_config": {"kind": "prompt-lookup", "num_heads": 3,
+                                        "min_match": 2, "max_match": 3}})
+    grow(trace, method="empirical", max_nodes=3).save(tmp_path / "g.json")
+    ms = {1: [10.0, 10.0, 10.0, 10.0], 2: [10.0, 10.0, 20.0, 40.0], 8: [10.0, 30.0, 40.0, 80.0]}
+    LatencyTable("cpu", "fp32", preset("tiny"), tuple(
+        LatencyRecord(b, 128, q + 1, t, t, t, 5) for b, row in ms.items()
+        for q, t in enumerate(row))).save(tmp_path / "lat.json")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["select", "--growth", str(tmp_path / "g.json"), "--latency",
+                     str(tmp_path / "lat.json"), "--out", str(tmp_path / "s.json")]) == 0
+    section = json.loads((tmp_path / "s.json").read_text())["schedules"][0]["vllm_per_batch"]
+    assert section["treeopt"]["speculative_config"] == {
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2,
+        "prompt_lookup_max": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 2, 1], [3, 8, 0]]}
+    assert section["vllm_rule"]["rows"] == [[1, 1, 3], [2, 4, 1], [5, 8, 0]]
+    assert section["vllm_rule"]["acceptance_rate_per_pos"] == pytest.approx([1, 2 / 3, 1 / 3])
+    lines = err.getvalue().splitlines()
+    assert lines[0].startswith("vLLM per-batch K (ngram, context 128): treeopt's table vs "
+                               "vLLM's profiler rule (measured at the batch sizes select priced, "
+                               "1, 2, 8")
+    assert lines[2].split() == ["1", "3", "300.0", "3.00×", "3", "300.0", "3.00×", "+0.0%"]
