@@ -29,7 +29,8 @@ from app_pages.state import (
     demo_pricing,
 )
 from treeopt.model.step_growth import PER_STEP_GREEDY
-from treeopt.workbench.trees import TreeSettings, pick_choice
+from treeopt.pricing.selection import Selection
+from treeopt.workbench.trees import TreeSettings, families_for, pick_choice
 
 _WARMED_ROOTS: set[str] = set()  # the demos a warm-up was started for
 _RUNS = threading.Condition()
@@ -107,8 +108,9 @@ def steps(root: str) -> Iterator[Callable[[], object]]:
     """The warm-up's steps on the demo at ``root``, in the order the pages need them: every
     drafter's pricing and the Overview (every page's pick), the Heads page's tables, the
     Drafters page's per-step walks (the Trees and Hardware pages' other drafters read theirs off
-    them), the Trees page's first view, the Live page's dynamic selection and replays (the
-    workload shown first first). Each step is made once the ones before it have run."""
+    them), the Trees page's first view, the Live page's dynamic selection and first replay, what
+    the Trees page's first widgets show next, and the Live page's other replays. Each step is
+    made once the ones before it have run."""
     from treeopt.workbench.adaptive import WORKLOADS
 
     bundle = demo(root)
@@ -123,47 +125,101 @@ def steps(root: str) -> Iterator[Callable[[], object]]:
             yield lambda k=kind: step_curve(bundle.growths[k], bundle.traces[k])
     yield from trees_first_view(root)
     yield lambda: demo_dynamic_selection(root)
-    for workload in WORKLOADS:
+    first, *rest = WORKLOADS
+    yield lambda: demo_adaptive(first, root=root)
+    yield from trees_next_views(root)
+    for workload in rest:
         yield lambda w=workload: demo_adaptive(w, root=root)
 
 
-def recommended_settings(root: str) -> tuple[str, TreeSettings] | None:
-    """The drafter and Trees page settings of the Overview's recommendation on the demo at
-    ``root`` (:func:`app_pages.choice.recommended` at no batch), None where it has none."""
+def recommended(root: str) -> tuple[str, int, TreeSettings] | None:
+    """The drafter, batch size and Trees page settings of the Overview's recommendation on the
+    demo at ``root`` (:func:`app_pages.choice.recommended` at no batch), None where it has
+    none."""
     view = demo_overview(root)
     traces = demo(root).traces
     answers = [a for a in view.answers if a.tree.size and a.drafter in traces] if view else []
     if not answers or view is None:
         return None
     answer = answers[0]
-    point = view.evidence[answer.drafter].selection.point(answer.batch, answer.context)
-    return answer.drafter, pick_choice(answer.drafter, point,
-                                       heads=traces[answer.drafter].heads).settings
+    return answer.drafter, answer.batch, _pick_settings(root, answer.drafter, answer.batch,
+                                                        view.evidence[answer.drafter].selection)
 
 
-def trees_first_view(root: str) -> list[Callable[[], object]]:
-    """The growths the Trees page opens with on the demo at ``root``: the recommended drafter's
-    pair (and per-step greedy growth, where the pick is one) and held-out curve, every other
+def _pick_settings(root: str, label: str, batch: int,
+                   selection: Selection | None = None) -> TreeSettings | None:
+    """The Trees page settings of select's pick for ``label`` at ``batch`` (the smallest
+    batch where not priced) and the smallest context (:func:`app_pages.choice.demo_pick`)."""
+    if selection is None:
+        priced = demo_pricing(label, root=root)
+        if priced is None:
+            return None
+        selection = priced.selection
+    batches = selection.batches
+    point = selection.point(batch if batch in batches else batches[0], selection.contexts[0])
+    return pick_choice(label, point, heads=demo(root).traces[label].heads).settings
+
+
+def trees_view(root: str, label: str, s: TreeSettings, *, temperature: float = 0.0,
+               others: bool = False) -> list[Callable[[], object]]:
+    """The growths the Trees page draws for drafter ``label`` with settings ``s`` at
+    ``temperature``: the pair (and per-step greedy growth, where the settings pick one), the
+    greedy-grown tree at ``temperature``, the held-out curve and, with ``others``, every other
     drafter grown to the same size."""
-    found = recommended_settings(root)
-    if found is None:
-        return []
-    label, s = found
     data = demo_dataset(root)
-    source, held = data.at_temperature(label, 0.0)
+    source, held = data.at_temperature(label, temperature)
     depth = min(s.max_depth, source.heads)
     caps = dict(max_nodes=s.max_nodes, max_depth=depth, max_rank=s.max_rank,
                 constraint=s.constraint)
-    pair = lambda: growth_pair(source, **caps)  # noqa: E731
-    found_steps: list[Callable[[], object]] = [pair]
+    made: list[Callable[[], object]] = [lambda: growth_pair(source, **caps)]
+    if temperature:
+        greedy = data.sources[label]
+        made.append(lambda: held_out_curve(growth_pair(greedy, **caps)["empirical"], source))
     if held is not None:
-        found_steps.append(lambda: held_out_curve(pair()[s.method], held))
-    found_steps += [lambda o=o: grown(data.sources[o], method="empirical",
-                                      max_nodes=s.max_nodes, constraint=s.constraint)
-                    for o in data.sources if o != label and data.has_trace(o)]
-    if s.family == PER_STEP_GREEDY:
-        found_steps.append(lambda: per_step_growth(source, **caps))
-    return found_steps
+        made.append(lambda: held_out_curve(growth_pair(source, **caps)[s.method], held))
+    if others:
+        made += [lambda o=o: grown(data.sources[o], method="empirical", max_nodes=s.max_nodes,
+                                   constraint=s.constraint)
+                 for o in data.sources if o != label and data.has_trace(o)]
+    if s.family == PER_STEP_GREEDY and PER_STEP_GREEDY in families_for(source, s.constraint):
+        made.append(lambda: per_step_growth(source, **caps))
+    return made
 
 
-__all__ = ["page_run", "recommended_settings", "steps", "warm_up"]
+def trees_first_view(root: str) -> Iterator[Callable[[], object]]:
+    """The Trees page's first view on the demo at ``root``: the recommended drafter's growths,
+    and every other drafter grown to the same size."""
+    found = recommended(root)
+    if found is not None:
+        label, _, settings = found
+        yield from trees_view(root, label, settings, others=True)
+
+
+def trees_next_views(root: str) -> Iterator[Callable[[], object]]:
+    """What the Trees page shows next from its first view, as its first widgets move: each
+    other drafter at the same batch size (select's pick, in the selectbox's order); then, for
+    the first of them and for the recommended drafter, the next batch size's pick and that
+    pick at each sampling temperature."""
+    found = recommended(root)
+    if found is None:
+        return
+    label, batch, _ = found
+    data, traces = demo_dataset(root), demo(root).traces
+    others = [o for o in data.sources if o != label and o in traces]
+    for other in others:
+        picked = _pick_settings(root, other, batch)
+        if picked is not None:
+            yield from trees_view(root, other, picked)
+    for drafter in others[:1] + [label]:
+        priced = demo_pricing(drafter, root=root)
+        later = [b for b in priced.selection.batches if b > batch] if priced else []
+        picked = _pick_settings(root, drafter, later[0] if later else batch)
+        if picked is None:
+            continue
+        if later:
+            yield from trees_view(root, drafter, picked)
+        for temperature in data.temperatures(drafter):
+            yield from trees_view(root, drafter, picked, temperature=temperature)
+
+
+__all__ = ["page_run", "recommended", "steps", "trees_view", "warm_up"]
