@@ -3,9 +3,10 @@ anything between runs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
@@ -18,6 +19,7 @@ from treeopt.workbench.datasets import Dataset
 from treeopt.workbench.demo_pricing import DemoPricing
 
 if TYPE_CHECKING:
+    from treeopt.adaptive.report import StaticTree
     from treeopt.demo.load import Demo
     from treeopt.workbench.adaptive import AdaptiveReplay
     from treeopt.workbench.overview import Overview
@@ -139,7 +141,17 @@ def demo_adaptive(workload: str, *, root: str | None = None) -> AdaptiveReplay |
 def _demo_adaptive(root: str, workload: str) -> AdaptiveReplay | None:
     from treeopt.workbench.adaptive import demo_adaptive as build
 
-    return build(demo(root), workload=workload)
+    return build(demo(root), workload=workload, static=_demo_static_trees(root))
+
+
+@st.cache_resource(show_spinner=False)
+def _demo_static_trees(root: str) -> Mapping[int, StaticTree] | None:
+    """The adaptive replays' best static trees on the demo at ``root``: one pricing for every
+    workload."""
+    from treeopt.workbench.adaptive import demo_static_trees
+
+    found = demo_static_trees(demo(root))
+    return MappingProxyType(found) if found is not None else None
 
 
 def demo_dynamic_selection(root: str | None = None) -> Document | None:

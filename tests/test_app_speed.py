@@ -199,6 +199,34 @@ def test_growths_share_their_walks_and_equal_grow(cache):
 
 
 @needs_demo
+def test_adaptive_replays_share_one_static_pricing():
+    """The Live page's replays, their static trees priced once for every workload and batch
+    size, equal adaptive_report's own, which prices each batch size's (a short replay)."""
+    from treeopt.adaptive.report import adaptive_report
+    from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
+    from treeopt.demo.load import load
+    from treeopt.pricing.sources import profiled_costs
+    from treeopt.workbench.adaptive import demo_adaptive, demo_static_trees
+
+    demo = load(with_model=False)
+    static = demo_static_trees(demo, sequences=8, positions=16)
+    trace = demo.heldout_traces["eagle"].sequences(8, positions=16)
+    costs = profiled_costs(demo.step_profile("eagle"))
+    for workload in ("steady", "shifting"):
+        mine = demo_adaptive(demo, workload=workload, sequences=8, positions=16, static=static)
+        acceptance = ChainAcceptance.from_rank_trace(trace, source="eagle held-out")
+        if workload == "shifting":
+            acceptance = by_difficulty(acceptance, easy_first=True)
+        batches = [b for b in (1, 2, 4, 8) if b in costs.verify.batches]
+        own = adaptive_report(acceptance, costs, batches=batches, growth=demo.growths["eagle"],
+                              static_trace=trace)
+        assert [s.static for s in mine.report.sides] == [s.static for s in own.sides]
+        assert all(s.static is not None for s in own.sides)
+        assert [s.to_json() for s in mine.report.sides] == [s.to_json() for s in own.sides]
+        assert (mine.report.tuned, mine.report.vllm) == (own.tuned, own.vllm)
+
+
+@needs_demo
 def test_dataset_tables_are_computed_once():
     from treeopt.demo.load import load
     from treeopt.model.accuracy import AccuracyTable

@@ -7,7 +7,8 @@ E[L] (:func:`rounds_figure`), and the four strategies' predicted tokens/s per ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -15,9 +16,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from treeopt.adaptive.replay import Replay
-from treeopt.adaptive.report import AdaptiveReport, BatchSide
+from treeopt.adaptive.report import AdaptiveReport, BatchSide, StaticTree
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
+from treeopt.model.growth import Growth
+from treeopt.model.trace import RankTrace
+from treeopt.pricing.costs import StepCosts
 from treeopt.workbench import style
 from treeopt.workbench.numbers import ACCEPT_LENGTH_FORMAT, accept_length_text, nodes_text
 
@@ -57,12 +61,14 @@ class AdaptiveReplay:
 
 def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
                   sequences: int = SEQUENCES, positions: int = POSITIONS,
-                  batches: tuple[int, ...] = (1, 2, 4, 8)) -> AdaptiveReplay | None:
+                  batches: tuple[int, ...] = (1, 2, 4, 8),
+                  static: Mapping[int, StaticTree] | None = None) -> AdaptiveReplay | None:
     """SGLang's default and tuned configs, the best fixed chain and the best static tree of the
     demo's ``kind`` drafter, replayed over the first ``sequences`` held-out sequences (each its
     first ``positions`` positions; ``workload`` orders them, :data:`WORKLOADS`) and priced by
     the drafter's step profile at the ``batches`` it profiles. None when the demo holds no step
-    profile of ``kind``."""
+    profile of ``kind``. ``static``: :func:`demo_static_trees` of the same arguments, where the
+    caller has it (every workload shares it)."""
     from treeopt.adaptive.report import adaptive_report
     from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
     from treeopt.pricing.sources import profiled_costs
@@ -78,9 +84,46 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
         acceptance = by_difficulty(acceptance, easy_first=True)
     costs = profiled_costs(path)
     priced = [b for b in batches if b in costs.verify.batches and b <= acceptance.sequences]
-    report = adaptive_report(acceptance, costs, batches=priced, growth=demo.growths[kind],
-                             static_trace=trace)
-    return AdaptiveReplay(kind, workload, report, sequences, positions, path.name)
+    report = adaptive_report(acceptance, costs, batches=priced)
+    if static is None:
+        static = static_trees(demo.growths[kind], trace, costs, priced)
+    sides = tuple(replace(side, static=static[side.batch]) for side in report.sides)
+    return AdaptiveReplay(kind, workload, replace(report, sides=sides), sequences, positions,
+                          path.name)
+
+
+def demo_static_trees(demo: Demo, *, kind: str = "eagle", sequences: int = SEQUENCES,
+                      positions: int = POSITIONS,
+                      batches: tuple[int, ...] = (1, 2, 4, 8)) -> dict[int, StaticTree] | None:
+    """The best static tree of :func:`demo_adaptive`'s replay at each batch size: the same for
+    every workload (the workloads reorder the same held-out sequences). None where
+    :func:`demo_adaptive` is."""
+    from treeopt.pricing.sources import profiled_costs
+
+    path = demo.step_profile(kind)
+    if path is None or kind not in demo.heldout_traces:
+        return None
+    trace = demo.heldout_traces[kind].sequences(sequences, positions=positions)
+    costs = profiled_costs(path)
+    sequences_held = len(trace.meta.get("sequence_positions") or ()) or trace.positions
+    priced = [b for b in batches if b in costs.verify.batches and b <= sequences_held]
+    return static_trees(demo.growths[kind], trace, costs, priced)
+
+
+def static_trees(growth: Growth, trace: RankTrace, costs: StepCosts,
+                 batches: Sequence[int]) -> dict[int, StaticTree]:
+    """The best static tree of ``growth`` at each of ``batches`` and the profile's middle
+    context: :func:`treeopt.adaptive.report.adaptive_report`'s static side (``select``'s
+    pricing of the per-step walk of ``trace``), priced in one selection for every batch — each
+    point is priced on its own, so the trees are the same — instead of one per batch."""
+    from treeopt.pricing.sources import price
+
+    if not batches:
+        return {}
+    selection = price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
+                      batch=list(batches), context=[costs.context(None)], trace=trace)
+    return {p.batch: StaticTree(p.best_size, p.expected_accept_length, p.tokens_per_s,
+                                tuple(p.tree.paths)) for p in selection.points}
 
 
 def moving_mean(values: npt.ArrayLike, window: int) -> npt.NDArray[np.float64]:
