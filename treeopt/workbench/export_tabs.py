@@ -192,7 +192,7 @@ def dynamic_tabs(batch: int | None, *, dynamic_point: Mapping[str, Any] | None,
         text = "".join(f"# {name}\n{entry['text'].rstrip()}\n" for name, entry in engines.items()
                        if entry.get("text"))
         notes = tuple(f"{name}: {problem}" for name, entry in engines.items()
-                      for problem in entry.get("problems", ()))
+                      for problem in (*entry.get("problems", ()), *entry.get("notes", ())))
         out.append(ExportTab("Dynamic", f"`select --dynamic`'s best setting at batch {batch}, "
                              "in each engine's form", text, None,
                              f"dynamic_batch{batch}.txt", None, notes))
