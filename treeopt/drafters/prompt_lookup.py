@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -163,6 +163,32 @@ def stacked_ranks(stream: torch.Tensor, depth: int,
         return torch.empty(b, 0, depth, dtype=torch.int16, device=stream.device)
     rows = [torch.from_numpy(row_ranks(row)) for row in stream.tolist()]
     return torch.stack(rows).to(stream.device)
+
+
+class RowDrafter(Protocol):
+    """One row's live lookup state that drafts a tree's nodes from its parents and ranks."""
+
+    def draft(self, parents: Sequence[int], ranks: Sequence[int]) -> list[int]: ...
+
+
+def drafted_rows(rows: Sequence[RowDrafter], tree: Tree, root: torch.Tensor) -> torch.Tensor:
+    """``[len(rows), tree.num_tokens]``: the root, then each node's candidate of its rank at its
+    parent's path, per row (:data:`NO_CANDIDATE` where a row has none) — how every drafter that
+    keeps a trie or suffix tree per row (the n-gram trie, suffix decoding) fills a tree."""
+    parents, ranks = tree_shape(tree)
+    drafted = [row.draft(parents, ranks) for row in rows]
+    out = torch.full((len(drafted), tree.num_tokens), NO_CANDIDATE, dtype=torch.long)
+    if parents:
+        out[:, 1:] = torch.tensor(drafted, dtype=torch.long)
+    out = out.to(root.device)
+    out[:, 0] = root
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def tree_shape(tree: Tree) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Each node's parent (-1: the root) and rank, parents first (trees are immutable)."""
+    return tuple(tree.parents.tolist()), tuple(tree.ranks.tolist())
 
 
 def read_drafter_settings(directory: str | os.PathLike[str], kind: str,

@@ -30,7 +30,6 @@ kind ``suffix`` holds the same settings (:func:`load_suffix`). ``depth`` is the 
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from treeopt.drafters.config import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.kinds import KINDS
 from treeopt.drafters.prompt_lookup import (
-    NO_CANDIDATE,
+    drafted_rows,
     read_drafter_settings,
     spec_integer,
     spec_settings,
@@ -54,7 +53,6 @@ from treeopt.drafters.prompt_lookup import (
 from treeopt.drafters.suffix_tree import Request, SuffixCache, SuffixRule, request_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
-from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
@@ -182,20 +180,7 @@ class SuffixDrafter(Drafter):
         if state is None:
             raise TreeoptError("a suffix drafter drafts from its live state (start, then "
                                "advance)")
-        parents, ranks = _shape(plan.tree)
-        rows = [row.draft(parents, ranks) for row in state.rows]
-        out = torch.full((len(rows), plan.tree.num_tokens), NO_CANDIDATE, dtype=torch.long)
-        if parents:
-            out[:, 1:] = torch.tensor(rows, dtype=torch.long)
-        out = out.to(root.device)
-        out[:, 0] = root
-        return out
-
-
-@functools.lru_cache(maxsize=64)
-def _shape(tree: Tree) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Each node's parent (-1: the root) and rank, parents first (trees are immutable)."""
-    return tuple(tree.parents.tolist()), tuple(tree.ranks.tolist())
+        return drafted_rows(state.rows, plan.tree, root)
 
 
 def _spec_value(text: str, key: str, value: str) -> int | float:

@@ -22,7 +22,6 @@ kind ``ngram-trie`` holds the same settings (:func:`load_trie`).
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,9 +34,9 @@ from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.kinds import KINDS
 from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, trie_ranks
 from treeopt.drafters.prompt_lookup import (
-    NO_CANDIDATE,
     LookupState,
     PromptLookup,
+    drafted_rows,
     read_drafter_settings,
     spec_integer,
     spec_settings,
@@ -45,7 +44,6 @@ from treeopt.drafters.prompt_lookup import (
 )
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
-from treeopt.model.tree import Tree
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
@@ -100,20 +98,7 @@ class TrieDrafter(Drafter):
         where there is none)."""
         if state is None:
             raise TreeoptError("an n-gram trie drafts from its live state (start, then advance)")
-        parents, ranks = _shape(plan.tree)
-        rows = [row.draft(parents, ranks) for row in state.rows]
-        out = torch.full((len(rows), plan.tree.num_tokens), NO_CANDIDATE, dtype=torch.long)
-        if parents:
-            out[:, 1:] = torch.tensor(rows, dtype=torch.long)
-        out = out.to(root.device)
-        out[:, 0] = root
-        return out
-
-
-@functools.lru_cache(maxsize=64)
-def _shape(tree: Tree) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Each node's parent (-1: the root) and rank, parents first (trees are immutable)."""
-    return tuple(tree.parents.tolist()), tuple(tree.ranks.tolist())
+        return drafted_rows(state.rows, plan.tree, root)
 
 
 def parse_trie_spec(text: str, *, vocab_size: int) -> TrieDrafter | None:
