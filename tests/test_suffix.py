@@ -105,7 +105,7 @@ def test_one_shard_and_continuations_only(base, tmp_path):
     with pytest.raises(TreeoptError, match="shard 0/2: suffix decoding reads every earlier"):
         calibrate(base, _drafter(), PROMPTS, tmp_path / "t.npz",
                   config=CalibrateConfig(num_shards=2))
-    with pytest.raises(TreeoptError, match="--texts: suffix decoding is calibrated on the base"):
+    with pytest.raises(TreeoptError, match="suffix decoding is calibrated on the base model.s continuations"):
         calibrate(base, _drafter(), PROMPTS, tmp_path / "t.npz",
                   config=CalibrateConfig(source="texts"))
 

@@ -288,8 +288,8 @@ def _check_order(heads: Drafter, config: CalibrateConfig) -> None:
         raise FieldError("shard", f"{config.shard}/{config.num_shards}: {what} reads every "
                          f"earlier request's output, so it is calibrated in one shard")
     if config.source != "greedy":
-        raise TreeoptError(f"--texts: {what} is calibrated on the base model's continuations "
-                           f"(greedy or sampled), not on the user's own texts")
+        raise TreeoptError(f"{what} is calibrated on the base model's continuations (greedy "
+                           f"or sampled), not on the user's own texts")
 
 
 def _without_requests(trace: RankTrace) -> RankTrace:
