@@ -84,7 +84,7 @@ def app_url(tmp_path_factory):
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc, timeout=60)
+        wait_healthy(url, proc, timeout=180)
         yield url
     finally:
         proc.terminate()
@@ -121,8 +121,10 @@ SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
     && document.querySelector('[data-testid="stMain"]').scrollHeight"""
 
 
-def settle(page, *, timeout_s: float = 60, quiet_s: float = 0.6) -> None:
-    """Wait until the script run has finished and the page has stopped changing for ``quiet_s``:
+def settle(page, *, timeout_s: float = 180, quiet_s: float = 0.6) -> None:
+    """Wait until the script run has finished and the page has stopped changing for ``quiet_s``
+    (within ``timeout_s``: generous, so that a page that is slow on a loaded host still passes —
+    speed is measured by benchmarks/bench_app.py, not here):
     no running indicator, no stale element, every Plotly and Vega-Lite chart drawn, every shown code block
     filled (a closed expander's content is laid out but not rendered, so its innerText stays
     empty: chromium hides ``details`` content with content-visibility), a steady height."""
@@ -160,17 +162,17 @@ def test_every_page_renders_and_verify_is_lossless(app_url, browser):
     page = context.new_page()
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
         for name in PAGES:
             page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
-            page.get_by_role("heading", name=name, level=1).wait_for(timeout=60_000)
+            page.get_by_role("heading", name=name, level=1).wait_for(timeout=180_000)
             settle(page)
             assert_no_failure(page, name)
             screenshot(page, name.lower())
         page.get_by_role("button", name="Run live verification").click()
         outcome = page.get_by_text("Lossless", exact=False).or_(
             page.locator('[data-testid="stAlertContentError"]'))
-        outcome.first.wait_for(timeout=60_000)
+        outcome.first.wait_for(timeout=180_000)
         settle(page)
         assert_no_failure(page, "Verify after the run")
         assert page.locator('[data-testid="stMetric"]').count() == 4
@@ -193,11 +195,11 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
     page = context.new_page()
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
         metrics = page.locator('[data-testid="stMetric"]')
         # the heading is drawn before the answer is computed: on a busy host the page can sit
         # quiet between the two for longer than settle's quiet spell
-        metrics.first.wait_for(timeout=90_000)
+        metrics.first.wait_for(timeout=180_000)
         settle(page)
         assert_no_failure(page, "Overview")
         shown = [(metrics.nth(i).locator('[data-testid="stMetricLabel"]').inner_text().strip(),
@@ -218,7 +220,7 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
         # no Plotly chart here, yet the tab fetches Plotly's bundle once idle: the page a person
         # opens next draws with it at once (app_pages/preload.py)
         page.wait_for_function("""() => performance.getEntriesByType('resource')
-            .some(e => /PlotlyChart\\.[^/]*\\.js$/.test(e.name))""", timeout=30_000)
+            .some(e => /PlotlyChart\\.[^/]*\\.js$/.test(e.name))""", timeout=120_000)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
     finally:
         context.close()
@@ -240,7 +242,7 @@ def choose_demo(page, name: str) -> None:
     base = base_model_name(read_json(root / "manifest.json"))
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').click()
     page.get_by_role("option", name=DemoEntry(root.name, root, base).label).click()
-    page.get_by_text(base, exact=False).first.wait_for(timeout=90_000)
+    page.get_by_text(base, exact=False).first.wait_for(timeout=180_000)
 
 
 @pytest.mark.parametrize("demo_name", ["demo", "smollm2"])
@@ -261,16 +263,16 @@ def test_a_newcomer_follows_the_pick_to_every_page_at_every_batch_size(app_url, 
     page = context.new_page()
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
         choose_demo(page, demo_name)
         for i, a in enumerate(answers):
             page.locator('[data-testid="stSidebarNav"] a', has_text="Overview").click()
-            page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=90_000)
-            page.get_by_role("button", name="Use this tree").nth(i).wait_for(timeout=90_000)
+            page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
+            page.get_by_role("button", name="Use this tree").nth(i).wait_for(timeout=180_000)
             settle(page)
             page.get_by_role("button", name="Use this tree").nth(i).click()
             confirmed = page.get_by_text(f"Chosen: {a.drafter} · select's pick")
-            confirmed.wait_for(timeout=60_000)
+            confirmed.wait_for(timeout=180_000)
             said = confirmed.inner_text().removeprefix("Chosen: ").split(". Trees,")[0]
             assert f"at batch {a.batch} · " in said and f"{a.tree.size} node" in said
             if i == 0:
@@ -278,14 +280,14 @@ def test_a_newcomer_follows_the_pick_to_every_page_at_every_batch_size(app_url, 
                 screenshot(page, f"{demo_name}-overview-chosen")
             for name in FOLLOWING:
                 page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
-                page.get_by_role("heading", name=name, level=1).wait_for(timeout=60_000)
+                page.get_by_role("heading", name=name, level=1).wait_for(timeout=180_000)
                 settle(page)
                 where = f"{demo_name} {name} at batch {a.batch}"
                 assert_no_failure(page, where)
                 assert said in page.inner_text("body"), where
             tabs = page.get_by_role("tab")  # Export's engine tabs (Verify has none)
             page.locator('[data-testid="stSidebarNav"] a', has_text="Export").click()
-            page.get_by_role("heading", name="Export", level=1).wait_for(timeout=60_000)
+            page.get_by_role("heading", name="Export", level=1).wait_for(timeout=180_000)
             settle(page)
             assert tabs.count() > 0
             for t in range(tabs.count()):
