@@ -30,6 +30,7 @@ from app_pages.state import (
 )
 from treeopt.model.step_growth import PER_STEP_GREEDY
 from treeopt.pricing.selection import Selection
+from treeopt.workbench.plots import load_tree_layout
 from treeopt.workbench.trees import TreeSettings, families_for, pick_choice
 
 _WARMED_ROOTS: set[str] = set()  # the demos a warm-up was started for
@@ -62,8 +63,9 @@ def _between_runs() -> None:
 def warm_up(root: str | None = None) -> None:
     """Start the warm-up of the demo at ``root`` (default: the chosen one), once per server and
     demo, in a background thread at the lowest CPU priority. A failure here is left for the page
-    to show. (It imports no third-party module a page may be importing meanwhile: plotly reads
-    pandas off sys.modules, and would find one half imported.)"""
+    to show. (It imports no third-party module a page may be importing meanwhile but networkx,
+    which imports none: plotly reads pandas off sys.modules, and would find one half
+    imported.)"""
     root = root or current_root()
     if root in _WARMED_ROOTS:
         return
@@ -123,6 +125,7 @@ def steps(root: str) -> Iterator[Callable[[], object]]:
     for kind in bundle.growths:
         if kind in bundle.traces:
             yield lambda k=kind: step_curve(bundle.growths[k], bundle.traces[k])
+    yield load_tree_layout  # networkx, which the Trees page's tree figure lays out with
     yield from trees_first_view(root)
     yield lambda: demo_dynamic_selection(root)
     first, *rest = WORKLOADS
