@@ -199,21 +199,22 @@ def trees_first_view(root: str) -> Iterator[Callable[[], object]]:
 
 
 def trees_next_views(root: str) -> Iterator[Callable[[], object]]:
-    """What the Trees page shows next from its first view, as its first widgets move: each
-    other drafter at the same batch size (select's pick, in the selectbox's order); then, for
-    the first of them and for the recommended drafter, the next batch size's pick and that
-    pick at each sampling temperature."""
+    """What the Trees page shows next from its first view, as its first widgets move to their
+    first other option: the first other drafter in the selectbox at the same batch size
+    (select's pick), then, for it and for the recommended drafter, the next batch size's pick
+    and that pick at each sampling temperature. (Every drafter's would double the warm-up, which
+    shares the interpreter with the pages meanwhile; the rest are grown when chosen.)"""
     found = recommended(root)
     if found is None:
         return
     label, batch, _ = found
     data, traces = demo_dataset(root), demo(root).traces
-    others = [o for o in data.sources if o != label and o in traces]
-    for other in others:
+    first = [o for o in data.sources if o != label and o in traces][:1]
+    for other in first:
         picked = _pick_settings(root, other, batch)
         if picked is not None:
             yield from trees_view(root, other, picked)
-    for drafter in others[:1] + [label]:
+    for drafter in first + [label]:
         priced = demo_pricing(drafter, root=root)
         later = [b for b in priced.selection.batches if b > batch] if priced else []
         picked = _pick_settings(root, drafter, later[0] if later else batch)
