@@ -87,8 +87,9 @@ def describe(tree: Tree, drafter: Mapping[str, Any]) -> str:
     if trie is not None:
         widest = TrieSetting.of_tree(tree, max_trie_depth=trie.max_trie_depth,
                                      match=trie.match).max_bfs if tree.size else 0
-        return (f"An n-gram trie drafts a tree of {tree.size} tokens (depth {tree.depth}, up to "
-                f"{widest} children a node) from the continuations its trie holds of the "
+        shape = "one child a node: a chain" if widest == 1 else f"up to {widest} children a node"
+        return (f"An n-gram trie drafts a tree of {tree.size} tokens (depth {tree.depth}, "
+                f"{shape}) from the continuations its trie holds of the "
                 f"context's suffixes, up to {trie.max_trie_depth} tokens deep: SGLang's NGRAM "
                 "drafter runs it; vLLM, TensorRT-LLM and Hugging Face draft n-gram chains by "
                 "prompt lookup.")
