@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from treeopt.engines.vllm import forms
+from treeopt.engines.vllm.forms import (
+    METHODS,
+    SUFFIX_DEFAULTS,
+    chain_config,
+    mtp_config,
+    ngram_config,
+    suffix_config,
+)
 from treeopt.engines.vllm.per_batch import per_batch_config
 from treeopt.errors import TreeoptError
 
@@ -47,17 +54,17 @@ def drafter_config(method: str, *, k: int, drafter: Mapping[str, Any]) -> dict[s
     {'method': 'eagle', 'model': 'heads/eagle', 'num_speculative_tokens': 3}
     """
     if method == "ngram":
-        return forms.ngram_config(k=k, min_n=_int(drafter, "min_match", "the shortest n-gram"),
+        return ngram_config(k=k, min_n=_int(drafter, "min_match", "the shortest n-gram"),
                                   max_n=_int(drafter, "max_match", "the longest n-gram"))
     if method == "suffix":
         return _suffix(k, drafter)
     if method == "mtp":
-        return forms.mtp_config(k=k, num_nextn_predict_layers=_int(
+        return mtp_config(k=k, num_nextn_predict_layers=_int(
             drafter, "num_layers", "the MTP layers, num_nextn_predict_layers"))
     if method in MODEL_METHODS:
         model = drafter.get("checkpoint")
-        return forms.chain_config(method=method, k=k, model=str(model) if model else None)
-    raise TreeoptError(f"vLLM method {method!r}: expected one of {', '.join(forms.METHODS)}")
+        return chain_config(method=method, k=k, model=str(model) if model else None)
+    raise TreeoptError(f"vLLM method {method!r}: expected one of {', '.join(METHODS)}")
 
 
 def _suffix(k: int, drafter: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,12 +73,12 @@ def _suffix(k: int, drafter: Mapping[str, Any]) -> dict[str, Any]:
     if offset:
         raise TreeoptError(f"vLLM's suffix decoding has no max_spec_offset (recorded "
                            f"{offset}): calibrate with offset 0 to run what vLLM runs")
-    cached = drafter.get("max_cached_requests", forms.SUFFIX_DEFAULTS["max_cached_requests"])
+    cached = drafter.get("max_cached_requests", SUFFIX_DEFAULTS["max_cached_requests"])
     if cached is not None and cached < 0:
         raise TreeoptError(f"vLLM caches a bounded number of requests (max_cached_requests ≥ 0), "
                            f"and the drafter recorded {cached} (every request)")
-    d = forms.SUFFIX_DEFAULTS
-    return forms.suffix_config(
+    d = SUFFIX_DEFAULTS
+    return suffix_config(
         k=k, max_tree_depth=int(drafter.get("max_match") or d["max_tree_depth"]),
         max_cached_requests=int(cached if cached is not None else d["max_cached_requests"]),
         max_spec_factor=float(drafter.get("max_spec_factor", d["max_spec_factor"])),
