@@ -70,7 +70,7 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters", "dynamic", "prose"}
+                                         "sampled", "drafters", "dynamic", "prose", "selections"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
@@ -273,8 +273,9 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tiny_dem
     assert "[dynamic] speed measured again" in logs and "[base] done earlier, reusing" in logs
     for p in timed:
         assert "mark" not in json.loads(p.read_text()), p
-    for f in again["files"]:  # weights, traces, growths: untouched
-        if f["path"] not in timed_names:
+    priced = {f["path"] for f in again["files"] if f["path"].startswith("selections/")}
+    for f in again["files"]:  # weights, traces, growths: untouched (selections: priced anew)
+        if f["path"] not in timed_names | priced:
             assert digest[f["path"]] == f["sha256"], f["path"]
     assert again["drafters"]["eagle"]["training"] == first["drafters"]["eagle"]["training"]
     assert again["dynamic"]["selection"]["file"] == first["dynamic"]["selection"]["file"]
@@ -460,7 +461,8 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos,
     assert "heads/medusa/heads.safetensors" in changed
     medusa = {p.relative_to(out).as_posix() for name in stages.KIND_STAGES
               for p in stages.kind_outputs(name, ("medusa",), paths, cfg)}
-    assert changed <= medusa | {"heads/medusa/heads.json"}, changed - medusa
+    shipped = {paths.inside(paths.selection("medusa"))}  # priced from Medusa's new files
+    assert changed <= medusa | shipped | {"heads/medusa/heads.json"}, changed - medusa
     assert paths.trace("medusa").relative_to(out).as_posix() in changed
     for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new
         made, kept = ({k: v for k, v in r[name].items() if k != "choice"}  # prose's choice

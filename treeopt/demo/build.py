@@ -25,6 +25,7 @@ from treeopt.demo import stages
 from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
+from treeopt.demo.selections import ship_selections
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.version import __version__
@@ -80,6 +81,10 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     if recheck.exists():
         stages.recheck_quality(ctx, results)
         recheck.unlink()
+    start = time.perf_counter()  # priced last, from what the demo now holds, every build
+    results["selections"] = {**ship_selections(paths, config.device),
+                             "seconds": round(time.perf_counter() - start, 2)}
+    say(f"[selections] {', '.join(k for k in results['selections'] if k != 'seconds')}")
     manifest = _manifest(config, paths, results)
     write_json(paths.manifest, manifest)
     _publish(work, target)

@@ -118,6 +118,15 @@ class DemoPaths:
         profiles ``select`` prices with)."""
         return self.root / "sweep" / f"{_kind(kind)}-alongside-{device}.json"
 
+    def selection(self, kind: str, device: str = "cpu") -> Path:
+        """``treeopt select --demo KIND``'s answer on ``device``, shipped
+        (:mod:`treeopt.demo.selections`).
+
+        >>> DemoPaths(Path("d")).selection("eagle").as_posix()
+        'd/selections/eagle-cpu.json'
+        """
+        return self.root / "selections" / f"{_kind(kind)}-{device}.json"
+
     def dynamic_trace(self, part: str, topk: int) -> Path:
         """The EAGLE drafter's dynamic trace of ``topk`` on ``part`` (calibration, heldout).
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from treeopt.demo.selections import shipped_selection
 from treeopt.documents.sweep import Sweep
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
@@ -82,13 +83,15 @@ class DemoPricing:
 
 def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     """The demo's measured pricing of its ``kind`` heads (None without a step profile): the
-    selection, the live sweep, the sweep priced as it ran, and the held-out pricing."""
+    selection (the demo's own, :mod:`treeopt.demo.selections`, while its inputs are unchanged;
+    else priced here), the live sweep, the sweep priced as it ran, and the held-out pricing."""
     path = demo.step_profile(kind)
     if path is None:
         return None
     costs = profiled_costs(path)
-    selection = price(demo.growths[kind], costs.verify, draft=costs.draft,
-                      overhead=costs.overhead, trace=demo.traces[kind])
+    selection = (shipped_selection(demo.paths, kind, demo.latency.stem)
+                 or price(demo.growths[kind], costs.verify, draft=costs.draft,
+                          overhead=costs.overhead, trace=demo.traces[kind]))
     sweep_path = demo.sweep(kind)
     sweep = Sweep.load(sweep_path) if sweep_path is not None else None
     return DemoPricing(kind, costs, selection, sweep,

@@ -1,0 +1,70 @@
+"""The demo's shipped selections (:mod:`treeopt.demo.selections`): what ``select --demo KIND``
+computes, read back while the files it was priced from are unchanged, and priced afresh once one
+changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import demo_copy
+from treeopt.demo import load
+from treeopt.demo.layout import DemoPaths, default_root
+from treeopt.demo.selections import priced_selection, selection_inputs, shipped_selection
+from treeopt.workbench.demo_pricing import demo_pricing
+
+
+def test_the_shipped_demo_ships_what_select_demo_computes_for_every_drafter(demo_cli):
+    paths = DemoPaths(default_root())
+    for kind, computed in demo_cli["selections"].items():
+        shipped = json.loads(paths.selection(kind).read_text())
+        assert shipped["points"] == computed["points"], kind
+        assert shipped.get("chains") == computed.get("chains"), kind
+        assert shipped_selection(paths, kind, "cpu") is not None, f"{kind}: inputs changed"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_demos, tmp_path_factory):
+    return demo_copy(tiny_demos.after, tmp_path_factory.mktemp("selections"))[0]
+
+
+def test_a_build_ships_every_drafter_with_a_step_profile_priced_as_here(tiny):
+    demo = load(tiny, with_model=False)
+    profiled = [k for k in demo.kinds if demo.step_profile(k) is not None]
+    assert profiled
+    manifest = json.loads((tiny / "manifest.json").read_text())
+    assert sorted(k for k in manifest["selections"]) == sorted(profiled)
+    for kind in profiled:
+        shipped = shipped_selection(demo.paths, kind, "cpu")
+        assert shipped == priced_selection(demo.growths[kind], demo.traces[kind],
+                                           demo.step_profile(kind)), kind
+
+
+def test_a_changed_input_is_priced_afresh_and_the_answer_is_the_same(tiny, tmp_path):
+    root = demo_copy(tiny, tmp_path)[0]
+    paths = DemoPaths(root)
+    kind = next(k for k in paths.kinds() if paths.step_profile(k).is_file())
+    demo = load(root, with_model=False)  # (loading checks the files against the manifest)
+    before = demo_pricing(demo, kind).selection
+    for role, path in selection_inputs(paths, kind, "cpu").items():
+        if role == "trace":
+            continue
+        original = path.read_bytes()
+        path.write_text(json.dumps(json.loads(original)))  # the same document, other bytes
+        assert shipped_selection(paths, kind, "cpu") is None, role
+        assert demo_pricing(demo, kind).selection == before, role
+        path.write_bytes(original)
+        assert shipped_selection(paths, kind, "cpu") == before
+
+
+def test_a_selection_file_that_is_not_a_shipped_one_is_priced_afresh(tiny, tmp_path):
+    root = demo_copy(tiny, tmp_path)[0]
+    paths = DemoPaths(root)
+    kind = next(k for k in paths.kinds() if paths.step_profile(k).is_file())
+    doc = json.loads(paths.selection(kind).read_text())
+    del doc["inputs"]
+    paths.selection(kind).write_text(json.dumps(doc))
+    assert shipped_selection(paths, kind, "cpu") is None
+    paths.selection(kind).write_text("{")
+    assert shipped_selection(paths, kind, "cpu") is None
