@@ -307,3 +307,22 @@ def test_chat_prompts_render_peoples_requests_in_the_models_chat_template(tmp_pa
     assert [g["prompt"] for g in chat_prompts("sharegpt", tok, 1)] == asks[:1]
     with pytest.raises(TreeoptError, match="2 prompts, fewer than the 3 the build takes"):
         chat_prompts("sharegpt", tok, 3)
+
+
+@pytest.mark.parametrize("made, kept", [(["prompt-lookup", "ngram-trie"], True),
+                                        (["medusa", "prompt-lookup"], False)])
+def test_training_settings_change_only_a_demo_that_trained_a_drafter(tmp_path, made, kept):
+    """A pretrained preset ships weightless drafters first; adding EAGLE later with a learning
+    rate the finished demo never used keeps its work, while a demo that trained heads with
+    another rate is another build."""
+    from dataclasses import asdict, replace
+
+    from treeopt.demo.build import _differ
+
+    config = replace(pretrained(), kinds=tuple(made))
+    doc = json.loads(json.dumps(asdict(config)))
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": {**doc, "eagle_lr": None,
+                                                                   "head_lr": 0.01}}))
+    differ = _differ(tmp_path, config, retime=False)
+    assert differ == ([] if kept else ["head_lr", "eagle_lr"])
+    assert pretrained().lr_of("eagle") == 1e-3 and pretrained().lr_of("medusa") == 5e-3

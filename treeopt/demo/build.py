@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.demo import stages
-from treeopt.demo.config import TIMING_SETTINGS, DemoConfig, command_line
+from treeopt.demo.config import TIMING_SETTINGS, TRAINING_SETTINGS, DemoConfig, command_line
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
 from treeopt.demo.selections import ship_selections
@@ -116,10 +116,16 @@ def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime
 
 def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
     """The settings of the finished demo at ``target`` that ``config`` changes, less its timing
-    settings when the build measures every speed figure again (``retime``), and less the
-    drafter kinds (a demo gains the kinds it lacks: :func:`_with_kinds_made`)."""
+    settings when the build measures every speed figure again (``retime``), less the
+    drafter kinds (a demo gains the kinds it lacks: :func:`_with_kinds_made`), and less the
+    training settings where it made no trained drafter
+    (:data:`~treeopt.demo.config.TRAINING_SETTINGS`)."""
+    manifest = target / "manifest.json"
+    made = read_json(manifest).get("config", {}).get("kinds", KINDS) if manifest.exists() else ()
+    untrained = not stages.trained_kinds(tuple(made))  # its training settings never used
     return [k for k in settings_differ(target, config)
-            if not (retime and k in TIMING_SETTINGS) and k != "kinds"]
+            if not (retime and k in TIMING_SETTINGS) and k != "kinds"
+            and not (untrained and k in TRAINING_SETTINGS)]
 
 
 def _with_kinds_made(target: Path, config: DemoConfig, *, retime: bool) -> DemoConfig:

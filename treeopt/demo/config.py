@@ -60,6 +60,10 @@ class DemoConfig:
     head_batch: int = 4
     head_lr: float = 5e-3
     eagle_layers: int = 1  # decoder layers of the EAGLE drafter
+    # EAGLE's learning rate (None: head_lr): its decoder layer diverges at the heads' 5e-3 on a
+    # real model (SmolLM2, 120 steps: top-1 agreement 8% at 5e-3, 59% at 1e-3, 35% at 2e-4;
+    # Medusa's 65% and Hydra's 71% at 5e-3, lower at 1e-3)
+    eagle_lr: float | None = None
     draft_model_layers: int = 1  # decoder layers of the draft model (a copy of the base's first)
     calibration_prompts: int = 640
     heldout_prompts: int = 192
@@ -187,6 +191,16 @@ class DemoConfig:
                            target_se=getattr(self, f"{part}_target_se"),
                            max_rounds=self.timing_max_rounds)
 
+    def lr_of(self, kind: str) -> float:
+        """The ``kind`` drafter's learning rate: the first of its ``demo_lr`` settings set.
+
+        >>> c = DemoConfig(eagle_lr=1e-3)
+        >>> c.lr_of("medusa"), c.lr_of("eagle"), DemoConfig().lr_of("eagle")
+        (0.005, 0.001, 0.005)
+        """
+        settings = [getattr(self, name) for name in drafter_kind(kind).demo_lr]
+        return next(x for x in settings if x is not None)
+
     def layers_of(self, kind: str) -> int:
         """Layers of the ``kind`` drafter: residual blocks per head for Medusa and Hydra, decoder
         layers for EAGLE and the draft model (the first of the kind's ``demo_layers`` settings
@@ -210,6 +224,13 @@ TIMING_SETTINGS = (
     "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
     "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
     "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads", "dynamic_profile")
+# settings that only the trained drafters read (their head data, training and layers): a finished
+# demo that made none of them (a pretrained preset's weightless drafters) never used them, so a
+# build adding trained drafters to it may change them and keep everything it has
+TRAINING_SETTINGS = (
+    "head_layers", "medusa_head_layers", "head_prefix_attention", "head_data_prompts",
+    "head_seq_len", "head_steps", "head_batch", "head_lr", "eagle_layers", "eagle_lr",
+    "draft_model_layers")
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
                 "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
@@ -274,7 +295,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         step_sizes=(1, 2, 4, 8), step_rounds=2, sweep_sizes=(1, 2, 4, 8), sweep_prompts=8,
         sweep_rounds=1, live_new_tokens=32,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
-        head_data_prompts=256, head_seq_len=256, head_steps=300, dynamic_prompts=32,
+        head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
+        dynamic_prompts=32,
         dynamic_check_prompts=8, dynamic_profile=((1, 4, 5), (2, 4, 8), (4, 4, 16)))
 
 

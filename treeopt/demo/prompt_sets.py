@@ -23,8 +23,8 @@ def prompt_set_selections(paths: DemoPaths, kinds: Sequence[str], *, device: str
     inside the demo."""
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.throughput import select
     from treeopt.pricing.sources import profiled_costs
+    from treeopt.pricing.throughput import select
 
     sets: dict[str, dict[str, Selection]] = {name: {} for name in PROMPT_SETS}
     for kind in kinds:

@@ -108,7 +108,7 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
                       share_lm_head=True, steps=c.head_steps, batch_size=c.head_batch,
                       prefix_attention=c.head_prefix_attention
                       and drafter_kind(kind).prefix_attention, seq_len=c.head_seq_len,
-                      lr=c.head_lr, warmup=max(1, c.head_steps // 20),
+                      lr=c.lr_of(kind), warmup=max(1, c.head_steps // 20),
                       seed=c.seed + 1 + DRAFTERS.index(kind),
                       teacher_top_k=teacher_top_k(ctx.vocab_size))
     bar = ctx.bar(c.head_steps, f"{kind} drafter")

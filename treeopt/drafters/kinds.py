@@ -39,7 +39,7 @@ class DrafterKind:
     ``position``: what proposes its k-th depth, as figures label it: ``head`` (one head per
     depth: Medusa, Hydra) or ``depth`` (one network run once per depth: EAGLE, a draft model).
     ``demo_layers``: the :class:`~treeopt.demo.config.DemoConfig` settings that give its layer
-    count, the first one set. ``chain``: one candidate per depth, so the trees it drafts are
+    count, the first one set; ``demo_lr``: likewise its learning rate. ``chain``: one candidate per depth, so the trees it drafts are
     chains (rank 0 everywhere). ``lookup``: some or all of its nodes come from an n-gram
     lookup on the host (:mod:`treeopt.drafters.ngram`), which may have no candidate (a hole,
     token -1). ``hybrid``: a model drafter's tree with prompt lookup's chain as rank 0 below
@@ -86,6 +86,7 @@ class DrafterKind:
     max_match: str = ""  # an n-gram kind: the setting max_match is (max_n, max_trie_depth, …)
     match_types: tuple[str, ...] = ()  # the trie's orders of children its match_type may name
     demo_stage: str = ""  # the demo build's stage that makes it: "heads", "drafters" or none
+    demo_lr: tuple[str, ...] = ("head_lr",)  # the demo settings of its learning rate, first set
     request_cache: bool = False  # drafts from earlier requests' outputs too: traces keep order
     chain_method: str = ""  # vLLM's method name of its chains (ngram, suffix, mtp, …); "": none
 
@@ -107,7 +108,7 @@ KINDS: dict[str, DrafterKind] = {
                          draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
                          base_lm_head=True, dynamic=True, fc_inputs=2, fc_bias=True,
                          engine_draft="eagle", position="depth", demo_stage="drafters",
-                         chain_method="eagle"),
+                         chain_method="eagle", demo_lr=("eagle_lr", "head_lr")),
     "eagle3": DrafterKind("eagle3", "EAGLE-3 drafter", per_depth=True, reads_path=True,
                           implementation="treeopt.drafters.eagle3:Eagle3Drafter",
                           draft_formula="eagle", demo_layers=("eagle_layers",), min_layers=1,
