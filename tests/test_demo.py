@@ -70,7 +70,8 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters", "dynamic", "prose", "selections"}
+                                         "sampled", "drafters", "dynamic", "prose", "selections",
+                                         "adaptive_configs"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
@@ -273,7 +274,8 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tiny_dem
     assert "[dynamic] speed measured again" in logs and "[base] done earlier, reusing" in logs
     for p in timed:
         assert "mark" not in json.loads(p.read_text()), p
-    priced = {f["path"] for f in again["files"] if f["path"].startswith("selections/")}
+    priced = {f["path"] for f in again["files"]
+              if f["path"].startswith(("selections/", "adaptive/"))}  # priced by the timing
     for f in again["files"]:  # weights, traces, growths: untouched (selections: priced anew)
         if f["path"] not in timed_names | priced:
             assert digest[f["path"]] == f["sha256"], f["path"]

@@ -68,3 +68,44 @@ def test_a_selection_file_that_is_not_a_shipped_one_is_priced_afresh(tiny, tmp_p
     assert shipped_selection(paths, kind, "cpu") is None
     paths.selection(kind).write_text("{")
     assert shipped_selection(paths, kind, "cpu") is None
+
+
+# ----- the tuned adaptive configs the Live page replays -----------------------------------------
+def test_a_build_ships_the_tuned_config_a_search_finds_now_for_every_workload(tiny):
+    from treeopt.adaptive.workload import WORKLOADS
+    from treeopt.workbench import adaptive
+
+    demo = load(tiny, with_model=False)
+    manifest = json.loads((tiny / "manifest.json").read_text())
+    assert sorted(manifest["adaptive_configs"]) == sorted(WORKLOADS)
+    for workload in WORKLOADS:
+        shipped = adaptive.demo_adaptive(demo, workload=workload)
+        assert shipped.report.tuned.label == "tuned"  # read back, not searched
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(adaptive, "shipped_tuned", lambda *a, **k: None)
+            searched = adaptive.demo_adaptive(demo, workload=workload)
+        assert shipped.report.tuned == searched.report.tuned
+        assert [s.tuned.tokens_per_s for s in shipped.report.sides] == [
+            s.tuned.tokens_per_s for s in searched.report.sides]
+
+
+def test_a_tuned_config_for_another_window_or_changed_inputs_is_searched_again(tiny, tmp_path):
+    from treeopt.demo.adaptive_configs import (
+        REPLAY_BATCHES,
+        REPLAY_POSITIONS,
+        REPLAY_SEQUENCES,
+        config_path,
+        shipped_tuned,
+    )
+
+    root = demo_copy(tiny, tmp_path)[0]
+    paths = DemoPaths(root)
+    batches = tuple(json.loads(config_path(paths, "steady", "cpu").read_text())["batches"])
+    assert set(batches) <= set(REPLAY_BATCHES)
+    window = dict(sequences=REPLAY_SEQUENCES, positions=REPLAY_POSITIONS, batches=batches)
+    assert shipped_tuned(paths, "eagle", "steady", "cpu", **window) is not None
+    assert shipped_tuned(paths, "eagle", "steady", "cpu", **{**window, "positions": 16}) is None
+    assert shipped_tuned(paths, "hydra", "steady", "cpu", **window) is None
+    profile = paths.step_profile("eagle")
+    profile.write_text(json.dumps(json.loads(profile.read_text())))
+    assert shipped_tuned(paths, "eagle", "steady", "cpu", **window) is None

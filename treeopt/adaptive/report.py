@@ -12,7 +12,13 @@ from typing import Any
 
 from treeopt.adaptive.policies import TRTLLMSchedule, VLLMSchedule
 from treeopt.adaptive.replay import Replay, chain_step_seconds, replay
-from treeopt.adaptive.tune import DEFAULT_SPACE, SearchSpace, fixed_replays, tune_sglang
+from treeopt.adaptive.tune import (
+    DEFAULT_SPACE,
+    SearchSpace,
+    fixed_replays,
+    tune_sglang,
+    tuning_with,
+)
 from treeopt.adaptive.workload import ChainAcceptance
 from treeopt.engines.sglang.adaptive import SGLangConfig
 from treeopt.engines.trtllm.schedule import READINGS, encode, schedule_json
@@ -108,10 +114,12 @@ def _mix(r: Replay) -> str:
 def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: Sequence[int],
                     context: int | None = None, default: SGLangConfig | None = None,
                     space: SearchSpace = DEFAULT_SPACE, growth: Growth | None = None,
-                    static_trace: RankTrace | None = None) -> AdaptiveReport:
+                    static_trace: RankTrace | None = None,
+                    tuned: SGLangConfig | None = None) -> AdaptiveReport:
     """Tune SGLang's config on ``acceptance`` for ``batches`` and set it beside the default, the
     best fixed chain, the tables vLLM and TensorRT-LLM take, and (with ``growth`` and the rank
-    trace ``static_trace``) the best static tree."""
+    trace ``static_trace``) the best static tree. ``tuned``: the config that search found on
+    this workload and these costs already (a demo ships it): replayed, not searched again."""
     default = default or SGLangConfig.default()
     crowded = [b for b in batches if not 1 <= b <= acceptance.sequences]
     if crowded:
@@ -119,7 +127,8 @@ def adaptive_report(acceptance: ChainAcceptance, costs: StepCosts, *, batches: S
                            "sequences, and a batch needs one per row")
     seconds = {b: chain_step_seconds(costs, batch=b, context=context,
                                      max_steps=acceptance.max_steps) for b in batches}
-    tuning = tune_sglang(acceptance, seconds, default=default, space=space)
+    tuning = (tune_sglang(acceptance, seconds, default=default, space=space) if tuned is None
+              else tuning_with(acceptance, seconds, default=default, tuned=tuned))
     fixed = {b: fixed_replays(acceptance, seconds[b], batch=b) for b in batches}
     best_k = {b: max(range(len(f)), key=lambda k, f=f: f[k].tokens_per_s)
               for b, f in fixed.items()}

@@ -147,9 +147,19 @@ def tune_sglang(acceptance: ChainAcceptance, seconds: dict[int, npt.NDArray[np.f
         searches[b] = _SlotSearch(acceptance, b, seconds[b], default)
         searches[b].run(space, [(slot, start_of(slot, used.start_steps))])
     tuned = _join(searches, {b: r for b, (_, r) in floors.items()}, default)
+    return tuning_with(acceptance, seconds, default=default, tuned=tuned, floors=floors)
+
+
+def tuning_with(acceptance: ChainAcceptance, seconds: dict[int, npt.NDArray[np.float64]], *,
+                default: SGLangConfig, tuned: SGLangConfig,
+                floors: dict[int, tuple[SGLangConfig, Replay]] | None = None) -> SGLangTuning:
+    """:func:`tune_sglang`'s answer for a config tuned already (``tuned``, found by the same
+    search on the same workload and costs): the default's and its replays at each batch size,
+    no search. ``floors``: the default's replays, where the caller has them."""
+    floors = floors or {b: default_replay(default, acceptance, b, seconds[b]) for b in seconds}
     out = tuple((b, floors[b][0], floors[b][1],
                  replay(SGLangPolicy(tuned), acceptance, batch=b, costs=seconds[b]))
-                for b in batches)
+                for b in sorted(seconds))
     return SGLangTuning(default, tuned, out)
 
 

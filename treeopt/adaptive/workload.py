@@ -101,6 +101,28 @@ class ChainAcceptance:
         return ChainAcceptance(self.accepted[:, : max_steps + 1], self.lengths, self.source)
 
 
+# the workloads a demo's adaptive replay runs (the Live page's choice): its held-out sequences
+WORKLOADS: dict[str, str] = {
+    "steady": "held-out prompts in order",
+    "shifting": "held-out prompts, easiest first (acceptance falls)",
+}
+
+
+def replay_workload(heldout: RankTrace, workload: str, *, sequences: int, positions: int,
+                    source: str) -> tuple[RankTrace, ChainAcceptance]:
+    """The first ``sequences`` of a held-out trace (all, where it has fewer), each its first
+    ``positions`` positions, and their chains' acceptance as ``workload`` (:data:`WORKLOADS`)
+    orders them."""
+    if workload not in WORKLOADS:
+        raise TreeoptError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    held = len(heldout.meta.get("sequence_positions") or ())
+    trace = heldout.sequences(min(sequences, held) if held else sequences, positions=positions)
+    acceptance = ChainAcceptance.from_rank_trace(trace, source=source)
+    if workload == "shifting":
+        acceptance = by_difficulty(acceptance, easy_first=True)
+    return trace, acceptance
+
+
 def by_difficulty(acceptance: ChainAcceptance, *, easy_first: bool = True) -> ChainAcceptance:
     """The sequences ordered by :meth:`ChainAcceptance.difficulty` (the easiest first, or the
     hardest; ties keep trace order): a workload whose acceptance drifts.

@@ -25,6 +25,7 @@ from treeopt.demo import stages
 from treeopt.demo.config import TIMING_SETTINGS, TRAINING_SETTINGS, DemoConfig, command_line
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
+from treeopt.demo.adaptive_configs import ship_adaptive_configs
 from treeopt.demo.selections import ship_selections
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
@@ -85,6 +86,9 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     results["selections"] = {**ship_selections(paths, config.device),
                              "seconds": round(time.perf_counter() - start, 2)}
     say(f"[selections] {', '.join(k for k in results['selections'] if k != 'seconds')}")
+    start = time.perf_counter()  # likewise the tuned adaptive configs the Live page replays
+    results["adaptive_configs"] = {**ship_adaptive_configs(paths, config.device),
+                                   "seconds": round(time.perf_counter() - start, 2)}
     manifest = _manifest(config, paths, results)
     write_json(paths.manifest, manifest)
     _publish(work, target)

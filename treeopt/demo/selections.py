@@ -12,10 +12,10 @@ None and the caller prices afresh. Numpy only: no torch, no model.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
+from treeopt.demo.digests import inputs_record, inputs_unchanged
 from treeopt.demo.layout import DemoPaths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
@@ -50,8 +50,7 @@ def ship_selection(paths: DemoPaths, kind: str, device: str) -> dict[str, Any]:
     doc = _sources(selection.to_json(), str(inputs["step_profile"]),
                    paths.inside(inputs["step_profile"]))
     write_json(out, {**doc, "command": f"treeopt select --demo {kind}",
-                     "inputs": {role: {"path": paths.inside(p), "sha256": _sha256(p)}
-                                for role, p in inputs.items()}})
+                     "inputs": inputs_record(paths, inputs)})
     return {"file": paths.inside(out),
             "best_size": {str(p.batch): p.best_size for p in selection.points
                           if p.context == selection.contexts[0]}}
@@ -77,14 +76,13 @@ def shipped_selection(paths: DemoPaths, kind: str, device: str) -> Selection | N
         return None
     try:
         doc = read_tagged_json(path, SELECTION_FORMAT)
-        recorded = doc["inputs"]
-        for role, where in selection_inputs(paths, kind, device).items():
-            if not where.is_file() or recorded[role]["sha256"] != _sha256(where):
-                return None
-        profile = selection_inputs(paths, kind, device)["step_profile"]
+        inputs = selection_inputs(paths, kind, device)
+        if not inputs_unchanged(paths, doc.get("inputs"), inputs):
+            return None
+        profile = inputs["step_profile"]
         return Selection.from_json(_sources(doc, paths.inside(profile), str(profile)),
                                    source=str(path))
-    except (KeyError, TypeError, TreeoptError):  # not a shipped selection as written here
+    except TreeoptError:  # not a selection file
         return None
 
 
@@ -94,10 +92,6 @@ def _sources(doc: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     the demo is), and reads back naming it where the demo is, as pricing here would."""
     return {**doc, **{block: {**doc[block], "source": new} for block in COST_BLOCKS
                       if isinstance(doc.get(block), dict) and doc[block].get("source") == old}}
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 __all__ = ["priced_selection", "selection_inputs", "ship_selection", "ship_selections",

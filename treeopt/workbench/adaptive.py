@@ -17,6 +17,8 @@ from plotly.subplots import make_subplots
 
 from treeopt.adaptive.replay import Replay
 from treeopt.adaptive.report import AdaptiveReport, BatchSide, StaticTree
+from treeopt.adaptive.workload import WORKLOADS, replay_workload
+from treeopt.demo.adaptive_configs import REPLAY_POSITIONS, REPLAY_SEQUENCES, shipped_tuned
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
@@ -25,12 +27,8 @@ from treeopt.pricing.costs import StepCosts
 from treeopt.workbench import style
 from treeopt.workbench.numbers import ACCEPT_LENGTH_FORMAT, accept_length_text, nodes_text
 
-WORKLOADS: dict[str, str] = {
-    "steady": "held-out prompts in order",
-    "shifting": "held-out prompts, easiest first (acceptance falls)",
-}
 STRATEGIES = ("SGLang default adaptive", "tuned adaptive", "best fixed chain", "best static tree")
-SEQUENCES, POSITIONS = 48, 64  # the replayed share of the held-out trace (a quick first render)
+SEQUENCES, POSITIONS = REPLAY_SEQUENCES, REPLAY_POSITIONS  # the held-out share replayed
 # the figures sit in half-width columns: a legend beside the plot would squeeze it, so below
 _LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0)
 _LEGEND_PX = 70
@@ -70,7 +68,6 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
     profile of ``kind``. ``static``: :func:`demo_static_trees` of the same arguments, where the
     caller has it (every workload shares it)."""
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
     from treeopt.pricing.sources import profiled_costs
 
     if workload not in WORKLOADS:
@@ -78,13 +75,14 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
     path = demo.step_profile(kind)
     if path is None or kind not in demo.heldout_traces:
         return None
-    trace = demo.heldout_traces[kind].sequences(sequences, positions=positions)
-    acceptance = ChainAcceptance.from_rank_trace(trace, source=f"{kind} held-out")
-    if workload == "shifting":
-        acceptance = by_difficulty(acceptance, easy_first=True)
+    trace, acceptance = replay_workload(demo.heldout_traces[kind], workload,
+                                        sequences=sequences, positions=positions,
+                                        source=f"{kind} held-out")
     costs = profiled_costs(path)
     priced = [b for b in batches if b in costs.verify.batches and b <= acceptance.sequences]
-    report = adaptive_report(acceptance, costs, batches=priced)
+    tuned = shipped_tuned(demo.paths, kind, workload, demo.latency.stem, sequences=sequences,
+                          positions=positions, batches=tuple(priced))
+    report = adaptive_report(acceptance, costs, batches=priced, tuned=tuned)
     if static is None:
         static = static_trees(demo.growths[kind], trace, costs, priced)
     sides = tuple(replace(side, static=static[side.batch]) for side in report.sides)
