@@ -10,7 +10,9 @@ Every figure is printed against its target, with its verdict:
 3. the slowest widget: on every page, the first few sliders, radios, selectboxes and checkboxes
    of the main area moved one step, each timed from the input to the rerun's view — target 0.8 s;
 4. warm first view: new tabs on the same server — target 1.2 s;
-5. watcher warnings ("Inotify queue overflowed" and the like) in the server's log — target 0.
+5. watcher warnings ("Inotify queue overflowed" and the like) in the server's log — target 0;
+6. the reference, measured in the same run: a one-line Streamlit page in new tabs of its own
+   server — the floor any first view has on this host and browser (not held to a target).
 
 A view is *meaningful* once the page's script run has finished (Streamlit's ``script_finished``
 message, read off the page's websocket: the running indicator starts to go) and the page has
@@ -154,13 +156,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(log: Path, script: Path = APP) -> tuple[subprocess.Popen, str]:
     """`streamlit run app.py` as a user runs it (only the address and port given: the rest is
-    .streamlit/config.toml's), its output in ``log``."""
+    .streamlit/config.toml's), its output in ``log``; ``script``: another app to serve."""
     port = free_port()
     out = log.open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
+        [sys.executable, "-m", "streamlit", "run", str(script), "--server.address", "127.0.0.1",
          "--server.port", str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     out.close()
     return proc, f"http://127.0.0.1:{port}"
@@ -380,9 +382,36 @@ def browser_bench(pages: list[PageRef], report: Report, *, warm: int, widgets: i
                         note=f"{spread([v.seconds for v in warm_views])} {middle.note}")
             widget_report(report, moved)
         finally:
-            browser.close()
             stop(proc)
+        try:
+            floor_report(context, warm, log.with_name("floor.log"))
+        finally:
+            browser.close()
     watcher_report(report, log)
+
+
+FLOOR_APP = 'import streamlit as st\n\nst.title("Overview")\nst.write("One line of text.")\n'
+
+
+def floor_report(context: Any, tabs: int, log: Path) -> None:
+    """The reference, measured in the same run with the same browser: a Streamlit page of one
+    title and one line, opened in new tabs of its own server — what Streamlit and this browser
+    take for any first view on this host, which no page of the app can go below (printed, not
+    held to a target)."""
+    script = log.with_name("floor_app.py")
+    script.write_text(FLOOR_APP, encoding="utf-8")
+    proc, url = start_server(log, script)
+    try:
+        wait_healthy(url, proc)
+        new_tab_view(context, url)  # its own cold view, not counted
+        views = sorted((new_tab_view(context, url) for _ in range(max(1, tabs))),
+                       key=lambda v: v.seconds)
+    finally:
+        stop(proc)
+    middle = views[(len(views) - 1) // 2]
+    print(f"{'reference: a one-line Streamlit page (new tab, own server)':<58} "
+          f"{middle.seconds:8.2f} s  not held to a target: the floor of any first view here  "
+          f"{spread([v.seconds for v in views])} {middle.note}")
 
 
 def new_tab_view(context: Any, url: str) -> View:
