@@ -71,7 +71,7 @@ def first_divergence(model: PreTrainedModel, prompt: Sequence[int], a: Sequence[
                      b: Sequence[int], *, index: int = 0) -> Divergence | None:
     """The first new token at which outputs ``a`` and ``b`` of ``prompt`` differ, with the
     model's own logits of both there (None when one output is a prefix of the other)."""
-    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
     if at is None:
         return None
     device = model.get_input_embeddings().weight.device
