@@ -206,7 +206,7 @@ def test_specs_and_drafter_files_name_the_settings(tmp_path, base):
             parse_trie_spec(spec, vocab_size=10)
     (tmp_path / "drafter.json").write_text(json.dumps(
         {"format": "treeopt.drafter/1", "kind": "ngram-trie", "depth": 4, "match": 3}))
-    with pytest.raises(TreeoptError, match="drafter.json: match of the wrong type"):
+    with pytest.raises(TreeoptError, match="drafter.json: match must be a string"):
         load_heads_for(base, tmp_path)
 
 

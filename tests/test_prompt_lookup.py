@@ -174,7 +174,7 @@ def test_specs_and_drafter_files_name_the_settings(tmp_path, base):
         parse_lookup_spec("prompt-lookup:min-n=3,max-n=2", vocab_size=10)
     (tmp_path / "drafter.json").write_text(json.dumps(
         {"format": "treeopt.drafter/1", "kind": "prompt-lookup", "depth": "four"}))
-    with pytest.raises(TreeoptError, match="drafter.json: depth must be integers"):
+    with pytest.raises(TreeoptError, match="drafter.json: depth must be an integer"):
         load_heads_for(base, tmp_path)
 
 

@@ -163,7 +163,7 @@ def test_specs_and_drafter_files_name_the_settings(tmp_path, base):
             parse_suffix_spec(spec, vocab_size=10)
     (tmp_path / "drafter.json").write_text(json.dumps(
         {"format": "treeopt.drafter/1", "kind": "suffix", "depth": 4, "min_token_prob": "x"}))
-    with pytest.raises(TreeoptError, match="drafter.json: min_token_prob of the wrong type"):
+    with pytest.raises(TreeoptError, match="drafter.json: min_token_prob must be a number"):
         load_heads_for(base, tmp_path)
     with pytest.raises(TreeoptError, match="ranks depend on the requests served before"):
         d.rank_depths(None, torch.zeros(1, 9, dtype=torch.long), top_k=2)

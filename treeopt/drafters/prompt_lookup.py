@@ -195,14 +195,31 @@ def read_drafter_settings(directory: str | os.PathLike[str], kind: str,
                           defaults: Mapping[str, object]) -> tuple[dict[str, object], Path] | None:
     """A directory's ``drafter.json`` settings (the keys of ``defaults``, spelt with ``_`` in
     the file; a key left out takes its default) and its path, when its kind is ``kind``; else
-    None."""
+    None. Each setting has its default's type (a float setting takes an integer too; a bool is
+    no number), else one error names the file and every setting of the wrong type."""
     path = Path(directory) / DRAFTER_FILE
     if not path.is_file():
         return None
     doc = read_tagged_json(path, DRAFTER_FORMAT)
     if doc.get("kind") != kind:
         return None
-    return {k: doc.get(k.replace("-", "_"), v) for k, v in defaults.items()}, path
+    settings = {k: doc.get(k.replace("-", "_"), v) for k, v in defaults.items()}
+    bad = [k for k, v in settings.items() if not _typed_as(v, defaults[k])]
+    if bad:
+        raise TreeoptError(f"{path}: " + ", ".join(
+            f"{k.replace('-', '_')} must be {_TYPE_NAMES[type(defaults[k])]}" for k in bad))
+    return settings, path
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string"}
+
+
+def _typed_as(value: object, default: object) -> bool:
+    """Whether ``value`` is of ``default``'s type (an int where a float is: a number)."""
+    if isinstance(value, bool):
+        return False
+    wanted = (int, float) if isinstance(default, float) else type(default)
+    return isinstance(value, wanted)
 
 
 @functools.lru_cache(maxsize=64)
@@ -240,10 +257,6 @@ def load_lookup(directory: str | os.PathLike[str], *, vocab_size: int) -> Prompt
     if found is None:
         return None
     settings, path = found
-    bad = [k for k, v in settings.items() if not isinstance(v, int) or isinstance(v, bool)]
-    if bad:
-        raise TreeoptError(f"{path}: {', '.join(b.replace('-', '_') for b in bad)} must be "
-                           f"integers")
     return _from_settings(settings, source=str(path), vocab_size=vocab_size)
 
 

@@ -218,11 +218,6 @@ def load_suffix(directory: str | os.PathLike[str], *, vocab_size: int) -> Suffix
     if found is None:
         return None
     settings, path = found
-    bad = [k.replace("-", "_") for k, v in settings.items()
-           if isinstance(v, bool) or not isinstance(v, (int, float) if k in _FLOATS else int)]
-    if bad:
-        raise TreeoptError(f"{path}: {', '.join(bad)} of the wrong type (depth, max_tree_depth "
-                           f"and max_cached_requests are integers, the others numbers)")
     return _from_settings(settings, source=str(path), vocab_size=vocab_size)
 
 

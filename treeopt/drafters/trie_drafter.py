@@ -126,11 +126,6 @@ def load_trie(directory: str | os.PathLike[str], *, vocab_size: int) -> TrieDraf
     if found is None:
         return None
     settings, path = found
-    bad = [k.replace("-", "_") for k, v in settings.items()
-           if isinstance(v, bool) or not isinstance(v, type(DEFAULTS[k]))]
-    if bad:
-        raise TreeoptError(f"{path}: {', '.join(bad)} of the wrong type (depth and "
-                           f"max_trie_depth are integers, match is bfs or prob)")
     return _from_settings(settings, source=str(path), vocab_size=vocab_size)
 
 
