@@ -26,23 +26,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def trace_of(demo, drafter, prompts, *, new_tokens: int, top_k: int, temperature: float = 0.0):
-    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
-
-    sampled = {"temperature": temperature, "seed": 0} if temperature else {}
-    with tempfile.TemporaryDirectory() as tmp:
-        trace, _ = calibrate(demo.model, drafter, prompts, Path(tmp) / "t.npz",
-                             config=CalibrateConfig(top_k=top_k, max_new_tokens=new_tokens,
-                                                    batch_size=16,
-                                                    eos_token_id=demo.tokenizer.eos_token_id,
-                                                    **sampled))
-    return trace
+from bench_trie import traces as trace_of  # noqa: E402 — the same calibration as the trie's
 
 
 def live_row(demo, drafter, tree, prompts, trace, config) -> dict:
