@@ -32,6 +32,7 @@ from treeopt.files import read_json, write_json
 from treeopt.version import __version__
 
 Log = Callable[[str], None]
+PRICED_LAST = ("selections", "adaptive_configs")  # made from the finished files, every build
 
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
