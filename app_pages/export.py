@@ -13,7 +13,7 @@ from app_pages.state import (
     demo_dynamic_selection,
     page_errors,
 )
-from treeopt.drafters.kinds import KINDS, engine_draft
+from treeopt.registry.kinds import KINDS, engine_draft
 from treeopt.workbench.adaptive import WORKLOADS
 from treeopt.workbench.export_tabs import (
     ExportTab,

@@ -7,7 +7,7 @@ import streamlit as st
 from app_pages.cache import CachedFigures, grown, roofline_selection
 from app_pages.choice import current_choice, is_demo_data
 from app_pages.state import current_dataset, demo, demo_pricing, page_errors
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.roofline import hardware_names, load_hardware, preset, preset_names, roofline
 from treeopt.workbench import plots_hardware
 from treeopt.workbench.demos import base_model_name

@@ -31,9 +31,9 @@ from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.token_order import rank_of
 from treeopt.decoding.rank_pass import rank_batch
 from treeopt.decoding.tree_forward import forward_with_cache
-from treeopt.drafters.config import HeadsConfig, default_feature_layers
+from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
 from treeopt.drafters.heads import build_heads
-from treeopt.drafters.kinds import KIND_NAMES
+from treeopt.registry.kinds import KIND_NAMES
 
 
 def timed(fn, device, repeats):

@@ -46,9 +46,9 @@ from treeopt.decoding.rank_pass import greedy_continuations
 from treeopt.demo import load, stages
 from treeopt.demo.config import plan
 from treeopt.documents.prompts import encode, read_texts
-from treeopt.drafters.config import TrainConfig
+from treeopt.registry.drafter_configs import TrainConfig
 from treeopt.drafters.heads import build_heads
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.drafters.training import distill_loss, train_heads, windows
 from treeopt.model.growth import grow
 from treeopt.model.tree import Tree

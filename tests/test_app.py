@@ -234,7 +234,7 @@ def test_export_page_exports_the_overviews_pick_at_every_batch_in_every_tab(demo
     """The Overview's pick at each batch size, chosen with "Use this tree", on Export: every
     tab holds the engine's file or one line saying why not (0 blank tabs), the files are the
     library's, and the page names the drafter by its own kind."""
-    from treeopt.drafters.kinds import KINDS as REGISTRY
+    from treeopt.registry.kinds import KINDS as REGISTRY
 
     at = open_page()
     for a in (a for a in view.answers if a.tree.size):

@@ -15,7 +15,7 @@ from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  #
 from treeopt.decoding.continuations import ContinuationStore, weights_digest  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
-from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
 

@@ -266,7 +266,7 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
     from treeopt.documents.measure import Measurement
-    from treeopt.drafters.config import HeadsConfig
+    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import step_costs

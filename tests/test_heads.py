@@ -20,7 +20,7 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     load_heads_for,  # noqa: E402
     save_heads,
 )
-from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 
 D, V = 64, 256
@@ -246,7 +246,7 @@ def test_the_registry_says_what_each_implementation_does():
     from treeopt.decoding.drafter import Drafter
     from treeopt.demo.config import DemoConfig
     from treeopt.drafters.heads import drafter_class
-    from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS
+    from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS
     from treeopt.roofline.draft import _FORMULAS
 
     demo_settings = {f.name for f in dataclasses.fields(DemoConfig)}

@@ -160,7 +160,7 @@ def test_the_cli_calibrates_grows_profiles_selects_and_verifies_a_hybrid(
 
     from treeopt import RankTrace
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.config import HeadsConfig
+    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)

@@ -9,8 +9,8 @@ The packages, each above those it may import; each states its own line in its do
 The numpy layer (``import treeopt`` loads it, and numpy only), from the bottom up:
 
 - ``errors``, ``version``: leaves; ``files``: versioned files, atomic writes (imports errors);
-- ``registry``: the drafter kinds and the heads' settings (:mod:`treeopt.drafters.kinds`,
-  :mod:`treeopt.drafters.config`: torch-free, though they live with the drafters);
+- ``registry``: the drafter kinds and the drafters' settings (:mod:`treeopt.registry.kinds`,
+  :mod:`treeopt.registry.drafter_configs`), free of numpy and torch;
 - ``model``: trees, rank traces, acceptance, growth, simulation, dynamic-tree settings;
 - ``documents``: the typed documents (step profiles, sweeps, verify reports, …); imports model;
 - ``roofline``: predicted latency; ``engines``: one module per engine, everything it accepts
@@ -92,8 +92,7 @@ THIRD_PARTY: dict[str, tuple[str, ...]] = {
     "app_pages": ("streamlit", "numpy", "plotly"),
 }
 LEAVES = {"treeopt.errors": "errors", "treeopt.version": "version", "treeopt.files": "files"}
-REGISTRY = ("treeopt.drafters.kinds", "treeopt.drafters.config")
-STATED_IN = {"treeopt": "treeopt/__init__.py", "registry": "treeopt/drafters/kinds.py",
+STATED_IN = {"treeopt": "treeopt/__init__.py",
              "app_pages": "app_pages/__init__.py",
              **{p: f"treeopt/{p}.py" for p in LEAVES.values()}}  # else treeopt/<p>/__init__.py
 
@@ -139,8 +138,6 @@ def package_of(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "treeopt"
-    if module in REGISTRY:
-        return "registry"
     if parts[1] == "__main__":
         return "cli"  # the command line's entry point
     return LEAVES.get(".".join(parts[:2]), parts[1])

@@ -386,7 +386,7 @@ def test_merge_of_two_separate_runs_names_the_difference(tmp_path):
 def heads_dir(tiny_model_dir, tmp_path_factory):
     """Random medusa heads for the tiny model, saved without training."""
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.config import HeadsConfig
+    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
 
     cfg = json.loads((tiny_model_dir / "config.json").read_text())
@@ -577,7 +577,7 @@ def eagle_dir(tiny_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.config import HeadsConfig
+    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)

@@ -1,7 +1,7 @@
 """The README says what the code is.
 
 - Its drafter-kind lists (``--demo [DEMO:]KIND``, ``calibrate --drafter``, ``train-heads
-  --kind``) name the kinds of the registry (:mod:`treeopt.drafters.kinds`) that the flag takes.
+  --kind``) name the kinds of the registry (:mod:`treeopt.registry.kinds`) that the flag takes.
 - Its command table names every command and sub-command of ``treeopt.cli.build_parser()`` and
   no other, and each ``--flag a|b|c`` it spells out offers the parser's choices of that flag.
 - Its layout map names every package and top-level module under ``treeopt/``, and each module
@@ -14,7 +14,7 @@ import argparse
 import re
 from pathlib import Path
 
-from treeopt.drafters.kinds import KINDS, TRAINED_KINDS
+from treeopt.registry.kinds import KINDS, TRAINED_KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

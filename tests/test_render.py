@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.workbench import style
 from treeopt.workbench.style import (
     DRAFTER_COLOURS,

@@ -212,7 +212,7 @@ def test_every_drafter_kind_has_a_drafting_formula_that_grows_with_depth():
     """Every kind has a formula; a model drafter's costs device time and grows with depth
     where it drafts per depth; a lookup drafter (prompt lookup) costs no device time at all
     (a hybrid: its model drafter's)."""
-    from treeopt.drafters.kinds import KIND_NAMES, drafter_kind
+    from treeopt.registry.kinds import KIND_NAMES, drafter_kind
     from treeopt.roofline.draft import _FORMULAS, DraftSpec, draft_seconds
     from treeopt.roofline.hardware import Hardware
 

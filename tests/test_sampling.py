@@ -21,7 +21,7 @@ from treeopt.decoding.sampling import (  # noqa: E402
     sample,
     stream_keys,
 )
-from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 
 

@@ -205,7 +205,7 @@ def test_the_cli_calibrates_grows_and_verifies_suffix_decoding(tiny_model_dir, p
 def test_the_kinds_with_a_request_cache_are_those_that_rank_requests_in_order():
     from treeopt.decoding.drafter import Drafter
     from treeopt.drafters.heads import drafter_class
-    from treeopt.drafters.kinds import KINDS
+    from treeopt.registry.kinds import KINDS
 
     methods = ("request_cache", "rank_requests", "remember_requests", "finish")
     for kind in KINDS.values():

@@ -21,7 +21,7 @@ from treeopt.documents.measure import (  # noqa: E402
     median_relative_se,
 )
 from treeopt.documents.sweep import Sweep  # noqa: E402
-from treeopt.drafters.config import HeadsConfig  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.model.growth import Growth  # noqa: E402

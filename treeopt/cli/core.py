@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.cli.common import add_out, emit
-from treeopt.drafters.kinds import KINDS, engine_draft
+from treeopt.registry.kinds import KINDS, engine_draft
 from treeopt.engines.chain_forms import EXTENSIONS as CHAIN_EXTENSIONS
 from treeopt.engines.chain_forms import chain_notes, export_chain, exports_chains
 from treeopt.engines.forms import EXTENSIONS, export
@@ -298,7 +298,7 @@ def _fill_lookup(args: argparse.Namespace, recorded: dict[str, Any]) -> bool:
     """Whether the export is of n-gram settings (``--draft ngram``, the default for a --tree
     grown for an n-gram drafter); if so, --min-n and --max-n default to the n-gram lengths it
     records, and a trie's recorded depth goes to its trie setting (which kind records which:
-    :attr:`~treeopt.drafters.kinds.DrafterKind.max_match`)."""
+    :attr:`~treeopt.registry.kinds.DrafterKind.max_match`)."""
     lookup, trie = recorded_lookup(recorded), recorded_trie(recorded)
     ngram = lookup is not None or trie is not None
     if ngram and args.draft not in (None, NGRAM):

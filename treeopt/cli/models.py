@@ -20,7 +20,7 @@ from treeopt.cli.common import (
     progress,
     require,
 )
-from treeopt.drafters.kinds import TRAINED_KINDS
+from treeopt.registry.kinds import TRAINED_KINDS
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _register_train_heads(sub: argparse._SubParsersAction) -> None:
                    help="extend each text with N greedy tokens of the base model first, so the "
                         "heads learn the model's own text (default %(default)s: train on the "
                         "texts as they are)")
-    from treeopt.drafters.config import TrainConfig
+    from treeopt.registry.drafter_configs import TrainConfig
 
     for name, default in TrainConfig().__dict__.items():
         if name == "kind":

@@ -19,7 +19,7 @@ from treeopt.cli.hardware_flags import (
     need_grid,
     precision,
 )
-from treeopt.drafters.kinds import KIND_NAMES
+from treeopt.registry.kinds import KIND_NAMES
 
 
 def register_roofline(sub: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ from treeopt.cli.hardware_flags import need_grid, precision
 def hybrid_draft(growth: Any, profile: Any, draft: Any) -> Any:
     """``draft`` for a hybrid's growth priced with its model drafter's step profile: the model
     drafts its own depths only (the lookup's chain runs deeper alone); else ``draft`` itself."""
-    from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS
+    from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS
 
     kind = KINDS.get(str(growth.drafter.get("kind") or ""))
     if kind is None or not kind.hybrid or profile is None:

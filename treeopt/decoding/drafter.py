@@ -2,7 +2,7 @@
 
 The implementations (Medusa and Hydra heads, EAGLE drafters, a draft model) live in
 :mod:`treeopt.drafters`; what the rest of treeopt knows about a kind without torch — including
-whether it drafts dynamic trees — is its :class:`~treeopt.drafters.kinds.DrafterKind` in the
+whether it drafts dynamic trees — is its :class:`~treeopt.registry.kinds.DrafterKind` in the
 registry.
 """
 
@@ -16,8 +16,8 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
-from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.kinds import KINDS, DrafterKind
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS, DrafterKind
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Drafter(nn.Module):
     - :meth:`request_cache`, :meth:`rank_requests`, :meth:`remember_requests`: calibration
       of a kind whose drafts read earlier requests' outputs (``kind.request_cache``), request
       by request in order; :meth:`finish`: a live request's end, the output such a kind keeps;
-    - ``config``: its :class:`~treeopt.drafters.config.HeadsConfig` (``num_heads``: the depths it
+    - ``config``: its :class:`~treeopt.registry.drafter_configs.HeadsConfig` (``num_heads``: the depths it
       drafts), written beside every trace and profile.
     """
 
@@ -188,7 +188,7 @@ def feed_all_but_last(state: Any, catch_up: Callable[[Any], object],
 def no_dynamic_trees(kind: DrafterKind) -> TreeoptError:
     """The error of asking a kind that drafts no dynamic trees for one, naming those that do.
 
-    >>> from treeopt.drafters.kinds import drafter_kind
+    >>> from treeopt.registry.kinds import drafter_kind
     >>> str(no_dynamic_trees(drafter_kind("hydra")))
     'dynamic trees need an EAGLE drafter, an EAGLE-3 drafter or an MTP drafter, not Hydra heads'
     """

@@ -15,7 +15,7 @@ from treeopt.demo.layout import KINDS
 from treeopt.documents.dtypes import DTYPES
 from treeopt.documents.measure import MAX_ROUNDS, Measurement, MeasurementError
 from treeopt.documents.sweep import BATCHINGS
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import FieldError, TreeoptError
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared

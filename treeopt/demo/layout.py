@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.assets.registry import ASSETS, asset_dir, fetched, missing_hint
-from treeopt.drafters.kinds import KINDS as REGISTRY
+from treeopt.registry.kinds import KINDS as REGISTRY
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json
 
@@ -235,7 +235,7 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
     or to the first drafter a demo without Hydra heads ships.
     """
-    from treeopt.drafters.kinds import engine_draft
+    from treeopt.registry.kinds import engine_draft
 
     p = demo_paths(root)
     shipped = p.kinds()

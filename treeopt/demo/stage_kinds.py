@@ -8,7 +8,7 @@ from typing import Any
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.layout import DYNAMIC_KIND, KINDS
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 
 # the heads stages' drafters and the drafters stage's, as the registry says
 # (``DrafterKind.demo_stage``)

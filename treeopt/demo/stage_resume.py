@@ -14,7 +14,7 @@ from treeopt.demo.context import Context
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.demo.stage_kinds import HEAD_KINDS, NEW_KINDS
 from treeopt.demo.stage_prose import prose_choice
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.files import read_json, write_json
 
 # settings that touch one head kind's work alone (a layer setting of one heads-stage kind that no

@@ -13,7 +13,7 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.context import Context
 from treeopt.demo.layout import KINDS
 from treeopt.demo.stage_kinds import trained_kinds
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 
 DRAFTERS = KINDS  # a drafter's training seed is its place here
 
@@ -90,7 +90,7 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     import torch
 
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.drafters.kinds import drafter_kind
+    from treeopt.registry.kinds import drafter_kind
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
 
     c = ctx.config

@@ -30,7 +30,7 @@ from treeopt.documents.fields import (
     optional,
     text,
 )
-from treeopt.drafters.kinds import KIND_NAMES
+from treeopt.registry.kinds import KIND_NAMES
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.dynamic_settings import DynamicSettings
@@ -140,7 +140,7 @@ class StepProfile:
 
     @property
     def kind(self) -> str:
-        """The drafter's kind (a name of :data:`treeopt.drafters.kinds.KIND_NAMES`)."""
+        """The drafter's kind (a name of :data:`treeopt.registry.kinds.KIND_NAMES`)."""
         return str(self.heads["kind"])
 
     @property

@@ -2,7 +2,7 @@
 and a draft model (a local Hugging Face causal LM directory).
 
 treeopt layout, a directory: ``heads.json`` (``"format": "treeopt.heads/1"``, the
-:class:`~treeopt.drafters.config.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
+:class:`~treeopt.registry.drafter_configs.HeadsConfig`, provenance) and ``heads.safetensors`` (trainable weights only;
 the shared base LM head and embeddings are never saved).
 
 Medusa layout, a directory: ``config.json`` with ``medusa_num_heads`` and ``medusa_num_layers``, and
@@ -38,9 +38,9 @@ import torch
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.drafters.config import HeadsConfig, default_feature_layers
+from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
 from treeopt.drafters.heads import DraftHeads, build_heads
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
 

@@ -30,9 +30,9 @@ from treeopt.decoding.layers import additive
 from treeopt.decoding.probe import verifier
 from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import rank_table
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 

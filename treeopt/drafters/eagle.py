@@ -29,13 +29,13 @@ from torch import nn
 
 from treeopt.decoding.drafter import Drafter, feed_all_but_last
 from treeopt.decoding.token_order import rank_of, top_candidates
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.eagle_cache import EagleState, cached_forward, catch_up
 from treeopt.drafters.eagle_chains import teacher_chains
 from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection, rank_table
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 
 KV = tuple[torch.Tensor, torch.Tensor]
 

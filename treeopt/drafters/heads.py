@@ -21,8 +21,8 @@ from torch import nn
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.token_order import rank_of
-from treeopt.drafters.config import HeadsConfig
-from treeopt.drafters.kinds import DrafterKind, drafter_kind
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import DrafterKind, drafter_kind
 from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
 
@@ -134,7 +134,7 @@ class DraftHeads(VocabularyView, Drafter):
 def drafter_class(kind: DrafterKind) -> type[Drafter]:
     """The torch implementation of ``kind`` (its ``module:Class``), imported on demand.
 
-    >>> from treeopt.drafters.kinds import KINDS
+    >>> from treeopt.registry.kinds import KINDS
     >>> drafter_class(KINDS["hydra"]).__name__
     'HydraHeads'
     """

@@ -33,7 +33,7 @@ import torch
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.plan import tree_plan
-from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS, drafter_kind
+from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS, drafter_kind
 from treeopt.drafters.prompt_lookup import NO_CANDIDATE, LookupState, PromptLookup
 from treeopt.errors import TreeoptError
 from treeopt.model.trace import RankTrace

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.token_order import top_candidates
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, PrefixCache, ResBlock
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

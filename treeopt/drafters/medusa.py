@@ -13,9 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeopt.decoding.token_order import top_candidates
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, ResBlock
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

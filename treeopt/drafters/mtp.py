@@ -42,13 +42,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.eagle import EagleDrafter
 from treeopt.drafters.eagle_cache import EagleState
 from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.drafters.mtp_chains import cyclic_catch_up, cyclic_chains, draft_cyclic
 from treeopt.errors import TreeoptError
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.drafters.checkpoints import _load_state
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import build_heads
 from treeopt.errors import TreeoptError
 

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.drafters.kinds import TRIE_MATCH_TYPES
+from treeopt.registry.kinds import TRIE_MATCH_TYPES
 from treeopt.drafters.ngram import forced_positions
 from treeopt.errors import TreeoptError
 

@@ -20,7 +20,7 @@ import torch
 
 from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.models import model_device, model_dims
-from treeopt.drafters.config import TrainConfig
+from treeopt.registry.drafter_configs import TrainConfig
 from treeopt.drafters.heads import build_heads
 from treeopt.drafters.resume import due, restore_training, save_training
 from treeopt.errors import FieldError, TreeoptError

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.drafters.config import HeadsConfig
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, trie_ranks
 from treeopt.drafters.prompt_lookup import (
     LookupState,

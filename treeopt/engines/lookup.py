@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.engines import huggingface
 from treeopt.engines.sglang import flags as sglang
 from treeopt.engines.trtllm import configs as trtllm
@@ -72,7 +72,7 @@ class LookupSetting:
 def recorded_lookup(drafter: Mapping[str, Any]) -> tuple[int, int] | None:
     """The n-gram lengths ``(min_n, max_n)`` a growth or selection records of its drafter
     (:attr:`treeopt.model.growth.Growth.drafter`), or ``None`` when it is no drafter whose
-    ``max_match`` is the longest n-gram (:attr:`~treeopt.drafters.kinds.DrafterKind.max_match`;
+    ``max_match`` is the longest n-gram (:attr:`~treeopt.registry.kinds.DrafterKind.max_match`;
     an n-gram trie's is its depth, :func:`recorded_trie`).
 
     >>> recorded_lookup({"kind": "prompt-lookup", "min_match": 1, "max_match": 3})

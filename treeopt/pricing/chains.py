@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from treeopt.documents.fields import integer, listed, mapping, numbers, text
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.engines.vllm.per_batch import PROFILER_KS, acceptance_rate_per_pos
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
@@ -129,7 +129,7 @@ def drafter_record(growth: Growth) -> dict[str, Any]:
 
 def chain_method(drafter: Mapping[str, Any]) -> str:
     """vLLM's method of the recorded drafter's chains ("" where vLLM drafts none of its kind:
-    :attr:`~treeopt.drafters.kinds.DrafterKind.chain_method`)."""
+    :attr:`~treeopt.registry.kinds.DrafterKind.chain_method`)."""
     kind = KINDS.get(str(drafter.get("kind") or ""))
     return kind.chain_method if kind is not None else ""
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Path
 from treeopt.pricing.contexts import pick_context

@@ -17,7 +17,7 @@ vocabulary):
 - Prompt lookup: no device work (a host lookup, :func:`_lookup`).
 
 Which formula prices a kind, and the shape of EAGLE's fc, are fields of the kind's
-:class:`~treeopt.drafters.kinds.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
+:class:`~treeopt.registry.kinds.DrafterKind` (``draft_formula``, ``fc_inputs``, ``fc_bias``).
 
 Each operator takes max(FLOPs / peak, bytes / bandwidth): matmuls at the dtype's tensor peak,
 element-wise work at the FP32 vector peak.
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from treeopt.drafters.kinds import drafter_kind
+from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.roofline.hardware import Hardware
 from treeopt.roofline.model import BF16, Precision
@@ -36,7 +36,7 @@ from treeopt.roofline.model import BF16, Precision
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """The shape of a set of draft heads (the fields of ``treeopt.drafters.config.HeadsConfig``).
+    """The shape of a set of draft heads (the fields of ``treeopt.registry.drafter_configs.HeadsConfig``).
 
     >>> hw = Hardware("toy", tflops_bf16=100.0, tflops_fp32=10.0, bandwidth_gbs=1000.0)
     >>> spec = DraftSpec("medusa", num_heads=4, hidden_size=4096, vocab_size=32000)

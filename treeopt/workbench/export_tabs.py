@@ -1,7 +1,7 @@
 """What the Export page shows for a tree and the drafter it was grown for: one tab per engine
 form that runs that drafter, each holding the file to download or, where the engine cannot run
 this tree, one line saying why. The drafter's kind decides the forms
-(:data:`treeopt.drafters.kinds.KINDS`):
+(:data:`treeopt.registry.kinds.KINDS`):
 
 | drafter              | tabs                                                                |
 |----------------------|---------------------------------------------------------------------|
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from treeopt.drafters.kinds import KINDS
+from treeopt.registry.kinds import KINDS
 from treeopt.drafters.ngram import LookupRule
 from treeopt.engines import chain_forms
 from treeopt.engines.forms import EXTENSIONS, export

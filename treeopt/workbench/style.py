@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.drafters.kinds import HYBRID_SUFFIX, KINDS, DrafterKind
+from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS, DrafterKind
 from treeopt.workbench.numbers import speedup_text
 
 # the one mapping of colours, keyed by the registry's kinds that are not hybrids: a kind's colour

@@ -1,5 +1,5 @@
 """A chain drafter's vLLM config from what a growth or selection records of its drafter: the
-method (:attr:`treeopt.drafters.kinds.DrafterKind.chain_method`) and its settings, through the
+method (:attr:`treeopt.registry.kinds.DrafterKind.chain_method`) and its settings, through the
 forms of :mod:`treeopt.engines.vllm.forms`; the draft lengths a method takes; and the config
 switched by batch size (:func:`treeopt.engines.vllm.per_batch.per_batch_config`).
 

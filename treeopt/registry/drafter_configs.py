@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from treeopt.drafters.kinds import KINDS, drafter_kind
+from treeopt.registry.kinds import KINDS, drafter_kind
 from treeopt.errors import FieldError, TreeoptError
 
 

@@ -6,9 +6,6 @@ outside :mod:`treeopt.drafters` branches on a kind's name or probes a drafter fo
 differs between kinds is a field of its :class:`DrafterKind`. Each kind names its torch
 implementation (``module:Class``), which :func:`treeopt.drafters.heads.drafter_class` loads.
 
-Layer: the ``registry`` (with :mod:`treeopt.drafters.config`), free of numpy and
-torch; may import ``errors``.
-
 >>> drafter_kind("hydra").per_depth, drafter_kind("medusa").per_depth
 (True, False)
 >>> [k.name for k in KINDS.values() if k.dynamic]
@@ -45,7 +42,7 @@ class DrafterKind:
     token -1). ``hybrid``: a model drafter's tree with prompt lookup's chain as rank 0 below
     the root and along the chain (:mod:`treeopt.drafters.hybrid`), named ``<model>+lookup``;
     its other fields are the model drafter's. ``max_match``: for an n-gram kind, what
-    :attr:`~treeopt.drafters.config.HeadsConfig.max_match` sets — ``max_n``, the longest n-gram
+    :attr:`~treeopt.registry.drafter_configs.HeadsConfig.max_match` sets — ``max_n``, the longest n-gram
     prompt lookup matches (the engines' ``max_matching_ngram_size``, ``--max-n`` of export), or
     ``max_trie_depth``, the depth of SGLang's n-gram trie, or ``max_tree_depth``, the depth of
     suffix decoding's trees; empty for the other kinds.
