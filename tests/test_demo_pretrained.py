@@ -325,4 +325,11 @@ def test_training_settings_change_only_a_demo_that_trained_a_drafter(tmp_path, m
                                                                    "head_lr": 0.01}}))
     differ = _differ(tmp_path, config, retime=False)
     assert differ == ([] if kept else ["head_lr", "eagle_lr"])
+    doc["dynamic_heldout_prompts"] = None  # the dynamic stage's: used only with EAGLE
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": doc}))
+    assert _differ(tmp_path, config, retime=False) == []
+    eagle = replace(config, kinds=("eagle", *made))
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": json.loads(json.dumps(
+        asdict(replace(eagle, dynamic_heldout_prompts=None))))}))
+    assert _differ(tmp_path, eagle, retime=False) == ["dynamic_heldout_prompts"]
     assert pretrained().lr_of("eagle") == 1e-3 and pretrained().lr_of("medusa") == 5e-3

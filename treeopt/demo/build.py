@@ -22,9 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.demo import stages
-from treeopt.demo.config import TIMING_SETTINGS, TRAINING_SETTINGS, DemoConfig, command_line
+from treeopt.demo.config import (
+    DYNAMIC_SETTINGS,
+    TIMING_SETTINGS,
+    TRAINING_SETTINGS,
+    DemoConfig,
+    command_line,
+)
 from treeopt.demo.context import Context
-from treeopt.demo.layout import DEMO_FORMAT, KINDS, DemoPaths
+from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.adaptive_configs import ship_adaptive_configs
 from treeopt.demo.selections import ship_selections
 from treeopt.errors import FieldError, TreeoptError
@@ -123,14 +129,15 @@ def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
     """The settings of the finished demo at ``target`` that ``config`` changes, less its timing
     settings when the build measures every speed figure again (``retime``), less the
     drafter kinds (a demo gains the kinds it lacks: :func:`_with_kinds_made`), and less the
-    training settings where it made no trained drafter
-    (:data:`~treeopt.demo.config.TRAINING_SETTINGS`)."""
+    settings it never read: the training settings where it made no trained drafter, the
+    dynamic stage's where it made no EAGLE drafter (:data:`~treeopt.demo.config.
+    TRAINING_SETTINGS`, :data:`~treeopt.demo.config.DYNAMIC_SETTINGS`)."""
     manifest = target / "manifest.json"
     made = read_json(manifest).get("config", {}).get("kinds", KINDS) if manifest.exists() else ()
-    untrained = not stages.trained_kinds(tuple(made))  # its training settings never used
+    unused = ((TRAINING_SETTINGS if not stages.trained_kinds(tuple(made)) else ())
+              + (DYNAMIC_SETTINGS if DYNAMIC_KIND not in made else ()))  # never read by it
     return [k for k in settings_differ(target, config)
-            if not (retime and k in TIMING_SETTINGS) and k != "kinds"
-            and not (untrained and k in TRAINING_SETTINGS)]
+            if not (retime and k in TIMING_SETTINGS) and k != "kinds" and k not in unused]
 
 
 def _with_kinds_made(target: Path, config: DemoConfig, *, retime: bool) -> DemoConfig:

@@ -111,7 +111,8 @@ class DemoConfig:
     trie_max_depth: int = 18
     dynamic_topk: tuple[int, ...] = (1, 2, 4, 8)  # the EAGLE drafter's dynamic traces …
     dynamic_steps: int = 6  # … up to this many steps …
-    dynamic_prompts: int = 256  # … over this many calibration prompts (and every held-out one)
+    dynamic_prompts: int = 256  # … over this many calibration prompts …
+    dynamic_heldout_prompts: int | None = None  # … and held-out ones (None: every one)
     dynamic_check: tuple[tuple[int, int, int], ...] = (  # (topk, steps, draft tokens) decoded
         (1, 4, 5), (2, 4, 8), (4, 4, 16), (8, 5, 32))  # live on held-out prompts, checked
     dynamic_check_prompts: int = 48
@@ -224,6 +225,10 @@ TIMING_SETTINGS = (
     "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
     "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
     "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads", "dynamic_profile")
+# settings that only the dynamic stage reads (the EAGLE drafter's dynamic trees): a finished demo
+# without an EAGLE drafter never used them, so a build adding one may change them
+DYNAMIC_SETTINGS = ("dynamic_topk", "dynamic_steps", "dynamic_prompts", "dynamic_heldout_prompts",
+                    "dynamic_check", "dynamic_check_prompts", "dynamic_profile")
 # settings that only the trained drafters read (their head data, training and layers): a finished
 # demo that made none of them (a pretrained preset's weightless drafters) never used them, so a
 # build adding trained drafters to it may change them and keep everything it has
@@ -296,7 +301,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         sweep_rounds=1, live_new_tokens=32,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
-        dynamic_prompts=32,
+        # the dynamic traces: a dynamic pass over the 49,152-token vocabulary took 2–4 min per
+        # top-k for 32 prompts (2026-12-02), so 16 held-out prompts, not all 64
+        dynamic_prompts=32, dynamic_heldout_prompts=16,
         dynamic_check_prompts=8, dynamic_profile=((1, 4, 5), (2, 4, 8), (4, 4, 16)))
 
 

@@ -31,8 +31,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     traces: dict[str, dict[int, Any]] = {}
     for part in ("calibration", "heldout"):
         prompts = ctx.prompt_ids(part)
-        if part == "calibration":
-            prompts = prompts[: c.dynamic_prompts]
+        prompts = prompts[: c.dynamic_prompts if part == "calibration"
+                          else c.dynamic_heldout_prompts]  # (None: every held-out prompt)
         sequences = greedy_continuations(ctx.model, prompts, max_new_tokens=c.max_new_tokens)
         starts = [len(p) - 1 for p in prompts]
         traces[part] = {}
