@@ -19,7 +19,7 @@ from typing import Any
 
 from treeopt.adaptive.report import adaptive_report
 from treeopt.adaptive.workload import WORKLOADS, replay_workload
-from treeopt.demo.digests import inputs_record, inputs_unchanged
+from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DYNAMIC_KIND, DemoPaths
 from treeopt.engines.sglang.adaptive import SGLangConfig
 from treeopt.errors import TreeoptError
@@ -65,9 +65,8 @@ def ship_adaptive_configs(paths: DemoPaths, device: str, *,
                              "batches": list(batches), "num_steps": tuned.num_steps,
                              "sglang": tuned.to_json(), "inputs": inputs_record(paths, inputs)})
             made[workload] = {"file": paths.inside(out), "sglang": tuned.to_json()}
-    for stale in (paths.root / "adaptive").glob(f"sglang-*-{device}.json"):
-        if paths.inside(stale) not in {m["file"] for m in made.values()}:
-            stale.unlink()
+    remove_stale(paths.root / "adaptive", f"sglang-*-{device}.json",
+                 {config_path(paths, w, device) for w in made})
     return made
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.demo import stages
+from treeopt.demo.adaptive_configs import ship_adaptive_configs
 from treeopt.demo.config import (
     DYNAMIC_SETTINGS,
     TIMING_SETTINGS,
@@ -31,14 +32,16 @@ from treeopt.demo.config import (
 )
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
-from treeopt.demo.adaptive_configs import ship_adaptive_configs
 from treeopt.demo.selections import ship_selections
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.version import __version__
 
 Log = Callable[[str], None]
-PRICED_LAST = ("selections", "adaptive_configs")  # made from the finished files, every build
+# what every build prices last from the finished files, never resumed: select's answer per
+# drafter, the tuned adaptive configs the Live page replays
+PRICED_LAST: dict[str, Callable[[DemoPaths, str], dict[str, Any]]] = {
+    "selections": ship_selections, "adaptive_configs": ship_adaptive_configs}
 
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
@@ -89,13 +92,11 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     if recheck.exists():
         stages.recheck_quality(ctx, results)
         recheck.unlink()
-    start = time.perf_counter()  # priced last, from what the demo now holds, every build
-    results["selections"] = {**ship_selections(paths, config.device),
-                             "seconds": round(time.perf_counter() - start, 2)}
-    say(f"[selections] {', '.join(k for k in results['selections'] if k != 'seconds')}")
-    start = time.perf_counter()  # likewise the tuned adaptive configs the Live page replays
-    results["adaptive_configs"] = {**ship_adaptive_configs(paths, config.device),
-                                   "seconds": round(time.perf_counter() - start, 2)}
+    for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
+        start = time.perf_counter()
+        results[name] = {**ship(paths, config.device),
+                         "seconds": round(time.perf_counter() - start, 2)}
+        say(f"[{name}] {', '.join(k for k in results[name] if k != 'seconds') or 'none'}")
     manifest = _manifest(config, paths, results)
     write_json(paths.manifest, manifest)
     _publish(work, target)

@@ -40,8 +40,16 @@ def inputs_unchanged(paths: DemoPaths, recorded: Any, files: dict[str, Path]) ->
         return False
 
 
+def remove_stale(folder: Path, pattern: str, kept: set[Path]) -> None:
+    """Remove the files of ``folder`` matching ``pattern`` that are not ``kept``: what a build
+    shipped before and no longer makes."""
+    for stale in folder.glob(pattern):
+        if stale not in kept:
+            stale.unlink()
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-__all__ = ["inputs_record", "inputs_unchanged", "sha256"]
+__all__ = ["inputs_record", "inputs_unchanged", "remove_stale", "sha256"]

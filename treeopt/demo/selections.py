@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from treeopt.demo.digests import inputs_record, inputs_unchanged
+from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DemoPaths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
@@ -61,10 +61,8 @@ def ship_selections(paths: DemoPaths, device: str) -> dict[str, Any]:
     drafters without one removed (the build's last step: it prices what the demo now holds)."""
     made = {kind: ship_selection(paths, kind, device) for kind in paths.kinds()
             if paths.step_profile(kind, device).is_file()}
-    kept = {paths.selection(kind, device) for kind in made}
-    for stale in (paths.root / "selections").glob(f"*-{device}.json"):
-        if stale not in kept:
-            stale.unlink()
+    remove_stale(paths.root / "selections", f"*-{device}.json",
+                 {paths.selection(kind, device) for kind in made})
     return made
 
 
