@@ -12,6 +12,8 @@ growth, one replay.
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import sys
 import threading
@@ -70,7 +72,31 @@ def warm_up(root: str | None = None) -> None:
     if root in _WARMED_ROOTS:
         return
     _WARMED_ROOTS.add(root)
+    serialize_ast_parse()
     threading.Thread(target=_warm, args=(root,), name="treeopt-warm-up", daemon=True).start()
+
+
+_AST_LOCK = threading.Lock()
+
+
+def serialize_ast_parse() -> None:
+    """Let one thread at a time run :func:`ast.parse` (idempotent). CPython 3.11 counts the depth
+    of the syntax tree it converts to Python objects in one counter for all threads: two threads
+    converting at once (Streamlit's magic parsing a page while another thread's garbage
+    collection hands the interpreter over) fail with "SystemError: AST constructor recursion
+    depth mismatch" (CPython gh-106905; seen here once, in a page's test under load). Streamlit's magic and pytest's assertion rewriting call
+    ``ast.parse`` by its module attribute, so the lock covers them."""
+    if sys.version_info >= (3, 13) or getattr(ast.parse, "_treeopt_serialized", False):
+        return
+    parse = ast.parse
+
+    @functools.wraps(parse)
+    def serialized(*args: object, **kwargs: object) -> ast.AST:
+        with _AST_LOCK:
+            return parse(*args, **kwargs)  # type: ignore[arg-type]
+
+    serialized._treeopt_serialized = True  # type: ignore[attr-defined]
+    ast.parse = serialized  # type: ignore[assignment]
 
 
 def _warm(root: str) -> None:
@@ -226,4 +252,4 @@ def trees_next_views(root: str) -> Iterator[Callable[[], object]]:
             yield from trees_view(root, drafter, picked, temperature=temperature)
 
 
-__all__ = ["page_run", "recommended", "steps", "trees_view", "warm_up"]
+__all__ = ["page_run", "recommended", "serialize_ast_parse", "steps", "trees_view", "warm_up"]

@@ -307,3 +307,26 @@ def test_figures_are_built_once_per_set_of_inputs(state, cache):
                      plots.widths_figure({"a": [1, 2]}).to_dict()]
     lock = threading.Lock()  # Streamlit cannot hash it
     assert cache.figure(builders[0], {"a": [1, 2]}, lock).to_dict() == shown[0]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="the shared AST counter is 3.11's")
+def test_threads_parse_one_at_a_time():
+    """The warm-up thread's interpreter shares ast.parse with the pages' magic: once the app has
+    started it, a parse waits while another thread parses (CPython gh-106905)."""
+    import ast
+
+    from app_pages import warm
+
+    warm.serialize_ast_parse()
+    wrapped = ast.parse
+    warm.serialize_ast_parse()
+    assert ast.parse is wrapped  # once
+    assert ast.dump(ast.parse("x = [1, (2, 3)]")) == ast.dump(
+        compile("x = [1, (2, 3)]", "<s>", "exec", ast.PyCF_ONLY_AST))
+    done = threading.Event()
+    with warm._AST_LOCK:  # another thread mid-parse
+        worker = threading.Thread(target=lambda: (ast.parse("y = 1"), done.set()))
+        worker.start()
+        assert not done.wait(0.2)
+    worker.join(5)
+    assert done.is_set()
