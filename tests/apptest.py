@@ -23,6 +23,14 @@ def open_page(page: str | None = None, *, timeout: float = 120) -> Any:
     return at
 
 
+def live_section(at: Any, section: str) -> Any:
+    """The Live page turned to ``section`` ("The live sweep", "Adaptive speculation" or "Dynamic
+    trees": it shows one at a time), checked to be clean."""
+    at.segmented_control(key="live_section").set_value(section).run()
+    assert_clean(at)
+    return at
+
+
 def assert_clean(at: Any) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]

@@ -346,9 +346,9 @@ def test_the_replay_figures(demo_replay):
 
 
 def test_the_live_page_shows_the_replay(shipped, demo_replay):
-    from apptest import assert_clean, figures, open_page
+    from apptest import assert_clean, figures, live_section, open_page
 
-    at = open_page("live")
+    at = live_section(open_page("live"), "Adaptive speculation")
     assert "Adaptive speculation (EAGLE): the engines' step controllers replayed" in [
         h.value for h in at.header]
     figs = figures(at)

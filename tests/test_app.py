@@ -17,7 +17,7 @@ if not (default_root() / "manifest.json").exists():
     pytest.skip(f"no built demo at {default_root()} (build it with `treeopt demo build`)",
                 allow_module_level=True)
 
-from apptest import assert_clean, figures, open_page  # noqa: E402
+from apptest import assert_clean, figures, live_section, open_page  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from treeopt.engines.forms import export  # noqa: E402
@@ -319,8 +319,11 @@ def test_live_page_draws_the_demos_evidence(demo, view):
     sweep = demo.sweep(recommended(view).drafter)  # the chosen drafter's sweep first
     dynamic = demo.paths.dynamic_selection(demo.latency.stem if demo.latency else "cpu")
     adaptive = demo.step_profile("eagle") is not None  # the replay: rounds, strategies
-    assert len(figs) == ((1 if sweep is not None else 0) + (2 if dynamic.exists() else 0)
-                         + (2 if adaptive else 0))
+    assert at.segmented_control(key="live_section").value == "The live sweep"
+    assert len(figs) == (1 if sweep is not None else 0)  # one section at a time
+    assert len(figures(live_section(at, "Adaptive speculation"))) == (2 if adaptive else 0)
+    assert len(figures(live_section(at, "Dynamic trees"))) == (2 if dynamic.exists() else 0)
+    at = open_page("live")
     if sweep is not None:  # measured points: exactly the sweep's speed-ups at batch 1, the
         from treeopt.documents.sweep import (
             Sweep,  # quantity its measured best (the star) is ranked by
@@ -357,6 +360,10 @@ def test_live_page_names_one_node_in_the_singular_and_fits_its_titles(demo):
         for fig in figures(at):
             lines = fig["layout"]["title"]["text"].split("<br>")
             assert all(len(line) <= TITLE_CHARS for line in lines), lines
+    for section in ("Adaptive speculation", "Dynamic trees"):
+        for fig in figures(live_section(at, section)):
+            lines = fig["layout"]["title"]["text"].split("<br>")
+            assert all(len(line) <= TITLE_CHARS for line in lines), lines
 
 
 def test_live_page_sets_select_s_pick_beside_the_dynamic_documents_static_tree(demo):
@@ -370,7 +377,7 @@ def test_live_page_sets_select_s_pick_beside_the_dynamic_documents_static_tree(d
     priced = demo_pricing(demo, "eagle")
     if not path.exists() or priced is None:
         pytest.skip("the demo has no dynamic selection of its EAGLE drafter")
-    at = open_page("live")
+    at = live_section(open_page("live"), "Dynamic trees")
     table = at.table[-1].value
     doc = json.loads(path.read_text())
     context = sorted({p["context"] for p in doc["points"]})[0]
@@ -642,7 +649,7 @@ def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
     path = tmp_path / "selection-cpu.json"
     path.write_text(json.dumps(doc))
     use_dynamic_selection(monkeypatch, path)
-    at = open_page("live")
+    at = live_section(open_page("live"), "Dynamic trees")
     assert "Dynamic trees (EAGLE): static vs dynamic per batch size" in [h.value
                                                                         for h in at.header]
     compare, grid = figures(at)[-2:]
@@ -678,7 +685,7 @@ def test_live_page_shows_static_vs_dynamic_per_batch(tmp_path, monkeypatch):
 
 def test_live_page_without_a_dynamic_selection_says_so(tmp_path, monkeypatch):
     use_dynamic_selection(monkeypatch, tmp_path / "missing.json")
-    at = open_page("live")
+    at = live_section(open_page("live"), "Dynamic trees")
     assert any(i.value.startswith("The demo holds no dynamic selection") for i in at.info)
     assert not at.table
 
@@ -747,6 +754,7 @@ def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(
     (smollm2,) = [o for o in chooser.options if o.startswith("smollm2")]  # data/smollm2 ships
     chooser.set_value(smollm2).run(timeout=300)
     assert_clean(at)
-    infos = [i.value for i in at.info]
+    infos = [i.value for i in live_section(at, "Adaptive speculation").info]
     assert any("ships no eagle drafter, so it has no adaptive controller" in v for v in infos)
+    infos = [i.value for i in live_section(at, "Dynamic trees").info]
     assert any("ships no eagle drafter, so it has no dynamic trees" in v for v in infos)
