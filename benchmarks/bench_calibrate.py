@@ -28,11 +28,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from treeopt.decoding.cache import new_cache
 from treeopt.decoding.drafter import pick_features
-from treeopt.decoding.token_order import rank_of
 from treeopt.decoding.rank_pass import rank_batch
+from treeopt.decoding.token_order import rank_of
 from treeopt.decoding.tree_forward import forward_with_cache
-from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
 from treeopt.drafters.heads import build_heads
+from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
 from treeopt.registry.kinds import KIND_NAMES
 
 

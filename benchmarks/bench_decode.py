@@ -23,10 +23,10 @@ from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.rank_pass import greedy_continuations
-from treeopt.registry.kinds import KIND_NAMES
 from treeopt.drafters.training import TrainConfig, train_heads
 from treeopt.model.growth import grow
 from treeopt.model.simulation import simulate
+from treeopt.registry.kinds import KIND_NAMES
 
 
 def build_model(args, device):

@@ -27,8 +27,8 @@ import torch
 from treeopt.demo import load
 from treeopt.documents.measure import Measurement
 from treeopt.drafters.heads import build_heads
-from treeopt.pricing.throughput import select
 from treeopt.pricing.sources import profiled_costs
+from treeopt.pricing.throughput import select
 from treeopt.profiling.step import profile_steps
 
 SHAPES = "128x8x384,128x16x384,128x24x384"

@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, decode_alongside
-    from treeopt.demo.load import attach_model, load
     from treeopt.demo.layout import demo_root
+    from treeopt.demo.load import attach_model, load
     from treeopt.documents.prompts import encode
     from treeopt.model.tree import Tree
     from treeopt.workbench.demo_pricing import demo_pricing

@@ -46,8 +46,8 @@ from treeopt.documents.measure import Measurement  # noqa: E402
 from treeopt.dynamic.recommend import acceptance, recommend  # noqa: E402
 from treeopt.dynamic.simulate import DynamicTrace  # noqa: E402
 from treeopt.model.dynamic_settings import grid  # noqa: E402
-from treeopt.pricing.throughput import growth_expected_accept_length, price_tree  # noqa: E402
 from treeopt.pricing.sources import profiled_costs  # noqa: E402
+from treeopt.pricing.throughput import growth_expected_accept_length, price_tree  # noqa: E402
 
 
 def traces(directory: Path | None, demo_dir: Path, part: str) -> dict[int, DynamicTrace]:

@@ -46,15 +46,15 @@ from treeopt.decoding.rank_pass import greedy_continuations
 from treeopt.demo import load, stages
 from treeopt.demo.config import plan
 from treeopt.documents.prompts import encode, read_texts
-from treeopt.registry.drafter_configs import TrainConfig
 from treeopt.drafters.heads import build_heads
-from treeopt.registry.kinds import drafter_kind
 from treeopt.drafters.training import distill_loss, train_heads, windows
 from treeopt.model.growth import grow
 from treeopt.model.tree import Tree
-from treeopt.pricing.throughput import select
 from treeopt.pricing.sources import profiled_costs
+from treeopt.pricing.throughput import select
 from treeopt.profiling.step import profile_steps
+from treeopt.registry.drafter_configs import TrainConfig
+from treeopt.registry.kinds import drafter_kind
 
 HELDOUT_SEQUENCES = 96  # held-out prompts continued greedily for the agreement check
 PROFILE_SEQUENCES = 8  # held-out prompts a --profile step profile decodes (as bench_live's)

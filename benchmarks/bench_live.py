@@ -78,9 +78,9 @@ from treeopt.documents.sweep import BATCHINGS, Sweep, SweepPoint
 from treeopt.model.growth import Growth, grow
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
-from treeopt.pricing.throughput import select
 from treeopt.pricing.sources import profiled_costs
 from treeopt.pricing.sweep_prediction import predict
+from treeopt.pricing.throughput import select
 from treeopt.profiling.alongside import AlongsideProfile
 from treeopt.profiling.step import profile_steps
 

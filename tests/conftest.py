@@ -193,6 +193,33 @@ def tiny_demos(tmp_path_factory) -> TinyDemos:
                      json.loads((root / "logs.json").read_text()))
 
 
+def differences(a, b, *, rel: float = 1e-9, path: str = "") -> list[str]:
+    """Where two JSON documents differ: every key, length, string and integer exactly, floats
+    within ``rel`` (a least-squares fit's last bits vary with the CPU's BLAS kernels, so a
+    document shipped from the build host and one computed here agree to about 1e-15).
+
+    >>> differences({"a": [1, 0.1 + 0.2]}, {"a": [1, 0.3]}), differences([1.0], [1.1])
+    ([], ['[0]: 1.0 != 1.1'])
+    """
+    import math
+
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=rel, abs_tol=0.0) or a == b else [
+            f"{path}: {a!r} != {b!r}"]
+    if type(a) is not type(b):
+        return [f"{path}: {type(a).__name__} != {type(b).__name__}"]
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())} in one only"]
+        return [d for k in a for d in differences(a[k], b[k], rel=rel, path=f"{path}/{k}")]
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} != {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in differences(x, y, rel=rel, path=f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
 def demo_copy(demo: Path, into: Path) -> tuple[Path, dict]:
     """A copy of the finished ``demo`` at ``into / "demo"``, and its manifest as read back."""
     out = into / "demo"

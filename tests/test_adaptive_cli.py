@@ -10,8 +10,8 @@ import os
 import pytest
 
 from treeopt.adaptive import SGLangConfig
-from treeopt.engines.sglang.adaptive import loader_problems
 from treeopt.cli import main
+from treeopt.engines.sglang.adaptive import loader_problems
 from treeopt.model.trace import RankTrace
 
 PROFILE = "data/demo/latency/step-eagle-cpu.json"

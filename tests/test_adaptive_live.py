@@ -242,9 +242,9 @@ def test_every_drafter_kind_runs_autoregressive_rounds_between_drafted_ones(base
     model catches up) and without (Medusa, Hydra): lossless, and the rounds as chosen."""
     import copy
 
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.draft_model import DraftModel
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     draft_lm = copy.deepcopy(base)
     with torch.no_grad():

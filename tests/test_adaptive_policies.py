@@ -24,7 +24,11 @@ from treeopt.adaptive import (
     TRTLLMSchedule,
     VLLMSchedule,
 )
-from treeopt.engines.sglang.adaptive import cuda_graph_batch_sizes, loader_problems, sglang_default_slots
+from treeopt.engines.sglang.adaptive import (
+    cuda_graph_batch_sizes,
+    loader_problems,
+    sglang_default_slots,
+)
 from treeopt.errors import TreeoptError
 
 

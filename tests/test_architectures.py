@@ -134,8 +134,8 @@ def test_bfloat16_with_exact_attention_decodes_as_the_model_does(name):
     loop and the tree still equal the model's own generate (with the same attention)."""
     from treeopt.decoding.attention import register
     from treeopt.decoding.reference import own_greedy
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = next(f for f in arch.FAMILIES if f.name == name).build().to(torch.bfloat16)
     model.set_attn_implementation(register())

@@ -15,8 +15,8 @@ from treeopt.decoding.attention import EXACT, attention_for, exact_attention, re
 from treeopt.decoding.loading import ModelSpec, load_model  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, decode  # noqa: E402
 from treeopt.decoding.models import attention_of  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 MEDUSA_63 = Tree.from_choices([[i] for i in range(4)] + [[i, j] for i in range(4)
                                                           for j in range(4)]

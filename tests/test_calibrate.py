@@ -15,9 +15,9 @@ from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  #
 from treeopt.decoding.continuations import ContinuationStore, weights_digest  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 V, D = 256, 64
 PROMPTS = [[1, 5, 17, 33], [1, 9, 100, 3, 4, 200, 7], [1, 44], [1, 8, 8, 8, 9], [1, 250, 3]]

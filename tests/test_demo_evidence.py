@@ -266,11 +266,11 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
     from treeopt.documents.measure import Measurement
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import step_costs
     from treeopt.pricing.throughput import select
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = tiny_llama(vocab=64, hidden=32, layers=1)
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),

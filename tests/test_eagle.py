@@ -16,10 +16,10 @@ from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, decode, generate  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.eagle import EagleDrafter  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 V, D = 256, 64
 PROMPTS = [[5, 17, 99, 3, 42], [7, 7, 8], [200, 100, 50, 25, 12, 6, 3], [9]]

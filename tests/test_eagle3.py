@@ -19,10 +19,10 @@ from treeopt import Tree, TreeoptError  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, decode, generate  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig, TrainConfig  # noqa: E402
 from treeopt.drafters.eagle3 import Eagle3Drafter  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.training import train_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig, TrainConfig  # noqa: E402
 
 V, D, LAYERS = 256, 64, 4
 PROMPTS = [[5, 17, 99, 3, 42], [7, 7, 8], [200, 100, 50, 25, 12, 6, 3], [9]]

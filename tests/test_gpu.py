@@ -17,18 +17,18 @@ from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive, generate  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch  # noqa: E402
 from treeopt.drafters.checkpoints import load_heads_for  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers  # noqa: E402
 from treeopt.drafters.draft_model import DraftModel  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.hybrid import HybridDrafter  # noqa: E402
+from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
+from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers  # noqa: E402
 from treeopt.registry.kinds import (  # noqa: E402
     HYBRID_SUFFIX,
     KIND_NAMES,
     TRAINED_KINDS,
     drafter_kind,
 )
-from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
-from treeopt.drafters.training import TrainConfig, train_heads  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TREE = Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0], [0, 0, 0, 0]])

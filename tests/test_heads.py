@@ -20,8 +20,8 @@ from treeopt.drafters.checkpoints import (  # noqa: E402
     load_heads_for,  # noqa: E402
     save_heads,
 )
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 D, V = 64, 256
 

@@ -160,8 +160,8 @@ def test_the_cli_calibrates_grows_profiles_selects_and_verifies_a_hybrid(
 
     from treeopt import RankTrace
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=64,

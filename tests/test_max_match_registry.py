@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from treeopt.cli.core import _fill_lookup
-from treeopt.registry.kinds import KINDS
 from treeopt.engines.lookup import recorded_lookup, recorded_trie
 from treeopt.errors import TreeoptError
+from treeopt.registry.kinds import KINDS
 
 TRIE = {"kind": "ngram-trie", "depth": 3, "min_match": 1, "max_match": 18, "match_type": "bfs"}
 LOOKUP = {"kind": "prompt-lookup", "depth": 3, "min_match": 2, "max_match": 4}

@@ -386,8 +386,8 @@ def test_merge_of_two_separate_runs_names_the_difference(tmp_path):
 def heads_dir(tiny_model_dir, tmp_path_factory):
     """Random medusa heads for the tiny model, saved without training."""
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     cfg = json.loads((tiny_model_dir / "config.json").read_text())
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=cfg["hidden_size"],
@@ -577,8 +577,8 @@ def eagle_dir(tiny_model_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     vocab, hidden = model.get_output_embeddings().weight.shape

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from apptest import APP, assert_clean, figures, open_page, vega_specs
+from conftest import differences
 
 from treeopt.demo.layout import DemoPaths, default_root
 from treeopt.documents.sweep import Sweep, SweepPoint
@@ -222,7 +223,9 @@ def test_every_drafters_selection_is_what_select_demo_writes(view, cli):
     assert list(view.evidence) == list(DemoPaths(default_root()).kinds())
     for kind, doc in cli["selections"].items():
         mine = view.evidence[kind].selection.to_json()
-        assert roundtrip(mine["points"]) == doc["points"]  # every float of every point
+        # every figure of every point (floats to 1e-9: the shipped one was fitted on the build
+        # host, the CLI's here)
+        assert not differences(roundtrip(mine["points"]), doc["points"]), kind
         assert mine["latency"] == doc["latency"] and mine["growth"] == doc["growth"]
 
 

@@ -27,8 +27,8 @@ TINY = preset("tiny")
 
 def tiny_medusa() -> tuple[torch.nn.Module, torch.nn.Module]:
     """A tiny model (``TINY``) and two Medusa heads on it, for tests that fake the timing."""
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = build_model(TINY, device="cpu", dtype="fp32")
     heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=TINY.hidden_size,
@@ -142,10 +142,10 @@ def test_out_of_memory_stops_one_configuration_only():
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
 def test_step_profile_times_every_design_tree_in_the_loop(tmp_path, kind):
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
     from treeopt.model.growth import Growth
     from treeopt.profiling.step import profile_steps
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     model = build_model(TINY, device="cpu", dtype="fp32")
     heads = build_heads(HeadsConfig(kind=kind, num_heads=2, hidden_size=TINY.hidden_size,
@@ -240,10 +240,10 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     """One busy moment makes a tree's verify step look cheaper than a smaller tree's: that
     record and the one it fell below get another round, and the fall is gone."""
     import treeopt.profiling.step as step
-    from treeopt.registry.drafter_configs import HeadsConfig
     from treeopt.drafters.heads import build_heads
     from treeopt.model.growth import Growth
     from treeopt.pricing.costs import verify_dips
+    from treeopt.registry.drafter_configs import HeadsConfig
 
     calls: list[tuple[int, int]] = []
 

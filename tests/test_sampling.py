@@ -21,8 +21,8 @@ from treeopt.decoding.sampling import (  # noqa: E402
     sample,
     stream_keys,
 )
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 
 # ----- the noise and the draw -----------------------------------------------------------------

@@ -20,8 +20,13 @@ from treeopt.pricing.costs import (
     step_costs,
     verify_dips,
 )
-from treeopt.pricing.throughput import growth_expected_accept_length, per_step_note, price_tree, select
 from treeopt.pricing.selection import Selection, schedule
+from treeopt.pricing.throughput import (
+    growth_expected_accept_length,
+    per_step_note,
+    price_tree,
+    select,
+)
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.roofline import preset
 

@@ -13,9 +13,9 @@ from conftest import tiny_llama  # noqa: E402
 
 from treeopt import TreeoptError  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.drafters.training import TrainConfig, distill_loss, train_heads, windows  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 
 @pytest.fixture(scope="module")

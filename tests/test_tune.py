@@ -21,10 +21,10 @@ from treeopt.documents.measure import (  # noqa: E402
     median_relative_se,
 )
 from treeopt.documents.sweep import Sweep  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.model.growth import Growth  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11]]

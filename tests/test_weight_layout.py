@@ -13,8 +13,8 @@ from treeopt import Tree  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, Decoder  # noqa: E402
 from treeopt.decoding.weight_layout import column_major, lay_out_for_cpu  # noqa: E402
 from treeopt.drafters.checkpoints import load_heads_for, save_heads  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 V, D = 256, 64
 

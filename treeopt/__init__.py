@@ -32,8 +32,8 @@ from treeopt.model.simulation import Simulation, accept_lengths, held_out, simul
 from treeopt.model.step_growth import StepGrowth, grow_per_step
 from treeopt.model.trace import RankTrace, merge_traces
 from treeopt.model.tree import Tree
-from treeopt.pricing.throughput import select
 from treeopt.pricing.selection import Point, Selection, schedule
+from treeopt.pricing.throughput import select
 from treeopt.pricing.tree_files import load_tree_arg
 from treeopt.version import __version__
 

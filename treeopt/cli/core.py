@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.cli.common import add_out, emit
-from treeopt.registry.kinds import KINDS, engine_draft
 from treeopt.engines.chain_forms import EXTENSIONS as CHAIN_EXTENSIONS
 from treeopt.engines.chain_forms import chain_notes, export_chain, exports_chains
 from treeopt.engines.forms import EXTENSIONS, export
@@ -33,6 +32,7 @@ from treeopt.pricing.chains import chain_method
 from treeopt.pricing.contexts import pick_context
 from treeopt.pricing.selection import Selection, schedule
 from treeopt.pricing.tree_files import file_kind, is_selection_file, load_tree_arg, recorded_drafter
+from treeopt.registry.kinds import KINDS, engine_draft
 
 NGRAM = "ngram"  # --draft of a chain drafted by prompt lookup (n-gram settings, no tree)
 EXPORT_FORMATS = FORMATS + tuple(f for f in LOOKUP_FORMATS if f not in FORMATS)

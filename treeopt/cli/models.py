@@ -20,8 +20,8 @@ from treeopt.cli.common import (
     progress,
     require,
 )
-from treeopt.registry.kinds import TRAINED_KINDS
 from treeopt.errors import TreeoptError
+from treeopt.registry.kinds import TRAINED_KINDS
 
 if TYPE_CHECKING:
     from treeopt.dynamic.simulate import DynamicTrace

@@ -27,8 +27,8 @@ import torch
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.plan import TreePlan
-from treeopt.decoding.token_order import best_token
 from treeopt.decoding.sampling import sample
+from treeopt.decoding.token_order import best_token
 from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ import numpy.typing as npt
 import torch
 from torch import nn
 
+from treeopt.errors import TreeoptError
 from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.registry.kinds import KINDS, DrafterKind
-from treeopt.errors import TreeoptError
 
 if TYPE_CHECKING:
     from treeopt.decoding.dynamic_drafting import RowPlan

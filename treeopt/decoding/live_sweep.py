@@ -30,8 +30,8 @@ from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.throughput import select
 from treeopt.pricing.sweep_prediction import predict
+from treeopt.pricing.throughput import select
 
 if TYPE_CHECKING:
     import os

@@ -15,8 +15,8 @@ from treeopt.demo.layout import KINDS
 from treeopt.documents.dtypes import DTYPES
 from treeopt.documents.measure import MAX_ROUNDS, Measurement, MeasurementError
 from treeopt.documents.sweep import BATCHINGS
-from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import FieldError, TreeoptError
+from treeopt.registry.kinds import drafter_kind
 
 # Planning throughputs (training tokens per second) of the base-model presets below: a shared
 # 2-core CPU and one data-centre GPU. Used to size the step counts, never measured at build time.

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.assets.registry import ASSETS, asset_dir, fetched, missing_hint
-from treeopt.registry.kinds import KINDS as REGISTRY
 from treeopt.errors import TreeoptError
 from treeopt.files import read_json
+from treeopt.registry.kinds import KINDS as REGISTRY
 
 DEMO_FORMAT = "treeopt.demo/1"
 # the drafters a demo ships, in the registry's order: the kinds a stage of the build makes

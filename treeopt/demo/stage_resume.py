@@ -14,8 +14,8 @@ from treeopt.demo.context import Context
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.demo.stage_kinds import HEAD_KINDS, NEW_KINDS
 from treeopt.demo.stage_prose import prose_choice
-from treeopt.registry.kinds import drafter_kind
 from treeopt.files import read_json, write_json
+from treeopt.registry.kinds import drafter_kind
 
 # settings that touch one head kind's work alone (a layer setting of one heads-stage kind that no
 # other kind of the demo reads, ``DrafterKind.demo_layers``): changing one redoes that kind's part

@@ -90,8 +90,8 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     import torch
 
     from treeopt.drafters.checkpoints import save_heads
-    from treeopt.registry.kinds import drafter_kind
     from treeopt.drafters.training import TrainConfig, distill_draft_model, train_heads
+    from treeopt.registry.kinds import drafter_kind
 
     c = ctx.config
     if drafter_kind(kind).lookup:  # n-gram drafting: settings, nothing to train

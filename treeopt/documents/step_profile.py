@@ -30,10 +30,10 @@ from treeopt.documents.fields import (
     optional,
     text,
 )
-from treeopt.registry.kinds import KIND_NAMES
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.registry.kinds import KIND_NAMES
 
 STEP_FORMAT = "treeopt.step-profile/1"
 DESIGNS = ("trees", "dynamic")

@@ -38,11 +38,11 @@ import torch
 from torch import nn
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
 from treeopt.drafters.heads import DraftHeads, build_heads
-from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write, read_json, read_tagged_json, write_json
+from treeopt.registry.drafter_configs import HeadsConfig, default_feature_layers
+from treeopt.registry.kinds import drafter_kind
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

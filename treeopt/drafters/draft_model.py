@@ -30,11 +30,11 @@ from treeopt.decoding.layers import additive
 from treeopt.decoding.probe import verifier
 from treeopt.decoding.token_order import rank_of, top_candidates
 from treeopt.decoding.tree_forward import Verifier
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import rank_table
-from treeopt.registry.kinds import KINDS
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

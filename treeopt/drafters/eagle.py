@@ -29,15 +29,15 @@ from torch import nn
 
 from treeopt.decoding.drafter import Drafter, feed_all_but_last
 from treeopt.decoding.token_order import rank_of, top_candidates
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.eagle_cache import EagleState, cached_forward, catch_up
 from treeopt.drafters.eagle_chains import teacher_chains
 from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection, rank_table
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.dynamic_drafting import RowPlan

@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.token_order import rank_of, top_candidates
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.eagle import DecoderLayer, EagleDrafter
-from treeopt.registry.kinds import KINDS
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 
 class FusedLayer(DecoderLayer):

@@ -21,10 +21,10 @@ from torch import nn
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.token_order import rank_of
-from treeopt.registry.drafter_configs import HeadsConfig
-from treeopt.registry.kinds import DrafterKind, drafter_kind
 from treeopt.drafters.vocabulary import VocabularyView
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import DrafterKind, drafter_kind
 
 PrefixCache = tuple[torch.Tensor, torch.Tensor] | None
 

@@ -33,11 +33,11 @@ import torch
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.plan import tree_plan
-from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS, drafter_kind
 from treeopt.drafters.prompt_lookup import NO_CANDIDATE, LookupState, PromptLookup
 from treeopt.errors import TreeoptError
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
+from treeopt.registry.kinds import HYBRID_SUFFIX, KINDS, drafter_kind
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

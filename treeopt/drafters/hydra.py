@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeopt.decoding.token_order import top_candidates
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, PrefixCache, ResBlock
-from treeopt.registry.kinds import KINDS
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

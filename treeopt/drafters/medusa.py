@@ -13,8 +13,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeopt.decoding.token_order import top_candidates
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import DraftHeads, ResBlock
+from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:

@@ -42,15 +42,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.eagle import EagleDrafter
 from treeopt.drafters.eagle_cache import EagleState
 from treeopt.drafters.eagle_growth import dynamic_ranks, grow_dynamic
 from treeopt.drafters.eagle_layer import DecoderLayer
 from treeopt.drafters.heads import _projection
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.mtp_chains import cyclic_catch_up, cyclic_chains, draft_cyclic
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.dynamic_drafting import RowPlan

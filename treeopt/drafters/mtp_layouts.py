@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from treeopt.drafters.checkpoints import _load_state
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.heads import build_heads
 from treeopt.errors import TreeoptError
+from treeopt.registry.drafter_configs import HeadsConfig
 
 if TYPE_CHECKING:
     from treeopt.drafters.mtp import MtpDrafter

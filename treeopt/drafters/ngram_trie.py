@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.registry.kinds import TRIE_MATCH_TYPES
 from treeopt.drafters.ngram import forced_positions
 from treeopt.errors import TreeoptError
+from treeopt.registry.kinds import TRIE_MATCH_TYPES
 
 MATCH_TYPES: tuple[str, ...] = TRIE_MATCH_TYPES  # bfs: recency order; prob: frequency
 

@@ -31,13 +31,13 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.tree import Tree
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

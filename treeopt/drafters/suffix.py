@@ -41,9 +41,7 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.prompt_lookup import (
     drafted_rows,
     read_drafter_settings,
@@ -53,6 +51,8 @@ from treeopt.drafters.prompt_lookup import (
 from treeopt.drafters.suffix_tree import Request, SuffixCache, SuffixRule, request_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

@@ -20,10 +20,10 @@ import torch
 
 from treeopt.decoding.drafter import pick_features
 from treeopt.decoding.models import model_device, model_dims
-from treeopt.registry.drafter_configs import TrainConfig
 from treeopt.drafters.heads import build_heads
 from treeopt.drafters.resume import due, restore_training, save_training
 from treeopt.errors import FieldError, TreeoptError
+from treeopt.registry.drafter_configs import TrainConfig
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, trie_ranks
 from treeopt.drafters.prompt_lookup import (
     LookupState,
@@ -44,6 +42,8 @@ from treeopt.drafters.prompt_lookup import (
 )
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
+from treeopt.registry.drafter_configs import HeadsConfig
+from treeopt.registry.kinds import KINDS
 
 if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan

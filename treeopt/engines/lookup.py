@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from treeopt.registry.kinds import KINDS
 from treeopt.engines import huggingface
 from treeopt.engines.sglang import flags as sglang
 from treeopt.engines.trtllm import configs as trtllm
@@ -35,6 +34,7 @@ from treeopt.engines.vllm import forms as vllm
 from treeopt.engines.vllm.per_batch import per_batch_config
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.tree import Tree
+from treeopt.registry.kinds import KINDS
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from treeopt.documents.fields import integer, listed, mapping, numbers, text
-from treeopt.registry.kinds import KINDS
 from treeopt.engines.vllm.per_batch import PROFILER_KS, acceptance_rate_per_pos
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
@@ -37,6 +36,7 @@ from treeopt.pricing.costs import (
     expanded_nodes,
     throughput,
 )
+from treeopt.registry.kinds import KINDS
 
 RULE_K = max(PROFILER_KS)  # the longest chain vLLM's profiler runs, whose acceptance it measures
 MAX_CHAIN = 16  # the longest chain priced

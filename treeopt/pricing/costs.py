@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Path
 from treeopt.pricing.contexts import pick_context
+from treeopt.registry.kinds import drafter_kind
 
 if TYPE_CHECKING:
     from treeopt.documents.step_profile import StepRecord

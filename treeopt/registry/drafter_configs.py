@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from treeopt.registry.kinds import KINDS, drafter_kind
 from treeopt.errors import FieldError, TreeoptError
+from treeopt.registry.kinds import KINDS, drafter_kind
 
 
 def default_feature_layers(num_layers: int) -> tuple[int, int, int]:

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from treeopt.registry.kinds import drafter_kind
 from treeopt.errors import TreeoptError
+from treeopt.registry.kinds import drafter_kind
 from treeopt.roofline.hardware import Hardware
 from treeopt.roofline.model import BF16, Precision
 

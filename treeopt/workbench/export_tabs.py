@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from treeopt.registry.kinds import KINDS
 from treeopt.drafters.ngram import LookupRule
 from treeopt.engines import chain_forms
 from treeopt.engines.forms import EXTENSIONS, export
@@ -42,6 +41,7 @@ from treeopt.engines.sglang.flags import TRIE_NOTES
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 from treeopt.pricing.chains import chain_method
+from treeopt.registry.kinds import KINDS
 from treeopt.workbench.numbers import nodes_text
 
 MODEL_FLAG = "speculative-model"  # export's flag of the EAGLE checkpoint (treeopt's own)
