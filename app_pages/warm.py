@@ -84,8 +84,9 @@ def serialize_ast_parse() -> None:
     of the syntax tree it converts to Python objects in one counter for all threads: two threads
     converting at once (Streamlit's magic parsing a page while another thread's garbage
     collection hands the interpreter over) fail with "SystemError: AST constructor recursion
-    depth mismatch" (CPython gh-106905; seen here once, in a page's test under load). Streamlit's magic and pytest's assertion rewriting call
-    ``ast.parse`` by its module attribute, so the lock covers them."""
+    depth mismatch" (CPython gh-106905; seen here once, in a page's test under load).
+    Streamlit's magic and pytest's assertion rewriting call ``ast.parse`` by its module
+    attribute, so the lock covers them."""
     if sys.version_info >= (3, 13) or getattr(ast.parse, "_treeopt_serialized", False):
         return
     parse = ast.parse
