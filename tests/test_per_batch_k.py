@@ -68,6 +68,30 @@ def test_a_chain_drafter_keeps_select_s_picks():
     assert treeopt_ks(CHAINS.prices, ngram) == {1: 4, 4: 2}  # without picks: the best chain
 
 
+def test_a_shorter_chain_within_the_profile_s_noise_is_taken():
+    # √2 · 3% = 4.24%: at batch 1 K 4's 222.2 tok/s floors at 212.8, and K 3 (215.4) is above
+    # it, K 2 (200.0) below; at batch 4 K 2 (300.0) floors at 287.3, above K 1 (276.9)
+    noisy = {"1": 0.03, "4": 0.03}
+    assert treeopt_ks(CHAINS.prices, EAGLE, step_se=noisy) == {1: 3, 4: 2}
+    assert treeopt_ks(CHAINS.prices, EAGLE, step_se={"1": 0.02}) == {1: 4, 4: 2}  # 215.9 > 215.4
+    ngram = {"kind": "prompt-lookup", "min_match": 1, "max_match": 3}
+    assert treeopt_ks(CHAINS.prices, ngram, picks={1: 5, 4: 1}, step_se=noisy) == {1: 2, 4: 1}
+    doc = vllm_per_batch(CHAINS, EAGLE, context=64, step_se=noisy)
+    assert doc["treeopt"]["ranges"] == [[1, 1, 3], [2, 4, 2]]
+    assert doc["treeopt"]["step_se"] == noisy
+    assert "within one standard error" in doc["treeopt"]["rule"]
+    assert "step_se" not in vllm_per_batch(CHAINS, EAGLE, context=64)["treeopt"]
+
+
+def test_a_selection_s_step_noise_reaches_its_schedule():
+    pts = tuple(Point(b, 64, Tree.chain(1), None, 1.8, 1.0, 0.0, 0.0, 100.0, 50.0, 1,
+                      Curve((), ())) for b in (1, 4))
+    sel = Selection({"drafter": EAGLE}, {"step_se": {"1": 0.03, "4": 0.03}}, {}, {}, (None,),
+                    pts, chains=CHAINS)
+    plan = schedule(Selection.from_json(sel.to_json()), context=64)
+    assert plan["vllm_per_batch"]["treeopt"]["ranges"] == [[1, 1, 3], [2, 4, 2]]
+
+
 def test_a_drafter_vllm_drafts_no_chains_of_is_refused():
     with pytest.raises(TreeoptError, match="vLLM drafts no chains of a 'medusa' drafter"):
         vllm_per_batch(CHAINS, {"kind": "medusa"}, context=64)

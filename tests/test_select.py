@@ -298,6 +298,20 @@ def test_selection_prices_a_step_from_all_three_terms():
     assert (p.verify_ms, p.overhead_ms) == pytest.approx((13.0, 0.57), rel=1e-12)
 
 
+def test_a_step_profile_s_noise_reaches_the_selection():
+    """The records' relative standard errors, median per batch, ride with the verify latency
+    into the selection (where the per-batch K reads them); a profile without them adds none."""
+    records = profile_records("hydra")
+    noisy = [{**r, "se": 0.01 * (i + 1)} if r["size"] else r for i, r in enumerate(records)]
+    costs = step_costs(typed(noisy), kind="hydra", source="s.json")
+    ses = sorted(0.01 * (i + 1) for i, r in enumerate(records) if r["size"])
+    assert costs.verify.meta["step_se"] == {"1": pytest.approx(float(np.median(ses)))}
+    sel = select(GROWTH, costs.verify, batch=[1], context=[100])
+    assert sel.latency["step_se"] == costs.verify.meta["step_se"]
+    plain = step_costs(typed(records), kind="hydra", source="s.json")
+    assert "step_se" not in plain.verify.meta
+
+
 def test_a_step_profile_needs_its_autoregressive_record():
     rows = [r for r in profile_records("hydra") if r["size"] > 0]
     with pytest.raises(TreeoptError, match="no autoregressive record"):

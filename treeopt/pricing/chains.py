@@ -72,6 +72,18 @@ class ChainPrices:
               if 0 <= k <= self.k_max and self.step_ms[k] is not None]
         return max(ks, key=lambda k: (self.tokens_per_s(k) or 0.0, -k))
 
+    def shortest_near(self, k: int, share: float, takes: Sequence[int] | None = None) -> int:
+        """The shortest chain (of ``takes``, default every K priced) whose tokens/s is within
+        ``share`` of chain ``k``'s: ``k`` itself where none shorter is.
+
+        >>> ChainPrices(1, 64, (1.0, 1.5, 1.98), (10.0, 10.0, 10.0)).shortest_near(2, 0.25)
+        1
+        """
+        ks = takes if takes is not None else range(self.k_max + 1)
+        floor = (self.tokens_per_s(k) or 0.0) * (1 - share)
+        near = [j for j in ks if 0 <= j <= k and (self.tokens_per_s(j) or 0.0) >= floor]
+        return min(near, default=k)
+
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "context": self.context,
                 "accept_length": list(self.accept_length), "step_ms": list(self.step_ms)}

@@ -278,7 +278,9 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
     verify_ms = _medians(groups)
     points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups, verify_ms).items()
               for q, ms in by_q.items()]
-    verify = StepLatency.from_points(points, source, context=context, device=device)
+    verify = StepLatency.from_points(points, source, context=context, device=device,
+                                     **({"step_se": noise} if (noise := step_noise(records))
+                                        else {}))
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
     overhead_at = {k: float(np.median(v)) for k, v in measured_overhead.items()}
 
@@ -298,6 +300,23 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
                      {"draft_and_overhead": worst,
                       "verify_dip": max((d[3] for d in _dips(verify_ms)), default=0.0)},
                      coefficients)
+
+
+def step_noise(records: Sequence[StepRecord]) -> dict[str, float]:
+    """Batch (as text, the JSON key) → the median relative standard error of the profiled trees'
+    steps over their reference's (:attr:`~treeopt.documents.step_profile.StepRecord.se`): how
+    far one record's price may be off. Empty where the profile records none.
+
+    >>> from treeopt.documents.step_profile import StepRecord
+    >>> rec = lambda b, se: StepRecord(b, 1, 1, 2, (1,), 100.0, 0.1, 1.0, 0.1, se=se)
+    >>> step_noise([rec(1, 0.01), rec(1, 0.03), rec(1, 0.02), rec(8, None)])
+    {'1': 0.02}
+    """
+    by_batch: dict[int, list[float]] = {}
+    for r in records:
+        if r.size > 0 and r.se is not None:
+            by_batch.setdefault(r.batch, []).append(r.se)
+    return {str(b): round(float(np.median(v)), 6) for b, v in sorted(by_batch.items())}
 
 
 def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int, int, float]]:

@@ -4,7 +4,11 @@ by two rules from the same measurements (:class:`~treeopt.pricing.chains.ChainTa
 - **treeopt's**: at every batch size select priced, the K of the fastest chain (K vLLM takes
   for the method, :func:`treeopt.engines.vllm.chains.takes_k`); for a drafter whose trees are
   chains (prompt lookup) that is select's pick itself; for one whose picks are trees (EAGLE,
-  MTP, a draft model, suffix decoding), the best *chain*, since vLLM drafts chains only;
+  MTP, a draft model, suffix decoding), the best *chain*, since vLLM drafts chains only. Where
+  the step profile says how noisy its prices are, the shortest chain within one standard error
+  of that one instead (:func:`noise_share`): a longer K whose predicted gain is inside the noise
+  was as often slower live (2.2M demo, prompt lookup, batch 8: K 8 priced 2.7% above K 5 ran
+  3.7% below it);
 - **vLLM's own profiler rule** (:func:`treeopt.engines.vllm.per_batch.profiler_choice`): K ∈
   {1, 3, 5} measured at its profiler's batch sizes {1, 4, 16, 64, 256}, the per-position
   acceptance of the chain of 5, the argmax of accepted length ÷ latency with vLLM's
@@ -34,18 +38,37 @@ from treeopt.pricing.chains import ChainPrices, ChainTable, chain_method, picks_
 
 
 def treeopt_ks(prices: Sequence[ChainPrices], drafter: Mapping[str, Any], *,
-               picks: Mapping[int, int] | None = None) -> dict[int, int]:
+               picks: Mapping[int, int] | None = None,
+               step_se: Mapping[str, float] | None = None) -> dict[int, int]:
     """Batch → treeopt's K: ``picks`` (select's chains, for a drafter whose trees are chains),
-    else the fastest chain vLLM takes for the drafter's method."""
+    else the fastest chain vLLM takes for the drafter's method; then, where the step profile
+    says how noisy its prices are (``step_se``: batch → relative standard error of one record,
+    :func:`~treeopt.pricing.costs.step_noise`), the shortest chain within the noise of that
+    one (:func:`noise_share`)."""
     method = chain_method(drafter)
     out = {}
     for p in prices:
+        takes = [k for k in range(p.k_max + 1) if takes_k(method, k, drafter)]
         if picks is not None and picks_chains(drafter):
-            out[p.batch] = picks[p.batch]
+            k = picks[p.batch]
         else:
-            out[p.batch] = p.best_k([k for k in range(p.k_max + 1)
-                                     if takes_k(method, k, drafter)])
+            k = p.best_k(takes)
+        share = noise_share((step_se or {}).get(str(p.batch)))
+        out[p.batch] = p.shortest_near(k, share, takes) if share else k
     return out
+
+
+def noise_share(se: float | None) -> float:
+    """How much slower, as a share, a shorter chain may be priced and still count as fast as the
+    fastest: one standard error of the difference of two prices, each off by ``se`` (√2 · se).
+    A longer chain whose gain is inside that noise is as likely slower live, and costs more
+    where the batch grows (the one-standard-error rule of model selection; Breiman et al.,
+    *Classification and Regression Trees*, 1984, §3.4.3).
+
+    >>> round(noise_share(0.015), 4), noise_share(None)
+    (0.0212, 0.0)
+    """
+    return 2 ** 0.5 * se if se else 0.0
 
 
 def rule_profile(prices: Sequence[ChainPrices]) -> tuple[dict[int, dict[int, float]], str]:
@@ -97,17 +120,19 @@ def _carried(dense: Mapping[int, int], batch: int) -> int:
 
 
 def vllm_per_batch(chains: ChainTable, drafter: Mapping[str, Any], *, context: int,
-                   picks: Mapping[int, int] | None = None) -> dict[str, Any]:
+                   picks: Mapping[int, int] | None = None,
+                   step_se: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Both tables at ``context``, each as vLLM's config of the drafter's method, and per
     batch size select priced: each table's K, predicted tokens/s and speed-up over K = 0; and
-    at each batch size where treeopt's table switches K, both K priced there and just below."""
+    at each batch size where treeopt's table switches K, both K priced there and just below.
+    ``step_se``: the step profile's noise per batch (:func:`treeopt_ks`)."""
     method = chain_method(drafter)
     if not method:
         raise TreeoptError(f"vLLM drafts no chains of a {drafter.get('kind')!r} drafter")
     prices = sorted((p for p in chains.prices if p.context == context), key=lambda p: p.batch)
     if not prices:
         raise TreeoptError(f"context {context} was not priced for chains")
-    mine = treeopt_ks(prices, drafter, picks=picks)
+    mine = treeopt_ks(prices, drafter, picks=picks, step_se=step_se)
     dense, said = rule_ks(chains, prices)
     rule = {p.batch: _carried(dense, p.batch) for p in prices}
     rows = []
@@ -133,7 +158,11 @@ def vllm_per_batch(chains: ChainTable, drafter: Mapping[str, Any], *, context: i
                         "rule": "the fastest chain vLLM takes at each batch size select priced"
                                 + ("" if picks_chains(drafter) else
                                    " (the drafter's picks are trees; vLLM drafts chains, so the "
-                                   "per-batch K is the best chain's)")},
+                                   "per-batch K is the best chain's)")
+                                + ("; the shortest chain priced within one standard error of it "
+                                   "(the step profile's noise at that batch)" if step_se else ""),
+                        **({"step_se": {str(p.batch): step_se[str(p.batch)] for p in prices
+                                        if str(p.batch) in step_se}} if step_se else {})},
             "vllm_rule": {"rows": rows_of(dense), "measured_at": said,
                           "ks": [k for k in PROFILER_KS if k <= min(p.k_max for p in prices)],
                           "acceptance_rate_per_pos": list(chains.acceptance_rate_per_pos),
@@ -164,6 +193,11 @@ def table_text(section: Mapping[str, Any]) -> str:
         lines.append(f"{row['batch']:5d} {mine['k']:10d} {_num(mine['tokens_per_s']):>6} "
                      f"{_x(mine['speedup']):>9} {rule['k']:13d} {_num(rule['tokens_per_s']):>6} "
                      f"{_x(rule['speedup']):>9} {gain:>13}")
+    step_se = section.get("treeopt", {}).get("step_se")
+    if step_se:
+        noise = ", ".join(f"batch {b} {se:.1%}" for b, se in step_se.items())
+        lines.append(f"treeopt's K: the shortest chain within one standard error (√2 × the step "
+                     f"profile's {noise}) of the fastest")
     for s in section["switches"]:
         below, at = s["tokens_per_s_below"], s["tokens_per_s_at"]
         lines.append(f"switch K {s['k_below']}→{s['k']} at batch {s['batch']}: batch "

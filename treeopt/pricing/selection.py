@@ -293,7 +293,8 @@ def _chains(selection: Selection, drafter: dict[str, Any], pts: list[Point],
         return {}
     try:
         return {"vllm_per_batch": vllm_per_batch(selection.chains, drafter, context=context,
-                                                 picks={p.batch: p.best_size for p in pts})}
+                                                 picks={p.batch: p.best_size for p in pts},
+                                                 step_se=selection.latency.get("step_se"))}
     except TreeoptError as exc:
         return {"vllm_per_batch": {"refused": str(exc)}}
 
