@@ -6,7 +6,7 @@ so MTP is not measured here), ``select`` prices the drafter's chains from its st
 calibration trace (:func:`treeopt.pricing.chains.price_chains`) and writes both tables
 (:func:`treeopt.pricing.per_batch_k.vllm_per_batch`): treeopt's, the fastest chain vLLM takes
 at each batch size (prompt lookup: select's pick, a chain; EAGLE: its picks are trees, so the
-best chain), and vLLM's rule's, K ∈ {1, 3, 5}, accepted length ÷ latency with vLLM's
+best chain; then the shortest chain within the step profile's noise of it), and vLLM's rule's, K ∈ {1, 3, 5}, accepted length ÷ latency with vLLM's
 interpolation, measured at the batch sizes the demo's sweep priced (a CPU demo has none of
 vLLM's profiler batch sizes above 4; the output says which).
 
@@ -28,7 +28,7 @@ Run: ``python benchmarks/bench_vllm_k.py [--prompts 16] [--new-tokens 256] [--ki
 prompt-lookup,eagle] [--demo smollm2]`` on a quiet machine: a few minutes at the defaults on a
 2-core CPU; ``--prompts 4 --new-tokens 24 --batches 1,2`` checks it runs. Prompt lookup's long
 chains pay over long continuations (its matches come from the text already written): with 256
-new tokens treeopt's batch-1 K (12) is beyond vLLM's rule's K ≤ 5; over 64 tokens both pick
+new tokens treeopt's batch-1 K (11) is beyond vLLM's rule's K ≤ 5; over 64 tokens both pick
 K 5 or 6.
 """
 
