@@ -1,5 +1,5 @@
-"""Heads: accuracy heatmaps (head or depth × rank) of every drafter in the data, in one figure on
-one colour scale, so a colour reads the same accuracy in every panel."""
+"""Heads: the accuracy heatmap (head or depth × rank) of every drafter in the data, in one panel on
+one colour scale, so a colour reads the same accuracy in every row."""
 
 import streamlit as st
 
@@ -24,6 +24,6 @@ if tables:
     with page_errors(stop=False):
         st.plotly_chart(plots.accuracy_heatmaps(tables, kind=kind, max_rank=max_rank),
                         width="stretch")
-    st.caption("One colour scale for every panel (the colour bar): a colour is the same "
-               "accuracy in each drafter's panel. Each panel's title counts the positions its "
-               "accuracies are measured on.")
+    st.caption("Every drafter's heads or depths in one panel, a white line between drafters, on "
+               "one colour scale (the colour bar): a colour is the same accuracy in every row. "
+               "Hover a cell for its accuracy and the positions it is measured on.")

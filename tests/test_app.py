@@ -133,7 +133,7 @@ def test_heads_page_draws_every_drafter_on_one_colour_scale(demo):
     from treeopt.workbench.style import heat_scale
 
     at = open_page("heads")
-    (fig,) = figures(at)  # one figure: a panel per drafter, one colour bar
+    (fig,) = figures(at)  # one figure: every drafter in one panel, one colour bar
     assert fig["layout"]["title"]["text"] == "Marginal accuracy per head or depth and rank (%)"
     assert [t["name"] for t in fig["data"]] == list(demo.kinds)
     assert {t["coloraxis"] for t in fig["data"]} == {"coloraxis"}

@@ -176,52 +176,56 @@ def assert_units(fig, *axes: str) -> None:
 
 def test_the_heatmaps_share_one_colour_scale_and_label_depths(demo):
     from treeopt.model.accuracy import AccuracyTable
-    from treeopt.workbench.plots import accuracy_heatmaps
+    from treeopt.workbench.plots import accuracy_heatmaps, row_label
 
     tables = {kind: AccuracyTable.from_trace(trace) for kind, trace in demo.traces.items()}
     for which in ("marginal", "cumulative"):
         fig = accuracy_heatmaps(tables, kind=which, max_rank=6)
         shown = {k: np.asarray(getattr(t, which))[:, :6] * 100 for k, t in tables.items()}
         every = np.concatenate([v.ravel() for v in shown.values()])
-        scale = heat_scale(every)  # one scale over every panel's values
+        scale = heat_scale(every)  # one scale over every drafter's values
         positive = every[every > 0]  # a log scale starts at the smallest positive share
         want = (np.log10(positive.min()), np.log10(positive.max())) if scale.log else (
             every.min(), every.max())
         assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == pytest.approx(want)
         assert fig.layout.coloraxis.colorbar.title.side == "right"  # along the bar: never cut
-        assert [t.name for t in fig.data] == list(tables)
-        for heat in fig.data:  # no panel has a scale or a colour bar of its own
-            assert heat.coloraxis == "coloraxis"
-            assert (heat.zmin, heat.zmax, heat.colorbar.title.text) == (None, None, None)
-            kind, values = heat.name, shown[heat.name]
-            assert list(heat.z[0]) == pytest.approx(scale.z(values)[0].tolist())
-            assert list(heat.y) == [position_label(kind, k + 1) for k in range(values.shape[0])]
-            assert heat.hovertext[0][0].startswith(f"{position_label(kind, 1)}, ")
-            assert heat.hovertext[0][0].split("<br>")[0].endswith(f"{values[0, 0]:.1f}%")
-            assert heat.text[0][0] == f"{values[0, 0]:.1f}"  # written at the hover's precision
-        titles = [a.text for a in fig.layout.annotations]
-        assert titles == [f"{k} · {int(t.counts[0]):,} positions" for k, t in tables.items()]
+        (heat,) = fig.data  # one trace: every drafter's rows, none with a scale of its own
+        assert heat.coloraxis == "coloraxis"
+        assert (heat.zmin, heat.zmax, heat.colorbar.title.text) == (None, None, None)
+        row = 0
+        for kind, values in shown.items():
+            rows = slice(row, row + values.shape[0])
+            assert np.asarray(heat.z[rows], dtype=float) == pytest.approx(scale.z(values))
+            assert list(heat.y[rows]) == [row_label(kind, position_label(kind, k + 1))
+                                          for k in range(values.shape[0])]
+            first = heat.hovertext[row][0].split("<br>")
+            assert first[0] == (f"{kind} · {position_label(kind, 1)}, "
+                                f"{'top1' if which == 'cumulative' else 'rank 0'}: "
+                                f"{values[0, 0]:.1f}%")
+            assert first[1] == f"n = {int(tables[kind].counts[0]):,} positions"
+            assert heat.text[row][0] == f"{values[0, 0]:.1f}"  # at the hover's precision
+            row += values.shape[0]
     one = accuracy_heatmaps({"medusa": tables["medusa"], "eagle": tables["eagle"]})
-    assert [one.layout[a].title.text for a in ("yaxis", "yaxis2")] == [
-        KINDS["medusa"].position, KINDS["eagle"].position]
+    assert one.layout.yaxis.title.text == (f"drafter · {KINDS['medusa'].position} or "
+                                           f"{KINDS['eagle'].position}")
     marginal = tables["medusa"].marginal[:, :10] * 100
     assert heat_scale(marginal).log  # 47% down to 1%: a linear 0-100 scale shows one column
 
 
-def test_a_heatmap_panel_sits_beside_its_neighbour_two_to_a_row(demo):
+def test_every_drafter_s_rows_share_one_panel_a_line_between_drafters(demo):
+    """One panel, one trace (a browser draws six panels' axes and texts in about twice the
+    time): every drafter's rows, each rank in one column, a line between drafters."""
     from treeopt.model.accuracy import AccuracyTable
     from treeopt.workbench.plots import accuracy_heatmaps
 
     tables = {k: AccuracyTable.from_trace(t) for k, t in demo.traces.items()}
     fig = accuracy_heatmaps(tables)
-    rows = -(-len(tables) // 2)
-    domains = sorted({tuple(fig.layout[f"xaxis{i or ''}"].domain) for i in
-                      [0, *range(2, len(tables) + 1)]})
-    assert len(domains) == min(2, len(tables))  # two columns, so six panels are not cramped
-    assert len({tuple(fig.layout[f"yaxis{i or ''}"].domain)
-                for i in [0, *range(2, len(tables) + 1)]}) == rows
-    assert all(fig.layout[f"{a}{i or ''}"].automargin  # tick labels push the margins
-               for a in ("xaxis", "yaxis") for i in [0, *range(2, len(tables) + 1)])
+    (heat,) = fig.data
+    assert "xaxis2" not in fig.layout and not fig.layout.annotations
+    rows = np.cumsum([t.marginal.shape[0] for t in tables.values()])
+    assert sorted(shape.y0 for shape in fig.layout.shapes) == [r - 0.5 for r in rows[:-1]]
+    assert len(set(heat.y)) == len(heat.y) == rows[-1]  # no two drafters' rows share a label
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis.automargin
 
 
 def test_drafter_figures_give_each_drafter_its_colour(demo, priced):
