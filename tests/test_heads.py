@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import pytest
 from hypothesis import given, settings
@@ -68,6 +69,28 @@ def test_medusa_blocks_at_once_equal_each_head_alone_and_follow_the_weights(laye
         moved = heads.to(torch.float64)
         assert heads.blocks_at_once(hidden.double(), 4).dtype == torch.float64
         assert moved is heads
+
+
+@pytest.mark.parametrize("tokens", [None, torch.tensor([7, 3, 200])])
+def test_the_vocabulary_product_takes_plain_rows_of_a_transposed_hidden(tokens):
+    """A Medusa hidden is a transposed view (``[b, 1, d]`` whose size-1 dimension has a
+    stride): the projection must see it as an ``[n, d]`` matrix with unit row stride, where
+    PyTorch's bfloat16 CPU kernel is fast, and give the logits it gives the rows one by one."""
+    heads = _perturb(build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=D,
+                                             vocab_size=V, num_layers=1, share_lm_head=False)))
+    seen = []
+    heads.proj[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    z = heads.blocks_at_once(torch.randn(3, D, generator=torch.Generator().manual_seed(2)), 1)
+    assert z.shape == (3, 1, D) and z.stride(1) != D  # the view that is slow in bfloat16
+    with heads.vocabulary(tokens) if tokens is not None else nullcontext():
+        logits = heads.project(0, z)
+    width = V if tokens is None else len(tokens)
+    assert logits.shape == (3, 1, width)
+    one_by_one = torch.stack([heads.proj[0](z[i, 0].clone()) for i in range(3)])[:, None]
+    expected = one_by_one if tokens is None else one_by_one[..., tokens]
+    assert torch.allclose(logits, expected, atol=1e-6)
+    if tokens is None:
+        assert seen[0].shape == (3, D) and seen[0].stride() == (D, 1)
 
 
 @pytest.mark.parametrize("kind", ["medusa", "hydra"])
