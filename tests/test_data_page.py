@@ -13,10 +13,11 @@ from treeopt.workbench.datasets import calibrate_local, demo_dataset
 def test_the_real_models_demo_is_described_by_its_model_and_drafters():
     data = demo_dataset(load("data/smollm2", with_model=False))
     assert data.name == "smollm2"
-    assert set(data.sources) == {"prompt-lookup", "ngram-trie"}
+    assert set(data.sources) == {"medusa", "hydra", "prompt-lookup", "ngram-trie"}
     assert "smollm2-135m-instruct (pretrained)" in data.description
-    assert "Medusa" not in data.description and "heads" not in data.description
-    assert "prompt-lookup" in data.description and "ngram-trie" in data.description
+    assert "trained for the demo" not in data.description and "eagle" not in data.description
+    for kind in data.sources:
+        assert f"{kind} " in data.description
 
 
 def test_calibrating_with_no_drafter_says_what_a_drafter_may_be(tmp_path):

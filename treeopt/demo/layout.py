@@ -22,7 +22,8 @@ KINDS: tuple[str, ...] = tuple(k.name for k in REGISTRY.values() if k.demo_stage
 DYNAMIC_KIND: str = next(k for k in KINDS if REGISTRY[k].dynamic)
 ENV_VAR = "TREEOPT_DEMO"
 # the named demos the docs describe that are built on request: name → the build's own flags
-BUILDS = {"smollm2": "--base-model smollm2-135m-instruct"}
+BUILDS = {"smollm2": "--base-model smollm2-135m-instruct "
+                      "--kinds prompt-lookup,ngram-trie,medusa,hydra"}
 
 
 def default_root() -> Path:
