@@ -62,7 +62,7 @@ class VocabularyView:
         """
         weight = proj.weight
         x = z if z.dtype == weight.dtype else z.to(weight.dtype)
-        rows = x.reshape(-1, x.shape[-1])  # see below
+        rows = x.reshape(-1, x.shape[-1])  # plain rows: the docstring says why
         tokens = self._vocabulary
         if tokens is None:
             logits = proj(rows)
