@@ -10,6 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as _hypothesis_settings
+
+# properties check values, not speed: a loaded host (suite_under_load) must not fail them on
+# hypothesis's 200 ms deadline
+_hypothesis_settings.register_profile("treeopt", deadline=None)
+_hypothesis_settings.load_profile("treeopt")
 
 # Two CPU cores shared with other jobs: one thread per process avoids thread thrash (a 30× slow-down
 # measured under load). Set before torch is imported; subprocesses inherit it.
