@@ -87,7 +87,6 @@ def test_layers_multiply_per_layer_operators_only():
     assert r.total_s[0, 0, 0] == pytest.approx(expected * 1e-6)
 
 
-@settings(deadline=None)  # a correctness property: a loaded host timed it out (DeadlineExceeded)
 @given(t=st.integers(1, 4096), h=st.integers(1, 8192), i=st.integers(1, 32768))
 def test_linear_layer_intensity(t, h, i):
     cfg = ModelConfig(name="x", model_type="llama", hidden_size=h, intermediate_size=i,

@@ -45,9 +45,8 @@ class VocabularyView:
 
         The product is taken on ``z``'s rows as a plain ``[n, d]`` matrix. A head's hidden is
         often a transposed view, ``[b, 1, d]`` with a stride on the size-1 dimension; PyTorch
-        still calls that contiguous, but its bfloat16 CPU kernel (torch 2.13) then takes a slow
-        path: SmolLM2's vocabulary projection of 2 such rows took 585 ms against 11 ms, and
-        Medusa's drafting at batch 8 cost 2.3 s a step.
+        still calls that contiguous, but its bfloat16 CPU kernel (torch 2.13) then takes a path
+        about 50× slower per row (docs/notes/findings.md, 2026-12-03).
 
         >>> import torch
         >>> class P(VocabularyView):
