@@ -61,11 +61,12 @@ def run_suite(command: list[str], log: Path) -> tuple[int, float, list[str]]:
     started = time.perf_counter()
     proc = subprocess.run([*command, "-rfE"], cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    output = proc.stdout + proc.stderr
-    log.write_text(output, encoding="utf-8")
-    lines = output.strip().splitlines()
+    log.write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    lines = proc.stdout.strip().splitlines()
     shown = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
-    return proc.returncode, seconds, shown + lines[-1:]
+    # pytest's summary is stdout's last line with counts (stderr may follow it in the log)
+    summary = [line for line in lines if line.startswith("=") and COUNTS.search(line)]
+    return proc.returncode, seconds, shown + (summary[-1:] or lines[-1:])
 
 
 def main() -> int:

@@ -124,7 +124,7 @@ def train_drafter(model: Any, kind: str, sequences: list[list[int]]) -> Any:
     enough that tree paths are accepted, and accepted paths move in the cache)."""
     from treeopt.drafters.training import TrainConfig, train_heads
 
-    cfg = TrainConfig(kind=kind, num_heads=3, steps=80, batch_size=4, seq_len=24, lr=5e-3,
+    cfg = TrainConfig(kind=kind, num_heads=3, steps=40, batch_size=4, seq_len=24, lr=5e-3,
                       prefix_attention=kind == "hydra")
     return train_heads(model, sequences, cfg)[0]
 

@@ -31,7 +31,25 @@ TEXTS = [
 ]
 
 
+# The modules that take longest on the 2-core host (seconds of test time at c9df198: browser
+# 226, architectures 188, app 101, demo 99, core install 51; `pytest --durations=0`). They run
+# first: the README's command hands whole modules to workers in collection order
+# (`--dist loadscope --no-loadscope-reorder`), so a long module started last would keep one
+# worker busy alone at the end. xdist's own order (most tests first) put the browser last.
+LONGEST_FIRST = ("test_browser.py", "test_architectures.py", "test_app.py", "test_demo.py",
+                 "test_core_install.py", "test_decode.py", "test_engine_rules.py",
+                 "test_overview.py", "test_attention.py", "test_demo_evidence.py")
+
+
+def longest_first(items: list) -> None:
+    """Reorder ``items`` in place: :data:`LONGEST_FIRST`'s modules first, in that order, then
+    every other test in collection order (a stable sort, so a module's own order holds)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    longest_first(items)
     if not any("gpu" in item.keywords for item in items):
         return  # do not import torch for nothing
     try:
@@ -131,19 +149,39 @@ def trained(peaked):
     return out
 
 
+def run_root(tmp_path_factory) -> Path:
+    """A folder every pytest-xdist worker of this run sees (the run's shared temporary folder;
+    without xdist, the session's own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def demo_cli(tmp_path_factory):
     """What ``treeopt select --demo K --out K.json`` writes for every drafter of the shipped demo
     and what ``treeopt choose-drafter`` prints on those files, run through the CLI's own entry
-    point: the figures the app's first view must show."""
+    point: the figures the app's first view must show. Computed once for the run: the first
+    worker to ask writes them where the others read them (behind a lock)."""
+    from filelock import FileLock
+
+    done = run_root(tmp_path_factory) / "demo-cli.json"
+    with FileLock(f"{done}.lock"):
+        if not done.exists():
+            text = json.dumps(_demo_cli(tmp_path_factory.mktemp("demo-cli")))
+            tmp = done.with_suffix(".part")
+            tmp.write_text(text)
+            tmp.replace(done)
+    return json.loads(done.read_text())
+
+
+def _demo_cli(out: Path) -> dict:
+    """:func:`demo_cli`'s documents, made in ``out``."""
     import io
-    import json
     from contextlib import redirect_stdout
 
     from treeopt.cli import main
     from treeopt.demo.layout import DemoPaths, default_root
 
-    out = tmp_path_factory.mktemp("demo-cli")
     paths = {kind: out / f"{kind}.json" for kind in DemoPaths(default_root()).kinds()}
     for kind, path in paths.items():
         assert main(["select", "--demo", kind, "--out", str(path)]) == 0
@@ -189,8 +227,7 @@ def tiny_demos(tmp_path_factory) -> TinyDemos:
     lock), and the others wait for that build rather than make their own."""
     from filelock import FileLock
 
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "tiny-demos"
+    root = run_root(tmp_path_factory) / "tiny-demos"
     with FileLock(f"{root}.lock"):
         if not (root / "logs.json").exists():
             shutil.rmtree(root, ignore_errors=True)  # what a failed build left

@@ -203,26 +203,24 @@ def test_tiny_sampled_traces_record_their_sampling(tiny_demo):
             assert n not in greedy or ell >= greedy[n] - 1e-12
 
 
-def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tmp_path, monkeypatch):
+def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tiny_demos, tmp_path):
+    """conftest's ``tiny_demos`` finished a build without the prose stage, then built again with
+    it: the second build reused every stage and ran prose alone. A ``--redo`` then re-runs the
+    stage named, and refuses an unknown stage and changed settings before any work."""
     import torch
 
-    from treeopt.demo import build, stages
+    from treeopt.demo import build
 
     torch.set_num_threads(1)
-    cfg = replace(TINY, seed=4)
-    out = tmp_path / "demo"
-    without = tuple((n, f) for n, f in stages.PIPELINE if n != "sampled")
-    monkeypatch.setattr(stages, "PIPELINE", without)
-    first = build.build_demo(out, cfg, log=lambda s: None)
-    assert "sampled" not in first
-    monkeypatch.undo()
-    logs: list[str] = []
-    manifest = build.build_demo(out, cfg, log=logs.append)
-    assert "[base] done earlier, reusing" in logs and "[sampled] …" in logs
-    assert manifest["base"] == first["base"] and "sampled" in manifest
+    first = json.loads((tiny_demos.before / "manifest.json").read_text())
+    logs = tiny_demos.resume_logs
+    assert "[base] done earlier, reusing" in logs and "[prose] …" in logs
+    assert not [line for line in logs if line.endswith(" …") and line != "[prose] …"]
+    out, manifest = demo_copy(tiny_demos.after, tmp_path)
+    assert "prose" not in first and "prose" in manifest and manifest["base"] == first["base"]
     assert manifest["timings_s"]["base"] == first["timings_s"]["base"]
-    assert demo_paths(out).trace(KINDS[0], temperature=1.0).is_file()
-    logs.clear()
+    cfg = TINY
+    logs = []
     sweep_file = demo_paths(out).sweep(KINDS[0])
     doc = json.loads(sweep_file.read_text())
     doc["points"][0]["measured"]["speedup"] = 99.0  # a mark a resumed sweep would keep
@@ -426,8 +424,9 @@ def test_a_tiny_build_trains_medusa_heads_of_the_depth_asked(tmp_path):
     from treeopt.drafters.checkpoints import read_heads_config
 
     torch.set_num_threads(1)
-    manifest = build.build_demo(tmp_path / "demo", replace(TINY, medusa_head_layers=3),
-                                log=lambda s: None)
+    manifest = build.build_demo(  # the heads alone: no other drafter reads the setting
+        tmp_path / "demo", replace(TINY, medusa_head_layers=3, kinds=("medusa", "hydra")),
+        log=lambda s: None)
     paths = demo_paths(tmp_path / "demo")
     assert read_heads_config(paths.heads("medusa")).num_layers == 3
     assert read_heads_config(paths.heads("hydra")).num_layers == TINY.head_layers
