@@ -156,26 +156,33 @@ def run_root(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def built_once(root: Path, mark: str, build) -> Path:
+    """``root``, made by ``build(root)`` once for the run: the first pytest-xdist worker to ask
+    builds it (behind a lock) and the others wait for that build rather than make their own.
+    ``build`` writes the file ``mark`` last: without it, what a failed build left is removed and
+    the build runs again."""
+    from filelock import FileLock
+
+    with FileLock(f"{root}.lock"):
+        if not (root / mark).exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True)
+            build(root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def demo_cli(tmp_path_factory):
     """What ``treeopt select --demo K --out K.json`` writes for every drafter of the shipped demo
     and what ``treeopt choose-drafter`` prints on those files, run through the CLI's own entry
     point: the figures the app's first view must show. Computed once for the run: the first
     worker to ask writes them where the others read them (behind a lock)."""
-    from filelock import FileLock
-
-    done = run_root(tmp_path_factory) / "demo-cli.json"
-    with FileLock(f"{done}.lock"):
-        if not done.exists():
-            text = json.dumps(_demo_cli(tmp_path_factory.mktemp("demo-cli")))
-            tmp = done.with_suffix(".part")
-            tmp.write_text(text)
-            tmp.replace(done)
-    return json.loads(done.read_text())
+    root = built_once(run_root(tmp_path_factory) / "demo-cli", "demo-cli.json", _demo_cli)
+    return json.loads((root / "demo-cli.json").read_text())
 
 
-def _demo_cli(out: Path) -> dict:
-    """:func:`demo_cli`'s documents, made in ``out``."""
+def _demo_cli(out: Path) -> None:
+    """:func:`demo_cli`'s documents, made in ``out`` (``demo-cli.json`` last)."""
     import io
     from contextlib import redirect_stdout
 
@@ -188,8 +195,9 @@ def _demo_cli(out: Path) -> dict:
     printed = io.StringIO()
     with redirect_stdout(printed):
         assert main(["choose-drafter", *map(str, paths.values())]) == 0
-    return {"selections": {k: json.loads(p.read_text()) for k, p in paths.items()},
-            "choice": json.loads(printed.getvalue())}
+    (out / "demo-cli.json").write_text(json.dumps(
+        {"selections": {k: json.loads(p.read_text()) for k, p in paths.items()},
+         "choice": json.loads(printed.getvalue())}))
 
 
 @dataclass(frozen=True)
@@ -225,13 +233,7 @@ def tiny_demos(tmp_path_factory) -> TinyDemos:
     """:class:`TinyDemos`, built once for the run: under pytest-xdist the first worker to ask
     builds them where every worker finds them (the run's shared temporary folder, behind a
     lock), and the others wait for that build rather than make their own."""
-    from filelock import FileLock
-
-    root = run_root(tmp_path_factory) / "tiny-demos"
-    with FileLock(f"{root}.lock"):
-        if not (root / "logs.json").exists():
-            shutil.rmtree(root, ignore_errors=True)  # what a failed build left
-            _build_tiny_demos(root)
+    root = built_once(run_root(tmp_path_factory) / "tiny-demos", "logs.json", _build_tiny_demos)
     return TinyDemos(root / "before" / "demo", root / "after" / "demo",
                      json.loads((root / "logs.json").read_text()))
 

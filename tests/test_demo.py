@@ -219,8 +219,7 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tiny_demos, tmp_pat
     out, manifest = demo_copy(tiny_demos.after, tmp_path)
     assert "prose" not in first and "prose" in manifest and manifest["base"] == first["base"]
     assert manifest["timings_s"]["base"] == first["timings_s"]["base"]
-    cfg = TINY
-    logs = []
+    cfg, logs = TINY, []
     sweep_file = demo_paths(out).sweep(KINDS[0])
     doc = json.loads(sweep_file.read_text())
     doc["points"][0]["measured"]["speedup"] = 99.0  # a mark a resumed sweep would keep
