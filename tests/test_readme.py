@@ -199,11 +199,13 @@ def test_a_planted_bad_layout_is_found() -> None:
 
 def test_the_readme_opens_with_the_app_and_the_suite_and_ci_runs_the_suite_as_it_says() -> None:
     """Its first two commands set up and run the app on the shipped demo, then the whole test
-    suite; ``.ci/run`` runs the second one step by step (pip quieter, nothing else)."""
+    suite; ``.ci/run`` runs the second one step by step (nothing else)."""
     app, suite = re.findall(r"```bash\n(.*?)\n```", README, re.S)[:2]
-    assert app.startswith("python3 -m venv .venv && ") and app.endswith("streamlit run app.py")
+    assert app.startswith("scripts/setup-venv && ") and app.endswith("streamlit run app.py")
     steps = suite.split(" && ")
-    assert steps[0] == "python3 -m venv .venv" and steps[-1].startswith(".venv/bin/python -m pytest")
-    ci = [line.strip().replace(" -q ", " ") for line in (ROOT / ".ci/run").read_text().splitlines()
+    assert steps[0] == "scripts/setup-venv" and steps[-1].startswith(".venv/bin/python -m pytest")
+    ci = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
           if line.strip().startswith(("python3 ", ".venv/", "scripts/"))]
     assert ci == steps
+    setup = (ROOT / "scripts/setup-venv").read_text()
+    assert "python3 -m venv .venv" in setup and setup.count('-c constraints.txt -e ".[dev]"') == 2
