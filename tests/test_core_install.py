@@ -2,7 +2,10 @@
 no torch, transformers, Streamlit or Plotly, and grows, simulates, selects and exports on the
 demo's traces exactly as the full install does; a command that needs an extra names it.
 
-The install needs the package registry or pip's cache (numpy, PyYAML, setuptools). Without
+It installs with uv where this environment has it (``scripts/setup-venv`` puts it there: seconds,
+where pip takes about 20 s on 2 cores), with pip otherwise; both build the package through its
+build backend and resolve the same metadata. The install needs the package registry or the
+installer's cache (numpy, PyYAML, setuptools). Without
 either the tests are skipped, except in CI (CI=true), where they must run. Deselect them with
 ``-m 'not install'``.
 """
@@ -30,7 +33,8 @@ EXTRAS_ONLY = ("torch", "transformers", "tokenizers", "safetensors", "tqdm", "st
                "plotly", "networkx")
 OFFLINE = ("No matching distribution found", "Could not find a version", "NewConnectionError",
            "Temporary failure in name resolution", "Network is unreachable", "Max retries exceeded",
-           "ConnectTimeoutError", "ReadTimeoutError", "Could not fetch URL")
+           "ConnectTimeoutError", "ReadTimeoutError", "Could not fetch URL",
+           "Failed to fetch", "failed to lookup address", "error sending request")  # …, uv's
 
 # grow → simulate → select (a measured step profile; a GPU's roofline from the shipped tables;
 # dynamic traces) → export (one tree, a YAML read back, a per-batch schedule): outputs compared
@@ -61,17 +65,24 @@ def _env() -> dict[str, str]:
     return {**env, "TREEOPT_DEMO": str(DEMO), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def _pip_into(venv: Path) -> list[str]:
-    """A fresh virtual environment at ``venv``, and the pip command that installs into it: this
-    environment's pip pointed at it (``--python``, pip 22.3 on), which spares installing pip
-    there (seconds); with an older pip, the fresh environment's own."""
+def _installer_into(venv: Path) -> list[str]:
+    """A fresh virtual environment at ``venv``, and the command that installs into it: this
+    environment's uv where it has one, else its pip (pip 22.3 on), pointed at it (``--python``),
+    which spares installing pip there (seconds); with an older pip, the fresh environment's
+    own."""
     import pip
 
+    uv = Path(sys.executable).parent / "uv"
+    if uv.is_file():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=300)
+        return [str(uv), "pip", "install", "--python", str(venv / "bin" / "python")]
     own = tuple(int(part) for part in pip.__version__.split(".")[:2]) < (22, 3)
     subprocess.run([sys.executable, "-m", "venv", *([] if own else ["--without-pip"]), str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
-    return [python, "-m", "pip"] if own else [sys.executable, "-m", "pip", "--python", python]
+    pip_cmd = [python, "-m", "pip"] if own else [sys.executable, "-m", "pip", "--python", python]
+    return [*pip_cmd, "install", "--retries", "2", "--timeout", "30"]
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +96,15 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(ROOT / "treeopt", src / "treeopt",
                     ignore=shutil.ignore_patterns("__pycache__"))
     venv = root / "venv"
-    pip = subprocess.run([*_pip_into(venv), "install", "--quiet", "--retries", "2", "--timeout",
-                          "30", str(src)], capture_output=True, text=True, env=_env(), timeout=600)
+    pip = subprocess.run([*_installer_into(venv), "--quiet", str(src)], capture_output=True,
+                         text=True, env=_env(), timeout=600)
     if pip.returncode != 0:
         said = (pip.stderr + pip.stdout).strip().splitlines()
         offline = [line.strip() for line in said if any(m in line for m in OFFLINE)]
         if offline and os.environ.get("CI") != "true":
             pytest.skip(f"the core could not be installed (no package registry or cache): "
                         f"{offline[-1]}")
-        pytest.fail("pip install of the core failed:\n" + "\n".join(said[-15:]))
+        pytest.fail("the install of the core failed:\n" + "\n".join(said[-15:]))
     return venv / "bin"
 
 
