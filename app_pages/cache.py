@@ -223,3 +223,29 @@ def roofline_selection(growth: Growth, *, model: ModelConfig, hardware: Hardware
 
     return build(growth, model=model, hardware=hardware, batch=list(batch),
                  context=list(context), draft_kind=draft_kind, draft_heads=draft_heads)
+
+
+ROOFLINE_DEFAULT = ("llama-2-7b", "h100-sxm")  # the Hardware page's first model and GPU
+ROOFLINE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # its grid of the fastest tree per batch size
+ROOFLINE_CONTEXTS = (128, 512, 1024, 2048, 4096)  # … and context
+ROOFLINE_NODES = 128  # the largest tree it prices
+
+
+def roofline_contexts(model: ModelConfig) -> tuple[int, ...]:
+    """The grid's contexts that leave the model room for the largest tree (and its root)."""
+    room = model.max_positions or 1 << 30
+    return tuple(s for s in ROOFLINE_CONTEXTS if s + ROOFLINE_NODES + 1 <= room)
+
+
+def fastest_on_gpu(source: Source, label: str, method: Method, *, model: ModelConfig,
+                   hardware: Hardware) -> Selection:
+    """The Hardware page's roofline selection of drafter ``label``'s trees (``source``, grown
+    by ``method`` to :data:`ROOFLINE_NODES`) for ``model`` on ``hardware``, over the page's
+    grid; its drafting priced where ``label`` is a drafter kind."""
+    from treeopt.registry.kinds import KINDS
+
+    growth = grown(source, method=method, max_nodes=ROOFLINE_NODES)
+    return roofline_selection(growth, model=model, hardware=hardware, batch=ROOFLINE_BATCHES,
+                              context=roofline_contexts(model),
+                              draft_kind=label if label in KINDS else None,
+                              draft_heads=source.heads)

@@ -4,7 +4,7 @@ loop (the Overview's pick first); as a choice, the roofline of a preset model on
 
 import streamlit as st
 
-from app_pages.cache import CachedFigures, grown, roofline_selection
+from app_pages.cache import ROOFLINE_DEFAULT, CachedFigures, fastest_on_gpu, roofline_contexts
 from app_pages.choice import current_choice, is_demo_data
 from app_pages.state import current_dataset, demo, demo_pricing, page_errors
 from treeopt.registry.kinds import KINDS
@@ -60,14 +60,14 @@ if where == MEASURED:
 
 models, gpus = preset_names(), hardware_names()
 c = st.columns(5)
-model_name = c[0].selectbox("Model", models, index=models.index("llama-2-7b")
-                            if "llama-2-7b" in models else 0, key="hw_model")
-gpu_name = c[1].selectbox("Hardware", gpus, index=gpus.index("h100-sxm")
-                          if "h100-sxm" in gpus else 0, key="hw_gpu")
+first_model, first_gpu = ROOFLINE_DEFAULT
+model_name = c[0].selectbox("Model", models, index=models.index(first_model)
+                            if first_model in models else 0, key="hw_model")
+gpu_name = c[1].selectbox("Hardware", gpus, index=gpus.index(first_gpu)
+                          if first_gpu in gpus else 0, key="hw_gpu")
 with page_errors():
     cfg, gpu = preset(model_name), load_hardware(gpu_name)
-room = cfg.max_positions or 1 << 30  # contexts leave room for the largest tree: 128 nodes + root
-contexts = [x for x in (128, 512, 1024, 2048, 4096) if x + 129 <= room]
+contexts = list(roofline_contexts(cfg))
 b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
 s = c[3].select_slider("Context s", contexts, 512, key="hw_s",
                        help="the context of the roofline step and of the throughput curves")
@@ -86,15 +86,9 @@ st.header("Fastest tree per batch size and context")
 h1, _ = st.columns([1, 3])
 label = h1.selectbox("Heads (acceptance)", labels, key="hw_label",
                      index=labels.index(picked.drafter) if picked.drafter in labels else 0)
-source = data.sources[label]
 method = data.methods(label)[0]
-draft_kind = label if label in KINDS else None
 with page_errors():
-    growth = grown(source, method=method, max_nodes=128)
-    selection = roofline_selection(growth, model=cfg, hardware=gpu,
-                                   batch=(1, 2, 4, 8, 16, 32, 64, 128),
-                                   context=tuple(contexts), draft_kind=draft_kind,
-                                   draft_heads=source.heads)
+    selection = fastest_on_gpu(data.sources[label], label, method, model=cfg, hardware=gpu)
 left, right = st.columns(2)
 left.plotly_chart(hw_plots.throughput_curves(selection, context=s, drafter=label),
                   width="stretch")
@@ -105,6 +99,6 @@ st.info("Speculation stops paying — " + ("; ".join(stops) if stops else
         "not within the swept batch sizes (up to 128)."))
 st.caption(f"E[L] from the {label} {method} growth on '{data.name}'; verify latency predicted by "
            f"the roofline of {model_name} on {gpu_name}; drafting cost "
-           f"{'of ' + draft_kind + ' heads included' if draft_kind else 'not modelled'}.")
+           f"{'of ' + label + ' heads included' if label in KINDS else 'not modelled'}.")
 st.page_link("app_pages/live.py", label="Live: what the demo measured on this machine — the "
              "sweeps, the engines' adaptive controllers and dynamic trees", icon=":material/speed:")

@@ -20,7 +20,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from app_pages.cache import grown, growth_pair, held_out_curve, per_step_growth, step_curve
+from app_pages.cache import (
+    ROOFLINE_DEFAULT,
+    fastest_on_gpu,
+    grown,
+    growth_pair,
+    held_out_curve,
+    per_step_growth,
+    step_curve,
+)
 from app_pages.state import (
     current_root,
     demo,
@@ -137,8 +145,9 @@ def steps(root: str) -> Iterator[Callable[[], object]]:
     """The warm-up's steps on the demo at ``root``, in the order the pages need them: every
     drafter's pricing and the Overview (every page's pick), the Heads page's tables, the
     Drafters page's per-step walks (the Trees and Hardware pages' other drafters read theirs off
-    them), the Trees page's first view, the Live page's dynamic selection and first replay, what
-    the Trees page's first widgets show next, and the Live page's other replays. Each step is
+    them), the Trees page's first view, the Hardware page's roofline view, the Live page's
+    dynamic selection and first replay, what the Trees page's first widgets show next, and the
+    Live page's other replays. Each step is
     made once the ones before it have run."""
     from treeopt.workbench.adaptive import WORKLOADS
 
@@ -154,6 +163,7 @@ def steps(root: str) -> Iterator[Callable[[], object]]:
             yield lambda k=kind: step_curve(bundle.growths[k], bundle.traces[k])
     yield load_tree_layout  # networkx, which the Trees page's tree figure lays out with
     yield from trees_first_view(root)
+    yield from hardware_first_view(root)
     yield lambda: demo_dynamic_selection(root)
     first, *rest = WORKLOADS
     yield lambda: demo_adaptive(first, root=root)
@@ -223,6 +233,20 @@ def trees_first_view(root: str) -> Iterator[Callable[[], object]]:
     if found is not None:
         label, _, settings = found
         yield from trees_view(root, label, settings, others=True)
+
+
+def hardware_first_view(root: str) -> Iterator[Callable[[], object]]:
+    """The Hardware page's roofline view as it first opens on the demo at ``root``: the
+    recommended drafter's fastest trees for the page's first model and GPU."""
+    from treeopt.roofline import load_hardware, preset
+
+    found = recommended(root)
+    if found is not None:
+        label = found[0]
+        data = demo_dataset(root)
+        model, gpu = ROOFLINE_DEFAULT
+        yield lambda: fastest_on_gpu(data.sources[label], label, data.methods(label)[0],
+                                     model=preset(model), hardware=load_hardware(gpu))
 
 
 def trees_next_views(root: str) -> Iterator[Callable[[], object]]:

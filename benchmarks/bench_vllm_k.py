@@ -24,9 +24,15 @@ treeopt's live gain over the rule, lossless; then each switch; then the goal: tr
 at least. Where the two tables' predictions differ by a per cent or two, the live order is
 decided by noise: run on a quiet core, with ``--rounds 3`` (each K's median of three races).
 
+Both tables are priced by the demo's step profiles, measured on the host that built the demo. A
+step's cost relative to the autoregressive step is the machine's: on another host, profile the
+drafter there (``treeopt profile step --demo prompt-lookup --batch 1,2,4,8 --max-new-tokens N
+--out step.json``, N the decode length here, so that the prices are at the decoded context) and
+pass ``--step-profile step.json --kinds prompt-lookup``.
+
 Run: ``python benchmarks/bench_vllm_k.py [--prompts 16] [--new-tokens 256] [--kinds
-prompt-lookup,eagle] [--demo smollm2]`` on a quiet machine: a few minutes at the defaults on a
-2-core CPU; ``--prompts 4 --new-tokens 24 --batches 1,2`` checks it runs. Prompt lookup's long
+prompt-lookup,eagle] [--demo smollm2] [--step-profile FILE]`` on a quiet machine: a few minutes
+at the defaults on a 2-core CPU; ``--prompts 4 --new-tokens 24 --batches 1,2`` checks it runs. Prompt lookup's long
 chains pay over long continuations (its matches come from the text already written): with 256
 new tokens treeopt's batch-1 K (11) is beyond vLLM's rule's K ≤ 5; over 64 tokens both pick
 K 5 or 6.
@@ -45,15 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 CHAIN_KINDS = ("prompt-lookup", "eagle", "mtp")  # the demo's chain drafters, where it ships them
 
 
-def tables(demo, kind: str, batches: list[int], new_tokens: int) -> dict:
+def tables(demo, kind: str, batches: list[int], new_tokens: int,
+           step_profile: Path | None = None) -> dict:
     """``select``'s vllm_per_batch section for the demo's ``kind`` drafter at ``batches``, E[L]
     from the calibration trace's first ``new_tokens`` positions of each sequence (the part of
-    a continuation a live run of ``new_tokens`` decodes)."""
+    a continuation a live run of ``new_tokens`` decodes), steps priced by ``step_profile``
+    (default: the demo's, measured on the host that built it)."""
     from treeopt.documents.step_profile import StepProfile
     from treeopt.pricing.selection import schedule
     from treeopt.pricing.sources import costs_of_profile, price
 
-    costs = costs_of_profile(StepProfile.pool([demo.step_profile(kind)]))
+    costs = costs_of_profile(StepProfile.pool([step_profile or demo.step_profile(kind)]))
     context = costs.context(None)
     selection = price(demo.growths[kind], costs.verify, draft=costs.draft,
                       overhead=costs.overhead, batch=batches, context=[context],
@@ -137,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                                     f"{', '.join(CHAIN_KINDS)} the demo ships)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="races per batch size, each K's median tokens/s reported (default 1)")
+    ap.add_argument("--step-profile", type=Path,
+                    help="price the chains with this step profile (`treeopt profile step` of the "
+                         "one drafter of --kinds, on this host) instead of the demo's, which "
+                         "was measured on the host that built the demo: a step's cost relative "
+                         "to the autoregressive step differs between machines")
     ap.add_argument("--demo", help="a demo in data/ (smollm2: the real model's, after "
                                    "`treeopt fetch`) or its directory; default the shipped one")
     args = ap.parse_args(argv)
@@ -158,15 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         ap.error(f"the demo ships no {', '.join(missing)} drafter with a step profile "
                  f"(it ships {', '.join(shipped)})")
+    if args.step_profile is not None and len(kinds) != 1:
+        ap.error("--step-profile prices one drafter: give one kind with --kinds")
     if "mtp" not in shipped:
         print("note: the demo ships no MTP drafter: MTP is not measured", file=sys.stderr)
     prompts = encode(demo.tokenizer, demo.prompts[: args.prompts])
     print(f"{len(prompts)} held-out prompts × {args.new_tokens} new tokens, continuous batching, "
           f"one thread, greedy, median of {args.rounds} race(s); speed-ups over plain decoding "
-          "in the same run")
+          "in the same run; steps priced by "
+          + (str(args.step_profile) if args.step_profile else "the demo's step profiles"))
     goals = []
     for kind in kinds:
-        section = tables(demo, kind, batches, args.new_tokens)
+        section = tables(demo, kind, batches, args.new_tokens, args.step_profile)
         measured, equal = {}, {}
         for b in batches:
             ks = [0, *ks_to_decode(section, b)]

@@ -153,6 +153,26 @@ def test_cached_computations_are_keyed_by_their_inputs(state, cache):
     assert cache.roofline_selection(growth, **{**args, "batch": (1, 16)}) is not selection
 
 
+def test_the_warm_up_prices_the_hardware_pages_first_roofline_view(state, cache):
+    """The warm-up's Hardware step leaves in the cache the very selection the page's roofline
+    view asks for first: the recommended drafter, the page's first model and GPU, its grid."""
+    from app_pages import warm
+    from treeopt.roofline import load_hardware, preset
+
+    root = state.current_root()
+    label = warm.recommended(root)[0]
+    made = [step() for step in warm.hardware_first_view(root)]
+    assert len(made) == 1
+    data = state.demo_dataset(root)
+    model, gpu = preset(cache.ROOFLINE_DEFAULT[0]), load_hardware(cache.ROOFLINE_DEFAULT[1])
+    page = cache.fastest_on_gpu(data.sources[label], label, data.methods(label)[0], model=model,
+                                hardware=gpu)
+    assert page is made[0]
+    assert page.batches == list(cache.ROOFLINE_BATCHES)
+    assert page.contexts == list(cache.roofline_contexts(model))
+    assert 4096 not in cache.roofline_contexts(preset("llama-2-7b"))  # 4,096 positions: no room
+
+
 def test_identity_keys_are_never_reused(cache):
     """Two objects alive together get different keys; an object made after another is gone
     gets a new key even where Python reuses the old one's id."""
