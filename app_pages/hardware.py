@@ -4,7 +4,13 @@ loop (the Overview's pick first); as a choice, the roofline of a preset model on
 
 import streamlit as st
 
-from app_pages.cache import ROOFLINE_DEFAULT, CachedFigures, fastest_on_gpu, roofline_contexts
+from app_pages.cache import (
+    ROOFLINE_BATCHES,
+    ROOFLINE_DEFAULT,
+    CachedFigures,
+    fastest_on_gpu,
+    roofline_contexts,
+)
 from app_pages.choice import current_choice, is_demo_data
 from app_pages.state import current_dataset, demo, demo_pricing, page_errors
 from treeopt.registry.kinds import KINDS
@@ -68,7 +74,7 @@ gpu_name = c[1].selectbox("Hardware", gpus, index=gpus.index(first_gpu)
 with page_errors():
     cfg, gpu = preset(model_name), load_hardware(gpu_name)
 contexts = list(roofline_contexts(cfg))
-b = c[2].select_slider("Batch b", [1, 2, 4, 8, 16, 32, 64, 128], 1, key="hw_b")
+b = c[2].select_slider("Batch b", list(ROOFLINE_BATCHES), 1, key="hw_b")
 s = c[3].select_slider("Context s", contexts, 512, key="hw_s",
                        help="the context of the roofline step and of the throughput curves")
 q = c[4].select_slider("Tokens q", [1, 2, 4, 8, 16, 32, 64, 128], 64, key="hw_q")
@@ -96,7 +102,7 @@ right.plotly_chart(hw_plots.best_size_heatmap(selection), width="stretch")
 stops = [f"context {x['context']}: from batch {x['batch']}" for x in selection.stops_paying()
          if x["batch"] is not None]
 st.info("Speculation stops paying — " + ("; ".join(stops) if stops else
-        "not within the swept batch sizes (up to 128)."))
+        f"not within the swept batch sizes (up to {ROOFLINE_BATCHES[-1]})."))
 st.caption(f"E[L] from the {label} {method} growth on '{data.name}'; verify latency predicted by "
            f"the roofline of {model_name} on {gpu_name}; drafting cost "
            f"{'of ' + label + ' heads included' if label in KINDS else 'not modelled'}.")

@@ -32,8 +32,8 @@ pass ``--step-profile step.json --kinds prompt-lookup``.
 
 Run: ``python benchmarks/bench_vllm_k.py [--prompts 16] [--new-tokens 256] [--kinds
 prompt-lookup,eagle] [--demo smollm2] [--step-profile FILE]`` on a quiet machine: a few minutes
-at the defaults on a 2-core CPU; ``--prompts 4 --new-tokens 24 --batches 1,2`` checks it runs. Prompt lookup's long
-chains pay over long continuations (its matches come from the text already written): with 256
+at the defaults on a 2-core CPU; ``--prompts 4 --new-tokens 24 --batches 1,2`` checks it runs.
+Prompt lookup's long chains pay over long continuations (its matches come from the text already written): with 256
 new tokens treeopt's batch-1 K (11) is beyond vLLM's rule's K ≤ 5; over 64 tokens both pick
 K 5 or 6.
 """

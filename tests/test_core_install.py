@@ -73,14 +73,12 @@ def _installer_into(venv: Path) -> list[str]:
     import pip
 
     uv = Path(sys.executable).parent / "uv"
-    if uv.is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                       timeout=300)
-        return [str(uv), "pip", "install", "--python", str(venv / "bin" / "python")]
-    own = tuple(int(part) for part in pip.__version__.split(".")[:2]) < (22, 3)
+    own = not uv.is_file() and tuple(int(part) for part in pip.__version__.split(".")[:2]) < (22, 3)
     subprocess.run([sys.executable, "-m", "venv", *([] if own else ["--without-pip"]), str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    if uv.is_file():
+        return [str(uv), "pip", "install", "--python", python]
     pip_cmd = [python, "-m", "pip"] if own else [sys.executable, "-m", "pip", "--python", python]
     return [*pip_cmd, "install", "--retries", "2", "--timeout", "30"]
 
