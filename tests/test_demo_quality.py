@@ -205,3 +205,25 @@ def test_an_interrupted_training_resumes_to_the_same_model(tmp_path):
     with pytest.raises(TreeoptError, match="not a checkpoint of a base-model training"):
         base_model.train_base(base_model.new_model(cfg, 64, seed=0), stream, cfg, seed=0,
                               checkpoint=ckpt)
+
+
+def test_the_live_checks_report_each_decoding_to_their_progress_bar():
+    """The demo build's autoregressive reference and live checks tick once per decoding (a batch
+    of prompts, then each timed prompt): the bar's total, and the outputs unchanged by it."""
+    from conftest import tiny_llama
+
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import (QUALITY_BATCH, acceptance_run, autoregressive_decodings,
+                                      autoregressive_run)
+
+    prompts = [[3 + i, 7, 5 + i % 3] for i in range(QUALITY_BATCH + 3)]
+    decoder = Decoder(tiny_llama(vocab=64, hidden=32, seed=3))
+    ticks: list[int] = []
+    reference, _ = autoregressive_run(decoder, prompts, max_new_tokens=4,
+                                      progress=lambda: ticks.append(1))
+    assert len(ticks) == autoregressive_decodings(len(prompts)) == 2 + 8
+    assert reference == autoregressive_run(decoder, prompts, max_new_tokens=4)[0]
+    ticks.clear()
+    run = acceptance_run(decoder, Tree(()), prompts, max_new_tokens=4, reference=reference,
+                         progress=lambda: ticks.append(1))
+    assert len(ticks) == 10 and run["lossless"]

@@ -109,11 +109,19 @@ class Context:
         """The plain greedy continuations of the held-out prompts and their record
         (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
         from treeopt.decoding.loop import Decoder
-        from treeopt.demo.quality import autoregressive_run
+        from treeopt.demo.quality import autoregressive_decodings, autoregressive_run
 
-        return self._once("reference", lambda: autoregressive_run(
-            Decoder(self.model), self.prompt_ids("heldout"),
-            max_new_tokens=self.config.max_new_tokens))
+        def run() -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+            prompts = self.prompt_ids("heldout")
+            bar = self.bar(autoregressive_decodings(len(prompts)), "autoregressive reference")
+            try:
+                return autoregressive_run(Decoder(self.model), prompts,
+                                          max_new_tokens=self.config.max_new_tokens,
+                                          progress=lambda: bar.update(1))
+            finally:
+                bar.close()
+
+        return self._once("reference", run)
 
     def heads(self, kind: str) -> Drafter:
         from treeopt.drafters.checkpoints import load_heads_for

@@ -9,7 +9,7 @@ maximises) and, by walking each sequence step by step, the per-step mean a live 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -82,7 +82,8 @@ TIMED_PROMPTS = 8  # prompts decoded one at a time for the seconds of a verifica
 
 def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]], *,
                    max_new_tokens: int, reference: Sequence[Sequence[int]],
-                   positions: Sequence[int] | None = None) -> dict[str, Any]:
+                   positions: Sequence[int] | None = None,
+                   progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """Tree-decode every prompt (in batches: acceptance and outputs do not depend on it) and
     check each output against ``reference``, the plain greedy continuation; pooled acceptance
     (standard error over prompts) and the seconds of single-prompt verifications.
@@ -90,15 +91,21 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
     ``positions``: the positions per prompt of the prompts' own trace, which stops short of
     ``max_new_tokens`` (its last rows need the drafter's depth of tokens after them). The steps
     that start inside them are the steps the trace's walk takes: ``inside_trace`` is their mean,
-    what the walk must reproduce."""
+    what the walk must reproduce. ``progress()`` is called after each decoding, as
+    :func:`autoregressive_run` calls it (:func:`autoregressive_decodings` of them)."""
     config = DecodeConfig(max_new_tokens=max_new_tokens)
-    runs = [decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config)
-            for i in range(0, len(prompts), QUALITY_BATCH)]
+    tick = progress or (lambda: None)
+    runs = []
+    for i in range(0, len(prompts), QUALITY_BATCH):
+        runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
+        tick()
     outputs = [t for r in runs for t in r.tokens]
     stats = combine([r.stats for r in runs])
     same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
-    seconds = [decoder.decode(tree, [p], config=config).stats.seconds
-               for p in prompts[:TIMED_PROMPTS]]
+    seconds = []
+    for p in prompts[:TIMED_PROMPTS]:
+        seconds.append(decoder.decode(tree, [p], config=config).stats.seconds)
+        tick()
     run = {"tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
            "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
            "steps": stats.steps, "histogram": list(stats.histogram),
@@ -113,18 +120,37 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
 
 
 def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
-                       max_new_tokens: int) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
+                       max_new_tokens: int, progress: Callable[[], None] | None = None,
+                       ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
-    seconds of single-prompt decoding."""
+    seconds of single-prompt decoding; ``progress()`` is called after each decoding (one per
+    batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`autoregressive_decodings`
+    of them)."""
     config = DecodeConfig(max_new_tokens=max_new_tokens)
     empty = Tree(())
-    outputs = [t for i in range(0, len(prompts), QUALITY_BATCH)
-               for t in decoder.decode(empty, prompts[i: i + QUALITY_BATCH], config=config).tokens]
-    timed = [decoder.decode(empty, [p], config=config).stats for p in prompts[:TIMED_PROMPTS]]
+    tick = progress or (lambda: None)
+    outputs: list[tuple[int, ...]] = []
+    for i in range(0, len(prompts), QUALITY_BATCH):
+        outputs += decoder.decode(empty, prompts[i: i + QUALITY_BATCH], config=config).tokens
+        tick()
+    timed = []
+    for p in prompts[:TIMED_PROMPTS]:
+        timed.append(decoder.decode(empty, [p], config=config).stats)
+        tick()
     return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
                      "tokens_per_s": combine(timed).tokens_per_s,
                      "repetition_8gram": float(np.mean([repetition_share(list(t))
                                                         for t in outputs]))}
+
+
+def autoregressive_decodings(prompt_count: int) -> int:
+    """How many decodings :func:`autoregressive_run` makes for ``prompt_count`` prompts (its
+    progress bar's total).
+
+    >>> autoregressive_decodings(64), autoregressive_decodings(3)
+    (12, 4)
+    """
+    return -(-prompt_count // QUALITY_BATCH) + min(prompt_count, TIMED_PROMPTS)
 
 
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
