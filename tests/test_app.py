@@ -751,11 +751,31 @@ def test_verify_says_which_command_fetches_missing_weights(monkeypatch):
     assert at.button(key="verify_run").disabled
 
 
-def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile():
+def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(tmp_path,
+                                                                               monkeypatch):
+    """A demo of the weightless drafters alone (data/smollm2 without its trained drafters'
+    files: a demo ships the drafters it holds traces of), chosen beside the shipped demo."""
+    import shutil
+
+    from treeopt.demo.layout import default_root, demo_root
+    from treeopt.files import read_json, write_json
+
+    (tmp_path / "demo").symlink_to(default_root())
+    weightless = tmp_path / "weightless"
+    shutil.copytree(demo_root("smollm2"), weightless)
+    manifest = read_json(weightless / "manifest.json")
+    kept = ("prompt-lookup", "ngram-trie")
+    for entry in manifest["files"]:
+        folder, name = entry["path"].split("/", 1)  # traces/KIND….npz, heads/KIND/…
+        if folder in ("traces", "heads") and not name.startswith(kept):
+            (weightless / entry["path"]).unlink()
+    manifest["files"] = [e for e in manifest["files"] if (weightless / e["path"]).exists()]
+    write_json(weightless / "manifest.json", manifest)
+    monkeypatch.setenv("TREEOPT_DEMO", str(tmp_path / "demo"))
     at = open_page("live")
     chooser = at.sidebar.selectbox(key="demo_chooser")
-    (smollm2,) = [o for o in chooser.options if o.startswith("smollm2")]  # data/smollm2 ships
-    chooser.set_value(smollm2).run(timeout=300)
+    (option,) = [o for o in chooser.options if o.startswith("weightless")]
+    chooser.set_value(option).run(timeout=300)
     assert_clean(at)
     infos = [i.value for i in live_section(at, "Adaptive speculation").info]
     assert any("ships no eagle drafter, so it has no adaptive controller" in v for v in infos)

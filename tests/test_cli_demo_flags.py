@@ -41,7 +41,32 @@ def test_verify_gets_model_heads_trace_and_prompts(fake_demo):
     added = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert added == {"--model": str(fake_demo.model), "--heads": str(fake_demo.heads("medusa")),
                      "--trace": str(fake_demo.trace("medusa")),
-                     "--prompts": str(fake_demo.prompts("heldout"))}
+                     "--prompts": str(fake_demo.prompts("heldout")),
+                     "--dtype": "fp32"}  # a manifest without a dtype: the demo ran in fp32
+
+
+@pytest.mark.parametrize("command", [["verify", "--tree", "t.json"], ["calibrate", "--out", "t.npz"],
+                                     ["profile", "step", "--tree", "t.json"],
+                                     ["train-heads", "--out", "h"]])
+def test_the_demos_model_runs_in_the_demos_dtype(fake_demo, command):
+    """SmolLM2's demo was built in bf16: its traces, profiles and picks describe bf16 decoding,
+    so a command that loads its model from the demo runs it in bf16 (in fp32 the picked chain ran
+    0.83× autoregressive decoding, where bf16 ran it 1.76×)."""
+    manifest = json.loads(fake_demo.manifest.read_text())
+    fake_demo.manifest.write_text(json.dumps({**manifest, "config": {"dtype": "bf16"}}))
+    argv = expand_demo([*command, "--demo", "medusa"], build_parser())
+    assert argv[argv.index("--dtype") + 1] == "bf16" and argv.count("--dtype") == 1
+    given = expand_demo([*command, "--demo", "medusa", "--dtype", "fp32"], build_parser())
+    assert given.count("--dtype") == 1 and given[given.index("--dtype") + 1] == "fp32"
+    mine = expand_demo([*command, "--demo", "medusa", "--model", "m"], build_parser())
+    assert "--dtype" not in mine  # the user's own model: their dtype, or the flag's default
+
+
+def test_a_rooflines_precision_is_not_the_demos_dtype(fake_demo):
+    fake_demo.manifest.write_text(json.dumps({"format": "treeopt.demo/1",
+                                              "config": {"dtype": "fp32"}}))
+    for command in (["select", "--demo"], ["roofline", "--demo", "--hardware", "h100-sxm"]):
+        assert "--dtype" not in expand_demo(command, build_parser()), command
 
 
 def test_select_gets_the_model_growth_and_measured_latency(fake_demo):
@@ -84,7 +109,7 @@ def test_tune_gets_everything_it_predicts_with(fake_demo):
     argv = expand_demo(["tune", "--demo"], build_parser())
     added = dict(zip(argv[2::2], argv[3::2], strict=True))
     assert set(added) == {"--model", "--heads", "--trace", "--growth", "--prompts",
-                          "--step-profile"}
+                          "--step-profile", "--dtype"}
 
 
 def test_a_drafter_given_under_its_alias_is_not_filled_again(fake_demo):
@@ -112,7 +137,7 @@ def test_a_nested_sub_command_gets_its_own_flags(fake_demo):
     added = dict(zip(argv[6::2], argv[7::2], strict=True))
     assert added == {"--model": str(fake_demo.model), "--heads": str(fake_demo.heads("medusa")),
                      "--growth": str(fake_demo.growth("medusa")),
-                     "--prompts": str(fake_demo.prompts("heldout"))}
+                     "--prompts": str(fake_demo.prompts("heldout")), "--dtype": "fp32"}
     args = build_parser().parse_args(argv)
     assert (args.form, args.demo, args.heads) == ("step", "medusa", str(fake_demo.heads("medusa")))
     assert expand_demo(["profile", "--demo", "--out", "l.json"], build_parser())[4:] == [

@@ -6,7 +6,8 @@ drafter a demo without Hydra heads ships). ``DEMO`` names a demo directory besid
 (``data/<DEMO>``: ``demo`` is the shipped demo, ``smollm2`` the demo on SmolLM2-135M-Instruct once
 built); left out, the shipped demo (``$TREEOPT_DEMO`` when set). ``--demo smollm2:`` takes that
 demo's default kind. A demo on a pretrained base fills ``--model`` with the base where it was
-fetched; when it is not fetched, a one-line error names the command that fetches it.
+fetched; when it is not fetched, a one-line error names the command that fetches it. With the
+demo's model comes its dtype (``--dtype``, the demo build's: bf16 on SmolLM2), unless given.
 
 The filling happens on the command line itself, before parsing, so required flags, mutually
 exclusive groups and every sub-command's own validation stay exactly as they are.
@@ -20,10 +21,14 @@ from collections.abc import Sequence
 from treeopt.demo.layout import KINDS
 from treeopt.errors import TreeoptError
 
-# demo_defaults key -> the flag it fills
+# demo_defaults key -> the flag it fills (``dtype`` aside: see MODEL_DTYPE)
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
          "step_profile": "--step-profile", "speculative_model": "--speculative-model"}
+# With the demo's model, its dtype: the model's own ``--dtype`` (a sub-command that loads the model
+# from ``--model``, as :func:`~treeopt.cli.common.add_model_flags` gives it with
+# ``--trust-remote-code``), never the precision a roofline prices with (``select``, ``roofline``)
+MODEL_DTYPE, LOADS_MODEL = "--dtype", "--trust-remote-code"
 
 
 def add_demo_flags(sub: argparse._SubParsersAction) -> None:
@@ -100,9 +105,12 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
             if flag not in given and flag not in blocked}
     root = named_demo(demo) if demo is not None else None
     extra: list[str] = []
-    for key, path in demo_defaults(kind, root, model="--model" in fill).items():
-        if FLAGS[key] in fill:
+    defaults = demo_defaults(kind, root, model="--model" in fill)
+    for key, path in defaults.items():
+        if key in FLAGS and FLAGS[key] in fill:
             extra += [FLAGS[key], path]
+    if "dtype" in defaults and LOADS_MODEL in _options(sub) and MODEL_DTYPE not in given:
+        extra += [MODEL_DTYPE, defaults["dtype"]]
     return args + extra
 
 

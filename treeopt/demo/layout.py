@@ -213,6 +213,12 @@ def base_model_dir(paths: DemoPaths, manifest: dict[str, Any] | None = None, *,
     return paths.model if base is None else base_dir(base, required=required)
 
 
+def demo_dtype(paths: DemoPaths) -> str:
+    """What the demo at ``paths`` ran its base model in (its build's ``dtype``; fp32 for a demo
+    built before the setting existed): the dtype its traces, profiles and sweeps describe."""
+    return read_json(paths.require().manifest).get("config", {}).get("dtype") or "fp32"
+
+
 def _temperature(t: float) -> str:
     """The file-name tag of a sampling temperature (greedy: none)."""
     return "" if t == 0 else f"-t{float(t):g}" if float(t) != int(t) else f"-t{float(t):.1f}"
@@ -229,7 +235,9 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     """What ``--demo [DEMO:]KIND`` stands for in other sub-commands: flag name → path.
 
     A sub-command fills each flag the user left unset: ``--model`` (the demo's base model: its
-    own, or the pretrained base where it was fetched; left out when not ``model``),
+    own, or the pretrained base where it was fetched; left out when not ``model``) and with it
+    ``--dtype`` (``dtype``: what the demo ran the model in, its manifest's — bf16 on SmolLM2 —
+    or fp32 where a manifest records none),
     ``--heads``, ``--trace``, ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``,
     ``--step-profile`` (the drafter's live step, profiled where the demo was built) — or,
     without one, ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
@@ -246,7 +254,7 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
         raise TreeoptError(f"the demo in {p.root} ships no {kind} drafter (it "
                            f"was built before treeopt added it; `treeopt demo build` adds it); "
                            f"it ships {', '.join(shipped)}")
-    doc = {"model": str(base_model_dir(p))} if model else {}
+    doc = {"model": str(base_model_dir(p)), "dtype": demo_dtype(p)} if model else {}
     doc.update({"heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
                 "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
                 "prompts": str(p.prompts("heldout"))})
