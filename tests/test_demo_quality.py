@@ -213,15 +213,19 @@ def test_the_live_checks_report_each_decoding_to_their_progress_bar():
     from conftest import tiny_llama
 
     from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import (QUALITY_BATCH, acceptance_run, autoregressive_decodings,
-                                      autoregressive_run)
+    from treeopt.demo.quality import (
+        QUALITY_BATCH,
+        acceptance_run,
+        autoregressive_run,
+        quality_decodings,
+    )
 
     prompts = [[3 + i, 7, 5 + i % 3] for i in range(QUALITY_BATCH + 3)]
     decoder = Decoder(tiny_llama(vocab=64, hidden=32, seed=3))
     ticks: list[int] = []
     reference, _ = autoregressive_run(decoder, prompts, max_new_tokens=4,
                                       progress=lambda: ticks.append(1))
-    assert len(ticks) == autoregressive_decodings(len(prompts)) == 2 + 8
+    assert len(ticks) == quality_decodings(len(prompts)) == 2 + 8
     assert reference == autoregressive_run(decoder, prompts, max_new_tokens=4)[0]
     ticks.clear()
     run = acceptance_run(decoder, Tree(()), prompts, max_new_tokens=4, reference=reference,

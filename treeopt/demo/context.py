@@ -109,17 +109,14 @@ class Context:
         """The plain greedy continuations of the held-out prompts and their record
         (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
         from treeopt.decoding.loop import Decoder
-        from treeopt.demo.quality import autoregressive_decodings, autoregressive_run
+        from treeopt.demo.quality import autoregressive_run, quality_decodings
 
         def run() -> tuple[list[tuple[int, ...]], dict[str, Any]]:
             prompts = self.prompt_ids("heldout")
-            bar = self.bar(autoregressive_decodings(len(prompts)), "autoregressive reference")
-            try:
+            with self.bar(quality_decodings(len(prompts)), "autoregressive reference") as bar:
                 return autoregressive_run(Decoder(self.model), prompts,
                                           max_new_tokens=self.config.max_new_tokens,
                                           progress=lambda: bar.update(1))
-            finally:
-                bar.close()
 
         return self._once("reference", run)
 

@@ -213,10 +213,14 @@ def base_model_dir(paths: DemoPaths, manifest: dict[str, Any] | None = None, *,
     return paths.model if base is None else base_dir(base, required=required)
 
 
-def demo_dtype(paths: DemoPaths) -> str:
-    """What the demo at ``paths`` ran its base model in (its build's ``dtype``; fp32 for a demo
-    built before the setting existed): the dtype its traces, profiles and sweeps describe."""
-    return read_json(paths.require().manifest).get("config", {}).get("dtype") or "fp32"
+def demo_dtype(manifest: dict[str, Any]) -> str:
+    """What the demo of ``manifest`` ran its base model in (its build's ``dtype``; fp32 for a
+    demo built before the setting existed): the dtype its traces, profiles and sweeps describe.
+
+    >>> demo_dtype({"config": {"dtype": "bf16"}}), demo_dtype({"format": "treeopt.demo/1"})
+    ('bf16', 'fp32')
+    """
+    return manifest.get("config", {}).get("dtype") or "fp32"
 
 
 def _temperature(t: float) -> str:
@@ -254,7 +258,11 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
         raise TreeoptError(f"the demo in {p.root} ships no {kind} drafter (it "
                            f"was built before treeopt added it; `treeopt demo build` adds it); "
                            f"it ships {', '.join(shipped)}")
-    doc = {"model": str(base_model_dir(p)), "dtype": demo_dtype(p)} if model else {}
+    if model:
+        manifest = read_json(p.require().manifest)
+        doc = {"model": str(base_model_dir(p, manifest)), "dtype": demo_dtype(manifest)}
+    else:
+        doc = {}
     doc.update({"heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
                 "held_out": str(p.trace(kind, heldout=True)), "growth": str(p.growth(kind)),
                 "prompts": str(p.prompts("heldout"))})

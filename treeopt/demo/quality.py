@@ -92,20 +92,12 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
     ``max_new_tokens`` (its last rows need the drafter's depth of tokens after them). The steps
     that start inside them are the steps the trace's walk takes: ``inside_trace`` is their mean,
     what the walk must reproduce. ``progress()`` is called after each decoding, as
-    :func:`autoregressive_run` calls it (:func:`autoregressive_decodings` of them)."""
-    config = DecodeConfig(max_new_tokens=max_new_tokens)
-    tick = progress or (lambda: None)
-    runs = []
-    for i in range(0, len(prompts), QUALITY_BATCH):
-        runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
-        tick()
+    :func:`autoregressive_run` calls it (:func:`quality_decodings` of them)."""
+    runs, timed = _batched_then_timed(decoder, tree, prompts, max_new_tokens, progress)
     outputs = [t for r in runs for t in r.tokens]
     stats = combine([r.stats for r in runs])
     same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
-    seconds = []
-    for p in prompts[:TIMED_PROMPTS]:
-        seconds.append(decoder.decode(tree, [p], config=config).stats.seconds)
-        tick()
+    seconds = [t.seconds for t in timed]
     run = {"tree_size": tree.size, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
            "mean_accept_length": stats.mean_accept_length, "stderr": stats.stderr,
            "steps": stats.steps, "histogram": list(stats.histogram),
@@ -124,30 +116,38 @@ def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
                        ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
     seconds of single-prompt decoding; ``progress()`` is called after each decoding (one per
-    batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`autoregressive_decodings`
-    of them)."""
-    config = DecodeConfig(max_new_tokens=max_new_tokens)
-    empty = Tree(())
-    tick = progress or (lambda: None)
-    outputs: list[tuple[int, ...]] = []
-    for i in range(0, len(prompts), QUALITY_BATCH):
-        outputs += decoder.decode(empty, prompts[i: i + QUALITY_BATCH], config=config).tokens
-        tick()
-    timed = []
-    for p in prompts[:TIMED_PROMPTS]:
-        timed.append(decoder.decode(empty, [p], config=config).stats)
-        tick()
+    batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`quality_decodings` of
+    them)."""
+    runs, timed = _batched_then_timed(decoder, Tree(()), prompts, max_new_tokens, progress)
+    outputs = [t for r in runs for t in r.tokens]
     return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
                      "tokens_per_s": combine(timed).tokens_per_s,
                      "repetition_8gram": float(np.mean([repetition_share(list(t))
                                                         for t in outputs]))}
 
 
-def autoregressive_decodings(prompt_count: int) -> int:
-    """How many decodings :func:`autoregressive_run` makes for ``prompt_count`` prompts (its
-    progress bar's total).
+def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
+                        max_new_tokens: int, progress: Callable[[], None] | None,
+                        ) -> tuple[list[Any], list[Any]]:
+    """What both checks decode: every prompt in batches of :data:`QUALITY_BATCH` (the runs),
+    then the first :data:`TIMED_PROMPTS` alone (their stats); ``progress()`` after each."""
+    config = DecodeConfig(max_new_tokens=max_new_tokens)
+    tick = progress or (lambda: None)
+    runs, timed = [], []
+    for i in range(0, len(prompts), QUALITY_BATCH):
+        runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
+        tick()
+    for p in prompts[:TIMED_PROMPTS]:
+        timed.append(decoder.decode(tree, [p], config=config).stats)
+        tick()
+    return runs, timed
 
-    >>> autoregressive_decodings(64), autoregressive_decodings(3)
+
+def quality_decodings(prompt_count: int) -> int:
+    """How many decodings :func:`autoregressive_run` and :func:`acceptance_run` make for
+    ``prompt_count`` prompts (their progress bar's total).
+
+    >>> quality_decodings(64), quality_decodings(3)
     (12, 4)
     """
     return -(-prompt_count // QUALITY_BATCH) + min(prompt_count, TIMED_PROMPTS)

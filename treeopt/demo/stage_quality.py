@@ -28,7 +28,7 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
     evaluation sizes: lossless against ``reference`` (the autoregressive outputs), and the
     accepted length measured beside the calibration trace's prediction."""
     from treeopt.decoding.loop import Decoder
-    from treeopt.demo.quality import acceptance_run, autoregressive_decodings, prediction
+    from treeopt.demo.quality import acceptance_run, prediction, quality_decodings
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
 
@@ -41,12 +41,11 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
     positions = held.sequences(len(prompts)).meta["sequence_positions"]
     for n in c.eval_sizes:
         tree = growth.tree(min(n, growth.max_nodes))
-        bar = ctx.bar(autoregressive_decodings(len(prompts)),
-                      f"{kind} live check, {tree.size} nodes")
-        run = acceptance_run(decoder, tree, prompts, max_new_tokens=c.max_new_tokens,
-                             reference=reference, positions=positions,
-                             progress=lambda bar=bar: bar.update(1))
-        bar.close()
+        with ctx.bar(quality_decodings(len(prompts)), f"{kind} live check, {tree.size} nodes"
+                     ) as bar:
+            run = acceptance_run(decoder, tree, prompts, max_new_tokens=c.max_new_tokens,
+                                 reference=reference, positions=positions,
+                                 progress=lambda bar=bar: bar.update(1))
         run.update(prediction(run, tree, calibration=cal, heldout=held,
                               position_mean=float(growth.expected_accept_length[tree.size])))
         out[str(n)] = run
