@@ -754,7 +754,8 @@ def test_verify_says_which_command_fetches_missing_weights(monkeypatch):
 def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(tmp_path,
                                                                                monkeypatch):
     """A demo of the weightless drafters alone (data/smollm2 without its trained drafters'
-    files: a demo ships the drafters it holds traces of), chosen beside the shipped demo."""
+    files and EAGLE's dynamic and adaptive records: a demo ships the drafters it holds traces
+    of), chosen beside the shipped demo."""
     import shutil
 
     from treeopt.demo.layout import default_root, demo_root
@@ -767,9 +768,12 @@ def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(
     kept = ("prompt-lookup", "ngram-trie")
     for entry in manifest["files"]:
         folder, name = entry["path"].split("/", 1)  # traces/KIND….npz, heads/KIND/…
-        if folder in ("traces", "heads") and not name.startswith(kept):
+        if (folder in ("traces", "heads") and not name.startswith(kept)
+                or folder in ("dynamic", "adaptive")):
             (weightless / entry["path"]).unlink()
     manifest["files"] = [e for e in manifest["files"] if (weightless / e["path"]).exists()]
+    for section in ("dynamic", "adaptive_configs"):
+        manifest.pop(section, None)
     write_json(weightless / "manifest.json", manifest)
     monkeypatch.setenv("TREEOPT_DEMO", str(tmp_path / "demo"))
     at = open_page("live")
