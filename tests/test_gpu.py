@@ -80,9 +80,14 @@ def test_rank_trace_on_cuda_equals_cpu(kind):
     model, heads = _model_and_heads(kind, "cpu")
     seqs = greedy_continuations(model, [list(range(3, 9)), list(range(20, 30))], max_new_tokens=24)
     starts = [6, 10]
-    on_cpu = rank_batch(model, heads, seqs, starts, top_k=16)
-    on_gpu = rank_batch(copy.deepcopy(model).to("cuda"), copy.deepcopy(heads).to("cuda"), seqs,
-                        starts, top_k=16)
+
+    def ranks(model, heads):  # suffix decoding ranks requests in order, through its cache
+        if drafter_kind(kind).request_cache:
+            return heads.rank_requests(heads.request_cache(), seqs, starts, top_k=16)
+        return rank_batch(model, heads, seqs, starts, top_k=16)
+
+    on_cpu = ranks(model, heads)
+    on_gpu = ranks(copy.deepcopy(model).to("cuda"), copy.deepcopy(heads).to("cuda"))
     for a, b in zip(on_cpu, on_gpu, strict=True):
         assert (a == b).mean() > 0.99  # fp32 on both; rare near-ties may order differently
 
@@ -134,7 +139,8 @@ def test_runs_decoded_alongside_on_cuda_are_each_the_run_alone(compile):
     want = [autoregressive(model, p, config=config).tokens for p in prompts]
     assert list(tree.tokens) == want and list(ar.tokens) == want
     assert tree.stats.decode_seconds > 0 and ar.stats.decode_seconds > 0
-    assert tree.stats.iterations < ar.stats.iterations
+    # random heads may accept nothing: the tree never takes more steps, and no fewer tokens
+    assert tree.stats.iterations <= ar.stats.iterations
 
 
 def test_blas_choice_times_each_row_count_once_and_restores_the_preference():
