@@ -215,9 +215,24 @@ def per_step_note(selection: Selection) -> str | None:
     picked = [f"batch {p.batch} (context {p.context})" for p in selection.points
               if p.family == PER_STEP_GREEDY]
     return ("the per-step greedy growth accepts more per step than the growth order at sizes "
-            + ", ".join(map(str, better)) + "; "
+            + size_runs(better) + "; "
             + ("picked at " + ", ".join(picked) if picked else "no point picks it (it is not "
                "faster once priced)"))
+
+
+def size_runs(sizes: Sequence[int]) -> str:
+    """Sizes as runs: consecutive ones joined by a dash.
+
+    >>> size_runs([2, 3, 4, 7, 9, 10])
+    '2–4, 7, 9, 10'
+    """
+    runs: list[list[int]] = []
+    for size in sorted(sizes):
+        if runs and size == runs[-1][-1] + 1:
+            runs[-1].append(size)
+        else:
+            runs.append([size])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
 def _acceptance(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None) -> str:
