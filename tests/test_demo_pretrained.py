@@ -249,6 +249,22 @@ def test_demo_colon_kind_fills_the_named_demos_files(data):
         "--trace", str(demo / "traces" / "ngram-trie.npz")]
 
 
+def test_a_device_takes_the_step_profile_measured_on_it_where_the_demo_ships_one(data):
+    latency = data / "smollm2" / "latency"
+    for device in ("cpu", "cuda"):
+        (latency / f"step-ngram-trie-{device}.json").write_text("{}")
+
+    def step_profile(*args: str) -> str:
+        argv = expand_demo(["tune", "--demo", "smollm2:ngram-trie", *args],
+                           build_parser())
+        return argv[argv.index("--step-profile") + 1] if "--step-profile" in argv else ""
+
+    assert step_profile() == str(latency / "step-ngram-trie-cpu.json")  # where it was built
+    assert step_profile("--device", "cuda:1") == str(latency / "step-ngram-trie-cuda.json")
+    assert step_profile("--device=cuda") == str(latency / "step-ngram-trie-cuda.json")
+    assert step_profile("--device", "mps") == str(latency / "step-ngram-trie-cpu.json")  # none
+
+
 def test_a_kind_alone_is_the_default_demo_as_before(data):
     assert expand_demo(["grow", "--demo", "hydra"], build_parser())[3:5] == [
         "--trace", str(data / "demo" / "traces" / "hydra.npz")]

@@ -8,6 +8,8 @@ built); left out, the shipped demo (``$TREEOPT_DEMO`` when set). ``--demo smollm
 demo's default kind. A demo on a pretrained base fills ``--model`` with the base where it was
 fetched; when it is not fetched, a one-line error names the command that fetches it. With the
 demo's model comes its dtype (``--dtype``, the demo build's: bf16 on SmolLM2), unless given.
+With ``--device``, the step profile is the one the demo ships for that device, where it ships one
+(SmolLM2's n-gram drafters on CUDA: ``step-KIND-cuda.json``).
 
 The filling happens on the command line itself, before parsing, so required flags, mutually
 exclusive groups and every sub-command's own validation stay exactly as they are.
@@ -105,13 +107,28 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
             if flag not in given and flag not in blocked}
     root = named_demo(demo) if demo is not None else None
     extra: list[str] = []
-    defaults = demo_defaults(kind, root, model="--model" in fill)
+    defaults = demo_defaults(kind, root, model="--model" in fill,
+                             device=_given(args, "--device"))
     for key, path in defaults.items():
         if key in FLAGS and FLAGS[key] in fill:
             extra += [FLAGS[key], path]
     if "dtype" in defaults and LOADS_MODEL in _options(sub) and MODEL_DTYPE not in given:
         extra += [MODEL_DTYPE, defaults["dtype"]]
     return args + extra
+
+
+def _given(args: Sequence[str], flag: str) -> str | None:
+    """The value given to ``flag`` in ``args`` (``--flag V`` or ``--flag=V``), or None.
+
+    >>> _given(["verify", "--device", "cuda:1"], "--device"), _given(["--device=cpu"], "--device")
+    ('cuda:1', 'cpu')
+    """
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+    return None
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:

@@ -235,7 +235,7 @@ def _kind(kind: str) -> str:
 
 
 def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None = None, *,
-                  model: bool = True) -> dict[str, str]:
+                  model: bool = True, device: str | None = None) -> dict[str, str]:
     """What ``--demo [DEMO:]KIND`` stands for in other sub-commands: flag name → path.
 
     A sub-command fills each flag the user left unset: ``--model`` (the demo's base model: its
@@ -243,7 +243,8 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     ``--dtype`` (``dtype``: what the demo ran the model in, its manifest's — bf16 on SmolLM2 —
     or fp32 where a manifest records none),
     ``--heads``, ``--trace``, ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``,
-    ``--step-profile`` (the drafter's live step, profiled where the demo was built) — or,
+    ``--step-profile`` (the drafter's live step, profiled where the demo was built, or the
+    one profiled on ``device``'s kind — ``cuda`` for ``cuda:1`` — where the demo ships it) — or,
     without one, ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
     ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
     or to the first drafter a demo without Hydra heads ships.
@@ -271,7 +272,10 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
                     if not f.name.startswith("step-"))
     if engine_draft(kind) != "medusa":  # an EAGLE drafter: the checkpoint engines load
         doc["speculative_model"] = str(p.heads(kind))
-    if steps:
+    on_device = p.step_profile(kind, device.split(":")[0]) if device else None
+    if on_device is not None and on_device.is_file():
+        doc["step_profile"] = str(on_device)
+    elif steps:
         doc["step_profile"] = str(steps[0])
     elif tables:
         doc["latency"] = str(tables[0])
