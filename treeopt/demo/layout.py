@@ -244,8 +244,8 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     or fp32 where a manifest records none),
     ``--heads``, ``--trace``, ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``,
     ``--step-profile`` (the drafter's live step, profiled where the demo was built, or on
-    ``device``'s kind — ``cuda`` for ``cuda:1`` — where the demo ships that) — or, without one,
-    ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
+    ``device``'s kind — ``cuda`` for ``cuda:1`` — where the demo ships that) — or, without
+    one, ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
     ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
     or to the first drafter a demo without Hydra heads ships.
     """
