@@ -17,7 +17,10 @@ measured 25–33% below their prediction that way).
 Printed per set and batch size: each drafter's predicted and measured speed-up over plain
 decoding, the drafter measured fastest, ``choose-drafter``'s pick for the set and the robust
 pick across both sets, and the pick's measured share of the fastest (the goal: the pick is the
-fastest; where it is not, the share says by how much it misses).
+fastest; where it is not, the share says by how much it misses). Under each row, each drafter's
+E[L] predicted → live and the speed-up's miss split in two (speed-up = E[L] × autoregressive
+step / tree step): acceptance, and step cost — a step profile taken on a day the host ran at
+another speed or shape misses in the second factor alone.
 
 Run: ``python benchmarks/bench_choose.py [--prompts 16] [--new-tokens 128] [--batches 1,2,4,8]``
 on a quiet machine, after a demo build with the ``prose`` stage; ``--demo smollm2`` on the real
@@ -43,10 +46,12 @@ def set_prompts(demo, name: str, count: int) -> list[list[int]]:
 
 
 def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
-         new_tokens: int, *, continuous: bool) -> tuple[dict[str, float], dict[str, bool]]:
+         new_tokens: int, *, continuous: bool) -> tuple[dict[str, float], dict[str, bool],
+                                                         dict[str, float]]:
     """Each drafter's tree and plain decoding over ``prompts`` with ``batch`` rows (continuous
     batching, or consecutive batches), interleaved: per drafter (and ``none``) its steady
-    tokens/s, and whether its outputs equal plain decoding's."""
+    tokens/s, whether its outputs equal plain decoding's, and its mean accepted length per
+    step."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
     from treeopt.model.tree import Tree
@@ -57,7 +62,22 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
                              config=DecodeConfig(max_new_tokens=new_tokens),
                              continuous=continuous)
     return ({n: t.tokens_per_s for n, t in zip(names, totals, strict=True)},
-            {n: t.same_as_reference for n, t in zip(names, totals, strict=True)})
+            {n: t.same_as_reference for n, t in zip(names, totals, strict=True)},
+            {n: sum(t.accept_lengths) / max(1, len(t.accept_lengths))
+             for n, t in zip(names, totals, strict=True)})
+
+
+def split_error(predicted: float, measured: float, el_predicted: float,
+                el_live: float) -> tuple[float, float]:
+    """A speed-up's miss split into its two factors, speed-up = E[L] × (autoregressive step /
+    tree step): the live E[L] over the predicted one, and the live step-cost ratio over the
+    predicted one (their product is measured / predicted).
+
+    >>> [round(x, 3) for x in split_error(2.0, 1.8, 2.5, 2.5)]  # acceptance right, step dearer
+    [1.0, 0.9]
+    """
+    acceptance = el_live / el_predicted
+    return acceptance, (measured / predicted) / acceptance
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             choice = choices[b]
             context = choice.context
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
-            speed, equal = race(demo, trees, prompts, b, args.new_tokens,
-                                continuous=continuous)
+            speed, equal, accepted = race(demo, trees, prompts, b, args.new_tokens,
+                                          continuous=continuous)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
             fastest = max(measured, key=measured.__getitem__)
@@ -124,11 +144,22 @@ def main(argv: list[str] | None = None) -> int:
                 f"{trees[k].size:>4}n" for k in kinds)
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
                   f"{share:5.1%}")
+            splits = {k: split_error(predicted.get(k, 1.0), measured[k],
+                                     sets[name][k].point(b, context).expected_accept_length,
+                                     accepted[k]) for k in kinds}
+            el = {k: f"{sets[name][k].point(b, context).expected_accept_length:.2f}→"
+                     f"{accepted[k]:.2f}" for k in kinds}
+            print(f"{'E[L]':>5}  " + "  ".join(f"{el[k]:>18}" for k in kinds))
+            print(f"{'miss':>5}  " + "  ".join(
+                f"{f'{a - 1:+.1%} {c - 1:+.1%}':>18}" for a, c in (splits[k] for k in kinds)))
             lossy = [k for k in kinds if not equal[k]]
             if lossy:
                 print(f"       outputs DIFFER from plain decoding: {', '.join(lossy)}")
     print(f"\n(each cell: predicted→measured speed-up, the tree's nodes; ! marks an output that "
-          f"differs)\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "
+          f"differs; E[L]: predicted (the held-out walk select priced) → live, per step; miss: "
+          f"the speed-up's miss split into acceptance (live/predicted E[L]) and step cost "
+          f"(predicted/live tree-step over autoregressive-step ratio), each −1)"
+          f"\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "
           f"points ({time.perf_counter() - started:.0f} s)")
     return 0
 
