@@ -67,6 +67,13 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((workdir / "report.json").read_text())
     assert report["outputs_match"] is True and report["lossless"] is True
+    verdict = [ln for ln in proc.stderr.splitlines() if ln.startswith("verify: ")]
+    assert len(verdict) == 1  # the figures a person reads first, in one line
+    live, want = (report["tree_decoding"]["mean_accept_length"],
+                  report["predicted"]["mean_accept_length"])
+    assert (f"{report['speedup']:.3f}× over autoregressive decoding" in verdict[0]
+            and f"E[L] {live:.2f} live, {want:.2f} predicted per step" in verdict[0]
+            and verdict[0].endswith("outputs equal on all 6 prompts: lossless"))
     reference = report["model_generate"]
     assert (reference["tree_equals_generate"], reference["autoregressive_equals_generate"],
             reference["prompts"]) == (True, True, 6)

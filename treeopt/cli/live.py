@@ -254,6 +254,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     meta={"model": args.model, "heads_dir": args.heads, "device": args.device,
                           "dtype": args.dtype})
     bar.close()
+    print(f"verify: {report.verdict()}", file=sys.stderr)
     return emit(report.to_json(), args.out)
 
 

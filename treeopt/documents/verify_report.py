@@ -74,6 +74,43 @@ class VerifyReport:
             return None
         return bool(self.divergences) and all(bool(d.get("at_tie")) for d in self.divergences)
 
+    def verdict(self) -> str:
+        """What a person reads first: the speed-up, acceptance live beside the prediction, and
+        whether the outputs are lossless, in one line.
+
+        >>> r = VerifyReport(Tree.chain(2), "prompt-lookup", "greedy", 8, 48, 1, 3,
+        ...     {"mean_accept_length": 2.02}, {}, 1.895, 0.01, 0.005, (1.9,), 1.8, {}, False, (7,),
+        ...     predicted={"mean_accept_length": 1.98, "acceptance": "per step"},
+        ...     divergences=({"prompt": 7, "position": 21, "at_tie": True},))
+        >>> print(r.verdict())
+        1.895× over autoregressive decoding (se 0.5%, 3 rounds); E[L] 2.02 live, 1.98 predicted per step (+2.0%); outputs equal on 7 of 8 prompts, prompt 7 parted at new token 22 on a tie the dtype cannot resolve: lossless up to ties
+        """
+        se = f"se {self.speedup_se:.1%}, " if self.speedup_se is not None else ""
+        parts = [f"{self.speedup:.3f}× over autoregressive decoding ({se}{self.rounds} rounds)"]
+        live = self.tree_decoding.get("mean_accept_length")
+        if live is not None:
+            text = f"E[L] {live:.2f} live"
+            want = (self.predicted or {}).get("mean_accept_length")
+            if want:
+                text += (f", {want:.2f} predicted {(self.predicted or {}).get('acceptance', '')}"
+                         .rstrip() + f" ({live / want - 1:+.1%})")
+            parts.append(text)
+        if self.mismatched_prompts is None:
+            parts.append("typical acceptance: not lossless by design")
+        elif not self.mismatched_prompts:
+            parts.append(f"outputs equal on all {self.prompts} prompts: lossless")
+        else:
+            parted = "; ".join(
+                f"prompt {d.get('prompt')} parted at new token {int(d.get('position', -1)) + 1}"
+                + (" on a tie the dtype cannot resolve" if d.get("at_tie") else "")
+                for d in self.divergences or ())
+            equal = self.prompts - len(self.mismatched_prompts)
+            verdict = ("lossless up to ties" if self.lossless_up_to_ties
+                       else "NOT lossless")
+            parts.append(f"outputs equal on {equal} of {self.prompts} prompts"
+                         + (f", {parted}" if parted else "") + f": {verdict}")
+        return "; ".join(parts)
+
     @property
     def outputs_match(self) -> bool | None:
         """Every tree output equals the autoregressive one (None under typical acceptance)."""
