@@ -49,21 +49,25 @@ for column, answer in zip(columns, view.answers, strict=False):
                 st.toast(f"Chosen: {answer.drafter}, {answer.tree_label}", icon="✅")
 
 st.vega_lite_chart(spec=predicted_vs_measured(view), width="stretch")
-with st.expander("Detail: every figure's source, the calibration prompts' prediction and the "
-                 "sweep priced as it ran"):
-    show_table(rows(view))
-    st.caption(f"Context {view.context} tokens. Predicted, held out: the step-cost model "
-               "(verify, drafting and the decoder's own overhead, profiled in the live loop) "
-               "with E[L] from the held-out trace walked step by step over the prompts and "
-               "tokens the live sweep decoded (at batch > 1 over the rounds in which every row "
-               "runs). Predicted, calibration: the same step costs with the calibration "
-               "trace's E[L], what `select` ranks trees by. Measured: the live sweep, tree "
-               "decoding against autoregressive decoding interleaved; spread: (largest − "
-               "smallest round) / median. Predicted as swept: the held-out E[L] with the step "
-               "profile taken alongside the sweep's points — it checks the step-cost model. "
-               "Dynamic: `select --dynamic`'s best setting for the EAGLE drafter.")
-    for paragraph in detail(view):
-        st.markdown(paragraph)
+DETAIL_KEY = "overview_detail"  # its content is sent only once opened: the first view is lighter
+sources = st.expander("Detail: every figure's source, the calibration prompts' prediction and the "
+                      "sweep priced as it ran", key=DETAIL_KEY, on_change="rerun")
+if sources.open:
+    with sources:
+        show_table(rows(view))
+        st.caption(f"Context {view.context} tokens. Predicted, held out: the step-cost "
+                   "model (verify, drafting and the decoder's own overhead, profiled in the "
+                   "live loop) with E[L] from the held-out trace walked step by step over the "
+                   "prompts and tokens the live sweep decoded (at batch > 1 over the rounds in "
+                   "which every row runs). Predicted, calibration: the same step costs with the "
+                   "calibration trace's E[L], what `select` ranks trees by. Measured: the live "
+                   "sweep, tree decoding against autoregressive decoding interleaved; spread: "
+                   "(largest − smallest round) / median. Predicted as swept: the held-out E[L] "
+                   "with the step profile taken alongside the sweep's points — it checks the "
+                   "step-cost model. Dynamic: `select --dynamic`'s best setting for the EAGLE "
+                   "drafter.")
+        for paragraph in detail(view):
+            st.markdown(paragraph)
 
 st.subheader("Go further")
 st.page_link("app_pages/trees.py", label="Trees: grow, compare and choose the tree",

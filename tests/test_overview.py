@@ -328,8 +328,12 @@ def test_overview_is_the_first_view_and_its_headlines_are_the_clis(view, cli):
     bars = vega_specs(at)[0]["layer"][0]["data"]["values"]
     assert [b["speedup"] for b in bars] == [a.held_out.speedup for a in view.answers]
     assert not at.warning  # the detail sits in one expander
+    assert not at.table  # sent only once the expander is opened: a lighter first view
+    at.session_state["overview_detail"] = True  # opened
+    at.run(timeout=TIMEOUT)
     assert at.table[0].value["predicted, calibration"].tolist() == [
         speedup_text(p["speedup"]) for p in printed]  # the app's one precision
+    assert len(at.expander) == 1 and not at.warning
     links = [e.proto.page for e in at.get("page_link")]
     assert [Path(link).stem for link in links] == ["trees", "live", "hardware", "export",
                                                    "verify"]
