@@ -222,6 +222,14 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
         page.wait_for_function("""() => performance.getEntriesByType('resource')
             .some(e => /PlotlyChart\\.[^/]*\\.js$/.test(e.name))""", timeout=120_000)
         assert page.locator('[data-testid="stPlotlyChart"]').count() == 0
+        # the detail is sent only once opened (a lighter first view): opening it shows the table
+        tables = page.locator('[data-testid="stTable"]')
+        assert tables.count() == 0
+        page.get_by_text("Detail: every figure's source").click()
+        tables.first.wait_for(timeout=120_000)
+        settle(page)
+        assert_no_failure(page, "Overview")
+        assert "predicted, calibration" in tables.first.inner_text()
     finally:
         context.close()
 
