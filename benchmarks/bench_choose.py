@@ -144,12 +144,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{trees[k].size:>4}n" for k in kinds)
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
                   f"{share:5.1%}")
-            splits = {k: split_error(predicted.get(k, 1.0), measured[k],
-                                     sets[name][k].point(b, context).expected_accept_length,
-                                     accepted[k]) for k in kinds}
-            el = {k: f"{sets[name][k].point(b, context).expected_accept_length:.2f}→"
-                     f"{accepted[k]:.2f}" for k in kinds}
-            print(f"{'E[L]':>5}  " + "  ".join(f"{el[k]:>18}" for k in kinds))
+            priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
+            splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k], accepted[k])
+                      for k in kinds}
+            print(f"{'E[L]':>5}  " + "  ".join(f"{f'{priced[k]:.2f}→{accepted[k]:.2f}':>18}"
+                                               for k in kinds))
             print(f"{'miss':>5}  " + "  ".join(
                 f"{f'{a - 1:+.1%} {c - 1:+.1%}':>18}" for a, c in (splits[k] for k in kinds)))
             lossy = [k for k in kinds if not equal[k]]

@@ -88,12 +88,12 @@ class VerifyReport:
         se = f"se {self.speedup_se:.1%}, " if self.speedup_se is not None else ""
         parts = [f"{self.speedup:.3f}× over autoregressive decoding ({se}{self.rounds} rounds)"]
         live = self.tree_decoding.get("mean_accept_length")
+        predicted = self.predicted or {}
         if live is not None:
             text = f"E[L] {live:.2f} live"
-            want = (self.predicted or {}).get("mean_accept_length")
-            if want:
-                text += (f", {want:.2f} predicted {(self.predicted or {}).get('acceptance', '')}"
-                         .rstrip() + f" ({live / want - 1:+.1%})")
+            if want := predicted.get("mean_accept_length"):
+                how = f" {predicted['acceptance']}" if predicted.get("acceptance") else ""
+                text += f", {want:.2f} predicted{how} ({live / want - 1:+.1%})"
             parts.append(text)
         if self.mismatched_prompts is None:
             parts.append("typical acceptance: not lossless by design")
