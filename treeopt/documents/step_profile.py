@@ -199,6 +199,13 @@ class StepProfile:
                                    f"{getattr(profile, key)!r}")
         return profile
 
+    @property
+    def cpu_matmul(self) -> str | None:
+        """The matrix instructions of the CPU it was measured on (``meta["cpu"]["matmul"]``, as
+        :func:`treeopt.profiling.host.cpu_identity` records it; None where not recorded)."""
+        cpu = self.meta.get("cpu")
+        return cpu.get("matmul") if isinstance(cpu, dict) else None
+
     @classmethod
     def pool(cls, paths: Sequence[str | os.PathLike[str]]) -> StepProfile:
         """The profiles at ``paths`` as one: the first one's setup with every file's records,
@@ -214,6 +221,9 @@ class StepProfile:
             if differ:
                 raise TreeoptError(f"{path}: profiled with other {', '.join(differ)} than "
                                    f"{paths[0]}; only profiles of one setup can be pooled")
+            if (theirs := profile.cpu_matmul) and (ours := first.cpu_matmul) and theirs != ours:
+                raise TreeoptError(f"{path}: profiled on a CPU with {theirs}, {paths[0]} on one "
+                                   f"with {ours}; only profiles of one setup can be pooled")
         return replace(first, records=tuple(r for p in profiles for r in p.records),
                        sources=tuple(str(p) for p in paths))
 

@@ -2,7 +2,7 @@
 t_overhead(b, q, depth)``.
 
 ``t_verify`` comes from a latency table, a step profile (its per-q medians made non-decreasing in
-q) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's
+q from two tokens on) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's
 cost (:class:`DraftCost`) is a function of the batch and the nodes expanded at each depth
 (:func:`expanded_nodes`); the decoder's own overhead (:class:`OverheadCost`) of the batch, the
 tokens verified and the depth. A step profile
@@ -325,10 +325,13 @@ def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int
     q's time), largest first. A verify forward of more tokens does no less work, so a fall is
     noise in the measurement (a busy moment during the smaller q's record or a quiet one during
     the larger's). The profiler measures both sides of a fall again; select prices what is
-    left pooled (:func:`_verify_priced`).
+    left pooled (:func:`_verify_priced`). The one-token step runs other kernels: a step of two
+    tokens below it is no fall.
 
     >>> verify_dips([(1, 1, 6.8), (1, 3, 8.7), (1, 4, 6.96), (1, 5, 9.5)])
     [(1, 4, 3, 0.2)]
+    >>> verify_dips([(1, 1, 9.2), (1, 2, 8.5), (1, 3, 8.7)])
+    []
     """
     return _dips(_medians(_verify_groups(points)))
 
@@ -353,14 +356,32 @@ def _verify_priced(groups: dict[int, dict[int, list[float]]],
     ``groups``' records), made non-decreasing in q (:func:`non_decreasing`, weighted by each
     q's number of records).
 
-    A forward of more tokens does no less work, so a verify time that falls as q grows is a
-    measurement's noise (a record taken at a quiet moment) — priced as it stands, it makes one
-    tree look cheap and select picks it for that. Pooling it with the q it fell below prices
-    both at their common mean.
+    A forward of more tokens does no less work in the same kernels, so a verify time that falls
+    as q grows from two tokens on is a measurement's noise (a record taken at a quiet moment) —
+    priced as it stands, it makes one tree look cheap and select picks it for that. Pooling it
+    with the q it fell below prices both at their common mean.
+
+    The one-token step is priced as measured (:data:`OWN_KERNELS`): it multiplies matrices by a
+    vector, where a step of two or more tokens multiplies matrices, and on CPUs in bf16 the
+    vector kernels are the slower ones — a 2-token step measured 7–8% below the one-token step
+    on both build hosts, record after record, and pooled, every tree's speed-up was priced that
+    much low. The autoregressive record is also the quickest reference step of every round
+    (:func:`treeopt.profiling.step.batch_records`), so no busy moment raises it.
+
+    >>> groups = {1: {1: [92.0], 2: [85.0], 3: [84.0], 5: [86.0]}}
+    >>> _verify_priced(groups, _medians(groups))
+    {1: {1: 92.0, 2: 84.5, 3: 84.5, 5: 86.0}}
     """
-    return {b: dict(zip(by_q, non_decreasing(list(medians[b].values()),
-                                             [len(ms) for ms in by_q.values()]), strict=True))
-            for b, by_q in groups.items()}
+    out: dict[int, dict[int, float]] = {}
+    for b, by_q in groups.items():
+        own = {q: medians[b][q] for q in by_q if q <= OWN_KERNELS}
+        rest = [q for q in by_q if q > OWN_KERNELS]
+        pooled = non_decreasing([medians[b][q] for q in rest], [len(by_q[q]) for q in rest])
+        out[b] = {**own, **dict(zip(rest, pooled, strict=True))}
+    return out
+
+
+OWN_KERNELS = 1  # tokens up to which a verify step runs other kernels: priced as measured
 
 
 def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
@@ -388,8 +409,10 @@ def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[fl
 def _dips(verify_ms: dict[int, dict[int, float]]) -> list[tuple[int, int, int, float]]:
     dips = []
     for b, by_q in verify_ms.items():
-        top_q, top = 0, 0.0  # the most expensive smaller q so far
+        top_q, top = 0, 0.0  # the most expensive smaller q so far (of the same kernels)
         for q, ms in by_q.items():
+            if q <= OWN_KERNELS:
+                continue
             if ms < top:
                 dips.append((b, q, top_q, round(1.0 - ms / top, 12)))
             else:

@@ -59,6 +59,7 @@ from treeopt.model.dynamic_settings import DynamicSettings
 from treeopt.model.growth import Growth
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import expanded_nodes, verify_dips
+from treeopt.profiling.host import cpu_identity, other_cpu
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -322,10 +323,13 @@ def setup_of(model: PreTrainedModel) -> dict[str, Any]:
                       **{k: getattr(cfg, k, None) for k in _SHAPE}}}
 
 
-def check_setup(profile: StepProfile, model: PreTrainedModel, *, source: str) -> None:
+def check_setup(profile: StepProfile, model: PreTrainedModel, *, source: str,
+                warn: Callable[[str], None] | None = None) -> None:
     """Raise a TreeoptError naming ``source`` when ``profile`` was measured on another device,
     dtype, attention or model shape than ``model`` runs with (its figures would not hold);
-    what the profile does not record is not compared."""
+    what the profile does not record is not compared. A CPU profile taken on a CPU of another
+    matrix class (:func:`~treeopt.profiling.host.other_cpu`) is ``warn``-ed of (default: a line
+    on stderr): it runs, but its predictions may miss."""
     here = setup_of(model)
     for key in SETUP:
         value = getattr(profile, key)
@@ -333,6 +337,18 @@ def check_setup(profile: StepProfile, model: PreTrainedModel, *, source: str) ->
             raise TreeoptError(f"{source}: profiled with another {key} ({value!r}, not "
                                f"{here[key]!r} as loaded here); profile this setup first "
                                f"(treeopt profile step)")
+    if here["device"] == "cpu" and (why := other_cpu(profile.meta.get("cpu"))):
+        (warn or (lambda line: print(line, file=sys.stderr)))(
+            f"warning: {source}: {why}; its step costs may not hold here (treeopt profile "
+            f"step measures this host)")
+
+
+def host_meta(model: PreTrainedModel) -> dict[str, Any]:
+    """What a CPU measurement records of its host: ``{"cpu": …}``
+    (:func:`~treeopt.profiling.host.cpu_identity`); nothing on a GPU, whose name the device
+    label carries."""
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    return {"cpu": cpu_identity()} if on_cpu else {}
 
 
 RESUMED_ALIKE = ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
@@ -349,7 +365,8 @@ def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: 
         prompts=len(prompts), max_new_tokens=max_new_tokens, compile=compile, design=design,
         steps=STEPS, meta={"torch": torch.__version__,
                            "timing": "each step interleaved with an autoregressive reference",
-                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           **host_meta(model)},
         sources=(str(out),))
     if not os.path.exists(out):
         return fresh
@@ -357,6 +374,9 @@ def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: 
     if old.attention is None:
         old = replace(old, attention="sdpa")
     differ = old.differences(fresh, RESUMED_ALIKE)
+    if not differ and old.cpu_matmul and fresh.cpu_matmul and old.cpu_matmul != fresh.cpu_matmul:
+        raise TreeoptError(f"{out}: profiled on a CPU with {old.cpu_matmul}, this one has "
+                           f"{fresh.cpu_matmul}; write to another path")
     if differ:
         key = differ[0]
         raise TreeoptError(f"{out}: profiled with another {key} ({getattr(old, key)!r}, not "

@@ -31,6 +31,7 @@ from treeopt.decoding.tree_forward import Verifier, verify_step
 from treeopt.documents.dtypes import dtype_name
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.tree import Tree
+from treeopt.profiling.host import cpu_identity
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import (
     Call,
@@ -203,7 +204,8 @@ def _resume(out: str | os.PathLike[str], cfg: ModelConfig, dtype: str, label: st
 
         meta = {"method": method, "torch": torch.__version__,
                 "transformers": transformers.__version__,
-                "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **({"cpu": cpu_identity()} if label == "cpu" else {})}
         return LatencyTable(label, dtype, cfg, (), meta)
     existing.check_matches(model=cfg, dtype=dtype, device=label,
                            source=f"{Path(out)} (resuming; write a new sweep to another path)")
