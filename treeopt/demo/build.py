@@ -35,6 +35,7 @@ from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.selections import ship_selections
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
+from treeopt.profiling.host import cpu_identity
 from treeopt.version import __version__
 
 Log = Callable[[str], None]
@@ -291,7 +292,7 @@ def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> 
         "environment": {"treeopt": __version__, "python": platform.python_version(),
                         "torch": torch.__version__, "transformers": transformers.__version__,
                         "tokenizers": tokenizers.__version__, "platform": platform.platform(),
-                        "threads": torch.get_num_threads()},
+                        "threads": torch.get_num_threads(), "cpu": cpu_identity()},
         **{name: {k: v for k, v in r.items() if k != "seconds"} for name, r in results.items()},
         "timings_s": {name: r["seconds"] for name, r in results.items()},
         "build_seconds": round(sum(r["seconds"] for r in results.values()), 1),
