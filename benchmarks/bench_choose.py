@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     demo = load(demo_root(args.demo), threads=1, dtype=args.dtype)
     kinds = [k for k in demo.kinds if demo.step_profile(k) is not None]
+    for line in demo.profiled_elsewhere():
+        print(line, file=sys.stderr)
     if not demo.paths.prompts("prose").exists():
         print("the demo has no prose prompts: build it with the prose stage "
               "(treeopt demo build)", file=sys.stderr)

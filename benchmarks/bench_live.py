@@ -517,6 +517,8 @@ def main() -> None:
           f"rounds and at least {args.min_seconds:g} s, standard error ≤ {args.target_se:.1%}; "
           f"files in {out}", file=sys.stderr)
     start_load = os.getloadavg()[0]
+    for line in demo.profiled_elsewhere():
+        print(line, file=sys.stderr)
     kinds = (args.kinds.split(",") if args.kinds else
              [k for k in ("hydra", "medusa") if k in demo.kinds] or list(demo.kinds))
     results = [bench_kind(demo, kind, args, out) for kind in kinds]

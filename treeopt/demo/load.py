@@ -48,6 +48,20 @@ class Demo:
         path = self.paths.step_profile(kind, device=table.stem) if table else None
         return path if path is not None and path.exists() else None
 
+    def profiled_elsewhere(self) -> list[str]:
+        """One line per step profile measured on a CPU of another matrix class than this host's
+        (:func:`~treeopt.profiling.host.other_cpu`): its predictions may not hold here."""
+        from treeopt.documents.step_profile import StepProfile
+        from treeopt.profiling.host import other_cpu
+
+        lines = []
+        for kind in self.kinds:
+            path = self.step_profile(kind)
+            if path is not None and (why := other_cpu(StepProfile.load(path).meta.get("cpu"))):
+                lines.append(f"warning: {path}: {why}; its predictions may "
+                             f"not hold here (treeopt demo build --redo timing measures this host)")
+        return lines
+
     @property
     def temperatures(self) -> tuple[float, ...]:
         """The sampling temperatures the demo ships traces and growths for."""
