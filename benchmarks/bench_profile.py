@@ -12,7 +12,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from treeopt.profiling.verify import profile_verify
+from treeopt.profiling.verify_latency import profile_verify
 from treeopt.roofline import Precision, load_hardware, preset, roofline
 
 

@@ -238,7 +238,7 @@ def refusal(family: Family) -> str:
 def matrix_row(family: Family, directory: Any) -> dict[str, Any]:
     """Every check of one family, for each drafter kind: ``{kind: {check: passed}}`` plus each
     kind's live mean accepted length (``E[L]``, showing that paths were accepted)."""
-    from treeopt.decoding.reference import own_greedy
+    from treeopt.decoding.hf_generate import own_greedy
 
     model = family.build()
     batch = prompts()

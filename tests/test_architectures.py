@@ -133,7 +133,7 @@ def test_bfloat16_with_exact_attention_decodes_as_the_model_does(name):
     """16-bit decoding runs treeopt's exact attention (soft-capping, sinks, windows, MLA): the
     loop and the tree still equal the model's own generate (with the same attention)."""
     from treeopt.decoding.attention import register
-    from treeopt.decoding.reference import own_greedy
+    from treeopt.decoding.hf_generate import own_greedy
     from treeopt.drafters.heads import build_heads
     from treeopt.registry.drafter_configs import HeadsConfig
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from treeopt import Tree, TreeoptError
 from treeopt.engines.forms import export, parse_tree
-from treeopt.engines.reference import growmap
+from treeopt.engines.papers import growmap
 from treeopt.engines.registry import FORMATS, engine_problems
 from treeopt.model.growth import grow
 from treeopt.model.synthetic import synthetic_trace

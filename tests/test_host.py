@@ -13,7 +13,7 @@ import treeopt.profiling.step as step
 from treeopt.documents.step_profile import StepProfile
 from treeopt.errors import TreeoptError
 from treeopt.profiling.host import cpu_identity, other_cpu
-from treeopt.profiling.verify import build_model
+from treeopt.profiling.verify_latency import build_model
 from treeopt.roofline import preset
 
 HEADS = {"kind": "hydra", "num_heads": 2, "hidden_size": 64, "vocab_size": 256}

@@ -19,7 +19,7 @@ from treeopt.model.tree import Tree
 from treeopt.profiling.device import measure_device
 from treeopt.profiling.table import LatencyRecord, LatencyTable
 from treeopt.profiling.timing import Call, interleaved
-from treeopt.profiling.verify import build_model, profile_verify
+from treeopt.profiling.verify_latency import build_model, profile_verify
 from treeopt.roofline import Hardware, ModelConfig, preset
 
 TINY = preset("tiny")

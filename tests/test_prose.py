@@ -12,7 +12,7 @@ from conftest import demo_copy
 
 from treeopt.demo.config import TINY, plan
 from treeopt.demo.corpus import SourceFile
-from treeopt.demo.prompts import prose_passages, sample_prose
+from treeopt.demo.corpus_prompts import prose_passages, sample_prose
 from treeopt.errors import TreeoptError
 
 MODULE = '''"""Tools for reading the weather from a station.

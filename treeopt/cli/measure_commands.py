@@ -112,7 +112,7 @@ def _dynamic_list(text: str) -> list[Any]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from treeopt.profiling.verify import profile_verify
+    from treeopt.profiling.verify_latency import profile_verify
 
     cfg = model_shape(args)
     need_grid(args, "batch", "context", "tokens")

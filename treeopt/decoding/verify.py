@@ -2,7 +2,7 @@
 
 Tree and autoregressive decoding are compared by :func:`treeopt.decoding.compare.compare`. Under
 greedy verification "lossless" means the tree's output equals the model's own greedy
-``generate`` token for token (:mod:`treeopt.decoding.reference`), and treeopt's autoregressive
+``generate`` token for token (:mod:`treeopt.decoding.hf_generate`), and treeopt's autoregressive
 loop is held to the same; under sampling, the tree's output equals treeopt's plain sampling with
 the same seed. Beside them, the support probe's largest logit difference between treeopt's tree
 step and the model's own forward, past every sliding window and chunk. A rank trace, when given,
@@ -22,9 +22,9 @@ from treeopt.decoding.compare import Comparison, compare
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.divergence import Divergence, first_divergence
 from treeopt.decoding.drafter import Drafter
+from treeopt.decoding.hf_generate import check_comparison
 from treeopt.decoding.loop import TreeMismatch
 from treeopt.decoding.models import attention_of
-from treeopt.decoding.reference import check_comparison
 from treeopt.documents.measure import ONCE, Measurement
 from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError

@@ -27,7 +27,7 @@ def corpus_and_tokenizer(ctx: Context) -> dict[str, Any]:
 
 
 def prompts(ctx: Context) -> dict[str, Any]:
-    from treeopt.demo.prompts import sample_prompts, write_prompts
+    from treeopt.demo.corpus_prompts import sample_prompts, write_prompts
 
     c, out = ctx.config, {}
     if c.prompt_set is not None:  # a prompt set of its own, copied

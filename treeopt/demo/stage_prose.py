@@ -14,7 +14,7 @@ def prose(ctx: Context) -> dict[str, Any]:
     """A second prompt set where repeats are rare: requests people wrote (``prose_set``, e.g.
     ShareGPT's, in the base model's chat template: :func:`treeopt.demo.pretrained.chat_prompts`),
     else docstrings and comments of the files no training step has seen
-    (:func:`treeopt.demo.prompts.sample_prose`). For every drafter the
+    (:func:`treeopt.demo.corpus_prompts.sample_prose`). For every drafter the
     demo ships, its greedy rank trace on them (as on the held-out prompts) and the growth from
     it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
     step profile, the fastest drafter per batch size on each set (``choose-drafter
@@ -22,8 +22,8 @@ def prose(ctx: Context) -> dict[str, Any]:
     reused (an interrupted stage, or a kind made again beside kept ones:
     :mod:`~treeopt.demo.stage_resume`'s ``outputs`` and ``kind_outputs`` name the files to remove
     first)."""
+    from treeopt.demo.corpus_prompts import sample_prose, write_prompts
     from treeopt.demo.pretrained import chat_prompts
-    from treeopt.demo.prompts import sample_prose, write_prompts
 
     c = ctx.config
     if c.prose_set is not None:  # a prompt set of requests people wrote (``sharegpt``)

@@ -25,7 +25,7 @@ def latency(ctx: Context) -> dict[str, Any]:
     live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
     if not has_profiler():
         return {"skipped": "the profiler is not available (treeopt.profiling is not importable)"}
-    from treeopt.profiling.verify import profile_verify
+    from treeopt.profiling.verify_latency import profile_verify
     from treeopt.roofline.config import load_config
 
     c = ctx.config

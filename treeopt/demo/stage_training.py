@@ -22,7 +22,7 @@ def head_data(ctx: Context) -> dict[str, Any]:
     """Self-distillation data: train-part prompts continued greedily by the base model, so the
     heads learn on the text they will draft for (Medusa-2's and Hydra's recipe)."""
     from treeopt.decoding.rank_pass import greedy_continuations
-    from treeopt.demo.prompts import sample_prompts
+    from treeopt.demo.corpus_prompts import sample_prompts
 
     c = ctx.config
     if not trained_kinds(c):

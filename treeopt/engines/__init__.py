@@ -4,7 +4,7 @@ dynamic-tree settings) and which versions do what, with the source file and comm
 
 - :mod:`treeopt.engines.vllm`, :mod:`treeopt.engines.sglang`, :mod:`treeopt.engines.trtllm`:
   the serving engines;
-- :mod:`treeopt.engines.reference`: the papers' reference code (Medusa, Hydra, Sequoia's
+- :mod:`treeopt.engines.papers`: the papers' reference code (Medusa, Hydra, Sequoia's
   growmap, EAGLE-2); :mod:`treeopt.engines.huggingface`: ``generate``'s prompt lookup;
 - :mod:`treeopt.engines.rules`: the registry's types and the tree rules engines share;
   :mod:`treeopt.engines.registry`: every engine's entries; :mod:`treeopt.engines.forms`: a

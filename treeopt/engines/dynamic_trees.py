@@ -1,6 +1,6 @@
 """Dynamic-tree settings (top-k, steps, draft tokens) routed to the engines that take them:
 SGLang's EAGLE flags (:mod:`treeopt.engines.sglang.flags`), EAGLE-2's reference keywords
-(:mod:`treeopt.engines.reference`) and TensorRT-LLM's EAGLE-3 dynamic tree
+(:mod:`treeopt.engines.papers`) and TensorRT-LLM's EAGLE-3 dynamic tree
 (:mod:`treeopt.engines.trtllm.configs`).
 
 >>> export_dynamic(DynamicSettings(4, 3, 16), "eagle2")
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from treeopt.engines import reference
+from treeopt.engines import papers
 from treeopt.engines.sglang import flags as sglang
 from treeopt.engines.trtllm import configs as trtllm
 from treeopt.errors import TreeoptError
@@ -34,7 +34,7 @@ def export_dynamic(s: DynamicSettings, engine: str, *, draft_model: str | None =
     if engine == "sglang":
         return sglang.dynamic_flags(s, draft_model=model)
     if engine == "eagle2":
-        return json.dumps(reference.eagle2_kwargs(s))
+        return json.dumps(papers.eagle2_kwargs(s))
     return trtllm.eagle3_dynamic_tree_text(s, speculative_model=model)
 
 

@@ -13,7 +13,7 @@ per-batch-size schedule of a selection's trees in the engines' forms.
 | ``paths``     | leaves only, one root-to-leaf path each                                  |
 | ``json``      | treeopt's own tree file, ``{"format": "treeopt.tree/1", "choices": …}``   |
 
-The texts are the engine modules' (:mod:`treeopt.engines.reference`,
+The texts are the engine modules' (:mod:`treeopt.engines.papers`,
 :mod:`treeopt.engines.trtllm`, :mod:`treeopt.engines.vllm`); what each engine builds from them,
 and so which trees each format refuses, is :mod:`treeopt.engines.registry`. Parsing uses
 ``json``, ``ast.literal_eval`` and ``yaml.safe_load`` only — never ``eval``.
@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from treeopt.engines import reference
+from treeopt.engines import papers
 from treeopt.engines.registry import engine, engine_problems
 from treeopt.engines.trtllm import schedule as trt_schedule
 from treeopt.engines.trtllm import trees as trt_trees
@@ -66,7 +66,7 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
         raise TreeoptError(f"cannot export to {fmt}: {target.engine} would not build this tree: "
                            + "; ".join(problems))
     if fmt in ("medusa", "hydra"):
-        return reference.choices_text(tree)
+        return papers.choices_text(tree)
     if fmt == "trtllm":
         return trt_trees.run_script_flag(tree, draft=draft)
     if fmt == "trtllm-yaml":
@@ -78,7 +78,7 @@ def export(tree: Tree, fmt: str, *, num_heads: int | None = None, draft: str = "
         model = speculative_model if draft == "eagle" else None
         return vllm_forms.config_text(vllm_forms.tree_config(tree, method=method, model=model))
     if fmt == "growmap":
-        return json.dumps(reference.growmap(tree))
+        return json.dumps(papers.growmap(tree))
     if fmt == "paths":
         return json.dumps([list(p) for p in tree.leaves])
     return json.dumps({"format": TREE_FORMAT, "choices": tree.as_choices()})
@@ -165,7 +165,7 @@ def _from_json_object(doc: Any) -> list[Any]:
     if tree is not None:
         return _literal(tree)
     if "Successors" in doc:
-        return Tree.from_parents(reference.growmap_parents(doc["Successors"])).as_choices()
+        return Tree.from_parents(papers.growmap_parents(doc["Successors"])).as_choices()
     if doc.get("format") == TREE_FORMAT:
         return list(doc["choices"])
     choices = trt_trees.choices_from_object(doc)

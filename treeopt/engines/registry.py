@@ -13,7 +13,7 @@ best tree the engine does build.
 
 from __future__ import annotations
 
-from treeopt.engines import reference, trtllm, vllm
+from treeopt.engines import papers, trtllm, vllm
 from treeopt.engines.rules import NONEMPTY, Controller, Engine
 from treeopt.engines.sglang import CONTROLLER as SGLANG_CONTROLLER
 from treeopt.engines.trtllm.trees import DRAFTS
@@ -24,8 +24,8 @@ OWN_FORMS: tuple[Engine, ...] = (
     Engine("paths", None, "leaf paths (one root-to-leaf path each)", "treeopt", (NONEMPTY,)),
     Engine("json", None, "treeopt tree file", "treeopt", ()),
 )
-ENGINES: tuple[Engine, ...] = (*reference.ENGINES[:2], *trtllm.ENGINES, *vllm.ENGINES,
-                               *reference.ENGINES[2:], *OWN_FORMS)
+ENGINES: tuple[Engine, ...] = (*papers.ENGINES[:2], *trtllm.ENGINES, *vllm.ENGINES,
+                               *papers.ENGINES[2:], *OWN_FORMS)
 FORMATS: tuple[str, ...] = tuple(dict.fromkeys(e.format for e in ENGINES))
 CONTROLLERS: tuple[Controller, ...] = (SGLANG_CONTROLLER, vllm.CONTROLLER, *trtllm.CONTROLLERS)
 ADAPTIVE_ENGINES: tuple[str, ...] = ("sglang", "vllm", "trtllm")  # an adaptive file's engines

@@ -3,7 +3,7 @@
 A :class:`Rule` is a check (the problem in words, or ``None``) and the ``treeopt grow`` flags
 whose trees always keep it. An :class:`Engine` is an export target: the rules, the versions they
 were read from, and what a user must know beside them. Each engine module
-(:mod:`treeopt.engines.vllm`, :mod:`treeopt.engines.trtllm`, :mod:`treeopt.engines.reference`)
+(:mod:`treeopt.engines.vllm`, :mod:`treeopt.engines.trtllm`, :mod:`treeopt.engines.papers`)
 holds its own entries; :mod:`treeopt.engines.registry` lists them all. A :class:`Controller` is
 an engine's adaptive step controller (which versions decide the draft length so, read where);
 an :class:`EngineFile` is a file an engine reads and the flags that launch it with the file.

@@ -18,7 +18,7 @@ from treeopt.decoding.models import torch_dtype
 from treeopt.documents.dtypes import dtype_name
 from treeopt.errors import TreeoptError
 from treeopt.profiling.timing import Call, interleaved, summarize
-from treeopt.profiling.verify import check_device, device_label
+from treeopt.profiling.verify_latency import check_device, device_label
 from treeopt.roofline.hardware import HARDWARE_FORMAT
 
 

@@ -313,7 +313,7 @@ def setup_of(model: PreTrainedModel) -> dict[str, Any]:
     """The fields of :data:`~treeopt.documents.step_profile.SETUP` for ``model`` as loaded: the
     device (``cpu`` or ``cuda:<name>``), dtype, attention implementation and shape a step profile
     records."""
-    from treeopt.profiling.verify import device_label
+    from treeopt.profiling.verify_latency import device_label
 
     cfg = model.config
     return {"device": device_label(str(next(model.parameters()).device)),

@@ -53,7 +53,7 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
     accepted length — as a sweep point counts it at ``batch``."""
     from treeopt.decoding.compare import compare
     from treeopt.decoding.config import DecodeConfig
-    from treeopt.decoding.reference import check_comparison
+    from treeopt.decoding.hf_generate import check_comparison
     from treeopt.decoding.verify import check_tree_for
     from treeopt.documents.prompts import encode
     from treeopt.pricing.sweep_prediction import sweep_accept_length
