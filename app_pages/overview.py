@@ -7,7 +7,7 @@ import streamlit as st
 from app_pages.choice import confirmed, use_answer
 from app_pages.state import demo, demo_overview, page_errors
 from app_pages.tables import show_table
-from treeopt.workbench.demos import base_model_name
+from treeopt.workbench.demos import base_model_name, build_host
 from treeopt.workbench.headline import detail, headline
 from treeopt.workbench.overview import rows
 from treeopt.workbench.plots_overview import predicted_vs_measured
@@ -19,7 +19,7 @@ with page_errors():
 drafters = ", ".join(view.evidence) if view else "none priced"
 st.write(f"Demo `{files.paths.root.name}` — base model: **{base_model_name(files.manifest)}**; "
          f"{len(view.evidence) if view else 0} drafters ({drafters}), profiled and swept live "
-         "on the machine that built it. Per batch size: the drafter `treeopt choose-drafter` "
+         f"on {build_host(files.manifest)}. Per batch size: the drafter `treeopt choose-drafter` "
          "picks, the tree `treeopt select` picks for it, its speed-up over autoregressive "
          "decoding predicted for held-out prompts, and the speed-up measured live.")
 if view is None:

@@ -36,6 +36,26 @@ class DemoEntry:
         return f"{self.name} · {self.base_model.split(' (')[0].split(' trained')[0]}"
 
 
+def build_host(manifest: Mapping[str, Any]) -> str:
+    """The machine a demo's figures were measured on, as its manifest records it: the CPU and
+    its matrix instructions (a CPU step profile holds on CPUs of that class), and the threads.
+
+    >>> build_host({"environment": {"threads": 1, "cpu": {"name": "AMD EPYC",
+    ...                                                   "matmul": "avx512_bf16"}}})
+    'the machine that built it (AMD EPYC, avx512_bf16; 1 thread)'
+    >>> build_host({"environment": {"threads": 2}})
+    'the machine that built it'
+    """
+    env = manifest.get("environment", {})
+    cpu, threads = env.get("cpu"), env.get("threads")
+    if not isinstance(cpu, dict) or not cpu.get("name"):
+        return "the machine that built it"
+    what = ", ".join(str(v) for v in (cpu.get("name"), cpu.get("matmul")) if v)
+    if isinstance(threads, int):
+        what += f"; {threads} thread{'s' if threads != 1 else ''}"
+    return f"the machine that built it ({what})"
+
+
 def base_model_name(manifest: Mapping[str, Any]) -> str:
     """The base model a demo's manifest records, as a person reads it: the pretrained asset's
     name, or the small model the build trained.
@@ -82,4 +102,4 @@ def available_demos() -> list[DemoEntry]:
     return [DemoEntry(r.name, r, base_model_name(read_json(r / "manifest.json"))) for r in roots]
 
 
-__all__ = ["DemoEntry", "available_demos", "base_model_name", "weights_missing"]
+__all__ = ["DemoEntry", "available_demos", "base_model_name", "build_host", "weights_missing"]
