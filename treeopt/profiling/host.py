@@ -1,7 +1,7 @@
 """Which CPU a measurement ran on, as far as its speed depends on it: the model name and the
 widest matrix instructions for 16-bit floats (``amx_bf16`` > ``avx512_bf16`` > ``avx512f`` >
 ``avx2``). On the same CPU count and dtype, a bf16 step of 9 tokens costs about one token's on
-AMX and 1.3× it on AVX512-BF16 alone (SmolLM2, docs/gpu.md and docs/demo.md), so a CPU step
+AMX and 1.2–1.3× it on AVX512-BF16 alone (SmolLM2, docs/hardware.md), so a CPU step
 profile priced on a host of another matrix class misprices every tree. Read from
 ``/proc/cpuinfo`` (Linux); elsewhere the platform's processor name and no class."""
 
