@@ -1,0 +1,76 @@
+"""How well a demo's shipped sweep was predicted: every (drafter, batch, tree) point's measured
+speed-up beside the step-cost model's, read from the demo's files alone (no model, no timing;
+never a test).
+
+Each point is priced as the app's Overview prices it (:class:`treeopt.workbench.demo_pricing.
+HeldOutPricing`): the drafter's shipped step profile, E[L] the held-out trace walked step by step
+over the prompts and new tokens the sweep decoded (at batch > 1 over its steady window). Printed
+per drafter and batch: each tree's measured → predicted speed-up and the error (predicted over
+measured, minus one; ``*`` marks select's pick), E[L] measured → predicted (at batch > 1 over
+the steady window); then per drafter the
+points within ``--within`` and select's picks' errors; last, the machine the demo was measured on
+and, where this host is of another CPU class, the warning.
+
+Run: ``python benchmarks/sweep_fidelity.py --demo smollm2 [--within 0.05]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from treeopt.demo.layout import demo_root
+    from treeopt.demo.load import load
+    from treeopt.model.tree import Tree
+    from treeopt.workbench.demo_pricing import demo_pricing
+    from treeopt.workbench.demos import build_host
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--demo", help="a demo directory or a demo in data/ (default: data/demo)")
+    ap.add_argument("--within", type=float, default=0.05, help="the fidelity goal (default 5%%)")
+    args = ap.parse_args(argv)
+
+    demo = load(demo_root(args.demo), with_model=False)
+    print(f"demo {demo.paths.root}: measured on {build_host(demo.manifest)}")
+    total = hits = 0
+    for kind in demo.kinds:
+        pricing = demo_pricing(demo, kind)
+        if pricing is None or pricing.sweep is None or pricing.held_out is None:
+            print(f"{kind}: no step profile, sweep or held-out trace; skipped")
+            continue
+        sweep = pricing.sweep
+        print(f"{kind}: sweep of {sweep.meta.get('created', '?')}, "
+              f"{sweep.meta.get('prompts')} prompts × {sweep.meta.get('max_new_tokens')} tokens, "
+              f"{sweep.meta.get('rounds')} round(s)")
+        errors, picks = [], []
+        for batch in sorted({p.batch for p in sweep.points}):
+            cells = []
+            for p in (p for p in sweep.points if p.batch == batch):
+                tree = Tree.from_choices([list(c) for c in p.choices])
+                predicted = pricing.held_out.predict(tree, batch)
+                error = predicted.speedup / p.speedup - 1
+                errors.append(error)
+                if p.selected:
+                    picks.append(f"b{batch} {error:+.1%}")
+                live = p.steady_accept_length or p.mean_accept_length  # the window priced
+                cells.append(f"{p.size}{'*' if p.selected else ''}: {p.speedup:.2f}→"
+                             f"{predicted.speedup:.2f} ({error:+.1%}; E[L] "
+                             f"{live:.2f}→{predicted.accept_length:.2f})")
+            print(f"  batch {batch}: " + " · ".join(cells))
+        within = sum(abs(e) <= args.within for e in errors)
+        total, hits = total + len(errors), hits + within
+        print(f"  {kind}: {within} of {len(errors)} points within {args.within:.0%}; "
+              f"select's picks {', '.join(picks)}")
+    print(f"all drafters: {hits} of {total} points within {args.within:.0%}")
+    for line in demo.profiled_elsewhere():
+        print(line, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
