@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str] | None = None) -> int:
     from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
+    from treeopt.errors import TreeoptError
     from treeopt.model.tree import Tree
     from treeopt.workbench.demo_pricing import demo_pricing
     from treeopt.workbench.demos import build_host
@@ -34,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo", help="a demo directory or a demo in data/ (default: data/demo)")
     ap.add_argument("--within", type=float, default=0.05, help="the fidelity goal (default 5%%)")
     args = ap.parse_args(argv)
-
-    demo = load(demo_root(args.demo), with_model=False)
+    try:
+        demo = load(demo_root(args.demo), with_model=False)
+    except TreeoptError as e:
+        print(f"--demo: {e}", file=sys.stderr)
+        return 2
     print(f"demo {demo.paths.root}: measured on {build_host(demo.manifest)}")
     total = hits = 0
     for kind in demo.kinds:
