@@ -2,10 +2,10 @@
 t_overhead(b, q, depth)``.
 
 ``t_verify`` comes from a latency table, a step profile (its per-q medians made non-decreasing in
-q from two tokens on) or a roofline, interpolated linearly between measured q (:class:`StepLatency`); the drafter's
-cost (:class:`DraftCost`) is a function of the batch and the nodes expanded at each depth
-(:func:`expanded_nodes`); the decoder's own overhead (:class:`OverheadCost`) of the batch, the
-tokens verified and the depth. A step profile
+q from two tokens on) or a roofline, interpolated linearly between measured q
+(:class:`StepLatency`); the drafter's cost (:class:`DraftCost`) is a function of the batch and
+the nodes expanded at each depth (:func:`expanded_nodes`); the decoder's own overhead
+(:class:`OverheadCost`) of the batch, the tokens verified and the depth. A step profile
 (``treeopt profile step``: the live decoder timed phase by phase on real trees) gives all three
 (:func:`step_costs`), fitted as linear terms whose coefficients are milliseconds.
 """
@@ -363,9 +363,9 @@ def _verify_priced(groups: dict[int, dict[int, list[float]]],
 
     The one-token step is priced as measured (:data:`OWN_KERNELS`): it multiplies matrices by a
     vector, where a step of two or more tokens multiplies matrices, and on CPUs in bf16 the
-    vector kernels are the slower ones — a 2-token step measured 7–8% below the one-token step
-    on both build hosts, record after record, and pooled, every tree's speed-up was priced that
-    much low. The autoregressive record is also the quickest reference step of every round
+    vector kernels can be the slower ones — SmolLM2's 2-token step measured 7–8% below its
+    one-token step in every trained drafter's profile on an AMX Xeon, record after record, and
+    pooled, every tree's speed-up was priced that much low. The autoregressive record is also the quickest reference step of every round
     (:func:`treeopt.profiling.step.batch_records`), so no busy moment raises it.
 
     >>> groups = {1: {1: [92.0], 2: [85.0], 3: [84.0], 5: [86.0]}}
