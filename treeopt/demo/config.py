@@ -270,8 +270,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     ``prompt_set``: default :data:`PRESET_PROMPTS`' for the model (HumanEval: 100 calibration,
     64 held-out problems), else prompts cut from the corpus.
 
-    bf16 (faster than fp32 on CPUs with AMX-BF16 or AVX512-BF16), 128 new tokens, greedy and T = 0.7
-    traces, a second prompt set of 32 requests people wrote (:data:`PRESET_PROSE`: ShareGPT's,
+    bf16 (faster than fp32 on CPUs with AMX-BF16 or AVX512-BF16), 128 new tokens, greedy and
+    T = 0.7 traces, a second prompt set of 32 requests people wrote (:data:`PRESET_PROSE`: ShareGPT's,
     in the model's chat template; else the corpus's docstrings and comments), the live check on the
     8-node tree; step profiles and one-round sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node
     trees, 8 held-out prompts × 32 tokens.

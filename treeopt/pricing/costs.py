@@ -362,11 +362,12 @@ def _verify_priced(groups: dict[int, dict[int, list[float]]],
     with the q it fell below prices both at their common mean.
 
     The one-token step is priced as measured (:data:`OWN_KERNELS`): it multiplies matrices by a
-    vector, where a step of two or more tokens multiplies matrices, and on CPUs in bf16 the
-    vector kernels can be the slower ones — SmolLM2's 2-token step measured 7–8% below its
-    one-token step in every trained drafter's profile on an AMX Xeon, record after record, and
-    pooled, every tree's speed-up was priced that much low. The autoregressive record is also the quickest reference step of every round
-    (:func:`treeopt.profiling.step.batch_records`), so no busy moment raises it.
+    vector, where a step of two or more tokens multiplies matrices, and on CPUs in bf16 the vector
+    kernels can be the slower ones — SmolLM2's 2-token step measured 7–8% below its one-token step
+    in every trained drafter's profile on an AMX Xeon, record after record, and pooled, every
+    tree's speed-up was priced that much low. The autoregressive record is also the quickest
+    reference step of every round (:func:`treeopt.profiling.step.batch_records`), so no busy
+    moment raises it.
 
     >>> groups = {1: {1: [92.0], 2: [85.0], 3: [84.0], 5: [86.0]}}
     >>> _verify_priced(groups, _medians(groups))
