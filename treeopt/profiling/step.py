@@ -23,8 +23,9 @@ autoregressive decode of the same prompts, their steps interleaved
 (:meth:`~treeopt.decoding.loop.Decoder.decode_alongside`: the reference meets the machine at the
 same moments, a few milliseconds apart, as the live comparison's does); a tree's record is its
 phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive step of the
-whole batch size, also the autoregressive record — taken from the round with the median scaled
-step (one disturbed decode moves no record). A verify time that falls as q grows is measured
+whole batch size, also the autoregressive record — the median round's, by scaled step (one
+disturbed decode among three moves no record; of an even count, the mean of the middle two: the
+lower one alone would favour the tree, since a round is disturbed on either side of the ratio). A verify time that falls as q grows is measured
 again (:data:`REMEASURES` rounds at most), and the measurement's rule applied again after.
 :func:`treeopt.pricing.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
@@ -286,13 +287,13 @@ def _phases(decoder: Decoder, shapes: Sequence[Shape], group: Sequence[Sequence[
 def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
             ) -> dict[int, Phases]:
     """Each design entry's record: entry 0 (autoregressive decoding) the fastest autoregressive
-    step of any round; every other its round with the (lower) median step after scaling each
-    round by ``fastest / its reference``.
+    step of any round; every other the median of its rounds by step after scaling each round by
+    ``fastest / its reference`` (of an even count, the mean of the middle two, phase by phase).
 
     >>> kept = _scaled({0: [(0, 2.0, 0), (0, 1.0, 0)], 1: [(1.0, 3.0, 0), (1.0, 8.0, 0)]},
-    ...                {0: [], 1: [(0, 2.0, 0), (0, 3.0, 0)]})
+    ...                {0: [], 1: [(0, 2.0, 0), (0, 4.0, 0)]})
     >>> kept[0], kept[1]
-    ((0, 1.0, 0), (0.5, 1.5, 0.0))
+    ((0, 1.0, 0), (0.375, 1.75, 0.0))
     """
     every = phases[0] + [r for rounds in reference.values() for r in rounds]
     fastest = min(every, key=sum)
@@ -302,7 +303,8 @@ def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
             continue
         scaled = sorted((tuple(x * sum(fastest) / sum(ref) for x in p)
                          for p, ref in zip(phases[j], reference[j], strict=True)), key=sum)
-        out[j] = scaled[(len(scaled) - 1) // 2]  # type: ignore[assignment]
+        middle = scaled[(len(scaled) - 1) // 2:len(scaled) // 2 + 1]
+        out[j] = tuple(sum(xs) / len(middle) for xs in zip(*middle))  # type: ignore[assignment]
     return out
 
 
