@@ -8,7 +8,7 @@ import streamlit as st
 from app_pages.choice import current_choice
 from app_pages.state import demo, demo_dataset, demo_model, page_errors
 from treeopt.workbench import plots
-from treeopt.workbench.demos import weights_missing
+from treeopt.workbench.demos import timed_elsewhere, weights_missing
 from treeopt.workbench.live import live_run, prompts_walk
 from treeopt.workbench.numbers import accept_length_text
 from treeopt.workbench.style import speedup_delta
@@ -77,6 +77,8 @@ walked = prompts_walk(held, len(prompts)) if source == HELD_OUT else None
 missing = weights_missing(bundle.manifest)
 if missing:
     st.info(f"Decoding needs the base model's weights: {missing}.")
+if elsewhere := timed_elsewhere(bundle.manifest):
+    st.info(elsewhere)
 
 if st.button("Run live verification", type="primary", key="verify_run", disabled=bool(missing)):
     with page_errors():

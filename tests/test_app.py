@@ -751,6 +751,31 @@ def test_verify_says_which_command_fetches_missing_weights(monkeypatch):
     assert at.button(key="verify_run").disabled
 
 
+@pytest.mark.parametrize("host, warned", [("amx_bf16", True), ("avx512_bf16", False)])
+def test_verify_warns_where_this_cpu_is_of_another_class_than_the_demos_profiles(
+        monkeypatch, host, warned):
+    """data/smollm2 records the CPU its figures were measured on; a host of another matrix class
+    is told that a live speed-up may differ from the prediction, one of the same class is not."""
+    from treeopt.demo.layout import demo_root
+    from treeopt.files import read_json
+    from treeopt.profiling import host as host_cpu
+
+    built = read_json(demo_root("smollm2") / "manifest.json")["environment"]["cpu"]
+    here = {"name": "a test CPU", "matmul": host if warned else built["matmul"]}
+    monkeypatch.setattr(host_cpu, "cpu_identity", lambda cpuinfo=None: here)
+    at = open_page("verify")
+    chooser = at.sidebar.selectbox(key="demo_chooser")
+    (option,) = [o for o in chooser.options if o.startswith("smollm2")]
+    chooser.set_value(option).run(timeout=300)
+    assert_clean(at)
+    notes = [i.value for i in at.info if "speed figures were measured on a CPU" in i.value]
+    assert notes == ([f"This demo's speed figures were measured on a CPU with {built['matmul']} "
+                      f"({built['name']}), this one has {host} (a test CPU): a live speed-up "
+                      "here may differ from the predicted one (acceptance does not depend on "
+                      "the CPU). `treeopt demo build --redo timing` measures them on this host."]
+                     if warned else [])
+
+
 def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(tmp_path,
                                                                                monkeypatch):
     """A demo of the weightless drafters alone (data/smollm2 without its trained drafters'

@@ -13,6 +13,7 @@ from typing import Any
 from treeopt.assets.registry import ASSETS, fetched, missing_hint
 from treeopt.demo.layout import default_root
 from treeopt.files import read_json
+from treeopt.profiling.host import other_cpu
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,26 @@ def build_host(manifest: Mapping[str, Any]) -> str:
     if isinstance(threads, int):
         what += f"; {threads} thread{'s' if threads != 1 else ''}"
     return f"the machine that built it ({what})"
+
+
+def timed_elsewhere(manifest: Mapping[str, Any], here: dict[str, Any] | None = None,
+                    ) -> str | None:
+    """One line where the demo's speed figures were measured on a CPU of another matrix class
+    than this host's (``here``, default this one): the speed-ups it predicts may not hold for a
+    live run here, though its acceptance does; None where the class is the same or not known.
+
+    >>> xeon = {"environment": {"cpu": {"name": "Intel Xeon", "matmul": "amx_bf16"}}}
+    >>> timed_elsewhere(xeon, {"name": "AMD EPYC", "matmul": "avx512_bf16"})[:62]
+    "This demo's speed figures were measured on a CPU with amx_bf16"
+    >>> timed_elsewhere(xeon, {"name": "another Xeon", "matmul": "amx_bf16"}) is None
+    True
+    """
+    why = other_cpu(manifest.get("environment", {}).get("cpu"), here)
+    if why is None:
+        return None
+    return (f"This demo's speed figures were {why}: a live speed-up here may differ from the "
+            "predicted one (acceptance does not depend on the CPU). `treeopt demo build --redo "
+            "timing` measures them on this host.")
 
 
 def base_model_name(manifest: Mapping[str, Any]) -> str:
@@ -102,4 +123,5 @@ def available_demos() -> list[DemoEntry]:
     return [DemoEntry(r.name, r, base_model_name(read_json(r / "manifest.json"))) for r in roots]
 
 
-__all__ = ["DemoEntry", "available_demos", "base_model_name", "build_host", "weights_missing"]
+__all__ = ["DemoEntry", "available_demos", "base_model_name", "build_host", "timed_elsewhere",
+           "weights_missing"]
