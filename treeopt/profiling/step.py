@@ -25,8 +25,9 @@ same moments, a few milliseconds apart, as the live comparison's does); a tree's
 phases scaled by ``fastest / reference`` — ``fastest`` the quickest autoregressive step of the
 whole batch size, also the autoregressive record — the median round's, by scaled step (one
 disturbed decode among three moves no record; of an even count, the mean of the middle two: the
-lower one alone would favour the tree, since a round is disturbed on either side of the ratio). A verify time that falls as q grows is measured
-again (:data:`REMEASURES` rounds at most), and the measurement's rule applied again after.
+lower one alone would favour the tree, a round being disturbed on either side of the ratio). A
+verify time that falls as q grows is measured again (:data:`REMEASURES` rounds at most), and the
+measurement's rule applied again after.
 :func:`treeopt.pricing.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 The file is a :class:`~treeopt.documents.step_profile.StepProfile` (``steps`` ``"steady"``), written
@@ -304,7 +305,8 @@ def _scaled(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
         scaled = sorted((tuple(x * sum(fastest) / sum(ref) for x in p)
                          for p, ref in zip(phases[j], reference[j], strict=True)), key=sum)
         middle = scaled[(len(scaled) - 1) // 2:len(scaled) // 2 + 1]
-        out[j] = tuple(sum(xs) / len(middle) for xs in zip(*middle))  # type: ignore[assignment]
+        out[j] = tuple(sum(xs) / len(middle)  # type: ignore[assignment]
+                       for xs in zip(*middle, strict=True))
     return out
 
 
