@@ -52,13 +52,12 @@ class Demo:
         """One line per step profile measured on a CPU of another matrix class than this host's
         (:func:`~treeopt.profiling.host.other_cpu`): its predictions may not hold here."""
         from treeopt.documents.step_profile import StepProfile
-        from treeopt.profiling.host import cpu_identity, other_cpu
+        from treeopt.profiling.host import other_cpu
 
-        here, lines = cpu_identity(), []  # this host read once, not once per profile
+        lines = []
         for kind in self.kinds:
             path = self.step_profile(kind)
-            if path is not None and (why := other_cpu(StepProfile.load(path).meta.get("cpu"),
-                                                      here)):
+            if path is not None and (why := other_cpu(StepProfile.load(path).meta.get("cpu"))):
                 lines.append(f"warning: {path}: {why}; its predictions may "
                              f"not hold here (treeopt demo build --redo timing measures this host)")
         return lines

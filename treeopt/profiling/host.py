@@ -7,6 +7,7 @@ profile priced on a host of another matrix class misprices every tree. Read from
 
 from __future__ import annotations
 
+import functools
 import platform
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ MATMUL_CLASSES = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # widest first
 
 
 def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
-    """``{"name": …, "matmul": …}`` of this host's CPU (``matmul`` None where unknown).
+    """``{"name": …, "matmul": …}`` of the CPU ``cpuinfo`` describes (default this host's, read
+    from ``/proc/cpuinfo`` once per process); ``matmul`` None where unknown.
 
     >>> cpu_identity("model name\\t: AMD EPYC\\nflags\\t\\t: fpu avx2 avx512f avx512_bf16\\n")
     {'name': 'AMD EPYC', 'matmul': 'avx512_bf16'}
@@ -23,8 +25,7 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
     True
     """
     if cpuinfo is None:
-        path = Path("/proc/cpuinfo")
-        cpuinfo = path.read_text(errors="replace") if path.is_file() else ""
+        return dict(_this_host())
     name, flags = platform.processor() or "unknown", set()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
@@ -33,6 +34,13 @@ def cpu_identity(cpuinfo: str | None = None) -> dict[str, Any]:
         elif key.strip() == "flags":
             flags = set(value.split())
     return {"name": name, "matmul": next((c for c in MATMUL_CLASSES if c in flags), None)}
+
+
+@functools.cache
+def _this_host() -> dict[str, Any]:
+    """This host's identity, read once per process (a page rerun or a loop asks again)."""
+    path = Path("/proc/cpuinfo")
+    return cpu_identity(path.read_text(errors="replace") if path.is_file() else "")
 
 
 def other_cpu(recorded: Any, here: dict[str, Any] | None = None) -> str | None:
