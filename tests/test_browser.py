@@ -109,6 +109,18 @@ def browser():
             b.close()
 
 
+# Every action and wait (a click included) may take this long: on a loaded host streamlit can
+# sit on a rerun well past Playwright's default of 30 s before the sidebar answers a click.
+ACTION_TIMEOUT_MS = 180_000
+
+
+def open_page(browser):
+    """A fresh context and page at the test viewport, every action's timeout generous."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    return context, context.new_page()
+
+
 SETTLED = """() => !document.querySelector('[data-testid="stStatusWidget"]')
     && !document.querySelector('[data-stale="true"]')
     && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
@@ -158,21 +170,20 @@ def screenshot(page, name: str) -> None:
 
 def test_every_page_renders_and_verify_is_lossless(app_url, browser):
     ARTIFACTS.mkdir(exist_ok=True)
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    context, page = open_page(browser)
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
         for name in PAGES:
             page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
-            page.get_by_role("heading", name=name, level=1).wait_for(timeout=180_000)
+            page.get_by_role("heading", name=name, level=1).wait_for()
             settle(page)
             assert_no_failure(page, name)
             screenshot(page, name.lower())
         page.get_by_role("button", name="Run live verification").click()
         outcome = page.get_by_text("Lossless", exact=False).or_(
             page.locator('[data-testid="stAlertContentError"]'))
-        outcome.first.wait_for(timeout=180_000)
+        outcome.first.wait_for()
         settle(page)
         assert_no_failure(page, "Verify after the run")
         assert page.locator('[data-testid="stMetric"]').count() == 4
@@ -191,15 +202,14 @@ def test_the_first_view_shows_what_the_cli_prints(app_url, browser, demo_cli):
 
     view = demo_overview(load(with_model=False))
     printed = [p for p in demo_cli["choice"]["points"] if p["context"] == view.context]
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    context, page = open_page(browser)
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
         metrics = page.locator('[data-testid="stMetric"]')
         # the heading is drawn before the answer is computed: on a busy host the page can sit
         # quiet between the two for longer than settle's quiet spell
-        metrics.first.wait_for(timeout=180_000)
+        metrics.first.wait_for()
         settle(page)
         assert_no_failure(page, "Overview")
         shown = [(metrics.nth(i).locator('[data-testid="stMetricLabel"]').inner_text().strip(),
@@ -250,7 +260,7 @@ def choose_demo(page, name: str) -> None:
     base = base_model_name(read_json(root / "manifest.json"))
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').click()
     page.get_by_role("option", name=DemoEntry(root.name, root, base).label).click()
-    page.get_by_text(base, exact=False).first.wait_for(timeout=180_000)
+    page.get_by_text(base, exact=False).first.wait_for()
 
 
 def assert_every_engine_tab_holds_a_file_or_a_reason(page, where: str) -> None:
@@ -280,20 +290,19 @@ def test_a_newcomer_follows_the_pick_to_every_page_at_every_batch_size(app_url, 
     view = demo_overview(load(demo_root(demo_name), with_model=False))
     answers = [a for a in view.answers if a.tree.size]
     assert answers, f"{demo_name}: the Overview recommends no tree at any batch size"
-    context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    context, page = open_page(browser)
     try:
         page.goto(app_url)
-        page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
+        page.get_by_role("heading", name="Overview", level=1).wait_for()
         choose_demo(page, demo_name)
         for i, a in enumerate(answers):
             page.locator('[data-testid="stSidebarNav"] a', has_text="Overview").click()
-            page.get_by_role("heading", name="Overview", level=1).wait_for(timeout=180_000)
-            page.get_by_role("button", name="Use this tree").nth(i).wait_for(timeout=180_000)
+            page.get_by_role("heading", name="Overview", level=1).wait_for()
+            page.get_by_role("button", name="Use this tree").nth(i).wait_for()
             settle(page)
             page.get_by_role("button", name="Use this tree").nth(i).click()
             confirmed = page.get_by_text(f"Chosen: {a.drafter} · select's pick")
-            confirmed.wait_for(timeout=180_000)
+            confirmed.wait_for()
             said = confirmed.inner_text().removeprefix("Chosen: ").split(". Trees,")[0]
             assert f"at batch {a.batch} · " in said and f"{a.tree.size} node" in said
             if i == 0:
@@ -301,7 +310,7 @@ def test_a_newcomer_follows_the_pick_to_every_page_at_every_batch_size(app_url, 
                 screenshot(page, f"{demo_name}-overview-chosen")
             for name in FOLLOWING:
                 page.locator('[data-testid="stSidebarNav"] a', has_text=name).click()
-                page.get_by_role("heading", name=name, level=1).wait_for(timeout=180_000)
+                page.get_by_role("heading", name=name, level=1).wait_for()
                 settle(page)
                 where = f"{demo_name} {name} at batch {a.batch}"
                 assert_no_failure(page, where)
