@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)s)")
     _add_verify_measurement(p)
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
+    p.add_argument("--drafted-only", action="store_true",
+                   help="a lookup drafter's chain is verified only as far as it was drafted, "
+                        "not at its full depth with holes (default: as the selection's point "
+                        "was priced, select --drafted-only; else off)")
     add_decode_mode_flags(p)
     _add_compile(p)
     add_out(p)
@@ -222,11 +226,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from treeopt.decoding.verify import Verification, verify
     from treeopt.documents.prompts import read_texts
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.tree_files import load_tree_arg
+    from treeopt.pricing.tree_files import load_tree_arg, picks_drafted_chain
 
     tree = load_tree_arg(args.tree, size=args.size, fmt=args.tree_format, batch=args.batch,
                          context=args.context, decoding_batch=True)
-    decoding = decode_config(args)  # bad flags fail before anything loads
+    drafted = args.drafted_only or picks_drafted_chain(args.tree, batch=args.batch,
+                                                       context=args.context)
+    decoding = replace(decode_config(args), drafted_only=drafted)  # bad flags fail first
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:
         check_trace_sampling(trace, decoding, source=args.trace)

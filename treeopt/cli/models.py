@@ -315,6 +315,6 @@ def cmd_trace_merge(args: argparse.Namespace) -> int:
     merged = merge_traces(traces, names=args.shards)
     meta = {k: v for k, v in merged.meta.items() if k != "fingerprint"}
     meta["positions"] = merged.positions
-    RankTrace(merged.ranks, meta).save(args.out)
+    merged.with_meta(meta).save(args.out)
     print(f"wrote {args.out}", file=sys.stderr)
     return emit({"trace": args.out, "positions": merged.positions, "shards": len(traces)}, None)

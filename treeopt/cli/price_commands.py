@@ -55,6 +55,10 @@ def register_select(sub: argparse._SubParsersAction) -> None:
                    help="calibration trace: E[L] of every tree from its per-step walk, and "
                         "the trees of a per-step greedy growth priced beside the growth's "
                         "(default: the per-step E[L] the growth stores, where it has it)")
+    p.add_argument("--drafted-only", action="store_true",
+                   help="a lookup drafter's chains verified only as far as they were drafted "
+                        "(verify --drafted-only; Hugging Face's prompt lookup, vLLM's ngram): "
+                        "price them too, from the drafted lengths --trace records")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
     p.add_argument("--draft-heads", type=int, metavar="K",
                    help="heads the drafter has, for --draft-kind")
@@ -144,7 +148,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     draft = select_sources.hybrid_draft(growth, profile, draft)
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
-                      context=args.context, depth_caps=args.max_depths, trace=trace)
+                      context=args.context, depth_caps=args.max_depths, trace=trace,
+                      drafted_only=args.drafted_only)
     if (note := per_step_note(selection)) is not None:
         print(f"note: {note}", file=sys.stderr)
     _print_per_batch_k(selection)

@@ -79,7 +79,7 @@ class BatchRun:
         self.keys = streams[:rows].clone()  # [b]: each row's sampling stream
         self.prefixes = Prefixes(cache, scratch=cache.capacity - 1)
         self.drafting = Drafting(heads, drafts=trees.drafts, batch=rows,
-                                 capacity=cache.capacity)
+                                 capacity=cache.capacity, drafted_only=cfg.drafted_only)
         self.root = torch.zeros(0, dtype=torch.long)  # [b]: each row's next root (begin)
         self.iterations = 0
 

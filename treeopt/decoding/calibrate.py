@@ -274,8 +274,19 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
     kept = {} if cache is None else {"requests": [list(map(int, q)) for q in seqs],
                                      "starts": starts}
+    drafted = _drafted(heads, seqs, starts) if config.source == "greedy" else None
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
-                           "sequence_positions": [len(r) for r in ranks], **kept})
+                           "sequence_positions": [len(r) for r in ranks], **kept}, drafted)
+
+
+def _drafted(heads: Drafter, seqs: Sequence[Sequence[int]],
+             starts: Sequence[int]) -> np.ndarray | None:
+    """The drafter's chain length at every recorded position, where it records one (a lookup
+    drafter's: :meth:`~treeopt.decoding.drafter.Drafter.drafted_depths`)."""
+    per = [heads.drafted_depths(s, st) for s, st in zip(seqs, starts, strict=True)]
+    if not per or any(d is None for d in per):
+        return None
+    return np.concatenate(per)
 
 
 def _check_order(heads: Drafter, config: CalibrateConfig) -> None:
@@ -295,7 +306,7 @@ def _check_order(heads: Drafter, config: CalibrateConfig) -> None:
 def _without_requests(trace: RankTrace) -> RankTrace:
     """A chunk's trace less the requests it kept for resuming."""
     meta = {k: v for k, v in trace.meta.items() if k not in ("requests", "starts")}
-    return RankTrace(trace.ranks, meta)
+    return trace.with_meta(meta)
 
 
 def _model_label(model: PreTrainedModel) -> str:
@@ -312,7 +323,7 @@ def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
     sampled = {"sampling": config.sampling} if config.sampling else {}
     ordered = ({"request_order": _request_order(int(merged.meta.get("sequences", 0)), config)}
                if heads.kind.request_cache else {})
-    return RankTrace(merged.ranks, {
+    return merged.with_meta({
         **meta, **ordered, "head_kind": heads.config.kind, "num_heads": K,
         "heads_config": heads.config.to_dict(), "top_k": config.top_k,
         "source": "sampled" if sampled else config.source,

@@ -19,6 +19,8 @@ class DecodeConfig:
     (0: off) and ``top_p`` (1: off), per-position seeded by ``seed`` (:mod:`treeopt.decoding.
     sampling`); ``typical`` — Medusa's typical acceptance (ε ``posterior_threshold``, α
     ``posterior_alpha``, None meaning √ε as in the Medusa paper), not lossless.
+    ``drafted_only``: a lookup drafter's chain (prompt lookup, the n-gram trie, suffix
+    decoding) is verified only as deep as it was drafted, not at its full depth with holes.
     """
 
     max_new_tokens: int = 128
@@ -30,6 +32,7 @@ class DecodeConfig:
     posterior_alpha: float | None = None
     eos_token_id: int | None = None
     seed: int = 0
+    drafted_only: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -39,6 +39,7 @@ class Drafter(nn.Module):
     - :meth:`draft`: a live step's tree tokens for every row, batched;
     - :meth:`draft_dynamic`, :meth:`rank_dynamic`: the same for dynamic trees, in the kinds
       whose ``kind.dynamic`` is true;
+    - :meth:`drafted_depths`: a lookup drafter's chain length at every position, teacher-forced;
     - :meth:`request_cache`, :meth:`rank_requests`, :meth:`remember_requests`: calibration
       of a kind whose drafts read earlier requests' outputs (``kind.request_cache``), request
       by request in order; :meth:`finish`: a live request's end, the output such a kind keeps;
@@ -65,6 +66,12 @@ class Drafter(nn.Module):
         Returns int16 ``[b, T-1-K, K]``: the rank, or -1 beyond ``top_k``.
         """
         raise NotImplementedError
+
+    def drafted_depths(self, sequence: Sequence[int], start: int) -> npt.NDArray[np.int16] | None:
+        """How many tokens its own top-1 chain holds at each position :meth:`rank_depths`
+        records from ``start`` (0 … K, teacher-forced along ``sequence``): a lookup drafter's,
+        whose chain may end early (the rest holes); None for a kind that always drafts all K."""
+        return None
 
     def request_cache(self) -> RequestCache:
         """An empty cache of requests' outputs, for a kind that drafts from one

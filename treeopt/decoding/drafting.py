@@ -4,7 +4,10 @@ step's tree tokens; a new prompt's state taking a row's place.
 A run without heads, or with an empty static tree, drafts nothing: its step is the root alone
 (autoregressive decoding). A lookup drafter (prompt lookup, an n-gram trie) leaves a node it has
 no candidate for as token -1, a hole: the verifier reads it as token 0 (:func:`fill_holes`),
-and acceptance never accepts it, since no model token is -1.
+and acceptance never accepts it, since no model token is -1. With ``drafted_only``
+(:attr:`~treeopt.decoding.config.DecodeConfig.drafted_only`), a lookup drafter's chain is
+verified only as deep as some row drafted it (:func:`drafted_chain`), as Hugging Face's prompt
+lookup and vLLM's ``ngram`` and ``suffix`` methods verify their drafts.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import torch
 
 from treeopt.decoding.drafter import Drafter, LiveState
 from treeopt.decoding.dynamic_drafting import RowPlan
-from treeopt.decoding.plan import TreePlan
+from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.tree import Tree
 
 
 def fill_holes(tokens: torch.Tensor) -> torch.Tensor:
@@ -26,15 +30,41 @@ def fill_holes(tokens: torch.Tensor) -> torch.Tensor:
     return tokens.clamp_min(0)
 
 
+def drafted_lengths(tokens: torch.Tensor) -> torch.Tensor:
+    """Each row's drafted chain length: the tokens after the root before its first hole.
+
+    >>> drafted_lengths(torch.tensor([[5, 3, 4, -1], [5, -1, -1, -1], [5, 3, 4, 2]])).tolist()
+    [2, 0, 3]
+    """
+    return (tokens[:, 1:] >= 0).long().cumprod(dim=1).sum(dim=1)
+
+
+def drafted_chain(tokens: torch.Tensor, plan: TreePlan) -> tuple[torch.Tensor, TreePlan]:
+    """A chain step cut below its holes: the root and the first m chain tokens, m the longest
+    any row drafted, and the plan of that chain (``plan`` itself where no row left a hole).
+
+    >>> p = tree_plan(Tree.chain(3), "cpu")
+    >>> t, q = drafted_chain(torch.tensor([[9, 3, -1, -1], [9, -1, -1, -1]]), p)
+    >>> t.tolist(), q.tree.size
+    ([[9, 3], [9, -1]], 1)
+    """
+    m = int(drafted_lengths(tokens).max()) if tokens.shape[0] else 0
+    if m == plan.tree.size:
+        return tokens, plan
+    return tokens[:, : m + 1], tree_plan(Tree.chain(m), str(tokens.device))
+
+
 class Drafting:
     """``heads`` drafting a run of ``batch`` rows (``drafts``: whether its steps draft at all);
     ``h`` the features they read next (set by :meth:`prefilled`), ``state`` their live state."""
 
     def __init__(self, heads: Drafter | None, *, drafts: bool, batch: int,
-                 capacity: int) -> None:
+                 capacity: int, drafted_only: bool = False) -> None:
         self.heads, self.capacity = heads, capacity
         self.drafts = drafts and heads is not None
         self.holes = self.drafts and heads.kind.lookup  # a lookup drafter leaves holes
+        # chains cut below their holes: a lookup drafter's own (a hybrid's chain sits in a tree)
+        self.cut = drafted_only and self.holes and not heads.kind.hybrid
         self.state: LiveState = (heads.start(batch=batch, capacity=capacity)
                                  if heads is not None else None)
         self.h = torch.zeros(0)
@@ -54,7 +84,10 @@ class Drafting:
             return root[:, None], shape
         if isinstance(shape, DynamicSettings):
             return self.heads.draft_dynamic(shape, self.h, root, self.state)
-        return self.heads.draft(shape, self.h, root, self.state), shape
+        tokens = self.heads.draft(shape, self.h, root, self.state)
+        if self.cut and shape.tree == Tree.chain(shape.tree.depth):
+            return drafted_chain(tokens, shape)
+        return tokens, shape
 
     def verifiable(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens`` as the verifier reads them (holes filled, for a lookup drafter)."""

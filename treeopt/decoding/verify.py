@@ -128,7 +128,8 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
                               [len(t) for t in result.tree_outputs])
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
-        run={**(meta or {}), "attention": attention_of(model)},
+        run={**(meta or {}), "attention": attention_of(model),
+             **({"drafted_only": True} if config.drafted_only else {})},
         batching="continuous" if run.continuous else "static", divergences=divergences)
 
 

@@ -137,6 +137,21 @@ def chain_ranks(sequence: Sequence[int], start: int, rule: LookupRule, depth: in
     return out
 
 
+def chain_lengths(sequence: Sequence[int], start: int, rule: LookupRule, depth: int,
+                  ) -> npt.NDArray[np.int16]:
+    """How many tokens the prompt-lookup chain of ``depth`` holds at each position of
+    :func:`chain_ranks` (teacher-forced along ``sequence``): 0 where no n-gram matched.
+
+    >>> chain_lengths([1, 2, 3, 1, 2, 3, 1, 2], 2, LookupRule(min_n=1, max_n=2), 2).tolist()
+    [2, 2, 2]
+    >>> chain_lengths([1, 2, 3, 4, 5, 6], 0, LookupRule(min_n=1, max_n=2), 2).tolist()
+    [0, 0, 0]
+    """
+    index = NgramIndex(rule)
+    return np.array([len(index.propose(depth))
+                     for _ in forced_positions(sequence, start, depth, index)], dtype=np.int16)
+
+
 class Extendable(Protocol):
     """A token index grown one token at a time (:class:`NgramIndex`, a trie's index)."""
 

@@ -261,6 +261,24 @@ def reference_candidates(context: Sequence[int], path: Sequence[int], rule: Trie
     return out[:limit]
 
 
+def trie_chain_lengths(sequence: Sequence[int], start: int, rule: TrieRule, depth: int,
+                       ) -> npt.NDArray[np.int16]:
+    """How many tokens the trie's top-1 chain of ``depth`` holds at each position of
+    :func:`trie_ranks` (each token the first candidate below the one before it): 0 where the
+    context's last token never occurred before.
+
+    >>> trie_chain_lengths([1, 2, 3, 1, 2, 4, 1, 2, 3], 3, TrieRule(max_trie_depth=4), 2).tolist()
+    [2, 0, 2]
+    """
+    index = TrieIndex(rule)
+    parents, ranks = list(range(-1, depth - 1)), [0] * depth
+    out = []
+    for _ in forced_positions(sequence, start, depth, index):
+        chain = index.draft(parents, ranks)
+        out.append(chain.index(-1) if -1 in chain else depth)
+    return np.array(out, dtype=np.int16)
+
+
 def trie_ranks(sequence: Sequence[int], start: int, rule: TrieRule, depth: int, *,
                top_k: int) -> npt.NDArray[np.int16]:
     """The rank trace ``[positions, depth]`` of the trie drafter over ``sequence`` (prompt and

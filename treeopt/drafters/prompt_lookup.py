@@ -32,7 +32,7 @@ import torch
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_ranks
+from treeopt.drafters.ngram import LookupRule, NgramIndex, chain_lengths, chain_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.tree import Tree
@@ -91,6 +91,11 @@ class PromptLookup(Drafter):
         only what precedes it, so padding changes nothing that is kept."""
         K = self.config.num_heads
         return stacked_ranks(stream, K, lambda row: chain_ranks(row, 0, self.rule, K))
+
+    def drafted_depths(self, sequence: Sequence[int], start: int) -> npt.NDArray[np.int16]:
+        """The lookup chain's length at each recorded position (:func:`~treeopt.drafters.
+        ngram.chain_lengths`)."""
+        return chain_lengths(sequence, start, self.rule, self.config.num_heads)
 
     def start(self, *, batch: int, capacity: int) -> LookupState:
         return LookupState([NgramIndex(self.rule) for _ in range(batch)])

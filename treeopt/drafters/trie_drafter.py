@@ -23,14 +23,22 @@ kind ``ngram-trie`` holds the same settings (:func:`load_trie`).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
-from treeopt.drafters.ngram_trie import TrieIndex, TrieRule, trie_ranks
+from treeopt.drafters.ngram_trie import (
+    TrieIndex,
+    TrieRule,
+    trie_chain_lengths,
+    trie_ranks,
+)
 from treeopt.drafters.prompt_lookup import (
     LookupState,
     PromptLookup,
@@ -86,6 +94,11 @@ class TrieDrafter(Drafter):
         reads only what precedes it, so padding changes nothing that is kept."""
         K = self.config.num_heads
         return stacked_ranks(stream, K, lambda row: trie_ranks(row, 0, self.rule, K, top_k=top_k))
+
+    def drafted_depths(self, sequence: Sequence[int], start: int) -> npt.NDArray[np.int16]:
+        """The trie's top-1 chain length at each recorded position (:func:`~treeopt.drafters.
+        ngram_trie.trie_chain_lengths`)."""
+        return trie_chain_lengths(sequence, start, self.rule, self.config.num_heads)
 
     def start(self, *, batch: int, capacity: int) -> LookupState:
         return LookupState([TrieIndex(self.rule) for _ in range(batch)])

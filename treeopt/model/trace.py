@@ -4,6 +4,11 @@
 (head k fed what it would see during decoding if the path so far were correct), or -1 when that
 token is not within the recorded top-k. Under greedy verification this array is an exact
 substrate for simulating any static tree (the README's "Why a rank trace makes simulation exact").
+
+A lookup drafter's trace (prompt lookup, the n-gram trie) also records ``drafted[t]``: how many
+tokens its own top-1 chain held at position t (0 … heads; the rest of its depths were holes).
+A step that verifies only the drafted chain (:attr:`~treeopt.decoding.config.DecodeConfig.
+drafted_only`) is priced by it (:mod:`treeopt.pricing.drafted`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class RankTrace:
 
     ranks: npt.NDArray[np.int16]
     meta: dict[str, Any] = field(default_factory=dict)
+    drafted: npt.NDArray[np.int16] | None = None  # [positions]: the drafter's chain length
 
     def __post_init__(self) -> None:
         r = np.asarray(self.ranks)
@@ -58,6 +64,8 @@ class RankTrace:
         if not isinstance(self.meta, dict):
             raise TreeoptError(f"rank trace: meta must be a dict, got {type(self.meta).__name__}")
         _check_top_k(r, self.meta.get("top_k"))
+        if self.drafted is not None:
+            object.__setattr__(self, "drafted", _checked_drafted(self.drafted, r.shape))
         try:  # meta must be JSON-serialisable; fail early, not at save time
             json.dumps(self.meta)
         except (TypeError, ValueError) as exc:
@@ -126,7 +134,7 @@ class RankTrace:
         kept = [n if c is None else min(n, c) for n, c in zip(counts[:count], cuts, strict=True)]
         rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
         return RankTrace(self.ranks[rows], {**self.meta, "sequence_positions": kept,
-                                            "sequences": count})
+                                            "sequences": count}, self._drafted_at(rows))
 
     def sequence_lengths(self, *, source: str | None = None) -> list[int]:
         """Positions per sequence, for a figure that runs each sequence as a row of a batch (a
@@ -172,7 +180,8 @@ class RankTrace:
         return RankTrace(self.ranks, {
             **self.meta, "sequence_positions": [counts[i] for i in kept],
             "sequences": len(kept),
-            "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n])})
+            "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n])},
+            self.drafted)
 
     def first_positions(self, positions: int) -> RankTrace:
         """Every sequence cut to its first ``positions`` positions: what a live run of that many
@@ -205,7 +214,16 @@ class RankTrace:
         order = np.random.default_rng(seed).permutation(self.positions)
         cut = int(round(fraction * self.positions))
         a, b = np.sort(order[:cut]), np.sort(order[cut:])
-        return (RankTrace(self.ranks[a], dict(self.meta)), RankTrace(self.ranks[b], dict(self.meta)))
+        return (RankTrace(self.ranks[a], dict(self.meta), self._drafted_at(a)),
+                RankTrace(self.ranks[b], dict(self.meta), self._drafted_at(b)))
+
+    def _drafted_at(self, rows: npt.NDArray[np.int64] | slice) -> npt.NDArray[np.int16] | None:
+        """The drafted chain lengths of ``rows`` (None where the trace records none)."""
+        return None if self.drafted is None else self.drafted[rows]
+
+    def with_meta(self, meta: dict[str, Any]) -> RankTrace:
+        """The same positions (ranks and drafted lengths) with ``meta`` instead."""
+        return RankTrace(self.ranks, meta, self.drafted)
 
     # ----- files --------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -214,8 +232,10 @@ class RankTrace:
         meta.setdefault("created", datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
         def write(tmp: Path) -> None:
+            extra = {} if self.drafted is None else {"drafted": self.drafted}
             with open(tmp, "wb") as fh:
-                np.savez_compressed(fh, ranks=self.ranks, meta=np.array(json.dumps(meta)))
+                np.savez_compressed(fh, ranks=self.ranks, meta=np.array(json.dumps(meta)),
+                                    **extra)
 
         return atomic_write(path, write)
 
@@ -240,6 +260,7 @@ class RankTrace:
                         f"{p}: not a rank trace (needs arrays 'ranks' and 'meta', has {sorted(files)})"
                     )
                 ranks, meta_raw = z["ranks"], z["meta"]
+                drafted = z["drafted"] if "drafted" in files else None
         except FileNotFoundError:
             raise TreeoptError(f"{p}: no such file") from None
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
@@ -259,9 +280,33 @@ class RankTrace:
             raise TreeoptError(f"{p}: 'ranks' has shape {ranks.shape}, expected [positions, heads]")
         meta.pop("format")
         try:
-            return cls(ranks, meta)
+            return cls(ranks, meta, drafted)
         except TreeoptError as exc:
             raise TreeoptError(f"{p}: {exc}") from None
+
+
+def _checked_drafted(drafted: npt.ArrayLike, shape: tuple[int, ...]) -> npt.NDArray[np.int16]:
+    """``drafted`` as a read-only int16 array of one length per position, each 0 … heads.
+
+    >>> _checked_drafted([0, 2], (2, 2)).tolist()
+    [0, 2]
+    >>> try:
+    ...     _checked_drafted([0, 3], (2, 2))
+    ... except TreeoptError as exc:
+    ...     print(exc)
+    rank trace: drafted length 3 at position 1 is outside 0 … 2 (the heads)
+    """
+    d = np.asarray(drafted)
+    if d.shape != shape[:1] or (d.size and not np.issubdtype(d.dtype, np.integer)):
+        raise TreeoptError(f"rank trace: 'drafted' must hold one integer per position "
+                           f"({shape[0]}), got shape {list(d.shape)} of {d.dtype}")
+    bad = np.flatnonzero((d < 0) | (d > shape[1]))
+    if bad.size:
+        raise TreeoptError(f"rank trace: drafted length {int(d[bad[0]])} at position "
+                           f"{int(bad[0])} is outside 0 … {shape[1]} (the heads)")
+    d = np.ascontiguousarray(d, dtype=np.int16)
+    d.setflags(write=False)
+    return d
 
 
 def _check_top_k(ranks: npt.NDArray[np.int16], top_k: Any) -> None:
@@ -314,7 +359,9 @@ def merge_traces(traces: Sequence[RankTrace], *, names: Sequence[str] | None = N
     else:
         meta.pop("sequence_positions", None)
     meta["merged_shards"] = len(traces)
-    return RankTrace(np.concatenate([t.ranks for t in traces], axis=0), meta)
+    drafted = (np.concatenate([t.drafted for t in traces])
+               if all(t.drafted is not None for t in traces) else None)
+    return RankTrace(np.concatenate([t.ranks for t in traces], axis=0), meta, drafted)
 
 
 # meta that differs between the shards of one run; everything else describes the run itself

@@ -26,9 +26,11 @@ from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER
 from treeopt.model.tree import Tree
 from treeopt.pricing.chains import ChainTable, chain_method
 from treeopt.pricing.contexts import pick_context
+from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.per_batch_k import vllm_per_batch
 
 SELECTION_FORMAT = "treeopt.selection/1"
+POINT_FAMILIES = (*FAMILIES, DRAFTED_CHAIN)  # the trees a point's best one may come from
 FORMULA = "b·E[L](T) / (t_verify(b, s, |T|+1) + t_draft(T, b) + t_overhead(b, |T|+1, depth(T)))"
 
 
@@ -66,7 +68,7 @@ class Point:
     max_paying_size: int  # largest size still faster than autoregressive decoding
     curve: Curve
     by_depth_cap: tuple[DepthCapBest, ...] = ()  # the growth order's families, one per cap
-    family: str = GROWTH_ORDER  # the trees the best one comes from (FAMILIES)
+    family: str = GROWTH_ORDER  # the trees the best one comes from (POINT_FAMILIES)
 
     @property
     def best_size(self) -> int:
@@ -137,9 +139,9 @@ class Point:
 def _family(doc: dict[str, Any], where: str) -> str:
     """The family a point's tree comes from (a file without the key: the growth order)."""
     family = doc.get("family", GROWTH_ORDER)
-    if family not in FAMILIES:
+    if family not in POINT_FAMILIES:
         raise TreeoptError(f"{where}: family {family!r}: expected one of "
-                           f"{', '.join(map(repr, FAMILIES))}")
+                           f"{', '.join(map(repr, POINT_FAMILIES))}")
     return str(family)
 
 

@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 def price(growth: Growth, verify: StepLatency, *, draft: DraftCost = NO_DRAFT,
           overhead: OverheadCost = NO_OVERHEAD, batch: Sequence[int] | None = None,
           context: Sequence[int] | None = None, depth_caps: Sequence[int] | None = None,
-          trace: RankTrace | None = None, search_per_step: bool = True) -> Selection:
+          trace: RankTrace | None = None, search_per_step: bool = True,
+          drafted_only: bool = False) -> Selection:
     """Best tree per (batch, context) — by default every point the latency source has
     (:func:`~treeopt.pricing.throughput.select`)."""
     return select(growth, verify, batch=batch or verify.batches, context=context or
                   verify.contexts, draft=draft, overhead=overhead, depth_caps=depth_caps,
-                  trace=trace, search_per_step=search_per_step)
+                  trace=trace, search_per_step=search_per_step, drafted_only=drafted_only)
 
 
 def saved_roofline_latency(path: str | os.PathLike[str], *, model: ModelConfig | None = None,

@@ -13,8 +13,10 @@ step: what a live run measures): of the calibration trace when one is given, els
 E[L] the growth stores. Only a growth without it (or depth caps without a trace) is priced with
 its position-weighted E[L], and the selection's ``growth.acceptance`` says so. Given the trace,
 the trees of a per-step greedy growth (:mod:`treeopt.model.step_growth`) are priced beside the
-growth order's, the faster tree is picked, and each point names its ``family``. The result is a
-:class:`~treeopt.pricing.selection.Selection`.
+growth order's, the faster tree is picked, and each point names its ``family``. With
+``drafted_only`` (a lookup drafter's trace that records its chain lengths), the chains verified
+only as far as they were drafted are priced beside them (:mod:`treeopt.pricing.drafted`, family
+``drafted chain``). The result is a :class:`~treeopt.pricing.selection.Selection`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from treeopt.pricing.costs import (
     expanded_nodes,
     throughput,
 )
+from treeopt.pricing.drafted import DRAFTED_CHAIN, drafted_throughput
 from treeopt.pricing.selection import Curve, DepthCapBest, Point, Selection
 
 MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
@@ -57,7 +60,8 @@ class _Family:
     expanded: list[tuple[int, ...]]
     tree: Callable[[int], Tree]
     paths: list[Path] | None = None  # T_n = the first n paths, where the trees are so nested
-    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY
+    family: str = GROWTH_ORDER  # or PER_STEP_GREEDY, DRAFTED_CHAIN
+    drafted: RankTrace | None = None  # DRAFTED_CHAIN: the trace its steps' drafts are read from
 
 
 def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None,
@@ -120,9 +124,25 @@ def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
     return _Family(fam.max_depth, ell, fam.expanded, fam.tree, fam.paths)
 
 
+def _drafted_chains(growth: Growth, trace: RankTrace, max_size: int) -> _Family:
+    """The chains of depth 0 … the largest that can be priced, verified as drafted."""
+    if trace.drafted is None:
+        raise FieldError("trace", "records no drafted chain lengths, which drafted-only steps "
+                         "are priced by (calibrate a lookup drafter with this version)")
+    depth = min(trace.heads, max_size, growth.max_nodes)
+    ell = np.ones(depth + 1)
+    ell[1:] = [simulate(Tree.chain(d), trace, per_step=True).mean_accept_length
+               for d in range(1, depth + 1)]
+    return _Family(None, ell, [(1,) * d for d in range(depth + 1)], Tree.chain,
+                   family=DRAFTED_CHAIN, drafted=trace)
+
+
 def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,
           s: int) -> Throughput:
     """Tokens/s and verify, draft and overhead seconds of every tree of the family."""
+    if fam.drafted is not None:
+        return drafted_throughput(fam.drafted, max_depth=len(fam.ell) - 1, verify=verify,
+                                  draft=draft, overhead=overhead, batch=b, context=s)[1]
     return throughput(fam.ell, tokens=list(range(1, len(fam.ell) + 1)), expanded=fam.expanded,
                       verify=verify, draft=draft, overhead=overhead, batch=b, context=s)
 
@@ -157,14 +177,15 @@ def price_tree(tree: Tree, *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
 def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context: Sequence[int],
            draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
            depth_caps: Sequence[int] | None = None, trace: RankTrace | None = None,
-           search_per_step: bool = True) -> Selection:
+           search_per_step: bool = True, drafted_only: bool = False) -> Selection:
     """The best tree per (b, s), its tokens/s and speed-up, the curve, and where speculation
     stops paying (:meth:`~treeopt.pricing.selection.Selection.stops_paying`). With ``trace`` (one
     that records ``sequence_positions``), E[L] is the per-step walk of that trace and, with
     ``search_per_step``, the per-step greedy growth's trees are priced too; without it, the
     per-step E[L] the growth stores (the uncapped family only), else its position-weighted E[L].
     For a drafter vLLM drafts chains of, the chains are priced beside the trees
-    (:func:`treeopt.pricing.chains.price_chains`)."""
+    (:func:`treeopt.pricing.chains.price_chains`). ``drafted_only``: the trace's chains verified
+    only as far as the drafter drafted them are priced too (:mod:`treeopt.pricing.drafted`)."""
     if trace is not None and "sequence_positions" not in trace.meta:
         raise FieldError("trace", "lacks 'sequence_positions', which per-step E[L] needs "
                          "(recorded by treeopt calibrate)")
@@ -183,6 +204,11 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
         searched = {"per_step_greedy": {"max_nodes": len(greedy.ell) - 1,
                                         "better_at": _greedy_gains(greedy, families)}}
         families.append(greedy)
+    if drafted_only:
+        if trace is None:
+            raise FieldError("trace", "is needed to price drafted-only steps (their drafts are "
+                             "read from it)")
+        families.append(_drafted_chains(growth, trace, max_size=verify.max_tokens - 1))
     points = tuple(_point(families, verify, draft, overhead, b, s) for b in batch for s in context)
     drafter = drafter_record(growth)
     chains = (price_chains(growth, verify, batch=batch, context=context, draft=draft,
@@ -191,6 +217,7 @@ def select(growth: Growth, verify: StepLatency, *, batch: Sequence[int], context
         growth={"method": growth.method, "max_nodes": growth.max_nodes,
                 "constraint": growth.constraint,
                 "acceptance": _acceptance(growth, caps, trace), **searched,
+                **({"drafted_only": True} if drafted_only else {}),
                 **({"drafter": drafter} if drafter else {})},
         latency={"source": verify.source, **verify.meta},
         draft={"kind": draft.kind, "source": draft.source},

@@ -15,6 +15,8 @@ from treeopt.files import read_text
 from treeopt.model.growth import Growth
 from treeopt.model.tree import Tree
 from treeopt.pricing.chains import drafter_record
+from treeopt.pricing.contexts import pick_context
+from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import Selection
 
 
@@ -53,6 +55,20 @@ def load_tree_arg(path: str | os.PathLike[str], *, size: int | None = None,
         except TreeoptError as exc:
             raise TreeoptError(f"{p}: {exc}") from None
     return parse_tree(text, fmt=fmt, source=str(p))
+
+
+def picks_drafted_chain(path: str | os.PathLike[str], *, batch: int,
+                        context: int | None = None) -> bool:
+    """Whether ``path`` is a selection whose point at ``batch`` (and ``context``) picked a chain
+    verified only as far as it was drafted (:data:`~treeopt.pricing.drafted.DRAFTED_CHAIN`)."""
+    p = FilePath(path)
+    text = read_text(p, expected="a text file holding a tree")
+    if file_kind(text) != "selection":
+        return False
+    selection = Selection.from_json(_json(text, p), source=str(p))
+    if batch not in selection.batches:
+        return False  # load_tree_arg names the grid
+    return selection.point(batch, pick_context(selection.contexts, context)).family == DRAFTED_CHAIN
 
 
 def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:

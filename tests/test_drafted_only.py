@@ -1,0 +1,249 @@
+"""Steps that verify only what a lookup drafter drafted (``DecodeConfig.drafted_only``): the same
+tokens and steps as the chain verified with holes, each step exactly as many tokens as the
+trace's drafted lengths say, and priced by them (:mod:`treeopt.pricing.drafted`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treeopt import Tree, TreeoptError
+from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+from treeopt.decoding.config import DecodeConfig
+from treeopt.decoding.loop import decode
+from treeopt.drafters.ngram import LookupRule, chain_lengths, propose
+from treeopt.drafters.ngram_trie import TrieRule, reference_candidates, trie_chain_lengths
+from treeopt.drafters.prompt_lookup import PromptLookup
+from treeopt.drafters.trie_drafter import TrieDrafter
+from treeopt.model.trace import RankTrace, merge_traces
+from treeopt.pricing.costs import StepLatency
+from treeopt.pricing.drafted import DRAFTED_CHAIN, drafted_throughput, longest_of, step_drafts
+
+PROMPTS = [[5, 17, 99, 3, 42, 5, 17], [7, 7, 8], [200, 100, 50, 25, 12, 6, 3], [9]]
+SAMPLED = DecodeConfig(max_new_tokens=40, mode="sample", temperature=0.8, seed=3)
+
+
+# ----- the drafted lengths a trace records ----------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=40), st.integers(1, 3),
+       st.integers(1, 5))
+def test_prompt_lookups_lengths_are_its_chains_at_every_position(seq, max_n, depth):
+    rule = LookupRule(min_n=1, max_n=max_n)
+    want = [len(propose(seq[: t + 2], rule, depth)) for t in range(0, len(seq) - 1 - depth)]
+    assert chain_lengths(seq, 0, rule, depth).tolist() == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=40), st.integers(1, 4))
+def test_the_tries_lengths_follow_its_first_candidate_down(seq, depth):
+    rule = TrieRule(max_trie_depth=4)
+    want = []
+    for t in range(0, len(seq) - 1 - depth):
+        path: list[int] = []
+        while len(path) < depth and (c := reference_candidates(seq[: t + 2], path, rule, 1)):
+            path.append(c[0])
+        want.append(len(path))
+    assert trie_chain_lengths(seq, 0, rule, depth).tolist() == want
+
+
+def test_the_trace_keeps_its_drafted_lengths_through_files_cuts_and_merges(tmp_path):
+    tr = RankTrace(np.array([[0, 0], [-1, -1], [0, -1]], np.int16),
+                   {"top_k": 4, "sequence_positions": [2, 1], "sequences": 2},
+                   drafted=np.array([2, 0, 1]))
+    back = RankTrace.load(tr.save(tmp_path / "t.npz"))
+    assert back.drafted.tolist() == [2, 0, 1]
+    assert back.sequences(1).drafted.tolist() == [2, 0]
+    assert back.sequences(2, positions=1).drafted.tolist() == [2, 1]
+    assert merge_traces([back, back]).drafted.tolist() == [2, 0, 1, 2, 0, 1]
+    plain = RankTrace(tr.ranks, tr.meta)
+    assert merge_traces([back, plain]).drafted is None  # only where every shard records them
+    assert RankTrace.load(plain.save(tmp_path / "p.npz")).drafted is None
+    with pytest.raises(TreeoptError, match="drafted length 3 at position 0 is outside 0 … 2"):
+        RankTrace(tr.ranks, tr.meta, drafted=np.array([3, 0, 1]))
+    with pytest.raises(TreeoptError, match="one integer per position"):
+        RankTrace(tr.ranks, tr.meta, drafted=np.array([1, 1]))
+
+
+# ----- live decoding ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def base(peaked):
+    return peaked[0]
+
+
+DRAFTERS = {"prompt-lookup": lambda: PromptLookup(depth=6, min_n=1, max_n=3, vocab_size=256),
+            "ngram-trie": lambda: TrieDrafter(depth=6, vocab_size=256)}
+
+
+class StepSizes:
+    """Records the tokens each verified step holds per row (the root included)."""
+
+    def __init__(self, monkeypatch):
+        import treeopt.decoding.batch_run as batch_run
+
+        self.sizes: list[int] = []
+        real = batch_run.verify_step
+
+        def spy(verify, tokens, plan, **kw):
+            self.sizes.append(int(tokens.shape[1]))
+            return real(verify, tokens, plan, **kw)
+
+        monkeypatch.setattr(batch_run, "verify_step", spy)
+
+
+@pytest.mark.parametrize("kind", DRAFTERS)
+@pytest.mark.parametrize("cfg", [DecodeConfig(max_new_tokens=40), SAMPLED],
+                         ids=["greedy", "sampled"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_drafted_only_steps_emit_the_same_tokens_in_the_same_steps(base, kind, cfg, batch,
+                                                                    monkeypatch):
+    from dataclasses import replace
+
+    drafter = DRAFTERS[kind]()
+    full = decode(base, drafter, Tree.chain(6), PROMPTS, config=cfg, batch=batch)
+    spy = StepSizes(monkeypatch)
+    cut = decode(base, drafter, Tree.chain(6), PROMPTS, config=replace(cfg, drafted_only=True),
+                 batch=batch)
+    assert cut.tokens == full.tokens
+    assert cut.stats.accept_lengths == full.stats.accept_lengths
+    assert min(spy.sizes) < 7 <= max(spy.sizes)  # steps were cut, and some ran whole
+
+
+@pytest.mark.parametrize("kind", DRAFTERS)
+def test_each_live_step_verifies_what_the_trace_says_was_drafted(base, kind, tmp_path,
+                                                                monkeypatch):
+    """At batch 1, the walk over the trace's drafted lengths is the live run's step sizes."""
+    drafter = DRAFTERS[kind]()
+    cfg = DecodeConfig(max_new_tokens=48, drafted_only=True)
+    checked = 0
+    for depth in (6, 3):
+        for i, prompt in enumerate(PROMPTS[:3]):
+            trace, _ = calibrate(base, drafter, [prompt], tmp_path / f"{kind}-{depth}-{i}.npz",
+                                 config=CalibrateConfig(top_k=4, max_new_tokens=48))
+            accepted, drafts = step_drafts(depth, trace)
+            spy = StepSizes(monkeypatch)
+            live = decode(base, drafter, Tree.chain(depth), [prompt], config=cfg)
+            assert list(live.stats.accept_lengths[: len(accepted)]) == accepted.tolist()
+            assert spy.sizes[: len(drafts)] == (drafts + 1).tolist()
+            checked += int((drafts < depth).sum())
+    assert checked  # some steps drafted less than the chain is deep
+
+
+def test_only_a_lookup_drafters_chain_is_cut(base, trained, monkeypatch):
+    spy = StepSizes(monkeypatch)
+    tree = Tree.from_choices([[0], [1], [0, 0]])
+    decode(base, DRAFTERS["ngram-trie"](), tree, PROMPTS[:1],
+           config=DecodeConfig(max_new_tokens=12, drafted_only=True))
+    assert set(spy.sizes) == {4}  # a branching tree keeps its shape, holes and all
+    spy.sizes.clear()
+    decode(base, trained["medusa"], Tree.chain(3), PROMPTS[:1],
+           config=DecodeConfig(max_new_tokens=12, drafted_only=True))
+    assert set(spy.sizes) == {4}  # heads leave no holes: nothing to cut
+
+
+# ----- the price ------------------------------------------------------------------------------
+
+LATENCY = StepLatency({(b, 64): (np.array([1.0, 2.0, 3.0]), np.array([0.010, 0.012, 0.016]) * b)
+                       for b in (1, 2)}, "toy")
+
+
+def toy_trace(drafted):
+    ranks = np.where(np.arange(2)[None, :] < np.asarray(drafted)[:, None], 0, -1)
+    return RankTrace(ranks.astype(np.int16), {"sequence_positions": [len(drafted)]},
+                     drafted=np.asarray(drafted))
+
+
+def test_the_price_at_batch_one_is_each_steps_own_size():
+    # every step accepts what it drafted: the chain of 2 steps at positions 0 (2 drafted,
+    # 3 accepted), 3 (0, 1) and 4 (1, 2); the chain of 1 at 0, 2 and 4, 2 accepted each
+    tr = toy_trace([2, 2, 2, 0, 1, 0])
+    ell, tp = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=1, context=64)
+    assert ell.tolist() == [1.0, 2.0, 2.0]
+    steps = [0.016, 0.010, 0.012]
+    assert tp.verify_s[2] == pytest.approx(np.mean(steps))
+    assert tp.tokens_per_s[2] == pytest.approx(2.0 / np.mean(steps))
+    assert tp.tokens_per_s[0] == pytest.approx(100.0)
+
+
+def test_a_batch_verifies_its_longest_draft():
+    assert longest_of(np.array([0, 0, 2, 1]), 2, 2).tolist() == pytest.approx(
+        [0.25, 0.75 ** 2 - 0.25, 1 - 0.75 ** 2])
+    tr = toy_trace([2, 2, 2, 0, 1, 0])
+    _, tp = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=2, context=64)
+    p = longest_of(step_drafts(2, tr)[1], 2, 2)
+    assert tp.verify_s[2] == pytest.approx(p @ (np.array([0.010, 0.012, 0.016]) * 2))
+
+
+def test_a_chain_always_drafted_whole_costs_what_the_static_chain_costs():
+    from treeopt.pricing.throughput import price_tree
+
+    tr = toy_trace([2] * 8)
+    ell, tp = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=1, context=64)
+    static, _ = price_tree(Tree.chain(2), verify=LATENCY, batch=1, context=64,
+                           expected_accept_length=float(ell[2]))
+    assert tp.tokens_per_s[2] == pytest.approx(static)
+
+
+def test_a_trace_without_drafted_lengths_is_refused_by_name():
+    tr = RankTrace(np.zeros((3, 2), np.int16), {"sequence_positions": [3]})
+    with pytest.raises(TreeoptError, match="records no drafted chain lengths"):
+        step_drafts(2, tr)
+
+
+def test_select_picks_the_drafted_chain_where_the_lookup_rarely_matches(tmp_path):
+    from treeopt.model.growth import grow
+    from treeopt.pricing.selection import Selection
+    from treeopt.pricing.throughput import select
+    from treeopt.pricing.tree_files import picks_drafted_chain
+
+    rng = np.random.default_rng(0)
+    drafted = np.where(rng.random(400) < 0.3, 2, 0)  # 30% of positions hold a whole chain
+    tr = toy_trace(drafted)
+    growth = grow(tr, method="empirical", max_nodes=2)
+    static = select(growth, LATENCY, batch=[1, 2], context=[64], trace=tr)
+    cut = select(growth, LATENCY, batch=[1, 2], context=[64], trace=tr, drafted_only=True)
+    assert cut.growth["drafted_only"] is True
+    for a, b in zip(static.points, cut.points, strict=True):
+        assert b.tokens_per_s >= a.tokens_per_s
+    best = cut.points[0]
+    assert (best.family, best.tree) == (DRAFTED_CHAIN, Tree.chain(2))
+    back = Selection.from_json(json.loads(json.dumps(cut.to_json())), source="s.json")
+    assert back.points[0].family == DRAFTED_CHAIN
+    (tmp_path / "s.json").write_text(json.dumps(cut.to_json()))  # verify decodes it so
+    assert picks_drafted_chain(tmp_path / "s.json", batch=1)
+    (tmp_path / "static.json").write_text(json.dumps(static.to_json()))
+    assert not picks_drafted_chain(tmp_path / "static.json", batch=1)
+
+
+def test_the_cli_selects_and_verifies_a_drafted_chain(tiny_model_dir, prompts_file, tmp_path):
+    from test_cli_models import assert_user_error, run
+
+    spec = "prompt-lookup:depth=4,max-n=2"
+    assert run("calibrate", "--model", tiny_model_dir, "--drafter", spec, "--prompts",
+               prompts_file, "--max-new-tokens", "16", "--top-k", "4", "--out",
+               tmp_path / "t.npz").returncode == 0
+    assert RankTrace.load(tmp_path / "t.npz").drafted is not None
+    assert run("grow", "--trace", tmp_path / "t.npz", "--max-nodes", "4", "--out",
+               tmp_path / "g.json").returncode == 0
+    proc = run("profile", "step", "--model", tiny_model_dir, "--drafter", spec, "--growth",
+               tmp_path / "g.json", "--prompts", prompts_file, "--batch", "1", "--sizes",
+               "1,2,4", "--max-new-tokens", "6", "--rounds", "1", "--out", tmp_path / "step.json")
+    assert proc.returncode == 0, proc.stderr
+    select = ("select", "--growth", tmp_path / "g.json", "--step-profile", tmp_path / "step.json",
+              "--drafted-only", "--out", tmp_path / "s.json")
+    assert_user_error(run(*select), "--trace", "drafted-only steps")
+    proc = run(*select, "--trace", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["growth"]["drafted_only"] is True
+    proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
+               tmp_path / "s.json", "--prompts", prompts_file, "--max-new-tokens", "10",
+               "--prompt-count", "2", "--rounds", "1", "--drafted-only")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["outputs_match"] is True and report["drafted_only"] is True

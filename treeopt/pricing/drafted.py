@@ -1,0 +1,101 @@
+"""The price of steps that verify only what a lookup drafter drafted.
+
+A lookup drafter (prompt lookup, the n-gram trie) may hold fewer tokens than its chain is deep:
+the n-gram matched nowhere, or its continuation ends. Decoded with
+:attr:`~treeopt.decoding.config.DecodeConfig.drafted_only`, a chain of depth D then verifies the
+root and the m ≤ D tokens drafted, not D tokens with holes — what Hugging Face's prompt lookup
+and vLLM's ``ngram`` and ``suffix`` methods verify. Acceptance is the same (a hole is never
+accepted); the step is cheaper where the chain is short.
+
+The trace records m at every position (:attr:`~treeopt.model.trace.RankTrace.drafted`); the
+steps decoding takes are the trace walked step by step (:func:`~treeopt.model.simulation.
+step_walk`), so a step that starts at position t drafts ``min(D, drafted[t])`` tokens. A batch's
+step verifies every row's chain cut to the longest any row drafted, q = 1 + max m over its b
+rows; with the rows' m drawn independently from the steps', ``P(max ≤ m) = F(m)^b``. Then
+
+``tokens/s = b · E[L] / E[t_verify(b, s, 1 + M) + t_draft(b, M) + t_overhead(b, 1 + M, M)]``,
+
+M the batch's longest draft: exact at batch 1, and at batch b where rows draft independently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from treeopt.errors import TreeoptError
+from treeopt.model.simulation import step_walk
+from treeopt.model.trace import RankTrace
+from treeopt.model.tree import Tree
+from treeopt.pricing.costs import (
+    NO_DRAFT,
+    NO_OVERHEAD,
+    DraftCost,
+    OverheadCost,
+    StepLatency,
+    Throughput,
+)
+
+DRAFTED_CHAIN = "drafted chain"  # a selection point's family: chains verified as drafted
+
+
+def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
+                                                       npt.NDArray[np.int64]]:
+    """The steps greedy decoding takes with the chain of ``depth`` along the trace: each one's
+    accepted tokens and the chain tokens drafted at its start, sequence by sequence.
+
+    >>> tr = RankTrace(np.array([[-1, -1], [0, 0], [0, -1], [-1, -1], [0, 0]], np.int16),
+    ...                {"sequence_positions": [5]}, drafted=np.array([0, 2, 1, 1, 2]))
+    >>> [a.tolist() for a in step_drafts(2, tr)]
+    [[1, 3, 3], [0, 2, 2]]
+    """
+    if trace.drafted is None:
+        raise TreeoptError("the rank trace records no drafted chain lengths (calibrate a lookup "
+                           "drafter, prompt lookup or the n-gram trie, with this version)")
+    walked = step_walk(Tree.chain(depth), trace)
+    if walked is None:
+        raise TreeoptError("the rank trace lacks 'sequence_positions', which the steps need")
+    lengths, per_sequence = walked
+    starts, at, i = np.zeros(len(lengths), np.int64), 0, 0
+    for (_, steps), n in zip(per_sequence, trace.meta["sequence_positions"], strict=True):
+        run = lengths[i: i + steps]
+        starts[i: i + steps] = at + np.concatenate([[0], np.cumsum(run)[:-1]])
+        i, at = i + steps, at + n
+    return lengths, np.minimum(trace.drafted[starts].astype(np.int64), depth)
+
+
+def longest_of(drafts: npt.NDArray[np.int64], depth: int, batch: int) -> npt.NDArray[np.float64]:
+    """P(M = m), m = 0 … ``depth``: the longest of ``batch`` rows' drafts, each drawn from
+    ``drafts`` (the steps' drafted tokens).
+
+    >>> longest_of(np.array([0, 2]), 2, 1).tolist(), longest_of(np.array([0, 2]), 2, 2).tolist()
+    ([0.5, 0.0, 0.5], [0.25, 0.0, 0.75])
+    """
+    share = np.bincount(drafts, minlength=depth + 1)[: depth + 1] / max(len(drafts), 1)
+    below = np.cumsum(share) ** batch
+    return np.diff(np.concatenate([[0.0], below]))
+
+
+def drafted_throughput(trace: RankTrace, *, max_depth: int, verify: StepLatency,
+                       draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
+                       batch: int, context: int) -> tuple[npt.NDArray[np.float64], Throughput]:
+    """Per-step E[L] and the predicted tokens/s (with each term's expected seconds) of the
+    chains of depth 0 … ``max_depth`` verified as drafted (NaN where a step's q is beyond the
+    latency source)."""
+    ell = np.ones(max_depth + 1)
+    terms = np.zeros((3, max_depth + 1))  # verify, draft, overhead seconds, expected
+    for depth in range(max_depth + 1):
+        if depth:
+            accepted, drafts = step_drafts(depth, trace)
+            ell[depth] = accepted.mean() if len(accepted) else 1.0
+            p = longest_of(drafts, depth, batch)
+        else:
+            p = np.ones(1)
+        m = np.arange(depth + 1)
+        seconds = np.stack([verify.seconds(batch, context, m + 1),
+                            [draft.seconds(batch, (1,) * k) for k in m],
+                            [overhead.seconds(batch, k + 1, k) for k in m]])
+        used = p > 0  # a size never taken adds nothing, even beyond the latency source
+        terms[:, depth] = seconds[:, used] @ p[used]
+    tokens_per_s = batch * ell / terms.sum(axis=0)
+    return ell, Throughput(tokens_per_s, terms[0], terms[1], terms[2])
