@@ -1,9 +1,12 @@
 """Drafted-only steps against chains verified whole, on a demo's lookup drafters: predicted and
 live (never a test; writes nothing in data/).
 
-For prompt lookup and the n-gram trie (each the demo ships; their calibration and held-out
-traces must record drafted lengths, as this version's ``calibrate`` writes them — ``--traces``
-names another folder of ``{kind}.npz`` and ``{kind}-heldout.npz``):
+For prompt lookup and the n-gram trie (each the demo ships), on calibration and held-out traces
+calibrated here once (``treeopt.decoding.calibrate``, as ``treeopt calibrate`` does: drafted
+lengths recorded, each continuation stopped at EOS) into ``.cache/drafted-traces/<demo>/``
+(``--traces`` names another folder), with the demo's top-k and batch and ``--new-tokens`` plus
+the drafter's depth new tokens, so that the walk covers every position a run of
+``--new-tokens`` visits:
 
 1. ``select`` on the calibration trace and the demo's step profile, at ``--batch``: with the
    chains verified whole (the shipped way) and with ``drafted_only`` (:mod:`treeopt.pricing.
@@ -30,6 +33,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 KINDS = ("prompt-lookup", "ngram-trie")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def drafted_traces(demo, kind: str, folder: Path, new_tokens: int):
+    """The calibration and held-out traces of ``kind`` in ``folder``, calibrated there when
+    missing (the base model's continuations kept beside them, decoded once)."""
+    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.continuations import ContinuationStore
+    from treeopt.documents.prompts import encode, read_texts
+
+    c, drafter = demo.manifest["config"], demo.heads[kind]
+    config = CalibrateConfig(top_k=c["top_k"],
+                             max_new_tokens=new_tokens + drafter.config.num_heads,
+                             batch_size=c["calibration_batch"],
+                             eos_token_id=demo.tokenizer.eos_token_id)
+    out = []
+    for part in ("calibration", "heldout"):
+        path = folder / f"{kind}{'-heldout' if part == 'heldout' else ''}.npz"
+        if not path.exists():
+            print(f"calibrating {kind} on the {part} prompts into {path}", flush=True)
+        prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts(part)]))
+        trace, _ = calibrate(demo.model, drafter, prompts, path, config=config,
+                             meta={"model": demo.paths.root.name,
+                                   "prompts": f"prompts/{part}.jsonl"},
+                             continuations=ContinuationStore(folder / "continuations"))
+        out.append(trace.first_positions(max(1, new_tokens - 1)))
+    return tuple(out)
 
 
 def predicted_for(tree, family, trace, costs, batch, context) -> tuple[float, float]:
@@ -75,8 +105,8 @@ def live(demo, drafter, tree, prompts, config, batch, rounds) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--demo", default="smollm2", help="a demo in data/ (default smollm2)")
-    ap.add_argument("--traces", type=Path, help="folder of traces with drafted lengths "
-                                                "(default: the demo's own)")
+    ap.add_argument("--traces", type=Path, help="folder of traces with drafted lengths, made "
+                    "there where missing (default .cache/drafted-traces/<demo>)")
     ap.add_argument("--prompts", type=int, default=16, help="held-out prompts (default 16)")
     ap.add_argument("--new-tokens", type=int, default=128, help="new tokens each (default 128)")
     ap.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
@@ -90,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
     from treeopt.documents.prompts import encode
-    from treeopt.model.trace import RankTrace
     from treeopt.pricing.sources import price, profiled_costs
 
     logging.set_verbosity_error()
@@ -106,11 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'drafter':14} {'steps':14} {'pick':>8} {'select':>7} {'walk':>7} {'live':>7} "
           f"{'gap':>7} {'E[L] walk':>9} {'live':>6} {'tok/s':>6} {'AR':>5}  lossless")
     for kind in [k for k in KINDS if k in demo.kinds]:
-        folder = args.traces
-        trace = RankTrace.load(folder / f"{kind}.npz") if folder else demo.traces[kind]
-        held = (RankTrace.load(folder / f"{kind}-heldout.npz") if folder
-                else demo.heldout_traces[kind])
-        held = held.sequences(len(prompts)).first_positions(max(1, args.new_tokens - 1))
+        folder = args.traces or ROOT / ".cache" / "drafted-traces" / demo.paths.root.name
+        trace, held = drafted_traces(demo, kind, folder, args.new_tokens)
+        held = held.sequences(len(prompts))
         costs = profiled_costs(demo.step_profile(kind))
         context = costs.context()
         for drafted_only in (False, True):

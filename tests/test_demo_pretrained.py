@@ -350,3 +350,17 @@ def test_training_settings_change_only_a_demo_that_trained_a_drafter(tmp_path, m
         asdict(replace(eagle, dynamic_heldout_prompts=None))))}))
     assert _differ(tmp_path, eagle, retime=False) == ["dynamic_heldout_prompts"]
     assert pretrained().lr_of("eagle") == 1e-3 and pretrained().lr_of("medusa") == 5e-3
+
+
+def test_the_demos_continuations_stop_at_the_tokenizers_end_of_sequence():
+    """A pretrained base ends its answers with EOS: the traces stop there, as live decoding
+    does (a trace that walked on past it would price steps no run takes)."""
+    from types import SimpleNamespace
+
+    from treeopt.demo.config import DemoConfig
+    from treeopt.demo.stage_traces import trace_config
+
+    ctx = SimpleNamespace(config=DemoConfig(), tokenizer=SimpleNamespace(eos_token_id=7))
+    greedy, sampled = trace_config(ctx), trace_config(ctx, 0.7)
+    assert (greedy.eos_token_id, greedy.temperature) == (7, 0.0)
+    assert (sampled.eos_token_id, sampled.temperature, sampled.seed) == (7, 0.7, ctx.config.seed)

@@ -246,4 +246,7 @@ def test_the_cli_selects_and_verifies_a_drafted_chain(tiny_model_dir, prompts_fi
                "--prompt-count", "2", "--rounds", "1", "--drafted-only")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
+    assert_user_error(run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
+                          tmp_path / "s.json", "--prompts", prompts_file, "--drafted-only",
+                          "--compile"), "drafted-only steps", "leave out --compile")
     assert report["outputs_match"] is True and report["drafted_only"] is True

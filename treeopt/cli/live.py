@@ -249,6 +249,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             "run: give --prompt-count N (or all)")
     require(not continuous or not args.compile,
             "--batching continuous runs eager steps; leave out --compile")
+    require(not drafted or not args.compile,
+            "drafted-only steps (--drafted-only, or a selection's drafted chain) vary in size, "
+            "which compiled steps do not; leave out --compile")
     run = Verification(tree, decoding, trace=trace, batch=args.batch, sample_prompts=sample,
                        measure=_verify_measurement(args, sample), compile=args.compile,
                        source=args.tree, continuous=continuous)

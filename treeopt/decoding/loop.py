@@ -145,6 +145,9 @@ class Decoder:
             raise TreeoptError(f"batch size {batch}: at least 1")
         if rows < len(prompts) and self.verify.static:
             raise TreeoptError("continuous batching runs eager steps, not compiled ones")
+        if config.drafted_only and self.verify.static:
+            raise TreeoptError("drafted-only steps vary in size, which compiled steps do not: "
+                               "decode them eagerly")
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
         ids = torch.tensor(list(range(len(prompts))) if streams is None else list(streams),
                            dtype=torch.long, device=self.device)

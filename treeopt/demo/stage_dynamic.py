@@ -33,7 +33,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
         prompts = ctx.prompt_ids(part)
         prompts = prompts[: c.dynamic_prompts if part == "calibration"
                           else c.dynamic_heldout_prompts]  # (None: every held-out prompt)
-        sequences = greedy_continuations(ctx.model, prompts, max_new_tokens=c.max_new_tokens)
+        sequences = greedy_continuations(ctx.model, prompts, max_new_tokens=c.max_new_tokens,
+                                         eos_token_id=ctx.tokenizer.eos_token_id)
         starts = [len(p) - 1 for p in prompts]
         traces[part] = {}
         for k in c.dynamic_topk:

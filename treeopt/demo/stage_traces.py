@@ -1,6 +1,7 @@
 """The trace stages of a demo build: each drafter's greedy rank traces (calibration and held-out
 prompts), its growths from them, and its traces and growths of sampled continuations at the
-config's temperatures; E[L] at :data:`SIZES` in their records."""
+config's temperatures; E[L] at :data:`SIZES` in their records. Every continuation stops at the
+tokenizer's end of sequence, as live decoding does: a trace never walks past it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from treeopt.demo.context import Context
 
 if TYPE_CHECKING:
 
+    from treeopt.decoding.calibrate import CalibrateConfig
     from treeopt.model.trace import RankTrace
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
@@ -29,14 +31,24 @@ def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
     return out
 
 
+def trace_config(ctx: Context, temperature: float = 0.0) -> CalibrateConfig:
+    """The demo's calibration settings: its top-k, continuation length and batch, sampled at
+    ``temperature`` (0: greedy), each continuation stopped at the tokenizer's EOS."""
+    from treeopt.decoding.calibrate import CalibrateConfig
+
+    c = ctx.config
+    sampled = {"temperature": temperature, "seed": c.seed} if temperature else {}
+    return CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                           batch_size=c.calibration_batch,
+                           eos_token_id=ctx.tokenizer.eos_token_id, **sampled)
+
+
 def greedy_trace(ctx: Context, kind: str, part: str, out: Path) -> RankTrace:
     """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
     (resumed when a run was interrupted): the demo's top-k, continuation length and batch."""
-    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.calibrate import calibrate
 
-    c = ctx.config
-    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
-                          batch_size=c.calibration_batch)
+    c, cal = ctx.config, trace_config(ctx)
     prompts = ctx.prompt_ids(part)
     bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
     trace, _ = calibrate(ctx.model, ctx.heads(kind), prompts, out, config=cal,
@@ -83,12 +95,10 @@ def sampled(ctx: Context) -> dict[str, Any]:
 def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
     """The ``kind`` drafter's traces of continuations sampled at temperature ``t`` (calibration
     and held-out prompts), the growth for ``t``, and what the greedy-grown tree gives up there."""
-    from treeopt.decoding.calibrate import CalibrateConfig, calibrate
+    from treeopt.decoding.calibrate import calibrate
     from treeopt.model.growth import Growth, grow
 
-    c = ctx.config
-    cal = CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
-                          batch_size=c.calibration_batch, temperature=t, seed=c.seed)
+    c, cal = ctx.config, trace_config(ctx, t)
     heads = ctx.heads(kind)
     made = {}
     for part in ("calibration", "heldout"):

@@ -128,7 +128,8 @@ def _drafted_chains(growth: Growth, trace: RankTrace, max_size: int) -> _Family:
     """The chains of depth 0 … the largest that can be priced, verified as drafted."""
     if trace.drafted is None:
         raise FieldError("trace", "records no drafted chain lengths, which drafted-only steps "
-                         "are priced by (calibrate a lookup drafter with this version)")
+                         "are priced by: calibrate prompt lookup or the n-gram trie again "
+                         "(traces from before this version hold none)")
     depth = min(trace.heads, max_size, growth.max_nodes)
     ell = np.ones(depth + 1)
     ell[1:] = [simulate(Tree.chain(d), trace, per_step=True).mean_accept_length
