@@ -75,15 +75,17 @@ class VerifyReport:
         return bool(self.divergences) and all(bool(d.get("at_tie")) for d in self.divergences)
 
     def verdict(self) -> str:
-        """What a person reads first: the speed-up, acceptance live beside the prediction, and
-        whether the outputs are lossless, in one line.
+        """What a person reads first: the speed-up, acceptance live beside the prediction (and,
+        where the trace holds the decoded prompts' own positions, live beside the walk there),
+        and whether the outputs are lossless, in one line.
 
         >>> r = VerifyReport(Tree.chain(2), "prompt-lookup", "greedy", 8, 48, 1, 3,
         ...     {"mean_accept_length": 2.02}, {}, 1.895, 0.01, 0.005, (1.9,), 1.8, {}, False, (7,),
-        ...     predicted={"mean_accept_length": 1.98, "acceptance": "per step"},
+        ...     predicted={"mean_accept_length": 1.98, "acceptance": "per step", "inside_trace":
+        ...                {"sequences": 8, "mean_accept_length": 2.05, "measured": 2.05}},
         ...     divergences=({"prompt": 7, "position": 21, "at_tie": True},))
         >>> print(r.verdict())
-        1.895× over autoregressive decoding (se 0.5%, 3 rounds); E[L] 2.02 live, 1.98 predicted per step (+2.0%); outputs equal on 7 of 8 prompts, prompt 7 parted at new token 22 on a tie the dtype cannot resolve: lossless up to ties
+        1.895× over autoregressive decoding (se 0.5%, 3 rounds); E[L] 2.02 live, 1.98 predicted per step (+2.0%), 2.05 live and 2.05 walked inside the trace for these 8 prompts (+0.0%); outputs equal on 7 of 8 prompts, prompt 7 parted at new token 22 on a tie the dtype cannot resolve: lossless up to ties
         """
         se = f"se {self.speedup_se:.1%}, " if self.speedup_se is not None else ""
         parts = [f"{self.speedup:.3f}× over autoregressive decoding ({se}{self.rounds} rounds)"]
@@ -94,6 +96,11 @@ class VerifyReport:
             if want := predicted.get("mean_accept_length"):
                 how = f" {predicted['acceptance']}" if predicted.get("acceptance") else ""
                 text += f", {want:.2f} predicted{how} ({live / want - 1:+.1%})"
+            inside = predicted.get("inside_trace") or {}
+            if inside.get("mean_accept_length") and inside.get("measured") is not None:
+                got, walked = inside["measured"], inside["mean_accept_length"]
+                text += (f", {got:.2f} live and {walked:.2f} walked inside the trace for these "
+                         f"{inside['sequences']} prompts ({got / walked - 1:+.1%})")
             parts.append(text)
         if self.mismatched_prompts is None:
             parts.append("typical acceptance: not lossless by design")
