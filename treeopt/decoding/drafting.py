@@ -12,6 +12,8 @@ lookup and vLLM's ``ngram`` and ``suffix`` methods verify their drafts.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from treeopt.decoding.drafter import Drafter, LiveState
@@ -51,7 +53,13 @@ def drafted_chain(tokens: torch.Tensor, plan: TreePlan) -> tuple[torch.Tensor, T
     m = int(drafted_lengths(tokens).max()) if tokens.shape[0] else 0
     if m == plan.tree.size:
         return tokens, plan
-    return tokens[:, : m + 1], tree_plan(Tree.chain(m), str(tokens.device))
+    return tokens[:, : m + 1], _chain_plan(m, str(tokens.device))
+
+
+@functools.lru_cache(maxsize=64)
+def _chain_plan(depth: int, device: str) -> TreePlan:
+    """The plan of the chain of ``depth`` (the trees a cut step verifies, built once each)."""
+    return tree_plan(Tree.chain(depth), device)
 
 
 class Drafting:
@@ -85,7 +93,7 @@ class Drafting:
         if isinstance(shape, DynamicSettings):
             return self.heads.draft_dynamic(shape, self.h, root, self.state)
         tokens = self.heads.draft(shape, self.h, root, self.state)
-        if self.cut and shape.tree == Tree.chain(shape.tree.depth):
+        if self.cut and shape.tree.is_chain:
             return drafted_chain(tokens, shape)
         return tokens, shape
 

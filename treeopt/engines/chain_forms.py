@@ -82,7 +82,7 @@ def chain_k(tree: Tree) -> int:
     """
     if tree.size == 0:
         raise TreeoptError("the tree is empty: speculation is off, there is nothing to export")
-    return tree.size if tree.paths == Tree.chain(tree.size).paths else tree.depth
+    return tree.size if tree.is_chain else tree.depth
 
 
 def export_chain(method: str, fmt: str, tree: Tree, *, drafter: Mapping[str, Any]) -> str:

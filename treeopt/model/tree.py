@@ -149,6 +149,15 @@ class Tree:
         """Largest rank used anywhere (-1 for the empty tree)."""
         return max((max(p) for p in self.paths), default=-1)
 
+    @functools.cached_property
+    def is_chain(self) -> bool:
+        """One node per depth, each of rank 0: the top-1 chain (the empty tree included).
+
+        >>> Tree.chain(3).is_chain, Tree.from_choices([[0], [1]]).is_chain, Tree(()).is_chain
+        (True, False, True)
+        """
+        return self.max_rank <= 0 and self.size == self.depth
+
     def as_choices(self) -> list[list[int]]:
         """The choices list, as Medusa's ``medusa_choices``."""
         return [list(p) for p in self.paths]

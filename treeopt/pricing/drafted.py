@@ -76,26 +76,49 @@ def longest_of(drafts: npt.NDArray[np.int64], depth: int, batch: int) -> npt.NDA
     return np.diff(np.concatenate([[0.0], below]))
 
 
-def drafted_throughput(trace: RankTrace, *, max_depth: int, verify: StepLatency,
-                       draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
-                       batch: int, context: int) -> tuple[npt.NDArray[np.float64], Throughput]:
-    """Per-step E[L] and the predicted tokens/s (with each term's expected seconds) of the
-    chains of depth 0 … ``max_depth`` verified as drafted (NaN where a step's q is beyond the
-    latency source)."""
-    ell = np.ones(max_depth + 1)
-    terms = np.zeros((3, max_depth + 1))  # verify, draft, overhead seconds, expected
-    for depth in range(max_depth + 1):
-        if depth:
-            accepted, drafts = step_drafts(depth, trace)
-            ell[depth] = accepted.mean() if len(accepted) else 1.0
-            p = longest_of(drafts, depth, batch)
-        else:
-            p = np.ones(1)
+def chain_steps(trace: RankTrace, max_depth: int) -> tuple[npt.NDArray[np.float64],
+                                                          list[npt.NDArray[np.int64]]]:
+    """Per-step E[L] of the chains of depth 0 … ``max_depth`` along the trace, and the tokens
+    each one's steps drafted (:func:`step_drafts`; depth 0 drafts nothing): what
+    :func:`drafted_price` prices at any batch and context.
+
+    >>> tr = RankTrace(np.array([[0, 0], [0, -1], [0, 0]], np.int16),
+    ...                {"sequence_positions": [3]}, drafted=np.array([2, 1, 2]))
+    >>> ell, drafts = chain_steps(tr, 2)
+    >>> ell.tolist(), [d.tolist() for d in drafts]
+    ([1.0, 2.0, 3.0], [[0], [1, 1], [2]])
+    """
+    ell, drafts = np.ones(max_depth + 1), [np.zeros(1, np.int64)]
+    for depth in range(1, max_depth + 1):
+        accepted, drafted = step_drafts(depth, trace)
+        ell[depth] = accepted.mean() if len(accepted) else 1.0
+        drafts.append(drafted)
+    return ell, drafts
+
+
+def drafted_price(ell: npt.NDArray[np.float64], drafts: list[npt.NDArray[np.int64]], *,
+                  verify: StepLatency, draft: DraftCost = NO_DRAFT,
+                  overhead: OverheadCost = NO_OVERHEAD, batch: int, context: int) -> Throughput:
+    """The predicted tokens/s (with each term's expected seconds) of the chains of
+    :func:`chain_steps` verified as drafted (NaN where a step's q is beyond the latency
+    source)."""
+    terms = np.zeros((3, len(ell)))  # verify, draft, overhead seconds, expected
+    for depth, drafted in enumerate(drafts):
+        p = longest_of(drafted, depth, batch)
         m = np.arange(depth + 1)
         seconds = np.stack([verify.seconds(batch, context, m + 1),
                             [draft.seconds(batch, (1,) * k) for k in m],
                             [overhead.seconds(batch, k + 1, k) for k in m]])
         used = p > 0  # a size never taken adds nothing, even beyond the latency source
         terms[:, depth] = seconds[:, used] @ p[used]
-    tokens_per_s = batch * ell / terms.sum(axis=0)
-    return ell, Throughput(tokens_per_s, terms[0], terms[1], terms[2])
+    return Throughput(batch * ell / terms.sum(axis=0), terms[0], terms[1], terms[2])
+
+
+def drafted_throughput(trace: RankTrace, *, max_depth: int, verify: StepLatency,
+                       draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
+                       batch: int, context: int) -> tuple[npt.NDArray[np.float64], Throughput]:
+    """Per-step E[L] and the predicted tokens/s of the chains of depth 0 … ``max_depth``
+    verified as drafted: :func:`chain_steps`, then :func:`drafted_price`."""
+    ell, drafts = chain_steps(trace, max_depth)
+    return ell, drafted_price(ell, drafts, verify=verify, draft=draft, overhead=overhead,
+                              batch=batch, context=context)

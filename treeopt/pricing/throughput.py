@@ -44,7 +44,7 @@ from treeopt.pricing.costs import (
     expanded_nodes,
     throughput,
 )
-from treeopt.pricing.drafted import DRAFTED_CHAIN, drafted_throughput
+from treeopt.pricing.drafted import DRAFTED_CHAIN, chain_steps, drafted_price
 from treeopt.pricing.selection import Curve, DepthCapBest, Point, Selection
 
 MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
@@ -61,7 +61,7 @@ class _Family:
     tree: Callable[[int], Tree]
     paths: list[Path] | None = None  # T_n = the first n paths, where the trees are so nested
     family: str = GROWTH_ORDER  # or PER_STEP_GREEDY, DRAFTED_CHAIN
-    drafted: RankTrace | None = None  # DRAFTED_CHAIN: the trace its steps' drafts are read from
+    drafts: list[npt.NDArray[np.int64]] | None = None  # DRAFTED_CHAIN: each tree's steps' drafts
 
 
 def _families(growth: Growth, caps: Sequence[int | None], trace: RankTrace | None,
@@ -130,20 +130,17 @@ def _drafted_chains(growth: Growth, trace: RankTrace, max_size: int) -> _Family:
         raise FieldError("trace", "records no drafted chain lengths, which drafted-only steps "
                          "are priced by: calibrate prompt lookup or the n-gram trie again "
                          "(traces from before this version hold none)")
-    depth = min(trace.heads, max_size, growth.max_nodes)
-    ell = np.ones(depth + 1)
-    ell[1:] = [simulate(Tree.chain(d), trace, per_step=True).mean_accept_length
-               for d in range(1, depth + 1)]
-    return _Family(None, ell, [(1,) * d for d in range(depth + 1)], Tree.chain,
-                   family=DRAFTED_CHAIN, drafted=trace)
+    ell, drafts = chain_steps(trace, min(trace.heads, max_size, growth.max_nodes))
+    return _Family(None, ell, [(1,) * d for d in range(len(ell))], Tree.chain,
+                   family=DRAFTED_CHAIN, drafts=drafts)
 
 
 def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,
           s: int) -> Throughput:
     """Tokens/s and verify, draft and overhead seconds of every tree of the family."""
-    if fam.drafted is not None:
-        return drafted_throughput(fam.drafted, max_depth=len(fam.ell) - 1, verify=verify,
-                                  draft=draft, overhead=overhead, batch=b, context=s)[1]
+    if fam.drafts is not None:  # the steps walked once, priced at every (b, s)
+        return drafted_price(fam.ell, fam.drafts, verify=verify, draft=draft,
+                             overhead=overhead, batch=b, context=s)
     return throughput(fam.ell, tokens=list(range(1, len(fam.ell) + 1)), expanded=fam.expanded,
                       verify=verify, draft=draft, overhead=overhead, batch=b, context=s)
 

@@ -110,7 +110,7 @@ def lookup_tabs(tree: Tree, drafter: Mapping[str, Any]) -> list[ExportTab]:
         return []
     rule = LookupRule()
     min_n, max_n = lookup or (rule.min_n, rule.max_n)
-    chain = tree.size > 0 and tree.paths == Tree.chain(tree.size).paths
+    chain = tree.size > 0 and tree.is_chain
     out = []
     for form in FORMS:
         name = f"ngram_{tree.size}_{form.format}.{form.extension}"
