@@ -4,9 +4,8 @@ live (never a test; writes nothing in data/).
 For prompt lookup and the n-gram trie (each the demo ships), on calibration and held-out traces
 calibrated here once (``treeopt.decoding.calibrate``, as ``treeopt calibrate`` does: drafted
 lengths recorded, each continuation stopped at EOS) into ``.cache/drafted-traces/<demo>/``
-(``--traces`` names another folder), with the demo's top-k and batch and ``--new-tokens`` plus
-the drafter's depth new tokens, so that the walk covers every position a run of
-``--new-tokens`` visits:
+(``--traces`` names another folder), with the demo's top-k and batch and ``--new-tokens`` new
+tokens: the walk covers every position a run of ``--new-tokens`` visits, as the run keeps it:
 
 1. ``select`` on the calibration trace and the demo's step profile, at ``--batch``: with the
    chains verified whole (the shipped way) and with ``drafted_only`` (:mod:`treeopt.pricing.
@@ -44,13 +43,12 @@ def drafted_traces(demo, kind: str, folder: Path, new_tokens: int):
     from treeopt.documents.prompts import encode, read_texts
 
     c, drafter = demo.manifest["config"], demo.heads[kind]
-    config = CalibrateConfig(top_k=c["top_k"],
-                             max_new_tokens=new_tokens + drafter.config.num_heads,
+    config = CalibrateConfig(top_k=c["top_k"], max_new_tokens=new_tokens,
                              batch_size=c["calibration_batch"],
                              eos_token_id=demo.tokenizer.eos_token_id)
     out = []
     for part in ("calibration", "heldout"):
-        path = folder / f"{kind}{'-heldout' if part == 'heldout' else ''}.npz"
+        path = folder / f"{kind}{'-heldout' if part == 'heldout' else ''}-{new_tokens}.npz"
         if not path.exists():
             print(f"calibrating {kind} on the {part} prompts into {path}", flush=True)
         prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts(part)]))
@@ -58,7 +56,7 @@ def drafted_traces(demo, kind: str, folder: Path, new_tokens: int):
                              meta={"model": demo.paths.root.name,
                                    "prompts": f"prompts/{part}.jsonl"},
                              continuations=ContinuationStore(folder / "continuations"))
-        out.append(trace.first_positions(max(1, new_tokens - 1)))
+        out.append(trace)
     return tuple(out)
 
 

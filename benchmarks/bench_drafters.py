@@ -30,6 +30,7 @@ from treeopt.decoding.loop import Decoder
 from treeopt.demo import KINDS, load
 from treeopt.demo.quality import acceptance_run, autoregressive_run
 from treeopt.documents.measure import Measurement
+from treeopt.model.runs import as_run, as_runs
 from treeopt.model.simulation import step_lengths
 from treeopt.pricing.selection import choose_drafter
 from treeopt.workbench.demo_pricing import demo_pricing
@@ -63,12 +64,12 @@ def main() -> None:
     fidelity_ok, exact_ok, lossless_ok = True, True, True
     # the calibration trace over the tokens a live run decodes (its first --new-tokens of each
     # continuation): acceptance late in a 256-token continuation differs from early on
-    calibration = {k: t.sequences(len(t.meta["sequence_positions"]), positions=args.new_tokens)
+    calibration = {k: as_run(t, args.new_tokens)
                    for k, t in demo.traces.items()}
     for kind in KINDS:
         growth, held = demo.growths[kind], demo.heldout_traces[kind]
         decoder = Decoder(demo.model, demo.heads[kind])
-        own = held.sequences(len(prompts), positions=args.new_tokens)
+        own = as_runs(held, [args.new_tokens] * len(prompts))
         for n in SIZES:
             tree = growth.tree(min(n, growth.max_nodes))
             run = acceptance_run(decoder, tree, prompts, max_new_tokens=args.new_tokens,

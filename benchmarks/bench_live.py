@@ -76,6 +76,7 @@ from treeopt.documents.prompts import encode, read_texts
 from treeopt.documents.step_profile import StepProfile, StepRecord
 from treeopt.documents.sweep import BATCHINGS, Sweep, SweepPoint
 from treeopt.model.growth import Growth, grow
+from treeopt.model.runs import as_run, as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.sources import profiled_costs
@@ -93,8 +94,8 @@ def own_traces(demo, kind: str, args, out: Path) -> tuple[Growth, RankTrace, Ran
     dtype): the shipped ones in float32, calibrated and grown here otherwise; both traces over
     the positions a run of ``--new-tokens`` decodes."""
     if args.dtype == "float32":
-        return (demo.growths[kind], demo.traces[kind].first_positions(args.new_tokens),
-                demo.heldout_traces[kind].sequences(args.prompts, positions=args.new_tokens))
+        return (demo.growths[kind], as_run(demo.traces[kind], args.new_tokens),
+                as_runs(demo.heldout_traces[kind], [args.new_tokens] * args.prompts))
     shipped = demo.traces[kind].meta
     config = CalibrateConfig(top_k=int(shipped.get("top_k", 16)), max_new_tokens=args.new_tokens,
                              batch_size=16)

@@ -35,6 +35,7 @@ from treeopt.decoding.loop import Decoder
 from treeopt.demo import load
 from treeopt.documents.prompts import encode
 from treeopt.model.growth import Growth
+from treeopt.model.runs import as_run, as_runs
 from treeopt.model.simulation import simulate
 from treeopt.model.tree import Tree
 
@@ -98,9 +99,9 @@ def bench(demo, kind: str, t: float, args) -> dict:
     n = len(prompts)
     live = statistics.fmean(lengths)
     live_se = statistics.stdev(lengths) / math.sqrt(len(lengths))
-    cut = cal.sequences(len(cal.meta["sequence_positions"]), positions=args.new_tokens)
+    cut = as_run(cal, args.new_tokens)
     walk = simulate(tree, cut, per_step=True)
-    held_walk = simulate(tree, held.sequences(n, positions=args.new_tokens), per_step=True)
+    held_walk = simulate(tree, as_runs(held, [args.new_tokens] * n), per_step=True)
     err = live / walk.mean_accept_length - 1
     se = math.hypot(live_se, walk.stderr) / walk.mean_accept_length
     print(f"\n== {kind}, T = {t:g}: tree grown for T, {tree.size} nodes; {n} held-out prompts × "

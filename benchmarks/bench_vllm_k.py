@@ -59,13 +59,14 @@ def tables(demo, kind: str, batches: list[int], new_tokens: int,
     (default: the demo's, measured on the host that built it)."""
     from treeopt.documents.step_profile import StepProfile
     from treeopt.pricing.selection import schedule
+    from treeopt.model.runs import as_run
     from treeopt.pricing.sources import costs_of_profile, price
 
     costs = costs_of_profile(StepProfile.pool([step_profile or demo.step_profile(kind)]))
     context = costs.context(None)
     selection = price(demo.growths[kind], costs.verify, draft=costs.draft,
                       overhead=costs.overhead, batch=batches, context=[context],
-                      trace=demo.traces[kind].first_positions(new_tokens))
+                      trace=as_run(demo.traces[kind], new_tokens))
     section = schedule(selection, context=context).get("vllm_per_batch")
     if not section or "refused" in section:
         raise SystemExit(f"{kind}: no vLLM per-batch K ({(section or {}).get('refused')})")

@@ -90,12 +90,12 @@ def _trained_heads(my_model, prompts, tmp_path):
 
 
 def _calibrated(my_model, heads, prompts, tmp_path):
-    # 3. calibrate: 6 prompts × (24 greedy tokens − 3 heads) positions
+    # 3. calibrate: 6 prompts × 23 positions (where a 24-token run starts its steps)
     trace = tmp_path / "calibration.npz"
     doc = json.loads(ok("calibrate", "--model", my_model, "--heads", heads, "--prompts", prompts,
                         "--max-new-tokens", "24", "--top-k", "8", "--threads", "1", "--out",
                         trace).stdout)
-    assert (doc["positions"], doc["heads"], doc["top_k"], doc["sequences"]) == (126, 3, 8, 6)
+    assert (doc["positions"], doc["heads"], doc["top_k"], doc["sequences"]) == (138, 3, 8, 6)
     assert trace.exists() and not list(tmp_path.glob(".*parts"))
     return trace
 

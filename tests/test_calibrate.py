@@ -70,6 +70,23 @@ def test_rank_trace_equals_the_slow_reference(model, seqs, kind, options):
     assert (ranks == -1).any() and (ranks == 0).any()
 
 
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_a_continuation_is_ranked_at_every_position_its_run_visits(model, seqs, kind):
+    """``to_end``: the 23 positions a 24-token run starts steps at, each target at or past the
+    last token a miss; the rest as the trace of whole depths ranks them."""
+    heads = _heads(model, kind)
+    starts = [len(p) - 1 for p in PROMPTS]
+    whole = rank_batch(model, heads, seqs, starts, top_k=20)
+    run = rank_batch(model, heads, seqs, starts, top_k=20, to_end=True)
+    for s, st, w, got in zip(seqs, starts, whole, run, strict=True):
+        want = reference_ranks(model, heads, s, st, top_k=20, to_end=True)
+        assert got.shape == want.shape == (24 - 1, 4)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got[: len(w) - 1], w[:-1])  # (w's last: to the end)
+        reaches_end = np.triu(np.ones((4, 4), bool))[::-1]  # depth k of the j-th last position
+        assert (got[-4:][reaches_end] == -1).all()
+
+
 def test_texts_mode_equals_greedy_mode_on_greedy_text(model, seqs):
     heads = _heads(model, "hydra")
     greedy = rank_batch(model, heads, seqs, [len(p) - 1 for p in PROMPTS], top_k=20)
@@ -84,10 +101,11 @@ def test_calibrate_writes_a_trace_with_meta(model, tmp_path):
     trace, path = calibrate(model, heads, PROMPTS, tmp_path / "t.npz", config=cfg,
                             meta={"model": "tiny", "prompts": "inline"})
     assert path == tmp_path / "t.npz"
-    assert trace.positions == 5 * (16 - 4) and trace.heads == 4
+    # every step a 16-token run takes starts at one of its first 15 tokens' positions
+    assert trace.positions == 5 * (16 - 1) and trace.heads == 4
     m = trace.meta
     assert (m["head_kind"], m["top_k"], m["model"], m["sequences"], m["positions"]) == (
-        "medusa", 8, "tiny", 5, 60)
+        "medusa", 8, "tiny", 5, 75)
     assert m["tokens"] == sum(len(p) + 16 for p in PROMPTS)
     assert not (tmp_path / ".t.npz.parts").exists()
 
@@ -190,8 +208,29 @@ def test_trace_walk_reproduces_live_decoding_step_by_step(walker, tmp_path):
                              config=CalibrateConfig(top_k=8, max_new_tokens=32))
         walk = step_lengths(tree, trace).tolist()
         live = generate(model, heads, tree, prompt, config=DecodeConfig(max_new_tokens=32))
-        assert list(live.stats.accept_lengths[: len(walk)]) == walk
-        assert max(walk) > 1
+        assert list(live.stats.accept_lengths) == walk  # every step, the last ones too
+        assert sum(walk) == 32 - 1 and max(walk) > 1  # each step counts the tokens it keeps
+
+
+def test_a_trace_stopped_at_eos_walks_every_step_of_a_run_that_stops_there(walker, tmp_path):
+    """With the tokenizer's EOS, a continuation ends at it and so does the live run: the walk
+    takes every step the run takes, the one that reaches EOS keeping what the run keeps."""
+    from treeopt import Tree
+    from treeopt.decoding.loop import generate
+    from treeopt.model.simulation import step_lengths
+
+    model, heads = walker
+    tree = Tree.from_choices(WALK_TREE)
+    for i, prompt in enumerate(PROMPTS):
+        plain = autoregressive(model, prompt, config=DecodeConfig(max_new_tokens=32)).tokens
+        eos = plain[12 + i]  # a token of the continuation: it ends at its first occurrence
+        cfg = DecodeConfig(max_new_tokens=32, eos_token_id=eos)
+        trace, _ = calibrate(model, heads, [prompt], tmp_path / f"{i}.npz",
+                             config=CalibrateConfig(top_k=8, max_new_tokens=32, eos_token_id=eos))
+        live = generate(model, heads, tree, prompt, config=cfg)
+        assert live.tokens[-1] == eos and len(live.tokens) == plain.index(eos) + 1
+        walk = step_lengths(tree, trace).tolist()
+        assert list(live.stats.accept_lengths) == walk and sum(walk) == len(live.tokens) - 1
 
 
 def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_path):
@@ -220,7 +259,7 @@ def test_a_sampled_trace_walks_exactly_as_live_lossless_sampling(walker, tmp_pat
     for j in range(len(rows)):
         walk = step_lengths(tree, trace.sequences(j + 1)).tolist()[walked:]
         walked += len(walk)
-        assert list(per_row[j][: len(walk)]) == walk, j
+        assert list(per_row[j]) == walk, j  # every step of the row
     greedy_walk = step_lengths(tree, calibrate(model, heads, PROMPTS, tmp_path / "g.npz",
                                                config=CalibrateConfig(top_k=8, max_new_tokens=32))[0])
     assert float(np.mean(greedy_walk)) > float(np.mean(step_lengths(tree, trace)))  # sampling

@@ -57,7 +57,7 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     assert proc.returncode == 0, proc.stderr
     with np.load(workdir / "t.npz", allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
-        assert z["ranks"].shape == (6 * (16 - 3), 3)
+        assert z["ranks"].shape == (6 * (16 - 1), 3)  # the positions a 16-token run visits
     assert (meta["head_kind"], meta["top_k"], meta["sequences"]) == ("hydra", 8, 6)
 
     (workdir / "tree.json").write_text("[[0], [1], [0, 0], [0, 1], [0, 0, 0]]")

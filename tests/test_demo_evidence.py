@@ -17,6 +17,7 @@ from treeopt.demo import KINDS
 from treeopt.demo.config import TIMING_FLAGS, TINY, command_line, plan
 from treeopt.demo.stages import NEW_KINDS
 from treeopt.errors import TreeoptError
+from treeopt.model.runs import as_run
 
 TARGET, CAP = 0.05, 4  # loose enough for the tiny demo's millisecond steps, a cap to hit
 FLAGS = ["--step-target-se", str(TARGET), "--sweep-target-se", str(TARGET),
@@ -288,5 +289,5 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
         return select(GROWTH, costs.verify, draft=costs.draft, overhead=costs.overhead,
                       batch=[1], context=costs.verify.contexts, trace=trace).points[0].tree.paths
 
-    assert pick(calibration.first_positions(4)) == ()  # the first positions alone: no tree
+    assert pick(as_run(calibration, 5)) == ()  # the first positions alone: no tree
     assert sweep.selected(1).choices == pick(calibration) != ()

@@ -72,18 +72,28 @@ def test_prefixes_leave_paths_in_place_alone():
 
 def test_batch_rows_record_accepted_tokens_and_stop_at_eos():
     """Row 0 accepts nodes 0 and 2 (the root, node 0, was emitted before): node 2's token and
-    its next root are new; row 1 emits EOS (7) and stops; a stopped row accepts nothing more."""
+    its next root are new; row 1 emits EOS (7) and stops, its step keeping the EOS alone; a
+    stopped row accepts nothing more."""
     rows = BatchRows([[1], [2]], 2, DecodeConfig(max_new_tokens=10, eos_token_id=7))
     rows.first([5, 6])
     tokens = torch.tensor([[5, 11, 12], [6, 7, 13]])
     verdict = Verdict(path=torch.tensor([[0, 2], [0, 1]]), length=torch.tensor([2, 2]),
                       next_root=torch.tensor([20, 21]))
     accepted, paths = rows.read(verdict, tokens)
-    assert (accepted, paths) == ([2, 2], [[0, 2], [0, 1]])
+    assert (accepted, paths, rows.kept) == ([2, 2], [[0, 2], [0, 1]], [2, 1])
     assert rows.out == [[5, 12, 20], [6, 7, 21]] and rows.active == [True, False]
-    assert rows.read(verdict, tokens)[0] == [2, 0]
+    assert rows.read(verdict, tokens)[0] == [2, 0] and rows.kept == [2, 0]
     assert rows.tokens() == ((5, 12, 20, 12, 20), (6, 7))
-    assert rows.steps == [[2, 2], [2]]
+    assert rows.steps == [[2, 2], [1]]  # each step's tokens kept: the output less the first
+
+
+def test_batch_rows_keep_no_step_token_past_the_budget():
+    rows = BatchRows([[1]], 1, DecodeConfig(max_new_tokens=3))
+    rows.first([5])
+    verdict = Verdict(path=torch.tensor([[0, 1, 2]]), length=torch.tensor([3]),
+                      next_root=torch.tensor([20]))
+    assert rows.read(verdict, torch.tensor([[5, 11, 12]]))[0] == [3]  # 3 accepted, 2 kept
+    assert (rows.kept, rows.steps, rows.tokens()) == ([2], [[2]], ((5, 11, 12),))
 
 
 def test_batch_rows_take_a_new_prompt_into_a_stopped_row():

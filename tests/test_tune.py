@@ -343,10 +343,12 @@ def test_a_sweep_run_again_with_another_step_profile_is_predicted_again(model_an
 
 
 def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tmp_path):
-    """Two sequences, one the heads always get right and one they never do, 4 positions each
-    (the sweep's 4 new tokens). Decoded together, both rows count until the first finishes: a
-    one-node tree accepts (2 + 1) / 2 = 1.5 per row and step. The pooled walk (4 + 4 tokens in
-    2 + 4 steps) says 4/3, which is what batch 1 sees."""
+    """Two sequences, one the heads always get right and one they never do. A run of the
+    sweep's 4 new tokens starts steps at 3 positions and keeps 3 tokens after the prefill's: a
+    one-node tree takes steps of 2 and 1 on the first (the budget ends the second), 3 of 1 on
+    the other. Decoded together, both rows count until the first finishes: (3 + 2) / 4 = 1.25
+    per row and step. The pooled walk (3 + 3 tokens in 2 + 3 steps) says 1.2, which is what
+    batch 1 sees."""
     from test_select import profile_records, typed
 
     from treeopt.model.trace import RankTrace
@@ -364,7 +366,7 @@ def test_a_batched_point_is_predicted_over_its_steady_window(model_and_heads, tm
     points = [p for p in sweep.points if p.size == 1]
     assert sorted(p.batch for p in points) == [1, 2]
     for p in points:
-        ell = 1.5 if p.batch == 2 else 4 / 3
+        ell = 1.25 if p.batch == 2 else 1.2
         tps, ar = price_tree(one, verify=costs.verify, draft=costs.draft, overhead=costs.overhead,
                              batch=p.batch, context=costs.verify.contexts[0],
                              expected_accept_length=ell)
@@ -638,11 +640,11 @@ def test_the_sweep_figure_says_how_each_point_was_timed_and_what_the_race_found(
 
 def test_a_continuous_sweep_decodes_every_prompt_in_b_rows_and_is_predicted_so(
         model_and_heads, tmp_path):
-    """Three sequences of 4 positions (the sweep's 4 new tokens), two rows: the heads always
-    right on the first, never on the others. A one-node tree takes 2 steps of 2 tokens on the
-    first, 4 of 1 on each other. Batched statically, the first two's window ends with the first:
-    (2 + 1) × 2 / 4 = 1.5 per row and step. Continuously the first row then takes the third, and
-    the window runs until the second ends: (3 + 3 + 2 + 2) / 8 = 1.25. The point is predicted
+    """Three sequences, two rows, the sweep's 4 new tokens (3 kept after the prefill's): the
+    heads always right on the first, never on the others. A one-node tree takes steps of 2 and 1
+    on the first, 3 of 1 on each other. Batched statically, the first two's window ends with the
+    first: (3 + 2) / 4 = 1.25 per row and step. Continuously the first row then takes the third,
+    and the window runs until the second ends: (3 + 2 + 2) / 6 = 7/6. The point is predicted
     over that window; the sweep says how it batched and resumes only alike; each prompt's output
     is that of decoding it alone."""
     from test_select import profile_records, typed
@@ -665,14 +667,14 @@ def test_a_continuous_sweep_decodes_every_prompt_in_b_rows_and_is_predicted_so(
     assert "continuous batching" in sweep.meta["acceptance"]
     one = Tree.from_choices([[0]])
     point = next(p for p in sweep.points if p.choices == one.paths)
-    assert point.predicted_accept_length == 1.25
+    assert point.predicted_accept_length == pytest.approx(7 / 6, rel=1e-12)
     with pytest.raises(TreeoptError, match="a sweep measured with other batching"):
         sweep_of(model_and_heads, out, batch=[2], sizes=[1], costs=costs, trace=trace,
                  prompts=prompts)
     static = sweep_of(model_and_heads, tmp_path / "s.json", batch=[2], sizes=[1], costs=costs,
                       trace=trace, prompts=prompts)
     assert not static.continuous
-    assert next(p for p in static.points if p.choices == one.paths).predicted_accept_length == 1.5
+    assert next(p for p in static.points if p.choices == one.paths).predicted_accept_length == 1.25
     model, heads = model_and_heads
     config = DecodeConfig(max_new_tokens=4)
     together = compare(model, heads, one, prompts, config=config, batch=2, continuous=True)

@@ -2,7 +2,8 @@
 prompt's tokens and accepted lengths so far, and which rows still run.
 
 A row stops when its prompt has its budget of new tokens or has just emitted EOS; the tokens a
-step emits past either are dropped from the output (:meth:`BatchRows.tokens`).
+step emits past either are dropped from the output (:meth:`BatchRows.tokens`), and from the
+step's accepted length: a step counts the tokens it keeps.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ class BatchRows:
         self.cfg = cfg
         self.owner = list(range(rows))  # the prompt each row decodes
         self.out: list[list[int]] = [[] for _ in prompts]  # per prompt: tokens emitted
-        self.steps: list[list[int]] = [[] for _ in prompts]  # per prompt: tokens each step took
+        self.steps: list[list[int]] = [[] for _ in prompts]  # per prompt: tokens each step kept
         self.active = [True] * rows  # per row
+        self.kept = [0] * rows  # per row: the tokens the last step read kept
 
     def held(self) -> list[list[int]]:
         """The prompts the rows hold, in row order."""
@@ -49,7 +51,8 @@ class BatchRows:
     def read(self, verdict: Verdict, tokens: torch.Tensor) -> tuple[list[int], list[list[int]]]:
         """Bring a step's accepted tokens to the host (the one sync of a step) and record them
         for the running rows. Returns how many each row accepted (0 for stopped rows) and each
-        accepted path (node indices, root first)."""
+        accepted path (node indices, root first); :attr:`kept` holds how many of them each row
+        kept (its step's accepted length: none past the budget or the first EOS)."""
         path_tokens = tokens.gather(1, verdict.path)  # [b, depth+1]
         packed = torch.cat([verdict.length[:, None], verdict.path, path_tokens,
                             verdict.next_root[:, None]], dim=1).tolist()
@@ -59,12 +62,17 @@ class BatchRows:
             n = row[0] if self.active[i] else 0
             accepted.append(n)
             paths.append(row[1: 1 + n])
+            self.kept[i] = 0
             if not n:
                 continue
             new = [*row[2 + width: 1 + width + n], row[-1]]
-            self.out[self.owner[i]].extend(new)
-            self.steps[self.owner[i]].append(n)
+            out = self.out[self.owner[i]]
+            out.extend(new)
             self.active[i] = not self.finished(i, new)
+            # the tokens it keeps: none past the budget or the first EOS (a running row's
+            # output was whole before this step)
+            self.kept[i] = n if self.active[i] else len(self._truncate(out)) - (len(out) - n)
+            self.steps[self.owner[i]].append(self.kept[i])
         return accepted, paths
 
     def finished(self, row: int, new: list[int]) -> bool:

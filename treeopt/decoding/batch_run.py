@@ -143,7 +143,7 @@ class BatchRun:
         self.trees.verified(accepted)
         self.prefixes.extend(verdict, plan.steps, accepted, paths)
         if running:  # a steady step: its time so far (the features below belong to the next)
-            self.timer.steady(entered, accepted)
+            self.timer.steady(entered, self.rows.kept)  # the tokens the rows keep
         self.clock.lap(BOOKKEEPING)
         self.clock.end_step(counted=running)
         self.root = verdict.next_root

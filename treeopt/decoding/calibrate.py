@@ -1,6 +1,11 @@
 """Calibration runs: prompts → greedy (or sampled) continuations → one teacher-forced rank pass
 → RankTrace.
 
+Each continuation is recorded at every position a live run of it visits, a target at or past
+its last token (its EOS, or the last of its budget) a miss
+(:func:`~treeopt.decoding.rank_pass.cut_to_run`): the per-step walk takes the steps live decoding
+with the same budget takes, each keeping what the run keeps.
+
 With ``temperature > 0`` each prompt is continued ``samples_per_prompt`` times by the same
 per-position seeded sampler live decoding uses (:mod:`treeopt.decoding.sampling`; prompt i's
 sample s is stream ``i·S + s``), and the drafter is ranked against the *sampled* tokens, teacher-
@@ -39,7 +44,12 @@ import numpy as np
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.continuations import ContinuationStore
 from treeopt.decoding.models import check_context
-from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, sampled_continuations
+from treeopt.decoding.rank_pass import (
+    greedy_continuations,
+    rank_batch,
+    run_positions,
+    sampled_continuations,
+)
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.model.trace import RankTrace, merge_traces
@@ -51,6 +61,7 @@ if TYPE_CHECKING:
     from treeopt.decoding.drafter import Drafter, RequestCache
 
 TARGETS = ("greedy", "texts")
+POSITIONS = "run positions"  # what a chunk records (in the fingerprint: no chunk of another rule)
 
 
 @dataclass(frozen=True)
@@ -264,8 +275,8 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
         seqs = (decode() if continuations is None else
                 continuations.get(_model_label(model), prompts, settings, decode))
         starts = [len(p) - 1 for p in prompts]
-        ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k) if cache is None
-                 else heads.rank_requests(cache, seqs, starts, top_k=config.top_k))
+        ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k, to_end=True)
+                 if cache is None else heads.rank_requests(cache, seqs, starts, top_k=config.top_k))
     else:
         check_context(model, max(len(p) for p in prompts), what="the longest text")
         seqs, starts = list(prompts), [0] * len(prompts)
@@ -281,9 +292,15 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
 
 def _drafted(heads: Drafter, seqs: Sequence[Sequence[int]],
              starts: Sequence[int]) -> np.ndarray | None:
-    """The drafter's chain length at every recorded position, where it records one (a lookup
-    drafter's: :meth:`~treeopt.decoding.drafter.Drafter.drafted_depths`)."""
-    per = [heads.drafted_depths(s, st) for s, st in zip(seqs, starts, strict=True)]
+    """The drafter's chain length at every recorded position (those a live run visits), where
+    it records one (a lookup drafter's: :meth:`~treeopt.decoding.drafter.Drafter.drafted_depths`,
+    which reads only the context through each position's root: the filler after the end is never
+    read)."""
+    K = heads.config.num_heads
+    per = [heads.drafted_depths([*s, *[0] * K], st)  # every run position has its full depth
+           for s, st in zip(seqs, starts, strict=True)]
+    per = [None if d is None else d[: len(run_positions(len(s), st))]
+           for d, s, st in zip(per, seqs, starts, strict=True)]
     if not per or any(d is None for d in per):
         return None
     return np.concatenate(per)
@@ -348,7 +365,8 @@ def _request_order(sequences: int, config: CalibrateConfig) -> list[int]:
 def _fingerprint(heads: Drafter, prompts: Sequence[Sequence[int]], config: CalibrateConfig,
                  meta: dict[str, Any]) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([asdict(config), heads.config.to_dict(), meta], sort_keys=True).encode())
+    h.update(json.dumps([asdict(config), heads.config.to_dict(), meta, POSITIONS],
+                        sort_keys=True).encode())
     for p in prompts:
         h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
     return h.hexdigest()[:16]

@@ -7,9 +7,11 @@ A trace calibrated on prompts ``i = 0 …`` with sampling seed s draws prompt i'
 from stream i (:func:`treeopt.decoding.sampling.stream_keys`); decoding the prompts in turn in
 one row, prompt i on stream i, draws the same one, so greedy and sampled traces are checked
 alike; a drafter that keeps a cache of requests' outputs (suffix decoding) meets the earlier
-prompts' outputs as its trace ranked them. The walk
-stops where the trace's positions stop (the last ``depth`` tokens of a sequence have no full set
-of targets): live steps after that are not compared.
+prompts' outputs as its trace ranked them. A trace
+calibrated with the run's budget and EOS holds every position the run visits, each step counting
+what the run keeps (:func:`treeopt.decoding.rank_pass.cut_to_run`), so every live step is
+compared; where a trace holds fewer positions (one recorded before treeopt recorded a run's),
+the live steps after them are not.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from treeopt.documents.measure import Measurement
 from treeopt.documents.sweep import Race, Sweep, SweepPoint
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
+from treeopt.model.runs import as_run
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
@@ -81,8 +82,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     config = config or DecodeConfig()
     measure = measure or Measurement()
     check_batch(max(batch), len(prompts))
-    # E[L] over the positions the sweep decodes (each sequence's first max_new_tokens)
-    trace = trace.first_positions(config.max_new_tokens) if trace is not None else None
+    # E[L] over the positions the sweep decodes, as its runs keep them
+    trace = as_run(trace, config.max_new_tokens) if trace is not None else None
     picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker)  # checks every size before anything runs
@@ -90,7 +91,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
         "min_seconds": measure.min_seconds, "target_se": measure.target_se,
-        "max_rounds": measure.cap, "compile": compile,
+        "max_rounds": measure.cap, "compile": compile, "step_tokens": "kept",
         "batching": "continuous" if continuous else "static"})
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):

@@ -6,6 +6,11 @@ h_t and x_{t+1} … x_{t+1+k}. ``ranks[t, k]`` is the rank of x_{t+2+k} among he
 (descending, ties by token id), or -1 beyond the recorded top-k. Positions run from the last
 prompt token to the last one where every head has a target; the tail of K positions is dropped.
 
+A continuation (``to_end``) is recorded instead at every position a live run of it visits
+(:func:`run_positions`): a run ends at the continuation's last token (its EOS, or the last of its
+budget) and keeps nothing after it, so a target at or past that token is a miss. A step there
+then accepts what the run keeps: the walk over the trace takes every step live decoding takes.
+
 With ``targets="argmax"`` (a user's own texts) the stream x is replaced by the base model's
 argmax at each position, an approximation of the greedy continuation: h_t still reads the text.
 """
@@ -38,6 +43,31 @@ def positions_range(length: int, start: int, num_heads: int) -> range:
     return range(start, max(start, length - 1 - num_heads))
 
 
+def run_positions(length: int, start: int) -> range:
+    """Positions t a live run of a continuation of ``length`` tokens visits, its root at
+    ``start + 1``: those whose root x[t+1] is not the last token (after which the run stops).
+
+    >>> run_positions(10, 3)
+    range(3, 8)
+    """
+    return range(start, max(start, length - 2))
+
+
+def cut_to_run(ranks: npt.NDArray[np.int16], length: int, start: int) -> npt.NDArray[np.int16]:
+    """``ranks`` ``[≥ n, K]`` of positions ``start …`` cut to the n :func:`run_positions`, each
+    target at or past the last token (index ``length - 1``) a miss: a step that reaches it keeps
+    the last token as its next root, as a live run that stops there keeps it.
+
+    >>> cut_to_run(np.zeros((6, 3), np.int16), 7, 1).tolist()
+    [[0, 0, 0], [0, 0, -1], [0, -1, -1], [-1, -1, -1]]
+    """
+    n, K = len(run_positions(length, start)), ranks.shape[1]
+    out = np.array(ranks[:n], dtype=np.int16)
+    target = np.arange(start, start + n)[:, None] + 2 + np.arange(K)[None, :]
+    out[target >= length - 1] = -1
+    return out
+
+
 def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str, layers: tuple[int, ...] = (),
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """The drafter's features ``[b, T, ·d]`` (the base hidden states ``layers``; empty: the last)
@@ -52,10 +82,12 @@ def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str, layers: tup
 
 
 def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Sequence[int]], starts: Sequence[int],
-               *, top_k: int, targets: str = "tokens") -> list[npt.NDArray[np.int16]]:
-    """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass."""
+               *, top_k: int, targets: str = "tokens", to_end: bool = False,
+               ) -> list[npt.NDArray[np.int16]]:
+    """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass
+    (``to_end``: each a continuation, at the positions a live run visits: :func:`cut_to_run`)."""
     K, device = heads.config.num_heads, model_device(model)
-    T = max(len(s) for s in sequences)
+    T = max(len(s) for s in sequences) + (K if to_end else 0)  # to_end: targets past the end
     ids = torch.zeros(len(sequences), T, dtype=torch.long, device=device)  # right-padded
     for i, s in enumerate(sequences):
         ids[i, : len(s)] = torch.tensor(list(s), device=device)
@@ -66,23 +98,31 @@ def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Seque
             hidden, z = _stream(model, ids, targets, heads.feature_layers)  # [b, T, ·d], [b, T]
         ranks = heads.rank_depths(hidden, z, top_k=top_k)  # [b, T-1-K, K]
     ranks_np = ranks.cpu().numpy()
+    if to_end:
+        return [cut_to_run(ranks_np[i, st:], len(s), st)
+                for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]
     return [ranks_np[i, positions_range(len(s), st, K)]
             for i, (s, st) in enumerate(zip(sequences, starts, strict=True))]
 
 
 def reference_ranks(model: PreTrainedModel, heads: Drafter, sequence: Sequence[int], start: int, *,
-                    top_k: int) -> npt.NDArray[np.int16]:
+                    top_k: int, to_end: bool = False) -> npt.NDArray[np.int16]:
     """Slow, readable reference: one position and one head at a time, ranks by a stable sort
     (draft heads: :class:`~treeopt.drafters.heads.DraftHeads`' ``features`` and
-    ``head_logits``)."""
+    ``head_logits``); ``to_end``: as :func:`rank_batch`'s, a target at or past the last token a
+    miss."""
     K, device = heads.config.num_heads, model_device(model)
     ids = torch.tensor([list(sequence)], device=device)
-    out = np.full((len(positions_range(len(sequence), start, K)), K), -1, dtype=np.int16)
+    rows = (run_positions(len(sequence), start) if to_end
+            else positions_range(len(sequence), start, K))
+    out = np.full((len(rows), K), -1, dtype=np.int16)
     with torch.inference_mode():
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1]
         hidden = heads.features(hidden)[0]
-        for row, t in enumerate(positions_range(len(sequence), start, K)):
+        for row, t in enumerate(rows):
             for k in range(K):
+                if to_end and t + 2 + k >= len(sequence) - 1:  # no target the run keeps
+                    break
                 prev = ids[:, t + 1: t + 2 + k][None]  # [1, 1, k+1]
                 logits = heads.head_logits(k, hidden[:, t: t + 1], prev)[0, 0]  # [V]
                 order = torch.sort(logits, descending=True, stable=True).indices.tolist()

@@ -29,6 +29,7 @@ from treeopt.documents.measure import ONCE, Measurement
 from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError
 from treeopt.model.simulation import Simulation, simulate, step_walk, steps_inside
+from treeopt.model.runs import as_run, as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 
@@ -122,7 +123,7 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         mismatched_prompts=(tuple(result.mismatched) if "mismatched_prompts" in doc else None),
         sampled_batches=doc.get("sampled_batches"),
         model_generate=check.to_dict() if check is not None else None,
-        predicted=(prediction(tree, trace.first_positions(max(1, config.max_new_tokens - 1)),
+        predicted=(prediction(tree, as_run(trace, config.max_new_tokens),
                               result.tree_stats.mean_accept_length,
                               result.tree_stats.sequence_accept_lengths,
                               [len(t) for t in result.tree_outputs])
@@ -155,11 +156,11 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     ``sequences``: the live run's accepted lengths, step by step, of each prompt in order, and
     ``emitted`` the tokens each prompt's output holds (one per sequence). When the trace
     records its sequences and holds at least as many, ``inside_trace`` compares the walk of its
-    first ones with the live steps that start inside their positions — cut, for an output that
-    ended early (at EOS), to the positions before its last token, where the live run started
-    steps: the steps that walk takes, if the trace was recorded on these prompts (a trace stops
-    short of the run's last tokens, by the drafter's depth, and a continuation's end accepts
-    otherwise).
+    first ones, each as its live run kept it (:func:`~treeopt.model.runs.as_runs`),
+    with the live steps that start inside their positions: the steps that walk takes, if the
+    trace was recorded on these prompts. A trace calibrated with the run's budget and EOS holds
+    every step (a trace made before treeopt recorded the positions a run visits stops short of
+    each continuation's end by the drafter's depth).
     """
     weighted = simulate(tree, trace)
     base = {"trace_positions": trace.positions, "measured": measured}
@@ -189,9 +190,9 @@ def _inside_trace(tree: Tree, trace: RankTrace, sequences: Sequence[Sequence[int
     n = len(sequences)
     if not 0 < n <= len(counts):
         return None
-    cuts = [min(c, max(1, e - 1)) for c, e in zip(counts[:n], emitted, strict=True)]
-    own = simulate(tree, trace.sequences(n, positions=cuts), per_step=True)
-    inside = steps_inside(sequences, cuts)
+    runs = as_runs(trace, [max(2, e) for e in emitted[:n]])  # each as its live run kept it
+    own = simulate(tree, runs, per_step=True)
+    inside = steps_inside(sequences, runs.meta["sequence_positions"])
     if not inside or not own.count:  # no step started inside the trace
         return None
     live = sum(inside) / len(inside)

@@ -106,7 +106,8 @@ class Context:
             self.scratch / "continuations" / weights_digest(self.model)))
 
     def reference(self) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
-        """The plain greedy continuations of the held-out prompts and their record
+        """The plain greedy continuations of the held-out prompts, each stopped at the
+        tokenizer's EOS as the traces' are, and their record
         (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
         from treeopt.decoding.loop import Decoder
         from treeopt.demo.quality import autoregressive_run, quality_decodings
@@ -116,7 +117,8 @@ class Context:
             with self.bar(quality_decodings(len(prompts)), "autoregressive reference") as bar:
                 return autoregressive_run(Decoder(self.model), prompts,
                                           max_new_tokens=self.config.max_new_tokens,
-                                          progress=lambda: bar.update(1))
+                                          progress=lambda: bar.update(1),
+                                          eos_token_id=self.tokenizer.eos_token_id)
 
         return self._once("reference", run)
 

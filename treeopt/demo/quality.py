@@ -83,17 +83,21 @@ TIMED_PROMPTS = 8  # prompts decoded one at a time for the seconds of a verifica
 def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]], *,
                    max_new_tokens: int, reference: Sequence[Sequence[int]],
                    positions: Sequence[int] | None = None,
-                   progress: Callable[[], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[], None] | None = None,
+                   eos_token_id: int | None = None) -> dict[str, Any]:
     """Tree-decode every prompt (in batches: acceptance and outputs do not depend on it) and
     check each output against ``reference``, the plain greedy continuation; pooled acceptance
     (standard error over prompts) and the seconds of single-prompt verifications.
 
-    ``positions``: the positions per prompt of the prompts' own trace, which stops short of
-    ``max_new_tokens`` (its last rows need the drafter's depth of tokens after them). The steps
-    that start inside them are the steps the trace's walk takes: ``inside_trace`` is their mean,
-    what the walk must reproduce. ``progress()`` is called after each decoding, as
-    :func:`autoregressive_run` calls it (:func:`quality_decodings` of them)."""
-    runs, timed = _batched_then_timed(decoder, tree, prompts, max_new_tokens, progress)
+    ``positions``: the positions per prompt of the prompts' own trace (calibrated with the
+    same budget and ``eos_token_id``, it holds every step a run takes; one made before traces
+    recorded the positions a run visits stops short of each continuation's end by the drafter's
+    depth). The steps that start inside them are the steps the trace's walk takes:
+    ``inside_trace`` is their mean, what the walk must reproduce. ``progress()`` is called after
+    each decoding, as :func:`autoregressive_run` calls it (:func:`quality_decodings` of them).
+    Each prompt stops at ``eos_token_id`` where given, as a served request does."""
+    runs, timed = _batched_then_timed(decoder, tree, prompts, max_new_tokens, progress,
+                                      eos_token_id)
     outputs = [t for r in runs for t in r.tokens]
     stats = combine([r.stats for r in runs])
     same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
@@ -113,12 +117,14 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
 
 def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, progress: Callable[[], None] | None = None,
+                       eos_token_id: int | None = None,
                        ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
     seconds of single-prompt decoding; ``progress()`` is called after each decoding (one per
     batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`quality_decodings` of
-    them)."""
-    runs, timed = _batched_then_timed(decoder, Tree(()), prompts, max_new_tokens, progress)
+    them); each stops at ``eos_token_id`` where given."""
+    runs, timed = _batched_then_timed(decoder, Tree(()), prompts, max_new_tokens, progress,
+                                      eos_token_id)
     outputs = [t for r in runs for t in r.tokens]
     return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
                      "tokens_per_s": combine(timed).tokens_per_s,
@@ -128,10 +134,10 @@ def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
 
 def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
                         max_new_tokens: int, progress: Callable[[], None] | None,
-                        ) -> tuple[list[Any], list[Any]]:
+                        eos_token_id: int | None = None) -> tuple[list[Any], list[Any]]:
     """What both checks decode: every prompt in batches of :data:`QUALITY_BATCH` (the runs),
     then the first :data:`TIMED_PROMPTS` alone (their stats); ``progress()`` after each."""
-    config = DecodeConfig(max_new_tokens=max_new_tokens)
+    config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     tick = progress or (lambda: None)
     runs, timed = [], []
     for i in range(0, len(prompts), QUALITY_BATCH):

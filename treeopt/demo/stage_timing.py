@@ -122,10 +122,11 @@ def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own
                       ) -> dict[str, Any]:
     """The sweep's points predicted from the profile taken alongside them, per batch."""
     from treeopt.demo.evidence import alongside_errors
+    from treeopt.model.runs import as_run
 
     path = ctx.paths.alongside_profile(kind, ctx.config.device)
     errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
-                              own.first_positions(ctx.config.live_new_tokens))
+                              as_run(own, ctx.config.live_new_tokens))
     return {"file": path.name, "errors": errors}
 
 

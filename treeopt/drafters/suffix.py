@@ -131,9 +131,10 @@ class SuffixDrafter(Drafter):
     def rank_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],
                       starts: Sequence[int], *, top_k: int) -> list[npt.NDArray[np.int16]]:
         """Each request's ranks in turn through ``cache`` (see
-        :func:`~treeopt.drafters.suffix_tree.request_ranks`), which keeps its response."""
+        :func:`~treeopt.drafters.suffix_tree.request_ranks`), which keeps its response: at the
+        positions a live run of it visits."""
         K = self.config.num_heads
-        return [request_ranks(cache, seq, start + 1, K, top_k=top_k)
+        return [request_ranks(cache, seq, start + 1, K, top_k=top_k, to_end=True)
                 for seq, start in zip(sequences, starts, strict=True)]
 
     def remember_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],

@@ -397,18 +397,22 @@ class Request:
 
 
 def request_ranks(cache: SuffixCache, sequence: Sequence[int], prompt_len: int, depth: int, *,
-                  top_k: int) -> npt.NDArray[np.int16]:
+                  top_k: int, to_end: bool = False) -> npt.NDArray[np.int16]:
     """Teacher-forced ranks ``[positions, depth]`` of one request (``sequence``: prompt and
     response, the prompt ``prompt_len`` tokens) for t = ``prompt_len - 1`` … ``len - 2 -
     depth``, seen through ``cache`` as it stands (the earlier requests' responses), which then
     keeps this response: at t the prompt tree holds ``sequence[: t+2]``, the global tree the
     response through the root ``sequence[t+1]``, and depth k ranks ``sequence[t+2+k]``.
+    ``to_end``: the positions a live run of the response visits instead, a target at or past
+    its last token a miss (:func:`treeopt.decoding.rank_pass.cut_to_run`).
 
     >>> cache = SuffixCache(SuffixRule(max_spec_tokens=2))
     >>> request_ranks(cache, [7, 1, 2, 3], 1, 2, top_k=4).tolist()
     [[-1, -1]]
     >>> request_ranks(cache, [8, 1, 2, 3, 9], 1, 2, top_k=4).tolist()
     [[0, -1], [0, -1]]
+    >>> request_ranks(cache, [8, 1, 2, 3, 9], 1, 2, top_k=4, to_end=True).tolist()
+    [[0, -1], [0, -1], [-1, -1]]
     """
     ids = [int(x) for x in sequence]
     if not 1 <= prompt_len <= len(ids):
@@ -418,10 +422,13 @@ def request_ranks(cache: SuffixCache, sequence: Sequence[int], prompt_len: int, 
     request.prompt(ids[:prompt_len])
     request.begin()
     start = prompt_len - 1
-    out = np.full((max(0, len(ids) - 1 - depth - start), depth), -1, dtype=np.int16)
-    for row, t in enumerate(range(start, start + len(out))):
+    rows = max(0, len(ids) - 2 - start if to_end else len(ids) - 1 - depth - start)
+    last = len(ids) - 1 if to_end else len(ids)  # to_end: no target at or past the last token
+    out = np.full((rows, depth), -1, dtype=np.int16)
+    for row, t in enumerate(range(start, start + rows)):
         request.respond(ids[t + 1: t + 2])  # the context through the root x[t+1]
-        out[row] = request.speculation().ranks_along(ids[t + 2: t + 2 + depth], top_k)
+        truth = ids[t + 2: min(t + 2 + depth, last)]
+        out[row, : len(truth)] = request.speculation().ranks_along(truth, top_k)
     request.respond(ids[prompt_len + len(request.response):])  # the rest, for later requests
     return out
 

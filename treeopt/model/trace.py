@@ -183,21 +183,6 @@ class RankTrace:
             "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n])},
             self.drafted)
 
-    def first_positions(self, positions: int) -> RankTrace:
-        """Every sequence cut to its first ``positions`` positions: what a live run of that many
-        new tokens visits (acceptance changes along a continuation — on the demo it rises, so a
-        256-token trace predicts a 64-token run's E[L] about 5% high). A trace that does not
-        record its sequences is returned as it is.
-
-        >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
-        >>> t.first_positions(1).ranks[:, 0].tolist(), t.first_positions(9).positions
-        ([0, 2], 5)
-        """
-        counts = self.meta.get("sequence_positions")
-        if not counts:
-            return self
-        return self.sequences(len(counts), positions=positions)
-
     def require(self, *, heads: int, source: str = "rank trace") -> None:
         """Raise unless the trace is non-empty and has at least ``heads`` heads."""
         if self.positions == 0:

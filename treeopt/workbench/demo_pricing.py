@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from treeopt.demo.selections import shipped_selection
 from treeopt.documents.sweep import Sweep
 from treeopt.model.growth import Growth
+from treeopt.model.runs import as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
@@ -111,8 +112,8 @@ def held_out_pricing(demo: Demo, kind: str, costs: StepCosts,
     prompts, tokens = (sweep.meta.get("prompts"), sweep.meta.get("max_new_tokens")
                        ) if sweep is not None else (None, None)
     if isinstance(prompts, int) and isinstance(tokens, int) and 1 <= prompts <= len(counts):
-        return HeldOutPricing(demo.growths[kind], costs,
-                              trace.sequences(prompts, positions=tokens), prompts, tokens,
+        return HeldOutPricing(demo.growths[kind], costs, swept_part(trace, sweep, prompts),
+                              prompts, tokens,
                               continuous=bool(sweep and sweep.continuous))
     return HeldOutPricing(demo.growths[kind], costs, trace, len(counts), None)
 
@@ -128,10 +129,22 @@ def swept_pricing(demo: Demo, kind: str, sweep: Sweep) -> SweptPricing | None:
     path = demo.paths.root / alongside
     if not path.is_file():
         return None
-    own = demo.heldout_traces[kind].sequences(prompts, positions=new_tokens)
+    own = swept_part(demo.heldout_traces[kind], sweep, prompts)
     return SweptPricing(demo.growths[kind], profiled_costs(path), own, alongside,
                         continuous=sweep.continuous)
 
 
+def swept_part(trace: RankTrace, sweep: Sweep, prompts: int) -> RankTrace:
+    """The part of the held-out ``trace`` that ``sweep`` decoded: its first ``prompts``
+    sequences as runs of the sweep's new tokens keep them (:func:`~treeopt.model.runs.as_runs`),
+    for a sweep whose steps count the tokens kept (``step_tokens``); each cut to its first
+    ``max_new_tokens`` positions, as such a sweep's steps counted every token accepted, for one
+    measured before."""
+    tokens = int(sweep.meta["max_new_tokens"])
+    if sweep.meta.get("step_tokens") == "kept":
+        return as_runs(trace, [tokens] * prompts)
+    return trace.sequences(prompts, positions=tokens)
+
+
 __all__ = ["DemoPricing", "HeldOutPricing", "SweptPricing", "demo_pricing", "held_out_pricing",
-           "swept_pricing"]
+           "swept_part", "swept_pricing"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from treeopt.errors import TreeoptError
+from treeopt.model.runs import as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 
@@ -107,15 +108,14 @@ def prompts_walk(trace: RankTrace | None, prompts: int) -> RankTrace | None:
 
 def decoded_part(trace: RankTrace, outputs: Sequence[Sequence[int]],
                  max_new_tokens: int) -> RankTrace:
-    """Each sequence of ``trace`` cut to the positions its prompt's live decoding stepped
-    through: its output less the first token (the prefill's), at most ``max_new_tokens`` — a
-    prompt that met its end-of-sequence token early walks only what it decoded.
+    """Each sequence of ``trace`` as its prompt's live run kept it (:func:`~treeopt.model.runs.
+    as_runs`): the positions the run stepped through — its output less its last
+    token, at most ``max_new_tokens`` — with no target past the output's end. A prompt that met
+    its end-of-sequence token early walks only what it decoded.
 
     >>> import numpy as np
     >>> t = RankTrace(np.zeros((6, 1), np.int16), {"sequence_positions": [3, 3]})
     >>> decoded_part(t, [(5, 6, 7, 8, 9), (5,)], 2).meta["sequence_positions"]
-    [2, 0]
+    [1, 0]
     """
-    counts = trace.meta["sequence_positions"]
-    return trace.sequences(len(outputs), positions=[
-        min(max(len(out) - 1, 0), max_new_tokens, n) for out, n in zip(outputs, counts[:len(outputs)], strict=True)])
+    return as_runs(trace, [min(len(out), max_new_tokens) for out in outputs])
