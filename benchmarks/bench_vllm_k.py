@@ -58,8 +58,8 @@ def tables(demo, kind: str, batches: list[int], new_tokens: int,
     a continuation a live run of ``new_tokens`` decodes), steps priced by ``step_profile``
     (default: the demo's, measured on the host that built it)."""
     from treeopt.documents.step_profile import StepProfile
-    from treeopt.pricing.selection import schedule
     from treeopt.model.runs import as_run
+    from treeopt.pricing.selection import schedule
     from treeopt.pricing.sources import costs_of_profile, price
 
     costs = costs_of_profile(StepProfile.pool([step_profile or demo.step_profile(kind)]))
