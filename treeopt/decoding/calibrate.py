@@ -252,6 +252,7 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     the requests' outputs so far, for a kind that drafts from them (its trace keeps the
     chunk's requests, which a resumed run puts back into the cache)."""
     K = heads.config.num_heads
+    lengths: list[np.ndarray] = []  # a request-cache kind's chain lengths, as it ranks them
     if config.source == "greedy":
         longest = max(len(p) for p in prompts)
         check_context(model, longest + config.max_new_tokens,
@@ -276,7 +277,8 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
                 continuations.get(_model_label(model), prompts, settings, decode))
         starts = [len(p) - 1 for p in prompts]
         ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k, to_end=True)
-                 if cache is None else heads.rank_requests(cache, seqs, starts, top_k=config.top_k))
+                 if cache is None else heads.rank_requests(cache, seqs, starts,
+                                                           top_k=config.top_k, drafted=lengths))
     else:
         check_context(model, max(len(p) for p in prompts), what="the longest text")
         seqs, starts = list(prompts), [0] * len(prompts)
@@ -285,7 +287,8 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
     kept = {} if cache is None else {"requests": [list(map(int, q)) for q in seqs],
                                      "starts": starts}
-    drafted = _drafted(heads, seqs, starts) if config.source == "greedy" else None
+    drafted = (None if config.source != "greedy" else np.concatenate(lengths) if lengths
+               else _drafted(heads, seqs, starts))
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
                            "sequence_positions": [len(r) for r in ranks], **kept}, drafted)
 

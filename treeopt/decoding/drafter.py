@@ -80,13 +80,17 @@ class Drafter(nn.Module):
         raise TreeoptError(f"a {self.kind.title.lower()} keeps no cache of requests")
 
     def rank_requests(self, cache: RequestCache, sequences: Sequence[Sequence[int]],
-                      starts: Sequence[int], *, top_k: int) -> list[npt.NDArray[np.int16]]:
+                      starts: Sequence[int], *, top_k: int,
+                      drafted: list[npt.NDArray[np.int16]] | None = None,
+                      ) -> list[npt.NDArray[np.int16]]:
         """Teacher-forced ranks of requests in order, each seeing ``cache`` as the requests
         before it left it, then adding its own output: per sequence (prompt and continuation,
         the prompt ``starts[i] + 1`` tokens) int16 ``[positions, K]`` for the positions a live
         run of the continuation visits from ``starts[i]``, a target at or past its last token a
         miss (:func:`~treeopt.decoding.rank_pass.cut_to_run`; kinds with
-        ``kind.request_cache``: the ranks of the others do not depend on the order)."""
+        ``kind.request_cache``: the ranks of the others do not depend on the order).
+        ``drafted``, when given, receives each request's chain length at those positions (as
+        :meth:`drafted_depths` gives a lookup drafter's)."""
         raise TreeoptError(f"a {self.kind.title.lower()} keeps no cache of requests")
 
     def remember_requests(self, cache: RequestCache, sequences: Sequence[Sequence[int]],

@@ -129,13 +129,21 @@ class SuffixDrafter(Drafter):
         return SuffixCache(self.rule)
 
     def rank_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],
-                      starts: Sequence[int], *, top_k: int) -> list[npt.NDArray[np.int16]]:
+                      starts: Sequence[int], *, top_k: int,
+                      drafted: list[npt.NDArray[np.int16]] | None = None,
+                      ) -> list[npt.NDArray[np.int16]]:
         """Each request's ranks in turn through ``cache`` (see
         :func:`~treeopt.drafters.suffix_tree.request_ranks`), which keeps its response: at the
-        positions a live run of it visits."""
-        K = self.config.num_heads
-        return [request_ranks(cache, seq, start + 1, K, top_k=top_k, to_end=True)
-                for seq, start in zip(sequences, starts, strict=True)]
+        positions a live run of it visits; ``drafted`` receives each request's top-1 chain
+        lengths."""
+        K, out = self.config.num_heads, []
+        for seq, start in zip(sequences, starts, strict=True):
+            lengths: list[int] = []
+            out.append(request_ranks(cache, seq, start + 1, K, top_k=top_k, to_end=True,
+                                     drafted=lengths))
+            if drafted is not None:
+                drafted.append(np.array(lengths, dtype=np.int16))
+        return out
 
     def remember_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],
                           starts: Sequence[int]) -> None:

@@ -208,6 +208,14 @@ class Speculation:
             out.append(token)
         return out
 
+    def chain_length(self, depth: int) -> int:
+        """How many tokens its top-1 chain of at most ``depth`` holds (each the first candidate
+        below the one before it)."""
+        path: list[int] = []
+        while len(path) < depth and (first := self.candidates(path, 1)):
+            path.append(first[0])
+        return len(path)
+
     def ranks_along(self, truth: Sequence[int], top_k: int) -> list[int]:
         """The ranks of ``truth`` (depth 1 first), each among the candidates at the true path
         above it: -1 where it is not among the first ``top_k`` (or the path has left)."""
@@ -397,14 +405,16 @@ class Request:
 
 
 def request_ranks(cache: SuffixCache, sequence: Sequence[int], prompt_len: int, depth: int, *,
-                  top_k: int, to_end: bool = False) -> npt.NDArray[np.int16]:
+                  top_k: int, to_end: bool = False, drafted: list[int] | None = None,
+                  ) -> npt.NDArray[np.int16]:
     """Teacher-forced ranks ``[positions, depth]`` of one request (``sequence``: prompt and
     response, the prompt ``prompt_len`` tokens) for t = ``prompt_len - 1`` … ``len - 2 -
     depth``, seen through ``cache`` as it stands (the earlier requests' responses), which then
     keeps this response: at t the prompt tree holds ``sequence[: t+2]``, the global tree the
     response through the root ``sequence[t+1]``, and depth k ranks ``sequence[t+2+k]``.
     ``to_end``: the positions a live run of the response visits instead, a target at or past
-    its last token a miss (:func:`treeopt.decoding.rank_pass.cut_to_run`).
+    its last token a miss (:func:`treeopt.decoding.rank_pass.cut_to_run`). ``drafted``, when
+    given, receives each position's :meth:`Speculation.chain_length` of ``depth``.
 
     >>> cache = SuffixCache(SuffixRule(max_spec_tokens=2))
     >>> request_ranks(cache, [7, 1, 2, 3], 1, 2, top_k=4).tolist()
@@ -416,8 +426,7 @@ def request_ranks(cache: SuffixCache, sequence: Sequence[int], prompt_len: int, 
     """
     ids = [int(x) for x in sequence]
     if not 1 <= prompt_len <= len(ids):
-        raise TreeoptError(f"a request of {len(ids)} tokens cannot have a prompt of "
-                           f"{prompt_len}")
+        raise TreeoptError(f"a request of {len(ids)} tokens cannot have a prompt of {prompt_len}")
     request = Request(cache)
     request.prompt(ids[:prompt_len])
     request.begin()
@@ -428,7 +437,9 @@ def request_ranks(cache: SuffixCache, sequence: Sequence[int], prompt_len: int, 
     for row, t in enumerate(range(start, start + rows)):
         request.respond(ids[t + 1: t + 2])  # the context through the root x[t+1]
         truth = ids[t + 2: min(t + 2 + depth, last)]
-        out[row, : len(truth)] = request.speculation().ranks_along(truth, top_k)
+        out[row, : len(truth)] = (spec := request.speculation()).ranks_along(truth, top_k)
+        if drafted is not None:
+            drafted.append(spec.chain_length(depth))
     request.respond(ids[prompt_len + len(request.response):])  # the rest, for later requests
     return out
 
