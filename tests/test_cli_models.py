@@ -90,6 +90,8 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     # the same prompts, teacher forced on the same greedy continuations, so equal exactly
     inside = pred["inside_trace"]
     assert (inside["sequences"], inside["measured_steps"]) == (6, inside["steps"])
+    assert inside["steps"] == report["tree_decoding"]["steps"]  # every live step: the trace
+    # (16 tokens) holds each position a 12-token run starts a step at
     assert inside["measured"] == pytest.approx(inside["mean_accept_length"], rel=1e-12)
     assert inside["relative_difference"] == pytest.approx(0.0, abs=1e-12)
     # by default a sample, at least 16 prompts' worth: all 6 here, each decoded once

@@ -81,11 +81,14 @@ def test_tiny_manifest_is_valid(tiny_demo):
         run = live["4"]
         assert run["lossless"] is True
         assert run["mean_accept_length"] >= 1
-        for run in live.values():  # the steps inside the held-out trace are the walk's steps
+        for run in live.values():  # the held-out trace holds every step the live check takes
             inside = run["inside_trace"]
-            assert inside["positions_per_prompt"] < TINY.max_new_tokens and inside["steps"] > 0
+            assert inside["positions_per_prompt"] == TINY.max_new_tokens - 1
+            assert inside["steps"] == run["steps"] > 0
             assert inside["mean_accept_length"] == pytest.approx(
                 run["predicted"]["heldout_trace_step_walk"], rel=1e-9), kind
+            assert run["mean_accept_length"] == pytest.approx(inside["mean_accept_length"],
+                                                              rel=1e-9), kind
 
 
 def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):
