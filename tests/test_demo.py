@@ -89,6 +89,9 @@ def test_tiny_manifest_is_valid(tiny_demo):
                 run["predicted"]["heldout_trace_step_walk"], rel=1e-9), kind
             assert run["mean_accept_length"] == pytest.approx(inside["mean_accept_length"],
                                                               rel=1e-9), kind
+    for row in on_disk["dynamic"]["live"]["settings"]:  # likewise the dynamic traces, to the end
+        assert row["lossless"] is True
+        assert row["heldout_walk"] == pytest.approx(row["live_expected_accept_length"], rel=1e-9)
 
 
 def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):

@@ -181,7 +181,7 @@ def test_the_simulation_equals_live_drafting_at_every_position(base, random_eagl
     seqs = greedy_continuations(base, PROMPTS[:2], max_new_tokens=16)
     starts = [len(p) - 1 for p in PROMPTS[:2]]
     trace = simulate_dynamic(base, random_eagle, seqs, starts, topk=topk, steps=steps,
-                             batch_size=2)
+                             batch_size=2, to_end=False)  # every depth's token in the text
     assert trace.steps == steps and len(trace.lengths) == 2
     for s in (DynamicSettings(topk, steps, 2), DynamicSettings(topk, steps, 4),
               DynamicSettings(topk, steps - 1, topk + 1),
@@ -195,6 +195,8 @@ def test_the_simulation_equals_live_drafting_at_every_position(base, random_eagl
 
 
 def test_the_simulated_walk_reproduces_live_decoding_step_by_step(base, trained_eagle):
+    """To the run's last step: the trace holds every position a 40-token run starts a step
+    at, each step keeping what the run keeps."""
     settings = DynamicSettings(3, 4, 10)
     dec = Decoder(base, trained_eagle)
     for prompt in PROMPTS:
@@ -202,9 +204,8 @@ def test_the_simulated_walk_reproduces_live_decoding_step_by_step(base, trained_
         seq = [*prompt, *live.tokens[0]]
         trace = simulate_dynamic(base, trained_eagle, [seq], [len(prompt) - 1], topk=3, steps=4)
         steps = _walk_steps(trace, settings)
-        assert len(steps) >= 3
-        # every step inside the recorded positions (the last may reach past them)
-        assert list(live.stats.accept_lengths[: len(steps) - 1]) == steps[:-1]
+        assert len(steps) >= 3 and trace.lengths == (40 - 1,)
+        assert list(live.stats.accept_lengths) == steps and sum(steps) == 40 - 1
 
 
 def _walk_steps(trace, s):

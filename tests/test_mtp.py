@@ -252,7 +252,7 @@ def test_the_dynamic_simulation_equals_live_drafting_at_every_position(base, tra
     seqs = greedy_continuations(base, PROMPTS[:2], max_new_tokens=16)
     starts = [len(p) - 1 for p in PROMPTS[:2]]
     trace = simulate_dynamic(base, trained_one, seqs, starts, topk=topk, steps=steps,
-                             batch_size=2)
+                             batch_size=2, to_end=False)  # every depth's token in the text
     for s in (DynamicSettings(topk, steps, topk + 1),
               DynamicSettings(topk, steps, 1 + topk + (steps - 1) * topk * topk)):
         got, at = trace.accepted(s), 0

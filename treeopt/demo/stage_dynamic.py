@@ -101,11 +101,11 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
     prompts = ctx.prompt_ids("heldout")[: c.dynamic_check_prompts]
     decoder = Decoder(ctx.model, ctx.heads(DYNAMIC_KIND))
     reference = [t for i in range(0, len(prompts), 8) for t in decoder.decode(
-        Tree(()), prompts[i: i + 8], config=_greedy(c.max_new_tokens)).tokens]
+        Tree(()), prompts[i: i + 8], config=_greedy(ctx)).tokens]
     rows = []
     for k, steps, n in c.dynamic_check:
         s = DynamicSettings(k, steps, n)
-        runs = [decoder.decode(s, prompts[i: i + 8], config=_greedy(c.max_new_tokens))
+        runs = [decoder.decode(s, prompts[i: i + 8], config=_greedy(ctx))
                 for i in range(0, len(prompts), 8)]
         lengths = [x for r in runs for x in r.stats.accept_lengths]
         held = traces["heldout"][k]
@@ -121,10 +121,13 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
     return {"prompts": len(prompts), "settings": rows}
 
 
-def _greedy(max_new_tokens: int) -> Any:
+def _greedy(ctx: Context) -> Any:
+    """Greedy decoding of the demo's continuation length, each row stopped at the tokenizer's
+    EOS as the dynamic traces' continuations are."""
     from treeopt.decoding.config import DecodeConfig
 
-    return DecodeConfig(max_new_tokens=max_new_tokens)
+    return DecodeConfig(max_new_tokens=ctx.config.max_new_tokens,
+                        eos_token_id=ctx.tokenizer.eos_token_id)
 
 
 def _dynamic_selection(ctx: Context, traces: dict[int, Any]) -> dict[str, Any]:
