@@ -133,6 +133,10 @@ def test_load_returns_everything(tiny_demo):
         sweep = Sweep.load(demo.sweep(kind))
         assert sweep.batches == list(TINY.live_batches)
         assert all(p.lossless for p in sweep.points)
+        # the held-out trace's window walk is each point's steady window, live (EOS, kept tokens)
+        assert sweep.meta["step_tokens"] == "kept"
+        for p in sweep.points:
+            assert p.steady_accept_length == pytest.approx(p.predicted_accept_length, rel=1e-9)
         assert all(sweep.selected(b) is not None for b in sweep.batches)  # select's pick, measured
         # the profile it was priced from, named inside the demo, not in the build's work dir
         assert sweep.meta["predicted"] == f"latency/step-{kind}-cpu.json"

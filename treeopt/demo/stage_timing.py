@@ -97,7 +97,8 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
-                  config=DecodeConfig(max_new_tokens=c.live_new_tokens),
+                  config=DecodeConfig(max_new_tokens=c.live_new_tokens,  # rows stop at EOS,
+                                      eos_token_id=ctx.tokenizer.eos_token_id),  # as traced
                   costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)), trace=own,
                   select_trace=RankTrace.load(ctx.paths.trace(kind)),
                   meta={"model": "treeopt demo", "device": c.device,
