@@ -236,7 +236,7 @@ def cmd_calibrate_dynamic(args: argparse.Namespace) -> int:
     out = Path(args.out)
     run = {"model": args.model, "heads": args.heads, "prompts": " ".join(args.prompts),
            "max_new_tokens": args.max_new_tokens, "steps": args.steps,
-           "positions": "run"}  # where a run starts its steps (dynamic_rank_pass.cut_to_run)
+           "positions": "run"}  # where a run starts its steps (rank_pass.cut_to_run)
     kept = {k: _earlier_trace(out / f"dynamic-topk{k}.npz", run, force=args.force)
             for k in args.topk}
     todo = [k for k in args.topk if kept[k] is None]

@@ -15,7 +15,7 @@ import torch
 
 from treeopt.decoding.drafter import Drafter, no_dynamic_trees, pick_features
 from treeopt.decoding.models import model_device
-from treeopt.decoding.rank_pass import positions_range, run_positions
+from treeopt.decoding.rank_pass import cut_to_run, positions_range
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
 
@@ -31,7 +31,7 @@ def simulate_dynamic(model: PreTrainedModel, drafter: Drafter,
     (prompt + continuation; position ``starts[i]`` is the one whose root is the first
     continuation token), ``batch_size`` sequences per pass: at every position a live run of
     the continuation starts a step at, a true node at or past its last token never drafted
-    (:func:`cut_to_run`); without ``to_end``, at the positions where every depth has its true
+    (:func:`~treeopt.decoding.rank_pass.cut_to_run`); without ``to_end``, at the positions where every depth has its true
     token."""
     if not drafter.kind.dynamic:
         raise no_dynamic_trees(drafter.kind)
@@ -61,20 +61,3 @@ def simulate_dynamic(model: PreTrainedModel, drafter: Drafter,
     return DynamicTrace(topk, np.concatenate(chunks).astype(np.int16), lengths,
                         {"drafter": drafter.config.to_dict(), "steps": steps,
                          "sequences": len(sequences)})
-
-
-def cut_to_run(places: np.ndarray, length: int, start: int) -> np.ndarray:
-    """Pool places ``[≥ n, S, S]`` of positions ``start …`` cut to the n positions a run of a
-    continuation of ``length`` tokens visits (:func:`~treeopt.decoding.rank_pass.run_positions`),
-    the true node at depth i of position t missing (-1) wherever its token, ``t + 1 + i``, is at
-    or past the last: a run keeps nothing after it (as
-    :func:`treeopt.decoding.rank_pass.cut_to_run` does for ranks).
-
-    >>> cut_to_run(np.zeros((5, 2, 2), np.int16), 6, 1)[:, 1].tolist()
-    [[0, 0], [0, -1], [-1, -1]]
-    """
-    n, S = len(run_positions(length, start)), places.shape[2]
-    out = np.array(places[:n], dtype=np.int16)
-    target = np.arange(start, start + n)[:, None] + 2 + np.arange(S)[None, :]  # depth i = 1 …
-    out[np.broadcast_to((target >= length - 1)[:, None, :], out.shape)] = -1
-    return out

@@ -54,17 +54,22 @@ def run_positions(length: int, start: int) -> range:
 
 
 def cut_to_run(ranks: npt.NDArray[np.int16], length: int, start: int) -> npt.NDArray[np.int16]:
-    """``ranks`` ``[≥ n, K]`` of positions ``start …`` cut to the n :func:`run_positions`, each
-    target at or past the last token (index ``length - 1``) a miss: a step that reaches it keeps
-    the last token as its next root, as a live run that stops there keeps it.
+    """``ranks`` ``[≥ n, …, K]`` of positions ``start …``, the last axis the depth (k: the
+    target x[t+2+k]), cut to the n :func:`run_positions`, each target at or past the last token
+    (index ``length - 1``) a miss: a step that reaches it keeps the last token as its next root,
+    as a live run that stops there keeps it. (A dynamic trace's pool places, ``[n, S, S]``,
+    are cut alike.)
 
     >>> cut_to_run(np.zeros((6, 3), np.int16), 7, 1).tolist()
     [[0, 0, 0], [0, 0, -1], [0, -1, -1], [-1, -1, -1]]
+    >>> cut_to_run(np.zeros((5, 2, 2), np.int16), 6, 1)[:, 1].tolist()
+    [[0, 0], [0, -1], [-1, -1]]
     """
-    n, K = len(run_positions(length, start)), ranks.shape[1]
+    n, K = len(run_positions(length, start)), ranks.shape[-1]
     out = np.array(ranks[:n], dtype=np.int16)
     target = np.arange(start, start + n)[:, None] + 2 + np.arange(K)[None, :]
-    out[target >= length - 1] = -1
+    past = (target >= length - 1).reshape(n, *[1] * (out.ndim - 2), K)
+    out[np.broadcast_to(past, out.shape)] = -1
     return out
 
 

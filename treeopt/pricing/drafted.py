@@ -38,6 +38,10 @@ from treeopt.pricing.costs import (
 
 DRAFTED_CHAIN = "drafted chain"  # a selection point's family: chains verified as drafted
 
+NO_DRAFTED = ("records no drafted chain lengths, which drafted-only steps are priced by: "
+              "calibrate a lookup drafter (prompt lookup, the n-gram trie, suffix decoding) "
+              "again (traces from before this version hold none)")
+
 
 def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
                                                        npt.NDArray[np.int64]]:
@@ -50,8 +54,7 @@ def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
     [[1, 3, 3], [0, 2, 2]]
     """
     if trace.drafted is None:
-        raise TreeoptError("the rank trace records no drafted chain lengths (calibrate a lookup "
-                           "drafter, prompt lookup or the n-gram trie, with this version)")
+        raise TreeoptError(f"the rank trace {NO_DRAFTED}")
     walked = step_walk(Tree.chain(depth), trace)
     if walked is None:
         raise TreeoptError("the rank trace lacks 'sequence_positions', which the steps need")

@@ -44,7 +44,7 @@ from treeopt.pricing.costs import (
     expanded_nodes,
     throughput,
 )
-from treeopt.pricing.drafted import DRAFTED_CHAIN, chain_steps, drafted_price
+from treeopt.pricing.drafted import DRAFTED_CHAIN, NO_DRAFTED, chain_steps, drafted_price
 from treeopt.pricing.selection import Curve, DepthCapBest, Point, Selection
 
 MAX_BATCH = 1 << 20  # the largest batch size priced: beyond it, no device decodes
@@ -127,9 +127,7 @@ def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
 def _drafted_chains(growth: Growth, trace: RankTrace, max_size: int) -> _Family:
     """The chains of depth 0 … the largest that can be priced, verified as drafted."""
     if trace.drafted is None:
-        raise FieldError("trace", "records no drafted chain lengths, which drafted-only steps "
-                         "are priced by: calibrate prompt lookup or the n-gram trie again "
-                         "(traces from before this version hold none)")
+        raise FieldError("trace", NO_DRAFTED)
     ell, drafts = chain_steps(trace, min(trace.heads, max_size, growth.max_nodes))
     return _Family(None, ell, [(1,) * d for d in range(len(ell))], Tree.chain,
                    family=DRAFTED_CHAIN, drafts=drafts)
