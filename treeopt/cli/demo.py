@@ -63,7 +63,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "same settings, e.g. latency,sweep; 'timing' re-measures every speed "
                         "figure of the demo on this machine (profiles, sweeps, the dynamic "
                         "recommendation) without training anything again, as the timing flags "
-                        "say; run the same command again to resume it (default: none)")
+                        "say; 'runs' makes every trace, live check and sweep again, keeping the "
+                        "training and the step profiles (after a change in how treeopt records "
+                        "a run); run the same command again to resume it (default: none)")
     _add_timing_flags(b)
     b.set_defaults(func=cmd_build, writes_directory=True)
 

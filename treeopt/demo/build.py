@@ -53,19 +53,26 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     drafters' step profiles and sweeps, the dynamic step profile and recommendation), to
     re-measure a demo on this machine without training or tracing anything again; with
     ``timing`` the config may change the finished demo's timing settings
-    (:data:`~treeopt.demo.config.TIMING_SETTINGS`: how long and how each figure is measured).
+    (:data:`~treeopt.demo.config.TIMING_SETTINGS`: how long and how each figure is measured);
+    or ``runs``: every stage that runs the base model over prompts (traces, live checks, sweeps,
+    :data:`~treeopt.demo.stages.RUNS_STAGES`), keeping the training and the step profiles
+    (:func:`~treeopt.demo.stages.runs_kept`) — what a change in how a run is recorded needs.
     The same call again after an interruption resumes the redo where it stopped."""
     import torch
 
     names = [name for name, _ in stages.PIPELINE]
-    unknown = [r for r in redo if r not in names and r != stages.TIMING]
+    unknown = [r for r in redo if r not in (*names, stages.TIMING, stages.RUNS)]
     if unknown:
         raise FieldError("redo", f"{','.join(unknown)}: no such stage; the stages are "
-                         f"{', '.join(names)}, and {stages.TIMING} (every speed measurement)")
+                         f"{', '.join(names)}, {stages.TIMING} (every speed measurement) and "
+                         f"{stages.RUNS} (every trace, live check and sweep)")
     retime = stages.TIMING in redo
-    if retime:
-        redo = tuple(dict.fromkeys([*stages.TIMING_STAGES,
-                                    *(r for r in redo if r != stages.TIMING)]))
+    if retime and stages.RUNS in redo:
+        raise FieldError("redo", f"{stages.TIMING} and {stages.RUNS}: one at a time (runs keeps "
+                         "the step profiles that timing measures again)")
+    runs = stages.RUNS in redo
+    groups = {stages.TIMING: stages.TIMING_STAGES, stages.RUNS: stages.RUNS_STAGES}
+    redo = tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,))))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     config = _with_kinds_made(target, config, retime=retime)
@@ -77,7 +84,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                          "without {redo})")
     work = _workdir(target, config, retime=retime)
     if redo:
-        _start_redo(work, config, redo, retime=retime, log=say)
+        _start_redo(work, config, redo, retime=retime, runs=runs, log=say)
     paths = DemoPaths(work)
     marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
     torch.manual_seed(config.seed)
@@ -106,23 +113,28 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
 
 
 def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
-                log: Log) -> None:
+                runs: bool, log: Log) -> None:
     """Remove what the ``redo`` stages (and, when ``retime``, the speed measurements inside the
     drafters and dynamic stages) made, so they are measured afresh — unless an interrupted run
-    of the same redo already did: then its fresh work is kept and the redo resumes."""
+    of the same redo already did: then its fresh work is kept and the redo resumes. ``runs``
+    keeps the training and the step profiles of the stages it redoes."""
     record = work / ".stages" / "redo.json"
     if record.exists() and read_json(record) == {"redo": list(redo), "timing": retime}:
         log(f"[redo] resuming {', '.join(redo)} where it stopped")
         return
+    kept = stages.runs_kept(DemoPaths(work), config) if runs else set()
+    if runs:
+        stages.keep_training(work / ".stages")
     for name in redo:  # measured afresh: the stage's record and the files it would resume from
         (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
         for path in stages.outputs(name, DemoPaths(work), config):
-            path.unlink(missing_ok=True)
+            if path not in kept:
+                path.unlink(missing_ok=True)
     if retime:  # and the speed measured inside the drafters and dynamic stages
         for path in stages.timing_outputs(DemoPaths(work), config):
             path.unlink(missing_ok=True)
         write_json(work / ".stages" / "retime.json", {"redo": stages.TIMING})
-    if "quality" in redo:  # and the drafters' quality checks, inside the drafters stage
+    if "quality" in redo and "drafters" not in redo:  # and the drafters' checks, inside it
         write_json(work / ".stages" / stages.RECHECK_MARKER, {"redo": "quality"})
     write_json(record, {"redo": list(redo), "timing": retime})
 

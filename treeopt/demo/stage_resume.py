@@ -28,6 +28,11 @@ KIND_SETTINGS: dict[str, tuple[str, ...]] = {
 TIMING = "timing"  # --redo timing: every speed measurement of the demo, nothing trained or traced
 TIMING_STAGES = ("latency", "sweep")  # stages that only measure speed, redone whole
 
+RUNS = "runs"  # --redo runs: every run of the base model again, nothing trained or profiled
+# the stages that run the base model over prompts: traces, live checks, sweeps (what a change in
+# how a run is recorded or counted needs made again); growths follow from the traces
+RUNS_STAGES = ("traces", "growth", "quality", "sweep", "sampled", "drafters", "dynamic", "prose")
+
 
 def timing_outputs(paths: DemoPaths, config: DemoConfig, *,
                    kinds: tuple[str, ...] | None = None) -> list[Path]:
@@ -90,6 +95,28 @@ def recheck_quality(ctx: Context, results: dict[str, Any]) -> None:
         done.append(kind)
         write_json(marker, {**state, "done": done})
     ctx.log("[drafters] quality checked again")
+
+
+def runs_kept(paths: DemoPaths, config: DemoConfig) -> set[Path]:
+    """What ``--redo runs`` keeps of the stages it runs again: the drafters' training and the
+    step profiles (a step's cost does not depend on which positions a trace records)."""
+    return {*(paths.root / ".stages" / f"train-{k}.json" for k in NEW_KINDS),
+            *(paths.step_profile(k, config.device) for k in KINDS),
+            paths.dynamic_step_profile(config.device)}
+
+
+def keep_training(scratch: Path) -> None:
+    """Before ``--redo runs`` removes the drafters stage's record: each trained drafter's
+    training record kept apart, as an interrupted drafters stage keeps it, so the stage made
+    again trains nothing (a build seeded from a finished demo has the stage's record alone)."""
+    record = scratch / "drafters.json"
+    if not record.exists():
+        return
+    for kind, made in read_json(record).items():
+        path = scratch / f"train-{kind}.json"
+        if kind in NEW_KINDS and isinstance(made, dict) and "training" in made \
+                and not path.exists():
+            write_json(path, made["training"])
 
 
 def outputs(name: str, paths: DemoPaths, config: DemoConfig) -> list[Path]:
