@@ -73,12 +73,12 @@ PIPELINE: tuple[tuple[str, Callable[[Context], dict[str, Any]]], ...] = (
 
 __all__ = [
     "DRAFTERS", "HEAD_KINDS", "KIND_SETTINGS", "KIND_STAGES", "NEW_KINDS", "PIPELINE",
-    "RECHECK_MARKER", "RUNS", "RUNS_STAGES", "SIZES", "TIMING", "TIMING_STAGES", "Context", "base_model",
-    "corpus_and_tokenizer", "demo_costs", "drafter_timing", "drafters", "dynamic",
-    "dynamic_timing", "greedy_trace", "growths", "head_data", "heads", "keep_training", "kind_growths",
-    "kind_outputs", "kind_prose", "kind_quality", "kind_sampled", "kind_scope",
-    "kind_step_profile", "kind_sweep", "kind_traces", "lacking", "latency", "merge_kinds",
-    "ngram_drafter", "outputs", "prompts", "prose", "prose_choice", "quality", "read_jsonl",
-    "recheck_quality", "retime", "runs_kept", "sampled", "sweep", "threads", "timing_outputs", "traces",
-    "train_drafter", "trained_kinds",
+    "RECHECK_MARKER", "RUNS", "RUNS_STAGES", "SIZES", "TIMING", "TIMING_STAGES", "Context",
+    "base_model", "corpus_and_tokenizer", "demo_costs", "drafter_timing", "drafters",
+    "dynamic", "dynamic_timing", "greedy_trace", "growths", "head_data", "heads",
+    "keep_training", "kind_growths", "kind_outputs", "kind_prose", "kind_quality",
+    "kind_sampled", "kind_scope", "kind_step_profile", "kind_sweep", "kind_traces", "lacking",
+    "latency", "merge_kinds", "ngram_drafter", "outputs", "prompts", "prose", "prose_choice",
+    "quality", "read_jsonl", "recheck_quality", "retime", "runs_kept", "sampled", "sweep",
+    "threads", "timing_outputs", "traces", "train_drafter", "trained_kinds",
 ]
