@@ -34,6 +34,7 @@ from treeopt.adaptive.workload import ChainAcceptance  # noqa: E402
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, Decoder, decode, decode_alongside  # noqa: E402
 from treeopt.drafters.prompt_lookup import PromptLookup  # noqa: E402
+from treeopt.model.runs import as_run, as_runs  # noqa: E402
 
 NEW = 32  # tokens per prompt
 CFG = DecodeConfig(max_new_tokens=NEW)
@@ -74,18 +75,16 @@ def plain(base, prompts):
 
 
 def acceptance_of(base, drafter, prompts, tmp_path, name) -> ChainAcceptance:
-    """The chain acceptance of the positions a run of ``NEW`` tokens visits: a trace of ``NEW +
-    depth`` new tokens (every visited position has all its depths' targets before the trace's
-    last token), each sequence cut to its first ``NEW − 1`` positions."""
-    depth = drafter.config.num_heads
+    """The chain acceptance of the positions a run of ``NEW`` tokens visits, each a miss past
+    the run's last token: a trace calibrated with the run's budget records every one."""
     trace, _ = calibrate(base, drafter, prompts, tmp_path / f"{name}.npz",
-                         config=CalibrateConfig(top_k=4, max_new_tokens=NEW + depth))
-    return ChainAcceptance.from_rank_trace(trace.sequences(len(prompts), positions=NEW - 1))
+                         config=CalibrateConfig(top_k=4, max_new_tokens=NEW))
+    return ChainAcceptance.from_rank_trace(as_run(trace, NEW))
 
 
 def live_batches(decoder, source, prompts, batch):
     """``prompts`` decoded ``batch`` at a time by ``source``: every row's tokens, and the tokens
-    its steps kept (none past the budget: the replay's last step of a row may run past it)."""
+    its steps kept (none past the budget)."""
     out, emitted = [], 0
     for g in range(0, len(prompts), batch):
         run = decoder.decode(source, prompts[g: g + batch], config=CFG)
@@ -122,8 +121,8 @@ def test_eagle_live_rounds_equal_the_replay_and_are_lossless(base, eagle, prompt
     if name in ("sglang-overlap", "sglang-no-overlap") or name in ("vllm", "trtllm") and batch > 1:
         assert len(set(live.steps)) > 1
     assert max(live.accept_length) > 1 and max(live.steps) > 1
-    # live steps count what they keep; the replay what the policy saw accepted
-    assert emitted == sum(len(t) - 1 for t in tokens) <= replayed.tokens
+    # live steps count what they keep, and the replay's steps what the trace lets them keep
+    assert emitted == sum(len(t) - 1 for t in tokens) == replayed.tokens
 
 
 def test_prompt_lookup_live_rounds_equal_the_replay(base, lookup, tmp_path):
@@ -296,7 +295,7 @@ def test_the_demo_replay_sets_the_four_strategies_side_by_side(shipped, demo_rep
 
     r = demo_replay
     assert r.batches == [1, 2, 4, 8] and (r.sequences, r.positions) == (48, 64)
-    trace = shipped.heldout_traces["eagle"].sequences(48, positions=64)
+    trace = as_runs(shipped.heldout_traces["eagle"], [65] * 48)  # runs of 65 tokens: 64 steps
     again = adaptive_report(ChainAcceptance.from_rank_trace(trace), profiled_costs(
         shipped.step_profile("eagle")), batches=[1, 2, 4, 8], growth=shipped.growths["eagle"],
         static_trace=trace)
@@ -388,4 +387,4 @@ def test_continuous_live_rounds_equal_the_tunings_replay(base, eagle, prompts, p
     window = int((replayed.rows == batch).sum())
     assert window == len(steady.steps) and list(replayed.steps[:window]) == list(steady.steps)
     kept = sum(run.stats.accept_lengths)  # live steps count what they keep, none past the budget
-    assert kept == sum(len(t) - 1 for t in run.tokens) <= replayed.tokens
+    assert kept == sum(len(t) - 1 for t in run.tokens) == replayed.tokens

@@ -240,7 +240,7 @@ def test_a_finished_demo_gains_a_new_stage_without_a_rebuild(tiny_demos, tmp_pat
     assert again["base"] == first["base"]
     assert json.loads(sweep_file.read_text())["points"][0]["measured"]["speedup"] != 99.0
     with pytest.raises(TreeoptError, match="^redo speed: no such stage; the stages are "
-                                           "tokenizer, prompts.* and timing"):
+                                           "tokenizer, prompts.*, timing .* and runs "):
         build.build_demo(out, cfg, log=logs.append, redo=("speed",))
     other = replace(cfg, step_rounds=cfg.step_rounds + 1)
     with pytest.raises(TreeoptError, match=r"^redo dynamic: the demo in .* was built with other "

@@ -51,3 +51,23 @@ def test_redo_runs_makes_every_run_again_and_keeps_training_and_profiles(tiny_de
     assert "[heads] done earlier, reusing" in logs
     with pytest.raises(FieldError, match="one at a time"):
         build.build_demo(out, cfg, log=lambda s: None, redo=(stages.RUNS, stages.TIMING))
+
+
+def test_a_build_that_runs_no_stage_keeps_where_the_demo_was_measured(tiny_demos, tmp_path):
+    """Pricing a finished demo again (every build prices its selections and adaptive configs
+    last) measures nothing: its manifest keeps the host its figures came from. A stage run
+    again records this host."""
+    import json
+
+    from treeopt.demo import build
+    from treeopt.profiling.host import cpu_identity
+
+    out, first = demo_copy(tiny_demos.after, tmp_path)
+    elsewhere = {**first["environment"], "cpu": {"name": "Elsewhere", "matmul": "amx_bf16"},
+                 "platform": "another host"}
+    (out / "manifest.json").write_text(json.dumps({**first, "environment": elsewhere}))
+    again = build.build_demo(out, TINY, log=lambda s: None)
+    assert again["environment"] == elsewhere
+    again = build.build_demo(out, TINY, log=lambda s: None, redo=("growth",))
+    assert again["environment"]["cpu"] == cpu_identity()
+    assert again["environment"]["platform"] != "another host"

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from treeopt.dynamic.simulate import DynamicTrace
 from treeopt.errors import TreeoptError
 from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.runs import as_runs
 from treeopt.model.trace import RankTrace
 
 
@@ -108,15 +109,23 @@ WORKLOADS: dict[str, str] = {
 }
 
 
+def replayed_runs(heldout: RankTrace, *, sequences: int, positions: int) -> RankTrace:
+    """The first ``sequences`` of a held-out trace (all, where it has fewer), each as a run of
+    ``positions + 1`` new tokens sees it: its first ``positions`` positions, a target past the
+    run's last token a miss (:func:`~treeopt.model.runs.as_runs`)."""
+    held = len(heldout.meta.get("sequence_positions") or ())
+    if not held:  # a trace that does not record its sequences: its first positions
+        return heldout.sequences(sequences, positions=positions)
+    return as_runs(heldout, [positions + 1] * min(sequences, held))
+
+
 def replay_workload(heldout: RankTrace, workload: str, *, sequences: int, positions: int,
                     source: str) -> tuple[RankTrace, ChainAcceptance]:
-    """The first ``sequences`` of a held-out trace (all, where it has fewer), each its first
-    ``positions`` positions, and their chains' acceptance as ``workload`` (:data:`WORKLOADS`)
-    orders them."""
+    """:func:`replayed_runs` of a held-out trace, and their chains' acceptance as ``workload``
+    (:data:`WORKLOADS`) orders them."""
     if workload not in WORKLOADS:
         raise TreeoptError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
-    held = len(heldout.meta.get("sequence_positions") or ())
-    trace = heldout.sequences(min(sequences, held) if held else sequences, positions=positions)
+    trace = replayed_runs(heldout, sequences=sequences, positions=positions)
     acceptance = ChainAcceptance.from_rank_trace(trace, source=source)
     if workload == "shifting":
         acceptance = by_difficulty(acceptance, easy_first=True)

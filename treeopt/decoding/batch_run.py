@@ -140,7 +140,7 @@ class BatchRun:
                           keys=self.keys))
         was = list(self.rows.active)
         accepted, paths = self.rows.read(verdict, tokens)  # host sync
-        self.trees.verified(accepted)
+        self.trees.verified(list(self.rows.kept))  # an adaptive policy sees what rows keep
         self.prefixes.extend(verdict, plan.steps, accepted, paths)
         if running:  # a steady step: its time so far (the features below belong to the next)
             self.timer.steady(entered, self.rows.kept)  # the tokens the rows keep

@@ -146,7 +146,9 @@ class ChosenTree:
         return tree_plan(tree, self.device)
 
     def verified(self, accepted: Sequence[int]) -> None:
-        """The rows that ran the step: those that accepted (the root, at least)."""
+        """The tokens each row kept of the step (:attr:`~treeopt.decoding.batch_rows.BatchRows.
+        kept`: none past its budget or EOS, as a trace recorded to the run's end sees the step;
+        0 for a row that did not run it)."""
         self.source.verified(self.chosen, [n - 1 for n in accepted if n])
         self.previous = self.chosen.batch
 

@@ -94,10 +94,12 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     for name, fn in stages.PIPELINE:
         results[name] = _stage(ctx, name, fn)
     if marker.exists():  # an interrupted re-measurement resumes here too, --redo or not
+        _ran_here(ctx.scratch)
         stages.retime(ctx, results)
         marker.unlink()
     recheck = work / ".stages" / stages.RECHECK_MARKER  # likewise the drafters' quality checks
     if recheck.exists():
+        _ran_here(ctx.scratch)
         stages.recheck_quality(ctx, results)
         recheck.unlink()
     for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
@@ -235,6 +237,8 @@ def _seed_from_published(target: Path, work: Path, config: DemoConfig, *,
     manifest = read_json(manifest_path)
     shutil.copytree(target, work, ignore=shutil.ignore_patterns("manifest.json"))
     paths = DemoPaths(work)
+    if "environment" in manifest:
+        write_json(work / ".stages" / ENVIRONMENT, manifest["environment"])
     for name, _ in stages.PIPELINE:
         if name in manifest and name in manifest.get("timings_s", {}):
             record = {**manifest[name], "seconds": manifest["timings_s"][name]}
@@ -260,6 +264,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
             ctx.log(f"[{name}] done earlier, reusing")
             return old
         ctx.log(f"[{name}] {', '.join(new)} added since the demo was built …")
+        _ran_here(ctx.scratch)
         start = time.perf_counter()
         if name in stages.KIND_STAGES:  # the kinds it lacks, merged into its record
             made = fn(replace(ctx, kinds=tuple(k for k in new if k in stages.HEAD_KINDS)))
@@ -276,6 +281,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         ctx.log(f"[{name}] {', '.join(ctx.kinds)} again, the other kinds' work kept …")
     else:
         ctx.log(f"[{name}] …")
+    _ran_here(ctx.scratch)
     start = time.perf_counter()
     result = fn(ctx)
     seconds = time.perf_counter() - start
@@ -290,21 +296,42 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
     return result
 
 
-def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> dict[str, Any]:
+ENVIRONMENT = "environment.json"  # in the stage records: where the demo's work last ran
+
+
+def _environment() -> dict[str, Any]:
+    """This host and its software, as a manifest records where a demo was made."""
     import tokenizers
     import torch
     import transformers
 
+    return {"treeopt": __version__, "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "platform": platform.platform(),
+            "threads": torch.get_num_threads(), "cpu": cpu_identity()}
+
+
+def _ran_here(scratch: Path) -> None:
+    """Record that a stage ran (measured, traced or trained) on this host."""
+    write_json(scratch / ENVIRONMENT, _environment())
+
+
+def _measured_on(paths: DemoPaths) -> dict[str, Any]:
+    """The host where the demo's stages last ran: a build that reran none of them (it priced
+    the finished demo's files again) keeps the finished demo's record, so the app never reads
+    its speed figures as measured on a host that measured nothing."""
+    path = paths.root / ".stages" / ENVIRONMENT
+    return read_json(path) if path.exists() else _environment()
+
+
+def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> dict[str, Any]:
     files = _files(paths.root)
     return {
         "format": DEMO_FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(config),
         "config": _jsonable(config),
-        "environment": {"treeopt": __version__, "python": platform.python_version(),
-                        "torch": torch.__version__, "transformers": transformers.__version__,
-                        "tokenizers": tokenizers.__version__, "platform": platform.platform(),
-                        "threads": torch.get_num_threads(), "cpu": cpu_identity()},
+        "environment": _measured_on(paths),
         **{name: {k: v for k, v in r.items() if k != "seconds"} for name, r in results.items()},
         "timings_s": {name: r["seconds"] for name, r in results.items()},
         "build_seconds": round(sum(r["seconds"] for r in results.values()), 1),

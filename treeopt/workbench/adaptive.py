@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 
 from treeopt.adaptive.replay import Replay
 from treeopt.adaptive.report import AdaptiveReport, BatchSide, StaticTree
-from treeopt.adaptive.workload import WORKLOADS, replay_workload
+from treeopt.adaptive.workload import WORKLOADS, replay_workload, replayed_runs
 from treeopt.demo.adaptive_configs import REPLAY_POSITIONS, REPLAY_SEQUENCES, shipped_tuned
 from treeopt.demo.load import Demo
 from treeopt.errors import TreeoptError
@@ -62,8 +62,8 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
                   batches: tuple[int, ...] = (1, 2, 4, 8),
                   static: Mapping[int, StaticTree] | None = None) -> AdaptiveReplay | None:
     """SGLang's default and tuned configs, the best fixed chain and the best static tree of the
-    demo's ``kind`` drafter, replayed over the first ``sequences`` held-out sequences (each its
-    first ``positions`` positions; ``workload`` orders them, :data:`WORKLOADS`) and priced by
+    demo's ``kind`` drafter, replayed over the first ``sequences`` held-out sequences (each as a
+    run of ``positions + 1`` new tokens sees it; ``workload`` orders them, :data:`WORKLOADS`) and priced by
     the drafter's step profile at the ``batches`` it profiles. None when the demo holds no step
     profile of ``kind``. ``static``: :func:`demo_static_trees` of the same arguments, where the
     caller has it (every workload shares it)."""
@@ -101,7 +101,7 @@ def demo_static_trees(demo: Demo, *, kind: str = "eagle", sequences: int = SEQUE
     path = demo.step_profile(kind)
     if path is None or kind not in demo.heldout_traces:
         return None
-    trace = demo.heldout_traces[kind].sequences(sequences, positions=positions)
+    trace = replayed_runs(demo.heldout_traces[kind], sequences=sequences, positions=positions)
     costs = profiled_costs(path)
     sequences_held = len(trace.meta.get("sequence_positions") or ()) or trace.positions
     priced = [b for b in batches if b in costs.verify.batches and b <= sequences_held]
