@@ -118,8 +118,9 @@ def workloads(demo, args) -> list[Workload]:
     """The held-out prompts as the trace records them, in order and easiest first."""
     from treeopt.adaptive.workload import ChainAcceptance
     from treeopt.documents.prompts import encode
+    from treeopt.model.runs import as_runs
 
-    held = demo.heldout_traces["eagle"].sequences(args.prompts, positions=args.new_tokens - 1)
+    held = as_runs(demo.heldout_traces["eagle"], [args.new_tokens] * args.prompts)  # as run
     prompts = encode(demo.tokenizer, demo.prompts[: args.prompts])
     acc = ChainAcceptance.from_rank_trace(held, source="held-out")
     order = np.argsort(-acc.difficulty(), kind="stable").tolist()  # as by_difficulty orders
@@ -145,8 +146,9 @@ def tuned_on_calibration(demo, costs, args, workload: str):
     workload), with the static tree ``select`` picks."""
     from treeopt.adaptive.report import adaptive_report
     from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
+    from treeopt.model.runs import as_runs
 
-    calib = demo.traces["eagle"].sequences(args.tune_prompts, positions=args.new_tokens - 1)
+    calib = as_runs(demo.traces["eagle"], [args.new_tokens] * args.tune_prompts)
     acc = ChainAcceptance.from_rank_trace(calib, source="calibration")
     if workload == "shifting":
         acc = by_difficulty(acc)
@@ -158,7 +160,7 @@ def predictions(report, w: Workload, costs, batch: int, continuous: bool) -> dic
     """Per strategy: what decodes live (made afresh for each round: a controller starts each
     pass over the prompts anew, as its replay does), what its replay took (a Replay, or the
     static tree's step lengths), and the predicted steady tokens/s."""
-    from treeopt.adaptive import FixedSteps, SGLangConfig
+    from treeopt.adaptive import FixedSteps, SGLangConfig, SGLangPolicy
     from treeopt.adaptive.live import (
         ChainSource,
         replay_batches,
@@ -181,8 +183,8 @@ def predictions(report, w: Workload, costs, batch: int, continuous: bool) -> dic
     if max(default.union) > depth:
         default = default.capped(depth)
     k = int(side.best_fixed.steps[0])
-    policies = {"default": default.policy, "tuned": report.tuned.policy,
-                "fixed": lambda: FixedSteps(k)}
+    policies = {"default": lambda: SGLangPolicy(default),
+                "tuned": lambda: SGLangPolicy(report.tuned), "fixed": lambda: FixedSteps(k)}
     out: dict[str, Plan] = {}
     for name, policy in policies.items():
         replayer = replay_continuous if continuous else replay_batches
