@@ -94,13 +94,13 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     for name, fn in stages.PIPELINE:
         results[name] = _stage(ctx, name, fn)
     if marker.exists():  # an interrupted re-measurement resumes here too, --redo or not
-        _ran_here(ctx.scratch)
         stages.retime(ctx, results)
+        _ran_here(ctx.scratch)
         marker.unlink()
     recheck = work / ".stages" / stages.RECHECK_MARKER  # likewise the drafters' quality checks
     if recheck.exists():
-        _ran_here(ctx.scratch)
         stages.recheck_quality(ctx, results)
+        _ran_here(ctx.scratch)
         recheck.unlink()
     for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
         start = time.perf_counter()
@@ -264,7 +264,6 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
             ctx.log(f"[{name}] done earlier, reusing")
             return old
         ctx.log(f"[{name}] {', '.join(new)} added since the demo was built …")
-        _ran_here(ctx.scratch)
         start = time.perf_counter()
         if name in stages.KIND_STAGES:  # the kinds it lacks, merged into its record
             made = fn(replace(ctx, kinds=tuple(k for k in new if k in stages.HEAD_KINDS)))
@@ -273,6 +272,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
             result = fn(ctx)  # makes what it lacks (the drafters stage: keeps the others)
         result["seconds"] = round(old["seconds"] + time.perf_counter() - start, 2)
         write_json(record, result)
+        _ran_here(ctx.scratch)
         return result
     kept_path = ctx.scratch / f"{name}.kept.json"
     kept = read_json(kept_path) if kept_path.exists() else None
@@ -281,7 +281,6 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         ctx.log(f"[{name}] {', '.join(ctx.kinds)} again, the other kinds' work kept …")
     else:
         ctx.log(f"[{name}] …")
-    _ran_here(ctx.scratch)
     start = time.perf_counter()
     result = fn(ctx)
     seconds = time.perf_counter() - start
@@ -291,6 +290,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         result = stages.merge_kinds(kept["record"], result)
     result["seconds"] = round(seconds, 2)
     write_json(record, result)
+    _ran_here(ctx.scratch)  # (after the stage: the threads it ran on)
     kept_path.unlink(missing_ok=True)
     ctx.log(f"[{name}] {time.perf_counter() - start:.1f} s")
     return result
@@ -312,7 +312,7 @@ def _environment() -> dict[str, Any]:
 
 
 def _ran_here(scratch: Path) -> None:
-    """Record that a stage ran (measured, traced or trained) on this host."""
+    """Record that a stage ran (measured, traced or trained) on this host, as it finishes."""
     write_json(scratch / ENVIRONMENT, _environment())
 
 
