@@ -26,7 +26,7 @@ from treeopt.decoding.rank_pass import greedy_continuations
 from treeopt.drafters.training import TrainConfig, train_heads
 from treeopt.model.growth import grow
 from treeopt.model.simulation import simulate
-from treeopt.registry.kinds import KIND_NAMES
+from treeopt.registry.kinds import TRAINED_KINDS
 
 
 def build_model(args, device):
@@ -48,7 +48,7 @@ def prompts(n, length, vocab, seed):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--kind", default="both", choices=(*KIND_NAMES, "both"))
+    ap.add_argument("--kind", default="both", choices=(*TRAINED_KINDS, "both"))
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=512)
@@ -63,7 +63,7 @@ def main() -> None:
                                       max_new_tokens=args.new_tokens)
     calib, held_out = prompts(48, 8, args.vocab, 2), prompts(24, 8, args.vocab, 3)
     cfg = DecodeConfig(max_new_tokens=args.new_tokens)
-    kinds = KIND_NAMES if args.kind == "both" else (args.kind,)
+    kinds = ("medusa", "hydra") if args.kind == "both" else (args.kind,)
     print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, device "
           f"{device}, torch threads {torch.get_num_threads()}; calibration on {len(calib)} "
           f"prompts, decoding {len(held_out)} held-out prompts × {args.new_tokens} tokens")

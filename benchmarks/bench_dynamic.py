@@ -209,7 +209,8 @@ def accuracy(dec, ids, cal, held, held_all, args) -> None:
           "(z)     all held-out walk  lossless")
     same_text, other_text, sets, zs, lossless = 0.0, 0.0, 0.0, [], True
     for s in accuracy_grid:
-        runs = [dec.decode(s, ids[i: i + 8], config=cfg) for i in range(0, args.prompts, 8)]
+        runs = [dec.decode(s, ids[i: min(i + 8, args.prompts)], config=cfg)
+                for i in range(0, args.prompts, 8)]
         lengths = [x for r in runs for x in r.stats.accept_lengths]
         live = float(np.mean(lengths))
         same = [t for r in runs for t in r.tokens] == list(plain)

@@ -199,14 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo import load
     from treeopt.drafters.hybrid import HybridDrafter
     from treeopt.drafters.prompt_lookup import PromptLookup
+    from treeopt.registry.kinds import drafter_kind
 
     torch.set_num_threads(1)
     demo = load(threads=1)
     lookup = PromptLookup(depth=args.chain_depth, max_n=args.max_n,
                           vocab_size=len(demo.tokenizer))
     chain = lookup_trace(demo, lookup, new_tokens=demo.traces["eagle"].meta["max_new_tokens"])
+    # model drafters only: the n-gram ones (prompt lookup, the trie, suffix decoding) join no hybrid
     kinds = [k for k in (args.kinds.split(",") if args.kinds else demo.kinds)
-             if k != "prompt-lookup" and demo.step_profile(k) is not None]
+             if not drafter_kind(k).lookup and demo.step_profile(k) is not None]
     prompts = [demo.tokenizer(t)["input_ids"] for t in demo.prompts[: args.prompts]]
     print(f"hybrid = model drafter + prompt lookup (n-grams 1…{args.max_n}, chain ≤ "
           f"{args.chain_depth}); demo {demo.paths.root}")
