@@ -64,9 +64,11 @@ def traces(directory: Path | None, demo_dir: Path, part: str) -> dict[int, Dynam
     return out
 
 
-def first_sequences(trace: DynamicTrace, count: int) -> DynamicTrace:
-    n = sum(trace.lengths[:count])
-    return DynamicTrace(trace.topk, trace.places[:n], trace.lengths[:count], trace.meta)
+def as_runs(traces: dict[int, DynamicTrace], new_tokens: int,
+            count: int | None = None) -> dict[int, DynamicTrace]:
+    """Each trace's first ``count`` sequences (all by default) as live runs of ``new_tokens``
+    see them: a 256-token trace walked whole is not the prediction for a 16-token run."""
+    return {k: t.as_run(new_tokens, count) for k, t in traces.items()}
 
 
 def main() -> int:
@@ -92,10 +94,11 @@ def main() -> int:
 
     demo = load(threads=1)
     eagle = demo.heads["eagle"]
-    cal = traces(args.calibration, demo.paths.root, "calibration")
-    held = traces(args.heldout, demo.paths.root, "heldout")
-    held_all = held
-    held = {k: first_sequences(t, args.prompts) for k, t in held.items()}
+    cal_traces = traces(args.calibration, demo.paths.root, "calibration")
+    held_traces = traces(args.heldout, demo.paths.root, "heldout")
+    cal = as_runs(cal_traces, args.new_tokens)
+    held_all = as_runs(held_traces, args.new_tokens)
+    held = as_runs(held_traces, args.new_tokens, args.prompts)
     ids = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
     dec = Decoder(demo.model, eagle)
     print(f"demo EAGLE drafter; {args.prompts} held-out prompts × {args.new_tokens} new tokens; "
@@ -122,8 +125,9 @@ def main() -> int:
     speed_grid = [s for s in grid((1, 2, 4, 8), (2, 3, 4, 5), (4, 8, 16, 32))
                   if s.draft_tokens <= costs.verify.max_tokens]
     growth = demo.growths["eagle"]
+    timed_cal = as_runs(cal_traces, args.timed_tokens)  # the runs the grid times
     for b in batches:
-        choice = recommend(cal, speed_grid, verify=costs.verify, draft=costs.draft,
+        choice = recommend(timed_cal, speed_grid, verify=costs.verify, draft=costs.draft,
                            overhead=costs.overhead, batch=[b], context=context)[0]
         t0 = time.perf_counter()
         runs = {s: compare(demo.model, eagle, s, timed, config=tcfg, batch=b,
@@ -186,7 +190,7 @@ def main() -> int:
             tree = growth.tree(n - 1)
             static = compare(demo.model, eagle, tree, timed, config=tcfg, batch=b,
                              measure=Measurement(rounds=args.rounds))
-            ell_d = acceptance(cal, d_best)[0]
+            ell_d = acceptance(timed_cal, d_best)[0]
             ell_s = growth_expected_accept_length(growth, tree)
             pred_s = price_tree(tree, verify=static_costs.verify, draft=static_costs.draft,
                                 overhead=static_costs.overhead, batch=b,

@@ -208,6 +208,35 @@ def test_the_simulated_walk_reproduces_live_decoding_step_by_step(base, trained_
         assert list(live.stats.accept_lengths) == steps and sum(steps) == 40 - 1
 
 
+def test_a_trace_cut_to_a_shorter_run_walks_as_that_run_decodes(base, trained_eagle):
+    """A 40-token run's trace, cut to the 16-token run (``as_run``), walks that run's steps;
+    cut to its own length it is unchanged."""
+    settings = DynamicSettings(3, 4, 10)
+    dec = Decoder(base, trained_eagle)
+    long = dec.decode(settings, PROMPTS, config=DecodeConfig(max_new_tokens=40))
+    short = dec.decode(settings, PROMPTS, config=DecodeConfig(max_new_tokens=16))
+    seqs = [[*p, *t] for p, t in zip(PROMPTS, long.tokens, strict=True)]
+    trace = simulate_dynamic(base, trained_eagle, seqs, [len(p) - 1 for p in PROMPTS],
+                             topk=3, steps=4)
+    same = trace.as_run(40)
+    assert same.lengths == trace.lengths and np.array_equal(same.places, trace.places)
+    cut = trace.as_run(16, 2)
+    assert cut.lengths == (15, 15)
+    lengths, walked, at = cut.accepted(settings), [], 0
+    for n in cut.lengths:
+        t, steps = 0, []
+        while t < n:
+            steps.append(int(lengths[at + t]))
+            t += steps[-1]
+        walked.append(tuple(steps))
+        at += n
+    assert tuple(walked) == short.stats.sequence_accept_lengths[:2]
+    assert cut.walk(settings).mean_accept_length == pytest.approx(
+        np.mean([x for row in walked for x in row]))
+    with pytest.raises(TreeoptError, match="≥ 2 new tokens"):
+        trace.as_run(1)
+
+
 def _walk_steps(trace, s):
     lengths, out, t = trace.accepted(s), [], 0
     while t < trace.lengths[0]:

@@ -93,7 +93,6 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
     """Live dynamic decoding of the check settings on held-out prompts: lossless, and E[L]
     beside the calibration trace's walk and the held-out trace's walk of the same prompts."""
     from treeopt.decoding.loop import Decoder
-    from treeopt.dynamic.simulate import DynamicTrace
     from treeopt.model.dynamic_settings import DynamicSettings
     from treeopt.model.tree import Tree
 
@@ -108,9 +107,7 @@ def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str,
         runs = [decoder.decode(s, prompts[i: i + 8], config=_greedy(ctx))
                 for i in range(0, len(prompts), 8)]
         lengths = [x for r in runs for x in r.stats.accept_lengths]
-        held = traces["heldout"][k]
-        held = DynamicTrace(k, held.places[: sum(held.lengths[: len(prompts)])],
-                            held.lengths[: len(prompts)])
+        held = traces["heldout"][k].as_run(c.max_new_tokens, len(prompts))
         rows.append({**s.to_dict(), "lossless": [t for r in runs for t in r.tokens] == reference,
                      "live_expected_accept_length": float(np.mean(lengths)),
                      "calibration_walk": traces["calibration"][k].walk(s).mean_accept_length,

@@ -110,6 +110,31 @@ class DynamicTrace:
             at += n
         return AcceptStats.of(steps, sequences=per)
 
+    def as_run(self, new_tokens: int, sequences: int | None = None) -> DynamicTrace:
+        """The first ``sequences`` sequences (all by default) as live runs of ``new_tokens``
+        new tokens see them (:func:`treeopt.model.runs.as_runs` for rank traces): the positions
+        their steps start at, the first ``new_tokens - 1`` (a sequence that ended earlier, at
+        its EOS, as it ended), and a true node at or past the run's last token not drafted.
+
+        >>> tr = DynamicTrace(1, np.zeros((5, 2, 2), np.int16), (3, 2))
+        >>> run = tr.as_run(3)
+        >>> run.lengths, run.places[:, 1].tolist()
+        ((2, 2), [[0, -1], [-1, -1], [0, -1], [-1, -1]])
+        """
+        if new_tokens < 2:
+            raise TreeoptError(f"dynamic trace: a run needs ≥ 2 new tokens to take a step, "
+                               f"got {new_tokens}")
+        count = len(self.lengths) if sequences is None else sequences
+        if not 1 <= count <= len(self.lengths):
+            raise TreeoptError(f"dynamic trace: {count} sequences asked, it holds "
+                               f"{len(self.lengths)}")
+        starts = np.concatenate([[0], np.cumsum(self.lengths)])
+        kept = [min(n, new_tokens - 1) for n in self.lengths[:count]]
+        places = np.concatenate([self.places[a: a + n] for a, n in zip(starts[:count], kept, strict=True)]).copy()
+        target = np.concatenate([np.arange(n) for n in kept])[:, None] + 1 + np.arange(self.steps)
+        places[np.broadcast_to((target >= new_tokens - 1)[:, None, :], places.shape)] = -1
+        return DynamicTrace(self.topk, places, tuple(kept), self.meta)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
