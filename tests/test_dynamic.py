@@ -8,6 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -235,6 +237,27 @@ def test_a_trace_cut_to_a_shorter_run_walks_as_that_run_decodes(base, trained_ea
         np.mean([x for row in walked for x in row]))
     with pytest.raises(TreeoptError, match="≥ 2 new tokens"):
         trace.as_run(1)
+
+
+@given(st.data())
+def test_a_run_cut_walks_to_its_last_token_and_cuts_compose(data):
+    """Every sequence at least a run long walks to the run's last token exactly (no step
+    accepts past it), and a cut of a cut is the shorter cut."""
+    steps = data.draw(st.integers(1, 4))
+    lengths = tuple(data.draw(st.lists(st.integers(1, 12), min_size=1, max_size=4)))
+    places = np.array(data.draw(st.lists(st.integers(-1, 6), min_size=sum(lengths) * steps ** 2,
+                                         max_size=sum(lengths) * steps ** 2)), np.int16)
+    trace = DynamicTrace(2, places.reshape(sum(lengths), steps, steps), lengths)
+    n, m = sorted(data.draw(st.lists(st.integers(2, 14), min_size=2, max_size=2)))
+    pool = DynamicSettings(2, steps, 2).pool
+    settings = DynamicSettings(2, steps, data.draw(st.integers(2, min(pool + 1, 8))))
+    cut = trace.as_run(n)
+    walked = cut.walk(settings)
+    for (accepted, _), whole in zip(walked.sequences, lengths, strict=True):
+        if whole >= n - 1:
+            assert accepted == n - 1
+    twice = trace.as_run(m).as_run(n)
+    assert twice.lengths == cut.lengths and np.array_equal(twice.places, cut.places)
 
 
 def _walk_steps(trace, s):
