@@ -71,3 +71,37 @@ def test_a_build_that_runs_no_stage_keeps_where_the_demo_was_measured(tiny_demos
     again = build.build_demo(out, TINY, log=lambda s: None, redo=("growth",))
     assert again["environment"]["cpu"] == cpu_identity()
     assert again["environment"]["platform"] != "another host"
+
+
+def test_a_drafters_stage_stopped_and_resumed_counts_every_run(tiny_demos, tmp_path,
+                                                               monkeypatch):
+    """The drafters stage keeps each finished drafter's record: stopped in its second drafter
+    and resumed, the stage's seconds in the manifest are the drafters' own seconds summed — the
+    first drafter's from the stopped run included — not the resumed run's alone."""
+    import torch
+
+    from treeopt.demo import build, stage_drafters, stages
+
+    torch.set_num_threads(1)
+    out, _ = demo_copy(tiny_demos.after, tmp_path)
+    first, second = stages.NEW_KINDS[:2]
+    real = stage_drafters.kind_sampled
+
+    def stopped_in_second(ctx, kind, temperature):
+        if kind == second:
+            raise KeyboardInterrupt
+        return real(ctx, kind, temperature)
+
+    monkeypatch.setattr(stage_drafters, "kind_sampled", stopped_in_second)
+    with pytest.raises(KeyboardInterrupt):
+        build.build_demo(out, TINY, log=lambda s: None, redo=(stages.RUNS,))
+    monkeypatch.undo()
+    logs: list[str] = []
+    manifest = build.build_demo(out, TINY, log=logs.append)
+    made = manifest["drafters"]
+    assert all(made[k]["seconds"] > 0 for k in stages.NEW_KINDS if k in made)
+    assert manifest["timings_s"]["drafters"] == pytest.approx(
+        sum(made[k]["seconds"] for k in stages.NEW_KINDS if k in made), abs=0.02)
+    resumed = next(float(line.split()[1]) for line in logs
+                   if line.startswith("[drafters] ") and line.endswith(" s"))
+    assert manifest["timings_s"]["drafters"] > resumed + 0.5 * made[first]["seconds"]

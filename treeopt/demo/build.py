@@ -270,7 +270,9 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
             result = stages.merge_kinds(old, made)
         else:
             result = fn(ctx)  # makes what it lacks (the drafters stage: keeps the others)
-        result["seconds"] = round(old["seconds"] + time.perf_counter() - start, 2)
+        own = result.pop("seconds", None)  # a stage that times its parts across runs
+        result["seconds"] = round(own if own is not None
+                                  else old["seconds"] + time.perf_counter() - start, 2)
         write_json(record, result)
         _ran_here(ctx.scratch)
         return result
@@ -283,7 +285,8 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         ctx.log(f"[{name}] …")
     start = time.perf_counter()
     result = fn(ctx)
-    seconds = time.perf_counter() - start
+    own = result.pop("seconds", None)  # a stage that times its parts across runs
+    seconds = own if own is not None else time.perf_counter() - start
     if kept is not None:  # the kept kinds' share of the old time, and this run's
         share = 1 - len(ctx.kinds) / len(stages.HEAD_KINDS)
         seconds += kept["record"]["seconds"] * share

@@ -6,6 +6,7 @@ kinds it lacks."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from treeopt.demo.context import Context
@@ -22,7 +23,9 @@ def drafters(ctx: Context) -> dict[str, Any]:
     trained on the same data (prompt lookup: nothing to train), then calibrated, grown, decoded
     live, profiled, swept and sampled exactly as the heads' stages do for Medusa and Hydra (their
     records, per kind). A finished demo's record keeps its kinds: only those it lacks are made
-    (a drafter added to treeopt since the demo was built, or to the config's kinds)."""
+    (a drafter added to treeopt since the demo was built, or to the config's kinds). Each kind's
+    record carries the seconds its run took, so a stage interrupted and resumed reports the
+    sum (the stage's ``seconds``) rather than its last run's alone."""
     c = ctx.config
     out = dict(_record(ctx, "drafters"))  # the kinds a finished demo has (one added since runs)
     todo = lacking("drafters", out, c.kinds)
@@ -34,6 +37,7 @@ def drafters(ctx: Context) -> dict[str, Any]:
         if done.exists():  # finished before an interruption
             out[kind] = json.loads(done.read_text())
             continue
+        start = time.perf_counter()
         trained = ctx.scratch / f"train-{kind}.json"  # training is the long part: kept apart
         if not trained.exists():
             write_json(trained, train_drafter(ctx, kind))
@@ -44,8 +48,11 @@ def drafters(ctx: Context) -> dict[str, Any]:
         record["quality"] = kind_quality(ctx, kind, reference)
         record.update(drafter_timing(ctx, kind))
         record["sampled"] = {f"{t:g}": kind_sampled(ctx, kind, t) for t in c.sample_temperatures}
+        record["seconds"] = round(time.perf_counter() - start, 2)  # this kind's, in its own run
         write_json(done, record)
         out[kind] = json.loads(done.read_text())
+    if all("seconds" in out[k] for k in c.kinds if k in out):  # across interrupted runs
+        out["seconds"] = round(sum(out[k]["seconds"] for k in c.kinds if k in out), 2)
     return out
 
 
