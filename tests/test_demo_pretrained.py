@@ -160,6 +160,21 @@ def test_loading_without_the_weights_works_and_with_the_model_says_how_to_fetch(
     assert str(exc.value) == missing_hint(MODEL) and "\n" not in str(exc.value)
 
 
+def test_a_build_missing_an_input_is_refused_before_its_first_stage(cache, tmp_path,
+                                                                    monkeypatch):
+    """The prose set is read hours into a real build: its absence is found before any stage."""
+    from treeopt.demo.build import build_demo
+
+    monkeypatch.setenv("TREEOPT_CACHE", str(cache))  # the model and HumanEval, no ShareGPT
+    out = tmp_path / "smollm2"
+    config = plan(budget_minutes=0.1, base_model=MODEL, prompt_set=PROMPTS,
+                  kinds=WEIGHTLESS, prose_set="sharegpt")
+    with pytest.raises(TreeoptError) as exc:
+        build_demo(out, config, log=lambda s: None)
+    assert str(exc.value) == missing_hint("sharegpt")
+    assert not any(tmp_path.iterdir())  # no work directory, no stage run
+
+
 def test_demo_info_names_the_base_where_it_was_fetched(built, cache, monkeypatch, capsys):
     out, _, _, _ = built
     monkeypatch.setenv("TREEOPT_CACHE", str(cache))

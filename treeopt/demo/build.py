@@ -82,6 +82,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                          f"settings ({', '.join(differ)}); {{redo}} re-runs stages of a demo "
                          "built with the same ones (other settings mean a fresh build: run "
                          "without {redo})")
+    _inputs_ready(config)
     work = _workdir(target, config, retime=retime)
     if redo:
         _start_redo(work, config, redo, retime=retime, runs=runs, log=say)
@@ -112,6 +113,20 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     _publish(work, target)
     say(f"demo ready in {target} ({manifest['size_bytes'] / 2**20:.1f} MiB)")
     return manifest
+
+
+def _inputs_ready(config: DemoConfig) -> None:
+    """The base model and every prompt set the build reads are there, checked before its first
+    stage (each missing one refused in one line that says how to fetch it): the prose set is
+    read hours into a build, and a build stopped there for want of it has to be run again."""
+    from treeopt.demo.layout import base_dir
+    from treeopt.demo.pretrained import prompt_set_dir
+
+    if config.base_model is not None:
+        base_dir(config.base_model)
+    for name in (config.prompt_set, config.prose_set):
+        if name is not None:
+            prompt_set_dir(name)
 
 
 def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
