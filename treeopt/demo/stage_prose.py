@@ -65,8 +65,9 @@ def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
     on_prose = code.evaluate(trace)
     on_code = code.evaluate(RankTrace.load(ctx.paths.trace(kind, heldout=True)))
     sizes = [n for n in SIZES if n <= g.max_nodes and n < len(on_prose)]
-    ctx.log(f"  {kind}: E[L] on prose {g.expected_accept_length[sizes[-1]]:.3f}, held-out code "
-            f"{on_code[sizes[-1]]:.3f} ({sizes[-1]} nodes)")
+    ctx.log(f"  {kind}: E[L] (position-weighted) on prose "
+            f"{g.expected_accept_length[sizes[-1]]:.3f}, held-out code {on_code[sizes[-1]]:.3f} "
+            f"({sizes[-1]} nodes)")
     return {"positions": trace.positions, "sequences": int(trace.meta["sequences"]),
             "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in sizes},
             "code_grown_expected_accept_length": {n: float(on_prose[n]) for n in sizes},
