@@ -33,6 +33,7 @@ from treeopt.errors import TreeoptError
 from treeopt.files import atomic_write
 from treeopt.model.accept_stats import AcceptStats
 from treeopt.model.dynamic_settings import DynamicSettings
+from treeopt.model.runs import past_run_end
 
 FORMAT = "treeopt.dynamic-trace/1"
 
@@ -130,9 +131,10 @@ class DynamicTrace:
                                f"{len(self.lengths)}")
         starts = np.concatenate([[0], np.cumsum(self.lengths)])
         kept = [min(n, new_tokens - 1) for n in self.lengths[:count]]
-        places = np.concatenate([self.places[a: a + n] for a, n in zip(starts[:count], kept, strict=True)]).copy()
-        target = np.concatenate([np.arange(n) for n in kept])[:, None] + 1 + np.arange(self.steps)
-        places[np.broadcast_to((target >= new_tokens - 1)[:, None, :], places.shape)] = -1
+        places = np.concatenate([self.places[a: a + n]
+                                 for a, n in zip(starts[:count], kept, strict=True)])
+        missed = np.concatenate([past_run_end(n, self.steps, new_tokens) for n in kept])
+        places[np.broadcast_to(missed[:, None, :], places.shape)] = -1  # [t, every s, depth]
         return DynamicTrace(self.topk, places, tuple(kept), self.meta)
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -17,6 +17,17 @@ import numpy as np
 from treeopt.model.trace import RankTrace
 
 
+def past_run_end(kept: int, depths: int, new_tokens: int) -> np.ndarray:
+    """``[kept, depths]``: where the target of depth ``d + 1`` at position ``t`` lies at or past
+    the last token of a run of ``new_tokens`` (new token ``new_tokens - 1``), a miss.
+
+    >>> past_run_end(2, 2, 3).tolist()
+    [[False, True], [True, True]]
+    """
+    target = np.arange(kept)[:, None] + 1 + np.arange(depths)[None, :]
+    return target >= new_tokens - 1
+
+
 def as_runs(trace: RankTrace, new_tokens: Sequence[int]) -> RankTrace:
     """The first ``len(new_tokens)`` sequences of ``trace`` as live runs that kept
     ``new_tokens[i]`` new tokens each see them: the positions their steps start at (the first
@@ -32,8 +43,7 @@ def as_runs(trace: RankTrace, new_tokens: Sequence[int]) -> RankTrace:
     ranks = cut.ranks.copy()
     at = 0
     for n, kept in zip(new_tokens, cut.meta["sequence_positions"], strict=True):
-        target = np.arange(kept)[:, None] + 1 + np.arange(cut.heads)[None, :]
-        ranks[at: at + kept][target >= n - 1] = -1  # new token n - 1 is the run's last
+        ranks[at: at + kept][past_run_end(kept, cut.heads, n)] = -1
         at += kept
     return RankTrace(ranks, cut.meta, cut.drafted)
 
@@ -54,4 +64,4 @@ def as_run(trace: RankTrace, new_tokens: int) -> RankTrace:
     return as_runs(trace, [new_tokens] * len(counts))
 
 
-__all__ = ["as_run", "as_runs"]
+__all__ = ["as_run", "as_runs", "past_run_end"]
