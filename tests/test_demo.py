@@ -92,6 +92,27 @@ def test_tiny_manifest_is_valid(tiny_demo):
     for row in on_disk["dynamic"]["live"]["settings"]:  # likewise the dynamic traces, to the end
         assert row["lossless"] is True
         assert row["heldout_walk"] == pytest.approx(row["live_expected_accept_length"], rel=1e-9)
+    environment = on_disk["environment"]  # the threads the figures were timed on, and the build's
+    assert environment["threads"] == TINY.live_threads == 1
+    assert environment["build_threads"] == 1  # conftest builds on one
+
+
+def test_timing_runs_on_its_threads_and_gives_the_build_its_own_back():
+    import torch
+
+    from treeopt.demo.stage_timing import threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(KeyboardInterrupt), threads(1):  # a stopped timing too
+            raise KeyboardInterrupt
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_tiny_artifacts_load_with_their_own_readers(tiny_demo):

@@ -96,12 +96,12 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
         results[name] = _stage(ctx, name, fn)
     if marker.exists():  # an interrupted re-measurement resumes here too, --redo or not
         stages.retime(ctx, results)
-        _ran_here(ctx.scratch)
+        _ran_here(ctx)
         marker.unlink()
     recheck = work / ".stages" / stages.RECHECK_MARKER  # likewise the drafters' quality checks
     if recheck.exists():
         stages.recheck_quality(ctx, results)
-        _ran_here(ctx.scratch)
+        _ran_here(ctx)
         recheck.unlink()
     for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
         start = time.perf_counter()
@@ -289,7 +289,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         result["seconds"] = round(own if own is not None
                                   else old["seconds"] + time.perf_counter() - start, 2)
         write_json(record, result)
-        _ran_here(ctx.scratch)
+        _ran_here(ctx)
         return result
     kept_path = ctx.scratch / f"{name}.kept.json"
     kept = read_json(kept_path) if kept_path.exists() else None
@@ -308,7 +308,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         result = stages.merge_kinds(kept["record"], result)
     result["seconds"] = round(seconds, 2)
     write_json(record, result)
-    _ran_here(ctx.scratch)  # (after the stage: the threads it ran on)
+    _ran_here(ctx)
     kept_path.unlink(missing_ok=True)
     ctx.log(f"[{name}] {time.perf_counter() - start:.1f} s")
     return result
@@ -317,8 +317,9 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
 ENVIRONMENT = "environment.json"  # in the stage records: where the demo's work last ran
 
 
-def _environment() -> dict[str, Any]:
-    """This host and its software, as a manifest records where a demo was made."""
+def _environment(threads: int) -> dict[str, Any]:
+    """This host and its software, as a manifest records where a demo was made: ``threads``,
+    those every timing ran with; ``build_threads``, those of the training and tracing."""
     import tokenizers
     import torch
     import transformers
@@ -326,20 +327,20 @@ def _environment() -> dict[str, Any]:
     return {"treeopt": __version__, "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__, "platform": platform.platform(),
-            "threads": torch.get_num_threads(), "cpu": cpu_identity()}
+            "threads": threads, "build_threads": torch.get_num_threads(), "cpu": cpu_identity()}
 
 
-def _ran_here(scratch: Path) -> None:
+def _ran_here(ctx: stages.Context) -> None:
     """Record that a stage ran (measured, traced or trained) on this host, as it finishes."""
-    write_json(scratch / ENVIRONMENT, _environment())
+    write_json(ctx.scratch / ENVIRONMENT, _environment(ctx.config.live_threads))
 
 
-def _measured_on(paths: DemoPaths) -> dict[str, Any]:
+def _measured_on(paths: DemoPaths, config: DemoConfig) -> dict[str, Any]:
     """The host where the demo's stages last ran: a build that reran none of them (it priced
     the finished demo's files again) keeps the finished demo's record, so the app never reads
     its speed figures as measured on a host that measured nothing."""
     path = paths.root / ".stages" / ENVIRONMENT
-    return read_json(path) if path.exists() else _environment()
+    return read_json(path) if path.exists() else _environment(config.live_threads)
 
 
 def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> dict[str, Any]:
@@ -349,7 +350,7 @@ def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> 
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(config),
         "config": _jsonable(config),
-        "environment": _measured_on(paths),
+        "environment": _measured_on(paths, config),
         **{name: {k: v for k, v in r.items() if k != "seconds"} for name, r in results.items()},
         "timings_s": {name: r["seconds"] for name, r in results.items()},
         "build_seconds": round(sum(r["seconds"] for r in results.values()), 1),

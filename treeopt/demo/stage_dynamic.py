@@ -77,14 +77,14 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
     from treeopt.profiling.step import profile_steps
 
     c = ctx.config
-    threads(c.live_threads)
     out = ctx.paths.dynamic_step_profile(c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
-    profile = profile_steps(ctx.model, ctx.heads(DYNAMIC_KIND), None, prompts,
-                            batch=list(c.live_batches), out=out, max_new_tokens=c.live_new_tokens,
-                            measure=c.measurement("step"),
-                            dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
-                            log=lambda line: ctx.log(f"  {line}"))
+    with threads(c.live_threads):
+        profile = profile_steps(ctx.model, ctx.heads(DYNAMIC_KIND), None, prompts,
+                                batch=list(c.live_batches), out=out,
+                                max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
+                                dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
+                                log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),
             "measurement": asdict(c.measurement("step"))}
 

@@ -5,6 +5,8 @@ costs a demo profile prices with, and the torch threads every timing runs with."
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,21 +27,27 @@ def latency(ctx: Context) -> dict[str, Any]:
     live step profiled phase by phase in the decoder's loop: what ``select`` prices with."""
     if not has_profiler():
         return {"skipped": "the profiler is not available (treeopt.profiling is not importable)"}
+    c = ctx.config
+    steps = {kind: kind_step_profile(ctx, kind) for kind in ctx.kinds}
+    if ctx.kinds != HEAD_KINDS and ctx.paths.latency(c.device).exists():
+        return {"step_profiles": steps}  # one kind made again: the model's table is the same
+    with threads(c.live_threads):
+        table = _verify_table(ctx)
+    return {"device": table.device, "file": ctx.paths.latency(c.device).name,
+            "records": len(table.records), "step_profiles": steps}
+
+
+def _verify_table(ctx: Context) -> Any:
+    """The model's verify-step table at batch 1, the profiler's own sweep."""
     from treeopt.profiling.verify_latency import profile_verify
     from treeopt.roofline.config import load_config
 
     c = ctx.config
-    threads(c.live_threads)
-    steps = {kind: kind_step_profile(ctx, kind) for kind in ctx.kinds}
-    if ctx.kinds != HEAD_KINDS and ctx.paths.latency(c.device).exists():
-        return {"step_profiles": steps}  # one kind made again: the model's table is the same
-    table = profile_verify(load_config(ctx.model_dir), out=ctx.paths.latency(c.device),
-                           device=c.device, dtype=c.dtype, batch=[1],
-                           context=list(c.latency_context), tokens=list(c.latency_tokens),
-                           repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.model_dir),
-                           log=lambda line: ctx.log(f"  {line}"))
-    return {"device": table.device, "file": ctx.paths.latency(c.device).name,
-            "records": len(table.records), "step_profiles": steps}
+    return profile_verify(load_config(ctx.model_dir), out=ctx.paths.latency(c.device),
+                          device=c.device, dtype=c.dtype, batch=[1],
+                          context=list(c.latency_context), tokens=list(c.latency_tokens),
+                          repeats=c.latency_repeats, warmup=2, weights_dir=str(ctx.model_dir),
+                          log=lambda line: ctx.log(f"  {line}"))
 
 
 def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
@@ -48,15 +56,15 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.profiling.step import profile_steps
 
     c = ctx.config
-    threads(c.live_threads)
     out = ctx.paths.step_profile(kind, c.device)
     prompts = ctx.prompt_ids("calibration")[: max(c.live_batches)]
     start = time.perf_counter()
-    profile = profile_steps(ctx.model, ctx.heads(kind), Growth.load(ctx.paths.growth(kind)),
-                            prompts, batch=list(c.live_batches), sizes=list(c.step_sizes),
-                            out=out, max_new_tokens=c.live_new_tokens,
-                            measure=c.measurement("step"),
-                            log=lambda line: ctx.log(f"  {line}"))
+    with threads(c.live_threads):
+        profile = profile_steps(ctx.model, ctx.heads(kind),
+                                Growth.load(ctx.paths.growth(kind)), prompts,
+                                batch=list(c.live_batches), sizes=list(c.step_sizes), out=out,
+                                max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
+                                log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),
             "measurement": asdict(c.measurement("step")),
             "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
@@ -74,6 +82,11 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     measured best, a step profile alongside), with the tree ``treeopt select --demo`` picks at
     each batch: select over the whole growth, E[L] from the calibration trace, priced by the
     demo's step profile of the drafter, which also predicts every point."""
+    with threads(ctx.config.live_threads):
+        return _kind_sweep(ctx, kind)
+
+
+def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
     from treeopt.demo.evidence import alongside_profile, sweep_method
@@ -81,7 +94,6 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.model.trace import RankTrace
 
     c = ctx.config
-    threads(c.live_threads)
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
     # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
     # step-cost model's error, not the sampling error of a handful of prompts; select picks with
@@ -157,9 +169,19 @@ def demo_costs(ctx: Context, profile: Path) -> StepCosts:
     return profiled_costs(profile, source=ctx.paths.inside(profile))
 
 
-def threads(n: int) -> None:
-    """Time with ``n`` torch threads, as the app and the benchmarks run (the build's training
-    stages may use more)."""
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Time with ``n`` torch threads, as the app and the benchmarks run, then give the build its
+    own threads back: training, tracing and checking need no timing and use every thread the
+    build was given (their results do not depend on the count: a model's logits are bitwise
+    the same on one thread and on two)."""
+    import torch
+
     from treeopt.decoding.models import set_threads
 
+    before = torch.get_num_threads()
     set_threads(n)
+    try:
+        yield
+    finally:
+        set_threads(before)
