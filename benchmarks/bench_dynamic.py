@@ -111,96 +111,122 @@ def main() -> int:
     if args.accuracy_only:
         return 0
 
-    # 2-4. throughput ------------------------------------------------------------------------
+    throughput(demo, ids, cal_traces, args)
+    return 0
+
+
+def throughput(demo, ids, cal_traces, args) -> None:
+    """Goals 2-4: per batch size, the recommendation against a timed grid of settings, its
+    finalists re-measured head to head, and dynamic against static trees of each budget."""
     batches = [int(x) for x in args.batches.split(",")]
-    static_costs = profiled_costs(demo.step_profile("eagle"))
     if args.shipped_profile:
         costs = profiled_costs(demo.paths.dynamic_step_profile("cpu"))
     else:
         costs = profile_here(demo, batches)
     print(f"dynamic steps priced with {costs.draft.source}\n")
-    context = int(costs.verify.contexts[0])
     timed = ids[args.prompts: args.prompts + args.timed_prompts]
-    tcfg = DecodeConfig(max_new_tokens=args.timed_tokens)
     speed_grid = [s for s in grid((1, 2, 4, 8), (2, 3, 4, 5), (4, 8, 16, 32))
                   if s.draft_tokens <= costs.verify.max_tokens]
-    growth = demo.growths["eagle"]
     timed_cal = as_runs(cal_traces, args.timed_tokens)  # the runs the grid times
     for b in batches:
         choice = recommend(timed_cal, speed_grid, verify=costs.verify, draft=costs.draft,
-                           overhead=costs.overhead, batch=[b], context=context)[0]
+                           overhead=costs.overhead, batch=[b],
+                           context=int(costs.verify.contexts[0]))[0]
         t0 = time.perf_counter()
-        runs = {s: compare(demo.model, eagle, s, timed, config=tcfg, batch=b,
+        runs = {s: compare(demo.model, demo.heads["eagle"], s, timed,
+                           config=DecodeConfig(max_new_tokens=args.timed_tokens), batch=b,
                            measure=Measurement(rounds=args.rounds)) for s in speed_grid}
         measured = {s: r.speedup for s, r in runs.items()}
-        best = max(measured, key=measured.get)
-        pick = choice.best.settings
-        chain_pred = choice.best_chain.settings if choice.best_chain else None
-        chains = {s: v for s, v in measured.items() if s.is_chain}
-        chain_best = max(chains, key=chains.get) if chains else None
-        print(f"batch {b} ({time.perf_counter() - t0:.0f} s): recommended {pick.label}: "
-              f"predicted {choice.best.speedup:.3f}×, live {measured[pick]:.3f}× = "
-              f"{100 * measured[pick] / measured[best]:.1f}% of the live best "
-              f"({best.label}: {measured[best]:.3f}×)")
-        errors = [abs(p.speedup / measured[p.settings] - 1) for p in choice.points]
-        print(f"  speed-up predicted vs live over the grid: mean error "
-              f"{100 * np.mean(errors):.1f}%, largest {100 * max(errors):.1f}%")
-        factors = [error_factors(p, runs[p.settings]) for p in choice.points]
-        print(f"  its factors over the grid (predicted / live − 1, mean |·|): E[L] "
-              f"{100 * np.mean([abs(f[0]) for f in factors]):.1f}%, step in autoregressive "
-              f"steps {100 * np.mean([abs(f[1]) for f in factors]):.1f}%")
-        for label, point in (("recommended", choice.best),
-                             ("live best", next(p for p in choice.points if p.settings == best))):
-            el, step = error_factors(point, runs[point.settings])
-            print(f"  {label} {point.settings.label}: E[L] predicted "
-                  f"{point.expected_accept_length:.3f} vs live "
-                  f"{runs[point.settings].tree_stats.mean_accept_length:.3f} ({100 * el:+.1f}%); "
-                  f"step predicted {point.expected_accept_length / point.speedup:.3f} vs live "
-                  f"{runs[point.settings].tree_stats.mean_accept_length / measured[point.settings]:.3f}"
-                  f" autoregressive steps ({100 * step:+.1f}%)")
-        print(f"  spread of a grid point over its rounds: median "
-              f"{100 * np.median([r.speedup_spread for r in runs.values()]):.1f}%")
-        finalists = list(dict.fromkeys(s for s in (pick, best, chain_pred, chain_best) if s))
-        ccfg = DecodeConfig(max_new_tokens=args.confirm_tokens)
-        confirmed = {s: compare(demo.model, eagle, s, timed, config=ccfg, batch=b,
-                                measure=Measurement(rounds=args.confirm_rounds))
-                     for s in finalists}
-        print(f"  finalists re-measured ({args.confirm_rounds} rounds × {args.confirm_tokens} "
-              "tokens): " + "; ".join(f"{s.label} {c.speedup:.3f}× (spread "
-                                     f"{100 * c.speedup_spread:.1f}%)"
-                                     for s, c in confirmed.items()))
-        top = max(confirmed, key=lambda s: confirmed[s].speedup)
-        share = confirmed[pick].speedup / confirmed[top].speedup
-        print(f"  goal ≥ 97% of the live best: recommended {100 * share:.1f}% of {top.label} "
-              f"(re-measured) → {'met' if share >= 0.97 else 'NOT met'}")
-        if chain_pred is not None:
-            print(f"  steps only, re-measured: the full schedule's pick over the steps-only pick "
-                  f"{100 * (confirmed[pick].speedup / confirmed[chain_pred].speedup - 1):+.1f}%")
-        if chain_best is not None and chain_pred is not None:
-            print(f"  steps only (top-k 1): recommended {chain_pred.label} live "
-                  f"{measured[chain_pred]:.3f}×, best chain live {chain_best.label} "
-                  f"{measured[chain_best]:.3f}×; the full schedule adds "
-                  f"{100 * (measured[pick] / measured[chain_pred] - 1):+.1f}% "
-                  f"(live best over best chain {100 * (measured[best] / measured[chain_best] - 1):+.1f}%)")
-        for n in (4, 8, 16, 32):
-            dyn = [s for s in speed_grid if s.draft_tokens == n]
-            if not dyn or n - 1 > growth.max_nodes:
-                continue
-            d_best = max(dyn, key=measured.get)
-            tree = growth.tree(n - 1)
-            static = compare(demo.model, eagle, tree, timed, config=tcfg, batch=b,
-                             measure=Measurement(rounds=args.rounds))
-            ell_d = acceptance(timed_cal, d_best)[0]
-            ell_s = growth_expected_accept_length(growth, tree)
-            pred_s = price_tree(tree, verify=static_costs.verify, draft=static_costs.draft,
-                                overhead=static_costs.overhead, batch=b,
-                                context=int(static_costs.verify.contexts[0]),
-                                expected_accept_length=ell_s)
-            winner = "dynamic" if measured[d_best] > static.speedup else "static"
-            print(f"  N={n:2d}: dynamic {d_best.label}: E[L] (walk) {ell_d:.3f}, live "
-                  f"{measured[d_best]:.3f}× | static {n - 1} nodes: E[L] (growth) {ell_s:.3f}, live "
-                  f"{static.speedup:.3f}× (predicted {pred_s[0] / pred_s[1]:.3f}×) → {winner}")
-    return 0
+        print_scan(b, choice, runs, time.perf_counter() - t0)
+        confirm_finalists(demo, b, choice, measured, timed, args)
+        static_beside(demo, b, speed_grid, measured, timed_cal, timed, args)
+
+
+def print_scan(b: int, choice, runs: dict, seconds: float) -> None:
+    """The grid scan at batch ``b``: the recommendation against the live best, and the
+    prediction's errors over the grid, in its two factors."""
+    measured = {s: r.speedup for s, r in runs.items()}
+    best = max(measured, key=measured.get)
+    pick = choice.best.settings
+    print(f"batch {b} ({seconds:.0f} s): recommended {pick.label}: "
+          f"predicted {choice.best.speedup:.3f}×, live {measured[pick]:.3f}× = "
+          f"{100 * measured[pick] / measured[best]:.1f}% of the live best "
+          f"({best.label}: {measured[best]:.3f}×)")
+    errors = [abs(p.speedup / measured[p.settings] - 1) for p in choice.points]
+    print(f"  speed-up predicted vs live over the grid: mean error "
+          f"{100 * np.mean(errors):.1f}%, largest {100 * max(errors):.1f}%")
+    factors = [error_factors(p, runs[p.settings]) for p in choice.points]
+    print(f"  its factors over the grid (predicted / live − 1, mean |·|): E[L] "
+          f"{100 * np.mean([abs(f[0]) for f in factors]):.1f}%, step in autoregressive "
+          f"steps {100 * np.mean([abs(f[1]) for f in factors]):.1f}%")
+    for label, point in (("recommended", choice.best),
+                         ("live best", next(p for p in choice.points if p.settings == best))):
+        el, step = error_factors(point, runs[point.settings])
+        live = runs[point.settings].tree_stats.mean_accept_length
+        print(f"  {label} {point.settings.label}: E[L] predicted "
+              f"{point.expected_accept_length:.3f} vs live {live:.3f} ({100 * el:+.1f}%); "
+              f"step predicted {point.expected_accept_length / point.speedup:.3f} vs live "
+              f"{live / measured[point.settings]:.3f} autoregressive steps ({100 * step:+.1f}%)")
+    print(f"  spread of a grid point over its rounds: median "
+          f"{100 * np.median([r.speedup_spread for r in runs.values()]):.1f}%")
+
+
+def confirm_finalists(demo, b: int, choice, measured: dict, timed, args) -> None:
+    """The recommendation, the live best and the best chains (top-k 1), predicted and live,
+    re-measured head to head over more rounds and tokens: goal ≥ 97% of the live best."""
+    best = max(measured, key=measured.get)
+    pick = choice.best.settings
+    chain_pred = choice.best_chain.settings if choice.best_chain else None
+    chains = {s: v for s, v in measured.items() if s.is_chain}
+    chain_best = max(chains, key=chains.get) if chains else None
+    finalists = list(dict.fromkeys(s for s in (pick, best, chain_pred, chain_best) if s))
+    ccfg = DecodeConfig(max_new_tokens=args.confirm_tokens)
+    confirmed = {s: compare(demo.model, demo.heads["eagle"], s, timed, config=ccfg, batch=b,
+                            measure=Measurement(rounds=args.confirm_rounds))
+                 for s in finalists}
+    print(f"  finalists re-measured ({args.confirm_rounds} rounds × {args.confirm_tokens} "
+          "tokens): " + "; ".join(f"{s.label} {c.speedup:.3f}× (spread "
+                                 f"{100 * c.speedup_spread:.1f}%)"
+                                 for s, c in confirmed.items()))
+    top = max(confirmed, key=lambda s: confirmed[s].speedup)
+    share = confirmed[pick].speedup / confirmed[top].speedup
+    print(f"  goal ≥ 97% of the live best: recommended {100 * share:.1f}% of {top.label} "
+          f"(re-measured) → {'met' if share >= 0.97 else 'NOT met'}")
+    if chain_pred is not None:
+        print(f"  steps only, re-measured: the full schedule's pick over the steps-only pick "
+              f"{100 * (confirmed[pick].speedup / confirmed[chain_pred].speedup - 1):+.1f}%")
+    if chain_best is not None and chain_pred is not None:
+        print(f"  steps only (top-k 1): recommended {chain_pred.label} live "
+              f"{measured[chain_pred]:.3f}×, best chain live {chain_best.label} "
+              f"{measured[chain_best]:.3f}×; the full schedule adds "
+              f"{100 * (measured[pick] / measured[chain_pred] - 1):+.1f}% "
+              f"(live best over best chain {100 * (measured[best] / measured[chain_best] - 1):+.1f}%)")
+
+
+def static_beside(demo, b: int, speed_grid, measured: dict, timed_cal, timed, args) -> None:
+    """Per draft budget N: the best dynamic setting of N draft tokens live beside the static
+    tree of N − 1 nodes, live and as the demo's static step profile prices it."""
+    growth = demo.growths["eagle"]
+    static_costs = profiled_costs(demo.step_profile("eagle"))
+    for n in (4, 8, 16, 32):
+        dyn = [s for s in speed_grid if s.draft_tokens == n]
+        if not dyn or n - 1 > growth.max_nodes:
+            continue
+        d_best = max(dyn, key=measured.get)
+        tree = growth.tree(n - 1)
+        static = compare(demo.model, demo.heads["eagle"], tree, timed,
+                         config=DecodeConfig(max_new_tokens=args.timed_tokens), batch=b,
+                         measure=Measurement(rounds=args.rounds))
+        ell_d = acceptance(timed_cal, d_best)[0]
+        ell_s = growth_expected_accept_length(growth, tree)
+        pred_s = price_tree(tree, verify=static_costs.verify, draft=static_costs.draft,
+                            overhead=static_costs.overhead, batch=b,
+                            context=int(static_costs.verify.contexts[0]),
+                            expected_accept_length=ell_s)
+        winner = "dynamic" if measured[d_best] > static.speedup else "static"
+        print(f"  N={n:2d}: dynamic {d_best.label}: E[L] (walk) {ell_d:.3f}, live "
+              f"{measured[d_best]:.3f}× | static {n - 1} nodes: E[L] (growth) {ell_s:.3f}, live "
+              f"{static.speedup:.3f}× (predicted {pred_s[0] / pred_s[1]:.3f}×) → {winner}")
 
 
 def accuracy(dec, ids, cal, held, held_all, args) -> None:

@@ -52,16 +52,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from doc_table import write_between
+from live_report import batch_rows, caption, print_goals, print_point, print_point_header, table
 
 from treeopt.decoding.calibrate import CalibrateConfig, calibrate
 from treeopt.decoding.compare import Comparison, compare
@@ -79,6 +80,7 @@ from treeopt.model.growth import Growth, grow
 from treeopt.model.runs import as_run, as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
+from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.sources import profiled_costs
 from treeopt.pricing.sweep_prediction import predict
 from treeopt.pricing.throughput import select
@@ -155,71 +157,48 @@ def results_saver(out: Path, kind: str) -> Callable[[dict], None]:
     return lambda result: (out / f"result-{kind}.json").write_text(json.dumps(result, indent=1))
 
 
-def mark(ok: bool) -> str:
-    return "met" if ok else "NOT met"
-
-
 PROFILE_SEQUENCES = 8  # sequences each step-profile record decodes, at least
 
 
-def batch_rows(sweep: Sweep,
-               errors: list[tuple[SweepPoint, float, float | None]]) -> list[dict]:
-    """Per batch size of ``sweep``: the points' prediction errors (from the step profile with
-    the swept prompts' E[L], with the calibration trace's E[L], and from the profile alongside;
-    ``errors`` holds each point with its last two) and select's pick against the measured best."""
-    rows = []
-    for row in sweep.summary():
-        mine = [e for e in errors if e[0].batch == row["batch"]]
-        pick = next(e for e in mine if e[0].selected)
-        rows.append({
-            "batch": row["batch"], "points": len(mine),
-            "error": [abs(p.error) for p, _, _ in mine if p.error is not None],
-            "calibration_error": [abs(cal) for _, cal, _ in mine],
-            "alongside_error": [abs(a) for _, _, a in mine if a is not None],
-            "pick": (pick[0].size, pick[0].max_depth), "pick_speedup": pick[0].speedup,
-            "pick_predicted": (1 + pick[1]) * pick[0].speedup,
-            "share_of_best": row.get("selected_share_of_best_raced",
-                                     row["selected_share_of_best"]),
-            "raced": "selected_share_of_best_raced" in row,
-            "lossless": all(p.lossless for p, _, _ in mine)})
-    return rows
-
-
-def spread(errors: list[float]) -> str:
-    """"4.9% / 1.5%": the largest and the mean of absolute errors ("—" for none)."""
-    return f"{max(errors):.1%} / {statistics.mean(errors):.1%}" if errors else "—"
-
-
-def table(results: list[dict], caption: str) -> str:
-    """The doc's table: per head kind and batch size, how well the sweep's points were predicted
-    and how select's pick did, then ``caption``."""
-    lines = ["| drafter | batch | points | error, largest / mean | with calibration E[L] "
-             "| profiled alongside | select's pick (nodes, cap) | pick measured | pick predicted "
-             "| pick / measured best | lossless |", "|---" * 11 + "|"]
-    for result in results:
-        for r in result["rows"]:
-            size, cap = r["pick"]
-            share = f"{r['share_of_best']:.1%}" + (" (raced)" if r["raced"] else "")
-            lines.append(
-                f"| {result['kind']} | {r['batch']} | {r['points']} | {spread(r['error'])} "
-                f"| {spread(r['calibration_error'])} | {spread(r['alongside_error'])} "
-                f"| {size}, {cap or '—'} | {r['pick_speedup']:.3f}× | {r['pick_predicted']:.3f}× "
-                f"| {share} | {'yes' if r['lossless'] else '**no**'} |")
-    return "\n".join([*lines, "", caption])
-
-
 def bench_kind(demo, kind: str, args, out: Path) -> dict:
+    """Every figure of one drafter kind (steps 1–5 above), saved to ``out`` as it is added, and
+    its goals printed."""
     prompts = [demo.tokenizer(p)["input_ids"] for p in demo.prompts]
-    batches = args.batches
-    growth, trace, own = own_traces(demo, kind, args, out)
-    save = results_saver(out, kind)
     config = DecodeConfig(max_new_tokens=args.new_tokens)
-    step_path, after_path = out / f"step-{kind}.json", out / f"step-{kind}-after.json"
-    alongside_path = out / f"step-{kind}-alongside.json"
-    # Each batch size is profiled right before its own sweep points: on a host whose speed
-    # drifts, a profile taken an hour before the points it predicts no longer describes them.
-    # Every record averages over the same 8 (or more) sequences, whatever its batch size.
-    sequences = max(PROFILE_SEQUENCES, *batches)
+    growth, trace, own = own_traces(demo, kind, args, out)
+    sweep, costs, alongside = measure_points(demo, kind, args, out, prompts, config,
+                                             growth=growth, trace=trace, own=own)
+    bracketed = bracket_drift(kind, out) if args.bracket else None
+    beside = profiled_costs(out / f"step-{kind}-alongside.json") if args.alongside else None
+    errors = point_errors(sweep, growth, costs, trace, own, bracketed=bracketed, beside=beside,
+                          alongside=alongside)
+    pick, runs = repeat_pick(demo, kind, args, prompts, config, growth=growth, costs=costs,
+                             trace=trace)
+    result = summary(kind, args, sweep, pick, runs, errors)
+    save = results_saver(out, kind)
+    save(result)
+    if args.dtype != "float32":
+        tree_rate, f32_rate = against_float32(demo, kind, pick.tree, prompts[: args.prompts],
+                                              config, args.rounds)
+        result.update(batch1_tokens_per_s_own_dtype=tree_rate,
+                      batch1_float32_autoregressive_tokens_per_s=f32_rate)
+        save(result)
+    print_goals(result, args, pick, sweep)
+    return result
+
+
+def measure_points(demo, kind: str, args, out: Path, prompts, config: DecodeConfig, *,
+                   growth: Growth, trace: RankTrace, own: RankTrace,
+                   ) -> tuple[Sweep, StepCosts, AlongsideProfile | None]:
+    """Steps 1–3: per batch size, the live step profiled, then that batch size's sweep points
+    (each point's tree profiled right before it with ``--alongside``, the batch profiled again
+    after with ``--bracket``). Each batch size is profiled right before its own points: on a
+    host whose speed drifts, a profile taken an hour before the points it predicts no longer
+    describes them. Every record averages over the same 8 (or more) sequences, whatever its
+    batch size."""
+    sequences = max(PROFILE_SEQUENCES, *args.batches)
+    step_path = out / f"step-{kind}.json"
+
     def profile(b: int, path: Path) -> None:
         profile_steps(demo.model, demo.heads[kind], growth, prompts[:sequences],
                       batch=[b], out=path, sizes=args.sizes, max_new_tokens=args.new_tokens,
@@ -227,12 +206,12 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                       sequences=sequences, log=lambda _: None)
 
     alongside = (AlongsideProfile(demo.model, demo.heads[kind], prompts[:sequences],
-                                  out=alongside_path, max_new_tokens=args.new_tokens,
-                                  sequences=sequences,
+                                  out=out / f"step-{kind}-alongside.json",
+                                  max_new_tokens=args.new_tokens, sequences=sequences,
                                   measure=Measurement(3, args.profile_seconds,
                                                       args.alongside_target_se))
                  if args.alongside else None)
-    for b in batches:
+    for b in args.batches:
         profile(b, step_path)
         costs = profiled_costs(step_path)
         print(f"\n== {kind}, batch {b}: step profile fitted (largest error of draft + overhead "
@@ -250,200 +229,125 @@ def bench_kind(demo, kind: str, args, out: Path) -> dict:
                      progress=lambda i, n: print(f"  sweep point {i}/{n}", end="\r",
                                                  flush=True))
         if args.bracket:  # the same records again, right after the points they predict
-            profile(b, after_path)
+            profile(b, out / f"step-{kind}-after.json")
         print(" " * 40, end="\r")
-    bracketed = None
-    if args.bracket:
-        before, after = StepProfile.load(step_path), StepProfile.load(after_path)
-        bracketed = profiled_costs([step_path, after_path])  # pooled, as tune would
-        for b, (key, change) in drift(before.records, after.records).items():
-            print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
-                  f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
-                  f"cap {key[1]})")
-    beside = profiled_costs(alongside_path) if args.alongside else None
+    return sweep, costs, alongside
+
+
+def bracket_drift(kind: str, out: Path) -> StepCosts:
+    """``--bracket``: how far each batch size's records moved between the profiles before and
+    after its points (printed), and the step-cost model of both pooled, as tune would."""
+    before_path, after_path = out / f"step-{kind}.json", out / f"step-{kind}-after.json"
+    before, after = StepProfile.load(before_path), StepProfile.load(after_path)
+    for b, (key, change) in drift(before.records, after.records).items():
+        print(f"== {kind}, batch {b}: profiled again after its points, a record's step over "
+              f"the autoregressive step moved by up to {change:+.1%} (q = {key[0]}, depth "
+              f"cap {key[1]})")
+    return profiled_costs([before_path, after_path])
+
+
+@dataclass
+class PointErrors:
+    """Each sweep point's prediction errors (predicted over measured speed-up, minus one) beyond
+    the sweep's own: with the calibration trace's E[L], from the bracketing profiles, from the
+    profile alongside (and that one over its standard error)."""
+
+    calibration: list[float] = field(default_factory=list)
+    bracketed: list[float] = field(default_factory=list)
+    alongside: list[float] = field(default_factory=list)
+    alongside_z: list[float] = field(default_factory=list)
+    points: list[tuple[SweepPoint, float, float | None]] = field(default_factory=list)
+
+
+def point_errors(sweep: Sweep, growth: Growth, costs: StepCosts, trace: RankTrace,
+                 own: RankTrace, *, bracketed: StepCosts | None, beside: StepCosts | None,
+                 alongside: AlongsideProfile | None) -> PointErrors:
+    """Every sweep point, measured and predicted each way, printed one line each."""
     records = ({(r["batch"], r["size"], r["max_depth"]): r for r in alongside.doc["records"]}
                if alongside is not None else {})  # the alongside profile as written
-    print("predicted: the step-cost model with E[L] from the swept prompts' own trace; "
-          "calibration: E[L] from the calibration trace (what select sees before any live run)"
-          + ("; bracketed: the model from the profiles before and after the points, pooled"
-             if bracketed else "")
-          + ("; alongside: the model from each point's tree profiled right before the point"
-             if beside else ""))
-    print("se: the relative standard error of the rounds' median speed-up; E[L]: accepted "
-          "tokens per row and steady step (at batch > 1 the steady window's), live and as "
-          "predicted (the swept prompts' own trace)")
-    print("batch  size cap  measured tok/s  AR tok/s  speed-up ± spread  rounds     se  "
-          "predicted  error  calibration  error" + ("  bracketed  error" if bracketed else "")
-          + ("  alongside  error" if beside else "") + "  E[L] live  priced  lossless")
-    cal_errors, bracket_errors, beside_errors, beside_z = [], [], [], []
-    point_errors: list[tuple[SweepPoint, float, float | None]] = []  # for the doc's table
+    print_point_header(bracketed is not None, beside is not None)
+    errors = PointErrors()
     for p in sorted(sweep.points, key=lambda p: (p.batch, p.size)):
-        star = " ← select" if p.selected else ""
-        tree = Tree.from_choices([list(c) for c in p.choices])
-        speedup = predict(tree, growth, costs, trace, p.batch,  # calibration E[L]
-                          continuous=sweep.continuous).speedup
-        cal = speedup / p.speedup - 1
-        cal_errors.append(abs(cal))
+        def error(model: StepCosts, trace: RankTrace, p: SweepPoint = p) -> float:
+            return predict(Tree.from_choices([list(c) for c in p.choices]), growth, model, trace,
+                           p.batch, continuous=sweep.continuous).speedup / p.speedup - 1
+
+        cal = error(costs, trace)  # calibration E[L]
+        errors.calibration.append(abs(cal))
         both = ""
         if bracketed is not None:
-            bracket_errors.append(predict(tree, growth, bracketed, own, p.batch,
-                                          continuous=sweep.continuous).speedup
-                                  / p.speedup - 1)
-            both = f"  {(1 + bracket_errors[-1]) * p.speedup:9.3f}  {bracket_errors[-1]:+6.1%}"
+            errors.bracketed.append(error(bracketed, own))
+            both = f"  {(1 + errors.bracketed[-1]) * p.speedup:9.3f}  {errors.bracketed[-1]:+6.1%}"
         if beside is not None:
-            beside_errors.append(predict(tree, growth, beside, own, p.batch,
-                                         continuous=sweep.continuous).speedup
-                                 / p.speedup - 1)
-            both += f"  {(1 + beside_errors[-1]) * p.speedup:9.3f}  {beside_errors[-1]:+6.1%}"
+            errors.alongside.append(error(beside, own))
+            both += f"  {(1 + errors.alongside[-1]) * p.speedup:9.3f}  {errors.alongside[-1]:+6.1%}"
             record = records.get(p.key)
             if record is not None and record.get("se") is not None and p.se is not None:
-                beside_z.append(beside_errors[-1] / (p.se ** 2 + record["se"] ** 2) ** 0.5)
-        point_errors.append((p, cal, beside_errors[-1] if beside is not None else None))
-        print(f"{p.batch:5d} {p.size:5d} {str(p.max_depth):>3}  {p.tree_tokens_per_s:14.0f} "
-              f"{p.autoregressive_tokens_per_s:9.0f}  {p.speedup:8.3f} ± {p.spread:5.1%}  "
-              f"{p.rounds or 0:6d}  {p.se or 0:5.1%}  {p.predicted_speedup:9.3f}  "
-              f"{p.error:+6.1%}  "
-              f"{speedup:11.3f}  {cal:+6.1%}{both}  "
-              f"{p.steady_accept_length or 0:9.3f}  {p.predicted_accept_length or 0:6.3f}  "
-              f"{str(p.lossless):>8}{star}")
-    first = min(batches)  # 1 unless --batches leaves it out: then the smallest one measured
+                errors.alongside_z.append(errors.alongside[-1]
+                                          / (p.se ** 2 + record["se"] ** 2) ** 0.5)
+        errors.points.append((p, cal, errors.alongside[-1] if beside is not None else None))
+        print_point(p, (1 + cal) * p.speedup, cal, both)
+    return errors
+
+
+def repeat_pick(demo, kind: str, args, prompts, config: DecodeConfig, *, growth: Growth,
+                costs: StepCosts, trace: RankTrace) -> tuple[Any, list[Comparison]]:
+    """Step 4: select's pick at the smallest batch size, compared again ``--repeats`` times."""
+    first = min(args.batches)  # 1 unless --batches leaves it out: then the smallest one measured
     pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                   batch=[first], context=costs.verify.contexts, trace=trace).points[0]
     runs = [compare(demo.model, demo.heads[kind], pick.tree, prompts[: args.prompts],
                     config=config, batch=first, split=True,
                     measure=Measurement(args.rounds, args.min_seconds, args.repeat_target_se))
             for _ in range(args.repeats)]
+    return pick, runs
+
+
+def summary(kind: str, args, sweep: Sweep, pick, runs: list[Comparison],
+            errors: PointErrors) -> dict:
+    """The kind's figures, as ``result-KIND.json`` holds them."""
     speedups = [r.speedup for r in runs]
-    repeat_spread = (max(speedups) - min(speedups)) / statistics.median(speedups)
-    split = runs[0].to_dict()
+    split = runs[0].to_dict()  # step 5: the pick's step, phase by phase
     tree_ms, ar_ms = split["tree_decoding"]["ms_per_step"], split["autoregressive"]["ms_per_step"]
-    ar_step = sum(ar_ms.values())
-    summary = sweep.summary()
+    rows = sweep.summary()
     b1 = next((p for p in sweep.points if p.batch == 1 and p.selected), None)  # --batches 1,…
-    b8 = next(p for p in sweep.points if p.batch == max(batches) and p.selected)
-    errors = [abs(p.error) for p in sweep.points if p.error is not None]
+    b8 = next(p for p in sweep.points if p.batch == max(args.batches) and p.selected)
+    sweep_errors = [abs(p.error) for p in sweep.points if p.error is not None]
     result = {
-        "kind": kind, "repeat_batch": first,
+        "kind": kind, "repeat_batch": min(args.batches),
         "pick_batch1": {"size": pick.tree.size, "max_depth": pick.max_depth,
                         "choices": pick.tree.as_choices(), "predicted_speedup": pick.speedup},
         "batch1_speedup_runs": speedups, "batch1_speedup": statistics.median(speedups),
-        "repeat_spread": repeat_spread,
-        "sweep_max_abs_error": max(errors), "sweep_mean_abs_error": statistics.mean(errors),
-        "sweep_max_abs_error_calibration_el": max(cal_errors),
-        "sweep_mean_abs_error_calibration_el": statistics.mean(cal_errors),
-        "pick_share_of_best": {r["batch"]: r.get("selected_share_of_best") for r in summary},
+        "repeat_spread": (max(speedups) - min(speedups)) / statistics.median(speedups),
+        "sweep_max_abs_error": max(sweep_errors),
+        "sweep_mean_abs_error": statistics.mean(sweep_errors),
+        "sweep_max_abs_error_calibration_el": max(errors.calibration),
+        "sweep_mean_abs_error_calibration_el": statistics.mean(errors.calibration),
+        "pick_share_of_best": {r["batch"]: r.get("selected_share_of_best") for r in rows},
         "ms_per_step_tree": tree_ms, "ms_per_step_autoregressive": ar_ms,
-        "bookkeeping_share_of_ar_step": tree_ms["bookkeeping"] / ar_step,
+        "bookkeeping_share_of_ar_step": tree_ms["bookkeeping"] / sum(ar_ms.values()),
         "lossless_every_point": all(p.lossless for p in sweep.points),
         "batch8_tokens_per_s": b8.tree_tokens_per_s, "batch1_tokens_per_s": b1 and b1.tree_tokens_per_s,
         "batch8_autoregressive": b8.autoregressive_tokens_per_s,
         "batch1_autoregressive": b1 and b1.autoregressive_tokens_per_s,
-        "rows": batch_rows(sweep, point_errors)}
-    save(result)
-    print(f"\n{kind} goals:")
-    sp = result["batch1_speedup"]
-    goal = (f"≥ 1.3×: {mark(sp >= 1.3)}; stretch 1.5×: {mark(sp >= 1.5)}" if first == 1 else
-            "the goals are at batch 1, which --batches left out")
-    print(f"- batch {first}, select's pick ({pick.tree.size} nodes, depth cap {pick.max_depth}): "
-          f"{sp:.3f}× autoregressive live (runs {', '.join(f'{s:.3f}' for s in speedups)}; "
-          f"predicted {pick.speedup:.3f}×) — {goal}")
-    print(f"- spread of that speed-up over {args.repeats} repeated runs: {repeat_spread:.1%} — "
-          f"≤ 3%: {mark(repeat_spread <= 0.03)}")
-    print(f"- prediction error over {len(errors)} sweep points (E[L] of the swept prompts' own "
-          f"trace): largest {max(errors):.1%}, mean {statistics.mean(errors):.1%} — every point "
-          f"≤ 5%: {mark(max(errors) <= 0.05)}; with E[L] from the calibration trace: largest "
-          f"{max(cal_errors):.1%}, mean {statistics.mean(cal_errors):.1%}")
-    if bracket_errors:
-        worst = max(abs(e) for e in bracket_errors)
-        result.update(sweep_max_abs_error_bracketed=worst,
-                      sweep_mean_abs_error_bracketed=statistics.mean(map(abs, bracket_errors)))
-        save(result)
-        print(f"  with the step profiled before and after each batch size's points, pooled: "
-              f"largest {worst:.1%}, mean {result['sweep_mean_abs_error_bracketed']:.1%}, "
-              f"{sum(abs(e) <= 0.05 for e in bracket_errors)} of {len(bracket_errors)} within "
-              f"5% — every point ≤ 5%: {mark(worst <= 0.05)}")
-    if beside_errors:
-        worst = max(map(abs, beside_errors))
-        rms_z = statistics.fmean(z * z for z in beside_z) ** 0.5 if beside_z else float("nan")
-        result.update(sweep_max_abs_error_alongside=worst,
-                      sweep_mean_abs_error_alongside=statistics.mean(map(abs, beside_errors)),
-                      sweep_rms_error_over_se_alongside=rms_z)
-        save(result)
-        print(f"  with each point's tree profiled right before the point (the host's drift "
-              f"between profile and point taken out): largest {worst:.1%}, mean "
-              f"{result['sweep_mean_abs_error_alongside']:.1%}, "
-              f"{sum(abs(e) <= 0.05 for e in beside_errors)} of {len(beside_errors)} within 5% "
-              f"— every point ≤ 5%: {mark(worst <= 0.05)}; root mean square of each error over "
-              f"its standard error (the point's and its record's): {rms_z:.2f} (1 where the "
-              f"rounds' noise is all there is)")
-    shares = {b: s for b, s in result["pick_share_of_best"].items() if s is not None}
-    print("- select's pick against the measured best: " + ", ".join(
-        f"batch {b} {s:.1%}" for b, s in shares.items())
-        + f" — ≥ 97% everywhere: {mark(min(shares.values()) >= 0.97)}")
-    raced = {r["batch"]: r["selected_share_of_best_raced"] for r in summary
+        "rows": batch_rows(sweep, errors.points)}
+    if errors.bracketed:
+        result.update(sweep_max_abs_error_bracketed=max(map(abs, errors.bracketed)),
+                      sweep_mean_abs_error_bracketed=statistics.mean(map(abs, errors.bracketed)),
+                      bracketed_errors=errors.bracketed)
+    if errors.alongside:
+        z = errors.alongside_z
+        result.update(sweep_max_abs_error_alongside=max(map(abs, errors.alongside)),
+                      sweep_mean_abs_error_alongside=statistics.mean(map(abs, errors.alongside)),
+                      alongside_errors=errors.alongside,
+                      sweep_rms_error_over_se_alongside=(statistics.fmean(e * e for e in z) ** 0.5
+                                                         if z else float("nan")))
+    raced = {r["batch"]: r["selected_share_of_best_raced"] for r in rows
              if "selected_share_of_best_raced" in r}
     if raced:
-        result["pick_share_of_best_head_to_head"] = {**shares, **raced}
-        save(result)
-        both = result["pick_share_of_best_head_to_head"]
-        print("  where the pick was not the measured best, the two raced head to head (steps "
-              "interleaved; the sweep's best is the best of several noisy points): " + ", ".join(
-                  f"batch {b} {s:.1%}" for b, s in raced.items())
-              + f" — ≥ 97% everywhere, so measured: {mark(min(both.values()) >= 0.97)}")
-    book = result["bookkeeping_share_of_ar_step"]
-    print(f"- per step (ms): tree draft {tree_ms['draft']:.3f} / verify {tree_ms['verify']:.3f} / "
-          f"bookkeeping {tree_ms['bookkeeping']:.3f}; autoregressive step {ar_step:.3f} — "
-          f"bookkeeping {book:.1%} of it, ≤ 15%: {mark(book <= 0.15)}")
-    print(f"- lossless at batch {', '.join(map(str, batches))}: "
-          f"{mark(result['lossless_every_point'])}")
-    if args.dtype != "float32":
-        tree_rate, f32_rate = against_float32(demo, kind, pick.tree, prompts[: args.prompts],
-                                              config, args.rounds)
-        result.update(batch1_tokens_per_s_own_dtype=tree_rate,
-                      batch1_float32_autoregressive_tokens_per_s=f32_rate)
-        save(result)
-        print(f"- in absolute terms, batch 1: the pick in {args.dtype} {tree_rate:.0f} tokens/s, "
-              f"float32 autoregressive decoding of the same prompts {f32_rate:.0f} tokens/s — "
-              f"{tree_rate / f32_rate:.3f}× float32 autoregressive "
-              f"(≥ 1.3×: {mark(tree_rate / f32_rate >= 1.3)})")
-    top = b8.batch
-    if b1 is not None:
-        print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
-              f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
-              f"{b8.autoregressive_tokens_per_s:.0f} beside "
-              f"{top * b1.autoregressive_tokens_per_s:.0f}")
+        result["pick_share_of_best_head_to_head"] = {**result["pick_share_of_best"], **raced}
+        result["raced"] = raced
     return result
-
-
-def caption(demo, args, results: list[dict], *, load: tuple[float, float]) -> str:
-    """What the table measured and how: the command, the machine (and its 1-minute load average
-    at the start and the end, ``load``: other jobs beside the run) and the batch-1 repeats."""
-    flags, skip = [], False
-    for flag in sys.argv[1:]:  # the command as run, less where its files and table went
-        if not skip and flag.split("=")[0] not in ("--out", "--write"):
-            flags.append(flag)
-        skip = flag in ("--out", "--write")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").open()
-                if line.startswith("model name")), platform.processor() or "unknown CPU")
-    repeats = "; ".join(
-        f"{r['kind']}: {r['batch1_speedup']:.3f}× (spread {r['repeat_spread']:.1%}), "
-        f"bookkeeping {r['bookkeeping_share_of_ar_step']:.1%} of an autoregressive step"
-        for r in results)
-    command = " ".join(["python benchmarks/bench_live.py", *flags])
-    return (f"`{command}` on the shipped demo ({demo.manifest['base']['parameters']:,}-parameter base "
-            f"model, {args.dtype}), {cpu}, pinned to {len(os.sched_getaffinity(0))} of "
-            f"{os.cpu_count()} cores (load average {load[0]:.1f} at the start, {load[1]:.1f} at "
-            f"the end), 1 torch thread, torch {torch.__version__}: "
-            f"{args.prompts} held-out prompts × {args.new_tokens} tokens per point, at least "
-            f"{args.rounds} rounds and {args.min_seconds:g} s, rounds until a speed-up's "
-            f"standard error is at most {args.target_se:.1%}. Errors are predicted over measured "
-            f"speed-up, minus one, over the sweep's points of that batch size: from the step "
-            f"profile taken before the points with the swept prompts' own E[L] (the cost "
-            f"model's error), with E[L] from the calibration trace (what `treeopt select` sees "
-            f"before any live run), and from each point's tree profiled right before it "
-            f"(`--alongside`). Select's pick is predicted with the calibration trace; where it "
-            f"was not the measured best, the two were raced head to head (\"raced\"). The "
-            f"batch-{min(args.batches)} pick re-run {args.repeats} times: {repeats}.")
 
 
 def main() -> None:
