@@ -56,7 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--seed", type=int, default=0, metavar="N",
                    help="random seed of the whole build (default %(default)s)")
     b.add_argument("--threads", type=int, metavar="N",
-                   help="CPU threads for torch (default: torch's own choice)")
+                   help="CPU threads for torch's training, tracing and live checks (default: "
+                        "torch's own choice, every core); every timing runs on one, as the app "
+                        "and the benchmarks do")
     b.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     b.add_argument("--redo", metavar="STAGES", default="",
                    help="comma-separated stages to run again over a finished demo built with the "
