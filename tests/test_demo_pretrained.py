@@ -379,3 +379,43 @@ def test_the_demos_continuations_stop_at_the_tokenizers_end_of_sequence():
     greedy, sampled = trace_config(ctx), trace_config(ctx, 0.7)
     assert (greedy.eos_token_id, greedy.temperature) == (7, 0.0)
     assert (sampled.eos_token_id, sampled.temperature, sampled.seed) == (7, 0.7, ctx.config.seed)
+
+
+def test_dtype_auto_builds_in_the_faster_dtype_measured_and_goes_on_in_it(cache, tmp_path,
+                                                                         monkeypatch, capsys):
+    """``--dtype auto`` measures once, builds in the pick and records the measurement; the same
+    command over the finished demo goes on in that dtype without measuring again."""
+    import torch
+
+    import treeopt.profiling.dtype_probe as dtype_probe
+
+    measured = []
+
+    def probe(cfg, weights, **kw):  # the host's answer, fixed: which dtype wins is the host's
+        measured.append((weights, torch.get_num_threads()))
+        return dtype_probe.DtypeProbe({"bf16": {1: 49.0, 8: 293.0}, "fp32": {1: 52.0, 8: 105.0}})
+
+    monkeypatch.setattr(dtype_probe, "probe_dtypes", probe)
+    monkeypatch.setenv("TREEOPT_CACHE", str(cache))
+    torch.set_num_threads(1)
+    out = tmp_path / "smollm2"
+    command = ["demo", "build", "--budget-minutes", "0.1", "--base-model", MODEL,
+               "--prompt-set", PROMPTS, "--kinds", "prompt-lookup", "--dtype", "auto",
+               "--out", str(out), "--no-progress"]
+    assert main(command) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["dtype"] == "fp32" and "auto" not in manifest["command"]
+    assert manifest["dtype_probe"]["dtype"] == "fp32"
+    assert manifest["dtype_probe"]["step_ms"]["bf16"] == {"1": 49.0, "8": 293.0}
+    assert json.loads((out / "latency" / "dtype-cpu.json").read_text()) == manifest["dtype_probe"]
+    assert measured == [(str(cache / "models" / MODEL), 1)]  # on the timings' one thread
+    assert main(command) == 0  # again: the finished demo's dtype, nothing measured or rebuilt
+    assert len(measured) == 1
+    assert "[dtype] auto: fp32, as the finished demo chose" in capsys.readouterr().err
+    assert json.loads((out / "manifest.json").read_text())["config"]["dtype"] == "fp32"
+
+
+def test_dtype_auto_needs_a_pretrained_base(tmp_path, capsys):
+    assert main(["demo", "build", "--dtype", "auto", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "auto" in err and "--base-model" in err

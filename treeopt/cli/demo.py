@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from treeopt.cli.common import emit
-from treeopt.documents.dtypes import DTYPES
+from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.documents.sweep import BATCHINGS
 
 
@@ -36,9 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(sharegpt: requests people wrote, in the base model's chat template) or "
                         "a directory with heldout.jsonl (default: the preset's; the corpus's "
                         "docstrings and comments without one)")
-    b.add_argument("--dtype", choices=DTYPES,
+    b.add_argument("--dtype", choices=(*DTYPES, AUTO_DTYPE),
                    help="what the base model runs in for traces, checks and timing (default: "
-                        "the preset's: fp32, bf16 on a pretrained base)")
+                        "the preset's: fp32, bf16 on a pretrained base); auto: time the "
+                        "pretrained base's steps in bf16 and fp32 on this host first and build "
+                        "in the faster (bf16 is emulated on a CPU without bf16 matrix "
+                        "instructions)")
     b.add_argument("--kinds", metavar="K,K|all",
                    help="the drafters to make (default: the preset's: all, the weightless "
                         "prompt-lookup,ngram-trie on a pretrained base); over a finished demo "

@@ -33,6 +33,7 @@ from treeopt.demo.config import (
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.selections import ship_selections
+from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.profiling.host import cpu_identity
@@ -75,6 +76,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     redo = tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,))))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
+    config, probe = _resolved_dtype(target, config, retime=retime, log=say)
     config = _with_kinds_made(target, config, retime=retime)
     differ = _differ(target, config, retime=retime)
     if redo and differ:
@@ -84,6 +86,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
                          "without {redo})")
     _inputs_ready(config)
     work = _workdir(target, config, retime=retime)
+    if probe is not None:
+        write_json(DemoPaths(work).dtype_probe(config.device), probe)
     if redo:
         _start_redo(work, config, redo, retime=retime, runs=runs, log=say)
     paths = DemoPaths(work)
@@ -127,6 +131,39 @@ def _inputs_ready(config: DemoConfig) -> None:
     for name in (config.prompt_set, config.prose_set):
         if name is not None:
             prompt_set_dir(name)
+
+
+def _resolved_dtype(target: Path, config: DemoConfig, *, retime: bool, log: Log,
+                    ) -> tuple[DemoConfig, dict[str, Any] | None]:
+    """``config`` with ``--dtype auto`` made a dtype, and the measurement that chose it: the
+    dtype the interrupted build beside ``target``, or the finished demo there, was made in with
+    otherwise the same settings (a build goes on in the dtype it began in; nothing measured),
+    else the faster of bf16 and fp32 on this host's base model step, measured now on the
+    timings' threads (:mod:`treeopt.profiling.dtype_probe`)."""
+    if config.dtype != AUTO_DTYPE:
+        return config, None
+    stamp = target.parent / f".{target.name}.building" / ".stages" / "config.json"
+    manifest = target / "manifest.json"
+    for where, recorded in (("the interrupted build", read_json(stamp) if stamp.exists() else {}),
+                            ("the finished demo", read_json(manifest).get("config", {})
+                             if manifest.exists() else {})):
+        chosen = replace(config, dtype=recorded.get("dtype", AUTO_DTYPE))
+        if chosen.dtype in DTYPES and (
+                _same_settings(recorded, chosen) if where == "the interrupted build"
+                else not _differ(target, chosen, retime=retime)):
+            log(f"[dtype] auto: {chosen.dtype}, as {where} chose")
+            return chosen, None
+    from treeopt.demo.layout import base_dir
+    from treeopt.demo.stage_timing import threads
+    from treeopt.profiling.dtype_probe import probe_dtypes
+    from treeopt.roofline.config import load_config
+
+    _inputs_ready(config)
+    model = base_dir(str(config.base_model))
+    with threads(config.live_threads):
+        probe = probe_dtypes(load_config(model), str(model), device=config.device)
+    log(f"[dtype] auto: {probe.line()}")
+    return replace(config, dtype=probe.dtype), probe.to_dict()
 
 
 def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
@@ -351,6 +388,8 @@ def _manifest(config: DemoConfig, paths: DemoPaths, results: dict[str, Any]) -> 
         "command": command_line(config),
         "config": _jsonable(config),
         "environment": _measured_on(paths, config),
+        **({"dtype_probe": read_json(paths.dtype_probe(config.device))}
+           if paths.dtype_probe(config.device).exists() else {}),
         **{name: {k: v for k, v in r.items() if k != "seconds"} for name, r in results.items()},
         "timings_s": {name: r["seconds"] for name, r in results.items()},
         "build_seconds": round(sum(r["seconds"] for r in results.values()), 1),

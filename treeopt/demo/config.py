@@ -12,7 +12,7 @@ from typing import Any, Literal
 from treeopt.assets.registry import ASSETS
 from treeopt.demo.base_model import BaseConfig
 from treeopt.demo.layout import KINDS
-from treeopt.documents.dtypes import DTYPES
+from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.documents.measure import MAX_ROUNDS, Measurement, MeasurementError
 from treeopt.documents.sweep import BATCHINGS
 from treeopt.errors import FieldError, TreeoptError
@@ -45,7 +45,8 @@ class DemoConfig:
     # people wrote, rendered with the base model's chat template) or a directory holding
     # heldout.jsonl (None: docstrings and comments of the corpus)
     prose_set: str | None = None
-    dtype: str = "fp32"  # what the base model runs in for traces, checks and timing
+    dtype: str = "fp32"  # what the base model runs in for traces, checks and timing (auto:
+    # the faster on this host, measured when the build starts: treeopt.profiling.dtype_probe)
     kinds: tuple[str, ...] = KINDS  # the drafters the build makes (a finished demo only gains)
     max_files: int | None = None  # a deterministic subset of the corpus (tests)
     vocab_size: int = 4096
@@ -168,8 +169,13 @@ class DemoConfig:
                 known = ", ".join(n for n, a in ASSETS.items() if a.kind == kind)
                 raise FieldError(name, f"{value!r} is a {ASSETS[value].kind} asset; expected a "
                                  f"{kind} asset ({known}) or a directory")
-        if self.dtype not in DTYPES:
-            raise FieldError("dtype", f"{self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.dtype not in (*DTYPES, AUTO_DTYPE):
+            raise FieldError("dtype", f"{self.dtype!r}: expected one of {', '.join(DTYPES)} or "
+                             f"{AUTO_DTYPE}")
+        if self.dtype == AUTO_DTYPE and self.base_model is None:
+            raise FieldError("dtype", f"{AUTO_DTYPE} measures a pretrained base model's step in "
+                             "each dtype: it needs --base-model (the demo's own model is trained "
+                             "and runs in fp32)")
         unknown = [k for k in self.kinds if k not in KINDS]
         if unknown or not self.kinds:
             raise FieldError("kinds", f"{','.join(unknown) or 'none'}: expected some of "

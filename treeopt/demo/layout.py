@@ -105,6 +105,11 @@ class DemoPaths:
         """The verify-step latency table measured on ``device``."""
         return self.root / "latency" / f"{device}.json"
 
+    def dtype_probe(self, device: str = "cpu") -> Path:
+        """``--dtype auto``'s measurement of the base model's step in each dtype on ``device``
+        (:mod:`treeopt.profiling.dtype_probe`)."""
+        return self.root / "latency" / f"dtype-{device}.json"
+
     def step_profile(self, kind: str, device: str = "cpu") -> Path:
         """The live step of the ``kind`` heads' trees profiled phase by phase on ``device``."""
         return self.root / "latency" / f"step-{_kind(kind)}-{device}.json"

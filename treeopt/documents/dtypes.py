@@ -14,6 +14,7 @@ DTYPES: tuple[str, ...] = ("fp32", "bf16", "fp16", "fp64")
 TORCH_NAMES: dict[str, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
                                "fp64": "float64"}  # each dtype's name in torch
 ALIASES: dict[str, str] = {torch_name: name for name, torch_name in TORCH_NAMES.items()}
+AUTO_DTYPE = "auto"  # a demo build's --dtype: the faster of bf16 and fp32 here, measured
 
 
 def dtype_name(name: str, *, source: str = "--dtype") -> str:
@@ -45,4 +46,4 @@ def recorded_dtype(name: str | None) -> str | None:
     return ALIASES.get(name, name) if name is not None else None
 
 
-__all__ = ["ALIASES", "DTYPES", "TORCH_NAMES", "dtype_name", "recorded_dtype"]
+__all__ = ["AUTO_DTYPE", "ALIASES", "DTYPES", "TORCH_NAMES", "dtype_name", "recorded_dtype"]
