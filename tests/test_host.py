@@ -113,3 +113,24 @@ def test_a_demo_says_which_of_its_profiles_another_cpu_measured(tmp_path, monkey
         "--redo timing measures this host)"]
     monkeypatch.setattr("treeopt.profiling.host.cpu_identity", lambda: AMX)
     assert demo.profiled_elsewhere() == []
+
+
+def test_a_model_loaded_in_bf16_on_a_cpu_that_emulates_it_says_so(tmp_path, monkeypatch,
+                                                                   capsys):
+    import argparse
+
+    from conftest import tiny_llama
+
+    import treeopt.profiling.host as host
+    from treeopt.cli.common import add_model_flags, load_model_from
+
+    tiny_llama().save_pretrained(tmp_path)
+    ap = argparse.ArgumentParser()
+    add_model_flags(ap)
+    for matmul, noted in (("avx2", True), ("avx512_bf16", False)):
+        monkeypatch.setattr(host, "cpu_identity", lambda m=matmul: {"name": "EPYC", "matmul": m})
+        for dtype in ("bf16", "fp32"):
+            load_model_from(ap.parse_args(["--model", str(tmp_path), "--dtype", dtype]))
+            err = capsys.readouterr().err
+            assert ("no bf16 matrix instructions" in err) == (noted and dtype == "bf16"), (
+                matmul, dtype)

@@ -202,7 +202,11 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model and tokenizer the :func:`add_model_flags` flags name."""
     from treeopt.decoding.loading import ModelSpec, load_model
+    from treeopt.profiling.host import emulated_bf16
 
+    note = emulated_bf16(args.dtype, args.device)
+    if note is not None:
+        print(note, file=sys.stderr)
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,
                                 trust_remote_code=args.trust_remote_code, threads=args.threads,
