@@ -7,6 +7,8 @@ import streamlit as st
 
 from app_pages.choice import current_choice
 from app_pages.state import demo, demo_dataset, demo_model, page_errors
+from treeopt.documents.dtypes import dtype_name
+from treeopt.profiling.host import emulated_bf16
 from treeopt.workbench import plots
 from treeopt.workbench.demos import timed_elsewhere, weights_missing
 from treeopt.workbench.live import live_run, prompts_walk
@@ -52,9 +54,10 @@ else:
 dtype = t4.radio("Precision", ["float32", "bfloat16"], horizontal=True, key="verify_dtype",
                  help="bfloat16: the model and drafter in bfloat16 with treeopt's exact attention "
                       "(a node's logits do not depend on the tree verified with it, so decoding "
-                      "stays lossless). On this CPU a bfloat16 step costs nearly the same for 1 "
-                      "and for 16 tokens — the regime speculation is made for — where a float32 "
-                      "step grows with every token.")
+                      "stays lossless). On a CPU with AMX a bfloat16 step costs nearly the same "
+                      "for 1 and for 16 tokens — the regime speculation is made for — where a "
+                      "float32 step grows with every token; on one without bf16 matrix "
+                      "instructions (AVX2 alone) bfloat16 is emulated and float32 is faster.")
 if mode != "greedy":
     temperature = t3.select_slider("Temperature", [0.3, 0.5, 0.7, 1.0, 1.3], 0.7,
                                    key="verify_temperature")
@@ -79,6 +82,8 @@ if missing:
     st.info(f"Decoding needs the base model's weights: {missing}.")
 if elsewhere := timed_elsewhere(bundle.manifest):
     st.info(elsewhere)
+if emulated := emulated_bf16(dtype_name(dtype), "cpu"):
+    st.info(emulated.removeprefix("note: "))
 
 if st.button("Run live verification", type="primary", key="verify_run", disabled=bool(missing)):
     with page_errors():
