@@ -44,6 +44,19 @@ def print_point(p: SweepPoint, calibration: float, error: float, more: str) -> N
           f"{str(p.lossless):>8}{star}")
 
 
+def within(errors: list[float], how: str) -> str:
+    """One line of the sweep's errors predicted ``how``: the largest, the mean, the share
+    within 5%, and the goal.
+
+    >>> within([0.01, -0.06], "so")
+    '  so: largest 6.0%, mean 3.5%, 1 of 2 within 5% — every point ≤ 5%: NOT met'
+    """
+    worst = max(map(abs, errors))
+    return (f"  {how}: largest {worst:.1%}, mean {statistics.mean(map(abs, errors)):.1%}, "
+            f"{sum(abs(e) <= 0.05 for e in errors)} of {len(errors)} within 5% — every point "
+            f"≤ 5%: {mark(worst <= 0.05)}")
+
+
 def print_goals(result: dict, args: Any, pick: Any, sweep: Sweep) -> None:
     """A drafter kind's goals, from its ``result`` (bench_live's ``summary``), met or not."""
     kind, first, sp = result["kind"], result["repeat_batch"], result["batch1_speedup"]
@@ -63,21 +76,14 @@ def print_goals(result: dict, args: Any, pick: Any, sweep: Sweep) -> None:
           f"{result['sweep_max_abs_error_calibration_el']:.1%}, mean "
           f"{result['sweep_mean_abs_error_calibration_el']:.1%}")
     if "bracketed_errors" in result:
-        worst, bracketed = result["sweep_max_abs_error_bracketed"], result["bracketed_errors"]
-        print(f"  with the step profiled before and after each batch size's points, pooled: "
-              f"largest {worst:.1%}, mean {result['sweep_mean_abs_error_bracketed']:.1%}, "
-              f"{sum(abs(e) <= 0.05 for e in bracketed)} of {len(bracketed)} within "
-              f"5% — every point ≤ 5%: {mark(worst <= 0.05)}")
+        print(within(result["bracketed_errors"], "with the step profiled before and after each "
+                     "batch size's points, pooled"))
     if "alongside_errors" in result:
-        worst, beside = result["sweep_max_abs_error_alongside"], result["alongside_errors"]
-        print(f"  with each point's tree profiled right before the point (the host's drift "
-              f"between profile and point taken out): largest {worst:.1%}, mean "
-              f"{result['sweep_mean_abs_error_alongside']:.1%}, "
-              f"{sum(abs(e) <= 0.05 for e in beside)} of {len(beside)} within 5% "
-              f"— every point ≤ 5%: {mark(worst <= 0.05)}; root mean square of each error over "
-              f"its standard error (the point's and its record's): "
-              f"{result['sweep_rms_error_over_se_alongside']:.2f} (1 where the "
-              f"rounds' noise is all there is)")
+        print(within(result["alongside_errors"], "with each point's tree profiled right before "
+                     "the point (the host's drift between profile and point taken out)")
+              + "; root mean square of each error over its standard error (the point's and "
+              f"its record's): {result['sweep_rms_error_over_se_alongside']:.2f} (1 where the "
+              "rounds' noise is all there is)")
     shares = {b: s for b, s in result["pick_share_of_best"].items() if s is not None}
     print("- select's pick against the measured best: " + ", ".join(
         f"batch {b} {s:.1%}" for b, s in shares.items())
