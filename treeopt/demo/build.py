@@ -144,13 +144,15 @@ def _resolved_dtype(target: Path, config: DemoConfig, *, retime: bool, log: Log,
         return config, None
     stamp = target.parent / f".{target.name}.building" / ".stages" / "config.json"
     manifest = target / "manifest.json"
-    for where, recorded in (("the interrupted build", read_json(stamp) if stamp.exists() else {}),
-                            ("the finished demo", read_json(manifest).get("config", {})
-                             if manifest.exists() else {})):
-        chosen = replace(config, dtype=recorded.get("dtype", AUTO_DTYPE))
-        if chosen.dtype in DTYPES and (
-                _same_settings(recorded, chosen) if where == "the interrupted build"
-                else not _differ(target, chosen, retime=retime)):
+    interrupted = read_json(stamp) if stamp.exists() else {}
+    finished = read_json(manifest).get("config", {}) if manifest.exists() else {}
+    for where, recorded, same in (
+            ("the interrupted build", interrupted, lambda c: _same_settings(interrupted, c)),
+            ("the finished demo", finished, lambda c: not _differ(target, c, retime=retime))):
+        if recorded.get("dtype") not in DTYPES:
+            continue
+        chosen = replace(config, dtype=recorded["dtype"])
+        if same(chosen):
             log(f"[dtype] auto: {chosen.dtype}, as {where} chose")
             return chosen, None
     from treeopt.demo.layout import base_dir
