@@ -402,7 +402,17 @@ def test_dtype_auto_builds_in_the_faster_dtype_measured_and_goes_on_in_it(cache,
     command = ["demo", "build", "--budget-minutes", "0.1", "--base-model", MODEL,
                "--prompt-set", PROMPTS, "--kinds", "prompt-lookup", "--dtype", "auto",
                "--out", str(out), "--no-progress"]
-    assert main(command) == 0
+    from treeopt.demo import stages
+
+    def stopped(ctx):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as mp:  # stopped (Ctrl-C) in its drafters stage
+        mp.setattr(stages, "PIPELINE", tuple((n, stopped if n == "drafters" else f)
+                                             for n, f in stages.PIPELINE))
+        assert main(command) == 130  # as a shell reports Ctrl-C
+    assert main(command) == 0  # resumed: in the dtype it began in, not measured again
+    assert "[dtype] auto: fp32, as the interrupted build chose" in capsys.readouterr().err
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["dtype"] == "fp32" and "auto" not in manifest["command"]
     assert manifest["dtype_probe"]["dtype"] == "fp32"
