@@ -7,10 +7,8 @@ import streamlit as st
 
 from app_pages.choice import current_choice
 from app_pages.state import demo, demo_dataset, demo_model, page_errors
-from treeopt.documents.dtypes import dtype_name
-from treeopt.profiling.host import emulated_bf16
 from treeopt.workbench import plots
-from treeopt.workbench.demos import timed_elsewhere, weights_missing
+from treeopt.workbench.demos import emulated_here, timed_elsewhere, weights_missing
 from treeopt.workbench.live import live_run, prompts_walk
 from treeopt.workbench.numbers import accept_length_text
 from treeopt.workbench.style import speedup_delta
@@ -82,8 +80,8 @@ if missing:
     st.info(f"Decoding needs the base model's weights: {missing}.")
 if elsewhere := timed_elsewhere(bundle.manifest):
     st.info(elsewhere)
-if emulated := emulated_bf16(dtype_name(dtype), "cpu"):
-    st.info(emulated.removeprefix("note: "))
+if emulated := emulated_here(dtype):
+    st.info(emulated)
 
 if st.button("Run live verification", type="primary", key="verify_run", disabled=bool(missing)):
     with page_errors():

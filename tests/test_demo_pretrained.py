@@ -428,4 +428,4 @@ def test_dtype_auto_builds_in_the_faster_dtype_measured_and_goes_on_in_it(cache,
 def test_dtype_auto_needs_a_pretrained_base(tmp_path, capsys):
     assert main(["demo", "build", "--dtype", "auto", "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "auto" in err and "--base-model" in err
+    assert "\n" not in err and "--dtype auto" in err and "base_model" in err

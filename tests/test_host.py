@@ -134,3 +134,16 @@ def test_a_model_loaded_in_bf16_on_a_cpu_that_emulates_it_says_so(tmp_path, monk
             err = capsys.readouterr().err
             assert ("no bf16 matrix instructions" in err) == (noted and dtype == "bf16"), (
                 matmul, dtype)
+
+
+def test_the_app_says_in_its_own_words_where_bf16_is_emulated(monkeypatch):
+    import treeopt.profiling.host as host
+    from treeopt.workbench.demos import emulated_here
+
+    monkeypatch.setattr(host, "cpu_identity", lambda: {"name": "EPYC", "matmul": "avx2"})
+    line = emulated_here("bfloat16")  # the Verify page's radio says bfloat16
+    assert line.startswith("This CPU (EPYC, avx2) has no bf16 matrix instructions")
+    assert line.endswith("float32 is faster here.") and "--" not in line
+    assert emulated_here("float32") is None
+    monkeypatch.setattr(host, "cpu_identity", lambda: {"name": "Xeon", "matmul": "amx_bf16"})
+    assert emulated_here("bfloat16") is None

@@ -204,9 +204,10 @@ def load_model_from(args: argparse.Namespace) -> tuple[Any, Any]:
     from treeopt.decoding.loading import ModelSpec, load_model
     from treeopt.profiling.host import emulated_bf16
 
-    note = emulated_bf16(args.dtype, args.device)
-    if note is not None:
-        print(note, file=sys.stderr)
+    why = emulated_bf16(args.dtype, args.device)
+    if why is not None:
+        print(f"note: {why} (--dtype fp32; `treeopt demo build --dtype auto` measures both)",
+              file=sys.stderr)
     return load_model(ModelSpec(path=args.model, device=args.device, dtype=args.dtype,
                                 device_map=args.device_map,
                                 trust_remote_code=args.trust_remote_code, threads=args.threads,

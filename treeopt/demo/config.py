@@ -174,7 +174,7 @@ class DemoConfig:
                              f"{AUTO_DTYPE}")
         if self.dtype == AUTO_DTYPE and self.base_model is None:
             raise FieldError("dtype", f"{AUTO_DTYPE} measures a pretrained base model's step in "
-                             "each dtype: it needs --base-model (the demo's own model is trained "
+                             "each dtype: it needs a base_model (the demo's own model is trained "
                              "and runs in fp32)")
         unknown = [k for k in self.kinds if k not in KINDS]
         if unknown or not self.kinds:

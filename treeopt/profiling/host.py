@@ -66,13 +66,13 @@ def other_cpu(recorded: Any, here: dict[str, Any] | None = None) -> str | None:
 
 
 def emulated_bf16(dtype: str, device: str, here: dict[str, Any] | None = None) -> str | None:
-    """A one-line note where ``dtype`` is bf16 on a CPU (``here``, default this one) of a known
-    class without bf16 matrix instructions, which emulates it: a step of several tokens then
-    costs several times fp32's (SmolLM2 on an AVX2-only EPYC: 8 tokens 293 ms against 105);
-    None otherwise.
+    """Why ``dtype`` is slow here, in a clause, where it is bf16 on a CPU (``here``, default this
+    one) of a known class without bf16 matrix instructions, which emulates it: a step of several
+    tokens then costs several times fp32's (SmolLM2 on an AVX2-only EPYC: 8 tokens 242 ms
+    against 117); None otherwise.
 
-    >>> emulated_bf16("bf16", "cpu", {"name": "AMD EPYC", "matmul": "avx2"})[:44]
-    'note: this CPU (AMD EPYC, avx2) has no bf16 '
+    >>> emulated_bf16("bf16", "cpu", {"name": "AMD EPYC", "matmul": "avx2"})[:39]
+    'this CPU (AMD EPYC, avx2) has no bf16 m'
     >>> emulated_bf16("bf16", "cpu", {"name": "AMD EPYC", "matmul": "avx512_bf16"}) is None
     True
     >>> emulated_bf16("fp32", "cpu", {"matmul": "avx2"}), emulated_bf16("bf16", "cuda")
@@ -83,10 +83,9 @@ def emulated_bf16(dtype: str, device: str, here: dict[str, Any] | None = None) -
     here = here or cpu_identity()
     if here.get("matmul") in (None, *BF16_CLASSES):
         return None
-    return (f"note: this CPU ({here.get('name', 'unknown')}, {here['matmul']}) has no bf16 "
-            "matrix instructions: bf16 steps of several tokens are emulated and can cost "
-            "several times fp32's (--dtype fp32; `treeopt demo build --dtype auto` measures "
-            "both)")
+    return (f"this CPU ({here.get('name', 'unknown')}, {here['matmul']}) has no bf16 matrix "
+            "instructions: bf16 steps of several tokens are emulated and can cost several "
+            "times fp32's")
 
 
 __all__ = ["BF16_CLASSES", "MATMUL_CLASSES", "cpu_identity", "emulated_bf16", "other_cpu"]

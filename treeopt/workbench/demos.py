@@ -77,6 +77,16 @@ def timed_elsewhere(manifest: Mapping[str, Any], here: dict[str, Any] | None = N
             "timing` measures them on this host.")
 
 
+def emulated_here(dtype: str) -> str | None:
+    """One line where decoding in ``dtype`` (either vocabulary: ``bfloat16`` or ``bf16``) is
+    emulated on this CPU, with what to choose instead; None where it is not."""
+    from treeopt.documents.dtypes import dtype_name
+    from treeopt.profiling.host import emulated_bf16
+
+    why = emulated_bf16(dtype_name(dtype), "cpu")
+    return None if why is None else f"{why[0].upper()}{why[1:]}: float32 is faster here."
+
+
 def base_model_name(manifest: Mapping[str, Any]) -> str:
     """The base model a demo's manifest records, as a person reads it: the pretrained asset's
     name, or the small model the build trained.
@@ -123,5 +133,5 @@ def available_demos() -> list[DemoEntry]:
     return [DemoEntry(r.name, r, base_model_name(read_json(r / "manifest.json"))) for r in roots]
 
 
-__all__ = ["DemoEntry", "available_demos", "base_model_name", "build_host", "timed_elsewhere",
-           "weights_missing"]
+__all__ = ["DemoEntry", "available_demos", "base_model_name", "build_host", "emulated_here",
+           "timed_elsewhere", "weights_missing"]
