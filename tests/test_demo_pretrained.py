@@ -175,6 +175,22 @@ def test_a_build_missing_an_input_is_refused_before_its_first_stage(cache, tmp_p
     assert not any(tmp_path.iterdir())  # no work directory, no stage run
 
 
+def test_a_bf16_build_on_a_cpu_that_emulates_bf16_says_so_first(cache, tmp_path, monkeypatch):
+    import treeopt.profiling.host as host
+    from treeopt.demo.build import build_demo
+
+    monkeypatch.setenv("TREEOPT_CACHE", str(cache))  # no ShareGPT: refused before any stage
+    monkeypatch.setattr(host, "cpu_identity", lambda: {"name": "EPYC", "matmul": "avx2"})
+    for dtype, noted in (("bf16", True), ("fp32", False)):
+        logs: list[str] = []
+        config = plan(budget_minutes=0.1, base_model=MODEL, prompt_set=PROMPTS,
+                      kinds=WEIGHTLESS, prose_set="sharegpt", dtype=dtype)
+        with pytest.raises(TreeoptError):
+            build_demo(tmp_path / "smollm2", config, log=logs.append)
+        assert any("no bf16 matrix instructions" in line and "--dtype auto" in line
+                   for line in logs) == noted
+
+
 def test_demo_info_names_the_base_where_it_was_fetched(built, cache, monkeypatch, capsys):
     out, _, _, _ = built
     monkeypatch.setenv("TREEOPT_CACHE", str(cache))

@@ -36,7 +36,7 @@ from treeopt.demo.selections import ship_selections
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
-from treeopt.profiling.host import cpu_identity
+from treeopt.profiling.host import cpu_identity, emulated_bf16
 from treeopt.version import __version__
 
 Log = Callable[[str], None]
@@ -77,6 +77,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     config, probe = _resolved_dtype(target, config, retime=retime, log=say)
+    if (why := emulated_bf16(config.dtype, config.device)) is not None:
+        say(f"note: {why} (--dtype auto measures both)")
     config = _with_kinds_made(target, config, retime=retime)
     differ = _differ(target, config, retime=retime)
     if redo and differ:
