@@ -231,3 +231,30 @@ def test_the_live_checks_report_each_decoding_to_their_progress_bar():
     run = acceptance_run(decoder, Tree(()), prompts, max_new_tokens=4, reference=reference,
                          progress=lambda: ticks.append(1))
     assert len(ticks) == 10 and run["lossless"]
+
+
+def test_the_timed_prompts_run_on_the_timings_threads_and_the_rest_on_the_builds():
+    import torch
+    from conftest import tiny_llama
+
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.quality import QUALITY_BATCH, TIMED_PROMPTS, autoregressive_run
+
+    decoder = Decoder(tiny_llama(vocab=64, hidden=32, seed=3))
+    seen: list[int] = []
+    decode = decoder.decode
+
+    def counted(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return decode(*args, **kwargs)
+
+    decoder.decode = counted
+    prompts = [[3 + i, 7, 5] for i in range(QUALITY_BATCH + 1)]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        autoregressive_run(decoder, prompts, max_new_tokens=2, timed_threads=1)
+        assert torch.get_num_threads() == 2  # given back
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 2] + [1] * TIMED_PROMPTS  # two batches, then the prompts timed alone

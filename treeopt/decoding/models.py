@@ -4,6 +4,8 @@ when they cannot be read. Loading a model ready to decode is :mod:`treeopt.decod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -87,6 +89,18 @@ def set_threads(threads: int | None) -> None:
     if threads < 1:
         raise FieldError("threads", f"must be ≥ 1, got {threads}")
     torch.set_num_threads(threads)
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """``threads`` CPU threads for torch inside the block (None: as they are), the count it
+    found after it, however it ends."""
+    before = torch.get_num_threads()
+    set_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def attention_of(model: PreTrainedModel) -> str:

@@ -118,7 +118,8 @@ class Context:
                 return autoregressive_run(Decoder(self.model), prompts,
                                           max_new_tokens=self.config.max_new_tokens,
                                           progress=lambda: bar.update(1),
-                                          eos_token_id=self.tokenizer.eos_token_id)
+                                          eos_token_id=self.tokenizer.eos_token_id,
+                                          timed_threads=self.config.live_threads)
 
         return self._once("reference", run)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.loop import Decoder
+from treeopt.decoding.models import torch_threads
 from treeopt.decoding.stats import combine
 from treeopt.model.simulation import simulate, steps_inside
 from treeopt.model.trace import RankTrace
@@ -84,7 +85,8 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
                    max_new_tokens: int, reference: Sequence[Sequence[int]],
                    positions: Sequence[int] | None = None,
                    progress: Callable[[], None] | None = None,
-                   eos_token_id: int | None = None) -> dict[str, Any]:
+                   eos_token_id: int | None = None,
+                   timed_threads: int | None = None) -> dict[str, Any]:
     """Tree-decode every prompt (in batches: acceptance and outputs do not depend on it) and
     check each output against ``reference``, the plain greedy continuation; pooled acceptance
     (standard error over prompts) and the seconds of single-prompt verifications.
@@ -95,9 +97,10 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
     depth). The steps that start inside them are the steps the trace's walk takes:
     ``inside_trace`` is their mean, what the walk must reproduce. ``progress()`` is called after
     each decoding, as :func:`autoregressive_run` calls it (:func:`quality_decodings` of them).
-    Each prompt stops at ``eos_token_id`` where given, as a served request does."""
+    Each prompt stops at ``eos_token_id`` where given, as a served request does; the timed
+    prompts run on ``timed_threads`` torch threads where given."""
     runs, timed = _batched_then_timed(decoder, tree, prompts, max_new_tokens, progress,
-                                      eos_token_id)
+                                      eos_token_id, timed_threads)
     outputs = [t for r in runs for t in r.tokens]
     stats = combine([r.stats for r in runs])
     same = sum(list(a) == list(b) for a, b in zip(outputs, reference, strict=True))
@@ -117,14 +120,15 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
 
 def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, progress: Callable[[], None] | None = None,
-                       eos_token_id: int | None = None,
+                       eos_token_id: int | None = None, timed_threads: int | None = None,
                        ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
     seconds of single-prompt decoding; ``progress()`` is called after each decoding (one per
     batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`quality_decodings` of
-    them); each stops at ``eos_token_id`` where given."""
+    them); each stops at ``eos_token_id`` where given; the timed prompts run on
+    ``timed_threads`` torch threads where given."""
     runs, timed = _batched_then_timed(decoder, Tree(()), prompts, max_new_tokens, progress,
-                                      eos_token_id)
+                                      eos_token_id, timed_threads)
     outputs = [t for r in runs for t in r.tokens]
     return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
                      "tokens_per_s": combine(timed).tokens_per_s,
@@ -134,18 +138,21 @@ def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
 
 def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
                         max_new_tokens: int, progress: Callable[[], None] | None,
-                        eos_token_id: int | None = None) -> tuple[list[Any], list[Any]]:
+                        eos_token_id: int | None = None, timed_threads: int | None = None,
+                        ) -> tuple[list[Any], list[Any]]:
     """What both checks decode: every prompt in batches of :data:`QUALITY_BATCH` (the runs),
-    then the first :data:`TIMED_PROMPTS` alone (their stats); ``progress()`` after each."""
+    then the first :data:`TIMED_PROMPTS` alone on ``timed_threads`` (their stats);
+    ``progress()`` after each."""
     config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     tick = progress or (lambda: None)
     runs, timed = [], []
     for i in range(0, len(prompts), QUALITY_BATCH):
         runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
         tick()
-    for p in prompts[:TIMED_PROMPTS]:
-        timed.append(decoder.decode(tree, [p], config=config).stats)
-        tick()
+    with torch_threads(timed_threads):
+        for p in prompts[:TIMED_PROMPTS]:
+            timed.append(decoder.decode(tree, [p], config=config).stats)
+            tick()
     return runs, timed
 
 

@@ -46,7 +46,8 @@ def kind_quality(ctx: Context, kind: str, reference: Any) -> dict[str, Any]:
             run = acceptance_run(decoder, tree, prompts, max_new_tokens=c.max_new_tokens,
                                  reference=reference, positions=positions,
                                  progress=lambda bar=bar: bar.update(1),
-                                 eos_token_id=ctx.tokenizer.eos_token_id)
+                                 eos_token_id=ctx.tokenizer.eos_token_id,
+                                 timed_threads=c.live_threads)
         run.update(prediction(run, tree, calibration=cal, heldout=held,
                               position_mean=float(growth.expected_accept_length[tree.size])))
         out[str(n)] = run

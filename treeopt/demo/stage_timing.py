@@ -175,13 +175,7 @@ def threads(n: int) -> Iterator[None]:
     own threads back: training, tracing and checking need no timing and use every thread the
     build was given (their results do not depend on the count: a model's logits are bitwise
     the same on one thread and on two)."""
-    import torch
+    from treeopt.decoding.models import torch_threads
 
-    from treeopt.decoding.models import set_threads
-
-    before = torch.get_num_threads()
-    set_threads(n)
-    try:
+    with torch_threads(n):
         yield
-    finally:
-        set_threads(before)
