@@ -69,10 +69,10 @@ def print_goals(result: dict, args: Any, pick: Any, sweep: Sweep) -> None:
           f"predicted {pick.speedup:.3f}×) — {goal}")
     print(f"- spread of that speed-up over {args.repeats} repeated runs: "
           f"{result['repeat_spread']:.1%} — ≤ 3%: {mark(result['repeat_spread'] <= 0.03)}")
-    errors = [abs(p.error) for p in sweep.points if p.error is not None]
-    print(f"- prediction error over {len(errors)} sweep points (E[L] of the swept prompts' own "
-          f"trace): largest {max(errors):.1%}, mean {statistics.mean(errors):.1%} — every point "
-          f"≤ 5%: {mark(max(errors) <= 0.05)}; with E[L] from the calibration trace: largest "
+    worst, points = result["sweep_max_abs_error"], sum(p.error is not None for p in sweep.points)
+    print(f"- prediction error over {points} sweep points (E[L] of the swept prompts' own "
+          f"trace): largest {worst:.1%}, mean {result['sweep_mean_abs_error']:.1%} — every "
+          f"point ≤ 5%: {mark(worst <= 0.05)}; with E[L] from the calibration trace: largest "
           f"{result['sweep_max_abs_error_calibration_el']:.1%}, mean "
           f"{result['sweep_mean_abs_error_calibration_el']:.1%}")
     if "bracketed_errors" in result:
@@ -108,14 +108,12 @@ def print_goals(result: dict, args: Any, pick: Any, sweep: Sweep) -> None:
               f"float32 autoregressive decoding of the same prompts {f32_rate:.0f} tokens/s — "
               f"{tree_rate / f32_rate:.3f}× float32 autoregressive "
               f"(≥ 1.3×: {mark(tree_rate / f32_rate >= 1.3)})")
-    b1 = next((p for p in sweep.points if p.batch == 1 and p.selected), None)
-    b8 = next(p for p in sweep.points if p.batch == max(args.batches) and p.selected)
-    if b1 is not None:
-        top = b8.batch
-        print(f"- batch {top} (select's pick): {b8.tree_tokens_per_s:.0f} tokens/s beside {top} × "
-              f"batch 1 = {top * b1.tree_tokens_per_s:.0f}; autoregressive "
-              f"{b8.autoregressive_tokens_per_s:.0f} beside "
-              f"{top * b1.autoregressive_tokens_per_s:.0f}")
+    top = max(args.batches)
+    if result["batch1_tokens_per_s"] is not None:  # the picks' tokens/s, from summary()
+        print(f"- batch {top} (select's pick): {result['batch8_tokens_per_s']:.0f} tokens/s "
+              f"beside {top} × batch 1 = {top * result['batch1_tokens_per_s']:.0f}; "
+              f"autoregressive {result['batch8_autoregressive']:.0f} beside "
+              f"{top * result['batch1_autoregressive']:.0f}")
 
 
 def mark(ok: bool) -> str:

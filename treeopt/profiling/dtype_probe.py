@@ -7,7 +7,7 @@ smaller geometric mean wins: a dtype that is much cheaper for the tree and a lit
 one token (bf16 with AMX) wins, one that is emulated (bf16 where the CPU has no bf16 matrix
 instructions) loses. On SmolLM2-135M, one thread (docs/demo.md): with AMX an 8-token bf16 step
 costs about a one-token step; with AVX512-BF16, 1.3×; on an AVX2-only AMD EPYC (2026-12-05)
-8 tokens cost 293 ms in bf16 against 105 ms in fp32, and one token 49 against 52 — fp32 there.
+8 tokens cost 242 ms in bf16 against 117 ms in fp32, and one token 47 against 50 — fp32 there.
 """
 
 from __future__ import annotations
