@@ -266,6 +266,37 @@ def test_choose_drafter_per_set_names_the_fastest_on_each_set_and_the_robust_pic
         choose_drafter_per_set({"code": sets["code"], "prose": {"eagle": sel(1.5, 1.2)}})
 
 
+def test_a_drafter_that_drafts_nothing_is_not_the_robust_pick():
+    """Where every drafter's pick is no tree, its profile's few per cent over autoregressive
+    decoding are no gain: the advice is ``none`` on each set and across them."""
+    from treeopt.model.tree import Tree
+    from treeopt.pricing.selection import (
+        Curve,
+        Point,
+        Selection,
+        choose_drafter,
+        choose_drafter_per_set,
+    )
+
+    def sel(*picks):  # (tree size, speed-up) per batch size 1, 2, …
+        points = tuple(Point(b, 64, Tree.chain(n), None, 1.5, 1.0, 0.0, 0.0, 100.0 * s, 100.0,
+                             1, Curve((0,), (100.0,)))
+                       for b, (n, s) in enumerate(picks, 1))
+        return Selection({}, {}, {}, {}, (None,), points)
+
+    code = {"lookup": sel((0, 1.01), (2, 1.005)), "trie": sel((0, 1.0), (0, 1.02))}
+    prose = {"lookup": sel((0, 1.02), (0, 1.01)), "trie": sel((0, 1.0), (0, 1.0))}
+    one, two = choose_drafter(code)
+    assert one.drafter == "none" and one.sizes == {"lookup": 0, "trie": 0}
+    assert two.drafter == "lookup" and two.gain("trie") == 1.0  # 1.005 drafted beats 1.02 not
+    one, two = choose_drafter_per_set({"code": code, "prose": prose})
+    assert one.robust == "none" and one.shares == {"none": 1.0, "lookup": 1.0, "trie": 1.0}
+    assert two.drafters == {"code": "lookup", "prose": "none"}
+    assert two.robust == "lookup"  # it gains on code and loses nothing on prose
+    assert two.shares == pytest.approx({"none": 1 / 1.005, "lookup": 1.0, "trie": 1 / 1.005})
+    assert one.choices["code"].to_json()["candidates_size"] == {"lookup": 0, "trie": 0}
+
+
 def test_choose_drafter_refuses_a_bad_prompt_set(tmp_path):
     proc = cli("choose-drafter", "a.json", "--prompt-set", "prose", check=False)
     assert proc.returncode == 2 and "'prose' is not NAME=S.json,S.json" in proc.stderr

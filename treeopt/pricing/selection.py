@@ -330,7 +330,8 @@ NO_DRAFTER = "none"  # the choice where no drafter's tree beats autoregressive d
 class DrafterChoice:
     """The fastest drafter at one (batch, context), among selections made for several drafters
     on the same hardware: its name (``none`` where no tree of any drafter beats autoregressive
-    decoding), its point, and every candidate's predicted tokens/s and speed-up."""
+    decoding), its point, and every candidate's predicted tokens/s, speed-up and tree size
+    (0: it decodes autoregressively there)."""
 
     batch: int
     context: int
@@ -338,18 +339,25 @@ class DrafterChoice:
     point: Point
     tokens_per_s: dict[str, float]
     speedups: dict[str, float]
+    sizes: dict[str, int]
+
+    def gain(self, drafter: str) -> float:
+        """``drafter``'s speed-up here, 1 where its pick is no tree (or it is ``none``): a
+        drafter that drafts nothing decodes autoregressively, whatever its profile prices."""
+        return self.speedups[drafter] if self.sizes.get(drafter, 0) else 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "context": self.context, "drafter": self.drafter,
                 "size": self.point.tree.size, "choices": self.point.choices,
                 "tokens_per_s": self.point.tokens_per_s, "speedup": self.point.speedup,
                 "candidates_tokens_per_s": self.tokens_per_s,
-                "candidates_speedup": self.speedups}
+                "candidates_speedup": self.speedups, "candidates_size": self.sizes}
 
 
 def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     """Per (batch, context) that every selection prices, the drafter whose best tree is fastest
-    (ties: the first named), or ``none`` where no drafter's tree beats autoregressive decoding.
+    (ties: the first named), or ``none`` where no drafter's tree beats autoregressive decoding
+    (a drafter whose pick is no tree counts as speed-up 1, whatever its profile prices).
 
     Drafters are ranked by predicted speed-up over autoregressive decoding, each against the
     autoregressive step of its own step profile: every selection prices the same base model on
@@ -377,11 +385,13 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     out = []
     for b, s in shared:
         points = {name: sel.point(b, s) for name, sel in selections.items()}
-        best = max(points, key=lambda name: points[name].speedup)
-        name = best if points[best].tree.size else NO_DRAFTER
+        gains = {name: p.speedup if p.tree.size else 1.0 for name, p in points.items()}
+        best = max(points, key=gains.__getitem__)
+        name = best if points[best].tree.size and gains[best] > 1.0 else NO_DRAFTER
         out.append(DrafterChoice(b, s, name, points[best],
                                  {n: p.tokens_per_s for n, p in points.items()},
-                                 {n: p.speedup for n, p in points.items()}))
+                                 {n: p.speedup for n, p in points.items()},
+                                 {n: p.tree.size for n, p in points.items()}))
     return out
 
 
@@ -417,9 +427,11 @@ def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[Prompt
     set's selections (prompt set → drafter → selection), and the robust pick across the sets.
 
     Every set names the same drafters. A drafter's share on a set is its speed-up over the
-    set's best (autoregressive decoding, ``none``, counts as a candidate of speed-up 1); the
-    robust pick maximises the smallest share over the sets (ties: the first named, ``none``
-    last), so it is the fastest drafter wherever the sets agree.
+    set's best (autoregressive decoding, ``none``, counts as a candidate of speed-up 1, and so
+    does a drafter whose pick there is no tree: :meth:`DrafterChoice.gain`); the robust pick
+    maximises the smallest share over the sets (ties: ``none`` first, then the first named), so
+    it is the fastest drafter wherever the sets agree, and ``none`` where no drafter gains on
+    any set.
 
     >>> from treeopt.model.tree import Tree
     >>> def sel(tps):
@@ -429,7 +441,7 @@ def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[Prompt
     >>> [c] = choose_drafter_per_set({"code": {"lookup": sel(3.0), "eagle": sel(2.0)},
     ...                               "prose": {"lookup": sel(1.1), "eagle": sel(1.8)}})
     >>> c.drafters, c.robust, c.shares
-    ({'code': 'lookup', 'prose': 'eagle'}, 'eagle', {'lookup': 0.6111111111111112, 'eagle': 0.6666666666666666, 'none': 0.3333333333333333})
+    ({'code': 'lookup', 'prose': 'eagle'}, 'eagle', {'none': 0.3333333333333333, 'lookup': 0.6111111111111112, 'eagle': 0.6666666666666666})
     """
     if not sets:
         raise TreeoptError("no prompt sets to choose a drafter for")
@@ -448,8 +460,8 @@ def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[Prompt
     out = []
     for point in shared:
         choices = {name: per_set[name][point] for name in sets}
-        shares = {d: min(_share(c.speedups.get(d, 1.0), c) for c in choices.values())
-                  for d in [*names, NO_DRAFTER]}
+        shares = {d: min(_share(c.gain(d), c) for c in choices.values())
+                  for d in [NO_DRAFTER, *names]}
         out.append(PromptSetChoice(*point, choices, max(shares, key=shares.__getitem__),
                                    shares))
     return out
@@ -457,4 +469,4 @@ def choose_drafter_per_set(sets: dict[str, dict[str, Selection]]) -> list[Prompt
 
 def _share(speedup: float, choice: DrafterChoice) -> float:
     """``speedup`` over the best of ``choice``'s candidates and autoregressive decoding."""
-    return speedup / max(1.0, *choice.speedups.values())
+    return speedup / max(1.0, *(choice.gain(d) for d in choice.speedups))
