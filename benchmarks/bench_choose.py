@@ -15,7 +15,8 @@ the ends of continuations, where n-gram drafters accept most (on the demo, at ba
 measured 25–33% below their prediction that way).
 
 Printed per set and batch size: each drafter's predicted and measured speed-up over plain
-decoding, the drafter measured fastest, ``choose-drafter``'s pick for the set and the robust
+decoding, the drafter measured fastest (one whose pick is no tree decodes plainly, so it
+counts as ``none``), ``choose-drafter``'s pick for the set and the robust
 pick across both sets, and the pick's measured share of the fastest (the goal: the pick is the
 fastest; where it is not, the share says by how much it misses). Under each row, each drafter's
 E[L] predicted → live and the speed-up's miss split in two (speed-up = E[L] × autoregressive
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                                           continuous=continuous)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
-            fastest = max(measured, key=measured.__getitem__)
+            drafting = [k for k in kinds if trees[k].size]  # a 0-node pick decodes plainly
+            fastest = max([*drafting, "none"], key=measured.__getitem__)
             pick = choice.drafters[name]
             share = measured[pick] / measured[fastest]
             hits += pick == fastest

@@ -5,6 +5,7 @@ set; the weights never enter the demo, and loading without them works; ``--demo 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,8 @@ def test_a_finished_demo_gains_the_kinds_asked_and_keeps_the_rest(built):
         assert f"[{name}] done earlier, reusing" in logs
     for name in ("head_data", "heads", "traces", "sweep", "prose"):
         assert f"[{name}] medusa added since the demo was built …" in logs
+        assert any(re.fullmatch(rf"\[{name}\] medusa: \d+\.\d s", line) for line in logs)
+        assert grown["timings_s"][name] > first["timings_s"][name]  # the kept seconds and these
     assert grown["drafters"] == first["drafters"] and grown["base"] == first["base"]
     assert set(grown["heads"]) == {"medusa"} and grown["head_data"]["sequences"] > 0
     assert set(grown["quality"]["live"]) == {"medusa"} and grown["quality"]["live"]["medusa"][

@@ -323,14 +323,16 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
         start = time.perf_counter()
         if name in stages.KIND_STAGES:  # the kinds it lacks, merged into its record
             made = fn(replace(ctx, kinds=tuple(k for k in new if k in stages.HEAD_KINDS)))
-            result = stages.merge_kinds(old, made)
+            result = stages.merge_kinds(old, made)  # (its seconds, the kept ones, set below)
+            seconds = old["seconds"] + time.perf_counter() - start
         else:
             result = fn(ctx)  # makes what it lacks (the drafters stage: keeps the others)
-        own = result.pop("seconds", None)  # a stage that times its parts across runs
-        result["seconds"] = round(own if own is not None
-                                  else old["seconds"] + time.perf_counter() - start, 2)
+            own = result.pop("seconds", None)  # a stage that times its parts across runs
+            seconds = own if own is not None else old["seconds"] + time.perf_counter() - start
+        result["seconds"] = round(seconds, 2)
         write_json(record, result)
         _ran_here(ctx)
+        ctx.log(f"[{name}] {', '.join(new)}: {time.perf_counter() - start:.1f} s")
         return result
     kept_path = ctx.scratch / f"{name}.kept.json"
     kept = read_json(kept_path) if kept_path.exists() else None
