@@ -231,7 +231,7 @@ def test_the_smollm2_preset():
         f"treeopt demo build --base-model {MODEL} --device cpu --seed 0")
     assert c.prose_set == "sharegpt"
     assert (c.prompt_set, c.dtype, c.kinds, c.max_new_tokens) == (
-        PROMPTS, "bf16", WEIGHTLESS, 128)
+        PROMPTS, "auto", WEIGHTLESS, 128)  # the faster dtype on the build host, measured
     assert (c.calibration_prompts, c.heldout_prompts, c.sample_temperatures) == (100, 64, (0.7,))
     assert c.live_batches == (1, 2, 4, 8) and c.step_sizes == c.sweep_sizes == (1, 2, 4, 8)
     assert plan(base_model=MODEL, kinds=("eagle", "medusa")).kinds == ("medusa", "eagle")

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docstrings and comments without one)")
     b.add_argument("--dtype", choices=(*DTYPES, AUTO_DTYPE),
                    help="what the base model runs in for traces, checks and timing (default: "
-                        "the preset's: fp32, bf16 on a pretrained base); auto: time the "
+                        "the preset's: fp32, auto on a pretrained base); auto: time the "
                         "pretrained base's steps in bf16 and fp32 on this host first and build "
                         "in the faster (bf16 is emulated on a CPU without bf16 matrix "
                         "instructions)")

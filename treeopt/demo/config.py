@@ -276,30 +276,29 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     ``prompt_set``: default :data:`PRESET_PROMPTS`' for the model (HumanEval: 100 calibration,
     64 held-out problems), else prompts cut from the corpus.
 
-    bf16 (faster than fp32 on CPUs with AMX-BF16 or AVX512-BF16), 128 new tokens, greedy and
-    T = 0.7 traces, a second prompt set of 32 requests people wrote (:data:`PRESET_PROSE`: ShareGPT's,
-    in the model's chat template; else the corpus's docstrings and comments), the live check on the
-    8-node tree; step profiles and one-round sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and 8-node
-    trees, 8 held-out prompts × 32 tokens.
+    The dtype is ``auto``: the faster of bf16 and fp32 on the build host's base model step,
+    measured before the first stage (:mod:`treeopt.profiling.dtype_probe`; bf16 where the CPU
+    has AMX-BF16 or AVX512-BF16, fp32 where bf16 is emulated). 128 new tokens, greedy and
+    T = 0.7 traces, a second prompt set of 32 requests people wrote (:data:`PRESET_PROSE`:
+    ShareGPT's, in the model's chat template; else the corpus's docstrings and comments), the
+    live check on the 8-node tree; step profiles and one-round sweeps at batch 1, 2, 4, 8 of 1-,
+    2-, 4- and 8-node trees, 8 held-out prompts × 32 tokens.
 
-    Time, estimated from measurements on the 2-core build host (bf16, one torch thread, other
-    jobs running): a calibration step of 16 prompts 0.31 s, a one-prompt decoding step 0.10 s,
-    8 held-out prompts × 32 tokens at batch 1 / 2 / 4 / 8 in 28 / 21 / 11 / 12 s decoded
-    autoregressively and 22 / 19 / 15 / 15 s by a 4-node prompt-lookup chain. Per weightless
-    drafter: greedy traces (100 + 64 prompts) 8 min, live check 8, step profile 13, sweep 10,
-    T = 0.7 traces 8: 47 min. Once: the autoregressive reference of the checks 8 min, prose
-    traces 3, corpus, prompts, base record and verify table 1. About 1 h 50 min in all; a
-    trained drafter added later (``--kinds``) is not in it.
+    Time, measured (docs/demo.md): 67.6 minutes from scratch on a 2-core AVX2 CPU in fp32, the
+    untimed work on both cores. Per weightless drafter: greedy traces (100 + 64 prompts), the
+    live check, step profile, sweep and T = 0.7 traces, 25–38 minutes; once: the autoregressive
+    reference of the checks 3, prose traces 1, the rest under a minute. A trained drafter added
+    later (``--kinds``) is not in it.
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds
-    ('smollm2-135m-instruct', 'humaneval', 'sharegpt', 'bf16', ('prompt-lookup', 'ngram-trie'))
+    ('smollm2-135m-instruct', 'humaneval', 'sharegpt', 'auto', ('prompt-lookup', 'ngram-trie'))
     """
     return DemoConfig(
         seed=seed, device=device, budget_minutes=PRETRAINED_BUDGET, base_model=base_model,
         prompt_set=prompt_set if prompt_set is not None else PRESET_PROMPTS.get(base_model),
         prose_set=PRESET_PROSE.get(base_model),
-        dtype="bf16", kinds=PRETRAINED_KINDS, calibration_prompts=100, heldout_prompts=64,
+        dtype=AUTO_DTYPE, kinds=PRETRAINED_KINDS, calibration_prompts=100, heldout_prompts=64,
         prose_prompts=32, max_new_tokens=128, calibration_batch=16, sample_temperatures=(0.7,),
         max_nodes=64, eval_sizes=(8,), latency_context=(256,),
         latency_tokens=(1, 2, 4, 8, 16, 32, 64), latency_repeats=5, live_batches=(1, 2, 4, 8),
