@@ -9,8 +9,10 @@ sampling's tokens, in any batch.
 
 Printed per drafter and mode: the prompts whose output equals plain decoding's, live E[L] per
 step, and, in the dtype the demo's traces were made in, the held-out trace's walk over the steps
-inside it beside live E[L] over the same steps (a lossless run takes exactly the walk's steps;
-in another dtype the continuations differ, so the walk is not printed).
+inside it beside live E[L] over the same steps (a lossless run takes exactly the walk's steps
+where it continues the prompts as the trace did; in another dtype the continuations differ, so
+the walk is not printed, and on another CPU class bf16 may round differently and continue some
+prompts otherwise: the walk then misses by what those prompts differ).
 
 Run: ``python benchmarks/bench_exactness.py --demo smollm2 [--dtype fp32] [--prompts 64]``
 (the real model's demo needs its weights: ``treeopt fetch smollm2-135m-instruct``).
@@ -27,9 +29,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def modes(demo) -> list[float]:
-    """0 (greedy), then every temperature the demo has sampled traces for."""
-    return [0.0, *demo.temperatures]
+def modes(demo, asked: str | None) -> list[float]:
+    """``asked`` (``greedy`` and temperatures, comma-separated) as temperatures, 0 for greedy;
+    default greedy, then every temperature the demo has sampled traces for."""
+    if asked is None:
+        return [0.0, *demo.temperatures]
+    out = [0.0 if m == "greedy" else float(m) for m in asked.split(",")]
+    missing = [t for t in out if t and t not in demo.temperatures]
+    if missing:
+        raise SystemExit(f"--modes: the demo has no sampled traces at T = {missing[0]:g} "
+                         f"(it has {', '.join(f'{t:g}' for t in demo.temperatures) or 'none'})")
+    return out
 
 
 def held_trace(demo, kind: str, t: float):
@@ -76,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo", default="smollm2", help="a demo under data/ (default smollm2)")
     ap.add_argument("--dtype", help="the model's dtype (fp32, bf16; default the demo build's)")
     ap.add_argument("--kinds", help="drafters, comma-separated (default every one it ships)")
+    ap.add_argument("--modes", help="greedy and temperatures, comma-separated (default greedy "
+                    "and every temperature the demo has sampled traces for)")
     ap.add_argument("--prompts", type=int, default=64, help="held-out prompts (default 64)")
     ap.add_argument("--new-tokens", type=int, help="default the demo's continuation length")
     ap.add_argument("--size", type=int, default=8, help="tree nodes (default 8, the build's "
@@ -108,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} threads")
     plain = Decoder(demo.model, None)
     equal_all = True
-    for t in modes(demo):
+    for t in modes(demo, args.modes):
         seed = 0 if not t else int(demo.sampled_traces(kinds[0])[t][0].sampling["seed"])
         config = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos,
                               **({"mode": "sample", "temperature": t, "seed": seed} if t
