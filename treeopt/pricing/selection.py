@@ -326,6 +326,12 @@ def check_same_setup(selections: list[Selection]) -> None:
 NO_DRAFTER = "none"  # the choice where no drafter's tree beats autoregressive decoding
 
 
+def pick_gain(speedup: float, size: int) -> float:
+    """A pick's speed-up over autoregressive decoding, 1 for a pick of no tree: a drafter that
+    drafts nothing decodes autoregressively, whatever its profile prices."""
+    return speedup if size else 1.0
+
+
 @dataclass(frozen=True)
 class DrafterChoice:
     """The fastest drafter at one (batch, context), among selections made for several drafters
@@ -344,7 +350,7 @@ class DrafterChoice:
     def gain(self, drafter: str) -> float:
         """``drafter``'s speed-up here, 1 where its pick is no tree (or it is ``none``): a
         drafter that drafts nothing decodes autoregressively, whatever its profile prices."""
-        return self.speedups[drafter] if self.sizes.get(drafter, 0) else 1.0
+        return pick_gain(self.speedups[drafter], self.sizes[drafter]) if drafter in self.sizes else 1.0
 
     def to_json(self) -> dict[str, Any]:
         return {"batch": self.batch, "context": self.context, "drafter": self.drafter,
@@ -385,7 +391,7 @@ def choose_drafter(selections: dict[str, Selection]) -> list[DrafterChoice]:
     out = []
     for b, s in shared:
         points = {name: sel.point(b, s) for name, sel in selections.items()}
-        gains = {name: p.speedup if p.tree.size else 1.0 for name, p in points.items()}
+        gains = {name: pick_gain(p.speedup, p.tree.size) for name, p in points.items()}
         best = max(points, key=gains.__getitem__)
         name = best if points[best].tree.size and gains[best] > 1.0 else NO_DRAFTER
         out.append(DrafterChoice(b, s, name, points[best],
