@@ -34,6 +34,7 @@ from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.models import check_context, model_device
+from treeopt.decoding.packed_linear import pack_for_cpu
 from treeopt.decoding.prefixes import run_capacity
 from treeopt.decoding.probe import verifier
 from treeopt.decoding.row_products import pair_lone_rows
@@ -59,14 +60,16 @@ class Decoder:
 
     On the CPU the float32 linear weights of the model and the heads are first stored
     column-major, in place (the same values and shapes:
-    :mod:`~treeopt.decoding.weight_layout`), which the few-row products of a step run much faster
-    with."""
+    :mod:`~treeopt.decoding.weight_layout`), which a single row's product runs much faster with,
+    and their products of 2 rows or more run by weights packed for oneDNN
+    (:mod:`~treeopt.decoding.packed_linear`)."""
 
     def __init__(self, model: PreTrainedModel, heads: Drafter | None = None, *,
                  compile: bool = False) -> None:
         self.model, self.heads = model, heads
         self.device = model_device(model)
         lay_out_for_cpu(heads)  # the model's: in verifier()
+        pack_for_cpu(heads)
         pair_lone_rows(heads)
         # compiled: (b, capacity, slot) → kv; runs decoded alongside each other use their own slot
         self._static_kv: dict[tuple[int, int, int], torch.Tensor] = {}

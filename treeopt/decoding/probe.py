@@ -17,6 +17,7 @@ from treeopt.decoding.blas import blas_choice
 from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.layers import attention_layout
 from treeopt.decoding.models import architecture, check_context, context_length
+from treeopt.decoding.packed_linear import pack_for_cpu
 from treeopt.decoding.plan import TreePlan, tree_plan
 from treeopt.decoding.row_products import pair_lone_rows
 from treeopt.decoding.tree_forward import (
@@ -193,10 +194,12 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
     wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
     weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`),
-    and its 16-bit linears whose lone-row product rounds otherwise multiply a lone row beside a
+    its float32 products of 2 rows or more run by packed weights
+    (:mod:`~treeopt.decoding.packed_linear`), and its 16-bit linears whose lone-row product rounds otherwise multiply a lone row beside a
     copy (:mod:`~treeopt.decoding.row_products`)."""
     layout = attention_layout(model)  # before anything runs: refusals cost nothing
     lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
+    pack_for_cpu(model)  # and its products of 2 rows or more run one kernel
     pair_lone_rows(model)  # likewise: a token gets the same bits alone, in a tree or a batch
     plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces

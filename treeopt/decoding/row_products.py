@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeopt.decoding.weight_layout import cpu_linears
+from treeopt.decoding.weight_layout import cpu_linears, plain_linear
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 _RULE = "_treeopt_row_rule"  # set on a module whose forward keeps its products' rows agreeing
@@ -126,7 +126,7 @@ def pair_lone_rows(*modules: nn.Module | None) -> int:
     seldom on one shape (on the Xeon above, every shape of SmolLM2 switches at 33 rows, but
     random weights of its attention's shapes showed it in none of 64 rows)."""
     linears = [(sub, w) for sub, w in cpu_linears(*modules)
-               if w.dtype in SIXTEEN_BIT and not hasattr(sub, _RULE)]
+               if w.dtype in SIXTEEN_BIT and not hasattr(sub, _RULE) and plain_linear(sub)]
     rules: dict[tuple[int, int, torch.dtype], RowRule] = {}
     for _, weight in linears:
         key = (weight.shape[0], weight.shape[1], weight.dtype)

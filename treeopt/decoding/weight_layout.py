@@ -50,6 +50,12 @@ def lay_out_for_cpu(*modules: nn.Module | None) -> int:
     return moved
 
 
+def plain_linear(module: nn.Module) -> bool:
+    """Whether ``module``'s forward is ``nn.Linear``'s own (a subclass may return more, as
+    Llama 4's MoE router does): only such a forward may be replaced by another product."""
+    return type(module).forward is nn.Linear.forward
+
+
 def cpu_linears(*modules: nn.Module | None) -> Iterator[tuple[nn.Linear, torch.Tensor]]:
     """Every ``nn.Linear`` of ``modules`` whose weight is a CPU tensor, with that weight (a
     weight shared by several modules comes with each)."""
