@@ -11,11 +11,11 @@ tokens: +3 to 4%). Live, prompt lookup's 2-node chain went from 0.96× to 1.07×
 batch 1. ``benchmarks/bench_cpu_linear.py`` prints both kernels on any host.
 
 :func:`pack_for_cpu` gives each float32 CPU ``nn.Linear`` of 1 MiB or more (below, oneDNN's
-call costs more than the product) a packed copy of its weight and a
-forward that multiplies 2 to :data:`MAX_ROWS` rows by it; a single row still runs ``F.linear``
-(the MKL product the step's cost is compared with), and so do more rows, and every product that
-autograd records or ``torch.compile`` traces. The parameters, the state dict and tied weights stay as they were: the
-packed copy is a cache beside them (memory: the linear weights once more), packed again when the
+call costs more than the product) a packed copy of its weight and a forward that multiplies 2 to
+:data:`MAX_ROWS` rows by it; a single row still runs ``F.linear`` (the MKL product the step's
+cost is compared with), and so do more rows and every product that autograd records or
+``torch.compile`` traces. The parameters, the state dict and tied weights stay as they were: the
+packed copy is a cache beside them (memory: those weights once more), packed again when the
 weight has changed in place since (training after decoding) or been replaced.
 
 A product's last bits depend on the kernel (as they already did on MKL's choice by row count):
@@ -92,7 +92,10 @@ class _Pack:
     """One weight's packed copy, made on first use and again when the weight has changed."""
 
     def __init__(self) -> None:
-        self.key: tuple[int, int] | None = None  # (storage, in-place version) packed from
+        # what was packed: the weight's storage (held, so that no other tensor takes its place)
+        # and its in-place version then
+        self.source: torch.Tensor | None = None
+        self.version = -1
         self.packed: torch.Tensor | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Pack:
@@ -100,15 +103,15 @@ class _Pack:
         # cannot be copied)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"key": None, "packed": None}
+        return vars(_Pack())
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
-        key = (weight.data_ptr(), weight._version)
-        if key != self.key or self.packed is None:
+        if (self.packed is None or self.source is None or weight._version != self.version
+                or weight.data_ptr() != self.source.data_ptr()):
+            self.source, self.version = weight.detach(), weight._version
             with torch.inference_mode():
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(
-                    weight.detach().contiguous(), None)
-            self.key = key
+                    self.source.contiguous(), None)
         return self.packed
 
 
@@ -116,7 +119,8 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> Any:
     """``F.linear(x, weight, bias)``; 2 to :data:`MAX_ROWS` rows, outside autograd and
     compilation, through the packed weight."""
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    if (not 2 <= rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu" or _compiling()
+    if (not 2 <= rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu"
+            or _compiling()
             or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
         return F.linear(x, self.weight, self.bias)
     bias = None if self.bias is None else self.bias.detach()
