@@ -61,7 +61,7 @@ class Decoder:
     On the CPU the float32 linear weights of the model and the heads are first stored
     column-major, in place (the same values and shapes:
     :mod:`~treeopt.decoding.weight_layout`), which a single row's product runs much faster with,
-    and their products of 2 rows or more run by weights packed for oneDNN
+    and their products of 2 to 32 rows run on weights packed for oneDNN
     (:mod:`~treeopt.decoding.packed_linear`)."""
 
     def __init__(self, model: PreTrainedModel, heads: Drafter | None = None, *,

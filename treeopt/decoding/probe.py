@@ -194,12 +194,12 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     per batch and q); ``features``: the hidden states a drafter reads besides the last (then the
     wrapper's own forward runs, which collects them). On the CPU, ``model``'s float32 linear
     weights are stored column-major first, in place (:mod:`~treeopt.decoding.weight_layout`),
-    its float32 products of 2 rows or more run by packed weights
-    (:mod:`~treeopt.decoding.packed_linear`), and its 16-bit linears whose lone-row product rounds otherwise multiply a lone row beside a
-    copy (:mod:`~treeopt.decoding.row_products`)."""
+    its float32 products of a few rows run on packed weights
+    (:mod:`~treeopt.decoding.packed_linear`), and its 16-bit linears whose lone-row product
+    rounds otherwise multiply a lone row beside a copy (:mod:`~treeopt.decoding.row_products`)."""
     layout = attention_layout(model)  # before anything runs: refusals cost nothing
     lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
-    pack_for_cpu(model)  # and its products of 2 rows or more run one kernel
+    pack_for_cpu(model)  # and its products of a few rows run one kernel
     pair_lone_rows(model)  # likewise: a token gets the same bits alone, in a tree or a batch
     plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces
