@@ -42,6 +42,21 @@ def _packed(module):
     return getattr(module, packed_linear._PACKED, None)
 
 
+def _used(rows=4):
+    """A packed layer whose pack has been made (by a product of ``rows`` rows), and those rows."""
+    layer, x = _linear(), torch.randn(rows, 48)
+    pack_for_cpu(layer)
+    with torch.no_grad():
+        layer(x)
+    assert _packed(layer).packed is not None
+    return layer, x
+
+
+def _agrees(layer, x):
+    """Whether ``layer(x)`` is ``F.linear``'s product of its weight as it is now."""
+    return torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+
+
 @needs_onednn
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(2, 48), (3, 5, 48), (1, 17, 48), (32, 48)])
@@ -93,16 +108,13 @@ def test_modules_sharing_a_weight_share_its_pack():
 
 @needs_onednn
 def test_a_weight_changed_in_place_or_replaced_is_packed_again():
-    layer = _linear()
-    pack_for_cpu(layer)
-    x = torch.randn(4, 48)
+    layer, x = _used()
     with torch.no_grad():
-        layer(x)
         layer.weight.mul_(-2.0)  # an optimizer's step: in place
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        assert _agrees(layer, x)
     layer.weight.data = layer.weight.data.t().contiguous().t() * 0.5  # replaced
     with torch.no_grad():
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        assert _agrees(layer, x)
 
 
 @needs_onednn
@@ -117,7 +129,7 @@ def test_training_after_packing_runs_autograd():
     opt.step()
     assert not torch.equal(layer.weight, before)
     with torch.no_grad():
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        assert _agrees(layer, x)
 
 
 def test_16_bit_weights_are_not_packed():
@@ -165,15 +177,12 @@ def test_decoder_packs_model_and_heads_and_decodes_losslessly(kind):
 def test_a_packed_model_deep_copies_and_the_copy_packs_its_own_weights():
     import copy
 
-    layer = _linear()
-    pack_for_cpu(layer)
-    x = torch.randn(3, 48)
+    layer, x = _used(3)
     with torch.no_grad():
-        layer(x)
         twin = copy.deepcopy(layer)
         twin.weight.mul_(3.0)
-        assert torch.allclose(twin(x), F.linear(x, twin.weight, twin.bias), atol=1e-5)
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+        assert _agrees(twin, x)
+        assert _agrees(layer, x)
     assert _packed(twin) is not _packed(layer)
 
 
