@@ -34,14 +34,11 @@ from treeopt.decoding.cache import SlotCache
 from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.models import check_context, model_device
-from treeopt.decoding.packed_linear import pack_for_cpu
 from treeopt.decoding.prefixes import run_capacity
-from treeopt.decoding.probe import verifier
-from treeopt.decoding.row_products import pair_lone_rows
+from treeopt.decoding.probe import prepare_cpu_products, verifier
 from treeopt.decoding.sampling import stream_keys
 from treeopt.decoding.stats import DecodeResult
 from treeopt.decoding.tree_sources import Shape, TreeMismatch, TreeSource, step_trees
-from treeopt.decoding.weight_layout import lay_out_for_cpu
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
 
@@ -68,9 +65,7 @@ class Decoder:
                  compile: bool = False) -> None:
         self.model, self.heads = model, heads
         self.device = model_device(model)
-        lay_out_for_cpu(heads)  # the model's: in verifier()
-        pack_for_cpu(heads)
-        pair_lone_rows(heads)
+        prepare_cpu_products(heads)  # the model's: in verifier()
         # compiled: (b, capacity, slot) → kv; runs decoded alongside each other use their own slot
         self._static_kv: dict[tuple[int, int, int], torch.Tensor] = {}
         with torch.inference_mode():

@@ -37,6 +37,8 @@ from treeopt.decoding.weight_layout import cpu_linears, plain_linear
 
 _PACKED = "_treeopt_packed"  # set on a module whose forward multiplies a few rows packed
 MAX_ROWS = 32  # the most rows a product takes packed (beyond, MKL was as fast or faster)
+# whether torch.compile is tracing (torch < 2.3 has no torch.compiler: never)
+_COMPILING = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 MIN_ELEMENTS = 1 << 18  # the smallest weight packed (1 MiB): oneDNN's call costs about 20 µs
 # more than MKL's, which a 128 × 384 weight's whole product takes (576 × 576: even at 2 rows)
 
@@ -58,8 +60,7 @@ def pack_for_cpu(*modules: nn.Module | None) -> int:
     """Give every float32 CPU ``nn.Linear`` of ``modules`` with a weight of at least
     :data:`MIN_ELEMENTS` a forward that multiplies 2 to :data:`MAX_ROWS` rows by a oneDNN-packed
     copy of its weight, in place (idempotent; a weight shared by modules packed in one call is
-    packed once). Returns how many modules were changed
-    (0 where torch cannot pack)."""
+    packed once). Returns how many modules were changed (0 where torch cannot pack)."""
     if not packing_available():
         return 0
     changed = 0
@@ -120,7 +121,7 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> Any:
     compilation, through the packed weight."""
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
     if (not 2 <= rows <= MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu"
-            or _compiling()
+            or _COMPILING()
             or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))):
         return F.linear(x, self.weight, self.bias)
     bias = None if self.bias is None else self.bias.detach()
@@ -129,8 +130,3 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> Any:
         "none", [], "")
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
-
-def _compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    is_compiling = getattr(compiler, "is_compiling", None)
-    return bool(is_compiling()) if is_compiling is not None else False

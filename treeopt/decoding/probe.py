@@ -198,9 +198,7 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     (:mod:`~treeopt.decoding.packed_linear`), and its 16-bit linears whose lone-row product
     rounds otherwise multiply a lone row beside a copy (:mod:`~treeopt.decoding.row_products`)."""
     layout = attention_layout(model)  # before anything runs: refusals cost nothing
-    lay_out_for_cpu(model)  # before anything runs it: every step, timed or not, runs one layout
-    pack_for_cpu(model)  # and its products of a few rows run one kernel
-    pair_lone_rows(model)  # likewise: a token gets the same bits alone, in a tree or a batch
+    prepare_cpu_products(model)  # before anything runs it: every step, timed or not, alike
     plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces
     if tree:
@@ -213,6 +211,17 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     return replace(plain, blas=blas,
                    compiled=torch.compile(plain.eager, mode=mode, dynamic=False))
+
+
+def prepare_cpu_products(*modules: torch.nn.Module | None) -> None:
+    """Ready the CPU linears of ``modules`` for a step's products, in place (idempotent): float32
+    weights column-major (:mod:`~treeopt.decoding.weight_layout`) and packed for products of a
+    few rows (:mod:`~treeopt.decoding.packed_linear`), 16-bit ones whose lone-row product
+    rounds otherwise paired (:mod:`~treeopt.decoding.row_products`: a token gets the same bits
+    alone, in a tree or a batch)."""
+    lay_out_for_cpu(*modules)
+    pack_for_cpu(*modules)
+    pair_lone_rows(*modules)
 
 
 def _split_is_exact(model: PreTrainedModel) -> bool:
