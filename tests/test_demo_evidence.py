@@ -291,3 +291,42 @@ def test_a_sweep_measures_what_select_picks_from_the_whole_select_trace(tmp_path
 
     assert pick(as_run(calibration, 5)) == ()  # the first positions alone: no tree
     assert sweep.selected(1).choices == pick(calibration) != ()
+
+
+def test_a_build_over_a_finished_demo_measures_as_the_demo_was_measured(tmp_path):
+    """Timing flags the command line leaves out take a finished demo's values where the demo
+    was built otherwise alike (adding drafters needs no flags restated); flags given, and a
+    demo built otherwise, keep the config's; an auto dtype matches the demo's own."""
+    from treeopt.demo.build import _differ, _jsonable, with_finished_timing
+
+    shipped = replace(TINY, sweep_rounds=2, step_target_se=0.02, dtype="fp32")
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": _jsonable(shipped)}))
+    said: list[str] = []
+    kept = with_finished_timing(tmp_path, replace(TINY, dtype="fp32"), set(), log=said.append)
+    assert (kept.sweep_rounds, kept.step_target_se) == (2, 0.02)
+    assert said == ["[timing] as the finished demo was measured: step_target_se 0.02, "
+                    "sweep_rounds 2"]
+    assert _differ(tmp_path, kept, retime=False) == []  # so the demo gains kinds, not rebuilt
+    told = with_finished_timing(tmp_path, replace(TINY, dtype="fp32"), {"sweep_rounds"})
+    assert (told.sweep_rounds, told.step_target_se) == (TINY.sweep_rounds, 0.02)
+    base = "smollm2-135m-instruct"
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"config": _jsonable(replace(shipped, base_model=base))}))
+    auto = with_finished_timing(tmp_path, replace(TINY, base_model=base, dtype="auto"), set())
+    assert (auto.sweep_rounds, auto.dtype) == (2, "auto")  # the dtype is resolved later
+    other = replace(TINY, base_model=base, dtype="fp32", head_steps=TINY.head_steps + 1)
+    assert with_finished_timing(tmp_path, other, set()) == other
+    assert with_finished_timing(tmp_path / "none", TINY, set()) == TINY
+
+
+def test_the_command_line_names_the_timing_flags_it_was_given(tmp_path, monkeypatch):
+    from treeopt.cli import main
+    from treeopt.demo import build
+
+    seen = {}
+    monkeypatch.setattr(build, "build_demo",
+                        lambda out, config, **kw: seen.update(kw) or {"config": {}})
+    monkeypatch.setattr(build, "summary", lambda manifest: {})
+    assert main(["demo", "build", "--out", str(tmp_path / "d"), "--budget-minutes", "0.5",
+                 "--sweep-rounds", "2", "--no-sweep-race"]) == 0
+    assert seen["own_timing"] == {"sweep_rounds", "sweep_race"}

@@ -84,8 +84,9 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     """How the build measures speed, one flag per timing setting of the config (default: the
     preset's); over a finished demo they change only with ``--redo timing``."""
     g = b.add_argument_group("timing", "how every speed figure is measured (step profiles, "
-                             "sweeps, races; default: the preset's: fixed rounds, no target); "
-                             "a finished demo takes other values with --redo timing")
+                             "sweeps, races; default: the preset's, or over a finished demo at "
+                             "--out built alike, the demo's own); a finished demo takes other "
+                             "values with --redo timing")
     for part, what, figure, command in (
             ("step", "step-profile record", "its step over its reference's", "profile step"),
             ("sweep", "sweep point", "its speed-up (a race: its ratio)", "tune")):
@@ -135,7 +136,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     config = replace(config, **{k: v for k, v in timing.items() if v is not None})
     redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
-                          and sys.stderr.isatty(), redo=redo)
+                          and sys.stderr.isatty(), redo=redo,
+                          own_timing={k for k, v in timing.items() if v is not None})
     return emit(summary(manifest), None)
 
 

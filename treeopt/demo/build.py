@@ -15,7 +15,7 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +25,7 @@ from treeopt.demo import stages
 from treeopt.demo.adaptive_configs import ship_adaptive_configs
 from treeopt.demo.config import (
     DYNAMIC_SETTINGS,
+    TIMING_FLAGS,
     TIMING_SETTINGS,
     TRAINING_SETTINGS,
     DemoConfig,
@@ -47,8 +48,11 @@ PRICED_LAST: dict[str, Callable[[DemoPaths, str], dict[str, Any]]] = {
 
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
-               show_progress: bool = False, redo: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Build the demo described by ``config`` into ``out``; return its manifest. ``redo``: stages
+               show_progress: bool = False, redo: tuple[str, ...] = (),
+               own_timing: Collection[str] | None = None) -> dict[str, Any]:
+    """Build the demo described by ``config`` into ``out``; return its manifest. ``own_timing``:
+    the timing settings ``config`` sets on purpose (the command line's flags); given, the others
+    are those of a finished demo at ``out`` (:func:`with_finished_timing`). ``redo``: stages
     to run again although a finished demo (or an interrupted build) has them — e.g. ``latency``
     and ``sweep`` — or ``timing``: every speed measurement of the demo (those two stages, the
     drafters' step profiles and sweeps, the dynamic step profile and recommendation), to
@@ -76,6 +80,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     redo = tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,))))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
+    if own_timing is not None:
+        config = with_finished_timing(target, config, own_timing, log=say)
     config, probe = _resolved_dtype(target, config, retime=retime, log=say)
     if (why := emulated_bf16(config.dtype, config.device)) is not None:
         say(f"note: {why} (--dtype auto measures both)")
@@ -210,6 +216,30 @@ def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
               + (DYNAMIC_SETTINGS if DYNAMIC_KIND not in made else ()))  # never read by it
     return [k for k in settings_differ(target, config)
             if not (retime and k in TIMING_SETTINGS) and k != "kinds" and k not in unused]
+
+
+def with_finished_timing(target: Path, config: DemoConfig, own_timing: Collection[str], *,
+                         log: Log | None = None) -> DemoConfig:
+    """``config`` with the timing settings of the finished demo at ``target``
+    (:data:`~treeopt.demo.config.TIMING_FLAGS`) that ``own_timing`` does not name, where that
+    demo was built with otherwise the same settings (its kinds aside, and its dtype where
+    ``config``'s is auto): a build that adds drafters to a demo, or measures it again, measures
+    as the demo was measured unless told otherwise. A demo built otherwise: ``config`` as it is."""
+    manifest = target / "manifest.json"
+    finished = read_json(manifest).get("config", {}) if manifest.exists() else {}
+    kept = {k: finished[k] for k in TIMING_FLAGS
+            if k in finished and k not in own_timing and finished[k] != getattr(config, k)}
+    if not kept:
+        return config
+    inherited = replace(config, **kept)
+    alike = (replace(inherited, dtype=finished["dtype"])
+             if config.dtype == AUTO_DTYPE and finished.get("dtype") in DTYPES else inherited)
+    if _differ(target, alike, retime=True):  # built otherwise: a fresh build, measured as told
+        return config
+    if log is not None:
+        log("[timing] as the finished demo was measured: "
+            + ", ".join(f"{k} {v}" for k, v in kept.items()))
+    return inherited
 
 
 def _with_kinds_made(target: Path, config: DemoConfig, *, retime: bool) -> DemoConfig:
