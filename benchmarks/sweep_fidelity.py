@@ -19,8 +19,24 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:
+    from treeopt.documents.sweep import Sweep
+
+
+def rounds_said(sweep: Sweep) -> str:
+    """How many rounds the points took: the sweep's fixed rounds, or the range its points
+    measured to a standard-error target, and the target."""
+    timed = sorted({p.rounds for p in sweep.points if p.rounds is not None})
+    target = sweep.meta.get("target_se") or 0.0
+    if not timed or (len(timed) == 1 and not target):
+        return f"{timed[0] if timed else sweep.meta.get('rounds')} round(s)"
+    span = f"{timed[0]}–{timed[-1]}" if len(timed) > 1 else f"{timed[0]}"
+    return f"{span} rounds per point" + (f" (to a {target:.1%} standard error, at most "
+                                         f"{sweep.meta.get('max_rounds')})" if target else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep = pricing.sweep
         print(f"{kind}: sweep of {sweep.meta.get('created', '?')}, "
               f"{sweep.meta.get('prompts')} prompts × {sweep.meta.get('max_new_tokens')} tokens, "
-              f"{sweep.meta.get('rounds')} round(s)")
+              f"{rounds_said(sweep)}")
         errors, picks = [], []
         for batch in sorted({p.batch for p in sweep.points}):
             cells = []

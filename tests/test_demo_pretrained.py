@@ -234,6 +234,10 @@ def test_the_smollm2_preset():
         PROMPTS, "auto", WEIGHTLESS, 128)  # the faster dtype on the build host, measured
     assert (c.calibration_prompts, c.heldout_prompts, c.sample_temperatures) == (100, 64, (0.7,))
     assert c.live_batches == (1, 2, 4, 8) and c.step_sizes == c.sweep_sizes == (1, 2, 4, 8)
+    for part in ("step", "sweep"):  # every figure timed to 2%, in 8 rounds at most
+        m = c.measurement(part)
+        assert (m.target_se, m.max_rounds, m.min_seconds) == (0.02, 8, 0.0), part
+    assert (c.step_rounds, c.sweep_rounds) == (2, 1)
     assert plan(base_model=MODEL, kinds=("eagle", "medusa")).kinds == ("medusa", "eagle")
 
 
