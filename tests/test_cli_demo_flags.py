@@ -37,10 +37,13 @@ def test_a_given_flag_and_its_exclusive_partners_are_left_alone(fake_demo):
 
 
 def test_verify_gets_model_heads_trace_and_prompts(fake_demo):
+    """The held-out prompts are decoded: the calibration trace predicts E[L], and the held-out
+    trace, recorded on those prompts, is the one walked inside (predicted.inside_trace)."""
     argv = expand_demo(["verify", "--demo", "medusa", "--tree", "t.json"], build_parser())
     added = dict(zip(argv[5::2], argv[6::2], strict=True))
     assert added == {"--model": str(fake_demo.model), "--heads": str(fake_demo.heads("medusa")),
                      "--trace": str(fake_demo.trace("medusa")),
+                     "--held-out": str(fake_demo.trace("medusa", heldout=True)),
                      "--prompts": str(fake_demo.prompts("heldout")),
                      "--dtype": "fp32"}  # a manifest without a dtype: the demo ran in fp32
 

@@ -231,6 +231,22 @@ def test_verify_compares_the_steps_inside_the_trace_up_to_where_each_output_ende
     assert out["steps"] == 7  # the whole walk: [2, 1, 2] and [1, 1, 1, 1]
 
 
+def test_verify_walks_inside_the_held_out_trace_when_one_is_given():
+    """The calibration trace predicts; the trace recorded on the decoded prompts is walked
+    inside: here it accepts nothing, so its walk inside is 1 where the calibration one's is 2."""
+    pytest.importorskip("torch")
+    from treeopt.decoding.verify import prediction
+
+    calibration = RankTrace(np.zeros((4, 1), np.int16), {"sequence_positions": [4]})
+    held_out = RankTrace(np.full((4, 1), -1, np.int16), {"sequence_positions": [4]})
+    live = [(1, 1, 1, 1)]
+    own = prediction(Tree.chain(1), calibration, 1.0, live, [5])
+    assert own["inside_trace"]["mean_accept_length"] == 2.0
+    out = prediction(Tree.chain(1), calibration, 1.0, live, [5], held_out=held_out)
+    assert out["mean_accept_length"] == own["mean_accept_length"] == 2.0  # the prediction
+    assert out["inside_trace"]["mean_accept_length"] == out["inside_trace"]["measured"] == 1.0
+
+
 def test_verify_predicts_the_per_step_mean_and_labels_the_position_weighted_one():
     """A chain of one on one sequence of 4 positions, accepted at t0, t1 and t3: decoding steps
     at t0 (2 tokens), t2 (1), t3 (2) — 5 tokens in 3 steps — while positions weigh 7 / 4."""

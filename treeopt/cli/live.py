@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)s)")
     _add_verify_measurement(p)
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
+    p.add_argument("--held-out", metavar="T.npz",
+                   help="with --trace: the trace recorded on the prompts decoded, walked over "
+                        "the live steps inside it (predicted.inside_trace; default: --trace, "
+                        "taken to be recorded on them; --demo gives the demo's held-out trace)")
     p.add_argument("--drafted-only", action="store_true",
                    help="a lookup drafter's chain is verified only as far as it was drafted, "
                         "not at its full depth with holes (default: as the selection's point "
@@ -236,6 +240,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     trace = RankTrace.load(args.trace) if args.trace else None
     if trace is not None:
         check_trace_sampling(trace, decoding, source=args.trace)
+    require(not args.held_out or trace is not None, "--held-out needs --trace (the trace that "
+            "predicts E[L]); to walk the held-out trace alone, give it as --trace")
+    held_out = RankTrace.load(args.held_out) if args.held_out else None
+    if held_out is not None:
+        check_trace_sampling(held_out, decoding, source=args.held_out)
     require(args.batch >= 1, f"--batch must be ≥ 1, got {args.batch}")
     texts = read_texts(args.prompts)
     sample = args.prompt_count is None  # else a number of prompts, or all
@@ -252,7 +261,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     require(not drafted or not args.compile,
             "drafted-only steps (--drafted-only, or a selection's drafted chain) vary in size, "
             "which compiled steps do not; leave out --compile")
-    run = Verification(tree, decoding, trace=trace, batch=args.batch, sample_prompts=sample,
+    run = Verification(tree, decoding, trace=trace, held_out=held_out, batch=args.batch,
+                       sample_prompts=sample,
                        measure=_verify_measurement(args, sample), compile=args.compile,
                        source=args.tree, continuous=continuous)
     model, tok = load_model_from(args)

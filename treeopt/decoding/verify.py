@@ -64,11 +64,14 @@ class Verification:
     prompts are a population, taken batch by batch until ``measure`` is met
     (:func:`~treeopt.decoding.compare.compare`); otherwise every prompt, in rounds.
     ``continuous``: every prompt in one run of ``batch`` rows, a finished row taking the next
-    (not with ``sample_prompts`` or ``compile``)."""
+    (not with ``sample_prompts`` or ``compile``). ``trace`` predicts E[L]; ``held_out``, a trace
+    recorded on the prompts decoded, is the one whose walk ``inside_trace`` sets beside the live
+    steps (default: ``trace``, taken to be recorded on them)."""
 
     tree: Tree
     config: DecodeConfig = field(default_factory=DecodeConfig)
     trace: RankTrace | None = None
+    held_out: RankTrace | None = None
     batch: int = 1
     measure: Measurement = ONCE
     sample_prompts: bool = False
@@ -78,6 +81,8 @@ class Verification:
 
     def __post_init__(self) -> None:
         check_tree_for(self.tree, trace=self.trace, source=self.source)
+        if self.held_out is not None:
+            check_tree_for(self.tree, trace=self.held_out, source=self.source)
         if self.continuous and (self.sample_prompts or self.compile):
             raise TreeoptError("continuous batching decodes every prompt in one run of eager "
                                "steps: give a number of prompts, and no compiled steps")
@@ -95,8 +100,9 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
     tree, trace = run.tree, run.trace
     config = (run.config if eos_token_id is None
               else replace(run.config, eos_token_id=eos_token_id))
-    if trace is not None:
-        check_trace_for(trace, heads)
+    for t in (trace, run.held_out):
+        if t is not None:
+            check_trace_for(t, heads)
     try:
         result = compare(model, heads, tree, prompts, config=config, batch=run.batch,
                          measure=run.measure, sample_prompts=run.sample_prompts, split=True,
@@ -126,7 +132,9 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         predicted=(prediction(tree, as_run(trace, config.max_new_tokens),
                               result.tree_stats.mean_accept_length,
                               result.tree_stats.sequence_accept_lengths,
-                              [len(t) for t in result.tree_outputs])
+                              [len(t) for t in result.tree_outputs],
+                              held_out=(as_run(run.held_out, config.max_new_tokens)
+                                        if run.held_out is not None else None))
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
         run={**(meta or {}), "attention": attention_of(model),
@@ -146,7 +154,8 @@ def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Com
 
 def prediction(tree: Tree, trace: RankTrace, measured: float,
                sequences: Sequence[Sequence[int]] = (),
-               emitted: Sequence[int] = ()) -> dict[str, Any]:
+               emitted: Sequence[int] = (), *, held_out: RankTrace | None = None,
+               ) -> dict[str, Any]:
     """What ``trace`` predicts for the mean accepted length a live run ``measured``: the per-step
     walk where the trace records its sequences (``acceptance``: ``per step``; ``steps``: how
     many it takes), with the position-weighted E[L] beside it
@@ -158,7 +167,9 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     records its sequences and holds at least as many, ``inside_trace`` compares the walk of its
     first ones, each as its live run kept it (:func:`~treeopt.model.runs.as_runs`),
     with the live steps that start inside their positions: the steps that walk takes, if the
-    trace was recorded on these prompts. A trace calibrated with the run's budget and EOS holds
+    trace was recorded on these prompts; ``held_out``, when given, is the trace that was (a
+    calibration trace predicts, the held-out one is walked inside). A trace calibrated with the
+    run's budget and EOS holds
     every step (a trace made before treeopt recorded the positions a run visits stops short of
     each continuation's end by the drafter's depth).
     """
@@ -169,7 +180,8 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     walk = simulate(tree, trace, per_step=True)
     out = {"acceptance": "per step", **_against(walk, measured), "steps": walk.count, **base,
            **{f"position_weighted_{k}": v for k, v in _against(weighted, measured).items()}}
-    inside = _inside_trace(tree, trace, sequences, emitted)
+    inside = _inside_trace(tree, held_out if held_out is not None else trace, sequences,
+                           emitted)
     if inside is not None:
         out["inside_trace"] = inside
     return out
