@@ -61,10 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)s)")
     _add_verify_measurement(p)
     p.add_argument("--trace", metavar="T.npz", help="predict E[L] from this trace, for comparison")
-    p.add_argument("--held-out", metavar="T.npz",
-                   help="with --trace: the trace recorded on the prompts decoded, walked over "
-                        "the live steps inside it (predicted.inside_trace; default: --trace, "
-                        "taken to be recorded on them; --demo gives the demo's held-out trace)")
+    p.add_argument("--held-out", metavar="T.npz", help="with --trace: the trace recorded on "
+                   "the prompts decoded, walked over the live steps inside it (inside_trace; "
+                   "default: --trace; --demo gives the demo's held-out trace)")
     p.add_argument("--drafted-only", action="store_true",
                    help="a lookup drafter's chain is verified only as far as it was drafted, "
                         "not at its full depth with holes (default: as the selection's point "
