@@ -69,7 +69,7 @@ if prose:
                "alike, as the demo's prose stage records them: above the per-step curves at the "
                "top of the page wherever drafts run long. The fastest drafter per set below is "
                "priced per step.")
-    for point in prose.get("choice", {}).get("points", []):
+    for point in (bundle.manifest.get("prose_choice") or {}).get("points", []):
         fastest = point["fastest"]
         st.caption(f"Batch {point['batch']}: fastest on code **{fastest['code']}**, on prose "
                    f"**{fastest['prose']}**; one drafter for both: **{point['robust']}**.")

@@ -90,7 +90,8 @@ if st.button("Run live verification", type="primary", key="verify_run", disabled
                     "and autoregressively…"), page_errors():
         run = live_run(live.model, live.tokenizer, live.heads[kind], tree, prompts,
                        max_new_tokens=new_tokens, mode=mode, temperature=temperature or 0.7,
-                       seed=seed, trace=trace, batch=batch, walked=walked)
+                       seed=seed, trace=trace, batch=batch, walked=walked,
+                       drafted=chosen.drafted)
     m = st.columns(4)
     m[0].metric("Measured mean accepted length", accept_length_text(run.mean_accept_length),
                 help=f"± {run.stderr:.3f} (standard error over the steps of {run.prompts} "

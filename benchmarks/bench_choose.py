@@ -47,12 +47,13 @@ def set_prompts(demo, name: str, count: int) -> list[list[int]]:
 
 
 def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
-         new_tokens: int, *, continuous: bool) -> tuple[dict[str, float], dict[str, bool],
-                                                         dict[str, float]]:
+         new_tokens: int, *, continuous: bool, drafted: frozenset[str] = frozenset(),
+         ) -> tuple[dict[str, float], dict[str, bool], dict[str, float]]:
     """Each drafter's tree and plain decoding over ``prompts`` with ``batch`` rows (continuous
     batching, or consecutive batches), interleaved: per drafter (and ``none``) its steady
     tokens/s, whether its outputs equal plain decoding's, and its mean accepted length per
-    step."""
+    step. The drafters in ``drafted`` verify their chains only as far as they drafted them
+    (their pick is a drafted chain)."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
     from treeopt.model.tree import Tree
@@ -61,7 +62,8 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
     runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees]
     totals = race_in_batches([*runs, (Decoder(demo.model), Tree(()))], prompts, batch=batch,
                              config=DecodeConfig(max_new_tokens=new_tokens),
-                             continuous=continuous)
+                             continuous=continuous,
+                             drafted_runs={i for i, k in enumerate(trees) if k in drafted})
     return ({n: t.tokens_per_s for n, t in zip(names, totals, strict=True)},
             {n: t.same_as_reference for n, t in zip(names, totals, strict=True)},
             {n: sum(t.accept_lengths) / max(1, len(t.accept_lengths))
@@ -106,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo import load
     from treeopt.demo.layout import demo_root
     from treeopt.demo.prompt_sets import PROMPT_SETS, prompt_set_selections
+    from treeopt.pricing.drafted import DRAFTED_CHAIN
     from treeopt.pricing.selection import choose_drafter_per_set
 
     torch.set_num_threads(1)
@@ -133,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
             choice = choices[b]
             context = choice.context
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
+            drafted = frozenset(k for k in kinds
+                                if sets[name][k].point(b, context).family == DRAFTED_CHAIN)
             speed, equal, accepted = race(demo, trees, prompts, b, args.new_tokens,
-                                          continuous=continuous)
+                                          continuous=continuous, drafted=drafted)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
             drafting = [k for k in kinds if trees[k].size]  # a 0-node pick decodes plainly
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             total += 1
             cells = "  ".join(
                 f"{predicted.get(k, 1.0):5.2f}→{measured[k]:5.2f}×{'' if equal[k] else '!'}"
-                f"{trees[k].size:>4}n" for k in kinds)
+                f"{trees[k].size:>4}{'d' if k in drafted else 'n'}" for k in kinds)
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
                   f"{share:5.1%}")
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             lossy = [k for k in kinds if not equal[k]]
             if lossy:
                 print(f"       outputs DIFFER from plain decoding: {', '.join(lossy)}")
-    print(f"\n(each cell: predicted→measured speed-up, the tree's nodes; ! marks an output that "
+    print(f"\n(each cell: predicted→measured speed-up, the tree's nodes (d: a chain verified "
+          f"as drafted); ! marks an output that "
           f"differs; E[L]: predicted (the held-out walk select priced) → live, per step; miss: "
           f"the speed-up's miss split into acceptance (live/predicted E[L]) and step cost "
           f"(predicted/live tree-step over autoregressive-step ratio), each −1)"

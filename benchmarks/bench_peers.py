@@ -104,24 +104,31 @@ def treeopt_peers(model, picks: dict, new_tokens: int, eos: int | None,
                   vocab_size: int) -> tuple[list[Peer], str | None]:
     """treeopt's loop: autoregressive, each drafter's batch-1 pick (``picks``: kind → (drafter,
     selection)), and the recommendation (stopping at ``eos``, as ``generate`` does)."""
+    from dataclasses import replace
+
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder
     from treeopt.model.tree import Tree
+    from treeopt.pricing.drafted import DRAFTED_CHAIN
     from treeopt.pricing.selection import choose_drafter
 
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos)
 
-    def decoder(heads, tree: Tree) -> Decode:
-        dec = Decoder(model, heads if tree.size else None)
-        return lambda ids: list(dec.decode(tree, [ids], config=cfg).tokens[0])
+    def decoder(heads, tree: Tree, *, drafted: bool = False) -> Decode:
+        dec, run = Decoder(model, heads if tree.size else None), replace(cfg,
+                                                                        drafted_only=drafted)
+        return lambda ids: list(dec.decode(tree, [ids], config=run).tokens[0])
 
     peers = [Peer("treeopt autoregressive", "treeopt", decoder(None, Tree(())))]
     selections = {}
     for kind, (heads, selection) in picks.items():
         selections[kind] = selection
-        tree = selection.tree_at(1, min(selection.contexts))
+        point = selection.point(1, min(selection.contexts))
+        tree, drafted = point.tree, point.family == DRAFTED_CHAIN
+        how = ", verified as drafted" if drafted else ""
         peers.append(Peer(f"treeopt {kind}, select's pick ({tree.size} nodes, depth "
-                          f"{tree.depth})", "treeopt", decoder(heads, tree), kind))
+                          f"{tree.depth}{how})", "treeopt", decoder(heads, tree, drafted=drafted),
+                          kind))
     if "prompt-lookup" not in selections:  # no prompt-lookup pricing: HF's two settings
         from treeopt.drafters.prompt_lookup import PromptLookup
 

@@ -70,7 +70,7 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters", "dynamic", "prose", "selections",
+                                         "sampled", "drafters", "dynamic", "prose", "selections", "prose_choice",
                                          "adaptive_configs"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
@@ -311,8 +311,8 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tiny_dem
     assert again["drafters"]["eagle"]["training"] == first["drafters"]["eagle"]["training"]
     assert again["dynamic"]["selection"]["file"] == first["dynamic"]["selection"]["file"]
     assert again["dynamic"]["live"] == first["dynamic"]["live"]
-    assert "[prose] the choice per prompt set priced again" in logs  # from the new profiles
-    assert again["prose"]["choice"]["points"]
+    assert "[prose_choice] acceptance, points" in logs  # priced last, from the new profiles
+    assert again["prose_choice"]["points"]
 
 
 def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tiny_demos, tmp_path,
@@ -497,8 +497,7 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos,
     assert changed <= medusa | shipped | {"heads/medusa/heads.json"}, changed - medusa
     assert paths.trace("medusa").relative_to(out).as_posix() in changed
     for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new
-        made, kept = ({k: v for k, v in r[name].items() if k != "choice"}  # prose's choice
-                      for r in (again, first))  # weighs every drafter, Medusa's new heads too
+        made, kept = (r[name] for r in (again, first))
         assert json.dumps(made).count('"hydra"') == json.dumps(kept).count('"hydra"')
     assert json.loads(json.dumps(again["prose"]["hydra"])) == first["prose"]["hydra"]
     assert again["heads"]["hydra"] == first["heads"]["hydra"]

@@ -11,7 +11,14 @@ from conftest import demo_copy, differences
 
 from treeopt.demo import load
 from treeopt.demo.layout import DemoPaths, default_root
-from treeopt.demo.selections import priced_selection, selection_inputs, shipped_selection
+from treeopt.demo.selections import (
+    PRICING,
+    priced_selection,
+    selection_inputs,
+    shipped_selection,
+)
+from treeopt.pricing.drafted import DRAFTED_CHAIN
+from treeopt.pricing.sources import price, profiled_costs
 from treeopt.workbench.demo_pricing import demo_pricing
 
 
@@ -38,7 +45,39 @@ def test_a_build_ships_every_drafter_with_a_step_profile_priced_as_here(tiny):
     for kind in profiled:
         shipped = shipped_selection(demo.paths, kind, "cpu")
         assert shipped == priced_selection(demo.growths[kind], demo.traces[kind],
-                                           demo.step_profile(kind)), kind
+                                           profiled_costs(demo.step_profile(kind))), kind
+
+
+def test_a_lookup_drafters_shipped_selection_prices_its_chains_as_drafted_too(tiny):
+    demo = load(tiny, with_model=False)
+    lookup = [k for k in demo.kinds if demo.traces[k].drafted is not None]
+    assert lookup, "the tiny demo's lookup drafters record how far they drafted"
+    for kind in demo.kinds:
+        if demo.step_profile(kind) is None:
+            continue
+        shipped = shipped_selection(demo.paths, kind, "cpu")
+        doc = json.loads(demo.paths.selection(kind).read_text())
+        drafted = kind in lookup
+        assert bool(shipped.growth.get("drafted_only")) == drafted, kind
+        assert doc["command"].endswith("--drafted-only") == drafted, kind
+        if drafted:  # each point is the faster of the whole trees and the drafted chains
+            costs = profiled_costs(demo.step_profile(kind))
+            whole = price(demo.growths[kind], costs.verify, draft=costs.draft,
+                          overhead=costs.overhead, trace=demo.traces[kind])
+            for p, w in zip(shipped.points, whole.points, strict=True):
+                assert p.tokens_per_s >= w.tokens_per_s * (1 - 1e-12), (kind, p.batch)
+                assert (p.family == DRAFTED_CHAIN) == (p.tokens_per_s > w.tokens_per_s * (
+                    1 + 1e-12)), (kind, p.batch)
+
+
+def test_a_selection_shipped_priced_otherwise_is_priced_afresh(tiny, tmp_path):
+    root = demo_copy(tiny, tmp_path)[0]
+    paths = DemoPaths(root)
+    kind = next(k for k in paths.kinds() if paths.step_profile(k).is_file())
+    doc = json.loads(paths.selection(kind).read_text())
+    assert doc["pricing"] == PRICING
+    paths.selection(kind).write_text(json.dumps({**doc, "pricing": "an earlier version's"}))
+    assert shipped_selection(paths, kind, "cpu") is None
 
 
 def test_a_changed_input_is_priced_afresh_and_the_answer_is_the_same(tiny, tmp_path):

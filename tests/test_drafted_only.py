@@ -139,6 +139,29 @@ def test_each_live_step_verifies_what_the_trace_says_was_drafted(base, kind, tmp
     assert checked  # some steps drafted less than the chain is deep
 
 
+def test_a_race_cuts_only_the_runs_it_names(base, monkeypatch):
+    """``race_in_batches(drafted_runs=…)``: the runs named verify what was drafted, the others
+    the whole chain; every output the same (how the benchmarks race a drafted-chain pick)."""
+    from treeopt.decoding.loop import Decoder, race_in_batches
+
+    drafter = DRAFTERS["prompt-lookup"]()
+    spy = StepSizes(monkeypatch)
+    chain = Tree.chain(6)
+    runs = [(Decoder(base, drafter), chain), (Decoder(base, drafter), chain),
+            (Decoder(base), Tree(()))]
+    totals = race_in_batches(runs, PROMPTS, batch=1, config=DecodeConfig(max_new_tokens=40),
+                             drafted_runs={0})
+    assert all(t.same_as_reference for t in totals)
+    assert totals[0].accept_lengths == totals[1].accept_lengths
+    steps = [len(t.accept_lengths) for t in totals]  # the plain run's steps verify 1 token
+    assert any(1 < s < 7 for s in spy.sizes)  # the first run's cut steps
+    assert spy.sizes.count(7) >= steps[1] and spy.sizes.count(1) >= steps[2]
+    assert len(spy.sizes) == sum(steps)  # one verify call per step of each run
+    cut = decode(base, drafter, chain, PROMPTS[:1], config=DecodeConfig(max_new_tokens=40,
+                                                                          drafted_only=True))
+    assert cut.stats.accept_lengths == totals[0].accept_lengths[: len(cut.stats.accept_lengths)]
+
+
 def test_only_a_lookup_drafters_chain_is_cut(base, trained, monkeypatch):
     spy = StepSizes(monkeypatch)
     tree = Tree.from_choices([[0], [1], [0, 0]])
@@ -192,6 +215,28 @@ def test_a_chain_always_drafted_whole_costs_what_the_static_chain_costs():
     static, _ = price_tree(Tree.chain(2), verify=LATENCY, batch=1, context=64,
                            expected_accept_length=float(ell[2]))
     assert tp.tokens_per_s[2] == pytest.approx(static)
+
+
+def test_a_picks_held_out_prediction_prices_it_as_select_does_and_only_a_chain():
+    from treeopt.model.growth import grow
+    from treeopt.pricing.costs import NO_DRAFT, NO_OVERHEAD, StepCosts
+    from treeopt.pricing.sweep_prediction import predict
+    from treeopt.pricing.throughput import select
+
+    rng = np.random.default_rng(1)
+    tr = toy_trace(np.where(rng.random(300) < 0.3, 2, 0))
+    growth = grow(tr, method="empirical", max_nodes=2)
+    costs = StepCosts(LATENCY, NO_DRAFT, NO_OVERHEAD, {}, {})
+    pick = select(growth, LATENCY, batch=[1], context=[64], trace=tr, drafted_only=True).points[0]
+    assert pick.family == DRAFTED_CHAIN
+    held = predict(pick.tree, growth, costs, tr, 1, drafted=True)
+    assert (held.speedup, held.accept_length) == (pytest.approx(pick.speedup),
+                                                  pytest.approx(pick.expected_accept_length))
+    whole = predict(pick.tree, growth, costs, tr, 1)  # the same E[L], every step 3 tokens
+    assert whole.accept_length == pytest.approx(held.accept_length)
+    assert whole.speedup < held.speedup
+    with pytest.raises(TreeoptError, match="no top-1 chain"):
+        predict(Tree.from_choices([[0], [1]]), growth, costs, tr, 1, drafted=True)
 
 
 def test_a_trace_without_drafted_lengths_is_refused_by_name():
@@ -255,3 +300,28 @@ def test_the_cli_selects_and_verifies_a_drafted_chain(tiny_model_dir, prompts_fi
                           tmp_path / "s.json", "--prompts", prompts_file, "--drafted-only",
                           "--compile"), "drafted-only steps", "leave out --compile")
     assert report["outputs_match"] is True and report["drafted_only"] is True
+
+
+def test_the_apps_choice_of_a_drafted_pick_is_that_chain_grown_again_and_decoded_so():
+    """The app carries select's drafted-chain pick to every page: the Trees page's settings
+    grow that chain again (rank 0 alone, where the rank-1 node would come second otherwise),
+    so it stays the pick, verified as drafted."""
+    from treeopt.model.growth import grow
+    from treeopt.pricing.selection import Curve, Point
+    from treeopt.workbench.trees import grown_choice, pick_choice
+
+    first = np.array([0, 1, 1, 1, 0, 1, 1, 0, 1, 1], np.int16)  # rank 1 beats the chain's 2nd
+    ranks = np.stack([first, np.where(first == 0, 0, -1)], axis=1).astype(np.int16)
+    tr = RankTrace(ranks, {"sequence_positions": [10]}, drafted=np.full(10, 2))
+    assert grow(tr, method="empirical", max_nodes=2, max_rank=10).tree(2) != Tree.chain(2)
+    pick = Point(1, 64, Tree.chain(2), None, 1.5, 1.0, 0.0, 0.0, 150.0, 100.0, 2, Curve((), ()),
+                 family=DRAFTED_CHAIN)
+    choice = pick_choice("prompt-lookup", pick, heads=2, hardware="cpu", held_out=1.4)
+    assert choice.drafted and choice.description == (
+        "prompt-lookup · select's pick on cpu at batch 1 · 2 nodes, depth 2, verified as "
+        "drafted, 1.40× predicted on held-out prompts")
+    s = choice.settings
+    again = grow(tr, method=s.method, max_nodes=s.max_nodes, max_depth=s.max_depth,
+                 max_rank=s.max_rank).tree(s.size)
+    assert again == Tree.chain(2)
+    assert grown_choice("prompt-lookup", again, s, batch=1, pick=choice) == choice

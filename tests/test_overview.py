@@ -75,6 +75,23 @@ def test_measured_for_finds_the_same_tree_else_labels_the_nearest_size():
     assert measured_for(sweep, 2, CHAIN2) is None  # the sweep has no point at batch 2
 
 
+def test_a_chain_picked_verified_as_drafted_is_never_the_sweeps_own_point():
+    sweep = Sweep({"device": "cpu", "prompts": 8, "max_new_tokens": 64}, (
+        sweep_point(1, CHAIN2, 1.30, 0.02), sweep_point(1, CHAIN3, 1.40, 0.05, selected=True)),
+        source="/x/ngram-trie-cpu.json")
+    whole = measured_for(sweep, 1, CHAIN3, drafted=True)  # the sweep verified it whole
+    assert (whole.same_tree, whole.whole_chain, whole.size, whole.speedup) == (False, True, 3,
+                                                                                1.40)
+    assert whole.label == "measured verifying the whole chain (the sweep verifies whole trees)"
+    near = measured_for(sweep, 1, Tree.chain(5), drafted=True)
+    assert (near.same_tree, near.whole_chain, near.size) == (False, False, 3)
+    assert near.label == "measured at the nearest size swept (3 nodes)"
+    drafted = replace(answer(1.60, 1.40, 0.05), drafted=True,
+                      measured=replace(whole, spread=0.05))
+    assert drafted.tree_label == "3 nodes, depth 3, verified as drafted"
+    assert "but the whole chain was measured at 1.40×" in drafted.disagreement
+
+
 def answer(predicted: float, measured: float, spread: float, *, same: bool = True) -> BatchAnswer:
     return BatchAnswer(1, 64, "eagle", CHAIN3, None, Predicted(predicted, 100 * predicted, 100.0,
                                                                "predicted by select"),

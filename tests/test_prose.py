@@ -194,8 +194,9 @@ def test_the_prose_prompts_come_from_unseen_files_and_are_traced_like_the_heldou
             assert ell == pytest.approx(float(code.evaluate(held)[int(n)]))
 
 
-def test_the_stage_records_what_choose_drafter_prints_for_both_prompt_sets(resumed, tmp_path):
+def test_the_build_records_what_choose_drafter_prints_for_both_prompt_sets(resumed, tmp_path):
     from treeopt.demo.layout import DemoPaths
+    from treeopt.model.trace import RankTrace
 
     out, _, manifest, _ = resumed
     paths = DemoPaths(out)
@@ -204,12 +205,13 @@ def test_the_stage_records_what_choose_drafter_prints_for_both_prompt_sets(resum
         for name, growth, trace in (("code", paths.growth(kind), paths.trace(kind, heldout=True)),
                                     ("prose", paths.prose_growth(kind), paths.prose_trace(kind))):
             path = tmp_path / f"{kind}-{name}.json"
+            drafted = ["--drafted-only"] if RankTrace.load(trace).drafted is not None else []
             cli("select", "--growth", growth, "--trace", trace, "--step-profile",
-                paths.step_profile(kind), "--out", path)
+                paths.step_profile(kind), "--out", path, *drafted)
             files[name].append(str(path))
     printed = json.loads(cli("choose-drafter", *files["code"], "--name", "code",
                              "--prompt-set", "prose=" + ",".join(files["prose"])).stdout)
-    recorded = manifest["prose"]["choice"]["points"]
+    recorded = manifest["prose_choice"]["points"]
     assert [p["batch"] for p in recorded] == list(TINY.live_batches)
     assert len(printed["across_sets"]) == len(recorded)
     for mine, theirs in zip(recorded, printed["across_sets"], strict=True):

@@ -22,8 +22,8 @@ which every row was still running, the steady state a serving engine sees; with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -162,14 +162,19 @@ class Decoder:
 def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
                      prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
                      profile: bool = False, streams: Sequence[int] | None = None,
-                     batch: int | None = None) -> list[BatchResult]:
+                     batch: int | None = None,
+                     drafted_runs: Collection[int] = ()) -> list[BatchResult]:
     """:meth:`Decoder.decode_alongside` over runs of several decoders — e.g. a tree on a model
     in bfloat16 beside autoregressive decoding of the same model in float32: each (decoder,
-    shape) decodes ``prompts`` once, the runs' steps interleaved, each timing its own calls."""
+    shape) decodes ``prompts`` once, the runs' steps interleaved, each timing its own calls.
+    ``drafted_runs``: the runs (by index) whose lookup chains verify only what was drafted
+    (:attr:`~treeopt.decoding.config.DecodeConfig.drafted_only`)."""
     config = config or DecodeConfig()
     with torch.inference_mode():
-        started = [decoder._run(shape, prompts, config, profile=profile, streams=streams, slot=i,
-                                batch=batch, settle=True)  # each step's device work timed in it
+        started = [decoder._run(shape, prompts, replace(config, drafted_only=True)
+                                if i in drafted_runs else config, profile=profile,
+                                streams=streams, slot=i, batch=batch,
+                                settle=True)  # each step's device work timed in it
                    for i, (decoder, shape) in enumerate(runs)]
         for run in started:
             run.begin()
@@ -198,18 +203,19 @@ class RaceTotals:
 
 
 def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Sequence[int]],
-                    *, batch: int, config: DecodeConfig,
-                    continuous: bool = False) -> list[RaceTotals]:
+                    *, batch: int, config: DecodeConfig, continuous: bool = False,
+                    drafted_runs: Collection[int] = ()) -> list[RaceTotals]:
     """:func:`decode_alongside` of ``runs`` over ``prompts`` in consecutive batches of
     ``batch`` (``continuous``: in one run of ``batch`` rows, a finished row taking the next
-    prompt); per run its totals, the last run (e.g. plain decoding) the reference every output
-    is compared with."""
+    prompt; ``drafted_runs``: as there); per run its totals, the last run (e.g. plain
+    decoding) the reference every output is compared with."""
     if batch < 1:
         raise TreeoptError(f"batch size {batch}: at least 1")
     totals = [RaceTotals(0, 0.0, (), True) for _ in runs]
     size = len(prompts) if continuous else batch
     for g in range(0, len(prompts), size):
-        results = decode_alongside(runs, prompts[g: g + size], config=config, batch=batch)
+        results = decode_alongside(runs, prompts[g: g + size], config=config, batch=batch,
+                                   drafted_runs=drafted_runs)
         reference = results[-1].tokens
         totals = [RaceTotals(t.decode_tokens + r.stats.decode_tokens,
                              t.decode_seconds + r.stats.decode_seconds,

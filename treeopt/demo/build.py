@@ -33,6 +33,7 @@ from treeopt.demo.config import (
 )
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
+from treeopt.demo.prompt_sets import ship_prose_choice
 from treeopt.demo.selections import ship_selections
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.errors import FieldError, TreeoptError
@@ -41,10 +42,14 @@ from treeopt.profiling.host import cpu_identity, emulated_bf16
 from treeopt.version import __version__
 
 Log = Callable[[str], None]
+# a finished demo's stage records that a build no longer keeps there: the prose stage's choice
+# per prompt set is priced last now (``prose_choice``)
+RETIRED = {"prose": ("choice",)}
 # what every build prices last from the finished files, never resumed: select's answer per
-# drafter, the tuned adaptive configs the Live page replays
+# drafter, the fastest drafter per prompt set, the tuned adaptive configs the Live page replays
 PRICED_LAST: dict[str, Callable[[DemoPaths, str], dict[str, Any]]] = {
-    "selections": ship_selections, "adaptive_configs": ship_adaptive_configs}
+    "selections": ship_selections, "prose_choice": ship_prose_choice,
+    "adaptive_configs": ship_adaptive_configs}
 
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
@@ -344,7 +349,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
     alone, and their results replace theirs in the kept record."""
     record = ctx.scratch / f"{name}.json"
     if record.exists():
-        old = read_json(record)
+        old = {k: v for k, v in read_json(record).items() if k not in RETIRED.get(name, ())}
         new = stages.lacking(name, old, ctx.config.kinds)
         if not new:
             ctx.log(f"[{name}] done earlier, reusing")

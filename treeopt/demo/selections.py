@@ -3,11 +3,14 @@ a step profile, written when a build finishes, beside the SHA-256 of each file i
 (the growth, the calibration trace, the step profile).
 
 Pricing a drafter walks its trace step by step for every candidate tree (the per-step greedy
-growth, :mod:`treeopt.model.step_growth`): about a second per drafter on the build host, which the
-app's first view would otherwise pay for every drafter before it shows anything. A shipped
-selection is read instead only while its inputs are the files it was priced from, byte for byte;
-when one changed (a demo edited, re-timed or re-grown by hand), :func:`shipped_selection` says
-None and the caller prices afresh. Numpy only: no torch, no model.
+growth, :mod:`treeopt.model.step_growth`) and, for a lookup drafter whose trace records how far
+it drafted, every chain verified only as far as it was drafted (:mod:`treeopt.pricing.drafted`,
+what ``verify`` then decodes): about a second per drafter on the build host, which the app's
+first view would otherwise pay for every drafter before it shows anything. A shipped selection
+is read instead only while its inputs are the files it was priced from, byte for byte, and it
+was priced as :data:`PRICING` says; when one changed (a demo edited, re-timed or re-grown by
+hand, or a selection shipped by an earlier version), :func:`shipped_selection` says None and
+the caller prices afresh. Numpy only: no torch, no model.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
+from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.selection import SELECTION_FORMAT, Selection
 from treeopt.pricing.sources import price, profiled_costs
 
 COST_BLOCKS = ("latency", "draft", "overhead")  # a selection's cost sources
+# how a shipped selection was priced; one priced otherwise is priced afresh
+PRICING = "per-step walk of the trace; per-step greedy trees; drafted chains where traced"
 
 
 def selection_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path]:
@@ -33,24 +39,29 @@ def selection_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path
             "step_profile": paths.step_profile(kind, device)}
 
 
-def priced_selection(growth: Growth, trace: RankTrace, step_profile: Path) -> Selection:
-    """What ``treeopt select --demo KIND`` computes: ``growth``'s trees priced by the step
-    profile's costs, E[L] from ``trace`` walked step by step, at every point the profile has."""
-    costs = profiled_costs(step_profile)
-    return price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, trace=trace)
+def priced_selection(growth: Growth, trace: RankTrace, costs: StepCosts) -> Selection:
+    """The demo's selection of a drafter: ``growth``'s trees priced by its step profile's
+    ``costs``, E[L] from ``trace`` walked step by step, at every point the profile has; where
+    the trace records how far a lookup drafter drafted, its chains verified only as far as they
+    were drafted are priced too (``treeopt select --demo KIND --drafted-only``), and a point
+    picks whichever is faster."""
+    return price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, trace=trace,
+                 drafted_only=trace.drafted is not None)
 
 
 def ship_selection(paths: DemoPaths, kind: str, device: str) -> dict[str, Any]:
     """Price ``kind`` on ``device`` from the demo's files and write the selection with its
     inputs' digests; return what the manifest keeps (the file, each batch size's best size)."""
     inputs = selection_inputs(paths, kind, device)
-    selection = priced_selection(Growth.load(inputs["growth"]), RankTrace.load(inputs["trace"]),
-                                 inputs["step_profile"])
+    trace = RankTrace.load(inputs["trace"])
+    selection = priced_selection(Growth.load(inputs["growth"]), trace,
+                                 profiled_costs(inputs["step_profile"]))
     out = paths.selection(kind, device)
     doc = _sources(selection.to_json(), str(inputs["step_profile"]),
                    paths.inside(inputs["step_profile"]))
-    write_json(out, {**doc, "command": f"treeopt select --demo {kind}",
-                     "inputs": inputs_record(paths, inputs)})
+    flag = " --drafted-only" if trace.drafted is not None else ""
+    write_json(out, {**doc, "command": f"treeopt select --demo {kind}{flag}",
+                     "pricing": PRICING, "inputs": inputs_record(paths, inputs)})
     return {"file": paths.inside(out),
             "best_size": {str(p.batch): p.best_size for p in selection.points
                           if p.context == selection.contexts[0]}}
@@ -75,7 +86,8 @@ def shipped_selection(paths: DemoPaths, kind: str, device: str) -> Selection | N
     try:
         doc = read_tagged_json(path, SELECTION_FORMAT)
         inputs = selection_inputs(paths, kind, device)
-        if not inputs_unchanged(paths, doc.get("inputs"), inputs):
+        if doc.get("pricing") != PRICING or not inputs_unchanged(paths, doc.get("inputs"),
+                                                                 inputs):
             return None
         profile = inputs["step_profile"]
         return Selection.from_json(_sources(doc, paths.inside(profile), str(profile)),
@@ -92,5 +104,5 @@ def _sources(doc: dict[str, Any], old: str, new: str) -> dict[str, Any]:
                       if isinstance(doc.get(block), dict) and doc[block].get("source") == old}}
 
 
-__all__ = ["priced_selection", "selection_inputs", "ship_selection", "ship_selections",
+__all__ = ["PRICING", "priced_selection", "selection_inputs", "ship_selection", "ship_selections",
            "shipped_selection"]

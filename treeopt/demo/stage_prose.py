@@ -1,6 +1,7 @@
 """The prose stage of a demo build: a second prompt set where repeats are rare, each drafter's
-trace and growth on it, E[L] there beside the held-out code prompts', and the fastest drafter
-per batch size on each set."""
+trace and growth on it, and E[L] there beside the held-out code prompts' (the fastest drafter
+per batch size on each set is priced last, from the finished files:
+:func:`treeopt.demo.prompt_sets.ship_prose_choice`)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,7 @@ def prose(ctx: Context) -> dict[str, Any]:
     else docstrings and comments of the files no training step has seen
     (:func:`treeopt.demo.corpus_prompts.sample_prose`). For every drafter the
     demo ships, its greedy rank trace on them (as on the held-out prompts) and the growth from
-    it; E[L] at a few sizes beside the held-out code prompts'; and, priced by each drafter's
-    step profile, the fastest drafter per batch size on each set (``choose-drafter
-    --prompt-set``). A trace and growth already on disk for the same drafter and prompts are
+    it; and E[L] at a few sizes beside the held-out code prompts'. A trace and growth already on disk for the same drafter and prompts are
     reused (an interrupted stage, or a kind made again beside kept ones:
     :mod:`~treeopt.demo.stage_resume`'s ``outputs`` and ``kind_outputs`` name the files to remove
     first)."""
@@ -42,10 +41,6 @@ def prose(ctx: Context) -> dict[str, Any]:
                     "kinds": {k: sum(p["kind"] == k for p in found)
                               for k in dict.fromkeys(p["kind"] for p in found)}},
         "max_nodes": c.max_nodes, **{kind: kind_prose(ctx, kind) for kind in kinds}}
-    if not (ctx.scratch / "retime.json").exists():  # else priced once the speed is measured
-        choice = prose_choice(ctx, kinds)                # again (``stage_resume.retime``)
-        if choice:
-            out["choice"] = choice
     return out
 
 
@@ -72,23 +67,3 @@ def kind_prose(ctx: Context, kind: str) -> dict[str, Any]:
             "expected_accept_length": {n: float(g.expected_accept_length[n]) for n in sizes},
             "code_grown_expected_accept_length": {n: float(on_prose[n]) for n in sizes},
             "heldout_code_expected_accept_length": {n: float(on_code[n]) for n in sizes}}
-
-
-def prose_choice(ctx: Context, kinds: tuple[str, ...]) -> dict[str, Any]:
-    """The fastest drafter per batch size on the held-out code prompts and on the prose ones,
-    and the robust pick across both (:func:`treeopt.pricing.selection.choose_drafter_per_set`): each
-    drafter's growth for the set, E[L] the per-step walk of the set's trace, priced by the
-    drafter's step profile. Nothing when a drafter has no step profile."""
-    from treeopt.demo.prompt_sets import prompt_set_selections
-    from treeopt.pricing.selection import choose_drafter_per_set
-
-    device = ctx.config.device
-    if not all(ctx.paths.step_profile(k, device).exists() for k in kinds):
-        return {}
-    sets = prompt_set_selections(ctx.paths, kinds, device=device)
-    points = [c.to_json() for c in choose_drafter_per_set(sets)]
-    for p in points:
-        ctx.log(f"  batch {p['batch']}: fastest on code {p['fastest']['code']}, on prose "
-                f"{p['fastest']['prose']}; across both {p['robust']}")
-    return {"acceptance": "per-step walk of each set's trace (held-out code, prose)",
-            "points": points}

@@ -13,7 +13,6 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.context import Context
 from treeopt.demo.layout import KINDS, DemoPaths
 from treeopt.demo.stage_kinds import HEAD_KINDS, NEW_KINDS
-from treeopt.demo.stage_prose import prose_choice
 from treeopt.files import read_json, write_json
 from treeopt.registry.kinds import drafter_kind
 
@@ -47,8 +46,8 @@ def timing_outputs(paths: DemoPaths, config: DemoConfig, *,
 
 def retime(ctx: Context, results: dict[str, Any]) -> None:
     """Measure the drafters' and dynamic drafting's speed again (their files removed first by
-    the caller) and update those stages' results and records in place, and the prose stage's
-    choice, priced by the drafters' step profiles. Each drafter measured is named in the
+    the caller) and update those stages' results and records in place (the choice per prompt
+    set is priced from the new profiles last, as every build's). Each drafter measured is named in the
     re-measurement's marker (``retime.json``) as it finishes: a stopped run measures the rest,
     the one it stopped in resumed from its files (the step profile and the sweep are written as
     they go, so a file on disk may be part of a measurement)."""
@@ -66,13 +65,6 @@ def retime(ctx: Context, results: dict[str, Any]) -> None:
     results["dynamic"].update(stage_dynamic.dynamic_timing(ctx))
     write_json(ctx.scratch / "dynamic.json", results["dynamic"])
     ctx.log("[dynamic] speed measured again")
-    if "prose" in results:
-        results["prose"].pop("choice", None)
-        choice = prose_choice(ctx, ctx.paths.kinds())
-        if choice:
-            results["prose"]["choice"] = choice
-        write_json(ctx.scratch / "prose.json", results["prose"])
-        ctx.log("[prose] the choice per prompt set priced again")
 
 
 RECHECK_MARKER = "requality.json"  # --redo quality: until the drafters' quality is checked again

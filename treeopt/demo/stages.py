@@ -25,7 +25,7 @@ from treeopt.demo.stage_drafters import drafters
 from treeopt.demo.stage_dynamic import dynamic, dynamic_timing
 from treeopt.demo.stage_kinds import HEAD_KINDS, KIND_STAGES, NEW_KINDS, lacking, trained_kinds
 from treeopt.demo.stage_model import base_model, corpus_and_tokenizer, prompts
-from treeopt.demo.stage_prose import kind_prose, prose, prose_choice
+from treeopt.demo.stage_prose import kind_prose, prose
 from treeopt.demo.stage_quality import kind_quality, quality, read_jsonl
 from treeopt.demo.stage_resume import (
     KIND_SETTINGS,
@@ -78,7 +78,7 @@ __all__ = [
     "dynamic", "dynamic_timing", "greedy_trace", "growths", "head_data", "heads",
     "keep_training", "kind_growths", "kind_outputs", "kind_prose", "kind_quality",
     "kind_sampled", "kind_scope", "kind_step_profile", "kind_sweep", "kind_traces", "lacking",
-    "latency", "merge_kinds", "ngram_drafter", "outputs", "prompts", "prose", "prose_choice",
+    "latency", "merge_kinds", "ngram_drafter", "outputs", "prompts", "prose",
     "quality", "read_jsonl", "recheck_quality", "retime", "runs_kept", "sampled", "sweep",
     "threads", "timing_outputs", "traces", "train_drafter", "trained_kinds",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.simulation import (
     batch_window_accept_length,
@@ -14,6 +15,7 @@ from treeopt.model.simulation import (
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.drafted import drafted_throughput
 from treeopt.pricing.throughput import growth_expected_accept_length, price_tree
 
 
@@ -39,11 +41,23 @@ class Prediction(NamedTuple):
 
 
 def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | None,
-            batch: int, *, continuous: bool = False) -> Prediction:
+            batch: int, *, continuous: bool = False, drafted: bool = False) -> Prediction:
     """Predicted tokens/s and speed-up of ``tree`` at ``batch`` (E[L]: the trace walked step
     by step when there is one — at batch b > 1 through the steady window the sweep measures,
     its sequences b at a time, or through b rows of ``continuous`` batching — else the growth's
-    values summed over the tree's nodes)."""
+    values summed over the tree's nodes). ``drafted``: ``tree`` is a lookup drafter's chain
+    verified only as far as it was drafted, priced from the trace's drafted lengths as
+    ``select --drafted-only`` prices it (:func:`~treeopt.pricing.drafted.drafted_throughput`,
+    E[L] the pooled walk)."""
+    if drafted and not tree.is_chain:
+        raise TreeoptError(f"a tree of {tree.size} nodes that is no top-1 chain: only a lookup "
+                           "drafter's chain is verified as far as it was drafted")
+    if drafted and trace is not None and tree.size:
+        ell, tp = drafted_throughput(trace, max_depth=tree.depth, verify=costs.verify,
+                                     draft=costs.draft, overhead=costs.overhead, batch=batch,
+                                     context=costs.context())
+        rate = float(tp.tokens_per_s[-1])
+        return Prediction(rate, rate / float(tp.tokens_per_s[0]), float(ell[-1]))
     if trace is not None:
         ell = sweep_accept_length(tree, trace, batch, continuous=continuous)
     else:

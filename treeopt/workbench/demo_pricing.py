@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from treeopt.demo.selections import shipped_selection
+from treeopt.demo.selections import priced_selection, shipped_selection
 from treeopt.documents.sweep import Sweep
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_runs
@@ -14,7 +14,7 @@ from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.selection import Selection
-from treeopt.pricing.sources import price, profiled_costs
+from treeopt.pricing.sources import profiled_costs
 from treeopt.pricing.sweep_prediction import Prediction, predict
 
 if TYPE_CHECKING:
@@ -55,10 +55,11 @@ class HeldOutPricing:
     tokens: int | None  # new tokens per prompt walked (None: every position the trace holds)
     continuous: bool = False  # the batch window of continuous batching (the sweep's)
 
-    def predict(self, tree: Tree, batch: int) -> Prediction:
-        """Speed-up, tokens/s and E[L] of ``tree`` at ``batch`` on these held-out prompts."""
+    def predict(self, tree: Tree, batch: int, *, drafted: bool = False) -> Prediction:
+        """Speed-up, tokens/s and E[L] of ``tree`` at ``batch`` on these held-out prompts
+        (``drafted``: a chain verified as far as it was drafted)."""
         return predict(tree, self.growth, self.costs, self.trace, batch,
-                       continuous=self.continuous)
+                       continuous=self.continuous, drafted=drafted)
 
     @property
     def window(self) -> str:
@@ -91,8 +92,7 @@ def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
         return None
     costs = profiled_costs(path)
     selection = (shipped_selection(demo.paths, kind, demo.latency.stem)
-                 or price(demo.growths[kind], costs.verify, draft=costs.draft,
-                          overhead=costs.overhead, trace=demo.traces[kind]))
+                 or priced_selection(demo.growths[kind], demo.traces[kind], costs))
     sweep_path = demo.sweep(kind)
     sweep = Sweep.load(sweep_path) if sweep_path is not None else None
     return DemoPricing(kind, costs, selection, sweep,

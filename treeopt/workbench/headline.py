@@ -70,7 +70,8 @@ def headline(a: BatchAnswer) -> Headline:
     if m is None:
         delta, tone, arrow = "not measured", "gray", "off"
     else:
-        where = "" if m.same_tree else f" at {m.size} nodes (nearest swept)"
+        where = ("" if m.same_tree else " verifying the whole chain" if m.whole_chain
+                 else f" at {m.size} nodes (nearest swept)")
         delta = f"{m.speedup:.{digits}f}× measured{where}"
         tone, arrow = (("green", "up") if m.speedup > 1 else ("red", "down") if m.speedup < 1
                        else ("gray", "off"))

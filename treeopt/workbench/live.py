@@ -45,13 +45,15 @@ class LiveRun:
 def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
              prompts: Sequence[str], *, max_new_tokens: int = 128, mode: str = "greedy",
              temperature: float = 0.7, seed: int = 0, trace: RankTrace | None = None,
-             batch: int = 1, walked: RankTrace | None = None) -> LiveRun:
+             batch: int = 1, walked: RankTrace | None = None,
+             drafted: bool = False) -> LiveRun:
     """Decode ``prompts``, ``batch`` at a time, with ``tree`` and autoregressively (after a
     short warm-up of each); ``mode`` ``sample`` and ``typical`` sample at ``temperature`` with
     ``seed``. ``trace``: the drafter's calibration trace (its depth bounds the tree);
     ``walked``: these prompts' own trace (their continuations' ranks, as many sequences as
     prompts), walked step by step over the tokens each prompt decoded for the predicted
-    accepted length — as a sweep point counts it at ``batch``."""
+    accepted length — as a sweep point counts it at ``batch``. ``drafted``: a lookup drafter's
+    chain verifies only as far as it was drafted (a pick select priced so)."""
     from treeopt.decoding.compare import compare
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.hf_generate import check_comparison
@@ -66,7 +68,8 @@ def live_run(model: PreTrainedModel, tokenizer: Any, heads: Drafter, tree: Tree,
     check_tree_for(tree, trace=trace)  # the drafter's depth: the decoder checks it
     ids = encode(tokenizer, prompts)  # as the demo and `treeopt verify` encode them
     config = DecodeConfig(max_new_tokens=max_new_tokens, mode=mode, temperature=temperature,
-                          seed=seed, eos_token_id=getattr(tokenizer, "eos_token_id", None))
+                          seed=seed, eos_token_id=getattr(tokenizer, "eos_token_id", None),
+                          drafted_only=drafted)
     result = compare(model, heads, tree, ids, config=config, batch=batch, split=True,
                      warmup_tokens=4)
     spec = result.tree_outputs[0]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
+from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
 from treeopt.workbench.numbers import nodes_text, speedup_text
 
@@ -59,13 +60,22 @@ class Measured:
     # profile taken alongside the points (treeopt.workbench.demo_pricing.SweptPricing); None: no
     # profile alongside
     predicted_as_swept: float | None = None
+    # a chain picked verified as drafted, measured by the sweep verifying it whole
+    whole_chain: bool = False
 
     @property
     def label(self) -> str:
         """``measured`` for the tree itself, else which tree was measured instead."""
         if self.same_tree:
             return "measured"
-        return f"measured at the nearest size swept ({_size(self.size, self.max_depth)})"
+        if self.whole_chain:
+            return "measured verifying the whole chain (the sweep verifies whole trees)"
+        return f"measured at the nearest size swept ({self.other})"
+
+    @property
+    def other(self) -> str:
+        """What was measured instead of the tree: ``7 nodes, depth ≤ 3``, ``the whole chain``."""
+        return "the whole chain" if self.whole_chain else _size(self.size, self.max_depth)
 
 
 @dataclass(frozen=True)
@@ -99,12 +109,15 @@ class BatchAnswer:
     dynamic: DynamicAlternative | None
     held_out: Predicted | None = None
 
+    drafted: bool = False  # the tree is a chain verified as far as it was drafted
+
     @property
     def tree_label(self) -> str:
-        """``9 nodes, depth 4``, or ``no tree``."""
+        """``9 nodes, depth 4``, ``7 nodes, depth 7, verified as drafted``, or ``no tree``."""
         if self.tree.size == 0:
             return "no tree"
-        return f"{nodes_text(self.tree.size)}, depth {self.tree.depth}"
+        drafted = ", verified as drafted" if self.drafted else ""
+        return f"{nodes_text(self.tree.size)}, depth {self.tree.depth}{drafted}"
 
     @property
     def disagreement(self) -> str | None:
@@ -113,8 +126,8 @@ class BatchAnswer:
         m = self.measured
         if m is None or abs(self.predicted.speedup - m.speedup) <= m.spread * m.speedup:
             return None
-        what = "this tree" if m.same_tree else (f"the nearest size swept "
-                                                f"({_size(m.size, m.max_depth)})")
+        what = ("this tree" if m.same_tree else "the whole chain" if m.whole_chain
+                else f"the nearest size swept ({m.other})")
         said = (f"Batch {self.batch}: {self.drafter}'s tree ({self.tree_label}) is predicted at "
                 f"{self.predicted.speedup:.2f}× but {what} was measured at {m.speedup:.2f}× "
                 f"({self.predicted.speedup / m.speedup - 1:+.1%}), more than the measurement's "
@@ -159,7 +172,7 @@ def rows(view: Overview) -> list[dict[str, Any]]:
             "predicted as swept (profile alongside)": (
                 speedup_text(m.predicted_as_swept)
                 if m and m.predicted_as_swept is not None else None),
-            "measured tree": (("the same" if m.same_tree else _size(m.size, m.max_depth))
+            "measured tree": (("the same" if m.same_tree else m.other)
                               if m else "not measured"),
             "dynamic alternative": f"{d.drafter}: {d.settings}" if d else None,
             "dynamic speed-up": speedup_text(d.speedup) if d else None})
@@ -227,9 +240,11 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
     given = evidence[name]
     predicted = Predicted(point.speedup, point.tokens_per_s, point.autoregressive_tokens_per_s,
                           prediction_source(given, root=root), point.expected_accept_length)
+    drafted = point.family == DRAFTED_CHAIN
     measured = None
     if given.sweep is not None and point.tree.size:
-        measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth)
+        measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth,
+                                drafted=drafted)
     if measured is not None and measured.same_tree and given.as_swept is not None:
         measured = replace(measured, predicted_as_swept=given.as_swept.speedup(point.tree,
                                                                               choice.batch))
@@ -237,17 +252,19 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
                        predicted, dict(choice.speedups), measured,
                        dynamic_alternative(dynamic, choice.batch, choice.context,
                                            source=dynamic_source),
-                       held_out_prediction(given, point.tree, choice.batch, root=root))
+                       held_out_prediction(given, point.tree, choice.batch, root=root,
+                                           drafted=drafted), drafted=drafted)
 
 
 def held_out_prediction(evidence: DrafterEvidence, tree: Tree, batch: int, *,
-                        root: str | Path | None = None) -> Predicted | None:
+                        root: str | Path | None = None, drafted: bool = False
+                        ) -> Predicted | None:
     """``tree`` at ``batch`` priced for the held-out prompts (None without a held-out
-    pricing, or for no tree)."""
+    pricing, or for no tree); ``drafted``: a chain verified as far as it was drafted."""
     held = evidence.held_out
     if held is None or tree.size == 0:
         return None
-    p = held.predict(tree, batch)
+    p = held.predict(tree, batch, drafted=drafted)
     latency = _short(str(evidence.selection.latency.get("source", "?")), root)
     source = (f"E[L]: the held-out trace walked step by step over {held.window}; step costs: "
               f"{latency}, as `{evidence.command}` prices them")
@@ -267,22 +284,24 @@ def prediction_source(evidence: DrafterEvidence, *, root: str | Path | None = No
     return f"predicted by `{evidence.command}` — {ell}; {costs}"
 
 
-def measured_for(sweep: Sweep, batch: int, tree: Tree, *,
-                 max_depth: int | None = None) -> Measured | None:
+def measured_for(sweep: Sweep, batch: int, tree: Tree, *, max_depth: int | None = None,
+                 drafted: bool = False) -> Measured | None:
     """The sweep's measurement of ``tree`` at ``batch``, or of the size measured nearest to it
     (ties: the point the sweep marks ``selected``, then the same depth cap, then the smaller);
-    None where the sweep has no point at ``batch``."""
+    None where the sweep has no point at ``batch``. ``drafted``: ``tree`` is a chain verified
+    as far as it was drafted, which a sweep (verifying whole trees) never measures itself."""
     at = [p for p in sweep.points if p.batch == batch]
     if not at:
         return None
     paths = {tuple(path) for path in tree.as_choices()}
-    same = [p for p in at if set(p.choices) == paths]
+    same = [] if drafted else [p for p in at if set(p.choices) == paths]
     point = (max(same, key=lambda p: p.selected) if same else
              min(at, key=lambda p: (abs(p.size - tree.size), not p.selected,
                                     p.max_depth != max_depth, p.size)))
     return Measured(point.speedup, point.spread, point.se, point.tree_tokens_per_s, point.size,
                     point.max_depth, bool(same), _sweep_source(sweep, point),
-                    point.predicted_speedup)
+                    point.predicted_speedup,
+                    whole_chain=drafted and set(point.choices) == paths)
 
 
 def _sweep_source(sweep: Sweep, p: SweepPoint) -> str:

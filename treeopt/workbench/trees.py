@@ -25,6 +25,7 @@ from treeopt.model.simulation import simulate, step_walk
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
+from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import SELECTION_FORMAT, Point, Selection
 from treeopt.workbench.numbers import accept_length_text, nodes_text, speedup_text
 
@@ -68,6 +69,8 @@ class Choice:
     description: str
     source: str
     settings: TreeSettings
+    # a lookup drafter's chain verified only as far as it was drafted (select priced it so)
+    drafted: bool = False
 
     @property
     def is_pick(self) -> bool:
@@ -77,20 +80,23 @@ class Choice:
 def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "",
                 held_out: float | None = None) -> Choice:
     """``select``'s ``pick`` for drafter ``label`` (of ``heads`` heads) as a choice, with the
-    Trees page settings that grow it again; ``held_out``: its speed-up predicted for held-out
-    prompts, the figure the description gives (else select's own, on the calibration prompts).
-    """
+    Trees page settings that grow it again (a chain verified as drafted: the growth order with
+    rank 0 alone); ``held_out``: its speed-up predicted for held-out prompts, the figure the
+    description gives (else select's own, on the calibration prompts)."""
+    drafted = pick.family == DRAFTED_CHAIN
     ranks = [r for path in pick.tree.paths for r in path]
     settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
-                            max_rank=max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1),
-                            family=pick.family)
+                            max_rank=(1 if drafted else
+                                      max(TREE_DEFAULTS["max_rank"], max(ranks, default=0) + 1)),
+                            family=GROWTH_ORDER if drafted else pick.family)
     figure = (f"{speedup_text(held_out)} predicted on held-out prompts" if held_out is not None
               else f"{speedup_text(pick.speedup)} predicted")
+    how = " verified as drafted," if drafted else ""
     return Choice(label, pick.batch, pick.tree,
                   f"{label} · select's pick on {hardware or 'the hardware'} at batch "
-                  f"{pick.batch} · {nodes_text(pick.tree.size)}, depth {pick.tree.depth}, "
-                  f"{figure}",
-                  PICKED, settings)
+                  f"{pick.batch} · {nodes_text(pick.tree.size)}, depth {pick.tree.depth},"
+                  f"{how} {figure}",
+                  PICKED, settings, drafted)
 
 
 def default_choice(source: Source, label: str, *, pick: Point | None = None,
