@@ -265,11 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(prompts)} held-out prompts × {args.new_tokens} new tokens, {args.rounds} "
           f"rounds, one thread, {args.dtype or 'fp32'}, greedy; every output compared with HF "
           f"plain greedy")
-    print(f"{'decoder':62} {'tokens/s':>9} {'vs HF plain':>12}  output")
+    width = max(len(p.name) for p in peers)
+    print(f"{'decoder':{width}} {'tokens/s':>9} {'vs HF plain':>12}  output")
     for p in peers:
         mark = " ← recommended" if p.name == recommended else ""
         said = "equal" if not p.lossy else f"DIFFERS on prompts {p.lossy}"
-        print(f"{p.name:62} {p.tokens_per_s:9.1f} {p.tokens_per_s / plain:11.2f}×  {said}{mark}")
+        print(f"{p.name:{width}} {p.tokens_per_s:9.1f} {p.tokens_per_s / plain:11.2f}×  "
+              f"{said}{mark}")
     print(f"best Hugging Face option: {best_hf.name} ({best_hf.tokens_per_s:.1f} tokens/s)")
     ours_ar = next(p for p in peers if p.name == "treeopt autoregressive")
     print(f"treeopt autoregressive / HF plain greedy: {ours_ar.tokens_per_s / plain:.2f}×")

@@ -291,6 +291,12 @@ def test_the_cli_selects_and_verifies_a_drafted_chain(tiny_model_dir, prompts_fi
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "s.json").read_text())
     assert doc["growth"]["drafted_only"] is True
+    plain = [a for a in select if a != "--drafted-only"]  # on by default: the trace records them
+    assert run(*plain, "--trace", tmp_path / "t.npz").returncode == 0
+    assert json.loads((tmp_path / "s.json").read_text()) == doc
+    assert run(*plain, "--trace", tmp_path / "t.npz", "--no-drafted-only").returncode == 0
+    assert "drafted_only" not in json.loads((tmp_path / "s.json").read_text())["growth"]
+    assert run(*select, "--trace", tmp_path / "t.npz").returncode == 0
     proc = run("verify", "--model", tiny_model_dir, "--drafter", spec, "--tree",
                tmp_path / "s.json", "--prompts", prompts_file, "--max-new-tokens", "10",
                "--prompt-count", "2", "--rounds", "1", "--drafted-only")

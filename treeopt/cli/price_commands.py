@@ -55,10 +55,12 @@ def register_select(sub: argparse._SubParsersAction) -> None:
                    help="calibration trace: E[L] of every tree from its per-step walk, and "
                         "the trees of a per-step greedy growth priced beside the growth's "
                         "(default: the per-step E[L] the growth stores, where it has it)")
-    p.add_argument("--drafted-only", action="store_true",
+    p.add_argument("--drafted-only", action=argparse.BooleanOptionalAction,
                    help="a lookup drafter's chains verified only as far as they were drafted "
                         "(verify --drafted-only; Hugging Face's prompt lookup, vLLM's ngram): "
-                        "price them too, from the drafted lengths --trace records")
+                        "price them too, from the drafted lengths --trace records, and pick "
+                        "them where faster (default: on where --trace records drafted lengths; "
+                        "--no-drafted-only prices whole trees alone)")
     p.add_argument("--draft-kind", choices=KIND_NAMES, help="predict the heads' cost")
     p.add_argument("--draft-heads", type=int, metavar="K",
                    help="heads the drafter has, for --draft-kind")
@@ -130,6 +132,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
     from treeopt.pricing.costs import NO_OVERHEAD
+    from treeopt.pricing.drafted import prices_drafted
     from treeopt.pricing.sources import costs_of_profile, price
     from treeopt.pricing.throughput import check_grid, per_step_note
 
@@ -149,7 +152,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     overhead = costs.overhead if costs is not None else NO_OVERHEAD
     selection = price(growth, verify, draft=draft, overhead=overhead, batch=args.batch,
                       context=args.context, depth_caps=args.max_depths, trace=trace,
-                      drafted_only=args.drafted_only)
+                      drafted_only=(prices_drafted(trace) if args.drafted_only is None
+                                    else args.drafted_only))
     if (note := per_step_note(selection)) is not None:
         print(f"note: {note}", file=sys.stderr)
     _print_per_batch_k(selection)

@@ -25,6 +25,7 @@ from treeopt.files import read_tagged_json, write_json
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
 from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.drafted import prices_drafted
 from treeopt.pricing.selection import SELECTION_FORMAT, Selection
 from treeopt.pricing.sources import price, profiled_costs
 
@@ -43,24 +44,22 @@ def priced_selection(growth: Growth, trace: RankTrace, costs: StepCosts) -> Sele
     """The demo's selection of a drafter: ``growth``'s trees priced by its step profile's
     ``costs``, E[L] from ``trace`` walked step by step, at every point the profile has; where
     the trace records how far a lookup drafter drafted, its chains verified only as far as they
-    were drafted are priced too (``treeopt select --demo KIND --drafted-only``), and a point
-    picks whichever is faster."""
+    were drafted are priced too, and a point picks whichever is faster — as ``treeopt select
+    --demo KIND`` does (:func:`~treeopt.pricing.drafted.prices_drafted`)."""
     return price(growth, costs.verify, draft=costs.draft, overhead=costs.overhead, trace=trace,
-                 drafted_only=trace.drafted is not None)
+                 drafted_only=prices_drafted(trace))
 
 
 def ship_selection(paths: DemoPaths, kind: str, device: str) -> dict[str, Any]:
     """Price ``kind`` on ``device`` from the demo's files and write the selection with its
     inputs' digests; return what the manifest keeps (the file, each batch size's best size)."""
     inputs = selection_inputs(paths, kind, device)
-    trace = RankTrace.load(inputs["trace"])
-    selection = priced_selection(Growth.load(inputs["growth"]), trace,
+    selection = priced_selection(Growth.load(inputs["growth"]), RankTrace.load(inputs["trace"]),
                                  profiled_costs(inputs["step_profile"]))
     out = paths.selection(kind, device)
     doc = _sources(selection.to_json(), str(inputs["step_profile"]),
                    paths.inside(inputs["step_profile"]))
-    flag = " --drafted-only" if trace.drafted is not None else ""
-    write_json(out, {**doc, "command": f"treeopt select --demo {kind}{flag}",
+    write_json(out, {**doc, "command": f"treeopt select --demo {kind}",
                      "pricing": PRICING, "inputs": inputs_record(paths, inputs)})
     return {"file": paths.inside(out),
             "best_size": {str(p.batch): p.best_size for p in selection.points

@@ -43,6 +43,13 @@ NO_DRAFTED = ("records no drafted chain lengths, which drafted-only steps are pr
               "again (traces from before this version hold none)")
 
 
+def prices_drafted(trace: RankTrace | None) -> bool:
+    """Whether pricing with ``trace`` prices drafted chains beside the whole trees by default:
+    where the trace records how far its lookup drafter drafted (``select`` without
+    ``--drafted-only`` or ``--no-drafted-only``, and the demo's selections)."""
+    return trace is not None and trace.drafted is not None
+
+
 def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
                                                        npt.NDArray[np.int64]]:
     """The steps greedy decoding takes with the chain of ``depth`` along the trace: each one's
