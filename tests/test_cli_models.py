@@ -89,6 +89,7 @@ def test_trace_merge_and_verify(workdir, tiny_model_dir, prompts_file):
     # the live steps that start inside the trace's positions are the steps its walk takes:
     # the same prompts, teacher forced on the same greedy continuations, so equal exactly
     inside = pred["inside_trace"]
+    assert inside["prompts_match"] is True  # calibrate recorded these prompts' digests
     assert (inside["sequences"], inside["measured_steps"]) == (6, inside["steps"])
     assert inside["steps"] == report["tree_decoding"]["steps"]  # every live step: the trace
     # (16 tokens) holds each position a 12-token run starts a step at

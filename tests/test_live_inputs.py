@@ -247,6 +247,50 @@ def test_verify_walks_inside_the_held_out_trace_when_one_is_given():
     assert out["inside_trace"]["mean_accept_length"] == out["inside_trace"]["measured"] == 1.0
 
 
+def test_verify_walks_a_trace_as_the_prompts_own_only_where_its_digests_say_so():
+    """A trace that records its prompts' digests is walked inside along the decoded prompts'
+    own sequences, wherever it holds them; for other prompts it says so, and the verdict too."""
+    pytest.importorskip("torch")
+    from treeopt.decoding.verify import prediction
+    from treeopt.model.trace import prompt_digest
+
+    ranks = np.array([[0]] * 4 + [[-1]] * 4, np.int16)  # the second prompt accepts nothing
+    trace = RankTrace(ranks, {"sequence_positions": [4, 4],
+                              "prompt_digests": [prompt_digest([5, 6]), prompt_digest([7])]})
+    live = [(2, 2), (1, 1, 1, 1)]
+    own = prediction(Tree.chain(1), trace, 2.0, live, [5, 5], [[5, 6], [7]])
+    assert own["inside_trace"]["prompts_match"] is True
+    assert own["inside_trace"]["mean_accept_length"] == own["inside_trace"]["measured"] == 8 / 6
+    swapped = prediction(Tree.chain(1), trace, 1.0, live[1:], [5], [[7]])  # its second one
+    assert swapped["inside_trace"]["prompts_match"] is True
+    assert swapped["inside_trace"]["mean_accept_length"] == 1.0  # not the first's 2.0
+    other = prediction(Tree.chain(1), trace, 2.0, live, [5, 5], [[5, 6], [8]])
+    assert other["inside_trace"] == {
+        "sequences": 2, "prompts_match": False,
+        "note": "1 of the 2 prompts decoded are not in the trace: no walk inside it"}
+    unknown = prediction(Tree.chain(1), RankTrace(trace.ranks, {"sequence_positions": [4, 4]}),
+                         2.0, live, [5, 5], [[5, 6], [8]])
+    assert unknown["inside_trace"]["prompts_match"] is None  # a trace without digests
+    doc = {**report().to_json(), "predicted": {"mean_accept_length": 2.0,
+                                               "acceptance": "per step", **other}}
+    assert "no walk inside it" in VerifyReport.from_json(doc).verdict()
+
+
+def test_the_digests_follow_the_sequences_through_cuts_merges_and_runs():
+    from treeopt.model.runs import as_runs
+    from treeopt.model.trace import merge_traces
+
+    t = RankTrace(np.zeros((5, 1), np.int16), {"sequence_positions": [2, 0, 3],
+                                               "prompt_digests": ["a", "b", "c"]})
+    assert t.sequences(2).prompt_digests == ["a", "b"]
+    assert t.nonempty().prompt_digests == ["a", "c"]
+    assert as_runs(t, [3, 3]).prompt_digests == ["a", "b"]
+    assert merge_traces([t, t.sequences(1)]).prompt_digests == ["a", "b", "c", "a"]
+    assert merge_traces([t, RankTrace(t.ranks, {"sequence_positions": [5]})]).prompt_digests \
+        is None
+    assert RankTrace(t.ranks, {**t.meta, "sequence_positions": [5]}).prompt_digests is None
+
+
 def test_verify_predicts_the_per_step_mean_and_labels_the_position_weighted_one():
     """A chain of one on one sequence of 4 positions, accepted at t0, t1 and t3: decoding steps
     at t0 (2 tokens), t2 (1), t3 (2) — 5 tokens in 3 steps — while positions weigh 7 / 4."""

@@ -52,7 +52,7 @@ from treeopt.decoding.rank_pass import (
 )
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
-from treeopt.model.trace import RankTrace, merge_traces
+from treeopt.model.trace import RankTrace, merge_traces, prompt_digest
 from treeopt.version import __version__
 
 if TYPE_CHECKING:
@@ -290,7 +290,8 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     drafted = (None if config.source != "greedy" else np.concatenate(lengths) if lengths
                else _drafted(heads, seqs, starts))
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
-                           "sequence_positions": [len(r) for r in ranks], **kept}, drafted)
+                           "sequence_positions": [len(r) for r in ranks],
+                           "prompt_digests": [prompt_digest(p) for p in prompts], **kept}, drafted)
 
 
 def _drafted(heads: Drafter, seqs: Sequence[Sequence[int]],
@@ -351,7 +352,9 @@ def _finish(traces: list[RankTrace], heads: Drafter, config: CalibrateConfig,
         "sequences": int(merged.meta.get("sequences", 0)),
         "tokens": int(merged.meta.get("tokens", 0)), "positions": merged.positions,
         "shard": f"{config.shard}/{config.num_shards}", "tool": f"treeopt {__version__}",
-        "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]]})
+        "sequence_positions": [n for t in traces for n in t.meta["sequence_positions"]],
+        **({"prompt_digests": merged.prompt_digests} if merged.prompt_digests is not None
+           else {})})
 
 
 def _request_order(sequences: int, config: CalibrateConfig) -> list[int]:

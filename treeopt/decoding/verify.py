@@ -30,7 +30,7 @@ from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError
 from treeopt.model.runs import as_run, as_runs
 from treeopt.model.simulation import Simulation, simulate, step_walk, steps_inside
-from treeopt.model.trace import RankTrace
+from treeopt.model.trace import RankTrace, prompt_digest
 from treeopt.model.tree import Tree
 
 __all__ = ["VERIFY_FORMAT", "Verification", "VerifyReport", "check_tree_for", "verify"]
@@ -132,7 +132,7 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         predicted=(prediction(tree, as_run(trace, config.max_new_tokens),
                               result.tree_stats.mean_accept_length,
                               result.tree_stats.sequence_accept_lengths,
-                              [len(t) for t in result.tree_outputs],
+                              [len(t) for t in result.tree_outputs], prompts,
                               held_out=(as_run(run.held_out, config.max_new_tokens)
                                         if run.held_out is not None else None))
                    if trace is not None else None),  # over the positions the run starts steps
@@ -140,6 +140,21 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
         run={**(meta or {}), "attention": attention_of(model),
              **({"drafted_only": True} if config.drafted_only else {})},
         batching="continuous" if run.continuous else "static", divergences=divergences)
+
+
+def _sequences_of(prompts: Sequence[Sequence[int]], digests: Sequence[str]) -> list[int | None]:
+    """Each prompt's sequence in a trace that records ``digests`` (one per sequence, in the
+    trace's order: a merged run's shards keep theirs): the first not taken yet, None where the
+    trace holds none.
+
+    >>> from treeopt.model.trace import prompt_digest as d
+    >>> _sequences_of([[1], [2], [1], [3]], [d([2]), d([1]), d([1])])
+    [1, 0, 2, None]
+    """
+    free: dict[str, list[int]] = {}
+    for i, digest in enumerate(digests):
+        free.setdefault(digest, []).append(i)
+    return [free[k].pop(0) if free.get(k := prompt_digest(p)) else None for p in prompts]
 
 
 def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Comparison, *,
@@ -154,8 +169,8 @@ def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Com
 
 def prediction(tree: Tree, trace: RankTrace, measured: float,
                sequences: Sequence[Sequence[int]] = (),
-               emitted: Sequence[int] = (), *, held_out: RankTrace | None = None,
-               ) -> dict[str, Any]:
+               emitted: Sequence[int] = (), prompts: Sequence[Sequence[int]] = (), *,
+               held_out: RankTrace | None = None) -> dict[str, Any]:
     """What ``trace`` predicts for the mean accepted length a live run ``measured``: the per-step
     walk where the trace records its sequences (``acceptance``: ``per step``; ``steps``: how
     many it takes), with the position-weighted E[L] beside it
@@ -168,8 +183,11 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     first ones, each as its live run kept it (:func:`~treeopt.model.runs.as_runs`),
     with the live steps that start inside their positions: the steps that walk takes, if the
     trace was recorded on these prompts; ``held_out``, when given, is the trace that was (a
-    calibration trace predicts, the held-out one is walked inside). A trace calibrated with the
-    run's budget and EOS holds
+    calibration trace predicts, the held-out one is walked inside). ``prompts``: the prompts
+    decoded: where the trace records its prompts' digests, their own sequences are walked,
+    wherever the trace holds them (``prompts_match``; a trace without them is not walked as
+    theirs, a trace without digests is read in order). A trace calibrated
+    with the run's budget and EOS holds
     every step (a trace made before treeopt recorded the positions a run visits stops short of
     each continuation's end by the drafter's depth).
     """
@@ -181,7 +199,7 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     out = {"acceptance": "per step", **_against(walk, measured), "steps": walk.count, **base,
            **{f"position_weighted_{k}": v for k, v in _against(weighted, measured).items()}}
     inside = _inside_trace(tree, held_out if held_out is not None else trace, sequences,
-                           emitted)
+                           emitted, prompts)
     if inside is not None:
         out["inside_trace"] = inside
     return out
@@ -195,19 +213,32 @@ def _against(sim: Simulation, measured: float) -> dict[str, float]:
 
 
 def _inside_trace(tree: Tree, trace: RankTrace, sequences: Sequence[Sequence[int]],
-                  emitted: Sequence[int]) -> dict[str, Any] | None:
+                  emitted: Sequence[int],
+                  prompts: Sequence[Sequence[int]] = ()) -> dict[str, Any] | None:
     """The walk of the trace's first sequences beside the live steps inside their positions
-    (None without as many sequences in the trace, or no live step inside it)."""
+    (None without as many sequences in the trace, or no live step inside it); where the trace
+    records its prompts' digests, the sequences of ``prompts`` wherever they are, and no walk
+    where one is missing (``prompts_match`` False)."""
     counts = trace.meta["sequence_positions"]
     n = len(sequences)
     if not 0 < n <= len(counts):
         return None
+    match = None
+    if trace.prompt_digests is not None and len(prompts) >= n:
+        found = _sequences_of(prompts[:n], trace.prompt_digests)
+        missing = sum(i is None for i in found)
+        if missing:
+            return {"sequences": n, "prompts_match": False,
+                    "note": f"{missing} of the {n} prompts decoded are not in the trace: no walk "
+                            "inside it"}
+        trace, match = trace.of_sequences([i for i in found if i is not None]), True
     runs = as_runs(trace, [max(2, e) for e in emitted[:n]])  # each as its live run kept it
     own = simulate(tree, runs, per_step=True)
     inside = steps_inside(sequences, runs.meta["sequence_positions"])
     if not inside or not own.count:  # no step started inside the trace
         return None
     live = sum(inside) / len(inside)
-    return {"sequences": n, "mean_accept_length": own.mean_accept_length, "steps": own.count,
+    return {"sequences": n, "prompts_match": match,
+            "mean_accept_length": own.mean_accept_length, "steps": own.count,
             "measured": live, "measured_steps": len(inside),
             "relative_difference": (live - own.mean_accept_length) / own.mean_accept_length}

@@ -97,7 +97,9 @@ class VerifyReport:
                 how = f" {predicted['acceptance']}" if predicted.get("acceptance") else ""
                 text += f", {want:.2f} predicted{how} ({live / want - 1:+.1%})"
             inside = predicted.get("inside_trace") or {}
-            if inside.get("mean_accept_length") and inside.get("measured") is not None:
+            if inside.get("prompts_match") is False:
+                text += f"; {inside['note']}"
+            elif inside.get("mean_accept_length") and inside.get("measured") is not None:
                 got, walked = inside["measured"], inside["mean_accept_length"]
                 text += (f", {got:.2f} live and {walked:.2f} walked inside the trace for these "
                          f"{inside['sequences']} prompts ({got / walked - 1:+.1%})")

@@ -13,6 +13,7 @@ drafted_only`) is priced by it (:mod:`treeopt.pricing.drafted`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zipfile
@@ -98,6 +99,16 @@ class RankTrace:
     def head_kind(self) -> str | None:
         return self.meta.get("head_kind")
 
+    @property
+    def prompt_digests(self) -> list[str] | None:
+        """Each sequence's :func:`prompt_digest`, in the trace's order, where it records one per
+        sequence (``treeopt calibrate`` does); None else (a trace from before, or one whose
+        sequences were regrouped without them)."""
+        digests, counts = self.meta.get("prompt_digests"), self.meta.get("sequence_positions")
+        if isinstance(digests, list) and counts is not None and len(digests) == len(counts):
+            return [str(d) for d in digests]
+        return None
+
     def sequences(self, count: int, *,
                   positions: int | Sequence[int] | None = None) -> RankTrace:
         """The trace of the first ``count`` calibration sequences (needs ``sequence_positions``),
@@ -133,8 +144,36 @@ class RankTrace:
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[:count]
         kept = [n if c is None else min(n, c) for n, c in zip(counts[:count], cuts, strict=True)]
         rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
-        return RankTrace(self.ranks[rows], {**self.meta, "sequence_positions": kept,
-                                            "sequences": count}, self._drafted_at(rows))
+        digests = self.prompt_digests
+        return RankTrace(self.ranks[rows], {
+            **self.meta, "sequence_positions": kept, "sequences": count,
+            **({"prompt_digests": digests[:count]} if digests is not None else {})},
+            self._drafted_at(rows))
+
+    def of_sequences(self, indices: Sequence[int]) -> RankTrace:
+        """The trace of the sequences at ``indices``, in that order (needs
+        ``sequence_positions``).
+
+        >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
+        >>> t.of_sequences([1, 0]).ranks[:, 0].tolist()
+        [2, 3, 4, 0, 1]
+        """
+        counts = self.meta.get("sequence_positions")
+        if not counts or sum(counts) != self.positions:
+            raise TreeoptError("rank trace: no 'sequence_positions' in its meta, so its "
+                               "sequences cannot be told apart")
+        if any(not 0 <= i < len(counts) for i in indices):
+            raise TreeoptError(f"rank trace: sequences {list(indices)} asked for, it has "
+                               f"{len(counts)}")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in indices]
+                              + [np.zeros(0, np.int64)]).astype(np.int64)
+        digests = self.prompt_digests
+        return RankTrace(self.ranks[rows], {
+            **self.meta, "sequence_positions": [counts[i] for i in indices],
+            "sequences": len(indices),
+            **({"prompt_digests": [digests[i] for i in indices]} if digests is not None
+               else {})}, self._drafted_at(rows))
 
     def sequence_lengths(self, *, source: str | None = None) -> list[int]:
         """Positions per sequence, for a figure that runs each sequence as a row of a batch (a
@@ -176,11 +215,13 @@ class RankTrace:
             return self
         dropped = list(self.meta.get("empty_sequences", []))
         kept = [i for i, n in enumerate(counts) if n]
+        digests = self.prompt_digests
         origin = [i for i in range(len(counts) + len(dropped)) if i not in dropped]
         return RankTrace(self.ranks, {
             **self.meta, "sequence_positions": [counts[i] for i in kept],
             "sequences": len(kept),
-            "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n])},
+            "empty_sequences": sorted(dropped + [origin[i] for i, n in enumerate(counts) if not n]),
+            **({"prompt_digests": [digests[i] for i in kept]} if digests is not None else {})},
             self.drafted)
 
     def require(self, *, heads: int, source: str = "rank trace") -> None:
@@ -307,6 +348,17 @@ def _check_top_k(ranks: npt.NDArray[np.int16], top_k: Any) -> None:
                            f"{head + 1} is not below the recorded top_k {top_k}")
 
 
+def prompt_digest(ids: Sequence[int]) -> str:
+    """What tells a prompt's sequences in a trace: the first 16 hex digits of the SHA-256 of its
+    token ids as int64 (a trace records one per sequence; ``verify`` checks the prompts it
+    decodes against them before it walks the trace as theirs).
+
+    >>> prompt_digest([1, 2, 3]) == prompt_digest((1, 2, 3)) != prompt_digest([1, 2])
+    True
+    """
+    return hashlib.sha256(np.asarray(list(ids), np.int64).tobytes()).hexdigest()[:16]
+
+
 def merge_traces(traces: Sequence[RankTrace], *, names: Sequence[str] | None = None) -> RankTrace:
     """Concatenate the shards of one calibration run along positions; head counts, top-k and
     every other record of the run must agree (``names``: what messages call the shards).
@@ -343,6 +395,11 @@ def merge_traces(traces: Sequence[RankTrace], *, names: Sequence[str] | None = N
         meta["sequence_positions"] = [n for t in traces for n in t.meta["sequence_positions"]]
     else:
         meta.pop("sequence_positions", None)
+    digests = [t.prompt_digests for t in traces]
+    if all(d is not None for d in digests):  # likewise, where every shard records them
+        meta["prompt_digests"] = [d for ds in digests for d in ds]
+    else:
+        meta.pop("prompt_digests", None)
     meta["merged_shards"] = len(traces)
     drafted = (np.concatenate([t.drafted for t in traces])
                if all(t.drafted is not None for t in traces) else None)
@@ -351,7 +408,7 @@ def merge_traces(traces: Sequence[RankTrace], *, names: Sequence[str] | None = N
 
 # meta that differs between the shards of one run; everything else describes the run itself
 _PER_SHARD = frozenset({"shard", "created", "sequences", "tokens", "positions",
-                        "sequence_positions", "fingerprint", "merged_shards"})
+                        "sequence_positions", "prompt_digests", "fingerprint", "merged_shards"})
 
 
 def _run_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
