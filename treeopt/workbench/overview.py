@@ -108,7 +108,6 @@ class BatchAnswer:
     measured: Measured | None
     dynamic: DynamicAlternative | None
     held_out: Predicted | None = None
-
     drafted: bool = False  # the tree is a chain verified as far as it was drafted
 
     @property
