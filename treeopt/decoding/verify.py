@@ -28,7 +28,7 @@ from treeopt.decoding.models import attention_of
 from treeopt.documents.measure import ONCE, Measurement
 from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError
-from treeopt.model.runs import as_run, as_runs
+from treeopt.model.runs import as_run, as_runs, of_sequences
 from treeopt.model.simulation import Simulation, simulate, step_walk, steps_inside
 from treeopt.model.trace import RankTrace, prompt_digest
 from treeopt.model.tree import Tree
@@ -231,7 +231,7 @@ def _inside_trace(tree: Tree, trace: RankTrace, sequences: Sequence[Sequence[int
             return {"sequences": n, "prompts_match": False,
                     "note": f"{missing} of the {n} prompts decoded are not in the trace: no walk "
                             "inside it"}
-        trace, match = trace.of_sequences([i for i in found if i is not None]), True
+        trace, match = of_sequences(trace, [i for i in found if i is not None]), True
     runs = as_runs(trace, [max(2, e) for e in emitted[:n]])  # each as its live run kept it
     own = simulate(tree, runs, per_step=True)
     inside = steps_inside(sequences, runs.meta["sequence_positions"])

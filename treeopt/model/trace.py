@@ -150,31 +150,6 @@ class RankTrace:
             **({"prompt_digests": digests[:count]} if digests is not None else {})},
             self._drafted_at(rows))
 
-    def of_sequences(self, indices: Sequence[int]) -> RankTrace:
-        """The trace of the sequences at ``indices``, in that order (needs
-        ``sequence_positions``).
-
-        >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
-        >>> t.of_sequences([1, 0]).ranks[:, 0].tolist()
-        [2, 3, 4, 0, 1]
-        """
-        counts = self.meta.get("sequence_positions")
-        if not counts or sum(counts) != self.positions:
-            raise TreeoptError("rank trace: no 'sequence_positions' in its meta, so its "
-                               "sequences cannot be told apart")
-        if any(not 0 <= i < len(counts) for i in indices):
-            raise TreeoptError(f"rank trace: sequences {list(indices)} asked for, it has "
-                               f"{len(counts)}")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in indices]
-                              + [np.zeros(0, np.int64)]).astype(np.int64)
-        digests = self.prompt_digests
-        return RankTrace(self.ranks[rows], {
-            **self.meta, "sequence_positions": [counts[i] for i in indices],
-            "sequences": len(indices),
-            **({"prompt_digests": [digests[i] for i in indices]} if digests is not None
-               else {})}, self._drafted_at(rows))
-
     def sequence_lengths(self, *, source: str | None = None) -> list[int]:
         """Positions per sequence, for a figure that runs each sequence as a row of a batch (a
         live batch's steady window, an adaptive replay): the one reader of them, which refuses
