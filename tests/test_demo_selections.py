@@ -31,6 +31,22 @@ def test_the_shipped_demo_ships_what_select_demo_computes_for_every_drafter(demo
         assert shipped_selection(paths, kind, "cpu") is not None, f"{kind}: inputs changed"
 
 
+def test_the_real_models_demo_ships_what_pricing_computes_now_drafted_chains_included():
+    """SmolLM2's shipped selections (no weights needed) are read back, as priced now, and its
+    lookup drafters' batch-1 picks are chains verified as drafted."""
+    from treeopt.demo.layout import demo_root
+
+    demo = load(demo_root("smollm2"), with_model=False)
+    for kind in demo.kinds:
+        shipped = shipped_selection(demo.paths, kind, "cpu")
+        assert shipped is not None, f"{kind}: priced otherwise, or an input changed"
+        priced = priced_selection(demo.growths[kind], demo.traces[kind],
+                                  profiled_costs(demo.step_profile(kind)))
+        assert not differences(shipped.to_json()["points"], priced.to_json()["points"]), kind
+        drafted = demo.traces[kind].drafted is not None
+        assert (shipped.point(1, shipped.contexts[0]).family == DRAFTED_CHAIN) == drafted, kind
+
+
 @pytest.fixture(scope="module")
 def tiny(tiny_demos, tmp_path_factory):
     return demo_copy(tiny_demos.after, tmp_path_factory.mktemp("selections"))[0]
