@@ -417,6 +417,36 @@ def test_verify_page_live_run_is_lossless_and_reports_figures(demo, view):
     assert len(html) == 1 and 'title="step 0"' in html[0].proto.body
 
 
+def test_verify_page_decodes_a_drafted_pick_as_drafted(demo, monkeypatch):
+    """A choice of a lookup drafter's chain verified as drafted (select's pick where its trace
+    records drafted lengths) is decoded so on Verify: steps cut to the draft, still lossless."""
+    from treeopt.model.tree import Tree
+    from treeopt.workbench import live
+    from treeopt.workbench.trees import PICKED, Choice, TreeSettings
+
+    calls = []
+    real = live.live_run
+    monkeypatch.setattr(live, "live_run",
+                        lambda *a, **kw: calls.append(kw["drafted"]) or real(*a, **kw))
+    at = open_page("verify")
+    at.session_state["choice"] = Choice(
+        "prompt-lookup", 1, Tree.chain(4), "prompt-lookup · select's pick on cpu at batch 1 · "
+        "4 nodes, depth 4, verified as drafted, 1.50× predicted", PICKED,
+        TreeSettings(4, 4, max_rank=1), drafted=True)
+    at.run()
+    at.selectbox(key="verify_kind").set_value("prompt-lookup")
+    at.slider(key="verify_tokens").set_value(32)
+    at.button(key="verify_run").click().run()
+    assert_clean(at)
+    assert calls == [True]
+    assert any("verified as drafted" in c.value for c in at.caption)
+    assert [s.value for s in at.success] == [
+        "Lossless: every prompt's output equals the model's own greedy `generate` and "
+        "treeopt's plain greedy decoding token for token."]
+    shown = metrics(at)
+    assert shown["Predicted accepted length"] == shown["Measured mean accepted length"]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_verify_page_decodes_a_batch_losslessly(demo, dtype):
     at = open_page("verify")
