@@ -19,7 +19,9 @@ decoding, the drafter measured fastest (one whose pick is no tree decodes plainl
 counts as ``none``), ``choose-drafter``'s pick for the set and the robust
 pick across both sets, and the pick's measured share of the fastest (the goal: the pick is the
 fastest; where it is not, the share says by how much it misses). Under each row, each drafter's
-E[L] predicted → live and the speed-up's miss split in two (speed-up = E[L] × autoregressive
+E[L] predicted (the whole set's walk) → the raced prompts' own walk (equal to live when the
+trace holds every step their runs take: the set's prompts differ from these few) → live, and the
+speed-up's miss split in two (speed-up = E[L] × autoregressive
 step / tree step): acceptance, and step cost — a step profile taken on a day the host ran at
 another speed or shape misses in the second factor alone.
 
@@ -48,12 +50,13 @@ def set_prompts(demo, name: str, count: int) -> list[list[int]]:
 
 def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
          new_tokens: int, *, continuous: bool, drafted: frozenset[str] = frozenset(),
-         ) -> tuple[dict[str, float], dict[str, bool], dict[str, float]]:
+         ) -> tuple[dict[str, float], dict[str, bool], dict[str, float], tuple[int, ...]]:
     """Each drafter's tree and plain decoding over ``prompts`` with ``batch`` rows (continuous
-    batching, or consecutive batches), interleaved: per drafter (and ``none``) its steady
-    tokens/s, whether its outputs equal plain decoding's, and its mean accepted length per
-    step. The drafters in ``drafted`` verify their chains only as far as they drafted them
-    (their pick is a drafted chain)."""
+    batching, or consecutive batches), interleaved, each run stopping at the tokenizer's EOS as
+    a served request does: per drafter (and ``none``) its steady tokens/s, whether its outputs
+    equal plain decoding's, and its mean accepted length per step; and the tokens each prompt's
+    plain output holds. The drafters in ``drafted`` verify their chains only as far as they
+    drafted them (their pick is a drafted chain)."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
     from treeopt.model.tree import Tree
@@ -61,13 +64,32 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
     names = [*trees, "none"]
     runs = [(Decoder(demo.model, demo.heads[k]), trees[k]) for k in trees]
     totals = race_in_batches([*runs, (Decoder(demo.model), Tree(()))], prompts, batch=batch,
-                             config=DecodeConfig(max_new_tokens=new_tokens),
+                             config=DecodeConfig(max_new_tokens=new_tokens, eos_token_id=getattr(
+                                 demo.tokenizer, "eos_token_id", None)),
                              continuous=continuous,
                              drafted_runs={i for i, k in enumerate(trees) if k in drafted})
     return ({n: t.tokens_per_s for n, t in zip(names, totals, strict=True)},
             {n: t.same_as_reference for n, t in zip(names, totals, strict=True)},
             {n: sum(t.accept_lengths) / max(1, len(t.accept_lengths))
-             for n, t in zip(names, totals, strict=True)})
+             for n, t in zip(names, totals, strict=True)}, totals[-1].emitted)
+
+
+def walked(demo, name: str, trees: dict[str, object], emitted: tuple[int, ...],
+           new_tokens: int) -> dict[str, float]:
+    """Each drafter's E[L] on the raced prompts' own trace (the set's first sequences, each as
+    its prompt's live run kept it: ``emitted`` tokens, at most ``new_tokens``), walked step by
+    step over every step: what its live steps must accept, exactly."""
+    from treeopt.model.runs import as_runs
+    from treeopt.model.simulation import simulate
+    from treeopt.model.trace import RankTrace
+
+    out = {}
+    for kind, tree in trees.items():
+        trace = (demo.heldout_traces[kind] if name == "code"
+                 else RankTrace.load(demo.paths.prose_trace(kind)))
+        runs = as_runs(trace, [min(n, new_tokens) for n in emitted])
+        out[kind] = simulate(tree, runs, per_step=True).mean_accept_length if tree.size else 1.0
+    return out
 
 
 def split_error(predicted: float, measured: float, el_predicted: float,
@@ -138,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
             drafted = frozenset(k for k in kinds
                                 if sets[name][k].point(b, context).family == DRAFTED_CHAIN)
-            speed, equal, accepted = race(demo, trees, prompts, b, args.new_tokens,
-                                          continuous=continuous, drafted=drafted)
+            speed, equal, accepted, emitted = race(demo, trees, prompts, b, args.new_tokens,
+                                                   continuous=continuous, drafted=drafted)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
             drafting = [k for k in kinds if trees[k].size]  # a 0-node pick decodes plainly
@@ -154,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
                   f"{share:5.1%}")
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
+            walk = walked(demo, name, trees, emitted, args.new_tokens)
             splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k], accepted[k])
                       for k in kinds}
-            print(f"{'E[L]':>5}  " + "  ".join(f"{f'{priced[k]:.2f}→{accepted[k]:.2f}':>18}"
-                                               for k in kinds))
+            print(f"{'E[L]':>5}  " + "  ".join(
+                f"{f'{priced[k]:.2f}→{walk[k]:.2f}→{accepted[k]:.2f}':>18}" for k in kinds))
             print(f"{'miss':>5}  " + "  ".join(
                 f"{f'{a - 1:+.1%} {c - 1:+.1%}':>18}" for a, c in (splits[k] for k in kinds)))
             lossy = [k for k in kinds if not equal[k]]
@@ -165,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"       outputs DIFFER from plain decoding: {', '.join(lossy)}")
     print(f"\n(each cell: predicted→measured speed-up, the tree's nodes (d: a chain verified "
           f"as drafted); ! marks an output that "
-          f"differs; E[L]: predicted (the held-out walk select priced) → live, per step; miss: "
+          f"differs; E[L] per step: predicted (the set's walk select priced) → these prompts' "
+          f"own walk → live; miss: "
           f"the speed-up's miss split into acceptance (live/predicted E[L]) and step cost "
           f"(predicted/live tree-step over autoregressive-step ratio), each −1)"
           f"\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "

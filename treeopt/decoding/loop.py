@@ -189,13 +189,15 @@ def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
 @dataclass(frozen=True)
 class RaceTotals:
     """One run's totals over the batches of :func:`race_in_batches`: the tokens and seconds of
-    its steady windows, the accepted lengths of all its steps (sequence after sequence), and
-    whether each of its outputs equals the reference run's (the last)."""
+    its steady windows, the accepted lengths of all its steps (sequence after sequence),
+    whether each of its outputs equals the reference run's (the last), and the tokens each
+    prompt's output holds, in the prompts' order (what a walk of their trace follows)."""
 
     decode_tokens: int
     decode_seconds: float
     accept_lengths: tuple[int, ...]
     same_as_reference: bool
+    emitted: tuple[int, ...] = ()
 
     @property
     def tokens_per_s(self) -> float:
@@ -220,7 +222,8 @@ def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Seq
         totals = [RaceTotals(t.decode_tokens + r.stats.decode_tokens,
                              t.decode_seconds + r.stats.decode_seconds,
                              t.accept_lengths + r.stats.accept_lengths,
-                             t.same_as_reference and r.tokens == reference)
+                             t.same_as_reference and r.tokens == reference,
+                             t.emitted + tuple(len(out) for out in r.tokens))
                   for t, r in zip(totals, results, strict=True)]
     return totals
 
