@@ -153,12 +153,12 @@ def test_a_race_cuts_only_the_runs_it_names(base, monkeypatch):
                              drafted_runs={0})
     assert all(t.same_as_reference for t in totals)
     assert totals[0].accept_lengths == totals[1].accept_lengths
-    plain = decode(base, None, Tree(()), PROMPTS, config=DecodeConfig(max_new_tokens=40))
-    assert all(t.emitted == tuple(len(o) for o in plain.tokens) for t in totals)
     steps = [len(t.accept_lengths) for t in totals]  # the plain run's steps verify 1 token
     assert any(1 < s < 7 for s in spy.sizes)  # the first run's cut steps
     assert spy.sizes.count(7) >= steps[1] and spy.sizes.count(1) >= steps[2]
     assert len(spy.sizes) == sum(steps)  # one verify call per step of each run
+    plain = decode(base, None, Tree(()), PROMPTS, config=DecodeConfig(max_new_tokens=40))
+    assert all(t.emitted == tuple(len(o) for o in plain.tokens) for t in totals)
     cut = decode(base, drafter, chain, PROMPTS[:1], config=DecodeConfig(max_new_tokens=40,
                                                                           drafted_only=True))
     assert cut.stats.accept_lengths == totals[0].accept_lengths[: len(cut.stats.accept_lengths)]
