@@ -12,7 +12,6 @@ import streamlit as st
 from app_pages.state import current_dataset, demo, demo_dataset, demo_overview, demo_pricing
 from treeopt.demo.layout import KINDS
 from treeopt.model.trace import RankTrace
-from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import Point
 from treeopt.workbench.demo_pricing import DemoPricing
 from treeopt.workbench.overview import BatchAnswer, Overview
@@ -59,7 +58,7 @@ def demo_pick(label: str, batch: int | None = None, *,
     batches = selection.batches
     point = selection.point(batch if batch in batches else batches[0], selection.contexts[0])
     held = (priced.held_out.predict(point.tree, point.batch,
-                                    drafted=point.family == DRAFTED_CHAIN).speedup
+                                    drafted=point.drafted).speedup
             if priced.held_out is not None and point.tree.size else None)
     return point, str(priced.costs.verify.meta.get("device") or "this machine"), held
 

@@ -130,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo import load
     from treeopt.demo.layout import demo_root
     from treeopt.demo.prompt_sets import PROMPT_SETS, prompt_set_selections
-    from treeopt.pricing.drafted import DRAFTED_CHAIN
     from treeopt.pricing.selection import choose_drafter_per_set
 
     torch.set_num_threads(1)
@@ -158,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             choice = choices[b]
             context = choice.context
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
-            drafted = frozenset(k for k in kinds
-                                if sets[name][k].point(b, context).family == DRAFTED_CHAIN)
+            drafted = frozenset(k for k in kinds if sets[name][k].point(b, context).drafted)
             speed, equal, accepted, emitted = race(demo, trees, prompts, b, args.new_tokens,
                                                    continuous=continuous, drafted=drafted)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}

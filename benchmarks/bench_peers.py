@@ -109,7 +109,6 @@ def treeopt_peers(model, picks: dict, new_tokens: int, eos: int | None,
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder
     from treeopt.model.tree import Tree
-    from treeopt.pricing.drafted import DRAFTED_CHAIN
     from treeopt.pricing.selection import choose_drafter
 
     cfg = DecodeConfig(max_new_tokens=new_tokens, eos_token_id=eos)
@@ -124,7 +123,7 @@ def treeopt_peers(model, picks: dict, new_tokens: int, eos: int | None,
     for kind, (heads, selection) in picks.items():
         selections[kind] = selection
         point = selection.point(1, min(selection.contexts))
-        tree, drafted = point.tree, point.family == DRAFTED_CHAIN
+        tree, drafted = point.tree, point.drafted
         how = ", verified as drafted" if drafted else ""
         peers.append(Peer(f"treeopt {kind}, select's pick ({tree.size} nodes, depth "
                           f"{tree.depth}{how})", "treeopt", decoder(heads, tree, drafted=drafted),

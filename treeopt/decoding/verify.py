@@ -28,9 +28,9 @@ from treeopt.decoding.models import attention_of
 from treeopt.documents.measure import ONCE, Measurement
 from treeopt.documents.verify_report import VERIFY_FORMAT, VerifyReport
 from treeopt.errors import TreeoptError
-from treeopt.model.runs import as_run, as_runs, of_sequences
+from treeopt.model.runs import as_run, as_runs
 from treeopt.model.simulation import Simulation, simulate, step_walk, steps_inside
-from treeopt.model.trace import RankTrace, prompt_digest
+from treeopt.model.trace import RankTrace, of_sequences, prompt_digest
 from treeopt.model.tree import Tree
 
 __all__ = ["VERIFY_FORMAT", "Verification", "VerifyReport", "check_tree_for", "verify"]

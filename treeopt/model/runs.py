@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from treeopt.errors import TreeoptError
 from treeopt.model.trace import RankTrace
 
 
@@ -49,32 +48,6 @@ def as_runs(trace: RankTrace, new_tokens: Sequence[int]) -> RankTrace:
     return RankTrace(ranks, cut.meta, cut.drafted)
 
 
-def of_sequences(trace: RankTrace, indices: Sequence[int]) -> RankTrace:
-    """The trace of ``trace``'s sequences at ``indices``, in that order (a run's prompts found
-    in it by their digests: :attr:`~treeopt.model.trace.RankTrace.prompt_digests`).
-
-    >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
-    >>> of_sequences(t, [1, 0]).ranks[:, 0].tolist()
-    [2, 3, 4, 0, 1]
-    """
-    counts = trace.meta.get("sequence_positions")
-    if not counts or sum(counts) != trace.positions:
-        raise TreeoptError("rank trace: no 'sequence_positions' in its meta, so its sequences "
-                           "cannot be told apart")
-    if any(not 0 <= i < len(counts) for i in indices):
-        raise TreeoptError(f"rank trace: sequences {list(indices)} asked for, it has "
-                           f"{len(counts)}")
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in indices]
-                          + [np.zeros(0, np.int64)]).astype(np.int64)
-    digests = trace.prompt_digests
-    return RankTrace(trace.ranks[rows], {
-        **trace.meta, "sequence_positions": [counts[i] for i in indices],
-        "sequences": len(indices),
-        **({"prompt_digests": [digests[i] for i in indices]} if digests is not None else {})},
-        None if trace.drafted is None else trace.drafted[rows])
-
-
 def as_run(trace: RankTrace, new_tokens: int) -> RankTrace:
     """Every sequence of ``trace`` as a live run of ``new_tokens`` new tokens sees it
     (:func:`as_runs`; a sequence that ended earlier, at its EOS, as it ended). Acceptance changes
@@ -91,4 +64,4 @@ def as_run(trace: RankTrace, new_tokens: int) -> RankTrace:
     return as_runs(trace, [new_tokens] * len(counts))
 
 
-__all__ = ["as_run", "as_runs", "of_sequences", "past_run_end"]
+__all__ = ["as_run", "as_runs", "past_run_end"]

@@ -141,14 +141,8 @@ class RankTrace:
         bad = [c for c in cuts if c is not None and c < 0]  # a sequence may hold none
         if bad:
             raise TreeoptError(f"rank trace: positions must be ≥ 0, got {bad[0]}")
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[:count]
         kept = [n if c is None else min(n, c) for n, c in zip(counts[:count], cuts, strict=True)]
-        rows = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, kept, strict=True)])
-        digests = self.prompt_digests
-        return RankTrace(self.ranks[rows], {
-            **self.meta, "sequence_positions": kept, "sequences": count,
-            **({"prompt_digests": digests[:count]} if digests is not None else {})},
-            self._drafted_at(rows))
+        return of_sequences(self, range(count), kept=kept)
 
     def sequence_lengths(self, *, source: str | None = None) -> list[int]:
         """Positions per sequence, for a figure that runs each sequence as a row of a batch (a
@@ -321,6 +315,34 @@ def _check_top_k(ranks: npt.NDArray[np.int16], top_k: Any) -> None:
         row, head = np.argwhere(ranks >= top_k)[0]
         raise TreeoptError(f"rank trace: rank {int(ranks[row, head])} at position {row}, head "
                            f"{head + 1} is not below the recorded top_k {top_k}")
+
+
+def of_sequences(trace: RankTrace, indices: Sequence[int], *,
+                 kept: Sequence[int] | None = None) -> RankTrace:
+    """The trace of ``trace``'s sequences at ``indices``, in that order, each cut to its first
+    ``kept[j]`` positions when given (:meth:`RankTrace.sequences` takes the first ones; a live
+    run's prompts are found by their digests, :attr:`RankTrace.prompt_digests`).
+
+    >>> t = RankTrace(np.arange(5, dtype=np.int16)[:, None], {"sequence_positions": [2, 3]})
+    >>> of_sequences(t, [1, 0]).ranks[:, 0].tolist()
+    [2, 3, 4, 0, 1]
+    """
+    counts = trace.meta.get("sequence_positions")
+    if not counts or sum(counts) != trace.positions:
+        raise TreeoptError("rank trace: no 'sequence_positions' in its meta, so its sequences "
+                           "cannot be told apart")
+    if any(not 0 <= i < len(counts) for i in indices):
+        raise TreeoptError(f"rank trace: sequences {list(indices)} asked for, it has "
+                           f"{len(counts)}")
+    kept = [counts[i] for i in indices] if kept is None else list(kept)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    rows = np.concatenate([np.arange(starts[i], starts[i] + k, dtype=np.int64)
+                           for i, k in zip(indices, kept, strict=True)] + [np.zeros(0, np.int64)])
+    digests = trace.prompt_digests
+    return RankTrace(trace.ranks[rows], {
+        **trace.meta, "sequence_positions": kept, "sequences": len(kept),
+        **({"prompt_digests": [digests[i] for i in indices]} if digests is not None else {})},
+        None if trace.drafted is None else trace.drafted[rows])
 
 
 def prompt_digest(ids: Sequence[int]) -> str:

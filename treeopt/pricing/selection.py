@@ -71,6 +71,11 @@ class Point:
     family: str = GROWTH_ORDER  # the trees the best one comes from (POINT_FAMILIES)
 
     @property
+    def drafted(self) -> bool:
+        """Whether the best tree is a lookup drafter's chain verified as far as it was drafted."""
+        return self.family == DRAFTED_CHAIN
+
+    @property
     def best_size(self) -> int:
         return self.tree.size
 

@@ -16,7 +16,6 @@ from treeopt.model.growth import Growth
 from treeopt.model.tree import Tree
 from treeopt.pricing.chains import drafter_record
 from treeopt.pricing.contexts import pick_context
-from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import Selection
 
 
@@ -68,7 +67,7 @@ def picks_drafted_chain(path: str | os.PathLike[str], *, batch: int,
     selection = Selection.from_json(_json(text, p), source=str(p))
     if batch not in selection.batches:
         return False  # load_tree_arg names the grid
-    return selection.point(batch, pick_context(selection.contexts, context)).family == DRAFTED_CHAIN
+    return selection.point(batch, pick_context(selection.contexts, context)).drafted
 
 
 def recorded_drafter(path: str | os.PathLike[str]) -> dict[str, Any]:

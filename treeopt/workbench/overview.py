@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
-from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import NO_DRAFTER, DrafterChoice, Selection, choose_drafter
 from treeopt.workbench.numbers import nodes_text, speedup_text
 
@@ -239,7 +238,7 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
     given = evidence[name]
     predicted = Predicted(point.speedup, point.tokens_per_s, point.autoregressive_tokens_per_s,
                           prediction_source(given, root=root), point.expected_accept_length)
-    drafted = point.family == DRAFTED_CHAIN
+    drafted = point.drafted
     measured = None
     if given.sweep is not None and point.tree.size:
         measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth,

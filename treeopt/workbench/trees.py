@@ -25,7 +25,6 @@ from treeopt.model.simulation import simulate, step_walk
 from treeopt.model.step_growth import FAMILIES, GROWTH_ORDER, StepGrowth
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
-from treeopt.pricing.drafted import DRAFTED_CHAIN
 from treeopt.pricing.selection import SELECTION_FORMAT, Point, Selection
 from treeopt.workbench.numbers import accept_length_text, nodes_text, speedup_text
 
@@ -83,7 +82,7 @@ def pick_choice(label: str, pick: Point, *, heads: int, hardware: str = "",
     Trees page settings that grow it again (a chain verified as drafted: the growth order with
     rank 0 alone); ``held_out``: its speed-up predicted for held-out prompts, the figure the
     description gives (else select's own, on the calibration prompts)."""
-    drafted = pick.family == DRAFTED_CHAIN
+    drafted = pick.drafted
     ranks = [r for path in pick.tree.paths for r in path]
     settings = TreeSettings(max(pick.tree.size, 1), pick.max_depth or heads,
                             max_rank=(1 if drafted else
