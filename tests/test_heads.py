@@ -125,6 +125,22 @@ def test_rank_and_candidates_break_ties_by_token_id():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=5),
+       st.data())
+def test_a_rank_below_a_cut_is_the_full_rank_capped(dtype, rows, data):
+    """Few distinct values: the true logit ties inside the top, at the cut and past it."""
+    logits = torch.tensor(rows, dtype=dtype)
+    target = torch.tensor(data.draw(st.lists(st.integers(0, 11), min_size=len(rows),
+                                             max_size=len(rows))))
+    below = data.draw(st.integers(1, 13))
+    want = rank_of(logits, target).clamp(max=below)
+    assert torch.equal(rank_of(logits, target, below=below), want)
+    # a trace's [b, n] layout: the same, row by row
+    assert torch.equal(rank_of(logits[None], target[None], below=below), want[None])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=4),
        st.integers(1, 12))

@@ -14,18 +14,46 @@ import numpy as np
 import torch
 
 
-def rank_of(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def rank_of(logits: torch.Tensor, target: torch.Tensor, *, below: int | None = None,
+            ) -> torch.Tensor:
     """Rank of ``target`` among ``logits`` sorted descending, ties by token id ascending.
 
-    ``logits`` ``[..., V]``, ``target`` int64 ``[...]`` → int64 ``[...]``.
+    ``logits`` ``[..., V]``, ``target`` int64 ``[...]`` → int64 ``[...]``. With ``below``, a
+    rank of ``below`` or more is returned as ``below`` (a trace keeps only the top-k), found
+    from a top-(below+1) of each row rather than by comparing the whole vocabulary: ranks below
+    it are the same, and only a row whose true logit ties at the cut is ranked in full.
 
     >>> rank_of(torch.tensor([[0.5, 2.0, 0.5, 1.0]]), torch.tensor([2])).tolist()
     [3]
+    >>> rank_of(torch.tensor([[0.5, 2.0, 0.5, 1.0]]), torch.tensor([2]), below=2).tolist()
+    [2]
     """
+    vocab = logits.shape[-1]
+    if below is not None and below + 1 < vocab and logits.numel():
+        return _rank_below(logits, target, below)
     true = logits.gather(-1, target.unsqueeze(-1))  # [..., 1]
-    ids = torch.arange(logits.shape[-1], device=logits.device)
+    ids = torch.arange(vocab, device=logits.device)
     ahead = (logits > true) | ((logits == true) & (ids < target.unsqueeze(-1)))
-    return ahead.sum(-1)
+    rank = ahead.sum(-1)
+    return rank if below is None else rank.clamp(max=below)
+
+
+def _rank_below(logits: torch.Tensor, target: torch.Tensor, below: int) -> torch.Tensor:
+    """:func:`rank_of` capped at ``below`` from the best ``below + 1`` of each row (v, in
+    descending order, their ids beside). A true logit x under v[below-1] has ``below`` logits
+    above it. Otherwise, where x > v[below], every logit not listed is under x, so the list
+    alone ranks it exactly, ties included. Where x = v[below], equal logits may lie past the
+    list: those rows (few, and only at the cut) are ranked over the whole vocabulary."""
+    top = torch.topk(logits, below + 1, dim=-1)
+    values, ids = top.values, top.indices
+    true = logits.gather(-1, target.unsqueeze(-1))  # [..., 1]
+    ahead = (values > true) | ((values == true) & (ids < target.unsqueeze(-1)))
+    x = true.squeeze(-1)
+    rank = torch.where(x < values[..., below - 1], below, ahead.sum(-1))
+    cut = (x == values[..., below]) & (x >= values[..., below - 1])
+    if bool(cut.any()):
+        rank[cut] = rank_of(logits[cut], target[cut]).clamp(max=below)
+    return rank
 
 
 def best_token(logits: torch.Tensor) -> torch.Tensor:

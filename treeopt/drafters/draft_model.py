@@ -133,7 +133,8 @@ class DraftModel(Drafter):
         if n <= 0:
             return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
         logits = self.lm(input_ids=stream, use_cache=False).logits  # [b, T, V]
-        return rank_table((rank_of(logits[:, 1 + k: 1 + k + n], stream[:, 2 + k: 2 + k + n])
+        return rank_table((rank_of(logits[:, 1 + k: 1 + k + n], stream[:, 2 + k: 2 + k + n],
+                                   below=top_k)
                            for k in range(K)), top_k=top_k)
 
     def start(self, *, batch: int, capacity: int) -> DraftState:

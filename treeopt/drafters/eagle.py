@@ -85,10 +85,11 @@ class EagleDrafter(VocabularyView, Drafter):
         emb = self.base_embeddings(tokens).to(features.dtype)
         return self.fc(torch.cat([emb, features], dim=-1))
 
-    def ranks_of(self, g: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def ranks_of(self, g: torch.Tensor, target: torch.Tensor, *, below: int | None = None,
+                 ) -> torch.Tensor:
         """The rank of each ``target`` token among the candidates of features ``g``
-        (-1: a token the drafter cannot propose)."""
-        return rank_of(self.logits(g), target)
+        (-1: a token the drafter cannot propose; ``below`` or more: ``below``, given one)."""
+        return rank_of(self.logits(g), target, below=below)
 
     def candidates(self, g: torch.Tensor, k: int) -> torch.Tensor:
         """The ``k`` best candidate tokens ``[..., k]`` (base vocabulary ids) of features ``g``."""
@@ -111,7 +112,7 @@ class EagleDrafter(VocabularyView, Drafter):
         n = T - 1 - K
         if n <= 0:
             return torch.empty(b, 0, K, dtype=torch.int16, device=stream.device)
-        return rank_table((self.ranks_of(g, stream[:, 2 + k: 2 + k + n])
+        return rank_table((self.ranks_of(g, stream[:, 2 + k: 2 + k + n], below=top_k)
                            for k, g in enumerate(self.chains(hidden, stream, K))), top_k=top_k)
 
     def rank_dynamic(self, hidden: torch.Tensor, stream: torch.Tensor, *, topk: int,

@@ -99,12 +99,14 @@ class Eagle3Drafter(EagleDrafter):
         """The base vocabulary id of every draft token ``[draft_vocab_size]``."""
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
-    def ranks_of(self, g: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Rank of each base token among the draft-vocabulary candidates (-1: not in it)."""
+    def ranks_of(self, g: torch.Tensor, target: torch.Tensor, *, below: int | None = None,
+                 ) -> torch.Tensor:
+        """Rank of each base token among the draft-vocabulary candidates (-1: not in it;
+        ``below`` or more: ``below``, given one)."""
         inside = self.t2d[target]
         lookup = torch.full_like(self.t2d, 0, dtype=torch.long)
         lookup[self.draft_ids()] = torch.arange(self.d2t.shape[0], device=self.d2t.device)
-        r = rank_of(self.logits(g), lookup[target])
+        r = rank_of(self.logits(g), lookup[target], below=below)
         return torch.where(inside, r, -1)
 
     def candidates(self, g: torch.Tensor, k: int) -> torch.Tensor:

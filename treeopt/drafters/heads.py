@@ -126,7 +126,8 @@ class DraftHeads(VocabularyView, Drafter):
 
         def depth(k: int) -> torch.Tensor:
             prev = stream[:, 1:].unfold(1, k + 1, 1)[:, :n]  # [b, n, k+1]: x_{t+1} … x_{t+1+k}
-            return rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n])
+            return rank_of(self.head_logits(k, h, prev), stream[:, 2 + k: 2 + k + n],
+                           below=top_k)
 
         return rank_table((depth(k) for k in range(K)), top_k=top_k)
 
