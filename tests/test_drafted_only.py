@@ -308,6 +308,19 @@ def test_the_cli_selects_and_verifies_a_drafted_chain(tiny_model_dir, prompts_fi
                           tmp_path / "s.json", "--prompts", prompts_file, "--drafted-only",
                           "--compile"), "drafted-only steps", "leave out --compile")
     assert report["outputs_match"] is True and report["drafted_only"] is True
+    tune = ("tune", "--model", tiny_model_dir, "--drafter", spec, "--growth", tmp_path / "g.json",
+            "--prompts", prompts_file, "--batch", "1", "--sizes", "2", "--prompt-count", "2",
+            "--max-new-tokens", "8", "--rounds", "1", "--step-profile", tmp_path / "step.json",
+            "--drafted-only", "--out", tmp_path / "sweep.json")
+    assert_user_error(run(*tune), "--drafted-only", "needs --trace")
+    assert_user_error(run(*tune, "--trace", tmp_path / "t.npz", "--compile"),
+                      "--drafted-only", "leave out --compile")
+    proc = run(*tune, "--trace", tmp_path / "t.npz")
+    assert proc.returncode == 0, proc.stderr
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert sweep["meta"]["verified"] == "as drafted"
+    points = sweep["points"]
+    assert all(p["measured"]["lossless"] for p in points) and any(p["selected"] for p in points)
 
 
 def test_the_apps_choice_of_a_drafted_pick_is_that_chain_grown_again_and_decoded_so():
@@ -333,3 +346,50 @@ def test_the_apps_choice_of_a_drafted_pick_is_that_chain_grown_again_and_decoded
                  max_rank=s.max_rank).tree(s.size)
     assert again == Tree.chain(2)
     assert grown_choice("prompt-lookup", again, s, batch=1, pick=choice) == choice
+
+
+def test_a_drafted_sweep_verifies_as_drafted_and_is_predicted_and_picked_so(base, tmp_path,
+                                                                           monkeypatch):
+    """``tune(drafted=True)``: every point's steps verify only what prompt lookup drafted, each
+    point is predicted as ``select`` prices drafted chains, the pick is select's drafted chain,
+    and the file says so (a sweep of whole trees is not resumed into it, nor it into one)."""
+    from treeopt.decoding.live_sweep import tune
+    from treeopt.documents.measure import Measurement
+    from treeopt.model.growth import grow
+    from treeopt.model.runs import as_run
+    from treeopt.pricing.costs import NO_DRAFT, NO_OVERHEAD, StepCosts
+    from treeopt.pricing.sweep_prediction import predict
+    from treeopt.pricing.throughput import select
+
+    drafter = DRAFTERS["prompt-lookup"]()
+    trace, _ = calibrate(base, drafter, PROMPTS, tmp_path / "t.npz",
+                         config=CalibrateConfig(top_k=4, max_new_tokens=24))
+    growth = grow(trace, method="empirical", max_nodes=6)
+    latency = StepLatency({(1, 64): (np.arange(1.0, 8.0), 0.010 + 0.004 * np.arange(7))}, "toy")
+    costs = StepCosts(latency, NO_DRAFT, NO_OVERHEAD, {}, {})
+    run = {"batch": [1], "sizes": [4], "out": tmp_path / "cut.json",
+           "config": DecodeConfig(max_new_tokens=24), "measure": Measurement(rounds=1)}
+    spy = StepSizes(monkeypatch)
+    cut = tune(base, drafter, growth, PROMPTS, drafted=True, **run)  # no pick: one tree
+    assert set(spy.sizes) - {1, 5}  # steps cut to what was drafted (whole: 1 or 5 tokens)
+    assert cut.meta["verified"] == "as drafted" and cut.points[0].lossless
+    run = {**run, "sizes": [2, 4], "out": tmp_path / "sweep.json", "costs": costs,
+           "trace": trace}
+    sweep = tune(base, drafter, growth, PROMPTS, drafted=True, **run)
+    assert all(p.lossless for p in sweep.points)
+    for p in sweep.points:
+        tree = Tree.from_choices([list(c) for c in p.choices])
+        assert p.predicted_speedup == pytest.approx(
+            predict(tree, growth, costs, as_run(trace, 24), 1, drafted=True).speedup)
+    picked = [Tree.from_choices([list(c) for c in p.choices]) for p in sweep.points if p.selected]
+    best = select(growth, latency, batch=[1], context=[64], trace=trace, drafted_only=True)
+    drafted_best = max(range(len(growth.order) + 1), key=lambda n: predict(Tree.chain(n), growth, costs, trace, 1,
+                                                       drafted=True).tokens_per_s)
+    assert picked == [Tree.chain(drafted_best)] and drafted_best > 0
+    if best.points[0].family == DRAFTED_CHAIN:  # select's own pick, where a drafted chain wins
+        assert picked == [best.points[0].tree]
+    with pytest.raises(TreeoptError, match="a sweep of trees verified as drafted, not whole"):
+        tune(base, drafter, growth, PROMPTS, **run)
+    with pytest.raises(TreeoptError, match="records no drafted chain lengths"):
+        tune(base, drafter, growth, PROMPTS, drafted=True,
+             **{**run, "out": tmp_path / "s2.json", "trace": RankTrace(trace.ranks, trace.meta)})

@@ -112,6 +112,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "one run of B rows where a finished row takes the next prompt, as a "
                         "serving engine batches (continuous: the rows' long continuations "
                         "keep counting; eager steps only) (default %(default)s)")
+    p.add_argument("--drafted-only", action="store_true",
+                   help="a lookup drafter's chains, each step verifying only what was drafted, "
+                        "predicted and picked as select --drafted-only prices them (--trace "
+                        "must record drafted lengths); eager steps only")
     _add_compile(p)
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the sweep (JSON); an existing one is resumed (required)")
@@ -296,6 +300,11 @@ def _check_tune_flags(args: argparse.Namespace, *, profiled: bool, prompts: int)
     require(args.batching == "static" or not args.compile,
             "--batching continuous runs eager steps (one compiled graph per batch shape); "
             "leave out --compile")
+    require(not args.drafted_only or not args.compile,
+            "--drafted-only steps vary in size, which compiled steps do not; leave out --compile")
+    require(not args.drafted_only or not profiled or args.trace,
+            "--drafted-only with --step-profile needs --trace: drafted chains are priced from "
+            "the lengths it records")
     require(not args.profile_alongside or Path(args.profile_alongside).resolve() not in {
         Path(f).resolve() for f in [args.out, *(args.step_profile or ())]},
         f"--profile-alongside {args.profile_alongside}: the file of --out or --step-profile; "
@@ -360,7 +369,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        "dtype": args.dtype, "attention": attention_of(model),
                        "threads": args.threads},
                  compile=args.compile, race_best=args.race_best, before_point=alongside,
-                 continuous=args.batching == "continuous", progress=report)
+                 continuous=args.batching == "continuous", drafted=args.drafted_only,
+                 progress=report)
     bar.close()
     for row in sweep.summary():
         raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"

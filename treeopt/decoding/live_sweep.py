@@ -12,11 +12,18 @@ picks with (a calibration trace: what a user's select sees before any live run; 
 ``trace``). ``trace`` is read over the positions the sweep decodes, each sequence's first
 ``max_new_tokens``; a ``select_trace`` is read as given, whole, as ``treeopt select --trace`` reads
 it, so the pick measured is the one select makes (without one, select picks with ``trace`` as read).
+
+A lookup drafter's chains may be swept ``drafted``: every step verifies only the tokens drafted
+(:attr:`~treeopt.decoding.config.DecodeConfig.drafted_only`), each point predicted as ``select``
+prices such chains from the trace's drafted lengths (:mod:`treeopt.pricing.drafted`), and the
+pick measured is the best drafted chain. The sweep records it (``verified``: "as drafted") and
+resumes only alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +38,7 @@ from treeopt.model.runs import as_run
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
+from treeopt.pricing.drafted import NO_DRAFTED
 from treeopt.pricing.sweep_prediction import predict
 from treeopt.pricing.throughput import select
 
@@ -58,7 +66,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
          compile: bool = False, race_best: bool = False, continuous: bool = False,
-         before_point: Callable[[int, int | None, Tree], None] | None = None,
+         drafted: bool = False, before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
@@ -78,21 +86,28 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     that run's steady window; the sweep records it (``batching``) and resumes only alike. The
     steps are still priced by ``costs`` at its profiled context: a batched step attends every
     row up to the longest one, which under continuous batching stays near prompt + N, so its
-    tree steps cost more than that context says and the predicted speed-up runs high."""
+    tree steps cost more than that context says and the predicted speed-up runs high.
+    ``drafted``: the growth's chains verified only as far as they were drafted (a lookup
+    drafter's; with ``costs``, the traces must record drafted lengths), predicted and picked as
+    ``select`` prices such chains."""
     config = config or DecodeConfig()
+    if drafted:
+        _check_drafted(growth, sizes, depth_caps, [trace, select_trace] if costs else [])
+        config = replace(config, drafted_only=True)
     measure = measure or Measurement()
     check_batch(max(batch), len(prompts))
     # E[L] over the positions the sweep decodes, as its runs keep them
     trace = as_run(trace, config.max_new_tokens) if trace is not None else None
     picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
-                   trace=picker)  # checks every size before anything runs
+                   trace=picker, drafted=drafted)  # checks every size before anything runs
     sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
         "min_seconds": measure.min_seconds, "target_se": measure.target_se,
         "max_rounds": measure.cap, "compile": compile, "step_tokens": "kept",
-        "batching": "continuous" if continuous else "static"})
+        "batching": "continuous" if continuous else "static",
+        "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
@@ -108,7 +123,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
                 steady_accept_length=result.tree_stats.decode_accept_length)
             if costs is not None:
                 point = point.predicted_by(predict(tree, growth, costs, trace, b,
-                                                   continuous=continuous))
+                                                   continuous=continuous, drafted=drafted))
             sweep = sweep.with_point(point)
         sweep.save(out)
         if progress is not None:
@@ -134,7 +149,11 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
     point priced again by the one given now (profiles taken after the points, pooled with those
     before, describe them better than either) and select's picks marked again."""
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
-    continuous = meta["batching"] == "continuous"
+    continuous, drafted = meta["batching"] == "continuous", meta["verified"] == "as drafted"
+    if Path(out).exists() and (was := Sweep.load(out).meta.get("verified", "whole")) != (
+            meta["verified"]):
+        raise TreeoptError(f"{out}: a sweep of trees verified {was}, not {meta['verified']}; "
+                           "write to another path")
     window = ("the steady window of continuous batching (b rows, each taking the next prompt)"
               if continuous else "each batch's steady window")
     if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
@@ -152,20 +171,55 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
         picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
         sweep = sweep.with_predictions(
             {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
-                            trace, p.batch, continuous=continuous) for p in sweep.points}, picks)
+                            trace, p.batch, continuous=continuous, drafted=drafted)
+             for p in sweep.points}, picks)
     return sweep
+
+
+def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[int | None],
+                   traces: Sequence[RankTrace | None]) -> None:
+    """Refuse a drafted sweep of trees that are no chains, or priced by a trace without the
+    drafted lengths it needs."""
+    for cap in depth_caps:
+        for n in sizes:
+            if not family_tree(growth, n, cap).is_chain:
+                raise FieldError("drafted", f"the growth's {n}-node tree is no chain: only a "
+                                 "lookup drafter's chains are verified as far as they were "
+                                 "drafted")
+    if traces and all(t is None for t in traces):
+        raise FieldError("trace", "is needed to predict chains verified as drafted (their "
+                         "drafts are read from it)")
+    for trace in traces:
+        if trace is not None and trace.drafted is None:
+            raise FieldError("trace", NO_DRAFTED)
+
+
+def _drafted_pick(growth: Growth, costs: StepCosts, trace: RankTrace | None,
+                  batch: int) -> Tree:
+    """The chain verified as drafted that ``select`` prices fastest at ``batch`` (none: the
+    empty tree)."""
+    most = min(len(growth.order), costs.verify.max_tokens - 1)
+    chains = [family_tree(growth, n, None) for n in range(most + 1)]
+    chains = [t for t in chains if t.is_chain]
+    return max(chains, key=lambda t: predict(t, growth, costs, trace, batch,
+                                             drafted=True).tokens_per_s)
 
 
 def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
             depth_caps: Sequence[int | None], costs: StepCosts | None,
-            trace: RankTrace | None) -> dict[tuple[int, Tree], tuple[int | None, bool]]:
-    """(batch, tree) → (depth cap, whether select picked it): every point to measure, once."""
+            trace: RankTrace | None, drafted: bool = False,
+            ) -> dict[tuple[int, Tree], tuple[int | None, bool]]:
+    """(batch, tree) → (depth cap, whether select picked it): every point to measure, once
+    (``drafted``: select's pick among the chains verified as drafted)."""
     todo: dict[tuple[int, Tree], tuple[int | None, bool]] = {}
     for b in batch:
         for cap in depth_caps:
             for n in sizes:
                 todo.setdefault((b, family_tree(growth, n, cap)), (cap, False))
-        if costs is not None:
+        if costs is not None and drafted:
+            tree = _drafted_pick(growth, costs, trace, b)
+            todo[(b, tree)] = (todo.get((b, tree), (None, False))[0], True)
+        elif costs is not None:
             pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
                           batch=[b], context=costs.verify.contexts, trace=trace,
                           search_per_step=False).points[0]
