@@ -393,3 +393,29 @@ def test_a_drafted_sweep_verifies_as_drafted_and_is_predicted_and_picked_so(base
     with pytest.raises(TreeoptError, match="records no drafted chain lengths"):
         tune(base, drafter, growth, PROMPTS, drafted=True,
              **{**run, "out": tmp_path / "s2.json", "trace": RankTrace(trace.ranks, trace.meta)})
+
+
+def test_a_drafted_chains_batched_point_accepts_as_its_whole_chain_does():
+    """At batch 2 a sweep's steady window weights both rows alike, so a drafted chain's point
+    is priced with the window's E[L] (the whole chain's, holes never accepted), not the pooled
+    walk, and its tokens/s scale with it; at batch 1 the two are the walk."""
+    from treeopt.model.growth import grow
+    from treeopt.pricing.costs import NO_DRAFT, NO_OVERHEAD, StepCosts
+    from treeopt.pricing.sweep_prediction import predict, sweep_accept_length
+
+    drafted = np.array([2] * 12 + [0] * 36)  # a run that matches, then one that never does
+    ranks = np.where(np.arange(2)[None, :] < drafted[:, None], 0, -1).astype(np.int16)
+    tr = RankTrace(ranks, {"sequence_positions": [12, 36]}, drafted=drafted)
+    growth = grow(tr, method="empirical", max_nodes=2)
+    costs = StepCosts(LATENCY, NO_DRAFT, NO_OVERHEAD, {}, {})
+    chain = Tree.chain(2)
+    window = sweep_accept_length(chain, tr, 2)
+    pooled = sweep_accept_length(chain, tr, 1)
+    assert window > pooled
+    at2 = predict(chain, growth, costs, tr, 2, drafted=True)
+    assert at2.accept_length == pytest.approx(window)
+    assert at2.accept_length == pytest.approx(predict(chain, growth, costs, tr, 2).accept_length)
+    ell, tp = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=2, context=64)
+    assert at2.tokens_per_s == pytest.approx(tp.tokens_per_s[-1] * window / ell[-1])
+    assert predict(chain, growth, costs, tr, 1, drafted=True).accept_length == pytest.approx(
+        pooled)

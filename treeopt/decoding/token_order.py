@@ -29,7 +29,7 @@ def rank_of(logits: torch.Tensor, target: torch.Tensor, *, below: int | None = N
     [2]
     """
     vocab = logits.shape[-1]
-    if below is not None and below + 1 < vocab and logits.numel():
+    if below is not None and 0 < below < vocab - 1 and logits.numel():
         return _rank_below(logits, target, below)
     true = logits.gather(-1, target.unsqueeze(-1))  # [..., 1]
     ids = torch.arange(vocab, device=logits.device)
