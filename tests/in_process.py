@@ -20,6 +20,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Iterator, Mapping
@@ -101,18 +102,35 @@ def _kept_state() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stderr_logging(err: io.StringIO) -> Iterator[None]:
-    """Logging handlers that write to stderr write to ``err`` meanwhile."""
+    """Logging handlers that write to stderr write to ``err`` meanwhile — the command's own
+    records: a thread that was running before it (an earlier test's daemon thread, e.g. the
+    app's warm-up) does not exist in the command's own process, so its records are dropped."""
     loggers = [logging.getLogger(), *(v for v in logging.root.manager.loggerDict.values()
                                       if isinstance(v, logging.Logger))]
     moved = [(h, h.stream) for lg in loggers for h in lg.handlers
              if type(h) is logging.StreamHandler and h.stream in (sys.stderr, sys.__stderr__)]
+    foreign = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
+    only_ours = _ThreadFilter(foreign)
     for handler, _ in moved:
         handler.setStream(err)
+        handler.addFilter(only_ours)
     try:
         yield
     finally:
         for handler, stream in moved:
             handler.setStream(stream)
+            handler.removeFilter(only_ours)
+
+
+class _ThreadFilter(logging.Filter):
+    """Drops the records of the threads given (by ident)."""
+
+    def __init__(self, threads: set[int | None]) -> None:
+        super().__init__()
+        self.threads = threads
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread not in self.threads
 
 
 @contextlib.contextmanager

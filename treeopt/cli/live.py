@@ -72,54 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_compile(p)
     add_out(p)
     p.set_defaults(func=cmd_verify)
-
-    p = sub.add_parser("tune", help="the live throughput sweep: tokens/s of every tree size per "
-                                    "batch size, measured beside the prediction")
-    add_live_flags(p)
-    p.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
-                   help="tree sizes (default 1,2,4,8,16,32,64, up to the growth's size)")
-    p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
-                   help="depth caps to sweep besides the uncapped trees")
-    p.add_argument("--prompt-count", type=int, default=16, metavar="N",
-                   help="prompts decoded at every point (default 16)")
-    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
-                   help="tokens decoded per prompt (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, metavar="R",
-                   help="timed rounds per point, tree and autoregressive steps interleaved; "
-                        "the speed-up is the median of the rounds' (default %(default)s)")
-    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
-                   help="more rounds, until a point has been timed S seconds (tree and "
-                        "autoregressive together): a round at batch 8 is short and measures "
-                        "less well than one at batch 1 (default 0: --rounds only)")
-    add_target_se(p, what="a point's mean speed-up over its rounds")
-    p.add_argument("--step-profile", nargs="+", metavar="S.json",
-                   help="predict every point with this step profile (and measure select's "
-                        "pick); several of one setup are pooled, e.g. one taken before the "
-                        "sweep and one after: an existing sweep is then predicted again")
-    p.add_argument("--race-best", action="store_true",
-                   help="with --step-profile: where select's pick is not the measured best, "
-                        "race the two head to head (the best of several noisy points is "
-                        "measured high)")
-    p.add_argument("--trace", metavar="T.npz",
-                   help="calibration trace: predicted E[L] is its per-step walk")
-    p.add_argument("--profile-alongside", metavar="S.json",
-                   help="profile each point's tree right before the point is measured, into "
-                        "this step profile (to --target-se; resumed): a profile taken at the "
-                        "sweep's own moments, free of the host's drift between a profile and "
-                        "the points; give it to --step-profile to predict the points from it")
-    p.add_argument("--batching", choices=BATCHINGS, default="static",
-                   help="a batch-B point decodes its prompts B at a time (static), or all in "
-                        "one run of B rows where a finished row takes the next prompt, as a "
-                        "serving engine batches (continuous: the rows' long continuations "
-                        "keep counting; eager steps only) (default %(default)s)")
-    p.add_argument("--drafted-only", action="store_true",
-                   help="a lookup drafter's chains, each step verifying only what was drafted, "
-                        "predicted and picked as select --drafted-only prices them (--trace "
-                        "must record drafted lengths); eager steps only")
-    _add_compile(p)
-    p.add_argument("--out", required=True, metavar="FILE",
-                   help="the sweep (JSON); an existing one is resumed (required)")
-    p.set_defaults(func=cmd_tune)
+    _register_tune(sub)
 
 
 def _add_verify_measurement(p: argparse.ArgumentParser) -> None:
@@ -198,6 +151,56 @@ def check_trace_sampling(trace: Any, config: Any, *, source: str,
         if differ:
             raise TreeoptError(f"{source} was calibrated with other sampling settings than "
                                f"these ({', '.join(differ)})")
+
+
+def _register_tune(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="the live throughput sweep: tokens/s of every tree size per "
+                                    "batch size, measured beside the prediction")
+    add_live_flags(p)
+    p.add_argument("--sizes", type=int_list("--sizes"), metavar="LIST",
+                   help="tree sizes (default 1,2,4,8,16,32,64, up to the growth's size)")
+    p.add_argument("--max-depths", type=int_list("--max-depths"), metavar="LIST",
+                   help="depth caps to sweep besides the uncapped trees")
+    p.add_argument("--prompt-count", type=int, default=16, metavar="N",
+                   help="prompts decoded at every point (default 16)")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
+                   help="tokens decoded per prompt (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=3, metavar="R",
+                   help="timed rounds per point, tree and autoregressive steps interleaved; "
+                        "the speed-up is the median of the rounds' (default %(default)s)")
+    p.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="more rounds, until a point has been timed S seconds (tree and "
+                        "autoregressive together): a round at batch 8 is short and measures "
+                        "less well than one at batch 1 (default 0: --rounds only)")
+    add_target_se(p, what="a point's mean speed-up over its rounds")
+    p.add_argument("--step-profile", nargs="+", metavar="S.json",
+                   help="predict every point with this step profile (and measure select's "
+                        "pick); several of one setup are pooled, e.g. one taken before the "
+                        "sweep and one after: an existing sweep is then predicted again")
+    p.add_argument("--race-best", action="store_true",
+                   help="with --step-profile: where select's pick is not the measured best, "
+                        "race the two head to head (the best of several noisy points is "
+                        "measured high)")
+    p.add_argument("--trace", metavar="T.npz",
+                   help="calibration trace: predicted E[L] is its per-step walk")
+    p.add_argument("--profile-alongside", metavar="S.json",
+                   help="profile each point's tree right before the point is measured, into "
+                        "this step profile (to --target-se; resumed): a profile taken at the "
+                        "sweep's own moments, free of the host's drift between a profile and "
+                        "the points; give it to --step-profile to predict the points from it")
+    p.add_argument("--batching", choices=BATCHINGS, default="static",
+                   help="a batch-B point decodes its prompts B at a time (static), or all in "
+                        "one run of B rows where a finished row takes the next prompt, as a "
+                        "serving engine batches (continuous: the rows' long continuations "
+                        "keep counting; eager steps only) (default %(default)s)")
+    p.add_argument("--drafted-only", action="store_true",
+                   help="a lookup drafter's chains, each step verifying only what was drafted, "
+                        "predicted and picked as select --drafted-only prices them (--trace "
+                        "must record drafted lengths); eager steps only")
+    _add_compile(p)
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="the sweep (JSON); an existing one is resumed (required)")
+    p.set_defaults(func=cmd_tune)
 
 
 def _add_compile(p: argparse.ArgumentParser) -> None:

@@ -183,7 +183,7 @@ def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[in
     for cap in depth_caps:
         for n in sizes:
             if not family_tree(growth, n, cap).is_chain:
-                raise FieldError("drafted", f"the growth's {n}-node tree is no chain: only a "
+                raise FieldError("drafted_only", f"the growth's {n}-node tree is no chain: only a "
                                  "lookup drafter's chains are verified as far as they were "
                                  "drafted")
     if traces and all(t is None for t in traces):
