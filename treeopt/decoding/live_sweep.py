@@ -28,6 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from treeopt.decoding.compare import check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement
@@ -38,7 +40,7 @@ from treeopt.model.runs import as_run
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.drafted import NO_DRAFTED
+from treeopt.pricing.drafted import NO_DRAFTED, drafted_throughput
 from treeopt.pricing.sweep_prediction import predict
 from treeopt.pricing.throughput import select
 
@@ -150,13 +152,14 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
     before, describe them better than either) and select's picks marked again."""
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
     continuous, drafted = meta["batching"] == "continuous", meta["verified"] == "as drafted"
-    if Path(out).exists() and (was := Sweep.load(out).meta.get("verified", "whole")) != (
+    existing = Sweep.load(out) if Path(out).exists() else None
+    if existing is not None and (was := existing.meta.get("verified", "whole")) != (
             meta["verified"]):
         raise TreeoptError(f"{out}: a sweep of trees verified {was}, not {meta['verified']}; "
                            "write to another path")
     window = ("the steady window of continuous batching (b rows, each taking the next prompt)"
               if continuous else "each batch's steady window")
-    if costs is None and Path(out).exists() and (was := Sweep.load(out).meta.get("predicted")):
+    if costs is None and existing is not None and (was := existing.meta.get("predicted")):
         raise TreeoptError(f"{out}: a sweep predicted from {was}; give a step-cost model to "
                            "predict its points again, or write to another path")
     sweep = Sweep.resume(out, {
@@ -194,15 +197,14 @@ def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[in
             raise FieldError("trace", NO_DRAFTED)
 
 
-def _drafted_pick(growth: Growth, costs: StepCosts, trace: RankTrace | None,
-                  batch: int) -> Tree:
-    """The chain verified as drafted that ``select`` prices fastest at ``batch`` (none: the
-    empty tree)."""
-    most = min(len(growth.order), costs.verify.max_tokens - 1)
-    chains = [family_tree(growth, n, None) for n in range(most + 1)]
-    chains = [t for t in chains if t.is_chain]
-    return max(chains, key=lambda t: predict(t, growth, costs, trace, batch,
-                                             drafted=True).tokens_per_s)
+def _drafted_pick(growth: Growth, costs: StepCosts, trace: RankTrace, batch: int) -> Tree:
+    """The chain verified as drafted that ``select --drafted-only`` prices fastest at ``batch``
+    among such chains (none: the empty tree): every depth priced in one walk of ``trace``, as
+    select's drafted family is."""
+    most = min(trace.heads, costs.verify.max_tokens - 1, growth.max_nodes)
+    _, tp = drafted_throughput(trace, max_depth=most, verify=costs.verify, draft=costs.draft,
+                               overhead=costs.overhead, batch=batch, context=costs.context())
+    return Tree.chain(int(np.nanargmax(tp.tokens_per_s)))
 
 
 def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
