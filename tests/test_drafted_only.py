@@ -395,12 +395,15 @@ def test_a_drafted_sweep_verifies_as_drafted_and_is_predicted_and_picked_so(base
              **{**run, "out": tmp_path / "s2.json", "trace": RankTrace(trace.ranks, trace.meta)})
 
 
-def test_a_drafted_chains_batched_point_accepts_as_its_whole_chain_does():
+def test_a_drafted_chains_batched_point_is_priced_over_its_own_runs_window():
     """At batch 2 a sweep's steady window weights both rows alike, so a drafted chain's point
     is priced with the window's E[L] (the whole chain's, holes never accepted), not the pooled
-    walk, and its tokens/s scale with it; at batch 1 the two are the walk."""
+    walk; and its steps' longest drafts are the window's rows' own: here every window step has
+    one row drafting 2 (the matching run), where rows drawn independently from all the steps
+    would mostly draft nothing. At batch 1 both are the walk."""
     from treeopt.model.growth import grow
     from treeopt.pricing.costs import NO_DRAFT, NO_OVERHEAD, StepCosts
+    from treeopt.pricing.drafted import window_longest
     from treeopt.pricing.sweep_prediction import predict, sweep_accept_length
 
     drafted = np.array([2] * 12 + [0] * 36)  # a run that matches, then one that never does
@@ -411,11 +414,16 @@ def test_a_drafted_chains_batched_point_accepts_as_its_whole_chain_does():
     chain = Tree.chain(2)
     window = sweep_accept_length(chain, tr, 2)
     pooled = sweep_accept_length(chain, tr, 1)
-    assert window > pooled
+    assert (window, pooled) == (pytest.approx(2.0), pytest.approx(48 / 40))  # 4 steps of 3, 36 of 1
+    assert window_longest(2, tr, 2).tolist() == [0.0, 0.0, 1.0]
     at2 = predict(chain, growth, costs, tr, 2, drafted=True)
     assert at2.accept_length == pytest.approx(window)
     assert at2.accept_length == pytest.approx(predict(chain, growth, costs, tr, 2).accept_length)
+    assert at2.tokens_per_s == pytest.approx(2 * window / 0.032)  # q = 3 at batch 2: 16 ms × 2
+    assert at2.speedup == pytest.approx(at2.tokens_per_s / (2 / 0.020))
     ell, tp = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=2, context=64)
-    assert at2.tokens_per_s == pytest.approx(tp.tokens_per_s[-1] * window / ell[-1])
-    assert predict(chain, growth, costs, tr, 1, drafted=True).accept_length == pytest.approx(
-        pooled)
+    assert tp.tokens_per_s[-1] * window / ell[-1] > 1.4 * at2.tokens_per_s  # independent rows
+    at1 = predict(chain, growth, costs, tr, 1, drafted=True)
+    assert at1.accept_length == pytest.approx(pooled)
+    _, tp1 = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=1, context=64)
+    assert at1.tokens_per_s == pytest.approx(tp1.tokens_per_s[-1])

@@ -241,19 +241,7 @@ def batch_window_accept_length(tree: Tree, trace: RankTrace, batch: int) -> floa
     >>> batch_window_accept_length(Tree.chain(1), tr, 1), batch_window_accept_length(Tree.chain(1), tr, 2)
     (1.3333333333333333, 1.5)
     """
-    walk = _row_walk(tree, trace)
-    if walk is None or len(walk[1]) < batch:
-        return None
-    steps, per_sequence = walk
-    bounds = np.cumsum([n for _, n in per_sequence])[:-1]
-    rows = np.split(steps, bounds)  # each sequence's accepted lengths, in step order
-    tokens = row_steps = 0
-    for g in range(len(rows) // batch):
-        group = rows[g * batch: (g + 1) * batch]
-        window = min(len(r) for r in group)
-        tokens += sum(int(r[:window].sum()) for r in group)
-        row_steps += batch * window
-    return tokens / row_steps if row_steps else None
+    return _window_mean(tree, trace, batch, continuous=False)
 
 
 def continuous_window_accept_length(tree: Tree, trace: RankTrace,
@@ -284,27 +272,54 @@ def continuous_window_accept_length(tree: Tree, trace: RankTrace,
     ...     Tree.chain(1), tr, 3)
     True
     """
+    return _window_mean(tree, trace, batch, continuous=True)
+
+
+def _window_mean(tree: Tree, trace: RankTrace, batch: int, *, continuous: bool) -> float | None:
+    """Mean accepted length over the rows and steps of :func:`window_steps`."""
     walk = _row_walk(tree, trace)
     if walk is None or len(walk[1]) < batch:
         return None
     steps, per_sequence = walk
-    bounds = np.cumsum([n for _, n in per_sequence])[:-1]
-    sequences = [r.tolist() for r in np.split(steps, bounds)]
-    rows = [(s, 0) for s in range(batch)]  # each row's sequence and its next step
-    waiting = batch
-    tokens = row_steps = 0
+    rows = window_steps([n for _, n in per_sequence], batch, continuous=continuous)
+    return float(steps[rows].mean())
+
+
+def window_steps(counts: Sequence[int], batch: int, *,
+                 continuous: bool = False) -> npt.NDArray[np.int64]:
+    """The steps a batch of ``batch`` rows takes while all its rows run, as [batch step, row]
+    indices into steps listed sequence by sequence (sequence i taking ``counts[i]`` ≥ 1 steps,
+    as :func:`step_walk` lists them). Static: consecutive groups of ``batch`` sequences (a
+    shorter last group dropped), each over its first S steps, S the fewest any of its rows
+    takes. ``continuous``: the sequences go to the rows in order, a row whose sequence ends
+    taking the next before the following step, up to and including the step in which a row ends
+    with no sequence left to take. Needs at least ``batch`` sequences.
+
+    >>> window_steps([2, 3], 2).tolist()  # steps 0-1 of the first, 2-4 of the second
+    [[0, 2], [1, 3]]
+    >>> window_steps([1, 3, 1], 2, continuous=True).tolist()
+    [[0, 1], [4, 2]]
+    """
+    if len(counts) < batch or min(counts, default=1) < 1:
+        raise TreeoptError(f"a window of {batch} rows over {len(counts)} sequences, each of "
+                           "one step at least")
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    if not continuous:
+        groups = [range(g * batch, (g + 1) * batch) for g in range(len(counts) // batch)]
+        return np.concatenate([first[list(g)] + np.arange(min(counts[i] for i in g))[:, None]
+                               for g in groups]).astype(np.int64)
+    rows, waiting, taken = [(s, 0) for s in range(batch)], batch, []
     while True:
-        tokens += sum(sequences[s][i] for s, i in rows)
-        row_steps += batch
+        taken.append([first[s] + i for s, i in rows])
         ended = False
         for r, (s, i) in enumerate(rows):
             i += 1
-            while i == len(sequences[s]) and waiting < len(sequences):
+            while i == counts[s] and waiting < len(counts):
                 s, i, waiting = waiting, 0, waiting + 1
-            ended = ended or i == len(sequences[s])
+            ended = ended or i == counts[s]
             rows[r] = (s, i)
         if ended:
-            return tokens / row_steps
+            return np.asarray(taken, np.int64)
 
 
 class Simulation(AcceptStats):

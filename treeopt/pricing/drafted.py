@@ -15,7 +15,9 @@ rows; with the rows' m drawn independently from the steps', ``P(max ≤ m) = F(m
 
 ``tokens/s = b · E[L] / E[t_verify(b, s, 1 + M) + t_draft(b, M) + t_overhead(b, 1 + M, M)]``,
 
-M the batch's longest draft: exact at batch 1, and at batch b where rows draft independently.
+M the batch's longest draft: exact at batch 1, and at batch b where rows draft independently —
+what ``select`` prices for a serving load. A run of the trace's own sequences (a live sweep's
+point) meets its rows' drafts jointly: :func:`window_longest` reads M from that run's steps.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from treeopt.errors import TreeoptError
-from treeopt.model.simulation import step_walk
+from treeopt.model.simulation import step_walk, window_steps
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import (
@@ -60,6 +62,13 @@ def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
     >>> [a.tolist() for a in step_drafts(2, tr)]
     [[1, 3, 3], [0, 2, 2]]
     """
+    lengths, drafts, _ = _walked_drafts(depth, trace)
+    return lengths, drafts
+
+
+def _walked_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
+                                                          npt.NDArray[np.int64], list[int]]:
+    """:func:`step_drafts`, with each sequence's step count."""
     if trace.drafted is None:
         raise TreeoptError(f"the rank trace {NO_DRAFTED}")
     walked = step_walk(Tree.chain(depth), trace)
@@ -71,7 +80,8 @@ def step_drafts(depth: int, trace: RankTrace) -> tuple[npt.NDArray[np.int64],
         run = lengths[i: i + steps]
         starts[i: i + steps] = at + np.concatenate([[0], np.cumsum(run)[:-1]])
         i, at = i + steps, at + n
-    return lengths, np.minimum(trace.drafted[starts].astype(np.int64), depth)
+    drafts = np.minimum(trace.drafted[starts].astype(np.int64), depth)
+    return lengths, drafts, [steps for _, steps in per_sequence]
 
 
 def longest_of(drafts: npt.NDArray[np.int64], depth: int, batch: int) -> npt.NDArray[np.float64]:
@@ -84,6 +94,39 @@ def longest_of(drafts: npt.NDArray[np.int64], depth: int, batch: int) -> npt.NDA
     share = np.bincount(drafts, minlength=depth + 1)[: depth + 1] / max(len(drafts), 1)
     below = np.cumsum(share) ** batch
     return np.diff(np.concatenate([[0.0], below]))
+
+
+def window_longest(depth: int, trace: RankTrace, batch: int, *,
+                   continuous: bool = False) -> npt.NDArray[np.float64] | None:
+    """P(M = m), m = 0 … ``depth``, over the steps a batched run of the trace's own sequences
+    takes while all its rows run (:func:`~treeopt.model.simulation.window_steps`: groups of
+    ``batch`` sequences, or ``continuous`` batching), M the longest draft among the step's rows:
+    the rows' drafts as that run meets them, where :func:`longest_of` draws them independently
+    from all the steps. None with fewer sequences than ``batch``.
+
+    >>> tr = RankTrace(np.array([[0], [-1], [-1], [-1]], np.int16),
+    ...                {"sequence_positions": [2, 2]}, drafted=np.array([1, 0, 0, 0]))
+    >>> window_longest(1, tr, 2).tolist(), longest_of(step_drafts(1, tr)[1], 1, 2).tolist()
+    ([0.0, 1.0], [0.4444444444444444, 0.5555555555555556])
+    """
+    _, drafts, counts = _walked_drafts(depth, trace)
+    if len(counts) < batch:
+        return None
+    longest = drafts[window_steps(counts, batch, continuous=continuous)].max(axis=1)
+    return np.bincount(longest, minlength=depth + 1)[: depth + 1] / len(longest)
+
+
+def step_seconds(p: npt.NDArray[np.float64], *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
+                 overhead: OverheadCost = NO_OVERHEAD, batch: int,
+                 context: int) -> npt.NDArray[np.float64]:
+    """Expected verify, draft and overhead seconds of a step whose longest draft M has the
+    distribution ``p`` (P(M = m), m = 0 … len(p) - 1): q = 1 + M tokens verified."""
+    m = np.arange(len(p))
+    seconds = np.stack([verify.seconds(batch, context, m + 1),
+                        [draft.seconds(batch, (1,) * k) for k in m],
+                        [overhead.seconds(batch, k + 1, k) for k in m]])
+    used = p > 0  # a size never taken adds nothing, even beyond the latency source
+    return seconds[:, used] @ p[used]
 
 
 def chain_steps(trace: RankTrace, max_depth: int) -> tuple[npt.NDArray[np.float64],
@@ -114,13 +157,9 @@ def drafted_price(ell: npt.NDArray[np.float64], drafts: list[npt.NDArray[np.int6
     source)."""
     terms = np.zeros((3, len(ell)))  # verify, draft, overhead seconds, expected
     for depth, drafted in enumerate(drafts):
-        p = longest_of(drafted, depth, batch)
-        m = np.arange(depth + 1)
-        seconds = np.stack([verify.seconds(batch, context, m + 1),
-                            [draft.seconds(batch, (1,) * k) for k in m],
-                            [overhead.seconds(batch, k + 1, k) for k in m]])
-        used = p > 0  # a size never taken adds nothing, even beyond the latency source
-        terms[:, depth] = seconds[:, used] @ p[used]
+        terms[:, depth] = step_seconds(longest_of(drafted, depth, batch), verify=verify,
+                                       draft=draft, overhead=overhead, batch=batch,
+                                       context=context)
     return Throughput(batch * ell / terms.sum(axis=0), terms[0], terms[1], terms[2])
 
 

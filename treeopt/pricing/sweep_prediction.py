@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from treeopt.errors import TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.simulation import (
@@ -15,7 +17,7 @@ from treeopt.model.simulation import (
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.drafted import drafted_throughput
+from treeopt.pricing.drafted import longest_of, step_drafts, step_seconds, window_longest
 from treeopt.pricing.throughput import growth_expected_accept_length, price_tree
 
 
@@ -50,17 +52,13 @@ def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | Non
     as ``select --drafted-only`` prices them (:func:`~treeopt.pricing.drafted.drafted_throughput`)
     and its E[L] as a whole tree's: at b > 1 the steady window's, which weights every row alike
     and sees more than the pooled walk (on SmolLM2's trie chains of 4 and 8 nodes, 6–12% more:
-    priced with the pooled walk, their points read 8–17% low)."""
+    priced with the pooled walk, their points read 8–17% low), and its steps' longest drafts
+    those of the same window's rows (:func:`_drafted_run`)."""
     if drafted and not tree.is_chain:
         raise TreeoptError(f"a tree of {tree.size} nodes that is no top-1 chain: only a lookup "
                            "drafter's chain is verified as far as it was drafted")
     if drafted and trace is not None and tree.size:
-        ell, tp = drafted_throughput(trace, max_depth=tree.depth, verify=costs.verify,
-                                     draft=costs.draft, overhead=costs.overhead, batch=batch,
-                                     context=costs.context())
-        window = sweep_accept_length(tree, trace, batch, continuous=continuous)
-        rate = float(tp.tokens_per_s[-1]) * window / float(ell[-1])  # tokens/s ∝ E[L]
-        return Prediction(rate, rate / float(tp.tokens_per_s[0]), window)
+        return _drafted_run(tree, costs, trace, batch, continuous=continuous)
     if trace is not None:
         ell = sweep_accept_length(tree, trace, batch, continuous=continuous)
     else:
@@ -69,6 +67,24 @@ def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | Non
                                   overhead=costs.overhead, batch=batch,
                                   context=costs.context(), expected_accept_length=ell)
     return Prediction(tree_tps, tree_tps / ar_tps, ell)
+
+
+def _drafted_run(tree: Tree, costs: StepCosts, trace: RankTrace, batch: int, *,
+                 continuous: bool) -> Prediction:
+    """A chain verified as drafted, priced over the run of the trace's own sequences that the
+    sweep point decodes: E[L] and the steps' longest drafts M from its steady window
+    (:func:`~treeopt.pricing.drafted.window_longest`; rows drawn independently, as select prices
+    them, where the trace has fewer sequences than rows)."""
+    depth, context = tree.depth, costs.context()
+    p = window_longest(depth, trace, batch, continuous=continuous)
+    if p is None:
+        p = longest_of(step_drafts(depth, trace)[1], depth, batch)
+    priced = {"verify": costs.verify, "draft": costs.draft, "overhead": costs.overhead,
+              "batch": batch, "context": context}
+    ell = sweep_accept_length(tree, trace, batch, continuous=continuous)
+    rate = batch * ell / float(step_seconds(p, **priced).sum())
+    plain = batch / float(step_seconds(np.ones(1), **priced).sum())
+    return Prediction(rate, rate / plain, ell)
 
 
 __all__ = ["Prediction", "predict", "sweep_accept_length"]
