@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 if TYPE_CHECKING:
     from treeopt.documents.sweep import Sweep
+    from treeopt.workbench.demo_pricing import HeldOutPricing
 
 
 def rounds_said(sweep: Sweep) -> str:
@@ -39,11 +40,41 @@ def rounds_said(sweep: Sweep) -> str:
                                          f"{sweep.meta.get('max_rounds')})" if target else "")
 
 
+def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
+           within: float) -> list[float]:
+    """Print one sweep's points, measured → predicted, per batch, and its summary line; return
+    the points' errors. ``drafted``: the sweep of a lookup drafter's chains verified as
+    drafted, each point priced so."""
+    from treeopt.model.tree import Tree
+
+    name = f"{kind} (verified as drafted)" if drafted else kind
+    print(f"{name}: sweep of {sweep.meta.get('created', '?')}, {sweep.meta.get('prompts')} "
+          f"prompts × {sweep.meta.get('max_new_tokens')} tokens, {rounds_said(sweep)}")
+    errors, picks = [], []
+    for batch in sorted({p.batch for p in sweep.points}):
+        cells = []
+        for p in (p for p in sweep.points if p.batch == batch):
+            tree = Tree.from_choices([list(c) for c in p.choices])
+            predicted = held_out.predict(tree, batch, drafted=drafted and tree.size > 0)
+            error = predicted.speedup / p.speedup - 1
+            errors.append(error)
+            if p.selected:
+                picks.append(f"b{batch} {error:+.1%}")
+            live = p.steady_accept_length or p.mean_accept_length  # the window priced
+            cells.append(f"{p.size}{'*' if p.selected else ''}: {p.speedup:.2f}→"
+                         f"{predicted.speedup:.2f} ({error:+.1%}; E[L] "
+                         f"{live:.2f}→{predicted.accept_length:.2f})")
+        print(f"  batch {batch}: " + " · ".join(cells))
+    hit = sum(abs(e) <= within for e in errors)
+    print(f"  {name}: {hit} of {len(errors)} points within {within:.0%}; "
+          f"select's picks {', '.join(picks)}")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> int:
     from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
     from treeopt.errors import TreeoptError
-    from treeopt.model.tree import Tree
     from treeopt.workbench.demo_pricing import demo_pricing
     from treeopt.workbench.demos import build_host
 
@@ -63,29 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         if pricing is None or pricing.sweep is None or pricing.held_out is None:
             print(f"{kind}: no step profile, sweep or held-out trace; skipped")
             continue
-        sweep = pricing.sweep
-        print(f"{kind}: sweep of {sweep.meta.get('created', '?')}, "
-              f"{sweep.meta.get('prompts')} prompts × {sweep.meta.get('max_new_tokens')} tokens, "
-              f"{rounds_said(sweep)}")
-        errors, picks = [], []
-        for batch in sorted({p.batch for p in sweep.points}):
-            cells = []
-            for p in (p for p in sweep.points if p.batch == batch):
-                tree = Tree.from_choices([list(c) for c in p.choices])
-                predicted = pricing.held_out.predict(tree, batch)
-                error = predicted.speedup / p.speedup - 1
-                errors.append(error)
-                if p.selected:
-                    picks.append(f"b{batch} {error:+.1%}")
-                live = p.steady_accept_length or p.mean_accept_length  # the window priced
-                cells.append(f"{p.size}{'*' if p.selected else ''}: {p.speedup:.2f}→"
-                             f"{predicted.speedup:.2f} ({error:+.1%}; E[L] "
-                             f"{live:.2f}→{predicted.accept_length:.2f})")
-            print(f"  batch {batch}: " + " · ".join(cells))
-        within = sum(abs(e) <= args.within for e in errors)
-        total, hits = total + len(errors), hits + within
-        print(f"  {kind}: {within} of {len(errors)} points within {args.within:.0%}; "
-              f"select's picks {', '.join(picks)}")
+        for sweep, drafted in ((pricing.sweep, False), (pricing.drafted_sweep, True)):
+            if sweep is not None:
+                errors = report(kind, sweep, pricing.held_out, drafted=drafted,
+                                within=args.within)
+                total += len(errors)
+                hits += sum(abs(e) <= args.within for e in errors)
     print(f"all drafters: {hits} of {total} points within {args.within:.0%}")
     for line in demo.profiled_elsewhere():
         print(line, file=sys.stderr)

@@ -148,6 +148,7 @@ def test_load_returns_everything(tiny_demo):
     assert demo.latency is not None and demo.latency.name == "cpu.json"
     assert set(demo_dataset(demo).sources) == set(KINDS)
     from treeopt.documents.sweep import Sweep
+    from treeopt.registry.kinds import drafter_kind
     from treeopt.workbench.demo_pricing import demo_pricing
 
     for kind in KINDS:
@@ -163,6 +164,17 @@ def test_load_returns_everything(tiny_demo):
         assert sweep.meta["predicted"] == f"latency/step-{kind}-cpu.json"
         priced = demo_pricing(demo, kind)
         assert priced is not None and priced.selection.batches == list(TINY.live_batches)
+        if drafter_kind(kind).lookup:  # its chains swept again, verified as drafted
+            drafted = Sweep.load(demo.sweep(kind, drafted=True))
+            assert drafted.meta["verified"] == "as drafted" and drafted.points
+            assert {k: drafted.meta[k] for k in ("prompts", "max_new_tokens", "batching")} == {
+                k: sweep.meta[k] for k in ("prompts", "max_new_tokens", "batching")}
+            assert all(p.lossless for p in drafted.points)
+            assert all(drafted.selected(b) is not None for b in drafted.batches)
+            assert priced.drafted_sweep is not None
+            assert priced.drafted_sweep.points == drafted.points
+        else:
+            assert demo.sweep(kind, drafted=True) is None and priced.drafted_sweep is None
     dynamic = json.loads(demo.paths.dynamic_selection("cpu").read_text())
     assert ".building" not in json.dumps(dynamic)
     light = load(out, with_model=False)

@@ -92,6 +92,33 @@ def test_a_chain_picked_verified_as_drafted_is_never_the_sweeps_own_point():
     assert "but the whole chain was measured at 1.40×" in drafted.disagreement
 
 
+def test_a_chain_picked_verified_as_drafted_is_measured_in_the_drafted_sweep():
+    """Where the drafter's chains were also swept verified as drafted (the demo build's drafted
+    sweep of a lookup drafter), its pick's measurement is that sweep's own point; at a batch
+    that sweep lacks, the whole chain's, labelled so."""
+    from treeopt.pricing.drafted import DRAFTED_CHAIN
+
+    picks = [replace(point(b, CHAIN3, 1.5), family=DRAFTED_CHAIN) for b in (1, 2)]
+    whole = Sweep({"device": "cpu", "prompts": 8, "max_new_tokens": 64}, (
+        sweep_point(1, CHAIN3, 1.40, 0.02), sweep_point(2, CHAIN3, 1.20, 0.02)),
+        source="/x/ngram-trie-cpu.json")
+    drafted = Sweep({"device": "cpu", "prompts": 8, "max_new_tokens": 64,
+                     "verified": "as drafted"},
+                    (sweep_point(1, CHAIN3, 1.55, 0.03, selected=True),),
+                    source="/x/ngram-trie-drafted-cpu.json")
+    evidence = {"ngram-trie": DrafterEvidence(selection("ngram-trie", picks), whole,
+                                              drafted_sweep=drafted)}
+    at1, at2 = overview(evidence).answers
+    assert at1.drafted and at1.measured is not None
+    assert (at1.measured.same_tree, at1.measured.speedup, at1.measured.label) == (
+        True, 1.55, "measured")
+    assert at1.measured.source == (
+        "measured in sweep ngram-trie-drafted-cpu.json on cpu: batch 1, 3 nodes, 8 prompts × "
+        "64 tokens, 5 rounds, verified as drafted")
+    assert at2.measured is not None and at2.measured.whole_chain
+    assert (at2.measured.same_tree, at2.measured.speedup) == (False, 1.20)
+
+
 def answer(predicted: float, measured: float, spread: float, *, same: bool = True) -> BatchAnswer:
     return BatchAnswer(1, 64, "eagle", CHAIN3, None, Predicted(predicted, 100 * predicted, 100.0,
                                                                "predicted by select"),

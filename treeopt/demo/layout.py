@@ -118,6 +118,11 @@ class DemoPaths:
         """The live throughput sweep of the ``kind`` heads' trees on ``device``."""
         return self.root / "sweep" / f"{_kind(kind)}-{device}.json"
 
+    def drafted_sweep(self, kind: str, device: str = "cpu") -> Path:
+        """The live sweep of the ``kind`` lookup drafter's chains verified only as far as they
+        were drafted (``tune --drafted-only``), as its selection's picks decode, on ``device``."""
+        return self.root / "sweep" / f"{_kind(kind)}-drafted-{device}.json"
+
     def alongside_profile(self, kind: str, device: str = "cpu") -> Path:
         """The step profile taken alongside the ``kind`` drafter's sweep on ``device``: each
         point's tree profiled right before the point (beside the sweep, not among the step

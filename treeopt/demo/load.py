@@ -87,10 +87,13 @@ class Demo:
             return dict(drafters[kind]["quality"])
         return dict(self.manifest.get("quality", {}).get("live", {}).get(kind, {}))
 
-    def sweep(self, kind: str) -> Path | None:
-        """The live throughput sweep of the ``kind`` heads, on the latency table's device."""
+    def sweep(self, kind: str, *, drafted: bool = False) -> Path | None:
+        """The live throughput sweep of the ``kind`` heads, on the latency table's device
+        (``drafted``: of a lookup drafter's chains verified as drafted); None where the demo has
+        none."""
         table = self.latency
-        path = self.paths.sweep(kind, device=table.stem) if table else None
+        where = self.paths.drafted_sweep if drafted else self.paths.sweep
+        path = where(kind, device=table.stem) if table else None
         return path if path is not None and path.exists() else None
 
 

@@ -173,7 +173,9 @@ def _files_of(name: str, kinds: tuple[str, ...], paths: DemoPaths, config: DemoC
                     *(paths.step_profile(k, config.device) for k in kinds)],
         "sweep": [*(paths.sweep(k, config.device) for k in kinds),
                   *(paths.alongside_profile(k, config.device) for k in kinds
-                    if config.sweep_alongside)],
+                    if config.sweep_alongside),
+                  *(paths.drafted_sweep(k, config.device) for k in kinds
+                    if drafter_kind(k).lookup)],
         "dynamic": [*(paths.dynamic_trace(part, k) for part in ("calibration", "heldout")
                       for k in config.dynamic_topk), paths.dynamic_step_profile(config.device),
                     paths.dynamic_selection(config.device)],

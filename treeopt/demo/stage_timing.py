@@ -87,7 +87,6 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
 
 
 def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
-    from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
     from treeopt.demo.evidence import alongside_profile, sweep_method
     from treeopt.model.growth import Growth
@@ -107,28 +106,77 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
                                   out=ctx.paths.alongside_profile(kind, c.device))
     start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
+    costs = demo_costs(ctx, ctx.paths.step_profile(kind, c.device))
+    select_trace = RankTrace.load(ctx.paths.trace(kind))
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
-                  config=DecodeConfig(max_new_tokens=c.live_new_tokens,  # rows stop at EOS,
-                                      eos_token_id=ctx.tokenizer.eos_token_id),  # as traced
-                  costs=demo_costs(ctx, ctx.paths.step_profile(kind, c.device)), trace=own,
-                  select_trace=RankTrace.load(ctx.paths.trace(kind)),
+                  config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,
                   meta={"model": "treeopt demo", "device": c.device,
                         "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
                   race_best=c.sweep_race, before_point=alongside,
                   continuous=c.sweep_batching == "continuous",
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
-    for row in result.summary():
-        ctx.log(f"  {kind} batch {row['batch']}: best {row['best_size']} nodes "
-                f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
-                f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
+    _log_summary(ctx, kind, result)
     record = {"file": path.name, "summary": result.summary(),
               "method": sweep_method(c, ctx.paths, kind),
               "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
     if alongside is not None:
         record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
+    chains = drafted_chain_sizes(growth, sizes, own)
+    if chains:
+        record["drafted"] = _drafted_sweep(ctx, kind, prompts, growth, chains, costs, own,
+                                           select_trace)
     return record
+
+
+def drafted_chain_sizes(growth: Growth, sizes: list[int], trace: RankTrace) -> list[int]:
+    """The swept sizes whose trees are chains a lookup drafter verifies as far as it drafted
+    (none where the trace records no drafted lengths: no lookup drafter, or an older trace)."""
+    from treeopt.decoding.live_sweep import family_tree
+
+    if trace.drafted is None:
+        return []
+    return [n for n in sizes if family_tree(growth, n, None).is_chain]
+
+
+def _drafted_sweep(ctx: Context, kind: str, prompts: list[list[int]], growth: Growth,
+                   sizes: list[int], costs: StepCosts, own: RankTrace,
+                   select_trace: RankTrace) -> dict[str, Any]:
+    """The lookup drafter's chains swept verified only as far as they were drafted, as its
+    selection's picks decode (``tune --drafted-only``): the same prompts, tokens and timing as
+    the whole trees' sweep, and select's drafted pick per batch."""
+    from treeopt.decoding.live_sweep import tune
+
+    c = ctx.config
+    path = ctx.paths.drafted_sweep(kind, c.device)
+    start = time.perf_counter()
+    bar = ctx.bar((len(sizes) + 1) * len(c.live_batches), f"{kind} drafted sweep")
+    result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
+                  sizes=sizes, out=path, measure=c.measurement("sweep"),
+                  config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,
+                  meta={"model": "treeopt demo", "device": c.device},
+                  continuous=c.sweep_batching == "continuous", drafted=True,
+                  progress=lambda i, n, bar=bar: bar.update(i - bar.n))
+    bar.close()
+    _log_summary(ctx, f"{kind} (verified as drafted)", result)
+    return {"file": path.name, "summary": result.summary(),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _sweep_decoding(ctx: Context) -> Any:
+    """How a sweep decodes: the live new tokens, rows stopping at EOS as traced."""
+    from treeopt.decoding.config import DecodeConfig
+
+    return DecodeConfig(max_new_tokens=ctx.config.live_new_tokens,
+                        eos_token_id=ctx.tokenizer.eos_token_id)
+
+
+def _log_summary(ctx: Context, name: str, sweep: Sweep) -> None:
+    for row in sweep.summary():
+        ctx.log(f"  {name} batch {row['batch']}: best {row['best_size']} nodes "
+                f"{row['best_speedup']:.2f}×; select picks {row.get('selected_size')} "
+                f"({row.get('selected_share_of_best', float('nan')):.0%} of the best)")
 
 
 def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own: RankTrace,

@@ -81,12 +81,14 @@ class DemoPricing:
     sweep: Sweep | None
     as_swept: SweptPricing | None = None  # the sweep's own run priced (with its alongside profile)
     held_out: HeldOutPricing | None = None  # the step costs with the held-out walk
+    drafted_sweep: Sweep | None = None  # a lookup drafter's chains swept verified as drafted
 
 
 def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     """The demo's measured pricing of its ``kind`` heads (None without a step profile): the
     selection (the demo's own, :mod:`treeopt.demo.selections`, while its inputs are unchanged;
-    else priced here), the live sweep, the sweep priced as it ran, and the held-out pricing."""
+    else priced here), the live sweep, the sweep priced as it ran, the held-out pricing, and a
+    lookup drafter's sweep of its chains verified as drafted."""
     path = demo.step_profile(kind)
     if path is None:
         return None
@@ -95,9 +97,11 @@ def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
                  or priced_selection(demo.growths[kind], demo.traces[kind], costs))
     sweep_path = demo.sweep(kind)
     sweep = Sweep.load(sweep_path) if sweep_path is not None else None
+    drafted_path = demo.sweep(kind, drafted=True)
     return DemoPricing(kind, costs, selection, sweep,
                        swept_pricing(demo, kind, sweep) if sweep is not None else None,
-                       held_out_pricing(demo, kind, costs, sweep))
+                       held_out_pricing(demo, kind, costs, sweep),
+                       Sweep.load(drafted_path) if drafted_path is not None else None)
 
 
 def held_out_pricing(demo: Demo, kind: str, costs: StepCosts,

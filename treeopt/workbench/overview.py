@@ -187,6 +187,7 @@ class DrafterEvidence:
     command: str = "treeopt select"  # what computes the selection on the command line
     as_swept: SweptPricing | None = None  # the sweep's own run priced, if it can be
     held_out: HeldOutPricing | None = None  # the step costs with the held-out walk
+    drafted_sweep: Sweep | None = None  # a lookup drafter's chains swept verified as drafted
 
 
 @dataclass(frozen=True)
@@ -240,10 +241,13 @@ def _answer(choice: DrafterChoice, evidence: Mapping[str, DrafterEvidence],
                           prediction_source(given, root=root), point.expected_accept_length)
     drafted = point.drafted
     measured = None
-    if given.sweep is not None and point.tree.size:
+    if drafted and given.drafted_sweep is not None and point.tree.size:  # measured as picked
+        measured = measured_for(given.drafted_sweep, choice.batch, point.tree)
+    if measured is None and given.sweep is not None and point.tree.size:
         measured = measured_for(given.sweep, choice.batch, point.tree, max_depth=point.max_depth,
                                 drafted=drafted)
-    if measured is not None and measured.same_tree and given.as_swept is not None:
+    if (measured is not None and measured.same_tree and given.as_swept is not None
+            and not drafted):  # the alongside profile prices whole trees
         measured = replace(measured, predicted_as_swept=given.as_swept.speedup(point.tree,
                                                                               choice.batch))
     return BatchAnswer(choice.batch, choice.context, choice.drafter, point.tree, point.max_depth,
@@ -305,7 +309,8 @@ def measured_for(sweep: Sweep, batch: int, tree: Tree, *, max_depth: int | None 
 def _sweep_source(sweep: Sweep, p: SweepPoint) -> str:
     meta = sweep.meta
     how = (f"{meta.get('prompts', '?')} prompts × {meta.get('max_new_tokens', '?')} tokens, "
-           f"{p.rounds or meta.get('rounds', '?')} rounds")
+           f"{p.rounds or meta.get('rounds', '?')} rounds"
+           + (", verified as drafted" if meta.get("verified") == "as drafted" else ""))
     return (f"measured in sweep {Path(sweep.source).name} on {meta.get('device', '?')}: batch "
             f"{p.batch}, {_size(p.size, p.max_depth)}, {how}")
 
@@ -348,7 +353,7 @@ def demo_evidence(demo: Demo, *,
             trace = demo.paths.inside(demo.paths.trace(kind))
             out[kind] = DrafterEvidence(priced.selection, priced.sweep, trace,
                                         f"treeopt select --demo {kind}", priced.as_swept,
-                                        priced.held_out)
+                                        priced.held_out, priced.drafted_sweep)
     return out
 
 
