@@ -139,6 +139,24 @@ def test_each_live_step_verifies_what_the_trace_says_was_drafted(base, kind, tmp
     assert checked  # some steps drafted less than the chain is deep
 
 
+@pytest.mark.parametrize("kind", ["prompt-lookup", "ngram-trie"])
+def test_a_batchs_live_steps_verify_its_rows_longest_drafts(base, kind, tmp_path, monkeypatch):
+    """At batch 2, while both rows run, every live step verifies 1 + the longer of the two
+    rows' drafts that the trace's walk gives for that step (``window_drafts``), step by step."""
+    from treeopt.pricing.drafted import window_drafts
+
+    drafter = DRAFTERS[kind]()
+    depth, prompts = 6, PROMPTS[:2]
+    trace, _ = calibrate(base, drafter, prompts, tmp_path / f"{kind}.npz",
+                         config=CalibrateConfig(top_k=4, max_new_tokens=48))
+    longest = window_drafts(depth, trace, 2)
+    spy = StepSizes(monkeypatch)
+    decode(base, drafter, Tree.chain(depth), prompts,
+           config=DecodeConfig(max_new_tokens=48, drafted_only=True), batch=2)
+    assert spy.sizes[: len(longest)] == (longest + 1).tolist()
+    assert len(longest) > 3 and (longest < depth).any()  # some steps of both rows were cut
+
+
 def test_a_race_cuts_only_the_runs_it_names(base, monkeypatch):
     """``race_in_batches(drafted_runs=…)``: the runs named verify what was drafted, the others
     the whole chain; every output the same (how the benchmarks race a drafted-chain pick)."""

@@ -99,21 +99,31 @@ def longest_of(drafts: npt.NDArray[np.int64], depth: int, batch: int) -> npt.NDA
 def window_longest(depth: int, trace: RankTrace, batch: int, *,
                    continuous: bool = False) -> npt.NDArray[np.float64] | None:
     """P(M = m), m = 0 … ``depth``, over the steps a batched run of the trace's own sequences
-    takes while all its rows run (:func:`~treeopt.model.simulation.window_steps`: groups of
-    ``batch`` sequences, or ``continuous`` batching), M the longest draft among the step's rows:
-    the rows' drafts as that run meets them, where :func:`longest_of` draws them independently
-    from all the steps. None with fewer sequences than ``batch``.
+    takes while all its rows run (:func:`window_drafts`): the rows' drafts as that run meets
+    them, where :func:`longest_of` draws them independently from all the steps. None with fewer
+    sequences than ``batch``.
 
     >>> tr = RankTrace(np.array([[0], [-1], [-1], [-1]], np.int16),
     ...                {"sequence_positions": [2, 2]}, drafted=np.array([1, 0, 0, 0]))
     >>> window_longest(1, tr, 2).tolist(), longest_of(step_drafts(1, tr)[1], 1, 2).tolist()
     ([0.0, 1.0], [0.4444444444444444, 0.5555555555555556])
     """
+    longest = window_drafts(depth, trace, batch, continuous=continuous)
+    if longest is None:
+        return None
+    return np.bincount(longest, minlength=depth + 1)[: depth + 1] / len(longest)
+
+
+def window_drafts(depth: int, trace: RankTrace, batch: int, *,
+                  continuous: bool = False) -> npt.NDArray[np.int64] | None:
+    """The longest draft M among the rows of each step that a run of the trace's sequences with
+    ``batch`` rows takes while all its rows run (:func:`~treeopt.model.simulation.window_steps`:
+    groups of ``batch`` sequences, or ``continuous`` batching), in step order; each such step
+    verifies 1 + M tokens per row. None with fewer sequences than ``batch``."""
     _, drafts, counts = _walked_drafts(depth, trace)
     if len(counts) < batch:
         return None
-    longest = drafts[window_steps(counts, batch, continuous=continuous)].max(axis=1)
-    return np.bincount(longest, minlength=depth + 1)[: depth + 1] / len(longest)
+    return drafts[window_steps(counts, batch, continuous=continuous)].max(axis=1)
 
 
 def step_seconds(p: npt.NDArray[np.float64], *, verify: StepLatency, draft: DraftCost = NO_DRAFT,
