@@ -48,12 +48,13 @@ def predict(tree: Tree, growth: Growth, costs: StepCosts, trace: RankTrace | Non
     by step when there is one — at batch b > 1 through the steady window the sweep measures,
     its sequences b at a time, or through b rows of ``continuous`` batching — else the growth's
     values summed over the tree's nodes). ``drafted``: ``tree`` is a lookup drafter's chain
-    verified only as far as it was drafted, its steps priced from the trace's drafted lengths
-    as ``select --drafted-only`` prices them (:func:`~treeopt.pricing.drafted.drafted_throughput`)
-    and its E[L] as a whole tree's: at b > 1 the steady window's, which weights every row alike
-    and sees more than the pooled walk (on SmolLM2's trie chains of 4 and 8 nodes, 6–12% more:
-    priced with the pooled walk, their points read 8–17% low), and its steps' longest drafts
-    those of the same window's rows (:func:`_drafted_run`)."""
+    verified only as far as it was drafted, each step priced at its size as ``select
+    --drafted-only`` prices it, the sizes and E[L] those of the run the point decodes
+    (:func:`_drafted_run`): at b > 1 the steady window's E[L], which weights every row alike and
+    sees more than the pooled walk (on SmolLM2's trie chains of 4 and 8 nodes, 6–12% more), and
+    the longest draft of the window's own rows at each step (where rows drawn independently, as
+    select draws them for a serving load, priced the trie's 4- and 8-token chains at batch 4
+    5–7% low)."""
     if drafted and not tree.is_chain:
         raise TreeoptError(f"a tree of {tree.size} nodes that is no top-1 chain: only a lookup "
                            "drafter's chain is verified as far as it was drafted")
