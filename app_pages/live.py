@@ -42,11 +42,21 @@ def sweep_section() -> None:
         st.info("The demo holds no step profile and live sweep of these heads: measure them with "
                 "`treeopt profile step` and `treeopt tune`, or rebuild the demo.")
     else:
-        sweep = priced.sweep
+        sweep, drafted = priced.sweep, False
+        if priced.drafted_sweep is not None:  # a lookup drafter's chains, swept both ways
+            drafted = st.radio(
+                "Chains verified", ["whole", "as drafted"], horizontal=True, key="live_verified",
+                index=1 if picked.drafter == live_kind and picked.drafted else 0,
+                help="The demo swept this drafter's chains twice: every step verifying the whole "
+                     "chain, and only as far as the step drafted, as its selection's picks "
+                     "decode.") == "as drafted"
+            sweep = priced.drafted_sweep if drafted else sweep
+        verified = ", verified as drafted" if drafted else ""
         st.plotly_chart(hw_plots.sweep_figure(
             sweep, drafter=live_kind,
-            title=f"{live_kind} on {priced.costs.verify.meta.get('device', 'cpu')}: measured "
-                  "(points, spread over rounds) and predicted (dashed) speed-up"), width="stretch")
+            title=f"{live_kind}{verified} on {priced.costs.verify.meta.get('device', 'cpu')}: "
+                  "measured (points, spread over rounds) and predicted (dashed) speed-up"),
+            width="stretch")
         rows = sweep.summary()
         errors = [r["max_abs_error"] for r in rows if r["max_abs_error"] is not None]
         picks = [f"batch {r['batch']}: {nodes_text(r['selected_size'])}, "
@@ -55,7 +65,8 @@ def sweep_section() -> None:
         batching = ("in one continuous batch of b rows, each taking the next prompt"
                     if sweep.continuous else "b prompts at a time")
         st.caption(f"Every point decodes {sweep.meta.get('prompts')} held-out prompts × "
-                   f"{sweep.meta.get('max_new_tokens')} tokens ({batching}) against autoregressive "
+                   f"{sweep.meta.get('max_new_tokens')} tokens ({batching}{verified}) against "
+                   "autoregressive "
                    f"decoding, interleaved, {sweep.meta.get('rounds')} rounds; each point's "
                    "speed-up is over "
                    "the autoregressive rate measured with it, so drift between points cancels "

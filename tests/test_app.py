@@ -840,3 +840,31 @@ def test_live_on_a_demo_without_eagle_says_so_instead_of_asking_for_its_profile(
     assert any("ships no eagle drafter, so it has no adaptive controller" in v for v in infos)
     infos = [i.value for i in live_section(at, "Dynamic trees").info]
     assert any("ships no eagle drafter, so it has no dynamic trees" in v for v in infos)
+
+
+def test_live_page_draws_a_lookup_drafters_chains_swept_as_drafted(tiny_demos, monkeypatch):
+    """Where the demo swept a lookup drafter's chains verified as drafted too (the tiny demo
+    does), the Live page offers both sweeps and draws the one chosen; a drafter swept once
+    offers no choice."""
+    from treeopt.demo.layout import DemoPaths
+    from treeopt.documents.sweep import Sweep
+
+    monkeypatch.setenv("TREEOPT_DEMO", str(tiny_demos.after))
+    paths = DemoPaths(tiny_demos.after)
+    at = open_page("live")
+    at.radio(key="live_kind").set_value("prompt-lookup").run()
+    assert_clean(at)
+    for verified, sweep in (("as drafted", paths.drafted_sweep("prompt-lookup")),
+                            ("whole", paths.sweep("prompt-lookup"))):
+        at.radio(key="live_verified").set_value(verified).run()
+        assert_clean(at)
+        fig = figures(at)[0]
+        assert ("verified as drafted" in fig["layout"]["title"]["text"]) == (
+            verified == "as drafted")
+        points = sorted((p for p in Sweep.load(sweep).points
+                         if p.batch == 1 and p.max_depth is None), key=lambda p: p.size)
+        measured = next(t for t in fig["data"] if t.get("name") == "batch 1 measured")
+        assert measured["y"] == [p.speedup for p in points]
+    at.radio(key="live_kind").set_value("medusa").run()
+    assert_clean(at)
+    assert "live_verified" not in [r.key for r in at.radio]
