@@ -259,6 +259,26 @@ def test_a_picks_held_out_prediction_prices_it_as_select_does_and_only_a_chain()
         predict(Tree.from_choices([[0], [1]]), growth, costs, tr, 1, drafted=True)
 
 
+def test_drafted_chain_prices_are_selects_up_to_the_depth_it_can_price():
+    from treeopt.model.growth import grow
+    from treeopt.pricing.throughput import drafted_chain_prices, select
+
+    rng = np.random.default_rng(2)
+    tr = toy_trace(np.where(rng.random(300) < 0.4, 2, rng.integers(0, 2, 300)))
+    growth = grow(tr, method="empirical", max_nodes=2)
+    for b in (1, 2):
+        tp = drafted_chain_prices(growth, tr, verify=LATENCY, batch=b, context=64)
+        assert len(tp.tokens_per_s) == 3  # depths 0, 1, 2: the latency prices 3 tokens
+        _, want = drafted_throughput(tr, max_depth=2, verify=LATENCY, batch=b, context=64)
+        assert tp.tokens_per_s.tolist() == pytest.approx(want.tokens_per_s.tolist())
+        cut = select(growth, LATENCY, batch=[b], context=[64], trace=tr, drafted_only=True)
+        if cut.points[0].family == DRAFTED_CHAIN:
+            assert cut.points[0].tokens_per_s == pytest.approx(float(np.max(tp.tokens_per_s)))
+    short = StepLatency({(1, 64): (np.array([1.0, 2.0]), np.array([0.010, 0.012]))}, "short")
+    assert len(drafted_chain_prices(growth, tr, verify=short, batch=1,
+                                    context=64).tokens_per_s) == 2  # 2 tokens: depth 1 at most
+
+
 def test_a_trace_without_drafted_lengths_is_refused_by_name():
     tr = RankTrace(np.zeros((3, 2), np.int16), {"sequence_positions": [3]})
     with pytest.raises(TreeoptError, match="records no drafted chain lengths"):

@@ -12,7 +12,7 @@ from treeopt.decoding.cache import SlotCache, cache_shape
 from treeopt.decoding.plan import tree_plan
 from treeopt.decoding.probe import verifier
 from treeopt.decoding.tree_forward import verify_step
-from treeopt.documents.measure import Measurement, median_relative_se
+from treeopt.documents.measure import Measurement, floored_se, median_relative_se, pooled_spread
 from treeopt.documents.step_profile import StepProfile
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Tree
@@ -388,10 +388,41 @@ def test_every_record_meets_its_target_or_the_cap_on_a_noisy_machine(tmp_path, m
         ratios.clear()
         doc = profile_chains(tmp_path / f"step-{target}.json", rounds=2, target_se=target,
                              max_rounds=20)
+        spread = pooled_spread(ratios.values())
         for r in doc.records[1:]:
-            se = median_relative_se(ratios[r.q])
+            se = floored_se(ratios[r.q], spread)
+            assert se >= median_relative_se(ratios[r.q])
             assert r.rounds == len(ratios[r.q]) and r.se == round(se, 6)
             assert se <= target or r.rounds >= 20, (target, r.q, r.rounds, se)
+
+
+def test_a_record_whose_rounds_agree_by_chance_gets_the_rounds_its_batchs_noise_needs(
+        tmp_path, monkeypatch):
+    """The 1-node chain's step is 1.5 × the reference's in every round; the 2-node chain's
+    alternates 1.0 and 1.3 ×. Alone, the steady record's two rounds would say a standard
+    error of 0 and stop; it shares the machine with the other, so it gets the rounds that the
+    pooled spread needs at the target, and says that standard error."""
+    import treeopt.profiling.step as step
+
+    seen: dict[int, int] = {}
+
+    def fake_phases(decoder, shapes, group, config):
+        out = [(0.0, 1e-2, 0.0)]
+        for tree in shapes[1:]:
+            q = tree.num_tokens
+            k = seen[q] = seen.get(q, 0) + 1
+            out.append((0.0, 1e-2 * (1.5 if q == 2 else 1.3 if k % 2 else 1.0), 0.0))
+        return out
+
+    monkeypatch.setattr(step, "_phases", fake_phases)
+    doc = profile_chains(tmp_path / "step.json", rounds=2, target_se=0.05, max_rounds=40)
+    steady, noisy = doc.records[1:]
+    assert (steady.q, noisy.q) == (2, 3)
+    assert steady.rounds > 2 and steady.se > 0
+    spread = pooled_spread([[1.5] * steady.rounds,
+                            [1.3 if k % 2 else 1.0 for k in range(1, noisy.rounds + 1)]])
+    assert steady.se == round(floored_se([1.5] * steady.rounds, spread), 6) <= 0.05
+    assert steady.rounds < 40  # met the target, not the cap
 
 
 def test_every_record_decodes_as_many_sequences_rotating_through_the_prompts(tmp_path,

@@ -40,9 +40,9 @@ from treeopt.model.runs import as_run
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.drafted import NO_DRAFTED, drafted_throughput
+from treeopt.pricing.drafted import NO_DRAFTED
 from treeopt.pricing.sweep_prediction import predict
-from treeopt.pricing.throughput import select
+from treeopt.pricing.throughput import drafted_chain_prices, select
 
 if TYPE_CHECKING:
     import os
@@ -168,7 +168,8 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
                        if trace is not None else "growth E[L]"),
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed)
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed,
+        old=existing)
     if costs is not None and sweep.points:
         picks = {(b, tree.size, cap) for (b, tree), (cap, picked) in todo.items() if picked}
         picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
@@ -199,11 +200,9 @@ def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[in
 
 def _drafted_pick(growth: Growth, costs: StepCosts, trace: RankTrace, batch: int) -> Tree:
     """The chain verified as drafted that ``select --drafted-only`` prices fastest at ``batch``
-    among such chains (none: the empty tree): every depth priced in one walk of ``trace``, as
-    select's drafted family is."""
-    most = min(trace.heads, costs.verify.max_tokens - 1, growth.max_nodes)
-    _, tp = drafted_throughput(trace, max_depth=most, verify=costs.verify, draft=costs.draft,
-                               overhead=costs.overhead, batch=batch, context=costs.context())
+    among such chains (none: the empty tree)."""
+    tp = drafted_chain_prices(growth, trace, verify=costs.verify, draft=costs.draft,
+                              overhead=costs.overhead, batch=batch, context=costs.context())
     return Tree.chain(int(np.nanargmax(tp.tokens_per_s)))
 
 

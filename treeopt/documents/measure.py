@@ -66,6 +66,44 @@ def median_relative_se(values: Sequence[float]) -> float:
             / abs(statistics.median(values)))
 
 
+def pooled_spread(figures: Iterable[Sequence[float]]) -> float:
+    """The relative standard deviation of one round, pooled over figures measured alike (each
+    round's value over its figure's mean, the degrees of freedom summed): 0 with no figure of
+    two rounds or more.
+
+    Two rounds pin a figure's own spread down poorly: they may agree by chance, and a standard
+    error from them alone stops the rounds while the figure is still off. Records timed in the
+    same loop, on the same prompts, minutes apart, share one machine's noise; pooled, their
+    rounds estimate it far better than any one record's.
+
+    >>> round(pooled_spread([[1.0, 1.0], [2.0, 2.4, 2.2]]), 6)  # (0 + 2 × 0.0909² …) / (1 + 2)
+    0.074227
+    >>> pooled_spread([[1.3]])
+    0.0
+    """
+    squares, freedom = 0.0, 0
+    for values in figures:
+        if len(values) < 2:
+            continue
+        mean = statistics.fmean(values)
+        squares += sum((v / mean - 1.0) ** 2 for v in values)
+        freedom += len(values) - 1
+    return math.sqrt(squares / freedom) if freedom else 0.0
+
+
+def floored_se(values: Sequence[float], spread: float = 0.0) -> float:
+    """The relative standard error of the median of ``values`` (:func:`median_relative_se`), at
+    least what a round's pooled ``spread`` (:func:`pooled_spread`) gives over as many rounds.
+
+    >>> round(floored_se([1.0, 1.0], spread=0.05), 6)  # two rounds that agree by chance
+    0.044311
+    """
+    own = median_relative_se(values)
+    if len(values) < 2 or spread <= 0:
+        return own
+    return max(own, MEDIAN_SE_FACTOR * spread / math.sqrt(len(values)))
+
+
 @dataclass(frozen=True)
 class Measurement:
     """At least ``rounds`` rounds; more, up to ``max_rounds``, until the rounds took
@@ -93,14 +131,18 @@ class Measurement:
         return max(self.rounds, self.max_rounds)
 
     def planned(self, done: int, seconds: float,
-                figures: Iterable[Sequence[float]] = ()) -> int:
+                figures: Iterable[Sequence[float]] = (), *, spread: float = 0.0) -> int:
         """Rounds this measurement takes, as far as known after ``done`` rounds that took
-        ``seconds``; ``figures``: each reported figure's per-round values so far. More than
-        ``done`` exactly when another round is wanted; the rest is an estimate (time scales
-        with rounds, a standard error with one over their square root), for a progress bar.
+        ``seconds``; ``figures``: each reported figure's per-round values so far (``spread``: a
+        round's relative spread pooled over like figures, which floors each one's standard
+        error, :func:`floored_se`). More than ``done`` exactly when another round is wanted; the
+        rest is an estimate (time scales with rounds, a standard error with one over their
+        square root), for a progress bar.
 
         >>> Measurement(rounds=1, min_seconds=10.0).planned(2, seconds=4.0)  # 2 s a round
         5
+        >>> Measurement(rounds=2, target_se=0.02).planned(2, 1.0, [[1.0, 1.0]], spread=0.04)
+        7
         """
         if done >= self.cap:
             return done
@@ -109,15 +151,16 @@ class Measurement:
             more = math.ceil(done * self.min_seconds / seconds) if seconds > 0 else 0
             need = max(need, done + 1, more)
         for values in figures if self.target_se > 0 else ():
-            se = median_relative_se(values)
+            se = floored_se(values, spread)
             if se > self.target_se:
                 more = math.ceil(len(values) * (se / self.target_se) ** 2) if se < math.inf else 0
                 need = max(need, done + 1, more)
         return min(need, self.cap)
 
-    def wants(self, done: int, seconds: float, figures: Iterable[Sequence[float]] = ()) -> bool:
+    def wants(self, done: int, seconds: float, figures: Iterable[Sequence[float]] = (), *,
+              spread: float = 0.0) -> bool:
         """Whether round ``done + 1`` is wanted (see :meth:`planned`)."""
-        return self.planned(done, seconds, figures) > done
+        return self.planned(done, seconds, figures, spread=spread) > done
 
     def capped(self, rounds: int) -> Measurement:
         """The same rule with at most ``rounds`` rounds (when only that many samples exist)."""

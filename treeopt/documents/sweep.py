@@ -270,14 +270,16 @@ class Sweep:
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any], *,
-               renewed: Collection[str] = ()) -> Sweep:
+               renewed: Collection[str] = (), old: Sweep | None = None) -> Sweep:
         """The sweep at ``path`` when it was measured the same way (its points are kept), else
         a new one; a file from another setup is refused rather than mixed in. The ``renewed``
         keys of ``meta`` may differ: they describe what the caller makes afresh for every
-        kept point (the predictions), and take the new values."""
-        if not Path(path).exists():
-            return cls(meta, source=str(path))
-        old = cls.load(path)
+        kept point (the predictions), and take the new values. ``old``: the file at ``path``,
+        where the caller has read it already."""
+        if old is None:
+            if not Path(path).exists():
+                return cls(meta, source=str(path))
+            old = cls.load(path)
         differ = [k for k in meta if k != "created" and k not in renewed
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
         if differ:

@@ -125,12 +125,22 @@ def _walked(fam: _Family, trace: RankTrace, max_size: int) -> _Family:
 
 
 def _drafted_chains(growth: Growth, trace: RankTrace, max_size: int) -> _Family:
-    """The chains of depth 0 … the largest that can be priced, verified as drafted."""
+    """The chains of depth 0 … the largest that can be priced (the trace's depths, the
+    growth's nodes, the latency's tokens less the root), verified as drafted."""
     if trace.drafted is None:
         raise FieldError("trace", NO_DRAFTED)
     ell, drafts = chain_steps(trace, min(trace.heads, max_size, growth.max_nodes))
     return _Family(None, ell, [(1,) * d for d in range(len(ell))], Tree.chain,
                    family=DRAFTED_CHAIN, drafts=drafts)
+
+
+def drafted_chain_prices(growth: Growth, trace: RankTrace, *, verify: StepLatency,
+                         draft: DraftCost = NO_DRAFT, overhead: OverheadCost = NO_OVERHEAD,
+                         batch: int, context: int) -> Throughput:
+    """Tokens/s (and each term's seconds) of every chain verified as drafted that ``select
+    --drafted-only`` prices, depth 0 … the deepest it can price, as it prices them."""
+    fam = _drafted_chains(growth, trace, max_size=verify.max_tokens - 1)
+    return _scan(fam, verify, draft, overhead, batch, context)
 
 
 def _scan(fam: _Family, verify: StepLatency, draft: DraftCost, overhead: OverheadCost, b: int,
