@@ -253,12 +253,15 @@ def load_drafter_from(args: argparse.Namespace, model: Any) -> Any:
     return load_heads_for(model, args.heads, depth=depth)
 
 
-def add_target_se(p: argparse.ArgumentParser, *, what: str) -> None:
-    """``--target-se F``: more rounds until ``what`` is known to a relative standard error F."""
+def add_target_se(p: argparse.ArgumentParser, *, what: str, pooled: str = "") -> None:
+    """``--target-se F``: more rounds until ``what`` is known to a relative standard error F
+    (``pooled``: the figures whose spread floors each one's, where they share it)."""
+    need = (f"its own noise, and at least {pooled}' pooled spread, needs" if pooled
+            else "its own noise needs")
     p.add_argument("--target-se", type=float, default=0.0, metavar="F",
                    help=f"more rounds (up to {MAX_ROUNDS} in all), until the standard error of "
-                        f"{what} is at most F of it, e.g. 0.015: each gets the rounds its own "
-                        f"noise needs (default 0: off)")
+                        f"{what} is at most F of it, e.g. 0.015: each gets the rounds {need} "
+                        f"(default 0: off)")
 
 
 def measurement_from(args: argparse.Namespace, **fields: Any) -> Any:

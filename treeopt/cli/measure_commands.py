@@ -83,7 +83,8 @@ def _register_step(forms: argparse._SubParsersAction) -> None:
     d.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
                    help="more rounds, until each record's decodes took S seconds: a round at "
                         "batch 8 is one short decode (default 0: --rounds and --sequences only)")
-    add_target_se(d, what="a record's step, relative to its reference's, over its rounds")
+    add_target_se(d, what="a record's step, relative to its reference's, over its rounds",
+                  pooled="its batch size's records")
     d.add_argument("--compile", action="store_true",
                    help="profile the compiled step (as verify/tune --compile decode)")
     d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
