@@ -12,7 +12,8 @@ A record averages over as many sequences at every batch size — at least ``sequ
 group of b prompts, taken cyclically from those given, and a batch size gets as many rounds
 beyond the measurement's ``rounds`` as that takes. Further rounds — while a record's decodes
 took less than the measurement's ``min_seconds``, or its step over its reference's, round by
-round, has a relative standard error above ``target_se``
+round, has a relative standard error above ``target_se``, that error at least what the round
+spread pooled over the batch size's records gives (two rounds may agree by chance)
 (:class:`treeopt.documents.measure.Measurement`, up to its round cap; records say their ``se``) —
 come a whole cycle at a time, so that every sequence weighs alike in a record: a verify step's cost
 depends on its context.
