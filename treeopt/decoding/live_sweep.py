@@ -87,9 +87,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     serving engine batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over
     that run's steady window; the sweep records it (``batching``) and resumes only alike. The
     steps are still priced by ``costs`` at its profiled context: a batched step attends every
-    row up to the longest one, which under continuous batching stays near prompt + N, so its
-    tree steps cost more than that context says and the predicted speed-up runs high (SmolLM2
-    in fp32 at batch 4, rows of 128 tokens against the profile's 32: 1.5–3%).
+    row up to the longest one, near prompt + N under continuous batching: its tree steps cost
+    more than that context says, the speed-up predicted high (SmolLM2, fp32, batch 4: 1.5–3%).
     ``drafted``: the growth's chains verified only as far as they were drafted (a lookup
     drafter's; with ``costs``, the traces must record drafted lengths), predicted and picked as
     ``select`` prices such chains."""
