@@ -6,7 +6,10 @@ together took less than ``min_seconds`` or while the relative standard error of 
 per-round values is above ``target_se``. Every figure timed in rounds is reported as the median
 of its rounds (a round a burst disturbed drops out), so the rule reads the standard error of the
 median (:func:`median_relative_se`), and every reported figure meets its target or took
-``max_rounds`` rounds.
+``max_rounds`` rounds. Where figures are timed alike and share a machine's noise, a caller may
+floor each one's standard error by their pooled round spread (:func:`pooled_spread`): the step
+profiler does, over a batch size's records; a sweep's points, each a comparison of its own, do
+not yet.
 
 >>> m = Measurement(rounds=2, target_se=0.05, max_rounds=8)
 >>> m.wants(1, seconds=1.0), m.wants(2, 2.0, [[1.0, 1.02]]), m.wants(2, 2.0, [[1.0, 1.3]])
