@@ -66,10 +66,9 @@ def sweep_section() -> None:
                     if sweep.continuous else "b prompts at a time")
         st.caption(f"Every point decodes {sweep.meta.get('prompts')} held-out prompts × "
                    f"{sweep.meta.get('max_new_tokens')} tokens ({batching}{verified}) against "
-                   "autoregressive "
-                   f"decoding, interleaved, {sweep.meta.get('rounds')} rounds; each point's "
-                   "speed-up is over "
-                   "the autoregressive rate measured with it, so drift between points cancels "
+                   f"autoregressive decoding, interleaved, {sweep.meta.get('rounds')} rounds; "
+                   "each point's speed-up is over the autoregressive rate measured with it, so "
+                   "drift between points cancels "
                    "(tokens/s on hover). ★ measured best by that speed-up, ◇ the tree select picks "
                    "from the step profile (" + "; ".join(picks) + ")"
                    + (f"; largest prediction error {percent_text(max(errors))}." if errors

@@ -177,7 +177,7 @@ def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
     state = (phases, reference, timed)
 
     def top_up() -> None:  # a cycle more of every record still short of time or precision
-        while short := [j for j in timed if _wanted(j, *state, measure=measure)]:
+        while short := _short(*state, measure=measure):
             for j in short:
                 for _ in range(min(cycle, measure.cap - len(phases[j]))):
                     _measure(decoder, trees, j, prompts, b, config, *state)
@@ -255,14 +255,15 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     return [j for j, q in enumerate(q_of) if q in noisy]
 
 
-def _wanted(j: int, phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
-            timed: dict[int, float], *, measure: Measurement) -> bool:
-    """Whether record j gets another round, as ``measure`` says on its time and, beside a
-    reference, on its step over the reference's round by round — its standard error at least
-    what the batch's records' pooled spread gives (:func:`_spread`)."""
-    figures = [_ratios(phases[j], reference[j])] if j > 0 else []
-    return measure.wants(len(phases[j]), timed[j], figures,
-                         spread=_spread(phases, reference))
+def _short(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]],
+           timed: dict[int, float], *, measure: Measurement) -> list[int]:
+    """The records that get another round, as ``measure`` says on each one's time and, beside
+    a reference, on its step over the reference's round by round — its standard error at least
+    what the batch's records' pooled spread gives (:func:`_spread`, computed once a pass)."""
+    spread = _spread(phases, reference)
+    return [j for j in timed
+            if measure.wants(len(phases[j]), timed[j],
+                             [_ratios(phases[j], reference[j])] if j > 0 else [], spread=spread)]
 
 
 def _spread(phases: dict[int, list[Phases]], reference: dict[int, list[Phases]]) -> float:
