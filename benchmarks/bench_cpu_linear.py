@@ -1,17 +1,17 @@
-"""Float32 CPU products of a few rows: MKL against oneDNN's packed weights (never a test).
+"""CPU products of a few rows: ``F.linear`` against oneDNN's packed weights (never a test).
 
 The decoder multiplies a step's 2 to 32 rows by weights packed for oneDNN
-(:mod:`treeopt.decoding.packed_linear`); before, every product ran MKL's ``F.linear``. Both run
-here on one model, switched round by round (the order alternating), so that both meet the host
-alike:
+(:mod:`treeopt.decoding.packed_linear`); before, every product ran ``F.linear`` (MKL in float32,
+oneDNN with the weight as stored in bfloat16). Both run here on one model in ``--dtype``,
+switched round by round (the order alternating), so that both meet the host alike:
 
 1. **the verify forward**: q tokens per sequence (1, 2, 3, 5, 9, 17) at each ``--batches`` size
    over a ``--context``-token cache, the median of ``--rounds`` rounds of 5 forwards each;
 2. **live decoding**: the demo drafter's trees of ``--sizes`` nodes (0: autoregressive) decode
-   ``--prompts`` held-out prompts × ``--new-tokens`` at each batch size, in float32; printed:
-   tokens/s, the speed-up over the same kernel's autoregressive decoding and over MKL's
+   ``--prompts`` held-out prompts × ``--new-tokens`` at each batch size; printed: tokens/s, the
+   speed-up over the same kernel's autoregressive decoding and over ``F.linear``'s
    autoregressive decoding (the decoder before the change), and whether every output equals
-   MKL's autoregressive decoding's.
+   ``F.linear``'s autoregressive decoding's.
 
 Run: ``taskset -c 0 python benchmarks/bench_cpu_linear.py --demo smollm2 --kind prompt-lookup``
 (the real model's demo needs its weights: ``treeopt fetch smollm2-135m-instruct``).
@@ -27,12 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-KERNELS = ("mkl", "packed")
+KERNELS = ("linear", "packed")  # F.linear; oneDNN-packed weights
 QS = (1, 2, 3, 5, 9, 17)
 
 
 def use(kernel: str, *modules) -> None:
-    """Run ``modules``' float32 products of 2 rows or more on ``kernel``."""
+    """Run ``modules``' products that pack (:mod:`treeopt.decoding.packed_linear`) on
+    ``kernel``."""
     from treeopt.decoding.packed_linear import pack_for_cpu, unpack_for_cpu
 
     (pack_for_cpu if kernel == "packed" else unpack_for_cpu)(*modules)
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=256, help="the forwards' cache (default 256)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     ap.add_argument("--skip-live", action="store_true", help="only the verify forwards")
     args = ap.parse_args(argv)
 
@@ -115,19 +117,19 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    demo = load(demo_root(args.demo), threads=args.threads, dtype="fp32")
+    demo = load(demo_root(args.demo), threads=args.threads, dtype=args.dtype)
     batches = [int(b) for b in args.batches.split(",")]
     sizes = sorted({0, *(int(n) for n in args.sizes.split(","))})
     cpu = cpu_identity()
-    print(f"demo {args.demo}, float32, {args.threads} thread(s); CPU {cpu.get('name')} "
+    print(f"demo {args.demo}, {args.dtype}, {args.threads} thread(s); CPU {cpu.get('name')} "
           f"({cpu.get('matmul')}); torch {torch.__version__}")
-    print(f"\n1. verify forward, ms (packed over MKL), context {args.context}, median of "
+    print(f"\n1. verify forward, ms (packed over F.linear), context {args.context}, median of "
           f"{args.rounds} rounds")
     for b in batches:
         t = forward_times(demo.model, batch=b, context=args.context, rounds=args.rounds)
         print(f"  batch {b}: " + "  ".join(
-            f"q{q} {t['mkl', q] * 1e3:.1f}→{t['packed', q] * 1e3:.1f} "
-            f"({t['packed', q] / t['mkl', q] - 1:+.0%})" for q in QS), flush=True)
+            f"q{q} {t['linear', q] * 1e3:.1f}→{t['packed', q] * 1e3:.1f} "
+            f"({t['packed', q] / t['linear', q] - 1:+.0%})" for q in QS), flush=True)
     if args.skip_live:
         return 0
     prompts = encode(demo.tokenizer, demo.prompts)[: args.prompts]
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     for b in batches:
         secs, outs = live(demo, args.kind, sizes=sizes, batch=b, prompts=prompts,
                           new_tokens=args.new_tokens, rounds=args.rounds)
-        reference = outs["mkl", 0]
+        reference = outs["linear", 0]
         tokens = sum(len(o) for o in reference)
         for n in sizes:
             row = []
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 s = secs[kernel, n]
                 same = sum(a == r for a, r in zip(outs[kernel, n], reference, strict=True))
                 row.append(f"{kernel} {tokens / s:5.1f} tok/s ×{secs[kernel, 0] / s:.2f} own AR "
-                           f"×{secs['mkl', 0] / s:.2f} MKL AR, equal {same}/{len(reference)}")
+                           f"×{secs['linear', 0] / s:.2f} F.linear AR, equal {same}/{len(reference)}")
             print(f"  batch {b}, {n:2d} nodes: " + " | ".join(row), flush=True)
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0

@@ -1,6 +1,7 @@
-"""Float32 CPU linears with oneDNN-packed weights: the products of F.linear (a single row its very
-bits), parameters and ties untouched, training unaffected, a changed weight packed again, and
-lossless decoding by the decoder that packs."""
+"""CPU linears with oneDNN-packed weights: the products of F.linear (a single float32 row, and every
+bfloat16 product where bfloat16 is native, its very bits), parameters and ties untouched, training
+unaffected, a changed weight packed again, row rules kept, and lossless decoding by the decoder
+that packs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from treeopt import Tree  # noqa: E402
 from treeopt.decoding import packed_linear  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, Decoder  # noqa: E402
 from treeopt.decoding.packed_linear import (  # noqa: E402
+    native_bf16,
     pack_for_cpu,
     packing_available,
     unpack_for_cpu,
@@ -24,6 +26,7 @@ from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="torch without oneDNN")
+needs_bf16 = pytest.mark.skipif(not native_bf16(), reason="no native bfloat16 (AVX512-BF16, AMX)")
 V, D = 256, 64
 
 
@@ -132,10 +135,50 @@ def test_training_after_packing_runs_autograd():
         assert _agrees(layer, x)
 
 
-def test_16_bit_weights_are_not_packed():
-    model = tiny_llama(vocab=V, hidden=D, dtype=torch.bfloat16)
+def test_float16_weights_are_not_packed():
+    model = tiny_llama(vocab=V, hidden=D, dtype=torch.float16)
     assert pack_for_cpu(model) == 0
     assert not any(_packed(m) for m in model.modules())
+
+
+def test_bfloat16_weights_pack_only_where_native(monkeypatch):
+    monkeypatch.setattr(packed_linear, "native_bf16", lambda: False)
+    model = tiny_llama(vocab=V, hidden=D, dtype=torch.bfloat16)
+    assert pack_for_cpu(model) == 0
+
+
+@needs_bf16
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 2, 9, 33, 100])
+def test_bfloat16_products_keep_f_linear_bits_at_every_row_count(monkeypatch, bias, rows):
+    monkeypatch.setattr(packed_linear, "MIN_ELEMENTS", 1 << 18)  # no size limit in bfloat16
+    layer = _linear(bias).to(torch.bfloat16)
+    x = torch.randn(rows, 48).to(torch.bfloat16)
+    assert pack_for_cpu(layer) == 1
+    with torch.inference_mode():
+        got = layer(x)
+    assert _packed(layer).packed is not None  # the packed kernel ran, a lone row too
+    assert torch.equal(got, F.linear(x, layer.weight, layer.bias))
+
+
+@needs_bf16
+def test_a_row_rule_forward_runs_packed_and_survives_unpacking():
+    from treeopt.decoding.row_products import _RULE, RowRule, _agreeing_forward
+
+    layer = _linear(bias=False).to(torch.bfloat16)
+    setattr(layer, _RULE, RowRule(pair=True, max_rows=4))
+    import types
+
+    layer.forward = types.MethodType(_agreeing_forward, layer)
+    assert pack_for_cpu(layer) == 1
+    assert getattr(layer.forward, "__func__", None) is _agreeing_forward  # kept
+    x = torch.randn(9, 48).to(torch.bfloat16)
+    with torch.inference_mode():
+        got = layer(x)
+    assert _packed(layer).packed is not None
+    assert torch.equal(got, torch.cat([F.linear(p, layer.weight) for p in x.split([3, 3, 3])]))
+    assert unpack_for_cpu(layer) == 1
+    assert getattr(layer.forward, "__func__", None) is _agreeing_forward
 
 
 def test_without_onednn_nothing_is_packed(monkeypatch):

@@ -71,7 +71,7 @@ def test_a_kernel_that_switches_at_a_row_count_is_found_and_kept_below(monkeypat
 
 
 def test_every_shape_of_a_dtype_keeps_to_the_smallest_count_found(monkeypatch):
-    monkeypatch.setattr(row_products, "row_rule", lambda w: RowRule(
+    monkeypatch.setattr(row_products, "row_rule", lambda w, **_: RowRule(
         pair=False, max_rows=32 if w.shape[0] == 8 else None))
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4)).to(torch.bfloat16)
     assert pair_lone_rows(model) == 2

@@ -25,18 +25,21 @@ forward that keeps every product within them: a lone row is multiplied beside a 
 chunks of at most that many rows. Only 16-bit CPU weights are checked: there logits tie often,
 and two rows cost what one does (in float32 a lone row is up to twice as fast,
 :mod:`~treeopt.decoding.weight_layout`, and ties are rare). Splitting costs time where a kernel
-switches (each chunk reads the weight again): a step profile measures it with the rest.
+switches (each chunk reads the weight again): a step profile measures it with the rest. A weight
+packed for oneDNN (:mod:`~treeopt.decoding.packed_linear`) is probed, and multiplied, packed.
 """
 
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeopt.decoding.packed_linear import product as packed_product
 from treeopt.decoding.weight_layout import cpu_linears, plain_linear
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
@@ -72,21 +75,24 @@ class RowRule:
         return [rows // n + (i < rows % n) for i in range(n)]
 
 
-def row_rule(weight: torch.Tensor, *, seed: int = 0) -> RowRule:
+def row_rule(weight: torch.Tensor, *, seed: int = 0,
+             product: Callable[[torch.Tensor], torch.Tensor] | None = None) -> RowRule:
     """The :class:`RowRule` of ``weight``: products of every count of :data:`PROBED_ROWS` of
     random rows, each row's bits against the same row's in a two-row product (every row up to
     :data:`REFERENCE_ROWS`; beyond, the first of them), and a lone row against its pair. The
-    largest agreeing count is the one probed before the first that disagrees."""
+    largest agreeing count is the one probed before the first that disagrees. ``product``: the
+    kernel probed, rows ↦ rows times ``weight`` (default ``F.linear``)."""
+    times = product or (lambda rows: F.linear(rows, weight))
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(PROBED_ROWS[-1], weight.shape[1], generator=gen).to(weight.dtype)
     with torch.no_grad():
-        pairs = torch.cat([F.linear(x[i:i + 2], weight) for i in range(0, REFERENCE_ROWS, 2)])
-        pair = any(not torch.equal(F.linear(x[i:i + 1], weight)[0], pairs[i])
+        pairs = torch.cat([times(x[i:i + 2]) for i in range(0, REFERENCE_ROWS, 2)])
+        pair = any(not torch.equal(times(x[i:i + 1])[0], pairs[i])
                    for i in range(REFERENCE_ROWS))
         agreed = None
         for rows in PROBED_ROWS:
             n = min(rows, REFERENCE_ROWS)
-            if not torch.equal(F.linear(x[:rows], weight)[:n], pairs[:n]):
+            if not torch.equal(times(x[:rows])[:n], pairs[:n]):
                 return RowRule(pair, agreed)
             agreed = rows
     return RowRule(pair, None)
@@ -102,17 +108,18 @@ def _agreeing_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     rule: RowRule = getattr(self, _RULE)
     rows = x.numel() // x.shape[-1] if x.dim() >= 2 else 1
     if x.dim() < 2 or (rows > 1 and len(rule.chunks(rows)) == 1):
-        return F.linear(x, self.weight, self.bias)
+        return packed_product(self, x)
     flat = x.reshape(rows, x.shape[-1])
     out = torch.cat([_product(self, part, rule.pair) for part in flat.split(rule.chunks(rows))])
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _product(linear: nn.Linear, rows: torch.Tensor, pair: bool) -> torch.Tensor:
-    """``rows`` times the weight; with ``pair``, a lone row beside a copy of itself."""
+    """``rows`` times the weight (packed where it is: :mod:`~treeopt.decoding.packed_linear`);
+    with ``pair``, a lone row beside a copy of itself."""
     if pair and len(rows) == 1:
-        return F.linear(torch.cat([rows, rows]), linear.weight, linear.bias)[:1]
-    return F.linear(rows, linear.weight, linear.bias)
+        return packed_product(linear, torch.cat([rows, rows]))[:1]
+    return packed_product(linear, rows)
 
 
 def pair_lone_rows(*modules: nn.Module | None) -> int:
@@ -128,10 +135,10 @@ def pair_lone_rows(*modules: nn.Module | None) -> int:
     linears = [(sub, w) for sub, w in cpu_linears(*modules)
                if w.dtype in SIXTEEN_BIT and not hasattr(sub, _RULE) and plain_linear(sub)]
     rules: dict[tuple[int, int, torch.dtype], RowRule] = {}
-    for _, weight in linears:
+    for sub, weight in linears:
         key = (weight.shape[0], weight.shape[1], weight.dtype)
-        if key not in rules:
-            rules[key] = row_rule(weight)
+        if key not in rules:  # probed on the kernel the module runs (packed, where it is)
+            rules[key] = row_rule(weight, product=lambda rows, sub=sub: packed_product(sub, rows))
     least: dict[torch.dtype, int] = {}
     for (_, _, dtype), rule in rules.items():
         if rule.max_rows is not None:
