@@ -5,6 +5,8 @@ that packs."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -167,8 +169,6 @@ def test_a_row_rule_forward_runs_packed_and_survives_unpacking():
 
     layer = _linear(bias=False).to(torch.bfloat16)
     setattr(layer, _RULE, RowRule(pair=True, max_rows=4))
-    import types
-
     layer.forward = types.MethodType(_agreeing_forward, layer)
     assert pack_for_cpu(layer) == 1
     assert getattr(layer.forward, "__func__", None) is _agreeing_forward  # kept
