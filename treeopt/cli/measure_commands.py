@@ -174,7 +174,10 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
     dips = verify_dips((r.batch, r.q, r.ms_verify) for r in profile.records)
     for b, q, below, fall in [d for d in dips if d[3] > FALL_LIMIT][:3]:
         print(f"warning: {args.out}: at batch {b} the verify step of {q} tokens measured "
-              f"{fall:.0%} below {below} tokens', even measured again — the host was busy; "
-              f"select prices the two at their pooled mean; profile again on a quiet machine",
+              f"{fall:.0%} below {below} tokens', even measured again: the host was busy, or "
+              f"the CPU's kernel is slower at {below} tokens than at {q} (seen in bf16 on "
+              f"AVX512-BF16); "
+              f"select prices the two at their pooled mean; on a quiet machine profile again "
+              f"to tell which",
               file=sys.stderr)
     return 0

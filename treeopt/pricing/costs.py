@@ -326,7 +326,10 @@ def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int
     noise in the measurement (a busy moment during the smaller q's record or a quiet one during
     the larger's). The profiler measures both sides of a fall again; select prices what is
     left pooled (:func:`_verify_priced`). The one-token step runs other kernels: a step of two
-    tokens below it is no fall.
+    tokens below it is no fall. Not every fall is noise: oneDNN's packed bf16 products on an
+    AVX512-BF16 CPU (no AMX) take longer for 2 rows than for 3–5, so SmolLM2's 2-token step
+    costs more than its 4-token one (the shipped build's verify table: 43.3 against 39.9 ms),
+    and pooled, the two are priced a few percent off each way.
 
     >>> verify_dips([(1, 1, 6.8), (1, 3, 8.7), (1, 4, 6.96), (1, 5, 9.5)])
     [(1, 4, 3, 0.2)]
