@@ -242,7 +242,7 @@ def test_a_verify_time_that_falls_as_q_grows_is_measured_again(tmp_path, monkeyp
     import treeopt.profiling.step as step
     from treeopt.drafters.heads import build_heads
     from treeopt.model.growth import Growth
-    from treeopt.pricing.costs import verify_dips
+    from treeopt.pricing.verify_prices import verify_dips
     from treeopt.registry.drafter_configs import HeadsConfig
 
     calls: list[tuple[int, int]] = []

@@ -31,7 +31,8 @@ from treeopt.pricing.sources import price, profiled_costs
 
 COST_BLOCKS = ("latency", "draft", "overhead")  # a selection's cost sources
 # how a shipped selection was priced; one priced otherwise is priced afresh
-PRICING = "per-step walk of the trace; per-step greedy trees; drafted chains where traced"
+PRICING = ("per-step walk of the trace; per-step greedy trees; drafted chains where traced; "
+           "verify falls pooled within their noise")
 
 
 def selection_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path]:

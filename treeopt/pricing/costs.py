@@ -12,7 +12,7 @@ the nodes expanded at each depth (:func:`expanded_nodes`); the decoder's own ove
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ import numpy.typing as npt
 from treeopt.errors import TreeoptError
 from treeopt.model.tree import Path
 from treeopt.pricing.contexts import pick_context
+from treeopt.pricing.verify_prices import verify_prices
 from treeopt.registry.kinds import drafter_kind
 
 if TYPE_CHECKING:
@@ -150,8 +151,7 @@ class StepCosts:
     draft: DraftCost
     overhead: OverheadCost
     # largest relative error of draft + overhead over the profiled trees, and the largest fall
-    # of the measured verify time as q grows (verify_dips: noise, where it is not 0; priced
-    # pooled)
+    # of the measured verify time as q grows (verify_prices: priced pooled where it is noise)
     fit: dict[str, float]
     coefficients: dict[str, dict[int, list[float]]]  # term → batch → ms per feature
 
@@ -274,10 +274,8 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
         step = np.array([r.ms_draft + r.ms_bookkeeping for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
-    groups = _verify_groups((r.batch, r.q, r.ms_verify) for r in records)
-    verify_ms = _medians(groups)
-    points = [(b, context, q, ms / 1e3) for b, by_q in _verify_priced(groups, verify_ms).items()
-              for q, ms in by_q.items()]
+    priced, dip = verify_prices(records)
+    points = [(b, context, q, ms / 1e3) for b, by_q in priced.items() for q, ms in by_q.items()]
     verify = StepLatency.from_points(points, source, context=context, device=device,
                                      **({"step_se": noise} if (noise := step_noise(records))
                                         else {}))
@@ -298,7 +296,7 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
 
     return StepCosts(verify, DraftCost(kind, source, draft_s), OverheadCost(source, overhead_s),
                      {"draft_and_overhead": worst,
-                      "verify_dip": max((d[3] for d in _dips(verify_ms)), default=0.0)},
+                      "verify_dip": dip},
                      coefficients)
 
 
@@ -317,111 +315,6 @@ def step_noise(records: Sequence[StepRecord]) -> dict[str, float]:
         if r.size > 0 and r.se is not None:
             by_batch.setdefault(r.batch, []).append(r.se)
     return {str(b): round(float(np.median(v)), 6) for b, v in sorted(by_batch.items())}
-
-
-def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int, int, float]]:
-    """Where the verify time of a step profile's ``points`` — (batch, q, verify milliseconds)
-    — falls as q grows: (batch, q, the smaller q it fell below, the fall as a share of that
-    q's time), largest first. A verify forward of more tokens does no less work, so a fall is
-    noise in the measurement (a busy moment during the smaller q's record or a quiet one during
-    the larger's). The profiler measures both sides of a fall again; select prices what is
-    left pooled (:func:`_verify_priced`). The one-token step runs other kernels: a step of two
-    tokens below it is no fall. Not every fall is noise: oneDNN's packed bf16 products on an
-    AVX512-BF16 CPU (no AMX) take longer for 2 rows than for 3–5, so SmolLM2's 2-token step
-    costs more than its 4-token one (the shipped build's verify table: 43.3 against 39.9 ms),
-    and pooled, the two are priced a few percent off each way.
-
-    >>> verify_dips([(1, 1, 6.8), (1, 3, 8.7), (1, 4, 6.96), (1, 5, 9.5)])
-    [(1, 4, 3, 0.2)]
-    >>> verify_dips([(1, 1, 9.2), (1, 2, 8.5), (1, 3, 8.7)])
-    []
-    """
-    return _dips(_medians(_verify_groups(points)))
-
-
-def _verify_groups(points: Iterable[tuple[int, int, float]]) -> dict[int, dict[int, list[float]]]:
-    """batch → q → the verify milliseconds of the (batch, q, ms) points at that q, both
-    ascending."""
-    grouped: dict[int, dict[int, list[float]]] = {}
-    for b, q, ms in points:
-        grouped.setdefault(b, {}).setdefault(q, []).append(ms)
-    return {b: dict(sorted(by_q.items())) for b, by_q in sorted(grouped.items())}
-
-
-def _medians(groups: dict[int, dict[int, list[float]]]) -> dict[int, dict[int, float]]:
-    """batch → q → the median verify milliseconds of :func:`_verify_groups`' records."""
-    return {b: {q: float(np.median(ms)) for q, ms in by_q.items()} for b, by_q in groups.items()}
-
-
-def _verify_priced(groups: dict[int, dict[int, list[float]]],
-                   medians: dict[int, dict[int, float]]) -> dict[int, dict[int, float]]:
-    """batch → q → the verify milliseconds select prices: each q's median (``medians``, of
-    ``groups``' records), made non-decreasing in q (:func:`non_decreasing`, weighted by each
-    q's number of records).
-
-    A forward of more tokens does no less work in the same kernels, so a verify time that falls
-    as q grows from two tokens on is a measurement's noise (a record taken at a quiet moment) —
-    priced as it stands, it makes one tree look cheap and select picks it for that. Pooling it
-    with the q it fell below prices both at their common mean.
-
-    The one-token step is priced as measured (:data:`OWN_KERNELS`): it multiplies matrices by a
-    vector, where a step of two or more tokens multiplies matrices, and on CPUs in bf16 the vector
-    kernels can be the slower ones — SmolLM2's 2-token step measured 7–8% below its one-token step
-    in every trained drafter's profile on an AMX Xeon, record after record, and pooled, every
-    tree's speed-up was priced that much low. The autoregressive record is also the quickest
-    reference step of every round (:func:`treeopt.profiling.step.batch_records`), so no busy
-    moment raises it.
-
-    >>> groups = {1: {1: [92.0], 2: [85.0], 3: [84.0], 5: [86.0]}}
-    >>> _verify_priced(groups, _medians(groups))
-    {1: {1: 92.0, 2: 84.5, 3: 84.5, 5: 86.0}}
-    """
-    out: dict[int, dict[int, float]] = {}
-    for b, by_q in groups.items():
-        own = {q: medians[b][q] for q in by_q if q <= OWN_KERNELS}
-        rest = [q for q in by_q if q > OWN_KERNELS]
-        pooled = non_decreasing([medians[b][q] for q in rest], [len(by_q[q]) for q in rest])
-        out[b] = {**own, **dict(zip(rest, pooled, strict=True))}
-    return out
-
-
-OWN_KERNELS = 1  # tokens up to which a verify step runs other kernels: priced as measured
-
-
-def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
-    """The non-decreasing sequence closest to ``values`` in weighted least squares (isotonic
-    regression, by pooling adjacent violators): every run of values that falls is replaced by
-    its weighted mean, repeatedly, until nothing falls.
-
-    >>> non_decreasing([5.0, 7.0, 6.0, 8.0], [1, 1, 1, 1])
-    [5.0, 6.5, 6.5, 8.0]
-    >>> non_decreasing([14.0, 12.6], [3, 1])  # the better-measured value moves less
-    [13.65, 13.65]
-    """
-    if len(values) != len(weights):
-        raise ValueError(f"{len(values)} values but {len(weights)} weights")
-    blocks: list[tuple[float, float, int]] = []  # (weighted mean, weight, count) of each run
-    for v, w in zip(values, weights, strict=True):
-        blocks.append((float(v), float(w), 1))
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (v2, w2, n2), (v1, w1, n1) = blocks.pop(), blocks.pop()
-            blocks.append(((v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2))
-    # rounded to 12 decimals, far below any timing's precision, so that a mean reads as itself
-    return [round(v, 12) for v, _, n in blocks for _ in range(n)]
-
-
-def _dips(verify_ms: dict[int, dict[int, float]]) -> list[tuple[int, int, int, float]]:
-    dips = []
-    for b, by_q in verify_ms.items():
-        top_q, top = 0, 0.0  # the most expensive smaller q so far (of the same kernels)
-        for q, ms in by_q.items():
-            if q <= OWN_KERNELS:
-                continue
-            if ms < top:
-                dips.append((b, q, top_q, round(1.0 - ms / top, 12)))
-            else:
-                top_q, top = q, ms
-    return sorted(dips, key=lambda d: -d[3])
 
 
 def _coefficients(table: dict[int, list[float]], batch: int, source: str) -> list[float]:

@@ -61,7 +61,8 @@ from treeopt.errors import TreeoptError
 from treeopt.model.dynamic_settings import DynamicSettings
 from treeopt.model.growth import Growth
 from treeopt.model.tree import Tree
-from treeopt.pricing.costs import expanded_nodes, verify_dips
+from treeopt.pricing.costs import expanded_nodes
+from treeopt.pricing.verify_prices import verify_dips
 from treeopt.profiling.host import cpu_identity, other_cpu
 
 if TYPE_CHECKING:
