@@ -4,6 +4,7 @@ after it; a file from another setup is refused."""
 from __future__ import annotations
 
 import json
+import math
 import types
 
 import numpy as np
@@ -152,6 +153,32 @@ class _LogNoisyDecoder:
             out.append(BatchResult(((1,),) * len(group),
                                    DecodeStats(tokens, (1,), seconds, tokens, seconds)))
         return out
+
+
+class _QuietDecoder(_LogNoisyDecoder):
+    """Every run takes the same second: every round's speed-up agrees with the others."""
+
+    rng = types.SimpleNamespace(uniform=lambda low, high: 0.0)
+
+
+def test_rounds_that_agree_by_chance_stop_on_the_spread_pooled_over_like_comparisons(
+        monkeypatch):
+    """Two rounds that agree exactly meet any target on their own; floored by a spread pooled
+    over like comparisons (20% a round), the rounds go on until that spread over their number
+    meets the target, and the standard error reported is the floored one."""
+    from treeopt.decoding import compare as comparing
+    from treeopt.documents.measure import MEDIAN_SE_FACTOR
+    from treeopt.model.tree import Tree
+
+    monkeypatch.setattr(comparing, "Decoder", _QuietDecoder)
+    rule = Measurement(rounds=2, target_se=0.05, max_rounds=40)
+    alone = comparing.compare(None, None, Tree.chain(1), [[1], [2]], measure=rule)
+    assert len(alone.tree_rounds) == 2 and alone.speedup_se == 0.0
+    floored = comparing.compare(None, None, Tree.chain(1), [[1], [2]], measure=rule, spread=0.2)
+    rounds = len(floored.tree_rounds)
+    assert rounds == math.ceil((MEDIAN_SE_FACTOR * 0.2 / 0.05) ** 2)  # 26
+    assert floored.speedup_se == pytest.approx(MEDIAN_SE_FACTOR * 0.2 / math.sqrt(rounds))
+    assert floored.speedup == alone.speedup == 1.5
 
 
 def _speedups(rounds_tree, rounds_ar):
@@ -574,7 +601,8 @@ def test_select_s_pick_is_raced_against_the_measured_best_and_kept_on_resume(
                                speedup=speedup, speedup_spread=0.01, lossless=True,
                                tree_stats=SimpleNamespace(mean_accept_length=1.5,
                                                            decode_accept_length=1.5),
-                               tree_rounds=((),) * 3, speedup_se=0.004)
+                               tree_rounds=((),) * 3, speedup_se=0.004,
+                               round_speedups=lambda: [speedup] * 3)
 
     raced = []
 

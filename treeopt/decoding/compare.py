@@ -41,7 +41,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
-from treeopt.documents.measure import ONCE, Measurement, median_relative_se
+from treeopt.documents.measure import ONCE, Measurement, floored_se
 from treeopt.errors import TreeoptError
 from treeopt.model.dynamic_settings import DynamicSettings
 from treeopt.model.tree import Tree
@@ -69,6 +69,7 @@ class Comparison:
     probe: SupportProbe | None = None  # the decoder's support probe
     sampled: bool = False  # one round of a sample of batches: the speed-up is over its batches
     continuous: bool = False  # all prompts in one run of ``batch`` rows, each refilled
+    spread: float = 0.0  # a round's spread pooled over like comparisons: floors ``speedup_se``
 
     @property
     def tree_outputs(self) -> list[tuple[int, ...]]:
@@ -120,9 +121,10 @@ class Comparison:
 
     @property
     def speedup_se(self) -> float | None:
-        """The relative standard error of the reported (median) speed-up (None with one round):
-        what the measurement's target standard error is read on."""
-        se = median_relative_se(self.round_speedups())
+        """The relative standard error of the reported (median) speed-up (None with one round),
+        at least what ``spread`` gives over as many rounds: what the measurement's target
+        standard error is read on."""
+        se = floored_se(self.round_speedups(), self.spread)
         return se if math.isfinite(se) else None
 
     @property
@@ -225,15 +227,18 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
             prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
             batch: int = 1, measure: Measurement = ONCE, sample_prompts: bool = False,
             split: bool = False, warmup_tokens: int = 8, compile: bool = False,
-            continuous: bool = False,
+            continuous: bool = False, spread: float = 0.0,
             progress: Callable[[int, int], None] | None = None) -> Comparison:
     """Decode every batch of ``batch`` prompts with ``tree`` and autoregressively, their steps
     interleaved, in rounds after a warm-up, for as long as ``measure`` says on the speed-up
     (``sample_prompts``: batches one at a time, each decoded once, until ``measure`` is met or
     the batches run out; ``split``: then a profiled pass for the phase times; ``compile``: steps
     through torch.compile, for CUDA; ``continuous``: every prompt in one run of ``batch`` rows, a
-    finished row taking the next prompt, as a serving engine batches). ``progress(done,
-    total)`` counts decodes of a batch, the total as far as known."""
+    finished row taking the next prompt, as a serving engine batches; ``spread``: a round's
+    relative spread pooled over like comparisons — a sweep's points at one batch size — which
+    floors the standard error the rounds stop on, :func:`~treeopt.documents.measure.floored_se`:
+    two rounds may agree by chance). ``progress(done, total)`` counts decodes of a batch, the
+    total as far as known."""
     config = config or DecodeConfig()
     if continuous and sample_prompts:
         raise TreeoptError("continuous batching decodes every prompt in one run: it has no "
@@ -258,7 +263,7 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
     # standard error the comparison reports
     timed = timed_rounds(decoder, (empty, tree), groups, config=config, measure=measure,
                          sampled=sample_prompts, warmup_tokens=warmup_tokens, on_batch=tick,
-                         rows=rows)
+                         rows=rows, spread=spread)
     if sample_prompts:  # one round of the batches taken
         timed = [[runs for rnd in timed for runs in rnd]]
     planned = len(timed) if not sample_prompts else len(timed[0])
@@ -276,7 +281,8 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
         progress(done, done)  # the rounds the measurement took, however many were foreseen
     return Comparison(tree, config, batch, tuple(tuple(rnd[1] for rnd in t) for t in timed),
                       tuple(tuple(rnd[0] for rnd in t) for t in timed), tree_prof, ar_prof,
-                      probe=decoder.verify.probe, sampled=sample_prompts, continuous=continuous)
+                      probe=decoder.verify.probe, sampled=sample_prompts, continuous=continuous,
+                      spread=spread)
 
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
@@ -320,13 +326,13 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
                  measure: Measurement, sampled: bool = False, warmup_tokens: int = 8,
                  on_batch: Callable[[int], None] | None = None, rows: int | None = None,
-                 ) -> list[list[list[BatchResult]]]:
+                 spread: float = 0.0) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
     after a warm-up, in rounds for as long as ``measure`` says on each shape's throughput over
     the first's (:func:`round_ratios`); ``[round][batch][shape]``. ``sampled``: a round is the
     next batch alone, each batch decoded once. ``rows``: each group decoded by continuous
-    batching in that many rows. A prompt's sampling stream is its index;
-    ``on_batch(rounds planned)`` after each batch."""
+    batching in that many rows; ``spread``: as :func:`compare`'s. A prompt's sampling stream is
+    its index; ``on_batch(rounds planned)`` after each batch."""
     if sampled:
         measure = measure.capped(len(groups))
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
@@ -334,7 +340,8 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
     decoder.decode_alongside(shapes, groups[0], config=warm, batch=rows)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
-    while (planned := measure.planned(len(out), timed, ratio_columns(out))) > len(out):
+    while (planned := measure.planned(len(out), timed, ratio_columns(out), spread=spread)
+           ) > len(out):
         rnd = []
         for i in [len(out)] if sampled else range(len(groups)):
             size = len(groups[i])

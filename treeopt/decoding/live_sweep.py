@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treeopt.decoding.compare import check_batch, compare, race
+from treeopt.decoding.compare import Comparison, check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
-from treeopt.documents.measure import Measurement
+from treeopt.documents.measure import Measurement, pooled_spread
 from treeopt.documents.sweep import Race, Sweep, SweepPoint
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
@@ -80,18 +80,20 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     predicted again by them and select's pick is marked again, so a finished sweep run again
     with other step profiles is re-priced, measuring nothing but a pick that changed. Without
     ``costs``, a sweep whose points were predicted is refused (its predictions would no longer
-    say by what). ``before_point(batch, cap, tree)`` is called right before each point is
-    measured (not for points kept from ``out``): a step profile taken at the points' own
-    moments (:class:`treeopt.profiling.alongside.AlongsideProfile`). ``continuous``: each point
-    decodes every prompt in one run of b rows, a finished row taking the next prompt, as a
-    serving engine batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over
-    that run's steady window; the sweep records it (``batching``) and resumes only alike. The
-    steps are still priced by ``costs`` at its profiled context: a batched step attends every
-    row up to the longest one, near prompt + N under continuous batching: its tree steps cost
-    more than that context says, the speed-up predicted high (SmolLM2, fp32, batch 4: 1.5–3%).
-    ``drafted``: the growth's chains verified only as far as they were drafted (a lookup
-    drafter's; with ``costs``, the traces must record drafted lengths), predicted and picked as
-    ``select`` prices such chains."""
+    say by what). A point's standard error (and its rounds) is floored by the round spread
+    pooled over its batch size's points measured before it: two rounds may agree by chance
+    (SmolLM2's 2-round batch-8 points: 0.8–4.5%). ``before_point(batch, cap, tree)`` is called
+    right before each point is measured (not for points kept from ``out``): a step profile taken
+    at the points' own moments (:class:`treeopt.profiling.alongside.AlongsideProfile`).
+    ``continuous``: each point decodes every prompt in one run of b rows, a finished row taking
+    the next prompt, as a serving engine batches (:func:`~treeopt.decoding.compare.compare`),
+    and is predicted over that run's steady window; the sweep records it (``batching``) and
+    resumes only alike. The steps are still priced by ``costs`` at its profiled context: a
+    batched step attends every row up to the longest one, near prompt + N under continuous
+    batching: its tree steps cost more than that context says, the speed-up predicted high
+    (SmolLM2, fp32, batch 4: 1.5–3%). ``drafted``: the growth's chains verified only as far as
+    they were drafted (a lookup drafter's; with ``costs``, the traces must record drafted
+    lengths), predicted and picked as ``select`` prices such chains."""
     config = config or DecodeConfig()
     if drafted:
         _check_drafted(growth, sizes, depth_caps, [trace, select_trace] if costs else [])
@@ -111,18 +113,16 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         "batching": "continuous" if continuous else "static",
         "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
+    rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
     for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
         if not sweep.has((b, tree.size, cap)):
             if before_point is not None:
                 before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b,
-                             measure=measure, compile=compile, continuous=continuous)
-            point = SweepPoint(
-                b, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
-                result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
-                result.tree_stats.mean_accept_length, result.lossless, selected=picked,
-                rounds=len(result.tree_rounds), se=result.speedup_se,
-                steady_accept_length=result.tree_stats.decode_accept_length)
+                             measure=measure, compile=compile, continuous=continuous,
+                             spread=pooled_spread(rounds.get(b, [])))
+            rounds.setdefault(b, []).append(result.round_speedups())
+            point = measured_point(result, b, tree, cap, picked)
             if costs is not None:
                 point = point.predicted_by(predict(tree, growth, costs, trace, b,
                                                    continuous=continuous, drafted=drafted))
@@ -141,6 +141,18 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if progress is not None:
             progress(len(todo) + i + 1, total)
     return sweep
+
+
+def measured_point(result: Comparison, batch: int, tree: Tree, cap: int | None,
+                   picked: bool) -> SweepPoint:
+    """The sweep point of ``tree``'s comparison at ``batch`` (``cap``: the tree's depth cap;
+    ``picked``: select's pick)."""
+    return SweepPoint(
+        batch, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
+        result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
+        result.tree_stats.mean_accept_length, result.lossless, selected=picked,
+        rounds=len(result.tree_rounds), se=result.speedup_se,
+        steady_accept_length=result.tree_stats.decode_accept_length)
 
 
 def _resumed(out: str | os.PathLike[str], growth: Growth,

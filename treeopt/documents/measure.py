@@ -8,8 +8,8 @@ of its rounds (a round a burst disturbed drops out), so the rule reads the stand
 median (:func:`median_relative_se`), and every reported figure meets its target or took
 ``max_rounds`` rounds. Where figures are timed alike and share a machine's noise, a caller may
 floor each one's standard error by their pooled round spread (:func:`pooled_spread`): the step
-profiler does, over a batch size's records; a sweep's points, each a comparison of its own, do
-not yet.
+profiler does, over a batch size's records, and a sweep over a batch size's points measured
+before each one.
 
 >>> m = Measurement(rounds=2, target_se=0.05, max_rounds=8)
 >>> m.wants(1, seconds=1.0), m.wants(2, 2.0, [[1.0, 1.02]]), m.wants(2, 2.0, [[1.0, 1.3]])
