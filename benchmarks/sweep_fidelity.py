@@ -20,6 +20,7 @@ Run: ``python benchmarks/sweep_fidelity.py --demo smollm2 [--within 0.05]``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,7 +49,6 @@ def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
     """Print one sweep's points, measured → predicted, per batch, and its summary line; return
     the points' errors and noises (0 where unrecorded). ``drafted``: the sweep of a lookup
     drafter's chains verified as drafted, each point priced so."""
-    from treeopt.documents.measure import joint_se
     from treeopt.model.tree import Tree
 
     name = f"{kind} (verified as drafted)" if drafted else kind
@@ -62,7 +62,8 @@ def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
             tree = Tree.from_choices([list(c) for c in p.choices])
             predicted = held_out.predict(tree, batch, drafted=drafted and tree.size > 0)
             error = predicted.speedup / p.speedup - 1
-            noise = joint_se(p.se or 0.0, step_se.get(str(batch), 0.0) if tree.size else 0.0)
+            # the two timings' relative errors, joined in quadrature
+            noise = math.hypot(p.se or 0.0, step_se.get(str(batch), 0.0) if tree.size else 0.0)
             errors.append((error, noise))
             if p.selected:
                 picks.append(f"b{batch} {error:+.1%}")

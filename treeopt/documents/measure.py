@@ -107,17 +107,6 @@ def floored_se(values: Sequence[float], spread: float = 0.0) -> float:
     return max(own, MEDIAN_SE_FACTOR * spread / math.sqrt(len(values)))
 
 
-def joint_se(*relative: float) -> float:
-    """The relative standard error of a ratio of independently measured figures, each with its
-    own relative error (to first order, in quadrature): how far a prediction priced from one
-    timing and a live figure from another may differ by the timings alone.
-
-    >>> round(joint_se(0.03, 0.04), 6), joint_se()
-    (0.05, 0.0)
-    """
-    return math.sqrt(sum(r * r for r in relative))
-
-
 @dataclass(frozen=True)
 class Measurement:
     """At least ``rounds`` rounds; more, up to ``max_rounds``, until the rounds took
