@@ -29,12 +29,14 @@ def tiny_demo(tiny_demos):
 
 CHECKPOINT = {"draft-model": ("config.json", "model.safetensors", "tokenizer.json"),
               "prompt-lookup": ("drafter.json",),  # n-gram drafters: settings, no weights
-              "ngram-trie": ("drafter.json",)}
+              "ngram-trie": ("drafter.json",),
+              "suffix": ("drafter.json", "history.npz")}  # its cache warmed by responses
 
 
 def depth_of(kind: str) -> int:
     """The depths the tiny demo's ``kind`` drafter drafts."""
-    return {"prompt-lookup": TINY.lookup_depth, "ngram-trie": TINY.trie_depth}.get(
+    return {"prompt-lookup": TINY.lookup_depth, "ngram-trie": TINY.trie_depth,
+            "suffix": TINY.trie_depth}.get(
         kind, TINY.num_heads)
 
 
@@ -565,7 +567,7 @@ def test_shipped_demo_loads_and_meets_the_quality_bar():
     ell = m["growth"]["expected_accept_length"]
     for n in ("4", "16", "64"):
         assert ell["hydra"][n] > ell["medusa"][n]
-    assert set(KINDS) - set(demo.kinds) <= {"prompt-lookup", "ngram-trie"}  # added since
+    assert set(KINDS) - set(demo.kinds) <= {"prompt-lookup", "ngram-trie", "suffix"}  # added since
     for kind in demo.kinds:
         runs = demo.live_quality(kind)
         assert set(runs) == {"16", "64"}

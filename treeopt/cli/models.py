@@ -123,6 +123,9 @@ def _register_calibrate(sub: argparse._SubParsersAction) -> None:
                    help="with --temperature: the sampler's seed (default %(default)s)")
     p.add_argument("--out", required=True, metavar="T.npz",
                    help="the rank trace, written when complete (required)")
+    p.add_argument("--responses-out", metavar="R.npz",
+                   help="suffix decoding: also write the requests' responses, in order, a "
+                        "history that warms a later run's cache (suffix:history=R.npz)")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -220,7 +223,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     bar, report = counted(f"calibrate {shard}/{num_shards}", "batch")
     meta = {"model": args.model, "heads": args.heads, "prompts": " ".join(args.prompts)}
     trace, path = calibrate(model, heads, prompts, args.out, config=cfg, meta=meta,
-                            progress=report)
+                            progress=report, responses=args.responses_out)
     bar.close()
     return emit({"trace": str(path), "positions": trace.positions, "heads": trace.heads,
                  "top_k": trace.top_k, "sequences": trace.meta.get("sequences"),

@@ -50,6 +50,7 @@ from treeopt.decoding.rank_pass import (
     run_positions,
     sampled_continuations,
 )
+from treeopt.documents.responses import write_responses
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
 from treeopt.model.trace import RankTrace, merge_traces, prompt_digest
@@ -167,14 +168,23 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
               out: str | os.PathLike[str], *, config: CalibrateConfig = CalibrateConfig(),
               meta: dict[str, Any] | None = None,
               progress: Callable[[int, int], None] | None = None,
-              continuations: ContinuationStore | None = None) -> tuple[RankTrace, Path]:
+              continuations: ContinuationStore | None = None,
+              responses: str | os.PathLike[str] | None = None) -> tuple[RankTrace, Path]:
     """Run (or resume) this shard's calibration and write its trace; return it and its path.
     ``continuations``: where the base model's continuations of these prompts are kept for other
     drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
-    once)."""
+    once). ``responses``: where to write the requests' responses, in order (a drafter that
+    reads earlier requests only: :mod:`~treeopt.documents.responses`, the history of a warm
+    cache)."""
     target = shard_path(out, config.shard, config.num_shards)
     _check_order(heads, config)
+    if responses is not None and not heads.kind.request_cache:
+        raise FieldError("responses_out", f"{heads.kind.title} keeps no requests' responses; "
+                         f"only a drafter that reads earlier requests (suffix decoding) does")
     fingerprint = _fingerprint(heads, prompts, config, meta or {})
+    if responses is not None and target.exists() and not Path(responses).exists():
+        raise FieldError("responses_out", f"{target} is finished but {responses} was not "
+                         f"written with it; remove {target} to calibrate again")
     if target.exists():
         done = RankTrace.load(target)
         if done.meta.get("fingerprint") != fingerprint:
@@ -200,7 +210,12 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
         if created and not any(parts.glob("chunk-*.npz")):
             shutil.rmtree(parts, ignore_errors=True)
         raise
-    traces = [_without_requests(RankTrace.load(parts / f"chunk-{c:06d}.npz")) for c in chunks]
+    loaded = [RankTrace.load(parts / f"chunk-{c:06d}.npz") for c in chunks]
+    if responses is not None:
+        write_responses(responses, [seq[start + 1:] for t in loaded
+                                    for seq, start in zip(t.meta["requests"], t.meta["starts"],
+                                                          strict=True)])
+    traces = [_without_requests(t) for t in loaded]
     run = _fingerprint(heads, prompts, replace(config, shard=0), meta or {})  # alike in every shard
     trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint,
                                             "run_fingerprint": run})

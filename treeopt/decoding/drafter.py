@@ -9,6 +9,7 @@ registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -49,6 +50,16 @@ class Drafter(nn.Module):
 
     kind: ClassVar[DrafterKind]
     config: HeadsConfig
+
+    def cold(self) -> Drafter:
+        """The drafter with nothing served before it (suffix decoding's history left out):
+        what a request of its own history is ranked with. Itself for every other kind."""
+        return self
+
+    def at_depth(self, depth: int) -> Drafter:
+        """The same drafter drafting up to ``depth`` levels (a lookup drafter: its settings at
+        another depth)."""
+        return type(self).from_config(replace(self.config, num_heads=depth))
 
     @property
     def feature_layers(self) -> tuple[int, ...]:

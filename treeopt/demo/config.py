@@ -295,7 +295,7 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds
-    ('smollm2-135m-instruct', 'humaneval', 'sharegpt', 'auto', ('prompt-lookup', 'ngram-trie'))
+    ('smollm2-135m-instruct', 'humaneval', 'sharegpt', 'auto', ('prompt-lookup', 'ngram-trie', 'suffix'))
     """
     return DemoConfig(
         seed=seed, device=device, budget_minutes=PRETRAINED_BUDGET, base_model=base_model,

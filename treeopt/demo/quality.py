@@ -142,12 +142,17 @@ def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence
                         ) -> tuple[list[Any], list[Any]]:
     """What both checks decode: every prompt in batches of :data:`QUALITY_BATCH` (the runs),
     then the first :data:`TIMED_PROMPTS` alone on ``timed_threads`` (their stats);
-    ``progress()`` after each."""
+    ``progress()`` after each. A drafter that reads earlier requests (suffix decoding) serves
+    the batches' prompts one after another in one row, as its trace ranks them."""
     config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     tick = progress or (lambda: None)
     runs, timed = [], []
+    in_order = decoder.heads is not None and decoder.heads.kind.request_cache
+    if in_order:
+        runs.append(decoder.decode(tree, prompts, config=config, batch=1))
     for i in range(0, len(prompts), QUALITY_BATCH):
-        runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
+        if not in_order:
+            runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
         tick()
     with torch_threads(timed_threads):
         for p in prompts[:TIMED_PROMPTS]:

@@ -26,7 +26,7 @@ def lacking(name: str, record: dict[str, Any], kinds: tuple[str, ...] = KINDS,
     (:data:`~treeopt.demo.layout.DYNAMIC_KIND`) that need them.
 
     >>> lacking("drafters", {"eagle": {}}), lacking("sweep", {"medusa": {}, "hydra": {}})
-    (('draft-model', 'prompt-lookup', 'ngram-trie'), ())
+    (('draft-model', 'prompt-lookup', 'ngram-trie', 'suffix'), ())
     >>> lacking("growth", {"max_nodes": 8, "expected_accept_length": {"hydra": {}}})
     ('medusa',)
     >>> lacking("head_data", {"skipped": "…"}, ("prompt-lookup", "eagle"))

@@ -13,6 +13,8 @@ from treeopt.demo.context import Context
 if TYPE_CHECKING:
 
     from treeopt.decoding.calibrate import CalibrateConfig
+    from treeopt.decoding.drafter import Drafter
+    from treeopt.drafters.suffix import SuffixDrafter
     from treeopt.model.trace import RankTrace
 
 SIZES = (1, 4, 16, 64)  # tree sizes the manifest reports E[L] at
@@ -43,20 +45,46 @@ def trace_config(ctx: Context, temperature: float = 0.0) -> CalibrateConfig:
                            eos_token_id=ctx.tokenizer.eos_token_id, **sampled)
 
 
-def greedy_trace(ctx: Context, kind: str, part: str, out: Path) -> RankTrace:
+def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
+                 heads: Drafter | None = None, responses: Path | None = None) -> RankTrace:
     """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
-    (resumed when a run was interrupted): the demo's top-k, continuation length and batch."""
+    (resumed when a run was interrupted): the demo's top-k, continuation length and batch.
+    ``heads``: the drafter (default the demo's, :func:`part_drafter`); ``responses``: where
+    suffix decoding writes the responses it served."""
     from treeopt.decoding.calibrate import calibrate
 
     c, cal = ctx.config, trace_config(ctx)
     prompts = ctx.prompt_ids(part)
     bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
-    trace, _ = calibrate(ctx.model, ctx.heads(kind), prompts, out, config=cal,
+    trace, _ = calibrate(ctx.model, heads or part_drafter(ctx, kind, part), prompts, out,
+                         config=cal,
                          meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
                          progress=lambda i, n, bar=bar: bar.update(1),
-                         continuations=ctx.continuations)
+                         continuations=ctx.continuations, responses=responses)
     bar.close()
     return trace
+
+
+def part_drafter(ctx: Context, kind: str, part: str) -> Drafter:
+    """The drafter that ranks the ``part`` prompts: the demo's, less suffix decoding's history
+    on the calibration prompts (the history is their responses: each meets the earlier ones
+    alone, in order)."""
+    heads = ctx.heads(kind)
+    return heads.cold() if part == "calibration" else heads
+
+
+def warmed_drafter(ctx: Context, drafter: SuffixDrafter) -> SuffixDrafter:
+    """Suffix decoding as the demo ships it: ``drafter``'s cache warmed by the calibration
+    prompts' responses, as a server's that served them first. Their greedy trace is made here,
+    cold, and writes the history into the drafter's directory."""
+    from treeopt.documents.responses import RESPONSES_FILE, read_responses
+    from treeopt.drafters.suffix import replace_history
+
+    kind = drafter.kind.name
+    served = ctx.paths.heads(kind) / RESPONSES_FILE
+    greedy_trace(ctx, kind, "calibration", ctx.paths.trace(kind), heads=drafter.cold(),
+                 responses=served)
+    return replace_history(drafter, read_responses(served, vocab_size=ctx.vocab_size))
 
 
 def growths(ctx: Context) -> dict[str, Any]:
@@ -99,13 +127,12 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
     from treeopt.model.growth import Growth, grow
 
     c, cal = ctx.config, trace_config(ctx, t)
-    heads = ctx.heads(kind)
     made = {}
     for part in ("calibration", "heldout"):
         prompts = ctx.prompt_ids(part)
         bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
         made[part], _ = calibrate(
-            ctx.model, heads, prompts,
+            ctx.model, part_drafter(ctx, kind, part), prompts,
             ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
             progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations)

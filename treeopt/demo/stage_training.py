@@ -13,6 +13,7 @@ from treeopt.demo.config import DemoConfig
 from treeopt.demo.context import Context
 from treeopt.demo.layout import KINDS
 from treeopt.demo.stage_kinds import trained_kinds
+from treeopt.demo.stage_traces import warmed_drafter
 from treeopt.registry.kinds import drafter_kind
 
 DRAFTERS = KINDS  # a drafter's training seed is its place here
@@ -50,18 +51,22 @@ def heads(ctx: Context) -> dict[str, Any]:
 
 
 def ngram_drafter(kind: str, c: DemoConfig, *, vocab_size: int) -> tuple[Any, dict[str, Any]]:
-    """The demo's n-gram drafter of ``kind`` (prompt lookup or the n-gram trie) and its
-    settings, as its stage record keeps them: the config's depth and longest match for it, named
-    as the registry's ``max_match`` says, and a trie's first order of children.
+    """The demo's n-gram drafter of ``kind`` (prompt lookup, the n-gram trie or suffix decoding)
+    and its settings, as its stage record keeps them: the config's depth and longest match for
+    it, named as the registry's ``max_match`` says, and a trie's first order of children.
 
     >>> from treeopt.demo.config import TINY
     >>> [ngram_drafter(k, TINY, vocab_size=320)[1] for k in ("prompt-lookup", "ngram-trie")]
     [{'depth': 4, 'min_n': 1, 'max_n': 3}, {'depth': 3, 'max_trie_depth': 18, 'match': 'bfs'}]
+    >>> ngram_drafter("suffix", TINY, vocab_size=320)[1]
+    {'depth': 3}
     """
     from treeopt.drafters.heads import drafter_class
 
     spec = drafter_kind(kind)
-    if spec.match_types:  # a trie: its depth and longest path, its first order of children
+    if spec.request_cache:  # suffix decoding: the trie's depth, vLLM's defaults otherwise
+        settings = {"depth": c.trie_depth}
+    elif spec.match_types:  # a trie: its depth and longest path, its first order of children
         settings = {"depth": c.trie_depth, spec.max_match: c.trie_max_depth,
                     "match": spec.match_types[0]}
     else:  # prompt lookup: n-grams of one token up to the longest
@@ -86,7 +91,8 @@ def teacher_top_k(vocab_size: int) -> int:
 def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     """Train the ``kind`` drafter on the head data (self-distillation) and ship it in 16 bits:
     heads and EAGLE as heads directories, a draft model as a Hugging Face model directory;
-    n-gram drafters have no weights: their settings are written (``drafter.json``)."""
+    n-gram drafters have no weights: their settings are written (``drafter.json``; suffix
+    decoding's with its history, :func:`~treeopt.demo.stage_traces.warmed_drafter`)."""
     import torch
 
     from treeopt.drafters.checkpoints import save_heads
@@ -97,6 +103,9 @@ def train_drafter(ctx: Context, kind: str) -> dict[str, Any]:
     if drafter_kind(kind).lookup:  # n-gram drafting: settings, nothing to train
         ctx.paths.heads(kind).mkdir(parents=True, exist_ok=True)
         drafter, settings = ngram_drafter(kind, c, vocab_size=ctx.vocab_size)
+        if drafter.kind.request_cache:  # warmed by the calibration prompts' responses
+            drafter = warmed_drafter(ctx, drafter)
+            settings["history"] = drafter.config.history
         drafter.save(ctx.paths.heads(kind))
         return {"steps": 0, "weights": 0, **settings}
     path = ctx.scratch / "head-data.npy"

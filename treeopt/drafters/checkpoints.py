@@ -406,9 +406,7 @@ def load_heads_for(model: PreTrainedModel, directory: str | os.PathLike[str], *,
               or load_trie(directory, vocab_size=vocab)
               or load_suffix(directory, vocab_size=vocab))
     if lookup is not None:  # n-gram drafting: settings only, nothing to load
-        if depth is None:
-            return lookup
-        return type(lookup).from_config(replace(lookup.config, num_heads=depth))
+        return lookup if depth is None else lookup.at_depth(depth)
     if (Path(directory) / "heads.json").exists():  # check before building anything
         check_heads_match(read_heads_config(directory), hidden_size=hidden, vocab_size=vocab,
                           source=str(directory))

@@ -26,13 +26,19 @@ On the command line the drafter is a spec (:func:`parse_suffix_spec`): ``suffix`
 max-cached-requests=10000`` (and ``max-spec-offset``); a directory whose ``drafter.json`` is of
 kind ``suffix`` holds the same settings (:func:`load_suffix`). ``depth`` is the longest draft
 (vLLM's ``num_speculative_tokens``), which also bounds the path scores that choose the match.
+
+**History.** ``history=FILE`` (a responses file, :mod:`treeopt.documents.responses`; in a drafter
+directory, ``history.npz`` beside ``drafter.json``) starts every global tree — calibration's and
+each live run's — from the responses of requests served before, oldest first: the cache of a
+server that has served them. Without it the cache starts empty, as a server just started.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +47,12 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
+from treeopt.documents.responses import (
+    RESPONSES_FILE,
+    history_digest,
+    read_responses,
+    write_responses,
+)
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.prompt_lookup import (
     drafted_rows,
@@ -58,19 +70,38 @@ if TYPE_CHECKING:
     from treeopt.decoding.plan import TreePlan
 
 SPEC_NAME = "suffix"
-DEFAULTS: dict[str, int | float] = {"depth": 16, "max-tree-depth": 24, "max-spec-factor": 1.0,
-                                    "max-spec-offset": 0.0, "min-token-prob": 0.1,
-                                    "max-cached-requests": 10000}
+DEFAULTS: dict[str, int | float | str] = {"depth": 16, "max-tree-depth": 24,
+                                          "max-spec-factor": 1.0, "max-spec-offset": 0.0,
+                                          "min-token-prob": 0.1, "max-cached-requests": 10000,
+                                          "history": ""}
 _FLOATS = ("max-spec-factor", "max-spec-offset", "min-token-prob")
+_FORMS = {**dict.fromkeys(_FLOATS, "X"), "history": "FILE"}  # the spec's forms, besides N
 
 
 @dataclass(eq=False)
 class SuffixState:
-    """A run's global cache and each row's request."""
+    """A run's global cache and each row's request. The cache is ``make_cache``'s, built when
+    first read, and the rows read so far enter it then, in order (``pending``): a new prompt's
+    state, whose row another run takes (:meth:`take_row`), never builds one."""
 
-    cache: SuffixCache
+    make_cache: Callable[[SuffixState], SuffixCache]
     rows: list[Request]
     fresh: bool = True  # nothing read yet: the prefill's tokens are all new
+    pending: list[Request] = field(default_factory=list)  # rows to enter the cache, in order
+    _cache: SuffixCache | None = None
+
+    @property
+    def cache(self) -> SuffixCache:
+        if self._cache is None:
+            self._cache = self.make_cache(self)
+            for row in self.pending:
+                row.begin(self._cache)
+            self.pending.clear()
+        return self._cache
+
+    def enter_rows(self) -> None:
+        """The rows read so far into the cache, built where it is not yet."""
+        _ = self.cache
 
     def take_row(self, row: int, new: SuffixState) -> None:
         """Row ``row`` becomes ``new``'s one request, entering this run's cache."""
@@ -86,8 +117,12 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, *, depth: int, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
-                 max_cached_requests: int = 10000, vocab_size: int) -> None:
+                 max_cached_requests: int = 10000, vocab_size: int,
+                 history: Sequence[Sequence[int]] = ()) -> None:
         super().__init__()
+        self.history = [[int(t) for t in r] for r in history]
+        # the last live run's warm cache and that run's state: reused once the state is gone
+        self._spare: tuple[weakref.ref[SuffixState], SuffixCache] | None = None
         if depth < 1:
             raise TreeoptError(f"a suffix drafter's depth must be ≥ 1, got {depth}")
         self.rule = SuffixRule(max_spec_tokens=depth, max_tree_depth=max_tree_depth,
@@ -98,10 +133,15 @@ class SuffixDrafter(Drafter):
                                   vocab_size=vocab_size, min_match=1, max_match=max_tree_depth,
                                   max_spec_factor=max_spec_factor,
                                   max_spec_offset=max_spec_offset, min_token_prob=min_token_prob,
-                                  max_cached_requests=max_cached_requests)
+                                  max_cached_requests=max_cached_requests,
+                                  history=history_digest(self.history))
 
     @classmethod
     def from_config(cls, cfg: HeadsConfig) -> SuffixDrafter:
+        if cfg.history:
+            raise TreeoptError(f"a suffix drafter's config names its history ({cfg.history}) "
+                               f"but not its responses: load the drafter from its directory "
+                               f"or spec")
         return cls(depth=cfg.num_heads, max_tree_depth=cfg.max_match,
                    max_spec_factor=cfg.max_spec_factor, max_spec_offset=cfg.max_spec_offset,
                    min_token_prob=cfg.min_token_prob,
@@ -115,10 +155,23 @@ class SuffixDrafter(Drafter):
                 "min_token_prob": r.min_token_prob,
                 "max_cached_requests": r.max_cached_requests}
 
+    def at_depth(self, depth: int) -> SuffixDrafter:
+        """The same drafter (settings and history) drafting up to ``depth`` tokens."""
+        return replace_history(self, self.history, depth=depth)
+
+    def cold(self) -> SuffixDrafter:
+        """The same settings with no history: a cache that starts empty."""
+        return replace_history(self, ())
+
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write ``drafter.json`` with the settings (read back by :func:`load_suffix`)."""
+        """Write ``drafter.json`` with the settings, and its history as ``history.npz`` beside
+        it (read back by :func:`load_suffix`)."""
+        history = {}
+        if self.history:
+            write_responses(Path(directory) / RESPONSES_FILE, self.history)
+            history = {"history": RESPONSES_FILE}
         write_json(Path(directory) / DRAFTER_FILE,
-                   {"format": DRAFTER_FORMAT, "kind": SPEC_NAME, **self.settings()})
+                   {"format": DRAFTER_FORMAT, "kind": SPEC_NAME, **self.settings(), **history})
 
     def rank_depths(self, hidden: torch.Tensor | None, stream: torch.Tensor, *, top_k: int,
                     ) -> torch.Tensor:
@@ -126,7 +179,11 @@ class SuffixDrafter(Drafter):
                            "calibration ranks it request by request, in order (rank_requests)")
 
     def request_cache(self) -> SuffixCache:
-        return SuffixCache(self.rule)
+        """A global tree holding the history's responses (none without one)."""
+        cache = SuffixCache(self.rule)
+        for response in self.history:
+            cache.extend(cache.start(), response)
+        return cache
 
     def rank_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],
                       starts: Sequence[int], *, top_k: int,
@@ -154,23 +211,41 @@ class SuffixDrafter(Drafter):
             request.respond(seq[start + 1:])
 
     def start(self, *, batch: int, capacity: int) -> SuffixState:
-        cache = SuffixCache(self.rule)
-        return SuffixState(cache, [Request(cache) for _ in range(batch)])
+        """Each row's request, entering the run's global tree (:meth:`request_cache`) when
+        :meth:`advance` first reads its prompt."""
+        unbound = SuffixCache(self.rule)  # rules only: each row begins in the state's cache
+        return SuffixState(self._run_cache, [Request(unbound) for _ in range(batch)])
+
+    def _run_cache(self, state: SuffixState) -> SuffixCache:
+        """``state``'s cache: the history alone. Building it costs about 0.6 s per 10,000
+        history tokens, so the last run's is reused, its own responses forgotten, once no state
+        holds it (a run decoding alongside gets its own)."""
+        spare = self._spare
+        if (spare is not None and spare[0]() is None
+                and spare[1].forget_after(len(self.history))):
+            cache = spare[1]
+        else:
+            cache = self.request_cache()
+        if self.history:
+            self._spare = (weakref.ref(state), cache)
+        return cache
 
     def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
                 count: torch.Tensor, next_root: torch.Tensor, state: SuffixState,
                 ) -> tuple[torch.Tensor, SuffixState]:
-        """After the prefill: each row's prompt, then it enters the cache with its first token;
-        after a step: each row's accepted tokens (after the root it read last step), then its
-        next root."""
+        """After the prefill: each row's prompt and first token, the row entering the cache when
+        the state's cache is first read (:class:`SuffixState`); after a step: each row's
+        accepted tokens (after the root it read last step), then its next root."""
+        if not state.fresh:
+            state.enter_rows()  # before they grow
         accepted = tokens.gather(1, index).tolist()
         for row, n, root, ids in zip(state.rows, count.tolist(), next_root.tolist(), accepted,
                                      strict=True):
             if n == 0:  # a stopped row reads nothing
                 continue
-            if state.fresh:
+            if state.fresh:  # the row enters the cache when it is first read, with its root
                 row.prompt(ids[:n])
-                row.begin()
+                state.pending.append(row)
                 row.respond([root])
             else:
                 row.respond([*ids[1:n], root])
@@ -180,6 +255,7 @@ class SuffixDrafter(Drafter):
     def finish(self, state: SuffixState, row: int, output: Sequence[int]) -> None:
         """The row's cached response becomes its output (the tokens a step accepted past the
         budget or EOS, or not read once every row had stopped, set right)."""
+        state.enter_rows()  # a row that never drafted enters first
         state.rows[row].finish(output)
 
     def draft(self, plan: TreePlan, hidden: torch.Tensor, root: torch.Tensor,
@@ -189,10 +265,24 @@ class SuffixDrafter(Drafter):
         if state is None:
             raise TreeoptError("a suffix drafter drafts from its live state (start, then "
                                "advance)")
+        state.enter_rows()
         return drafted_rows(state.rows, plan.tree, root)
 
 
-def _spec_value(text: str, key: str, value: str) -> int | float:
+def replace_history(drafter: SuffixDrafter, history: Sequence[Sequence[int]], *,
+                    depth: int | None = None) -> SuffixDrafter:
+    """``drafter``'s settings with ``history`` (and ``depth``, where given)."""
+    r = drafter.rule
+    return SuffixDrafter(depth=r.max_spec_tokens if depth is None else depth,
+                         max_tree_depth=r.max_tree_depth, max_spec_factor=r.max_spec_factor,
+                         max_spec_offset=r.max_spec_offset, min_token_prob=r.min_token_prob,
+                         max_cached_requests=r.max_cached_requests,
+                         vocab_size=drafter.config.vocab_size, history=history)
+
+
+def _spec_value(text: str, key: str, value: str) -> int | float | str:
+    if key == "history":
+        return value
     if key not in _FLOATS:
         return spec_integer(text, key, value)
     try:
@@ -212,8 +302,7 @@ def parse_suffix_spec(text: str, *, vocab_size: int) -> SuffixDrafter | None:
     True
     """
     values = spec_settings(text, SPEC_NAME, DEFAULTS,
-                           forms=", ".join(f"{k}={'X' if k in _FLOATS else 'N'}"
-                                           for k in DEFAULTS),
+                           forms=", ".join(f"{k}={_FORMS.get(k, 'N')}" for k in DEFAULTS),
                            convert=lambda key, value: _spec_value(text, key, value))
     if values is None:
         return None
@@ -227,20 +316,24 @@ def load_suffix(directory: str | os.PathLike[str], *, vocab_size: int) -> Suffix
     if found is None:
         return None
     settings, path = found
-    return _from_settings(settings, source=str(path), vocab_size=vocab_size)
+    return _from_settings(settings, source=str(path), vocab_size=vocab_size, folder=path.parent)
 
 
-def _from_settings(settings: dict[str, int | float], *, source: str, vocab_size: int,
-                   ) -> SuffixDrafter:
-    """The drafter of a spec's or a ``drafter.json``'s settings (keys of :data:`DEFAULTS`);
-    invalid ones are refused, naming ``source``."""
+def _from_settings(settings: dict[str, int | float | str], *, source: str, vocab_size: int,
+                   folder: Path | None = None) -> SuffixDrafter:
+    """The drafter of a spec's or a ``drafter.json``'s settings (keys of :data:`DEFAULTS`;
+    a history file relative to ``folder``, the drafter directory, when given); invalid ones are
+    refused, naming ``source``."""
     try:
+        name = str(settings["history"])
+        history = (read_responses(folder / name if folder else Path(name), vocab_size=vocab_size)
+                   if name else [])
         return SuffixDrafter(depth=int(settings["depth"]),
                              max_tree_depth=int(settings["max-tree-depth"]),
                              max_spec_factor=float(settings["max-spec-factor"]),
                              max_spec_offset=float(settings["max-spec-offset"]),
                              min_token_prob=float(settings["min-token-prob"]),
                              max_cached_requests=int(settings["max-cached-requests"]),
-                             vocab_size=vocab_size)
+                             vocab_size=vocab_size, history=history)
     except (TreeoptError, ValueError) as exc:
         raise TreeoptError(f"{source}: {exc}") from None

@@ -51,7 +51,8 @@ from treeopt.version import __version__
 
 GROWTH_FORMAT = "treeopt.growth/1"
 # suffix decoding's settings a growth's drafter record carries (treeopt.drafters.suffix_tree)
-_SUFFIX_SETTINGS = ("max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests")
+_SUFFIX_SETTINGS = ("max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests",
+                    "history")
 CONSTRAINTS: tuple[str, ...] = ("none", "contiguous", "grounded", "uniform")
 Constraint = Literal["none", "contiguous", "grounded", "uniform"]
 
@@ -94,7 +95,8 @@ class Growth:
         (the depths it drafts) and, for an n-gram drafter, ``min_match`` and ``max_match`` (the
         n-gram lengths it matches), for an n-gram trie, ``match_type``, and for suffix decoding
         (``max_match``: its trees' depth) ``max_spec_factor``, ``max_spec_offset``,
-        ``min_token_prob`` and ``max_cached_requests``; absent keys were not recorded."""
+        ``min_token_prob``, ``max_cached_requests`` and ``history`` (the responses its cache
+        started from, where it was warmed); absent keys were not recorded."""
         meta = self.meta.get("trace_meta")
         meta = meta if isinstance(meta, dict) else {}
         heads = meta.get("heads_config") if isinstance(meta.get("heads_config"), dict) else {}

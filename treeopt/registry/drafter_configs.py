@@ -57,6 +57,9 @@ class HeadsConfig:
     max_spec_offset: float = 0.0
     min_token_prob: float = 0.0
     max_cached_requests: int = 0
+    # suffix decoding: the responses served before that its global tree starts from
+    # (treeopt.documents.responses.history_digest; "": none, a cold cache)
+    history: str = ""
     # MTP: the hidden state handed to the next depth is after the module's output norm
     # (Qwen3-Next) rather than before it (DeepSeek-V3); treeopt.drafters.mtp
     handoff_norm: bool = False
@@ -95,6 +98,8 @@ class HeadsConfig:
                                f"only, not {kind.title}")
         suffix = [f"{name} {getattr(self, name)}" for name in _SUFFIX_FIELDS
                   if getattr(self, name) != _DEFAULTS[name]]
+        if self.history:
+            suffix.append(f"history {self.history!r}")
         if suffix and not kind.request_cache:
             raise TreeoptError(f"heads config: {', '.join(suffix)}: these settings apply to "
                                f"suffix decoding only, not {kind.title}")
@@ -123,7 +128,7 @@ class HeadsConfig:
 
 _LAYER_FIELDS = ("intermediate_size", "kv_heads", "rope_theta", "bias", "rms_norm_eps",
                  "draft_vocab_size", "feature_layers", "min_match", "max_match", "match_type",
-                 "handoff_norm")
+                 "handoff_norm", "history")
 _SUFFIX_FIELDS = ("max_spec_factor", "max_spec_offset", "min_token_prob", "max_cached_requests")
 _DEFAULTS = {f.name: f.default for f in fields(HeadsConfig)}
 

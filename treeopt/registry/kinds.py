@@ -139,7 +139,7 @@ KINDS: dict[str, DrafterKind] = {
                           draft_formula="lookup", demo_layers=(), reads_features=False,
                           trained=False, engine_draft="suffix", position="depth", lookup=True,
                           max_match="max_tree_depth", request_cache=True,
-                          chain_method="suffix"),
+                          demo_stage="drafters", chain_method="suffix"),
 }
 HYBRID_SUFFIX = "+lookup"
 
