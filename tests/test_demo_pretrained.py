@@ -330,7 +330,7 @@ def test_an_unknown_demo_or_kind_lists_the_known_ones(data, capsys):
     assert main(["grow", "--demo", "smollm2:prompt-lookup"]) == 2
     assert _one_line(capsys) == (
         f"treeopt: error: no demo 'smollm2' in {data}; build it with `treeopt demo build "
-        f"--base-model {MODEL} --kinds prompt-lookup,ngram-trie,medusa,hydra,eagle --out "
+        f"--base-model {MODEL} --kinds prompt-lookup,ngram-trie,suffix,medusa,hydra,eagle --out "
         f"{data / 'smollm2'}`; the demos there: demo")
     assert main(["grow", "--demo", "demo:bogus"]) == 2
     assert _one_line(capsys) == (

@@ -1,4 +1,4 @@
-"""Suffix decoding warmed by a history (treeopt.documents.responses): the responses a
+"""Suffix decoding warmed by a history (treeopt.model.responses): the responses a
 calibration served, written with ``responses=`` and read back as ``history=``, start every
 global tree; a warm trace equals the tail of one long calibration, its walk equals live
 decoding, decoding stays lossless, and the spec, the drafter directory and the CLI carry it."""
@@ -17,13 +17,13 @@ from test_suffix import GREEDY, PROMPTS, TREES, _config, _drafter  # noqa: E402
 from treeopt import Tree  # noqa: E402
 from treeopt.decoding.calibrate import calibrate  # noqa: E402
 from treeopt.decoding.loop import Decoder, decode  # noqa: E402
-from treeopt.documents.responses import (  # noqa: E402
+from treeopt.drafters.suffix import SuffixDrafter, parse_suffix_spec  # noqa: E402
+from treeopt.errors import FieldError, TreeoptError  # noqa: E402
+from treeopt.model.responses import (  # noqa: E402
     history_digest,
     read_responses,
     write_responses,
 )
-from treeopt.drafters.suffix import SuffixDrafter, parse_suffix_spec  # noqa: E402
-from treeopt.errors import FieldError, TreeoptError  # noqa: E402
 from treeopt.model.simulation import step_lengths, steps_inside  # noqa: E402
 
 SERVED = 3  # the first three prompts are served before; the last three repeat them

@@ -50,9 +50,9 @@ from treeopt.decoding.rank_pass import (
     run_positions,
     sampled_continuations,
 )
-from treeopt.documents.responses import write_responses
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
+from treeopt.model.responses import write_responses
 from treeopt.model.trace import RankTrace, merge_traces, prompt_digest
 from treeopt.version import __version__
 
@@ -174,7 +174,7 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
     ``continuations``: where the base model's continuations of these prompts are kept for other
     drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
     once). ``responses``: where to write the requests' responses, in order (a drafter that
-    reads earlier requests only: :mod:`~treeopt.documents.responses`, the history of a warm
+    reads earlier requests only: :mod:`~treeopt.model.responses`, the history of a warm
     cache)."""
     target = shard_path(out, config.shard, config.num_shards)
     _check_order(heads, config)

@@ -23,7 +23,7 @@ DYNAMIC_KIND: str = next(k for k in KINDS if REGISTRY[k].dynamic)
 ENV_VAR = "TREEOPT_DEMO"
 # the named demos the docs describe that are built on request: name → the build's own flags
 BUILDS = {"smollm2": "--base-model smollm2-135m-instruct "
-                      "--kinds prompt-lookup,ngram-trie,medusa,hydra,eagle"}
+                      "--kinds prompt-lookup,ngram-trie,suffix,medusa,hydra,eagle"}
 
 
 def default_root() -> Path:

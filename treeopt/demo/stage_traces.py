@@ -77,8 +77,8 @@ def warmed_drafter(ctx: Context, drafter: SuffixDrafter) -> SuffixDrafter:
     """Suffix decoding as the demo ships it: ``drafter``'s cache warmed by the calibration
     prompts' responses, as a server's that served them first. Their greedy trace is made here,
     cold, and writes the history into the drafter's directory."""
-    from treeopt.documents.responses import RESPONSES_FILE, read_responses
     from treeopt.drafters.suffix import replace_history
+    from treeopt.model.responses import RESPONSES_FILE, read_responses
 
     kind = drafter.kind.name
     served = ctx.paths.heads(kind) / RESPONSES_FILE

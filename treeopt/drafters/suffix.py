@@ -27,7 +27,7 @@ max-cached-requests=10000`` (and ``max-spec-offset``); a directory whose ``draft
 kind ``suffix`` holds the same settings (:func:`load_suffix`). ``depth`` is the longest draft
 (vLLM's ``num_speculative_tokens``), which also bounds the path scores that choose the match.
 
-**History.** ``history=FILE`` (a responses file, :mod:`treeopt.documents.responses`; in a drafter
+**History.** ``history=FILE`` (a responses file, :mod:`treeopt.model.responses`; in a drafter
 directory, ``history.npz`` beside ``drafter.json``) starts every global tree — calibration's and
 each live run's — from the responses of requests served before, oldest first: the cache of a
 server that has served them. Without it the cache starts empty, as a server just started.
@@ -47,12 +47,6 @@ import numpy.typing as npt
 import torch
 
 from treeopt.decoding.drafter import Drafter
-from treeopt.documents.responses import (
-    RESPONSES_FILE,
-    history_digest,
-    read_responses,
-    write_responses,
-)
 from treeopt.drafters.draft_model import DRAFTER_FILE, DRAFTER_FORMAT
 from treeopt.drafters.prompt_lookup import (
     drafted_rows,
@@ -63,6 +57,12 @@ from treeopt.drafters.prompt_lookup import (
 from treeopt.drafters.suffix_tree import Request, SuffixCache, SuffixRule, request_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
+from treeopt.model.responses import (
+    RESPONSES_FILE,
+    history_digest,
+    read_responses,
+    write_responses,
+)
 from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.registry.kinds import KINDS
 

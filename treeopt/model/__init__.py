@@ -1,5 +1,5 @@
-"""The rank-trace model: trees, rank traces, acceptance, growth, simulation, and the settings of
-dynamic trees.
+"""The rank-trace model: trees, rank traces, acceptance, growth, simulation, the settings of
+dynamic trees, and the responses that warm suffix decoding's cache.
 
 Layer: numpy, the bottom; may import ``errors``, ``files`` and ``version``.
 """
