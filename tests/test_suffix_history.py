@@ -1,7 +1,8 @@
 """Suffix decoding warmed by a history (treeopt.model.responses): the responses a
 calibration served, written with ``responses=`` and read back as ``history=``, start every
-global tree; a warm trace equals the tail of one long calibration, its walk equals live
-decoding, decoding stays lossless, and the spec, the drafter directory and the CLI carry it."""
+global tree; a warm trace equals the tail of one long calibration, a request never meets its own
+prompt's answer (leave-one-out), walks equal live decoding, decoding stays lossless, and the
+spec, the drafter directory and the CLI carry it."""
 
 from __future__ import annotations
 
@@ -19,12 +20,9 @@ from treeopt.decoding.calibrate import calibrate  # noqa: E402
 from treeopt.decoding.loop import Decoder, decode  # noqa: E402
 from treeopt.drafters.suffix import SuffixDrafter, parse_suffix_spec  # noqa: E402
 from treeopt.errors import FieldError, TreeoptError  # noqa: E402
-from treeopt.model.responses import (  # noqa: E402
-    history_digest,
-    read_responses,
-    write_responses,
-)
+from treeopt.model.responses import History, read_responses, write_responses  # noqa: E402
 from treeopt.model.simulation import step_lengths, steps_inside  # noqa: E402
+from treeopt.model.trace import prompt_digest  # noqa: E402
 
 SERVED = 3  # the first three prompts are served before; the last three repeat them
 
@@ -45,23 +43,27 @@ def served(base, tmp_path_factory):
 
 def test_the_responses_written_are_the_models_outputs(base, served):
     want = decode(base, None, Tree(()), PROMPTS[:SERVED], config=GREEDY).tokens
-    assert served == [list(t) for t in want]
-    assert history_digest(served).startswith("3 responses, sha256 ")
+    assert served.responses == tuple(tuple(t) for t in want)
+    assert served.prompts == tuple(prompt_digest(p) for p in PROMPTS[:SERVED])
+    assert served.digest().startswith("3 responses, sha256 ")
 
 
 def test_a_warm_trace_is_the_tail_of_one_calibration_and_walks_as_live(base, served, tmp_path):
-    """Calibrating the last three prompts with the first three's history ranks them exactly as
-    calibrating all six in order does; live decoding one at a time takes the walk's steps."""
+    """Calibrating the next three prompts with the first two's history ranks them exactly as
+    calibrating all five in order does; live decoding one at a time takes the walk's steps.
+    (The sixth prompt asks the first's again: with the history it would not meet that answer.)"""
     cfg = _config(GREEDY)
-    whole, _ = calibrate(base, _drafter(), PROMPTS, tmp_path / "whole.npz", config=cfg)
-    warm_drafter = _drafter(history=served)
-    warm, _ = calibrate(base, warm_drafter, PROMPTS[SERVED:], tmp_path / "warm.npz", config=cfg)
-    cold, _ = calibrate(base, _drafter(), PROMPTS[SERVED:], tmp_path / "cold.npz", config=cfg)
+    first_two = History(served.responses[:2], served.prompts[:2])
+    later = PROMPTS[2:5]
+    whole, _ = calibrate(base, _drafter(), PROMPTS[:5], tmp_path / "whole.npz", config=cfg)
+    warm_drafter = _drafter(history=first_two)
+    warm, _ = calibrate(base, warm_drafter, later, tmp_path / "warm.npz", config=cfg)
+    cold, _ = calibrate(base, _drafter(), later, tmp_path / "cold.npz", config=cfg)
     assert np.array_equal(whole.ranks[-warm.positions:], warm.ranks)
-    assert (warm.ranks == 0).sum() > (cold.ranks == 0).sum()  # the history was drafted from
-    assert warm.meta["heads_config"]["history"] == history_digest(served)
+    assert (warm.ranks == 0).sum() > (cold.ranks == 0).sum() + 10  # [9, *A] meets A's answer
+    assert warm.meta["heads_config"]["history"] == first_two.digest()
     assert "history" not in cold.meta["heads_config"]
-    live = Decoder(base, warm_drafter).decode(TREES[1], PROMPTS[SERVED:], config=GREEDY, batch=1)
+    live = Decoder(base, warm_drafter).decode(TREES[1], later, config=GREEDY, batch=1)
     walk = step_lengths(TREES[1], warm).tolist()
     assert steps_inside(live.stats.sequence_accept_lengths,
                         warm.meta["sequence_positions"]) == walk
@@ -90,10 +92,10 @@ def test_a_later_run_reuses_the_warm_cache_once_the_last_run_is_gone(base, serve
     """Its own responses forgotten, the reused cache drafts as a new one: each run takes the
     same steps; a state still alive keeps its cache to itself."""
     drafter = _drafter(history=served)
-    runs = [Decoder(base, drafter).decode(TREES[1], PROMPTS[SERVED:], config=GREEDY, batch=1)
+    runs = [Decoder(base, drafter).decode(TREES[1], PROMPTS[SERVED:5], config=GREEDY, batch=1)
             for _ in range(2)]
     first = drafter._spare[1]
-    third = Decoder(base, drafter).decode(TREES[1], PROMPTS[SERVED:], config=GREEDY, batch=1)
+    third = Decoder(base, drafter).decode(TREES[1], PROMPTS[SERVED:5], config=GREEDY, batch=1)
     assert drafter._spare[1] is first  # reused, not rebuilt
     steps = [r.stats.sequence_accept_lengths for r in (*runs, third)]
     assert steps[0] == steps[1] == steps[2] and runs[0].tokens == third.tokens
@@ -109,7 +111,7 @@ def test_a_later_run_reuses_the_warm_cache_once_the_last_run_is_gone(base, serve
 def test_the_spec_and_the_drafter_directory_carry_the_history(served, tmp_path):
     write_responses(tmp_path / "r.npz", served)
     d = parse_suffix_spec(f"suffix:depth=5,history={tmp_path / 'r.npz'}", vocab_size=256)
-    assert d.history == served and d.config.history == history_digest(served)
+    assert d.history == served and d.config.history == served.digest()
     assert d.at_depth(3).history == served and d.at_depth(3).config.num_heads == 3
     d.save(tmp_path / "dir")
     doc = json.loads((tmp_path / "dir" / "drafter.json").read_text())
@@ -135,7 +137,8 @@ def test_a_bad_responses_file_is_refused_naming_it(tmp_path):
                           ("other", "not a responses file"), ("text", "not a responses file")]:
         with pytest.raises(TreeoptError, match=f"{name}.npz: {message}"):
             read_responses(tmp_path / f"{name}.npz", vocab_size=10)
-    assert read_responses(write_responses(tmp_path / "none.npz", []), vocab_size=10) == []
+    assert read_responses(write_responses(tmp_path / "none.npz", History()),
+                          vocab_size=10) == History()
 
 
 def test_responses_are_written_for_suffix_decoding_only_and_with_their_trace(base, tmp_path):
@@ -164,13 +167,36 @@ def test_the_cli_writes_responses_and_reads_them_as_a_history(tiny_model_dir, pr
     assert proc.returncode == 0, proc.stderr
     served = read_responses(tmp_path / "r.npz", vocab_size=10**6)
     cold = RankTrace.load(tmp_path / "c.npz")
-    assert len(served) == cold.meta["sequences"] and all(len(r) == 12 for r in served)
+    assert len(served) == cold.meta["sequences"] and all(len(r) == 12 for r in served.responses)
     proc = run("calibrate", *common, "--drafter", f"suffix:depth=4,history={tmp_path / 'r.npz'}",
                "--out", tmp_path / "w.npz")
     assert proc.returncode == 0, proc.stderr
     warm = RankTrace.load(tmp_path / "w.npz")
-    assert warm.meta["heads_config"]["history"] == history_digest(served)
+    assert warm.meta["heads_config"]["history"] == served.digest()
     assert (warm.ranks == 0).mean() > (cold.ranks == 0).mean()  # it met its own responses
     proc = run("calibrate", *common, "--drafter", "prompt-lookup", "--out", tmp_path / "p.npz",
                "--responses-out", tmp_path / "p-r.npz")
     assert_user_error(proc, "--responses-out", "keeps no requests' responses")
+
+
+def test_a_request_never_meets_its_own_answer(base, served, tmp_path):
+    """Calibrated with the history of their own answers, each of the first three prompts ranks
+    as it does alone with the other two's answers cached; live decoding forgets them too, so
+    its steps are the walk's; a history without prompt digests forgets nothing."""
+    cfg = _config(GREEDY)
+    loo_drafter = _drafter(history=served)
+    loo, _ = calibrate(base, loo_drafter, PROMPTS[:SERVED], tmp_path / "loo.npz", config=cfg)
+    at = 0
+    for i in range(SERVED):
+        others = History(tuple(r for j, r in enumerate(served.responses) if j != i))
+        alone, _ = calibrate(base, _drafter(history=others), [PROMPTS[i]],
+                             tmp_path / f"alone-{i}.npz", config=cfg)
+        assert np.array_equal(loo.ranks[at: at + alone.positions], alone.ranks), i
+        at += alone.positions
+    assert at == loo.positions
+    live = Decoder(base, loo_drafter).decode(TREES[1], PROMPTS[:SERVED], config=GREEDY, batch=1)
+    assert steps_inside(live.stats.sequence_accept_lengths,
+                        loo.meta["sequence_positions"]) == step_lengths(TREES[1], loo).tolist()
+    blind = _drafter(history=History(served.responses))  # no prompts: its own answers stay
+    leaked, _ = calibrate(base, blind, PROMPTS[:SERVED], tmp_path / "leak.npz", config=cfg)
+    assert (leaked.ranks == 0).sum() > (loo.ranks == 0).sum()

@@ -52,7 +52,7 @@ from treeopt.decoding.rank_pass import (
 )
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
-from treeopt.model.responses import write_responses
+from treeopt.model.responses import History, write_responses
 from treeopt.model.trace import RankTrace, merge_traces, prompt_digest
 from treeopt.version import __version__
 
@@ -212,9 +212,11 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
         raise
     loaded = [RankTrace.load(parts / f"chunk-{c:06d}.npz") for c in chunks]
     if responses is not None:
-        write_responses(responses, [seq[start + 1:] for t in loaded
-                                    for seq, start in zip(t.meta["requests"], t.meta["starts"],
-                                                          strict=True)])
+        served = [(seq, start) for t in loaded
+                  for seq, start in zip(t.meta["requests"], t.meta["starts"], strict=True)]
+        write_responses(responses, History(tuple(tuple(seq[start + 1:]) for seq, start in served),
+                                           tuple(prompt_digest(seq[: start + 1])
+                                                 for seq, start in served)))
     traces = [_without_requests(t) for t in loaded]
     run = _fingerprint(heads, prompts, replace(config, shard=0), meta or {})  # alike in every shard
     trace = _finish(traces, heads, config, {**(meta or {}), "fingerprint": fingerprint,

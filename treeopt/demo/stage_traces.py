@@ -49,14 +49,14 @@ def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
                  heads: Drafter | None = None, responses: Path | None = None) -> RankTrace:
     """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
     (resumed when a run was interrupted): the demo's top-k, continuation length and batch.
-    ``heads``: the drafter (default the demo's, :func:`part_drafter`); ``responses``: where
-    suffix decoding writes the responses it served."""
+    ``heads``: the drafter (default the demo's); ``responses``: where suffix decoding writes
+    the responses it served."""
     from treeopt.decoding.calibrate import calibrate
 
     c, cal = ctx.config, trace_config(ctx)
     prompts = ctx.prompt_ids(part)
     bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
-    trace, _ = calibrate(ctx.model, heads or part_drafter(ctx, kind, part), prompts, out,
+    trace, _ = calibrate(ctx.model, heads or ctx.heads(kind), prompts, out,
                          config=cal,
                          meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
                          progress=lambda i, n, bar=bar: bar.update(1),
@@ -65,25 +65,19 @@ def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
     return trace
 
 
-def part_drafter(ctx: Context, kind: str, part: str) -> Drafter:
-    """The drafter that ranks the ``part`` prompts: the demo's, less suffix decoding's history
-    on the calibration prompts (the history is their responses: each meets the earlier ones
-    alone, in order)."""
-    heads = ctx.heads(kind)
-    return heads.cold() if part == "calibration" else heads
-
-
 def warmed_drafter(ctx: Context, drafter: SuffixDrafter) -> SuffixDrafter:
     """Suffix decoding as the demo ships it: ``drafter``'s cache warmed by the calibration
-    prompts' responses, as a server's that served them first. Their greedy trace is made here,
-    cold, and writes the history into the drafter's directory."""
+    prompts' responses, as a server's that served them first. They are decoded here, in order
+    from an empty cache (a trace kept in the build's scratch), which writes the history into the
+    drafter's directory; every trace of the demo is then ranked through it, a calibration
+    problem with every other one's response (leave-one-out, :mod:`treeopt.model.responses`)."""
     from treeopt.drafters.suffix import replace_history
     from treeopt.model.responses import RESPONSES_FILE, read_responses
 
     kind = drafter.kind.name
     served = ctx.paths.heads(kind) / RESPONSES_FILE
-    greedy_trace(ctx, kind, "calibration", ctx.paths.trace(kind), heads=drafter.cold(),
-                 responses=served)
+    greedy_trace(ctx, kind, "calibration", ctx.scratch / f"{kind}-cold.npz",
+                 heads=drafter.cold(), responses=served)
     return replace_history(drafter, read_responses(served, vocab_size=ctx.vocab_size))
 
 
@@ -132,7 +126,7 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
         prompts = ctx.prompt_ids(part)
         bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} T={t}")
         made[part], _ = calibrate(
-            ctx.model, part_drafter(ctx, kind, part), prompts,
+            ctx.model, ctx.heads(kind), prompts,
             ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
             progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations)

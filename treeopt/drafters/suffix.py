@@ -57,12 +57,8 @@ from treeopt.drafters.prompt_lookup import (
 from treeopt.drafters.suffix_tree import Request, SuffixCache, SuffixRule, request_ranks
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
-from treeopt.model.responses import (
-    RESPONSES_FILE,
-    history_digest,
-    read_responses,
-    write_responses,
-)
+from treeopt.model.responses import RESPONSES_FILE, History, read_responses, write_responses
+from treeopt.model.trace import prompt_digest
 from treeopt.registry.drafter_configs import HeadsConfig
 from treeopt.registry.kinds import KINDS
 
@@ -86,18 +82,25 @@ class SuffixState:
 
     make_cache: Callable[[SuffixState], SuffixCache]
     rows: list[Request]
+    history: History = History()  # the cache's first responses (ids 0 … n-1)
     fresh: bool = True  # nothing read yet: the prefill's tokens are all new
-    pending: list[Request] = field(default_factory=list)  # rows to enter the cache, in order
+    # rows to enter the cache, in order, with their prompts' digests
+    pending: list[tuple[Request, str]] = field(default_factory=list)
     _cache: SuffixCache | None = None
 
     @property
     def cache(self) -> SuffixCache:
         if self._cache is None:
             self._cache = self.make_cache(self)
-            for row in self.pending:
-                row.begin(self._cache)
+            for row, prompt in self.pending:
+                self._enter(row, prompt)
             self.pending.clear()
         return self._cache
+
+    def _enter(self, row: Request, prompt: str) -> None:
+        """``row`` into the cache, the history's answers to its prompt forgotten first."""
+        forget_answers(self.cache, self.history, prompt)
+        row.begin(self.cache)
 
     def enter_rows(self) -> None:
         """The rows read so far into the cache, built where it is not yet."""
@@ -106,7 +109,7 @@ class SuffixState:
     def take_row(self, row: int, new: SuffixState) -> None:
         """Row ``row`` becomes ``new``'s one request, entering this run's cache."""
         self.rows[row] = new.rows[0]
-        self.rows[row].begin(self.cache)
+        self._enter(self.rows[row], new.pending[0][1] if new.pending else "")
 
 
 class SuffixDrafter(Drafter):
@@ -118,9 +121,10 @@ class SuffixDrafter(Drafter):
     def __init__(self, *, depth: int, max_tree_depth: int = 24, max_spec_factor: float = 1.0,
                  max_spec_offset: float = 0.0, min_token_prob: float = 0.1,
                  max_cached_requests: int = 10000, vocab_size: int,
-                 history: Sequence[Sequence[int]] = ()) -> None:
+                 history: History | Sequence[Sequence[int]] = ()) -> None:
         super().__init__()
-        self.history = [[int(t) for t in r] for r in history]
+        self.history = (history if isinstance(history, History)
+                        else History(tuple(tuple(r) for r in history)))
         # the last live run's warm cache and that run's state: reused once the state is gone
         self._spare: tuple[weakref.ref[SuffixState], SuffixCache] | None = None
         if depth < 1:
@@ -134,7 +138,7 @@ class SuffixDrafter(Drafter):
                                   max_spec_factor=max_spec_factor,
                                   max_spec_offset=max_spec_offset, min_token_prob=min_token_prob,
                                   max_cached_requests=max_cached_requests,
-                                  history=history_digest(self.history))
+                                  history=self.history.digest())
 
     @classmethod
     def from_config(cls, cfg: HeadsConfig) -> SuffixDrafter:
@@ -161,7 +165,7 @@ class SuffixDrafter(Drafter):
 
     def cold(self) -> SuffixDrafter:
         """The same settings with no history: a cache that starts empty."""
-        return replace_history(self, ())
+        return replace_history(self, History())
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Write ``drafter.json`` with the settings, and its history as ``history.npz`` beside
@@ -181,7 +185,7 @@ class SuffixDrafter(Drafter):
     def request_cache(self) -> SuffixCache:
         """A global tree holding the history's responses (none without one)."""
         cache = SuffixCache(self.rule)
-        for response in self.history:
+        for response in self.history.responses:
             cache.extend(cache.start(), response)
         return cache
 
@@ -190,11 +194,12 @@ class SuffixDrafter(Drafter):
                       drafted: list[npt.NDArray[np.int16]] | None = None,
                       ) -> list[npt.NDArray[np.int16]]:
         """Each request's ranks in turn through ``cache`` (see
-        :func:`~treeopt.drafters.suffix_tree.request_ranks`), which keeps its response: at the
-        positions a live run of it visits; ``drafted`` receives each request's top-1 chain
-        lengths."""
+        :func:`~treeopt.drafters.suffix_tree.request_ranks`), which keeps its response, the
+        history's answers to its prompt forgotten first: at the positions a live run of it
+        visits; ``drafted`` receives each request's top-1 chain lengths."""
         K, out = self.config.num_heads, []
         for seq, start in zip(sequences, starts, strict=True):
+            forget_answers(cache, self.history, prompt_digest(seq[: start + 1]))
             lengths: list[int] = []
             out.append(request_ranks(cache, seq, start + 1, K, top_k=top_k, to_end=True,
                                      drafted=lengths))
@@ -205,6 +210,7 @@ class SuffixDrafter(Drafter):
     def remember_requests(self, cache: SuffixCache, sequences: Sequence[Sequence[int]],
                           starts: Sequence[int]) -> None:
         for seq, start in zip(sequences, starts, strict=True):
+            forget_answers(cache, self.history, prompt_digest(seq[: start + 1]))
             request = Request(cache)
             request.prompt(seq[: start + 1])
             request.begin()
@@ -214,7 +220,8 @@ class SuffixDrafter(Drafter):
         """Each row's request, entering the run's global tree (:meth:`request_cache`) when
         :meth:`advance` first reads its prompt."""
         unbound = SuffixCache(self.rule)  # rules only: each row begins in the state's cache
-        return SuffixState(self._run_cache, [Request(unbound) for _ in range(batch)])
+        return SuffixState(self._run_cache, [Request(unbound) for _ in range(batch)],
+                           self.history)
 
     def _run_cache(self, state: SuffixState) -> SuffixCache:
         """``state``'s cache: the history alone. Building it costs about 0.6 s per 10,000
@@ -245,7 +252,7 @@ class SuffixDrafter(Drafter):
                 continue
             if state.fresh:  # the row enters the cache when it is first read, with its root
                 row.prompt(ids[:n])
-                state.pending.append(row)
+                state.pending.append((row, prompt_digest(ids[:n])))
                 row.respond([root])
             else:
                 row.respond([*ids[1:n], root])
@@ -269,7 +276,14 @@ class SuffixDrafter(Drafter):
         return drafted_rows(state.rows, plan.tree, root)
 
 
-def replace_history(drafter: SuffixDrafter, history: Sequence[Sequence[int]], *,
+def forget_answers(cache: SuffixCache, history: History, prompt: str) -> None:
+    """The history's responses to the prompt of digest ``prompt`` out of ``cache`` (a request
+    never meets its own answer: leave-one-out)."""
+    for i in history.answered(prompt):
+        cache.forget(i)
+
+
+def replace_history(drafter: SuffixDrafter, history: History, *,
                     depth: int | None = None) -> SuffixDrafter:
     """``drafter``'s settings with ``history`` (and ``depth``, where given)."""
     r = drafter.rule
@@ -327,7 +341,7 @@ def _from_settings(settings: dict[str, int | float | str], *, source: str, vocab
     try:
         name = str(settings["history"])
         history = (read_responses(folder / name if folder else Path(name), vocab_size=vocab_size)
-                   if name else [])
+                   if name else History())
         return SuffixDrafter(depth=int(settings["depth"]),
                              max_tree_depth=int(settings["max-tree-depth"]),
                              max_spec_factor=float(settings["max-spec-factor"]),

@@ -324,15 +324,21 @@ class SuffixCache:
                 self.tree.remove(oldest)
         return seq
 
+    def forget(self, seq: int) -> None:
+        """Response ``seq`` out of the cache, as though it had never been served."""
+        if seq in self.held:
+            self.held.remove(seq)
+            if self.tree is not None and seq in self.tree.seqs:
+                self.tree.remove(seq)
+
     def forget_after(self, n: int) -> bool:
         """Keep the first ``n`` responses served (ids 0 … n-1) and forget the rest, as though
-        only those had been served; False, changing nothing, where one of them was evicted."""
+        only those had been served; False, changing nothing, where one of them is gone."""
         if self.held[:n] != list(range(n)):
             return False
         for seq in self.held[n:]:
-            if self.tree is not None and seq in self.tree.seqs:
-                self.tree.remove(seq)
-        self.held, self._next = self.held[:n], n
+            self.forget(seq)
+        self._next = n
         return True
 
     def extend(self, seq: int, tokens: Sequence[int]) -> None:

@@ -58,7 +58,7 @@ class HeadsConfig:
     min_token_prob: float = 0.0
     max_cached_requests: int = 0
     # suffix decoding: the responses served before that its global tree starts from
-    # (treeopt.model.responses.history_digest; "": none, a cold cache)
+    # (treeopt.model.responses.History.digest; "": none, a cold cache)
     history: str = ""
     # MTP: the hidden state handed to the next depth is after the module's output norm
     # (Qwen3-Next) rather than before it (DeepSeek-V3); treeopt.drafters.mtp
