@@ -82,7 +82,7 @@ def test_decoding_with_a_history_is_lossless_and_refills_build_no_cache(base, se
         assert decode(base, drafter, TREES[1], PROMPTS, config=GREEDY, batch=batch).tokens == want
         assert len(built) <= 1  # one cache a run (none where the last run's is reused)
     state = drafter.start(batch=2, capacity=64)
-    new = drafter.start(batch=1, capacity=64)
+    new = drafter.start_row(capacity=64)
     state.take_row(1, new)
     assert new._cache is None  # a refill's own (warm) cache is never built
     assert state.rows[1].cache is state.cache and len(state.cache.held) == SERVED + 1

@@ -121,6 +121,12 @@ class Drafter(nn.Module):
         """The live state of a batch of ``batch`` rows of up to ``capacity`` tokens."""
         return None
 
+    def start_row(self, *, capacity: int) -> LiveState:
+        """The live state of one new prompt whose row a running batch takes (:meth:`take_row`,
+        continuous batching): :meth:`start` of one row, for every kind whose run-wide state
+        (suffix decoding's cache) is not built again for it."""
+        return self.start(batch=1, capacity=capacity)
+
     def advance(self, hidden: torch.Tensor, tokens: torch.Tensor, index: torch.Tensor,
                 count: torch.Tensor, next_root: torch.Tensor, state: LiveState,
                 ) -> tuple[torch.Tensor, LiveState]:

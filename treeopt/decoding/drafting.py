@@ -129,7 +129,7 @@ class Drafting:
         (:meth:`~treeopt.decoding.drafter.Drafter.prime`), takes the row's place."""
         if not self.drafts:
             return
-        new = self.heads.start(batch=1, capacity=self.capacity)
+        new = self.heads.start_row(capacity=self.capacity)
         order = torch.arange(ids.shape[1], device=ids.device)[None]
         h, new = self.heads.advance(hidden, ids, order, lengths, first, new)
         self.heads.prime(new)

@@ -76,9 +76,10 @@ _FORMS = {**dict.fromkeys(_FLOATS, "X"), "history": "FILE"}  # the spec's forms,
 
 @dataclass(eq=False)
 class SuffixState:
-    """A run's global cache and each row's request. The cache is ``make_cache``'s, built when
-    first read, and the rows read so far enter it then, in order (``pending``): a new prompt's
-    state, whose row another run takes (:meth:`take_row`), never builds one."""
+    """A run's global cache and each row's request. The rows read so far enter the cache when it
+    is next read, in order (``pending``). A run's state has its cache from the start
+    (:meth:`SuffixDrafter.start`); a new prompt's, whose row a running batch takes
+    (:meth:`take_row`), never builds one (``make_cache``: only were it read)."""
 
     make_cache: Callable[[SuffixState], SuffixCache]
     rows: list[Request]
@@ -92,19 +93,19 @@ class SuffixState:
     def cache(self) -> SuffixCache:
         if self._cache is None:
             self._cache = self.make_cache(self)
-            for row, prompt in self.pending:
-                self._enter(row, prompt)
-            self.pending.clear()
         return self._cache
+
+    def enter_rows(self) -> None:
+        """The rows read so far into the cache (built where it is not yet), in order."""
+        for row, prompt in self.pending:
+            self._enter(row, prompt)
+        self.pending.clear()
+        _ = self.cache
 
     def _enter(self, row: Request, prompt: str) -> None:
         """``row`` into the cache, the history's answers to its prompt forgotten first."""
         forget_answers(self.cache, self.history, prompt)
         row.begin(self.cache)
-
-    def enter_rows(self) -> None:
-        """The rows read so far into the cache, built where it is not yet."""
-        _ = self.cache
 
     def take_row(self, row: int, new: SuffixState) -> None:
         """Row ``row`` becomes ``new``'s one request, entering this run's cache."""
@@ -217,19 +218,25 @@ class SuffixDrafter(Drafter):
             request.respond(seq[start + 1:])
 
     def start(self, *, batch: int, capacity: int) -> SuffixState:
-        """Each row's request, entering the run's global tree (:meth:`request_cache`) when
-        :meth:`advance` first reads its prompt."""
+        """A run's state: its global tree, the history alone (built here, before the run is
+        timed), and each row's request, entering it when :meth:`advance` reads its prompt."""
+        state = self.start_row(capacity=capacity, batch=batch)
+        state.enter_rows()
+        return state
+
+    def start_row(self, *, capacity: int, batch: int = 1) -> SuffixState:
+        """A new prompt's state, whose row enters the cache of the run that takes it."""
         unbound = SuffixCache(self.rule)  # rules only: each row begins in the state's cache
         return SuffixState(self._run_cache, [Request(unbound) for _ in range(batch)],
                            self.history)
 
     def _run_cache(self, state: SuffixState) -> SuffixCache:
         """``state``'s cache: the history alone. Building it costs about 0.6 s per 10,000
-        history tokens, so the last run's is reused, its own responses forgotten, once no state
-        holds it (a run decoding alongside gets its own)."""
+        history tokens, so the last run's is reused once no state holds it, reset to the
+        history (a run decoding alongside gets its own)."""
         spare = self._spare
         if (spare is not None and spare[0]() is None
-                and spare[1].forget_after(len(self.history))):
+                and spare[1].reset(self.history.responses)):
             cache = spare[1]
         else:
             cache = self.request_cache()

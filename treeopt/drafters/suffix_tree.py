@@ -331,14 +331,21 @@ class SuffixCache:
             if self.tree is not None and seq in self.tree.seqs:
                 self.tree.remove(seq)
 
-    def forget_after(self, n: int) -> bool:
-        """Keep the first ``n`` responses served (ids 0 … n-1) and forget the rest, as though
-        only those had been served; False, changing nothing, where one of them is gone."""
-        if self.held[:n] != list(range(n)):
+    def reset(self, responses: Sequence[Sequence[int]]) -> bool:
+        """Hold ``responses`` alone again, as ids 0 … n-1, oldest first, after a run that began
+        with them: the responses served since forgotten, any of them forgotten since put back.
+        False, changing nothing, where the limit cannot hold them all (a cache built afresh
+        evicts some)."""
+        n, limit = len(responses), self.rule.max_cached_requests
+        if self.tree is None or 0 < limit < n:
             return False
-        for seq in self.held[n:]:
+        for seq in [s for s in self.held if s >= n]:
             self.forget(seq)
-        self._next = n
+        kept = set(self.held)
+        for seq in range(n):
+            if seq not in kept and responses[seq]:
+                self.tree.extend(seq, responses[seq])
+        self.held, self._next = list(range(n)), n
         return True
 
     def extend(self, seq: int, tokens: Sequence[int]) -> None:
