@@ -13,7 +13,8 @@ from treeopt.workbench.datasets import calibrate_local, demo_dataset
 def test_the_real_models_demo_is_described_by_its_model_and_drafters():
     data = demo_dataset(load("data/smollm2", with_model=False))
     assert data.name == "smollm2"
-    assert set(data.sources) == {"medusa", "hydra", "eagle", "prompt-lookup", "ngram-trie"}
+    assert set(data.sources) == {"medusa", "hydra", "eagle", "prompt-lookup", "ngram-trie",
+                                 "suffix"}
     assert "smollm2-135m-instruct (pretrained)" in data.description
     assert "trained for the demo" not in data.description
     for kind in data.sources:

@@ -56,7 +56,7 @@ def parse_demo(text: str) -> tuple[str | None, str | None]:
     >>> parse_demo("smollm2:bogus")
     Traceback (most recent call last):
     ...
-    treeopt.errors.TreeoptError: --demo smollm2:bogus: no drafter kind 'bogus'; expected [DEMO:]KIND, KIND one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie
+    treeopt.errors.TreeoptError: --demo smollm2:bogus: no drafter kind 'bogus'; expected [DEMO:]KIND, KIND one of medusa, hydra, eagle, draft-model, prompt-lookup, ngram-trie, suffix
     """
     demo, _, kind = text.rpartition(":") if ":" in text else (None, "", text)
     if kind and kind not in KINDS:
