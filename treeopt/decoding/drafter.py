@@ -52,8 +52,8 @@ class Drafter(nn.Module):
     config: HeadsConfig
 
     def cold(self) -> Drafter:
-        """The drafter with nothing served before it (suffix decoding's history left out):
-        what a request of its own history is ranked with. Itself for every other kind."""
+        """The drafter with nothing served before it (suffix decoding without its history: a
+        server just started). Itself for every other kind."""
         return self
 
     def at_depth(self, depth: int) -> Drafter:
