@@ -7,6 +7,9 @@ decoding (no tree) decodes them in the same batches with the same sampling strea
 a row's tokens from (seed, stream, position) alone, so a lossless tree emits exactly plain
 sampling's tokens, in any batch.
 
+Suffix decoding, whose drafts read the requests served before, decodes the prompts in order in
+one row, as its held-out trace ranked them.
+
 Printed per drafter and mode: the prompts whose output equals plain decoding's, live E[L] per
 step, and, in the dtype the demo's traces were made in, the held-out trace's walk over the steps
 inside it beside live E[L] over the same steps (a lossless run takes exactly the walk's steps
@@ -59,10 +62,16 @@ def tree_for(demo, kind: str, t: float, size: int):
 
 
 def decode_all(decoder, tree, prompts, config, batch: int):
-    """Every prompt decoded in consecutive batches, prompt i on sampling stream i."""
-    runs = [decoder.decode(tree, prompts[lo: lo + batch], config=config,
-                           streams=range(lo, lo + len(prompts[lo: lo + batch])))
-            for lo in range(0, len(prompts), batch)]
+    """Every prompt decoded in consecutive batches, prompt i on sampling stream i. A drafter
+    that reads earlier requests (suffix decoding) serves them one after another in one row
+    instead, as its trace ranks them (and as the build's live check decodes them)."""
+    if decoder.heads is not None and decoder.heads.kind.request_cache:
+        runs = [decoder.decode(tree, prompts, config=config, streams=range(len(prompts)),
+                               batch=1)]
+    else:
+        runs = [decoder.decode(tree, prompts[lo: lo + batch], config=config,
+                               streams=range(lo, lo + len(prompts[lo: lo + batch])))
+                for lo in range(0, len(prompts), batch)]
     return [t for r in runs for t in r.tokens], [a for r in runs
                                                  for a in r.stats.sequence_accept_lengths]
 

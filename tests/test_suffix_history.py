@@ -200,3 +200,23 @@ def test_a_request_never_meets_its_own_answer(base, served, tmp_path):
     blind = _drafter(history=History(served.responses))  # no prompts: its own answers stay
     leaked, _ = calibrate(base, blind, PROMPTS[:SERVED], tmp_path / "leak.npz", config=cfg)
     assert (leaked.ranks == 0).sum() > (loo.ranks == 0).sum()
+
+
+def test_verify_says_when_its_runs_met_other_requests_than_the_trace(base, served, tmp_path):
+    """The trace ranks the prompts one after another through one cache. Verify's one row serving
+    them in turn (continuous batching) walks exactly as live; static runs, each starting from the
+    history, get the walk with a note saying why it may differ."""
+    from treeopt.decoding.verify import SERVED_OTHERWISE, Verification, verify
+
+    drafter = _drafter(history=served)
+    later = PROMPTS[SERVED:5]
+    trace, _ = calibrate(base, drafter, later, tmp_path / "t.npz", config=_config(GREEDY))
+    reports = {how: verify(base, drafter, Verification(TREES[1], GREEDY, trace, batch=1,
+                                                       continuous=how == "continuous"), later)
+               for how in ("continuous", "static")}
+    served_in_turn = reports["continuous"].predicted["inside_trace"]
+    assert served_in_turn["measured"] == served_in_turn["mean_accept_length"]
+    assert "note" not in served_in_turn and reports["continuous"].lossless
+    alone = reports["static"].predicted["inside_trace"]
+    assert alone["served_as_ranked"] is False and alone["note"] == SERVED_OTHERWISE
+    assert SERVED_OTHERWISE in reports["static"].verdict() and reports["static"].lossless

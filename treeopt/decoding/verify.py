@@ -134,12 +134,26 @@ def verify(model: torch.nn.Module, heads: Drafter, run: Verification,
                               result.tree_stats.sequence_accept_lengths,
                               [len(t) for t in result.tree_outputs], prompts,
                               held_out=(as_run(run.held_out, config.max_new_tokens)
-                                        if run.held_out is not None else None))
+                                        if run.held_out is not None else None),
+                              served_as_ranked=served_as_ranked(heads, run))
                    if trace is not None else None),  # over the positions the run starts steps
         # at: the prefill emits the first token, so the last step starts before the N-th
         run={**(meta or {}), "attention": attention_of(model),
              **({"drafted_only": True} if config.drafted_only else {})},
         batching="continuous" if run.continuous else "static", divergences=divergences)
+
+
+def served_as_ranked(heads: Drafter, run: Verification) -> bool:
+    """Whether ``run`` meets the requests its trace's ranks met: always, but for a drafter that
+    drafts from earlier requests' outputs (suffix decoding), which calibration ranks one after
+    another through one cache; live, only one row serving the prompts in turn does the same
+    (continuous batching of one row). Static runs each start from the drafter's history."""
+    return not heads.kind.request_cache or (run.continuous and run.batch == 1)
+
+
+SERVED_OTHERWISE = ("the trace ranked each prompt after the ones before it, and these runs each "
+                    "started from the drafter's history: --batching continuous --batch 1 serves "
+                    "them as it ranked them")
 
 
 def _sequences_of(prompts: Sequence[Sequence[int]], digests: Sequence[str]) -> list[int | None]:
@@ -170,7 +184,8 @@ def parted(model: torch.nn.Module, prompts: Sequence[Sequence[int]], result: Com
 def prediction(tree: Tree, trace: RankTrace, measured: float,
                sequences: Sequence[Sequence[int]] = (),
                emitted: Sequence[int] = (), prompts: Sequence[Sequence[int]] = (), *,
-               held_out: RankTrace | None = None) -> dict[str, Any]:
+               held_out: RankTrace | None = None, served_as_ranked: bool = True,
+               ) -> dict[str, Any]:
     """What ``trace`` predicts for the mean accepted length a live run ``measured``: the per-step
     walk where the trace records its sequences (``acceptance``: ``per step``; ``steps``: how
     many it takes), with the position-weighted E[L] beside it
@@ -186,7 +201,9 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     calibration trace predicts, the held-out one is walked inside). ``prompts``: the prompts
     decoded: where the trace records its prompts' digests, their own sequences are walked,
     wherever the trace holds them (``prompts_match``; a trace without them is not walked as
-    theirs, a trace without digests is read in order). A trace calibrated
+    theirs, a trace without digests is read in order). ``served_as_ranked`` false (a drafter
+    reading earlier requests, decoded otherwise than calibration ranked them): the walk stands
+    with ``note`` saying why it may differ. A trace calibrated
     with the run's budget and EOS holds
     every step (a trace made before treeopt recorded the positions a run visits stops short of
     each continuation's end by the drafter's depth).
@@ -201,6 +218,8 @@ def prediction(tree: Tree, trace: RankTrace, measured: float,
     inside = _inside_trace(tree, held_out if held_out is not None else trace, sequences,
                            emitted, prompts)
     if inside is not None:
+        if not served_as_ranked and inside.get("prompts_match") is not False:
+            inside = {**inside, "served_as_ranked": False, "note": SERVED_OTHERWISE}
         out["inside_trace"] = inside
     return out
 

@@ -103,6 +103,8 @@ class VerifyReport:
                 got, walked = inside["measured"], inside["mean_accept_length"]
                 text += (f", {got:.2f} live and {walked:.2f} walked inside the trace for these "
                          f"{inside['sequences']} prompts ({got / walked - 1:+.1%})")
+                if inside.get("served_as_ranked") is False:
+                    text += f" ({inside['note']})"
             parts.append(text)
         if self.mismatched_prompts is None:
             parts.append("typical acceptance: not lossless by design")
