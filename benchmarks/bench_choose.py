@@ -50,12 +50,13 @@ def set_prompts(demo, name: str, count: int) -> list[list[int]]:
 
 def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
          new_tokens: int, *, continuous: bool, drafted: frozenset[str] = frozenset(),
-         ) -> tuple[dict[str, float], dict[str, bool], dict[str, float], tuple[int, ...]]:
+         ) -> tuple[dict[str, float], dict[str, bool], dict[str, float], dict[str, float],
+                    tuple[int, ...]]:
     """Each drafter's tree and plain decoding over ``prompts`` with ``batch`` rows (continuous
     batching, or consecutive batches), interleaved, each run stopping at the tokenizer's EOS as
     a served request does: per drafter (and ``none``) its steady tokens/s, whether its outputs
-    equal plain decoding's, and its mean accepted length per step; and the tokens each prompt's
-    plain output holds. The drafters in ``drafted`` verify their chains only as far as they
+    equal plain decoding's, its mean accepted length per step, and that of the steady window
+    its tokens/s counts; and the tokens each prompt's plain output holds. The drafters in ``drafted`` verify their chains only as far as they
     drafted them (their pick is a drafted chain)."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.loop import Decoder, race_in_batches
@@ -71,7 +72,9 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
     return ({n: t.tokens_per_s for n, t in zip(names, totals, strict=True)},
             {n: t.same_as_reference for n, t in zip(names, totals, strict=True)},
             {n: sum(t.accept_lengths) / max(1, len(t.accept_lengths))
-             for n, t in zip(names, totals, strict=True)}, totals[-1].emitted)
+             for n, t in zip(names, totals, strict=True)},
+            {n: t.steady_accept_length for n, t in zip(names, totals, strict=True)},
+            totals[-1].emitted)
 
 
 def walked(demo, name: str, trees: dict[str, object], emitted: tuple[int, ...],
@@ -158,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             context = choice.context
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
             drafted = frozenset(k for k in kinds if sets[name][k].point(b, context).drafted)
-            speed, equal, accepted, emitted = race(demo, trees, prompts, b, args.new_tokens,
-                                                   continuous=continuous, drafted=drafted)
+            speed, equal, accepted, window, emitted = race(
+                demo, trees, prompts, b, args.new_tokens, continuous=continuous, drafted=drafted)
             measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
             drafting = [k for k in kinds if trees[k].size]  # a 0-node pick decodes plainly
@@ -175,10 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{share:5.1%}")
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
             walk = walked(demo, name, trees, emitted, args.new_tokens)
-            splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k], accepted[k])
-                      for k in kinds}
+            splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k],
+                                     window[k] if trees[k].size else 1.0) for k in kinds}
             print(f"{'E[L]':>5}  " + "  ".join(
                 f"{f'{priced[k]:.2f}→{walk[k]:.2f}→{accepted[k]:.2f}':>18}" for k in kinds))
+            print(f"{'timed':>5}  " + "  ".join(
+                f"{window[k] if trees[k].size else 1.0:18.2f}" for k in kinds))
             print(f"{'miss':>5}  " + "  ".join(
                 f"{f'{a - 1:+.1%} {c - 1:+.1%}':>18}" for a, c in (splits[k] for k in kinds)))
             lossy = [k for k in kinds if not equal[k]]
@@ -187,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n(each cell: predicted→measured speed-up, the tree's nodes (d: a chain verified "
           f"as drafted); ! marks an output that "
           f"differs; E[L] per step: predicted (the set's walk select priced) → these prompts' "
-          f"own walk → live; miss: "
-          f"the speed-up's miss split into acceptance (live/predicted E[L]) and step cost "
+          f"own walk → live, over every step; timed: live E[L] in the steady window the "
+          f"tokens/s counts, which ends where a row stops with no prompt left (with as many "
+          f"prompts as rows: each continuation's first steps); miss: "
+          f"the speed-up's miss split into acceptance (timed/predicted E[L]) and step cost "
           f"(predicted/live tree-step over autoregressive-step ratio), each −1)"
           f"\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "
           f"points ({time.perf_counter() - started:.0f} s)")

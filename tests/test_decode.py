@@ -372,6 +372,9 @@ def test_a_race_in_batches_totals_each_run_over_its_batches(peaked, trained):
         assert t.accept_lengths == alone[0].accept_lengths + alone[1].accept_lengths
         assert t.decode_tokens == sum(a.decode_tokens for a in alone) > 0
         assert t.decode_seconds > 0 and t.tokens_per_s == t.decode_tokens / t.decode_seconds
+        assert t.decode_row_steps == sum(a.decode_row_steps for a in alone) > 0
+        assert t.steady_accept_length == t.decode_tokens / t.decode_row_steps
+    assert totals[-1].steady_accept_length == 1.0  # plain decoding: one token a row and step
     assert [t.same_as_reference for t in totals] == [True, False, True]
     with pytest.raises(TreeoptError, match="batch size 0"):
         race_in_batches(runs, rows, batch=0, config=cfg)

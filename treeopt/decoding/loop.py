@@ -188,20 +188,29 @@ def decode_alongside(runs: Sequence[tuple[Decoder, Shape]],
 
 @dataclass(frozen=True)
 class RaceTotals:
-    """One run's totals over the batches of :func:`race_in_batches`: the tokens and seconds of
-    its steady windows, the accepted lengths of all its steps (sequence after sequence),
-    whether each of its outputs equals the reference run's (the last), and the tokens each
-    prompt's output holds, in the prompts' order (what a walk of their trace follows)."""
+    """One run's totals over the batches of :func:`race_in_batches`: the tokens, seconds and
+    row steps of its steady windows, the accepted lengths of all its steps (sequence after
+    sequence), whether each of its outputs equals the reference run's (the last), and the
+    tokens each prompt's output holds, in the prompts' order (what a walk of their trace
+    follows)."""
 
     decode_tokens: int
     decode_seconds: float
     accept_lengths: tuple[int, ...]
     same_as_reference: bool
     emitted: tuple[int, ...] = ()
+    decode_row_steps: int = 0
 
     @property
     def tokens_per_s(self) -> float:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def steady_accept_length(self) -> float:
+        """Accepted tokens per row and step in the steady windows: the E[L] :attr:`tokens_per_s`
+        counts (a window ends where a row stops with no prompt left to take, so with as many
+        prompts as rows it holds only each continuation's first steps)."""
+        return self.decode_tokens / self.decode_row_steps if self.decode_row_steps else 0.0
 
 
 def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Sequence[int]],
@@ -223,7 +232,8 @@ def race_in_batches(runs: Sequence[tuple[Decoder, Shape]], prompts: Sequence[Seq
                              t.decode_seconds + r.stats.decode_seconds,
                              t.accept_lengths + r.stats.accept_lengths,
                              t.same_as_reference and r.tokens == reference,
-                             t.emitted + tuple(len(out) for out in r.tokens))
+                             t.emitted + tuple(len(out) for out in r.tokens),
+                             t.decode_row_steps + r.stats.decode_row_steps)
                   for t, r in zip(totals, results, strict=True)]
     return totals
 
