@@ -544,4 +544,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from entry import run
+
+    run(main)

@@ -128,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad and not continuous:
         ap.error(f"--prompts {args.prompts} is not a multiple of batch size {bad[0]}")
 
+    short = [b for b in args.batches if continuous and args.prompts < 4 * b]
+    if short:
+        print(f"note: --prompts {args.prompts} on {short[0]} rows: the timed window ends once no "
+              "prompt is left to take and a row stops, so it holds only each continuation's "
+              f"first steps; give at least {4 * max(short)} prompts to time whole runs",
+              file=sys.stderr)
+
     import torch
 
     from treeopt.demo import load
@@ -203,4 +210,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from entry import run
+
+    run(main)

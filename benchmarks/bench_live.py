@@ -437,4 +437,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(main)
