@@ -152,7 +152,7 @@ def served_as_ranked(heads: Drafter, run: Verification) -> bool:
 
 
 SERVED_OTHERWISE = ("the trace ranked each prompt after the ones before it, and these runs each "
-                    "started from the drafter's history: --batching continuous --batch 1 serves "
+                    "started from the drafter's history: continuous batching in one row serves "
                     "them as it ranked them")
 
 
