@@ -174,6 +174,14 @@ def test_the_cli_writes_responses_and_reads_them_as_a_history(tiny_model_dir, pr
     warm = RankTrace.load(tmp_path / "w.npz")
     assert warm.meta["heads_config"]["history"] == served.digest()
     assert (warm.ranks == 0).mean() > (cold.ranks == 0).mean()  # it met its own responses
+    (tmp_path / "chain.json").write_text("[[0], [0, 0]]")
+    live = ("verify", "--model", tiny_model_dir, "--prompts", prompts_file, "--max-new-tokens",
+            "12", "--drafter", f"suffix:depth=4,history={tmp_path / 'r.npz'}", "--tree",
+            tmp_path / "chain.json", "--prompt-count", "2", "--rounds", "1", "--trace", tmp_path / "w.npz")
+    hint = "--batching continuous --batch 1 (with --prompt-count) serves the prompts in turn"
+    static, in_turn = run(*live), run(*live, "--batching", "continuous")
+    assert static.returncode == in_turn.returncode == 0, static.stderr + in_turn.stderr
+    assert hint in static.stderr and hint not in in_turn.stderr
     proc = run("calibrate", *common, "--drafter", "prompt-lookup", "--out", tmp_path / "p.npz",
                "--responses-out", tmp_path / "p-r.npz")
     assert_user_error(proc, "--responses-out", "keeps no requests' responses")

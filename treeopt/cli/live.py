@@ -280,6 +280,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                           "dtype": args.dtype})
     bar.close()
     print(f"verify: {report.verdict()}", file=sys.stderr)
+    if ((report.predicted or {}).get("inside_trace") or {}).get("served_as_ranked") is False:
+        print("verify: --batching continuous --batch 1 (with --prompt-count) serves the prompts "
+              "in turn through one cache, as calibrate ranked them", file=sys.stderr)
     return emit(report.to_json(), args.out)
 
 
