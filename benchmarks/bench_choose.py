@@ -185,12 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{share:5.1%}")
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
             walk = walked(demo, name, trees, emitted, args.new_tokens)
-            splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k],
-                                     window[k] if trees[k].size else 1.0) for k in kinds}
+            timed = {k: window[k] if trees[k].size else 1.0 for k in kinds}
+            splits = {k: split_error(predicted.get(k, 1.0), measured[k], priced[k], timed[k])
+                      for k in kinds}
             print(f"{'E[L]':>5}  " + "  ".join(
                 f"{f'{priced[k]:.2f}→{walk[k]:.2f}→{accepted[k]:.2f}':>18}" for k in kinds))
-            print(f"{'timed':>5}  " + "  ".join(
-                f"{window[k] if trees[k].size else 1.0:18.2f}" for k in kinds))
+            print(f"{'timed':>5}  " + "  ".join(f"{timed[k]:18.2f}" for k in kinds))
             print(f"{'miss':>5}  " + "  ".join(
                 f"{f'{a - 1:+.1%} {c - 1:+.1%}':>18}" for a, c in (splits[k] for k in kinds)))
             lossy = [k for k in kinds if not equal[k]]

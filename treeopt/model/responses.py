@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +56,22 @@ class History:
         return len(self.responses)
 
     def answered(self, prompt: str) -> list[int]:
-        """The indices of the responses to the prompt of digest ``prompt``."""
-        return [i for i, p in enumerate(self.prompts) if p and p == prompt]
+        """The indices of the responses to the prompt of digest ``prompt``.
+
+        >>> History(((1,), (2,), (3,)), ("a", "", "a")).answered("a")
+        [0, 2]
+        """
+        return list(self._answers.get(prompt, ())) if prompt else []
+
+    @cached_property
+    def _answers(self) -> dict[str, tuple[int, ...]]:
+        """Each known prompt digest's response indices, built once (every request that enters
+        a cache asks)."""
+        out: dict[str, list[int]] = {}
+        for i, p in enumerate(self.prompts):
+            if p:
+                out.setdefault(p, []).append(i)
+        return {p: tuple(ids) for p, ids in out.items()}
 
     def digest(self) -> str:
         """The identity of the history: how many responses, and a hash of their tokens and
