@@ -290,15 +290,14 @@ def demo_replay(shipped):
 
 def test_the_demo_replay_sets_the_four_strategies_side_by_side(shipped, demo_replay):
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.pricing.sources import profiled_costs
     from treeopt.workbench.adaptive import STRATEGIES, strategy_rates
 
     r = demo_replay
     assert r.batches == [1, 2, 4, 8] and (r.sequences, r.positions) == (48, 64)
     trace = as_runs(shipped.heldout_traces["eagle"], [65] * 48)  # runs of 65 tokens: 64 steps
-    again = adaptive_report(ChainAcceptance.from_rank_trace(trace), profiled_costs(
-        shipped.step_profile("eagle")), batches=[1, 2, 4, 8], growth=shipped.growths["eagle"],
-        static_trace=trace)
+    again = adaptive_report(ChainAcceptance.from_rank_trace(trace), shipped.step_costs("eagle"),
+                            batches=[1, 2, 4, 8], growth=shipped.growths["eagle"],
+                            static_trace=trace)
     assert r.report.tuned == again.tuned
     for side, other in zip(r.report.sides, again.sides, strict=True):
         assert side.tuned.steps.tolist() == other.tuned.steps.tolist()

@@ -226,13 +226,12 @@ def test_adaptive_replays_share_one_static_pricing():
     from treeopt.adaptive.workload import ChainAcceptance, by_difficulty
     from treeopt.demo.load import load
     from treeopt.model.runs import as_runs
-    from treeopt.pricing.sources import profiled_costs
     from treeopt.workbench.adaptive import demo_adaptive, demo_static_trees
 
     demo = load(with_model=False)
     static = demo_static_trees(demo, sequences=8, positions=16)
     trace = as_runs(demo.heldout_traces["eagle"], [17] * 8)  # as runs of 17 tokens see them
-    costs = profiled_costs(demo.step_profile("eagle"))
+    costs = demo.step_costs("eagle")  # the verify step shared, as the page prices
     for workload in ("steady", "shifting"):
         mine = demo_adaptive(demo, workload=workload, sequences=8, positions=16, static=static)
         acceptance = ChainAcceptance.from_rank_trace(trace, source="eagle held-out")

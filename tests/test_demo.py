@@ -507,7 +507,9 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos,
     assert "heads/medusa/heads.safetensors" in changed
     medusa = {p.relative_to(out).as_posix() for name in stages.KIND_STAGES
               for p in stages.kind_outputs(name, ("medusa",), paths, cfg)}
-    shipped = {paths.inside(paths.selection("medusa"))}  # priced from Medusa's new files
+    # priced from Medusa's new files: every drafter's selection and the adaptive configs price
+    # their verify step with Medusa's step profile too (treeopt.demo.step_costs)
+    shipped = {p for p in after if p.startswith(("selections/", "adaptive/sglang-"))}
     assert changed <= medusa | shipped | {"heads/medusa/heads.json"}, changed - medusa
     assert paths.trace("medusa").relative_to(out).as_posix() in changed
     for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new

@@ -18,7 +18,7 @@ from treeopt.demo.selections import (
     shipped_selection,
 )
 from treeopt.pricing.drafted import DRAFTED_CHAIN
-from treeopt.pricing.sources import price, profiled_costs
+from treeopt.pricing.sources import price
 from treeopt.workbench.demo_pricing import demo_pricing
 
 
@@ -41,7 +41,7 @@ def test_the_real_models_demo_ships_what_pricing_computes_now_drafted_chains_inc
         shipped = shipped_selection(demo.paths, kind, "cpu")
         assert shipped is not None, f"{kind}: priced otherwise, or an input changed"
         priced = priced_selection(demo.growths[kind], demo.traces[kind],
-                                  profiled_costs(demo.step_profile(kind)))
+                                  demo.step_costs(kind))
         assert not differences(shipped.to_json()["points"], priced.to_json()["points"]), kind
         drafted = demo.traces[kind].drafted is not None
         assert (shipped.point(1, shipped.contexts[0]).family == DRAFTED_CHAIN) == drafted, kind
@@ -61,7 +61,7 @@ def test_a_build_ships_every_drafter_with_a_step_profile_priced_as_here(tiny):
     for kind in profiled:
         shipped = shipped_selection(demo.paths, kind, "cpu")
         assert shipped == priced_selection(demo.growths[kind], demo.traces[kind],
-                                           profiled_costs(demo.step_profile(kind))), kind
+                                           demo.step_costs(kind)), kind
 
 
 def test_a_lookup_drafters_shipped_selection_prices_its_chains_as_drafted_too(tiny):
@@ -77,7 +77,7 @@ def test_a_lookup_drafters_shipped_selection_prices_its_chains_as_drafted_too(ti
         assert bool(shipped.growth.get("drafted_only")) == drafted, kind
         assert doc["command"] == f"treeopt select --demo {kind}", kind  # its default
         if drafted:  # each point is the faster of the whole trees and the drafted chains
-            costs = profiled_costs(demo.step_profile(kind))
+            costs = demo.step_costs(kind)
             whole = price(demo.growths[kind], costs.verify, draft=costs.draft,
                           overhead=costs.overhead, trace=demo.traces[kind])
             for p, w in zip(shipped.points, whole.points, strict=True):

@@ -26,7 +26,8 @@ from treeopt.errors import TreeoptError
 # demo_defaults key -> the flag it fills (``dtype`` aside: see MODEL_DTYPE)
 FLAGS = {"model": "--model", "heads": "--heads", "trace": "--trace", "held_out": "--held-out",
          "growth": "--growth", "prompts": "--prompts", "latency": "--latency",
-         "step_profile": "--step-profile", "speculative_model": "--speculative-model"}
+         "step_profile": "--step-profile", "speculative_model": "--speculative-model",
+         "shared_verify": "--shared-verify"}
 # With the demo's model, its dtype: the model's own ``--dtype`` (a sub-command that loads the model
 # from ``--model``, as :func:`~treeopt.cli.common.add_model_flags` gives it with
 # ``--trust-remote-code``), never the precision a roofline prices with (``select``, ``roofline``)
@@ -111,7 +112,7 @@ def expand_demo(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[st
                              device=_given(args, "--device"))
     for key, path in defaults.items():
         if key in FLAGS and FLAGS[key] in fill:
-            extra += [FLAGS[key], path]
+            extra += [FLAGS[key], *([path] if isinstance(path, str) else path)]
     if "dtype" in defaults and LOADS_MODEL in _options(sub) and MODEL_DTYPE not in given:
         extra += [MODEL_DTYPE, defaults["dtype"]]
     return args + extra

@@ -177,6 +177,10 @@ def _register_tune(sub: argparse._SubParsersAction) -> None:
                    help="predict every point with this step profile (and measure select's "
                         "pick); several of one setup are pooled, e.g. one taken before the "
                         "sweep and one after: an existing sweep is then predicted again")
+    p.add_argument("--shared-verify", nargs="+", metavar="S.json",
+                   help="with --step-profile: other drafters' step profiles of the same model "
+                        "and setup, which price the verify step too (as select's; --demo: the "
+                        "demo's other drafters')")
     p.add_argument("--race-best", action="store_true",
                    help="with --step-profile: where select's pick is not the measured best, "
                         "race the two head to head (the best of several noisy points is "
@@ -320,6 +324,7 @@ def _check_tune_flags(args: argparse.Namespace, *, profiled: bool, prompts: int)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from treeopt.cli.select_sources import profile_costs
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import family_tree, tune
     from treeopt.decoding.models import attention_of
@@ -327,7 +332,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from treeopt.documents.step_profile import StepProfile
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.sources import costs_of_profile
 
     growth = Growth.load(args.growth)
     caps = [None, *(args.max_depths or [])]
@@ -344,11 +348,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     texts = read_texts(args.prompts)
     measure = measurement_from(args)
     _check_tune_flags(args, profiled=profile is not None, prompts=len(texts))
+    costs = profile_costs(args, profile)  # the profiles checked before a model loads
     if args.profile_alongside:  # first written after a point: check it before loading
         check_writable(Path(args.profile_alongside), directory=False, out_flag="--profile-alongside")
     model, tok = load_model_from(args)
     heads = load_drafter_from(args, model)
-    costs = None
     if profile is not None:
         from treeopt.profiling.step import check_setup
 
@@ -356,7 +360,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         require(profile.heads == heads.config.to_dict(), f"--step-profile "
                 f"{named}: profiled with other heads ({profile.kind}, "
                 f"{profile.heads.get('num_heads')} heads) than --heads {args.heads}")
-        costs = costs_of_profile(profile)
     prompts = _prompts(args, tok)[: args.prompt_count]
     alongside = None
     if args.profile_alongside:

@@ -51,6 +51,11 @@ def register_select(sub: argparse._SubParsersAction) -> None:
                    help="the live step profiled (treeopt profile step): drafting and the "
                         "decoder's overhead, and the verify step when no other source is given; "
                         "several profiles of one setup are pooled")
+    p.add_argument("--shared-verify", nargs="+", metavar="S.json",
+                   help="with --step-profile: other drafters' step profiles of the same model "
+                        "and setup; the verify step, the base model's whichever drafter "
+                        "proposed, is priced from them too, each scaled to --step-profile's "
+                        "autoregressive step (--demo: the demo's other drafters')")
     p.add_argument("--trace", metavar="T.npz",
                    help="calibration trace: E[L] of every tree from its per-step walk, and "
                         "the trees of a per-step greedy growth priced beside the growth's "
@@ -145,7 +150,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     dynamic_profile = select_sources.dynamic_profile(args)
     select_sources.check_sources(args, growth, trace, profile, dynamic_files, dynamic_profile)
     cfg = model_shape(args, need=bool(args.hardware))
-    costs = costs_of_profile(profile) if profile is not None else None
+    costs = select_sources.profile_costs(args, profile)
     verify = select_sources.verify_latency(args, growth, cfg, costs)
     draft = select_sources.draft_cost(args, cfg, costs)
     draft = select_sources.hybrid_draft(growth, profile, draft)

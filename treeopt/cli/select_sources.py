@@ -82,6 +82,22 @@ def step_profile(args: argparse.Namespace) -> Any:
     return StepProfile.pool(args.step_profile)
 
 
+def profile_costs(args: argparse.Namespace, profile: Any) -> Any:
+    """The step costs of the --step-profile files (None without them), the verify step shared
+    with the --shared-verify profiles."""
+    require(profile is not None or not args.shared_verify, "--shared-verify needs "
+            "--step-profile: the drafter's own profile, whose drafting and overhead are priced")
+    if profile is None:
+        return None
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.pricing.shared_verify import shared_verify_costs, unlike
+
+    others = [StepProfile.load(p) for p in args.shared_verify or ()]
+    for path, other in zip(args.shared_verify or (), others, strict=True):
+        require((why := unlike(profile, other)) is None, f"--shared-verify {path}: {why}")
+    return shared_verify_costs(profile, others)
+
+
 def check_sources(args: argparse.Namespace, growth: Any, trace: Any, profile: Any,
                   dynamic: dict[int, Any], dynamic_profile: Any) -> None:
     """Refuse a growth, trace, step profile, latency table, drafter, dynamic trace (``dynamic``:

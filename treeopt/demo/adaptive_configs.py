@@ -21,11 +21,11 @@ from treeopt.adaptive.report import adaptive_report
 from treeopt.adaptive.workload import WORKLOADS, replay_workload
 from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DYNAMIC_KIND, DemoPaths
+from treeopt.demo.step_costs import demo_step_costs, verify_profiles
 from treeopt.engines.sglang.adaptive import SGLangConfig
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.trace import RankTrace
-from treeopt.pricing.sources import profiled_costs
 
 FORMAT = "treeopt.demo-adaptive-config/1"
 REPLAY_SEQUENCES, REPLAY_POSITIONS = 48, 64  # the held-out share replayed (a quick first view)
@@ -40,7 +40,8 @@ def config_path(paths: DemoPaths, workload: str, device: str) -> Path:
 def config_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path]:
     """The files a tuned config is searched from, by role."""
     return {"heldout_trace": paths.trace(kind, heldout=True),
-            "step_profile": paths.step_profile(kind, device)}
+            "step_profile": paths.step_profile(kind, device),
+            **{f"verify_profile {p.stem}": p for p in verify_profiles(paths, kind, device)}}
 
 
 def ship_adaptive_configs(paths: DemoPaths, device: str, *,
@@ -51,8 +52,8 @@ def ship_adaptive_configs(paths: DemoPaths, device: str, *,
     inputs = config_inputs(paths, kind, device)
     made: dict[str, Any] = {}
     if all(p.is_file() for p in inputs.values()):
-        heldout, costs = RankTrace.load(inputs["heldout_trace"]), profiled_costs(
-            inputs["step_profile"])
+        heldout = RankTrace.load(inputs["heldout_trace"])
+        costs = demo_step_costs(paths, kind, device)
         for workload in WORKLOADS:
             _, acceptance = replay_workload(heldout, workload, sequences=REPLAY_SEQUENCES,
                                             positions=REPLAY_POSITIONS, source="shipped")

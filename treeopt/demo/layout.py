@@ -245,7 +245,7 @@ def _kind(kind: str) -> str:
 
 
 def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None = None, *,
-                  model: bool = True, device: str | None = None) -> dict[str, str]:
+                  model: bool = True, device: str | None = None) -> dict[str, str | list[str]]:
     """What ``--demo [DEMO:]KIND`` stands for in other sub-commands: flag name → path.
 
     A sub-command fills each flag the user left unset: ``--model`` (the demo's base model: its
@@ -255,7 +255,9 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     ``--heads``, ``--trace``, ``--held-out`` (the held-out trace), ``--growth``, ``--prompts``,
     ``--step-profile`` (the drafter's live step, profiled where the demo was built, or on
     ``device``'s kind — ``cuda`` for ``cuda:1`` — where the demo ships that) — or, without
-    one, ``--latency`` (the verify-step table) — and, for an EAGLE drafter,
+    one, ``--latency`` (the verify-step table), with ``--shared-verify`` (the other drafters'
+    step profiles on that device, which share the base model's verify step) — and, for an
+    EAGLE drafter,
     ``--speculative-model`` (its directory, what an engine loads). ``kind`` defaults to hydra,
     or to the first drafter a demo without Hydra heads ships.
     """
@@ -271,7 +273,8 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
                            f"it ships {', '.join(shipped)}")
     if model:
         manifest = read_json(p.require().manifest)
-        doc = {"model": str(base_model_dir(p, manifest)), "dtype": demo_dtype(manifest)}
+        doc: dict[str, str | list[str]] = {"model": str(base_model_dir(p, manifest)),
+                                           "dtype": demo_dtype(manifest)}
     else:
         doc = {}
     doc.update({"heads": str(p.heads(kind)), "trace": str(p.trace(kind)),
@@ -287,6 +290,12 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
         doc["step_profile"] = str(on_device)
     elif steps:
         doc["step_profile"] = str(steps[0])
+    if "step_profile" in doc:
+        device_kind = Path(str(doc["step_profile"])).stem.rsplit("-", 1)[1]
+        others = [str(p.step_profile(k, device_kind)) for k in shipped if k != kind
+                  if p.step_profile(k, device_kind).is_file()]
+        if others:
+            doc["shared_verify"] = others
     elif tables:
         doc["latency"] = str(tables[0])
     return doc

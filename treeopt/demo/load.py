@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treeopt.demo.layout import DEMO_FORMAT, DemoPaths, base_model_dir, demo_paths
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json
 from treeopt.model.growth import Growth
 from treeopt.model.trace import RankTrace
+
+if TYPE_CHECKING:
+    from treeopt.pricing.costs import StepCosts
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +50,17 @@ class Demo:
         table = self.latency
         path = self.paths.step_profile(kind, device=table.stem) if table else None
         return path if path is not None and path.exists() else None
+
+    def step_costs(self, kind: str) -> StepCosts | None:
+        """The ``kind`` drafter's step costs, its verify step shared with the demo's other
+        drafters' profiles (:func:`~treeopt.demo.step_costs.demo_step_costs`); None without a
+        step profile."""
+        from treeopt.demo.step_costs import demo_step_costs
+
+        table = self.latency
+        if table is None or self.step_profile(kind) is None:
+            return None
+        return demo_step_costs(self.paths, kind, table.stem)
 
     def profiled_elsewhere(self) -> list[str]:
         """One line per step profile measured on a CPU of another matrix class than this host's

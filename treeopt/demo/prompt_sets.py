@@ -24,14 +24,14 @@ def prompt_set_selections(paths: DemoPaths, kinds: Sequence[str], *, device: str
     profile on ``device`` and its prose trace and growth). Profiles are named by their path
     inside the demo."""
     from treeopt.demo.selections import priced_selection
+    from treeopt.demo.step_costs import demo_step_costs
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.sources import profiled_costs
 
     sets: dict[str, dict[str, Selection]] = {name: {} for name in PROMPT_SETS}
     for kind in kinds:
-        profile = paths.step_profile(kind, device)
-        costs = profiled_costs(profile, source=paths.inside(profile))
+        costs = demo_step_costs(paths, kind, device,
+                                source=paths.inside(paths.step_profile(kind, device)))
         for name, growth, trace in (
                 ("code", paths.growth(kind), paths.trace(kind, heldout=True)),
                 ("prose", paths.prose_growth(kind), paths.prose_trace(kind))):

@@ -20,6 +20,7 @@ from typing import Any
 
 from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DemoPaths
+from treeopt.demo.step_costs import demo_step_costs, verify_profiles
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.growth import Growth
@@ -27,18 +28,21 @@ from treeopt.model.trace import RankTrace
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.drafted import prices_drafted
 from treeopt.pricing.selection import SELECTION_FORMAT, Selection
-from treeopt.pricing.sources import price, profiled_costs
+from treeopt.pricing.sources import price
 
 COST_BLOCKS = ("latency", "draft", "overhead")  # a selection's cost sources
 # how a shipped selection was priced; one priced otherwise is priced afresh
 PRICING = ("per-step walk of the trace; per-step greedy trees; drafted chains where traced; "
-           "verify falls pooled within their noise")
+           "verify falls pooled within their noise; verify shared by the drafters' profiles")
 
 
 def selection_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path]:
-    """The files ``kind``'s selection on ``device`` is priced from, by role."""
+    """The files ``kind``'s selection on ``device`` is priced from, by role: the other
+    drafters' step profiles too, which its verify step is priced from
+    (:func:`~treeopt.demo.step_costs.demo_step_costs`)."""
     return {"growth": paths.growth(kind), "trace": paths.trace(kind),
-            "step_profile": paths.step_profile(kind, device)}
+            "step_profile": paths.step_profile(kind, device),
+            **{f"verify_profile {p.stem}": p for p in verify_profiles(paths, kind, device)}}
 
 
 def priced_selection(growth: Growth, trace: RankTrace, costs: StepCosts) -> Selection:
@@ -56,7 +60,7 @@ def ship_selection(paths: DemoPaths, kind: str, device: str) -> dict[str, Any]:
     inputs' digests; return what the manifest keeps (the file, each batch size's best size)."""
     inputs = selection_inputs(paths, kind, device)
     selection = priced_selection(Growth.load(inputs["growth"]), RankTrace.load(inputs["trace"]),
-                                 profiled_costs(inputs["step_profile"]))
+                                 demo_step_costs(paths, kind, device))
     out = paths.selection(kind, device)
     doc = _sources(selection.to_json(), str(inputs["step_profile"]),
                    paths.inside(inputs["step_profile"]))

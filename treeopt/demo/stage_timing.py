@@ -89,6 +89,7 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
 def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     from treeopt.decoding.live_sweep import tune
     from treeopt.demo.evidence import alongside_profile, sweep_method
+    from treeopt.demo.step_costs import demo_step_costs
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
 
@@ -106,7 +107,8 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
                                   out=ctx.paths.alongside_profile(kind, c.device))
     start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
-    costs = demo_costs(ctx, ctx.paths.step_profile(kind, c.device))
+    profile = ctx.paths.step_profile(kind, c.device)  # its verify step shared with those so far
+    costs = demo_step_costs(ctx.paths, kind, c.device, source=ctx.paths.inside(profile))
     select_trace = RankTrace.load(ctx.paths.trace(kind))
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),

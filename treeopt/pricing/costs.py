@@ -235,7 +235,8 @@ def _fit(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> npt.NDArray[
 
 
 def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
-               device: str = "") -> StepCosts:
+               device: str = "", verify_records: Sequence[StepRecord] | None = None,
+               **verify_meta: Any) -> StepCosts:
     """Fit :class:`StepCosts` to a step profile's records (:class:`~treeopt.documents.step_profile.
     StepRecord`): each gives a batch, a tree (size, depth, tokens q, nodes expanded per depth),
     the context and the milliseconds per step of its draft, verify and bookkeeping phases.
@@ -248,6 +249,10 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
     median where several records (or pooled profiles) share a key — and by the fit in between:
     neither is quite linear in those features, so a profiled tree is priced without the fit's
     error. ``fit`` says how far the fit is from the profiled trees.
+
+    ``verify_records``: the records the verify forward is priced from (default ``records``;
+    :mod:`~treeopt.pricing.shared_verify` gives the drafter's own with other drafters' of the
+    same model and machine); ``verify_meta`` goes into the verify latency's ``meta``.
     """
     per_depth = drafter_kind(kind, source=f"{source}: heads kind").per_depth
     batches = sorted({r.batch for r in records})
@@ -274,11 +279,13 @@ def step_costs(records: Sequence[StepRecord], *, kind: str, source: str,
         coefficients["draft"][b], coefficients["overhead"][b] = cd.tolist(), co.tolist()
         step = np.array([r.ms_draft + r.ms_bookkeeping for r in rows])
         worst = max(worst, _worst(xd @ cd + xo @ co, step))
-    priced, dip = verify_prices(records)
-    points = [(b, context, q, ms / 1e3) for b, by_q in priced.items() for q, ms in by_q.items()]
+    verified = records if verify_records is None else verify_records
+    priced, dip = verify_prices(verified)
+    points = [(b, context, q, ms / 1e3) for b, by_q in priced.items() for q, ms in by_q.items()
+              if b in batches]
     verify = StepLatency.from_points(points, source, context=context, device=device,
-                                     **({"step_se": noise} if (noise := step_noise(records))
-                                        else {}))
+                                     **({"step_se": noise} if (noise := step_noise(verified))
+                                        else {}), **verify_meta)
     draft_at = {k: max(float(np.median(v)), 0.0) for k, v in measured_draft.items()}
     overhead_at = {k: float(np.median(v)) for k, v in measured_overhead.items()}
 

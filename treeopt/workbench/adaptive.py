@@ -68,17 +68,15 @@ def demo_adaptive(demo: Demo, *, kind: str = "eagle", workload: str = "steady",
     profile of ``kind``. ``static``: :func:`demo_static_trees` of the same arguments, where the
     caller has it (every workload shares it)."""
     from treeopt.adaptive.report import adaptive_report
-    from treeopt.pricing.sources import profiled_costs
 
     if workload not in WORKLOADS:
         raise TreeoptError(f"workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
-    path = demo.step_profile(kind)
-    if path is None or kind not in demo.heldout_traces:
+    path, costs = demo.step_profile(kind), demo.step_costs(kind)
+    if path is None or costs is None or kind not in demo.heldout_traces:
         return None
     trace, acceptance = replay_workload(demo.heldout_traces[kind], workload,
                                         sequences=sequences, positions=positions,
                                         source=f"{kind} held-out")
-    costs = profiled_costs(path)
     priced = [b for b in batches if b in costs.verify.batches and b <= acceptance.sequences]
     tuned = shipped_tuned(demo.paths, kind, workload, demo.latency.stem, sequences=sequences,
                           positions=positions, batches=tuple(priced))
@@ -96,13 +94,10 @@ def demo_static_trees(demo: Demo, *, kind: str = "eagle", sequences: int = SEQUE
     """The best static tree of :func:`demo_adaptive`'s replay at each batch size: the same for
     every workload (the workloads reorder the same held-out sequences). None where
     :func:`demo_adaptive` is."""
-    from treeopt.pricing.sources import profiled_costs
-
-    path = demo.step_profile(kind)
-    if path is None or kind not in demo.heldout_traces:
+    costs = demo.step_costs(kind)
+    if costs is None or kind not in demo.heldout_traces:
         return None
     trace = replayed_runs(demo.heldout_traces[kind], sequences=sequences, positions=positions)
-    costs = profiled_costs(path)
     sequences_held = len(trace.meta.get("sequence_positions") or ()) or trace.positions
     priced = [b for b in batches if b in costs.verify.batches and b <= sequences_held]
     return static_trees(demo.growths[kind], trace, costs, priced)

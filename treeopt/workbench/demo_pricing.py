@@ -89,10 +89,9 @@ def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     selection (the demo's own, :mod:`treeopt.demo.selections`, while its inputs are unchanged;
     else priced here), the live sweep, the sweep priced as it ran, the held-out pricing, and a
     lookup drafter's sweep of its chains verified as drafted."""
-    path = demo.step_profile(kind)
-    if path is None:
+    costs = demo.step_costs(kind)
+    if costs is None:
         return None
-    costs = profiled_costs(path)
     selection = (shipped_selection(demo.paths, kind, demo.latency.stem)
                  or priced_selection(demo.growths[kind], demo.traces[kind], costs))
     sweep_path = demo.sweep(kind)

@@ -269,7 +269,8 @@ def held_out_prediction(evidence: DrafterEvidence, tree: Tree, batch: int, *,
     p = held.predict(tree, batch, drafted=drafted)
     latency = _short(str(evidence.selection.latency.get("source", "?")), root)
     source = (f"E[L]: the held-out trace walked step by step over {held.window}; step costs: "
-              f"{latency}, as `{evidence.command}` prices them")
+              f"{latency}{shared_text(evidence.selection.latency)}, as `{evidence.command}` "
+              "prices them")
     return Predicted(p.speedup, p.tokens_per_s, p.tokens_per_s / p.speedup, source,
                      p.accept_length)
 
@@ -282,8 +283,25 @@ def prediction_source(evidence: DrafterEvidence, *, root: str | Path | None = No
     ell = f"E[L]: {how} {_short(evidence.trace, root)}" if evidence.trace else f"E[L]: {how}"
     latency = _short(str(sel.latency.get("source", "?")), root)
     device = sel.latency.get("device")
-    costs = f"step costs: {latency}" + (f" on {device}" if device else "")
+    costs = (f"step costs: {latency}" + (f" on {device}" if device else "")
+             + shared_text(sel.latency))
     return f"predicted by `{evidence.command}` — {ell}; {costs}"
+
+
+def shared_text(latency: dict[str, Any]) -> str:
+    """``, the verify step shared with 5 other drafters' profiles`` where the verify step was
+    priced from other drafters' profiles too (:mod:`treeopt.pricing.shared_verify`), else ''.
+
+    >>> shared_text({"shared_with": {"1": ["step-eagle-cpu.json"], "8": ["step-hydra-cpu.json"]}})
+    ", the verify step shared with 2 other drafters' profiles"
+    >>> shared_text({"source": "step.json"})
+    ''
+    """
+    names = {n for names in (latency.get("shared_with") or {}).values() for n in names}
+    if not names:
+        return ""
+    what = "other drafter's profile" if len(names) == 1 else "other drafters' profiles"
+    return f", the verify step shared with {len(names)} {what}"
 
 
 def measured_for(sweep: Sweep, batch: int, tree: Tree, *, max_depth: int | None = None,
