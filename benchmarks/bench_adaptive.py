@@ -360,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     started = time.perf_counter()
     demo = load(threads=1)
-    costs = profiled_costs(args.step_profile or demo.step_profile("eagle"))
+    # the demo's own pricing (its verify step shared with its other drafters'), or the given file
+    costs = profiled_costs(args.step_profile) if args.step_profile else demo.step_costs("eagle")
     Decoder(demo.model, demo.heads["eagle"]).decode(Tree.chain(2), [[1, 2, 3]],  # warm-up
                                                     config=DecodeConfig(max_new_tokens=8))
     chosen = args.workloads.split(",")

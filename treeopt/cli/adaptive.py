@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-profile", required=True, nargs="+", metavar="S.json",
                    help="the live step profiled (treeopt profile step), which prices each "
                         "chain length (required)")
+    p.add_argument("--shared-verify", nargs="+", metavar="S.json",
+                   help="other drafters' step profiles of the same model and setup, which price "
+                        "the verify step too (as select's; --demo: the demo's other drafters')")
     p.add_argument("--batch", type=int_list("--batch"), default=[1, 2, 4, 8], metavar="B,…",
                    help="batch sizes, each replayed as a steady load (default 1,2,4,8)")
     p.add_argument("--context", type=int, metavar="S", help="the profiled context to price at "
@@ -91,16 +94,17 @@ def _acceptance(path: str) -> tuple[Any, Any]:
 def cmd_adaptive(args: argparse.Namespace) -> int:
     from treeopt.adaptive.report import adaptive_report
     from treeopt.adaptive.workload import by_difficulty
+    from treeopt.cli.select_sources import profile_costs
+    from treeopt.documents.step_profile import StepProfile
     from treeopt.engines.sglang.adaptive import SGLangConfig
     from treeopt.files import write_json, write_text_atomic
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
-    from treeopt.pricing.sources import profiled_costs
 
     acceptance, rank = _acceptance(args.trace)
     if args.workload != "steady":
         acceptance = by_difficulty(acceptance, easy_first=args.workload == "easy-first")
-    costs = profiled_costs(args.step_profile)
+    costs = profile_costs(args, StepProfile.pool(args.step_profile))
     growth = Growth.load(args.growth) if args.growth else None
     static = RankTrace.load(args.static_trace) if args.static_trace else rank
     if growth is not None and static is None:
