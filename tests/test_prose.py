@@ -196,7 +196,6 @@ def test_the_prose_prompts_come_from_unseen_files_and_are_traced_like_the_heldou
 
 def test_the_build_records_what_choose_drafter_prints_for_both_prompt_sets(resumed, tmp_path):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.demo.step_costs import verify_profiles
 
     out, _, manifest, _ = resumed
     paths = DemoPaths(out)
@@ -205,7 +204,7 @@ def test_the_build_records_what_choose_drafter_prints_for_both_prompt_sets(resum
         for name, growth, trace in (("code", paths.growth(kind), paths.trace(kind, heldout=True)),
                                     ("prose", paths.prose_growth(kind), paths.prose_trace(kind))):
             path = tmp_path / f"{kind}-{name}.json"
-            others = verify_profiles(paths, kind, "cpu")  # the verify step, shared as the build
+            others = paths.other_step_profiles(kind)  # the verify step, shared as the build
             cli("select", "--growth", growth, "--trace", trace, "--step-profile",
                 paths.step_profile(kind), *(["--shared-verify", *others] if others else []),
                 "--out", path)

@@ -129,7 +129,7 @@ def test_the_real_models_demo_shares_every_drafters_verify_step():
 
 def test_a_demo_shares_the_profiles_of_its_setup_and_leaves_out_the_others(tmp_path):
     from treeopt.demo.layout import DemoPaths
-    from treeopt.demo.step_costs import demo_step_costs, verify_profiles
+    from treeopt.demo.step_costs import demo_step_costs
 
     paths = DemoPaths(tmp_path)
     (tmp_path / "latency").mkdir()
@@ -140,7 +140,7 @@ def test_a_demo_shares_the_profiles_of_its_setup_and_leaves_out_the_others(tmp_p
     profile("eagle", {1: 20.0, 2: 26.0, 3: 36.0}).save(paths.step_profile("eagle"))
     profile("prompt-lookup", {1: 5.0, 2: 9.0, 3: 9.0}, threads=2).save(
         paths.step_profile("prompt-lookup"))
-    assert verify_profiles(paths, "medusa", "cpu") == [paths.step_profile("eagle"),
+    assert paths.other_step_profiles("medusa") == [paths.step_profile("eagle"),
                                                        paths.step_profile("prompt-lookup")]
     costs = demo_step_costs(paths, "medusa", "cpu")  # two threads: another setup, left out
     assert costs.verify.meta["shared_with"] == {"1": ["step-eagle-cpu.json"]}

@@ -21,7 +21,7 @@ from treeopt.adaptive.report import adaptive_report
 from treeopt.adaptive.workload import WORKLOADS, replay_workload
 from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DYNAMIC_KIND, DemoPaths
-from treeopt.demo.step_costs import demo_step_costs, verify_profiles
+from treeopt.demo.step_costs import demo_step_costs
 from treeopt.engines.sglang.adaptive import SGLangConfig
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
@@ -41,7 +41,7 @@ def config_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path]:
     """The files a tuned config is searched from, by role."""
     return {"heldout_trace": paths.trace(kind, heldout=True),
             "step_profile": paths.step_profile(kind, device),
-            **{f"verify_profile {p.stem}": p for p in verify_profiles(paths, kind, device)}}
+            **{f"verify_profile {p.stem}": p for p in paths.other_step_profiles(kind, device)}}
 
 
 def ship_adaptive_configs(paths: DemoPaths, device: str, *,

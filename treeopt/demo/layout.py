@@ -114,6 +114,13 @@ class DemoPaths:
         """The live step of the ``kind`` heads' trees profiled phase by phase on ``device``."""
         return self.root / "latency" / f"step-{_kind(kind)}-{device}.json"
 
+    def other_step_profiles(self, kind: str, device: str = "cpu") -> list[Path]:
+        """The step profiles on ``device`` of the demo's drafters other than ``kind``, which
+        ``kind``'s verify step is priced from beside its own (:mod:`treeopt.demo.step_costs`;
+        their dynamic profiles aside: they time another loop)."""
+        return [p for k in self.kinds() if k != kind
+                if (p := self.step_profile(k, device)).is_file()]
+
     def sweep(self, kind: str, device: str = "cpu") -> Path:
         """The live throughput sweep of the ``kind`` heads' trees on ``device``."""
         return self.root / "sweep" / f"{_kind(kind)}-{device}.json"
@@ -291,11 +298,9 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
     elif steps:
         doc["step_profile"] = str(steps[0])
     if "step_profile" in doc:
-        device_kind = Path(str(doc["step_profile"])).stem.rsplit("-", 1)[1]
-        others = [str(p.step_profile(k, device_kind)) for k in shipped if k != kind
-                  if p.step_profile(k, device_kind).is_file()]
+        others = p.other_step_profiles(kind, Path(str(doc["step_profile"])).stem.rsplit("-", 1)[1])
         if others:
-            doc["shared_verify"] = others
+            doc["shared_verify"] = [str(f) for f in others]
     elif tables:
         doc["latency"] = str(tables[0])
     return doc

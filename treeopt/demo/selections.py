@@ -20,7 +20,7 @@ from typing import Any
 
 from treeopt.demo.digests import inputs_record, inputs_unchanged, remove_stale
 from treeopt.demo.layout import DemoPaths
-from treeopt.demo.step_costs import demo_step_costs, verify_profiles
+from treeopt.demo.step_costs import demo_step_costs
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 from treeopt.model.growth import Growth
@@ -42,7 +42,7 @@ def selection_inputs(paths: DemoPaths, kind: str, device: str) -> dict[str, Path
     (:func:`~treeopt.demo.step_costs.demo_step_costs`)."""
     return {"growth": paths.growth(kind), "trace": paths.trace(kind),
             "step_profile": paths.step_profile(kind, device),
-            **{f"verify_profile {p.stem}": p for p in verify_profiles(paths, kind, device)}}
+            **{f"verify_profile {p.stem}": p for p in paths.other_step_profiles(kind, device)}}
 
 
 def priced_selection(growth: Growth, trace: RankTrace, costs: StepCosts) -> Selection:

@@ -5,19 +5,10 @@ prompt-set choice and the app's pages price with. Numpy only."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from treeopt.demo.layout import DemoPaths
 from treeopt.documents.step_profile import StepProfile
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.shared_verify import shared_verify_costs, unlike
-
-
-def verify_profiles(paths: DemoPaths, kind: str, device: str) -> list[Path]:
-    """The step profiles of the demo's other drafters on ``device``, which ``kind``'s verify
-    step is priced from beside its own (its dynamic profile aside: it measures another loop)."""
-    return [p for k in paths.kinds() if k != kind
-            if (p := paths.step_profile(k, device)).is_file()]
 
 
 def demo_step_costs(paths: DemoPaths, kind: str, device: str = "cpu", *,
@@ -28,9 +19,9 @@ def demo_step_costs(paths: DemoPaths, kind: str, device: str = "cpu", *,
     the profile (default its path)."""
     own_path = paths.step_profile(kind, device)
     own = StepProfile.load(own_path)
-    others = [p for p in (StepProfile.load(f) for f in verify_profiles(paths, kind, device))
+    others = [p for p in (StepProfile.load(f) for f in paths.other_step_profiles(kind, device))
               if unlike(own, p) is None]
     return shared_verify_costs(own, others, source=source)
 
 
-__all__ = ["demo_step_costs", "verify_profiles"]
+__all__ = ["demo_step_costs"]

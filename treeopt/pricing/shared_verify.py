@@ -13,8 +13,13 @@ at batch 8 was priced 23% faster than it ran.
 profile's verify times are first scaled, batch by batch, so that its autoregressive step is the
 drafter's own profile's: the drafter's profile keeps the level of the host at its hour, which
 its sweep met minutes later, and the others contribute the shape (how a step's cost grows with
-q), the median of all of them at each q. On the SmolLM2 demo this took the points of the
-shipped sweeps within 5% of the prediction from 139 to 144 of 155.
+q), the median of all of them at each q. Only profiles that agree with the drafter's own within
+their noise are shared (:func:`agrees`): on a model so small that the step is Python, each
+drafter's loop times more than the forward in its verify phase, and well-timed profiles there
+disagree beyond their noise. On the SmolLM2 demo (profiles of 2 rounds) sharing took the points
+of the shipped sweeps within 5% of the prediction from 139 to 143 of 155; on the shipped demo
+(profiles timed to a 2% standard error) it shares little and changes no count (165 of 178);
+shared without the agreement test, that count fell to 158.
 
 Numpy only (no torch): the app prices with it.
 """
@@ -53,7 +58,8 @@ def autoregressive_ms(profile: StepProfile) -> dict[int, float]:
     """Batch → the median verify milliseconds of the profile's autoregressive records (size 0).
 
     >>> rec = lambda b, ms: StepRecord(b, 0, 0, 1, (), 100.0, 0.0, ms, 0.1)
-    >>> autoregressive_ms(StepProfile({"kind": "hydra"}, (rec(1, 10.0), rec(1, 12.0), rec(8, 30.0))))
+    >>> records = (rec(1, 10.0), rec(1, 12.0), rec(8, 30.0))
+    >>> autoregressive_ms(StepProfile({"kind": "hydra"}, records))
     {1: 11.0, 8: 30.0}
     """
     by_batch: dict[int, list[float]] = {}
