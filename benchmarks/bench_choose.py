@@ -18,14 +18,19 @@ Printed per set and batch size: each drafter's predicted and measured speed-up o
 decoding, the drafter measured fastest (one whose pick is no tree decodes plainly, so it
 counts as ``none``), ``choose-drafter``'s pick for the set and the robust
 pick across both sets, and the pick's measured share of the fastest (the goal: the pick is the
-fastest; where it is not, the share says by how much it misses). Under each row, each drafter's
+fastest; where it is not, the share says by how much it misses). With ``--rounds R`` > 1 the
+race runs R times, each figure is the median of the rounds' speed-ups, and the share has its
+standard error over the rounds (the pick's speed over the fastest's, round by round): a pick
+short of the fastest by less than two of them is a tie the race cannot tell apart, and the
+last line counts those. Under each row, each drafter's
 E[L] predicted (the whole set's walk) → the raced prompts' own walk (equal to live when the
 trace holds every step their runs take: the set's prompts differ from these few) → live, and the
 speed-up's miss split in two (speed-up = E[L] × autoregressive
 step / tree step): acceptance, and step cost — a step profile taken on a day the host ran at
 another speed or shape misses in the second factor alone.
 
-Run: ``python benchmarks/bench_choose.py [--prompts 16] [--new-tokens 128] [--batches 1,2,4,8]``
+Run: ``python benchmarks/bench_choose.py [--prompts 16] [--new-tokens 128] [--batches 1,2,4,8]
+[--sets code,prose] [--rounds 1]``
 on a quiet machine, after a demo build with the ``prose`` stage; ``--demo smollm2`` on the real
 model's demo (its weights fetched with ``treeopt fetch smollm2-135m-instruct``).
 """
@@ -36,6 +41,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -75,6 +82,36 @@ def race(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
              for n, t in zip(names, totals, strict=True)},
             {n: t.steady_accept_length for n, t in zip(names, totals, strict=True)},
             totals[-1].emitted)
+
+
+def raced(demo, trees: dict[str, object], prompts: list[list[int]], batch: int,
+           new_tokens: int, *, rounds: int, continuous: bool, drafted: frozenset[str],
+           ) -> tuple[list[dict[str, float]], dict[str, bool], dict[str, float],
+                      dict[str, float], tuple[int, ...]]:
+    """:func:`race` ``rounds`` times: each round's speed-ups over plain decoding (per drafter
+    and ``none``), whether every round's outputs equal plain decoding's, and the last round's
+    accepted lengths and plain output lengths (greedy: the same every round)."""
+    speedups, equal = [], None
+    for _ in range(rounds):
+        speed, same, accepted, window, emitted = race(demo, trees, prompts, batch, new_tokens,
+                                                      continuous=continuous, drafted=drafted)
+        speedups.append({k: speed[k] / speed["none"] for k in speed})
+        equal = same if equal is None else {k: equal[k] and same[k] for k in same}
+    assert equal is not None
+    return speedups, equal, accepted, window, emitted
+
+
+def share_noise(rounds: list[dict[str, float]], pick: str, fastest: str) -> float | None:
+    """The standard error of the pick's speed over the fastest's, over the rounds (None for
+    one round).
+
+    >>> round(share_noise([{"a": 1.0, "b": 1.0}, {"a": 0.98, "b": 1.0}], "a", "b"), 3)
+    0.01
+    """
+    if len(rounds) < 2:
+        return None
+    shares = np.array([r[pick] / r[fastest] for r in rounds])
+    return float(shares.std(ddof=1) / np.sqrt(len(shares)))
 
 
 def walked(demo, name: str, trees: dict[str, object], emitted: tuple[int, ...],
@@ -122,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo", help="a demo in data/ (smollm2: the real model's, after "
                                    "`treeopt fetch`) or its directory; default the shipped one")
     ap.add_argument("--dtype", help="the model's dtype (fp32, bf16; default the demo build's)")
+    ap.add_argument("--sets", default="code,prose",
+                    help="the prompt sets raced, of code and prose (default both)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="races per point; with 2 or more, medians and the share's standard "
+                         "error (default 1)")
     args = ap.parse_args(argv)
+    sets_raced = args.sets.split(",")
+    if not set(sets_raced) <= {"code", "prose"} or args.rounds < 1:
+        ap.error(f"--sets {args.sets} --rounds {args.rounds}: sets of code and prose, at "
+                 "least one round")
     continuous = args.batching == "continuous"
     bad = [b for b in args.batches if args.prompts % b]
     if bad and not continuous:
@@ -157,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo drafters {', '.join(kinds)}; {args.prompts} prompts per set × "
           f"{args.new_tokens} new tokens; {args.batching} batching; one thread, greedy; "
           "speed-ups over plain decoding in the same run")
-    hits = total = 0
-    for name in PROMPT_SETS:
+    hits = total = ties = 0
+    for name in (n for n in PROMPT_SETS if n in sets_raced):
         prompts = set_prompts(demo, name, args.prompts)
         print(f"\nprompt set {name}")
         print(f"{'batch':>5}  " + "  ".join(f"{k:>18}" for k in kinds)
@@ -168,21 +214,24 @@ def main(argv: list[str] | None = None) -> int:
             context = choice.context
             trees = {k: sets[name][k].tree_at(b, context) for k in kinds}
             drafted = frozenset(k for k in kinds if sets[name][k].point(b, context).drafted)
-            speed, equal, accepted, window, emitted = race(
-                demo, trees, prompts, b, args.new_tokens, continuous=continuous, drafted=drafted)
-            measured = {k: speed[k] / speed["none"] for k in [*kinds, "none"]}
+            rounds, equal, accepted, window, emitted = raced(
+                demo, trees, prompts, b, args.new_tokens, rounds=args.rounds,
+                continuous=continuous, drafted=drafted)
+            measured = {k: float(np.median([r[k] for r in rounds])) for k in [*kinds, "none"]}
             predicted = choice.choices[name].speedups
             drafting = [k for k in kinds if trees[k].size]  # a 0-node pick decodes plainly
             fastest = max([*drafting, "none"], key=measured.__getitem__)
             pick = choice.drafters[name]
             share = measured[pick] / measured[fastest]
+            noise = share_noise(rounds, pick, fastest)
             hits += pick == fastest
+            ties += pick != fastest and noise is not None and 1 - share <= 2 * noise
             total += 1
             cells = "  ".join(
                 f"{predicted.get(k, 1.0):5.2f}→{measured[k]:5.2f}×{'' if equal[k] else '!'}"
                 f"{trees[k].size:>4}{'d' if k in drafted else 'n'}" for k in kinds)
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
-                  f"{share:5.1%}")
+                  f"{share:5.1%}" + (f" ± {noise:.1%}" if noise is not None else ""))
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
             walk = walked(demo, name, trees, emitted, args.new_tokens)
             timed = {k: window[k] if trees[k].size else 1.0 for k in kinds}
@@ -205,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
           f"the speed-up's miss split into acceptance (timed/predicted E[L]) and step cost "
           f"(predicted/live tree-step over autoregressive-step ratio), each −1)"
           f"\nchoose-drafter's pick measured fastest at {hits} of {total} (set, batch) "
-          f"points ({time.perf_counter() - started:.0f} s)")
+          f"points" + (f", and within two standard errors of the fastest at {ties} more"
+                       if args.rounds > 1 else "")
+          + f" ({args.rounds} round{'s' if args.rounds > 1 else ''}; "
+            f"{time.perf_counter() - started:.0f} s)")
     return 0
 
 
