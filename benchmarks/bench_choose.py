@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{predicted.get(k, 1.0):5.2f}→{measured[k]:5.2f}×{'' if equal[k] else '!'}"
                 f"{trees[k].size:>4}{'d' if k in drafted else 'n'}" for k in kinds)
             print(f"{b:5d}  {cells}  {fastest:>14}  {pick:>14}  {choice.robust:>14}  "
-                  f"{share:5.1%}" + (f" ± {noise:.1%}" if noise is not None else ""))
+                  f"{share:5.1%}" + (f" ± {noise:.1%}" if noise is not None and pick != fastest
+                                     else ""))
             priced = {k: sets[name][k].point(b, context).expected_accept_length for k in kinds}
             walk = walked(demo, name, trees, emitted, args.new_tokens)
             timed = {k: window[k] if trees[k].size else 1.0 for k in kinds}

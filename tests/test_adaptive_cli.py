@@ -128,3 +128,28 @@ def test_growth_needs_a_rank_trace(capsys):
     code, _, err = run(capsys, "--trace", DYNAMIC, "--step-profile", PROFILE, "--batch", "1",
                        "--growth", "data/demo/growth/eagle.json")
     assert code == 2 and "--growth needs a rank trace" in err
+
+
+def test_the_verify_step_shared_with_the_demos_other_profiles_is_what_the_app_tunes_with(
+        capsys, tmp_path, small_trace):
+    """``--shared-verify``: the tuned config is the one the demo's own pricing gives (the
+    verify step shared with its other drafters' profiles, treeopt.demo.step_costs); a profile
+    of another setup is refused in one line."""
+    from treeopt.adaptive.report import adaptive_report
+    from treeopt.adaptive.workload import ChainAcceptance
+    from treeopt.demo.load import load
+
+    demo = load(with_model=False)
+    others = [str(p) for p in demo.paths.other_step_profiles("eagle")]
+    out = tmp_path / "cfg.json"
+    code, _, err = run(capsys, "--trace", small_trace, "--step-profile", PROFILE,
+                       "--shared-verify", *others, "--batch", "1,2", "--out", str(out))
+    assert code == 0, err
+    mine = adaptive_report(ChainAcceptance.from_rank_trace(RankTrace.load(small_trace)),
+                           demo.step_costs("eagle"), batches=[1, 2])
+    assert json.loads(out.read_text()) == mine.tuned.to_json()
+    other = json.loads(open(others[0]).read())
+    (tmp_path / "two.json").write_text(json.dumps({**other, "threads": 2}))
+    code, _, err = run(capsys, "--trace", small_trace, "--step-profile", PROFILE,
+                       "--shared-verify", str(tmp_path / "two.json"), "--out", str(out))
+    assert code == 2 and err.count("\n") == 1 and "two.json" in err and "threads" in err
