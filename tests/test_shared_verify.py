@@ -103,6 +103,9 @@ def test_select_prices_the_verify_step_with_shared_verify_and_refuses_another_se
     assert main(["select", "--growth", str(tmp_path / "g.json"), "--shared-verify",
                  str(tmp_path / "eagle.json"), "--out", str(tmp_path / "t.json")]) == 2
     assert "--shared-verify needs --step-profile" in capsys.readouterr().err
+    assert main([*argv, "--shared-verify", str(tmp_path / "nope.json")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--shared-verify "
+                                                    f"{tmp_path / 'nope.json'}: no such file")
 
 
 def test_the_real_models_demo_shares_every_drafters_verify_step():

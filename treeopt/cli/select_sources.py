@@ -8,6 +8,7 @@ from typing import Any
 
 from treeopt.cli.common import require
 from treeopt.cli.hardware_flags import need_grid, precision
+from treeopt.errors import TreeoptError
 
 
 def hybrid_draft(growth: Any, profile: Any, draft: Any) -> Any:
@@ -92,9 +93,14 @@ def profile_costs(args: argparse.Namespace, profile: Any) -> Any:
     from treeopt.documents.step_profile import StepProfile
     from treeopt.pricing.shared_verify import shared_verify_costs, unlike
 
-    others = [StepProfile.load(p) for p in args.shared_verify or ()]
-    for path, other in zip(args.shared_verify or (), others, strict=True):
+    others = []
+    for path in args.shared_verify or ():
+        try:
+            other = StepProfile.load(path)
+        except TreeoptError as exc:
+            raise TreeoptError(f"--shared-verify {exc}") from None
         require((why := unlike(profile, other)) is None, f"--shared-verify {path}: {why}")
+        others.append(other)
     return shared_verify_costs(profile, others)
 
 
