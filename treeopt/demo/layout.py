@@ -292,13 +292,13 @@ def demo_defaults(kind: str | None = None, root: str | os.PathLike[str] | None =
                     if not f.name.startswith("step-"))
     if engine_draft(kind) != "medusa":  # an EAGLE drafter: the checkpoint engines load
         doc["speculative_model"] = str(p.heads(kind))
-    on_device = p.step_profile(kind, device.split(":")[0]) if device else None
-    if on_device is not None and on_device.is_file():
-        doc["step_profile"] = str(on_device)
-    elif steps:
-        doc["step_profile"] = str(steps[0])
-    if "step_profile" in doc:
-        others = p.other_step_profiles(kind, Path(str(doc["step_profile"])).stem.rsplit("-", 1)[1])
+    profile = p.step_profile(kind, device.split(":")[0]) if device else None
+    if profile is None or not profile.is_file():
+        profile = steps[0] if steps else None
+    if profile is not None:
+        doc["step_profile"] = str(profile)
+        # the other drafters' on its device (the last word of step-KIND-DEVICE.json)
+        others = p.other_step_profiles(kind, profile.stem.rsplit("-", 1)[1])
         if others:
             doc["shared_verify"] = [str(f) for f in others]
     elif tables:

@@ -30,15 +30,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from treeopt.documents.step_profile import POOLED_ALIKE, StepProfile, StepRecord
 from treeopt.errors import TreeoptError
 from treeopt.pricing.costs import StepCosts, step_costs
+from treeopt.pricing.verify_prices import beyond_noise, record_medians, record_noise
 
 # what a verify step's cost depends on: every field pooled profiles must share but the drafter
 SHARED_ALIKE = tuple(k for k in POOLED_ALIKE if k != "heads")
-AGREE_WITHIN = 2.0  # joint standard errors within which two profiles' verify steps agree
 
 
 def unlike(own: StepProfile, other: StepProfile) -> str | None:
@@ -55,22 +53,17 @@ def unlike(own: StepProfile, other: StepProfile) -> str | None:
 
 
 def autoregressive_ms(profile: StepProfile) -> dict[int, float]:
-    """Batch → the median verify milliseconds of the profile's autoregressive records (size 0).
+    """Batch → the median verify milliseconds of the profile's autoregressive records (q = 1).
 
     >>> rec = lambda b, ms: StepRecord(b, 0, 0, 1, (), 100.0, 0.0, ms, 0.1)
     >>> records = (rec(1, 10.0), rec(1, 12.0), rec(8, 30.0))
     >>> autoregressive_ms(StepProfile({"kind": "hydra"}, records))
     {1: 11.0, 8: 30.0}
     """
-    by_batch: dict[int, list[float]] = {}
-    for r in profile.records:
-        if r.size == 0:
-            by_batch.setdefault(r.batch, []).append(r.ms_verify)
-    return {b: float(np.median(v)) for b, v in sorted(by_batch.items())}
+    return {b: by_q[1] for b, by_q in record_medians(profile.records).items() if 1 in by_q}
 
 
-def shared_verify_records(own: StepProfile, others: Sequence[StepProfile], *,
-                          within: float = AGREE_WITHIN,
+def shared_verify_records(own: StepProfile, others: Sequence[StepProfile],
                           ) -> tuple[list[StepRecord], dict[str, list[str]]]:
     """``own``'s records, then each of ``others``' at the batches where the two agree
     (:func:`agrees`), their verify milliseconds scaled so that their autoregressive step is
@@ -94,21 +87,21 @@ def shared_verify_records(own: StepProfile, others: Sequence[StepProfile], *,
         for b in sorted(set(reference) & set(theirs)):
             scaled = [replace(r, ms_verify=r.ms_verify * reference[b] / theirs[b])
                       for r in other.records if r.batch == b]
-            if agrees(own.records, scaled, b, within=within):
+            if agrees(own.records, scaled, b):
                 records += scaled
                 shared.setdefault(b, []).append(name)
     return records, {str(b): names for b, names in sorted(shared.items())}
 
 
-def agrees(own: Sequence[StepRecord], other: Sequence[StepRecord], batch: int, *,
-           within: float = AGREE_WITHIN) -> bool:
+def agrees(own: Sequence[StepRecord], other: Sequence[StepRecord], batch: int) -> bool:
     """Whether ``other``'s verify times at ``batch`` (scaled to ``own``'s autoregressive step)
     agree with ``own``'s within their noise: at every q both timed with a standard error, the
-    two medians differ by at most ``within`` times the records' joint relative standard error.
-    Profiles that disagree measured another verify step (a drafter whose loop times more than
-    the forward in it, as on a model so small that the step is Python) or the host in another
-    state, and are not shared; so are profiles that record no standard error, whose agreement
-    cannot be told.
+    two medians lie within twice the records' joint relative standard error of each other
+    (:func:`~treeopt.pricing.verify_prices.beyond_noise`, the test a fall in one profile's
+    verify times meets). Profiles that disagree measured another verify step (a drafter whose
+    loop times more than the forward in it, as on a model so small that the step is Python) or
+    the host in another state, and are not shared; so are profiles that record no standard
+    error, whose agreement cannot be told.
 
     >>> rec = lambda q, ms, se: StepRecord(1, q - 1, q - 1, q, (1,) * (q - 1), 100.0, 0.0, ms,
     ...                                    0.1, se=se)
@@ -117,19 +110,13 @@ def agrees(own: Sequence[StepRecord], other: Sequence[StepRecord], batch: int, *
     >>> agrees([rec(2, 14.0, 0.01)], [rec(2, 15.0, 0.01)], 1)  # 7% apart, 1.4% joint noise
     False
     """
-    def timed(records: Sequence[StepRecord]) -> dict[int, tuple[float, float]]:
-        by_q: dict[int, list[StepRecord]] = {}
-        for r in records:
-            if r.batch == batch and r.size > 0 and r.se is not None:
-                by_q.setdefault(r.q, []).append(r)
-        return {q: (float(np.median([r.ms_verify for r in rs])),
-                    float(np.median([r.se or 0.0 for r in rs]))) for q, rs in by_q.items()}
-
-    mine, theirs = timed(own), timed(other)
-    common = sorted(set(mine) & set(theirs))
-    return bool(common) and all(
-        abs(theirs[q][0] / mine[q][0] - 1) <= within * float(np.hypot(mine[q][1], theirs[q][1]))
-        for q in common)
+    mine, theirs = (record_medians(own).get(batch, {}), record_medians(other).get(batch, {}))
+    my_se, their_se = record_noise(own), record_noise(other)
+    timed = [q for q in mine if q in theirs and my_se.get((batch, q)) is not None
+             and their_se.get((batch, q)) is not None]
+    return bool(timed) and not any(
+        beyond_noise(abs(theirs[q] / mine[q] - 1), my_se[(batch, q)], their_se[(batch, q)])
+        for q in timed)
 
 
 def shared_verify_costs(own: StepProfile, others: Sequence[StepProfile], *,
@@ -148,6 +135,6 @@ def shared_verify_costs(own: StepProfile, others: Sequence[StepProfile], *,
                       verify_records=records, **({"shared_with": shared} if shared else {}))
 
 
-__all__ = ["AGREE_WITHIN", "SHARED_ALIKE", "agrees", "autoregressive_ms", "shared_verify_costs",
+__all__ = ["SHARED_ALIKE", "agrees", "autoregressive_ms", "shared_verify_costs",
            "shared_verify_records",
            "unlike"]

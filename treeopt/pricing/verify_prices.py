@@ -54,7 +54,7 @@ def verify_prices(records: Sequence[StepRecord]) -> tuple[Prices, float]:
     """
     groups = _groups((r.batch, r.q, r.ms_verify) for r in records)
     medians = _medians(groups)
-    noise = _noise(records)
+    noise = record_noise(records)
     out: Prices = {}
     for b, by_q in groups.items():
         own = {q: medians[b][q] for q in by_q if q <= OWN_KERNELS}
@@ -83,7 +83,7 @@ def verify_dips(points: Iterable[tuple[int, int, float]]) -> list[tuple[int, int
 def kernel_dips(records: Sequence[StepRecord]) -> list[tuple[int, int, int, float]]:
     """The falls of :func:`verify_dips` over ``records`` that lie beyond their noise
     (:func:`beyond_noise`): priced as measured."""
-    noise = _noise(records)
+    noise = record_noise(records)
     return [(b, q, below, fall) for b, q, below, fall
             in verify_dips((r.batch, r.q, r.ms_verify) for r in records)
             if beyond_noise(fall, noise.get((b, below)), noise.get((b, q)))]
@@ -147,7 +147,12 @@ def _medians(groups: dict[int, dict[int, list[float]]]) -> Prices:
     return {b: {q: float(np.median(ms)) for q, ms in by_q.items()} for b, by_q in groups.items()}
 
 
-def _noise(records: Sequence[StepRecord]) -> dict[tuple[int, int], float | None]:
+def record_medians(records: Sequence[StepRecord]) -> Prices:
+    """batch → q → the median verify milliseconds of ``records`` at that q, both ascending."""
+    return _medians(_groups((r.batch, r.q, r.ms_verify) for r in records))
+
+
+def record_noise(records: Sequence[StepRecord]) -> dict[tuple[int, int], float | None]:
     """(batch, q) → the median relative standard error of its records (None where one has
     none)."""
     by_key: dict[tuple[int, int], list[float | None]] = {}
