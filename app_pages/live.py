@@ -10,6 +10,7 @@ from app_pages.state import demo, demo_adaptive, demo_dynamic_selection, demo_pr
 from app_pages.tables import show_table
 from treeopt.demo.layout import DYNAMIC_KIND
 from treeopt.workbench import adaptive, plots_dynamic, plots_hardware
+from treeopt.workbench.demo_pricing import unswept_picks
 from treeopt.workbench.numbers import nodes_text, percent_text
 
 dyn_plots = CachedFigures(plots_dynamic)  # each figure built once per set of inputs
@@ -73,6 +74,12 @@ def sweep_section() -> None:
                    "from the step profile (" + "; ".join(picks) + ")"
                    + (f"; largest prediction error {percent_text(max(errors))}." if errors
                       else "."))
+        unswept = unswept_picks(priced, drafted=drafted)
+        if unswept:
+            st.caption("Not among these points: the demo's pick at " + "; ".join(
+                f"batch {p.batch} ({nodes_text(p.tree.size)}, {p.family})" for p in unswept)
+                + ": the sweep was measured before select picked so (◇ is its pick then); "
+                  "`treeopt demo build --redo sweep` measures it anew, the picks with it.")
 
 
 def adaptive_section() -> None:

@@ -6,7 +6,9 @@ Each point is priced as the app's Overview prices it (:class:`treeopt.workbench.
 HeldOutPricing`): the drafter's shipped step profile, E[L] the held-out trace walked step by step
 over the prompts and new tokens the sweep decoded (at batch > 1 over its steady window). Printed
 per drafter and batch: each tree's measured → predicted speed-up and the error (predicted over
-measured, minus one; ``*`` marks select's pick) with, where the files record them, its noise
+measured, minus one; ``*`` marks the demo's shipped selection's pick, which a drafter's sweep
+measures where the build could, ``g`` a tree of the per-step greedy growth rather than the
+growth order's) with, where the files record them, its noise
 (``±``: the point's standard error and its step profile's at that batch, combined: how far the
 two timings alone may set them apart), E[L] measured → predicted (at batch > 1 over the steady
 window); then per drafter the points within ``--within``, how many of those beyond it lie
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 if TYPE_CHECKING:
     from treeopt.documents.sweep import Sweep
+    from treeopt.pricing.selection import Point
     from treeopt.workbench.demo_pricing import HeldOutPricing
 
 
@@ -45,35 +48,44 @@ def rounds_said(sweep: Sweep) -> str:
 
 
 def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
-           within: float) -> list[tuple[float, float]]:
+           within: float, picks: dict[int, Point]) -> list[tuple[float, float]]:
     """Print one sweep's points, measured → predicted, per batch, and its summary line; return
     the points' errors and noises (0 where unrecorded). ``drafted``: the sweep of a lookup
-    drafter's chains verified as drafted, each point priced so."""
+    drafter's chains verified as drafted, each point priced so. ``picks``: the demo's shipped
+    selection's pick per batch that this sweep measures (a chain verified as drafted: the
+    drafted sweep; else the other), marked ``*`` where a point has its tree."""
     from treeopt.model.tree import Tree
 
     name = f"{kind} (verified as drafted)" if drafted else kind
     print(f"{name}: sweep of {sweep.meta.get('created', '?')}, {sweep.meta.get('prompts')} "
           f"prompts × {sweep.meta.get('max_new_tokens')} tokens, {rounds_said(sweep)}")
     step_se = held_out.costs.verify.meta.get("step_se", {})
-    errors, picks = [], []
+    errors, said = [], []
     for batch in sorted({p.batch for p in sweep.points}):
         cells = []
+        pick = picks.get(batch)
+        if pick is not None and not any(p.batch == batch and set(p.choices) == set(
+                pick.tree.paths) for p in sweep.points):
+            said.append(f"b{batch} {pick.tree.size}-node {pick.family} tree not swept")
         for p in (p for p in sweep.points if p.batch == batch):
+            picked = pick is not None and set(p.choices) == set(pick.tree.paths)
             tree = Tree.from_choices([list(c) for c in p.choices])
             predicted = held_out.predict(tree, batch, drafted=drafted and tree.size > 0)
             error = predicted.speedup / p.speedup - 1
             # the two timings' relative errors, joined in quadrature
             noise = math.hypot(p.se or 0.0, step_se.get(str(batch), 0.0) if tree.size else 0.0)
             errors.append((error, noise))
-            if p.selected:
-                picks.append(f"b{batch} {error:+.1%}")
+            if picked:
+                said.append(f"b{batch} {error:+.1%}")
             live = p.steady_accept_length or p.mean_accept_length  # the window priced
-            cells.append(f"{p.size}{'*' if p.selected else ''}: {p.speedup:.2f}→"
+            cells.append(f"{p.size}{'g' if p.family else ''}{'*' if picked else ''}: "
+                         f"{p.speedup:.2f}→"
                          f"{predicted.speedup:.2f} ({error:+.1%}"
                          f"{f' ±{noise:.1%}' if noise else ''}; E[L] "
                          f"{live:.2f}→{predicted.accept_length:.2f})")
         print(f"  batch {batch}: " + " · ".join(cells))
-    print(f"  {name}: {tally(errors, within)}; select's picks {', '.join(picks)}")
+    print(f"  {name}: {tally(errors, within)}"
+          + (f"; select's picks {', '.join(said)}" if said else ""))
     return errors
 
 
@@ -109,10 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         if pricing is None or pricing.sweep is None or pricing.held_out is None:
             print(f"{kind}: no step profile, sweep or held-out trace; skipped")
             continue
+        first = pricing.selection.contexts[0]
         for sweep, drafted in ((pricing.sweep, False), (pricing.drafted_sweep, True)):
             if sweep is not None:
+                picks = {p.batch: p for p in pricing.selection.points
+                         if p.context == first and p.drafted == drafted}
                 every += report(kind, sweep, pricing.held_out, drafted=drafted,
-                                within=args.within)
+                                within=args.within, picks=picks)
     print(f"all drafters: {tally(every, args.within)}")
     for line in demo.profiled_elsewhere():
         print(line, file=sys.stderr)

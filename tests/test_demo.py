@@ -72,8 +72,8 @@ def test_tiny_manifest_is_valid(tiny_demo):
     assert on_disk["config"]["seed"] == 0 and on_disk["config"]["vocab_size"] == 320
     assert set(on_disk["timings_s"]) == {"tokenizer", "prompts", "base", "head_data", "heads",
                                          "traces", "growth", "quality", "latency", "sweep",
-                                         "sampled", "drafters", "dynamic", "prose", "selections", "prose_choice",
-                                         "adaptive_configs"}
+                                         "sampled", "drafters", "dynamic", "prose", "picks",
+                                         "selections", "prose_choice", "adaptive_configs"}
     assert on_disk["head_data"]["sequences"] == TINY.head_data_prompts
     assert on_disk["base"]["heldout"]["loss"] > 0
     assert on_disk["tokenizer"]["corpus"]["train"]["files"] > 0
@@ -369,7 +369,10 @@ def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tiny_demos, 
     assert measured.count(first) == 1 and measured.count(second) == 2
     sweep = json.loads(DemoPaths(out).sweep(second, cfg.device).read_text())
     assert sorted({p["batch"] for p in sweep["points"]}) == sorted(cfg.live_batches)
-    assert manifest["drafters"][second]["sweep"]["summary"] == sweep["summary"]
+    # the manifest's last record of that sweep: the drafters stage's, or the picks step's where
+    # it priced the sweep again with the drafters profiled after it (treeopt.demo.stage_picks)
+    last = manifest["picks"]["swept_again"].get(second, manifest["drafters"][second])
+    assert last["sweep"]["summary"] == sweep["summary"]
 
 
 def test_redo_quality_checks_the_heads_and_every_drafter_again(tiny_demos, tmp_path, monkeypatch):
@@ -484,6 +487,7 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos,
     import torch
 
     from treeopt.demo import build, stages
+    from treeopt.documents.sweep import Sweep
     from treeopt.drafters.checkpoints import read_heads_config
 
     torch.set_num_threads(1)
@@ -510,7 +514,14 @@ def test_a_medusa_only_setting_makes_medusa_again_and_keeps_the_rest(tiny_demos,
     # priced from Medusa's new files: every drafter's selection and the adaptive configs price
     # their verify step with Medusa's step profile too (treeopt.demo.step_costs)
     shipped = {p for p in after if p.startswith(("selections/", "adaptive/sglang-"))}
-    assert changed <= medusa | shipped | {"heads/medusa/heads.json"}, changed - medusa
+    # the other drafters' sweeps are priced again with it and their picks marked anew (the build's
+    # picks step, treeopt.demo.stage_picks): every point they measured is kept as measured
+    swept = {p for p in changed - medusa if p.startswith("sweep/") and "alongside" not in p}
+    assert changed <= medusa | shipped | swept | {"heads/medusa/heads.json"}, changed - medusa
+    for path in swept:
+        measured = {(p.key, p.choices, p.speedup) for p in Sweep.load(out / path).points}
+        assert {(p.key, p.choices, p.speedup)
+                for p in Sweep.load(tiny_demos.after / path).points} <= measured, path
     assert paths.trace("medusa").relative_to(out).as_posix() in changed
     for name in stages.KIND_STAGES:  # Hydra's records are the finished demo's, Medusa's new
         made, kept = (r[name] for r in (again, first))

@@ -721,3 +721,91 @@ def test_the_stopping_rule_reads_the_error_of_the_median_it_reports():
     assert round(median_relative_se(rounds), 4) == 0.0512
     assert Measurement(rounds=2, target_se=0.045).wants(4, 1.0, [rounds])
     assert not Measurement(rounds=2, target_se=0.052).wants(4, 1.0, [rounds])
+
+
+def flat_ish_costs():
+    """Medusa step costs whose verify step costs a little more per token (10 ms + 0.1 per q)."""
+    from test_select import profile_records, typed
+
+    from treeopt.pricing.costs import step_costs
+
+    return step_costs(typed([{**r, "ms_verify": 10.0 + 0.1 * r["q"]}
+                             for r in profile_records("medusa")]), kind="medusa",
+                      source="s.json")
+
+
+def test_a_per_step_greedy_pick_is_a_point_of_its_own_family(model_and_heads, tmp_path):
+    """A trace in which the first head's second-ranked token is always right and nothing else
+    ever is: select picks the per-step greedy growth's one-node tree (1,), not the growth
+    order's (0,). The sweep measures both, the pick as a point of the per-step greedy family
+    beside the growth's tree of the same size, reads them back alike, and run again with the
+    same costs finds nothing to do."""
+    from treeopt.decoding.live_sweep import sweep_pending
+    from treeopt.model.trace import RankTrace
+
+    ranks = np.full((40, 2), -1, np.int16)
+    ranks[:, 0] = 1
+    trace = RankTrace(ranks, {"top_k": 4, "sequence_positions": [20, 20]})
+    out = tmp_path / "g.json"
+    sweep = sweep_of(model_and_heads, out, batch=[1], sizes=[1], costs=flat_ish_costs(),
+                     trace=trace)
+    pick = sweep.selected(1)
+    assert (pick.key, pick.choices) == ((1, 1, None, "per-step greedy"), ((1,),))
+    growth_one = [p for p in sweep.points if p.key == (1, 1, None)]
+    assert [p.choices for p in growth_one] == [((0,),)]
+    # 3 tokens after the prefill's: (1,) takes 2 and the budget's last 1; (0,) 1 a step
+    assert (pick.predicted_accept_length, growth_one[0].predicted_accept_length) == (1.5, 1.0)
+    assert set(Sweep.load(out).points) == set(sweep.points)
+    assert sweep_pending(out, GROWTH, batch=[1], sizes=[1], costs=flat_ish_costs(),
+                         trace=trace, max_new_tokens=4) == []
+
+
+def test_what_a_sweep_run_again_would_change_is_said_without_a_model(model_and_heads,
+                                                                     tmp_path):
+    """A finished sweep priced with a verify step that costs the same at any q (the pick: the
+    2-node chain) is stale for one that costs 10 ms more per token: the new pick (no tree) is
+    not measured, the old one is marked, every tree's prediction moved; a sweep written before
+    steps counted the tokens they keep is not added to."""
+    from test_select import profile_records, typed
+
+    from treeopt.decoding.live_sweep import sweep_pending
+    from treeopt.model.trace import RankTrace
+    from treeopt.pricing.costs import step_costs
+
+    cheap, dear = (step_costs(typed([{**r, "ms_verify": ms(r["q"])}
+                                     for r in profile_records("medusa")]),
+                              kind="medusa", source="s.json")
+                   for ms in (lambda q: 10.0, lambda q: 10.0 * q))
+    trace = RankTrace(np.zeros((40, 2), np.int16), {"top_k": 4, "sequence_positions": [20, 20]})
+    out = tmp_path / "s.json"
+    sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], costs=cheap, trace=trace)
+    said = dict(batch=[1], sizes=[1, 2], trace=trace, max_new_tokens=4)
+    assert sweep_pending(out, GROWTH, costs=cheap, **said) == []
+    assert sweep_pending(out, GROWTH, costs=dear, **said) == [
+        "batch 1: select picks the 0-node tree (not measured)",
+        "batch 1: the 2-node tree is marked select's pick", "2 point(s) priced otherwise"]
+    doc = json.loads(out.read_text())
+    del doc["meta"]["step_tokens"]
+    out.write_text(json.dumps(doc))
+    assert sweep_pending(out, GROWTH, costs=dear, **said) == [
+        "measured by an earlier treeopt, whose steps counted otherwise: swept again only whole "
+        "(the build's --redo sweep), not point by point"]
+
+
+def test_a_point_s_family_and_a_race_of_it_read_back_and_a_bad_family_is_refused(tmp_path):
+    from treeopt.documents.sweep import Race, SweepPoint
+
+    point = SweepPoint(1, 1, None, 1, ((1,),), 10.0, 8.0, 1.25, 0.01, 1.5, True,
+                       selected=True, family="per-step greedy")
+    other = SweepPoint(1, 1, None, 1, ((0,),), 9.0, 8.0, 1.125, 0.01, 1.4, True)
+    sweep = Sweep({"model": "m"}, (point, other)).with_race(Race(1, other.key, point.key, 1.1))
+    sweep.save(tmp_path / "f.json")
+    back = Sweep.load(tmp_path / "f.json")
+    assert set(back.points) == {point, other} and back.races == sweep.races
+    assert back.race(1) is None  # the pick is the measured best: no race to report
+    doc = json.loads((tmp_path / "f.json").read_text())
+    doc["points"][0]["family"] = 3
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(TreeoptError, match=r"bad.json: points\[0\]: 'family' must be a "
+                                           "string, got 3"):
+        Sweep.load(tmp_path / "bad.json")

@@ -4,9 +4,9 @@ interleaved, warmed up, in rounds), beside what the step-cost model predicts for
 
 With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also measures, per batch,
 the tree :func:`~treeopt.pricing.throughput.select` picks over the whole growth (every size and depth
-cap of the growth order: a sweep point is a growth-order tree, so the per-step greedy trees select
-may also price are left out), so the sweep shows how close the model's choice comes to the measured
-best. Two traces may play two parts: ``trace`` gives each point's predicted E[L] (ideally the swept
+cap of the growth order, and the per-step greedy growth's trees, as ``treeopt select`` prices
+them: such a pick is a point of its own family), so the sweep shows how close the model's choice
+comes to the measured best. Two traces may play two parts: ``trace`` gives each point's predicted E[L] (ideally the swept
 prompts' own trace, so the error is the step-cost model's alone), ``select_trace`` is what select
 picks with (a calibration trace: what a user's select sees before any live run; by default
 ``trace``). ``trace`` is read over the positions the sweep decodes, each sequence's first
@@ -33,16 +33,23 @@ import numpy as np
 from treeopt.decoding.compare import Comparison, check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement, pooled_spread
-from treeopt.documents.sweep import Race, Sweep, SweepPoint
+from treeopt.documents.sweep import PointKey, Race, Sweep, SweepPoint
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_run
+from treeopt.model.step_growth import GROWTH_ORDER
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
 from treeopt.pricing.drafted import NO_DRAFTED
 from treeopt.pricing.sweep_prediction import predict
 from treeopt.pricing.throughput import drafted_chain_prices, select
+
+# what a sweep's steps count: the tokens each step keeps (a sweep from before treeopt counted so
+# lacks the meta, and cannot be resumed: its points were measured otherwise)
+STEP_TOKENS = "kept"
+# a point to measure: its depth cap, whether select picked it, its family (None: growth order)
+Planned = tuple[int | None, bool, str | None]
 
 if TYPE_CHECKING:
     import os
@@ -109,20 +116,20 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
         "min_seconds": measure.min_seconds, "target_se": measure.target_se,
-        "max_rounds": measure.cap, "compile": compile, "step_tokens": "kept",
+        "max_rounds": measure.cap, "compile": compile, "step_tokens": STEP_TOKENS,
         "batching": "continuous" if continuous else "static",
         "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
-    for i, ((b, tree), (cap, picked)) in enumerate(todo.items()):
-        if not sweep.has((b, tree.size, cap)):
+    for i, ((b, tree), (cap, picked, family)) in enumerate(todo.items()):
+        if not sweep.has(point_key(b, tree, cap, family)):
             if before_point is not None:
                 before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b,
                              measure=measure, compile=compile, continuous=continuous,
                              spread=pooled_spread(rounds.get(b, [])))
             rounds.setdefault(b, []).append(result.round_speedups())
-            point = measured_point(result, b, tree, cap, picked)
+            point = measured_point(result, b, tree, cap, picked, family)
             if costs is not None:
                 point = point.predicted_by(predict(tree, growth, costs, trace, b,
                                                    continuous=continuous, drafted=drafted))
@@ -143,20 +150,62 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     return sweep
 
 
+def sweep_pending(out: str | os.PathLike[str], growth: Growth, *, batch: Sequence[int],
+                  sizes: Sequence[int], costs: StepCosts, trace: RankTrace,
+                  select_trace: RankTrace | None = None, max_new_tokens: int,
+                  continuous: bool = False, drafted: bool = False) -> list[str]:
+    """What :func:`tune` with these arguments would change in the finished sweep at ``out``, in
+    words (empty: nothing; no model needed to tell): points it lacks (select's pick above all),
+    points marked as select's pick that no longer are, and points whose prediction moved (the
+    step costs are not those the sweep was priced by). A sweep that tune cannot resume, measured
+    by an earlier treeopt, says so alone (:func:`resumable`)."""
+    run = as_run(trace, max_new_tokens)
+    todo = _points(growth, batch=batch, sizes=sizes, depth_caps=(None,), costs=costs,
+                   trace=select_trace if select_trace is not None else run, drafted=drafted)
+    sweep = Sweep.load(out)
+    if not resumable(sweep):
+        return ["measured by an earlier treeopt, whose steps counted otherwise: swept again "
+                "only whole (the build's --redo sweep), not point by point"]
+    keys = {point_key(b, tree, cap, family): picked
+            for (b, tree), (cap, picked, family) in todo.items()}
+    pending = [f"batch {k[0]}: {'select picks' if picked else 'no point of'} the {k[1]}-node "
+               "tree" + (f" of the {k[3]} growth" if len(k) == 4 else "")
+               + (" (not measured)" if picked else "")
+               for k, picked in keys.items() if not sweep.has(k)]
+    picks = {k for k, picked in keys.items() if picked}
+    pending += [f"batch {p.batch}: the {p.size}-node tree is marked select's pick"
+                for p in sweep.points if p.selected and p.batch in batch and p.key not in picks]
+    moved = sum(p.predicted_speedup is None or not np.isclose(predict(
+        Tree.from_choices([list(c) for c in p.choices]), growth, costs, run, p.batch,
+        continuous=continuous, drafted=drafted).speedup, p.predicted_speedup, rtol=1e-9)
+        for p in sweep.points)
+    return pending + ([f"{moved} point(s) priced otherwise"] if moved else [])
+
+
+def resumable(sweep: Sweep) -> bool:
+    """Whether :func:`tune` can add points to ``sweep``: its steps counted as tune's count now."""
+    return sweep.meta.get("step_tokens") == STEP_TOKENS
+
+
 def measured_point(result: Comparison, batch: int, tree: Tree, cap: int | None,
-                   picked: bool) -> SweepPoint:
+                   picked: bool, family: str | None = None) -> SweepPoint:
     """The sweep point of ``tree``'s comparison at ``batch`` (``cap``: the tree's depth cap;
-    ``picked``: select's pick)."""
+    ``picked``: select's pick; ``family``: None for a growth-order tree)."""
     return SweepPoint(
         batch, tree.size, cap, tree.depth, tree.paths, result.tree_tokens_per_s,
         result.autoregressive_tokens_per_s, result.speedup, result.speedup_spread,
         result.tree_stats.mean_accept_length, result.lossless, selected=picked,
         rounds=len(result.tree_rounds), se=result.speedup_se,
-        steady_accept_length=result.tree_stats.decode_accept_length)
+        steady_accept_length=result.tree_stats.decode_accept_length, family=family)
 
 
-def _resumed(out: str | os.PathLike[str], growth: Growth,
-             todo: dict[tuple[int, Tree], tuple[int | None, bool]], costs: StepCosts | None,
+def point_key(batch: int, tree: Tree, cap: int | None, family: str | None) -> PointKey:
+    """The key of the sweep point that measures ``tree`` at ``batch``."""
+    return (batch, tree.size, cap) if family is None else (batch, tree.size, cap, family)
+
+
+def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, Tree], Planned],
+             costs: StepCosts | None,
              trace: RankTrace | None, picker: RankTrace | None, batch: Sequence[int],
              meta: dict[str, Any]) -> Sweep:
     """The sweep at ``out`` (or a new one) with ``meta`` and, with a step-cost model, every kept
@@ -183,7 +232,8 @@ def _resumed(out: str | os.PathLike[str], growth: Growth,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed,
         old=existing)
     if costs is not None and sweep.points:
-        picks = {(b, tree.size, cap) for (b, tree), (cap, picked) in todo.items() if picked}
+        picks = {point_key(b, tree, cap, family)
+                 for (b, tree), (cap, picked, family) in todo.items() if picked}
         picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
         sweep = sweep.with_predictions(
             {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
@@ -220,22 +270,23 @@ def _drafted_pick(growth: Growth, costs: StepCosts, trace: RankTrace, batch: int
 
 def _points(growth: Growth, *, batch: Sequence[int], sizes: Sequence[int],
             depth_caps: Sequence[int | None], costs: StepCosts | None,
-            trace: RankTrace | None, drafted: bool = False,
-            ) -> dict[tuple[int, Tree], tuple[int | None, bool]]:
-    """(batch, tree) → (depth cap, whether select picked it): every point to measure, once
-    (``drafted``: select's pick among the chains verified as drafted)."""
-    todo: dict[tuple[int, Tree], tuple[int | None, bool]] = {}
+            trace: RankTrace | None, drafted: bool = False) -> dict[tuple[int, Tree], Planned]:
+    """(batch, tree) → (depth cap, whether select picked it, family): every point to measure,
+    once (``drafted``: select's pick among the chains verified as drafted). A pick of the
+    per-step greedy growth that is not also a growth-order tree swept is a point of its own
+    family."""
+    todo: dict[tuple[int, Tree], Planned] = {}
     for b in batch:
         for cap in depth_caps:
             for n in sizes:
-                todo.setdefault((b, family_tree(growth, n, cap)), (cap, False))
+                todo.setdefault((b, family_tree(growth, n, cap)), (cap, False, None))
         if costs is not None and drafted:
             tree = _drafted_pick(growth, costs, trace, b)
-            todo[(b, tree)] = (todo.get((b, tree), (None, False))[0], True)
+            todo[(b, tree)] = (todo.get((b, tree), (None, False, None))[0], True, None)
         elif costs is not None:
             pick = select(growth, costs.verify, draft=costs.draft, overhead=costs.overhead,
-                          batch=[b], context=costs.verify.contexts, trace=trace,
-                          search_per_step=False).points[0]
-            cap = todo.get((b, pick.tree), (pick.max_depth, False))[0]
-            todo[(b, pick.tree)] = (cap, True)
+                          batch=[b], context=costs.verify.contexts, trace=trace).points[0]
+            family = None if pick.family == GROWTH_ORDER else pick.family
+            cap, _, family = todo.get((b, pick.tree), (pick.max_depth, False, family))
+            todo[(b, pick.tree)] = (cap, True, family)
     return todo

@@ -35,6 +35,7 @@ from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.prompt_sets import ship_prose_choice
 from treeopt.demo.selections import ship_selections
+from treeopt.demo.stage_picks import measure_picks
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.files import read_json, write_json
@@ -120,6 +121,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
         stages.recheck_quality(ctx, results)
         _ran_here(ctx)
         recheck.unlink()
+    results["picks"] = measure_picks(ctx)  # every sweep marks (and measured) select's picks
     for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
         start = time.perf_counter()
         results[name] = {**ship(paths, config.device),

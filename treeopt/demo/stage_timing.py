@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,30 +86,52 @@ def kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
         return _kind_sweep(ctx, kind)
 
 
-def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
-    from treeopt.decoding.live_sweep import tune
-    from treeopt.demo.evidence import alongside_profile, sweep_method
+@dataclass(frozen=True, eq=False)
+class SweepPlan:
+    """What a drafter's sweep measures and prices with: the growth and the sizes swept, the
+    swept prompts' own held-out trace over the tokens decoded (each point's E[L]: the sweep
+    shows the step-cost model's error, not the sampling error of a handful of prompts), the
+    calibration trace select picks with (as a user's select does before any live run), and
+    the demo's step costs, the verify step shared with the drafters profiled so far."""
+
+    growth: Growth
+    sizes: list[int]
+    own: RankTrace
+    select_trace: RankTrace
+    costs: StepCosts
+
+
+def sweep_plan(ctx: Context, kind: str) -> SweepPlan:
+    """The ``kind`` drafter's :class:`SweepPlan`, from the demo's files (no model)."""
     from treeopt.demo.step_costs import demo_step_costs
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
 
     c = ctx.config
-    prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
-    # E[L] from the same prompts' own trace, over the tokens decoded live: the sweep shows the
-    # step-cost model's error, not the sampling error of a handful of prompts; select picks with
-    # the calibration trace, as a user's select does before any live run
-    path = ctx.paths.sweep(kind, c.device)
     growth = Growth.load(ctx.paths.growth(kind))
-    sizes = [n for n in c.sweep_sizes if n <= growth.max_nodes]
-    own = RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
-        c.sweep_prompts, positions=c.live_new_tokens)
+    profile = ctx.paths.step_profile(kind, c.device)
+    return SweepPlan(growth, [n for n in c.sweep_sizes if n <= growth.max_nodes],
+                     RankTrace.load(ctx.paths.trace(kind, heldout=True)).sequences(
+                         c.sweep_prompts, positions=c.live_new_tokens),
+                     RankTrace.load(ctx.paths.trace(kind)),
+                     demo_step_costs(ctx.paths, kind, c.device,
+                                     source=ctx.paths.inside(profile)))
+
+
+def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
+    from treeopt.decoding.live_sweep import tune
+    from treeopt.demo.evidence import alongside_profile, sweep_method
+
+    c = ctx.config
+    prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
+    path = ctx.paths.sweep(kind, c.device)
+    plan = sweep_plan(ctx, kind)
+    growth, sizes, own, costs = plan.growth, plan.sizes, plan.own, plan.costs
+    select_trace = plan.select_trace
     alongside = alongside_profile(ctx.model, ctx.heads(kind), prompts, config=c,
                                   out=ctx.paths.alongside_profile(kind, c.device))
     start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
-    profile = ctx.paths.step_profile(kind, c.device)  # its verify step shared with those so far
-    costs = demo_step_costs(ctx.paths, kind, c.device, source=ctx.paths.inside(profile))
-    select_trace = RankTrace.load(ctx.paths.trace(kind))
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
                   config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,

@@ -9,7 +9,9 @@ steady-state tokens/s of the whole batch, the speed-up as the median over rounds
 the rounds timed and the relative standard error of their mean speed-up, the mean accepted
 length, the accepted tokens per row and steady step — the E[L] the steady tokens/s counts —,
 lossless) and, when a step profile was given, ``predicted`` (tokens/s, speed-up and the E[L]
-priced) and ``error`` (predicted / measured speed-up − 1).
+priced) and ``error`` (predicted / measured speed-up − 1). A point's tree is the growth order's of
+its size and depth cap, or, where the point says ``"family": "per-step greedy"``, the per-step
+greedy growth's tree of that size (:mod:`treeopt.model.step_growth`), which ``select`` may pick.
 ``selected`` marks the tree ``select`` picks for that batch; ``races`` (optional), per batch
 where the pick is not the measured best, the two raced head to head. Written atomically after
 every point, so an interrupted sweep resumes where it stopped.
@@ -36,6 +38,9 @@ BATCHINGS = ("static", "continuous")
 # what a sweep written before a setting existed was measured with
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
               "batching": "static"}
+# a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
+# for a tree of another family (the per-step greedy growth's)
+PointKey = tuple[int, int, int | None] | tuple[int, int, int | None, str]
 
 
 @dataclass(frozen=True)
@@ -62,10 +67,12 @@ class SweepPoint:
     # tokens/s counts (None: not recorded)
     steady_accept_length: float | None = None
     predicted_accept_length: float | None = None
+    family: str | None = None  # None: the growth order's tree; else e.g. "per-step greedy"
 
     @property
-    def key(self) -> tuple[int, int, int | None]:
-        return (self.batch, self.size, self.max_depth)
+    def key(self) -> PointKey:
+        base = (self.batch, self.size, self.max_depth)
+        return base if self.family is None else (*base, self.family)
 
     def predicted_by(self, prediction: tuple[float, float, float]) -> SweepPoint:
         """The point with a prediction: (tokens/s, speed-up, E[L] it was priced with)."""
@@ -85,6 +92,7 @@ class SweepPoint:
             "batch": self.batch, "size": self.size, "max_depth": self.max_depth,
             "depth": self.depth, "choices": [list(p) for p in self.choices],
             "selected": self.selected,
+            **({"family": self.family} if self.family is not None else {}),
             "measured": {"tree_tokens_per_s": self.tree_tokens_per_s,
                          "autoregressive_tokens_per_s": self.autoregressive_tokens_per_s,
                          "speedup": self.speedup, "spread": self.spread,
@@ -130,7 +138,16 @@ class SweepPoint:
                    optional(integer, m, "rounds", where, minimum=1),
                    optional(number, m, "speedup_se", where, minimum=0.0),
                    optional(number, m, "steady_accept_length", where, minimum=0.0),
-                   optional(number, p, "accept_length", said, minimum=0.0))
+                   optional(number, p, "accept_length", said, minimum=0.0),
+                   _family(doc, source))
+
+
+def _family(doc: dict[str, Any], where: str) -> str | None:
+    """The point's tree family: absent for the growth order's trees."""
+    family = doc.get("family")
+    if family is not None and not isinstance(family, str):
+        raise TreeoptError(f"{where}: 'family' must be a string, got {family!r}")
+    return family
 
 
 def _choices(doc: dict[str, Any], where: str) -> tuple[tuple[int, ...], ...]:
@@ -147,8 +164,8 @@ class Race:
     same moments and their ratio is measured afresh."""
 
     batch: int
-    best: tuple[int, int, int | None]  # (batch, size, depth cap): the points raced
-    selected: tuple[int, int, int | None]
+    best: PointKey  # the points raced
+    selected: PointKey
     selected_over_best: float  # the pick's tokens/s over the best's, median over rounds
 
     def to_json(self) -> dict[str, Any]:
@@ -164,15 +181,18 @@ class Race:
                    number(doc, "selected_over_best", source, positive=True))
 
 
-def _key(doc: dict[str, Any], name: str, where: str) -> tuple[int, int, int | None]:
-    """A point's key ``[batch, size, depth cap or null]``."""
+def _key(doc: dict[str, Any], name: str, where: str) -> PointKey:
+    """A point's key ``[batch, size, depth cap or null]``, its family after them for a tree of
+    another family than the growth order's."""
     key = listed(doc, name, where)
-    if len(key) != 3:
-        raise TreeoptError(f"{where}: '{name}' must be [batch, size, depth cap], got {key!r}")
-    part = dict(zip(("batch", "size", "max_depth"), key, strict=True))
+    if len(key) not in (3, 4) or (len(key) == 4 and not isinstance(key[3], str)):
+        raise TreeoptError(f"{where}: '{name}' must be [batch, size, depth cap] or [batch, "
+                           f"size, depth cap, family], got {key!r}")
+    part = dict(zip(("batch", "size", "max_depth"), key[:3], strict=True))
     at = f"{where}: '{name}'"
-    return (integer(part, "batch", at, minimum=1), integer(part, "size", at, minimum=0),
+    base = (integer(part, "batch", at, minimum=1), integer(part, "size", at, minimum=0),
             optional(integer, part, "max_depth", at, minimum=1))
+    return base if len(key) == 3 else (*base, key[3])
 
 
 @dataclass(frozen=True)
@@ -189,7 +209,7 @@ class Sweep:
         kept = tuple(p for p in self.points if p.key != point.key)
         return replace(self, points=(*kept, point))
 
-    def has(self, key: tuple[int, int, int | None]) -> bool:
+    def has(self, key: PointKey) -> bool:
         return any(p.key == key for p in self.points)
 
     def with_race(self, race: Race) -> Sweep:
@@ -287,9 +307,8 @@ class Sweep:
                                f"write to another path")
         return replace(old, meta={**old.meta, **{k: meta[k] for k in renewed if k in meta}})
 
-    def with_predictions(self, predicted: Mapping[tuple[int, int, int | None],
-                                                   tuple[float, float, float]],
-                         selected: Collection[tuple[int, int, int | None]]) -> Sweep:
+    def with_predictions(self, predicted: Mapping[PointKey, tuple[float, float, float]],
+                         selected: Collection[PointKey]) -> Sweep:
         """Every point with its (tokens/s, speed-up, E[L]) from ``predicted`` and marked
         selected when its key is in ``selected``: the points priced again by another step-cost
         model."""
@@ -298,9 +317,10 @@ class Sweep:
             for p in self.points))
 
 
-def _order(p: SweepPoint) -> tuple[int, int, int, int]:
-    return (p.batch, -1 if p.max_depth is None else p.max_depth, p.size, int(p.selected))
+def _order(p: SweepPoint) -> tuple[int, int, int, str, int]:
+    return (p.batch, -1 if p.max_depth is None else p.max_depth, p.size, p.family or "",
+            int(p.selected))
 
 
-__all__ = ["BATCHINGS", "SWEEP_FORMAT", "Race", "Sweep", "SweepPoint"]
+__all__ = ["BATCHINGS", "SWEEP_FORMAT", "PointKey", "Race", "Sweep", "SweepPoint"]
 

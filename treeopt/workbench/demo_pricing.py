@@ -13,7 +13,7 @@ from treeopt.model.runs import as_runs
 from treeopt.model.trace import RankTrace
 from treeopt.model.tree import Tree
 from treeopt.pricing.costs import StepCosts
-from treeopt.pricing.selection import Selection
+from treeopt.pricing.selection import Point, Selection
 from treeopt.pricing.sources import profiled_costs
 from treeopt.pricing.sweep_prediction import Prediction, predict
 
@@ -84,6 +84,23 @@ class DemoPricing:
     drafted_sweep: Sweep | None = None  # a lookup drafter's chains swept verified as drafted
 
 
+def unswept_picks(pricing: DemoPricing, *, drafted: bool) -> list[Point]:
+    """The picks of ``pricing``'s selection (its first context, per batch size) that its sweep
+    does not mark as select's pick, measured: the chains verified as drafted, with ``drafted``,
+    against the drafted sweep, the other picks against the other. A demo build marks and
+    measures every pick (:mod:`treeopt.demo.stage_picks`), except in a sweep measured by an
+    earlier treeopt."""
+    sweep = pricing.drafted_sweep if drafted else pricing.sweep
+    first = pricing.selection.contexts[0]
+    out = []
+    for p in pricing.selection.points:
+        if p.context == first and p.drafted == drafted:
+            marked = sweep.selected(p.batch) if sweep is not None else None
+            if marked is None or set(marked.choices) != set(p.tree.paths):
+                out.append(p)
+    return out
+
+
 def demo_pricing(demo: Demo, kind: str) -> DemoPricing | None:
     """The demo's measured pricing of its ``kind`` heads (None without a step profile): the
     selection (the demo's own, :mod:`treeopt.demo.selections`, while its inputs are unchanged;
@@ -150,4 +167,4 @@ def swept_part(trace: RankTrace, sweep: Sweep, prompts: int) -> RankTrace:
 
 
 __all__ = ["DemoPricing", "HeldOutPricing", "SweptPricing", "demo_pricing", "held_out_pricing",
-           "swept_part", "swept_pricing"]
+           "swept_part", "swept_pricing", "unswept_picks"]

@@ -116,8 +116,9 @@ def sweep_figure(sweep: Sweep, *, title: str, drafter: str = "") -> go.Figure:
     batches = sweep.batches
     sizes = [p.size for p in sweep.points if p.size > 0] or [1]
     for b, colour in zip(batches, style.shades(drafter, len(batches)), strict=True):
-        pts = sorted((p for p in sweep.points if p.batch == b and p.max_depth is None),
-                     key=lambda p: p.size)  # the uncapped family: the growth's T_n
+        pts = sorted((p for p in sweep.points if p.batch == b and p.max_depth is None
+                      and p.family is None),
+                     key=lambda p: p.size)  # the uncapped growth order: the growth's T_n
         x = [p.size for p in pts]
         fig.add_trace(go.Scatter(
             x=x, y=[p.speedup for p in pts], mode="markers+lines",
@@ -169,8 +170,10 @@ def _marked(sweep: Sweep, batch: int, colour: str) -> list[go.Scatter]:
 
 
 def _capped(point: SweepPoint) -> str:
-    """A point's depth cap, for its hover (the uncapped family's points have none)."""
-    return "" if point.max_depth is None else f" (depth cap {point.max_depth})"
+    """A point's depth cap and family, for its hover (the uncapped growth order's points have
+    neither)."""
+    cap = "" if point.max_depth is None else f" (depth cap {point.max_depth})"
+    return cap + ("" if point.family is None else f", a tree of the {point.family} growth")
 
 
 def _accepted(point: SweepPoint) -> str:
