@@ -788,8 +788,8 @@ def test_what_a_sweep_run_again_would_change_is_said_without_a_model(model_and_h
     del doc["meta"]["step_tokens"]
     out.write_text(json.dumps(doc))
     assert sweep_pending(out, GROWTH, costs=dear, **said) == [
-        "measured by an earlier treeopt, whose steps counted otherwise: swept again only whole "
-        "(the build's --redo sweep), not point by point"]
+        "measured by an earlier treeopt, whose steps counted otherwise: measured again only "
+        "whole (the demo's sweep stage redone), not point by point"]
 
 
 def test_a_point_s_family_and_a_race_of_it_read_back_and_a_bad_family_is_refused(tmp_path):

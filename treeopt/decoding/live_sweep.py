@@ -6,9 +6,9 @@ With a step profile (:class:`~treeopt.pricing.costs.StepCosts`) the sweep also m
 the tree :func:`~treeopt.pricing.throughput.select` picks over the whole growth (every size and depth
 cap of the growth order, and the per-step greedy growth's trees, as ``treeopt select`` prices
 them: such a pick is a point of its own family), so the sweep shows how close the model's choice
-comes to the measured best. Two traces may play two parts: ``trace`` gives each point's predicted E[L] (ideally the swept
-prompts' own trace, so the error is the step-cost model's alone), ``select_trace`` is what select
-picks with (a calibration trace: what a user's select sees before any live run; by default
+comes to the measured best. Two traces may play two parts: ``trace`` gives each point's
+predicted E[L] (ideally the swept prompts' own trace, so the error is the step-cost model's
+alone), ``select_trace`` is what select picks with (a calibration trace: what a user's select sees before any live run; by default
 ``trace``). ``trace`` is read over the positions the sweep decodes, each sequence's first
 ``max_new_tokens``; a ``select_trace`` is read as given, whole, as ``treeopt select --trace`` reads
 it, so the pick measured is the one select makes (without one, select picks with ``trace`` as read).
@@ -164,8 +164,8 @@ def sweep_pending(out: str | os.PathLike[str], growth: Growth, *, batch: Sequenc
                    trace=select_trace if select_trace is not None else run, drafted=drafted)
     sweep = Sweep.load(out)
     if not resumable(sweep):
-        return ["measured by an earlier treeopt, whose steps counted otherwise: swept again "
-                "only whole (the build's --redo sweep), not point by point"]
+        return ["measured by an earlier treeopt, whose steps counted otherwise: measured "
+                "again only whole (the demo's sweep stage redone), not point by point"]
     keys = {point_key(b, tree, cap, family): picked
             for (b, tree), (cap, picked, family) in todo.items()}
     pending = [f"batch {k[0]}: {'select picks' if picked else 'no point of'} the {k[1]}-node "

@@ -15,7 +15,7 @@ finished sweeps (:func:`~treeopt.demo.stage_timing.kind_sweep`): every point kep
 anew, the picks marked, and a pick the sweep lacks measured as its other points were. Where no
 sweep is stale, nothing is loaded or run; run again after an interruption, it resumes. A sweep
 measured by an earlier treeopt, whose steps counted otherwise, is not added to: the record says
-so (``kept``), and the build's ``--redo sweep`` measures it anew.
+so (``kept``), and redoing the demo's sweep stage measures it anew.
 """
 
 from __future__ import annotations
