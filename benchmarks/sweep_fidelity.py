@@ -55,6 +55,7 @@ def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
     selection's pick per batch that this sweep measures (a chain verified as drafted: the
     drafted sweep; else the other), marked ``*`` where a point has its tree."""
     from treeopt.model.tree import Tree
+    from treeopt.workbench.demo_pricing import measures
 
     name = f"{kind} (verified as drafted)" if drafted else kind
     print(f"{name}: sweep of {sweep.meta.get('created', '?')}, {sweep.meta.get('prompts')} "
@@ -64,11 +65,11 @@ def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,
     for batch in sorted({p.batch for p in sweep.points}):
         cells = []
         pick = picks.get(batch)
-        if pick is not None and not any(p.batch == batch and set(p.choices) == set(
-                pick.tree.paths) for p in sweep.points):
+        if pick is not None and not any(p.batch == batch and measures(p, pick)
+                                        for p in sweep.points):
             said.append(f"b{batch} {pick.tree.size}-node {pick.family} tree not swept")
         for p in (p for p in sweep.points if p.batch == batch):
-            picked = pick is not None and set(p.choices) == set(pick.tree.paths)
+            picked = pick is not None and measures(p, pick)
             tree = Tree.from_choices([list(c) for c in p.choices])
             predicted = held_out.predict(tree, batch, drafted=drafted and tree.size > 0)
             error = predicted.speedup / p.speedup - 1

@@ -34,7 +34,6 @@ def measure_picks(ctx: Context) -> dict[str, Any]:
     from treeopt.documents.sweep import Sweep
 
     c = ctx.config
-
     start = time.perf_counter()
     stale = {kind: why for kind in ctx.paths.kinds() if (why := stale_sweeps(ctx, kind))}
     record: dict[str, Any] = {"swept_again": {}, "kept": {}}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from treeopt.demo.selections import priced_selection, shipped_selection
-from treeopt.documents.sweep import Sweep
+from treeopt.documents.sweep import Sweep, SweepPoint
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_runs
 from treeopt.model.trace import RankTrace
@@ -84,6 +84,12 @@ class DemoPricing:
     drafted_sweep: Sweep | None = None  # a lookup drafter's chains swept verified as drafted
 
 
+def measures(point: SweepPoint, pick: Point) -> bool:
+    """Whether the sweep ``point`` measured ``pick``'s tree (the same paths, whatever its size
+    and family are called)."""
+    return set(point.choices) == set(pick.tree.paths)
+
+
 def unswept_picks(pricing: DemoPricing, *, drafted: bool) -> list[Point]:
     """The picks of ``pricing``'s selection (its first context, per batch size) that its sweep
     does not mark as select's pick, measured: the chains verified as drafted, with ``drafted``,
@@ -96,7 +102,7 @@ def unswept_picks(pricing: DemoPricing, *, drafted: bool) -> list[Point]:
     for p in pricing.selection.points:
         if p.context == first and p.drafted == drafted:
             marked = sweep.selected(p.batch) if sweep is not None else None
-            if marked is None or set(marked.choices) != set(p.tree.paths):
+            if marked is None or not measures(marked, p):
                 out.append(p)
     return out
 
@@ -167,4 +173,4 @@ def swept_part(trace: RankTrace, sweep: Sweep, prompts: int) -> RankTrace:
 
 
 __all__ = ["DemoPricing", "HeldOutPricing", "SweptPricing", "demo_pricing", "held_out_pricing",
-           "swept_part", "swept_pricing", "unswept_picks"]
+           "measures", "swept_part", "swept_pricing", "unswept_picks"]
