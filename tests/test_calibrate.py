@@ -11,7 +11,12 @@ from conftest import tiny_llama  # noqa: E402
 
 import treeopt.decoding.calibrate as calibrate_module  # noqa: E402
 from treeopt import RankTrace, TreeoptError, merge_traces  # noqa: E402
-from treeopt.decoding.calibrate import CalibrateConfig, calibrate, shard_path  # noqa: E402
+from treeopt.decoding.calibrate import (  # noqa: E402
+    CalibrateConfig,
+    calibrate,
+    continued,
+    shard_path,
+)
 from treeopt.decoding.continuations import ContinuationStore, weights_digest  # noqa: E402
 from treeopt.decoding.loop import DecodeConfig, autoregressive  # noqa: E402
 from treeopt.decoding.rank_pass import greedy_continuations, rank_batch, reference_ranks  # noqa: E402
@@ -299,6 +304,12 @@ def test_drafters_share_one_decoding_and_get_the_traces_they_would_alone(
     shared = {k: calibrate(model, d, PROMPTS, tmp_path / f"shared-{k}.npz", config=config,
                            continuations=store)[0] for k, d in drafters.items()}
     assert len(decoded) == 3  # 5 prompts in chunks of 2: decoded once, for both drafters
+    kept = continued(model, PROMPTS, config, store=store)  # what the dynamic stage reads
+    assert len(decoded) == 3  # none decoded again
+    assert kept == continued(model, PROMPTS, config)  # and what decoding them again gives
+    rows = [p for p in PROMPTS for _ in range(config.samples_per_prompt if temperature else 1)]
+    assert [s[: len(p)] for s, p in zip(kept, rows, strict=True)] == rows
+    assert sum(len(s) for s in kept) == shared["medusa"].meta["tokens"]
     for k in alone:
         assert np.array_equal(alone[k].ranks, shared[k].ranks)
         assert alone[k].meta["sequence_positions"] == shared[k].meta["sequence_positions"]

@@ -81,13 +81,22 @@ def test_every_pick_the_real_models_demo_ships_is_measured_in_its_drafters_sweep
     assert unmeasured_picks(demo_root("smollm2")) == []
 
 
-def test_a_build_measures_the_picks_it_ships(tiny):
+def test_a_build_measures_the_picks_it_ships(tiny, tiny_demos):
     """A build's last measuring step (:mod:`treeopt.demo.stage_picks`) sweeps again the drafters
     swept before every drafter was profiled: each pick the build ships is measured and marked,
-    and nothing is left stale."""
+    the manifest's sweep records are the new sweeps', and nothing is left stale: the resumed
+    build after it sweeps nothing again."""
     assert unmeasured_picks(tiny) == []
-    manifest = json.loads((tiny / "manifest.json").read_text())
-    assert set(manifest["picks"]["swept_again"]) <= set(manifest["config"]["kinds"])
+    first = json.loads((tiny_demos.before / "manifest.json").read_text())
+    swept = first["picks"]["swept_again"]
+    assert swept and set(swept) <= set(first["config"]["kinds"])  # the heads, swept early
+    for kind, why in swept.items():
+        assert why and all(isinstance(line, str) for line in why)
+        record = (first["sweep"][kind] if kind in first["sweep"]
+                  else first["drafters"][kind]["sweep"])
+        shipped = json.loads((tiny_demos.before / "sweep" / record["file"]).read_text())
+        assert record["summary"] == shipped["summary"]
+    assert json.loads((tiny / "manifest.json").read_text())["picks"]["swept_again"] == {}
 
 
 @pytest.fixture(scope="module")

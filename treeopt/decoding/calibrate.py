@@ -275,23 +275,9 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
         check_context(model, longest + config.max_new_tokens,
                       what=f"a prompt of {longest} tokens plus --max-new-tokens "
                            f"{config.max_new_tokens}")
+        seqs = _continued(model, prompts, config, first=first, store=continuations)
         if config.temperature > 0:
-            S = config.samples_per_prompt
-            prompts = [p for p in prompts for _ in range(S)]
-            streams = [(first + i) * S + s for i in range(len(prompts) // S) for s in range(S)]
-
-            def decode() -> list[list[int]]:
-                return sampled_continuations(model, prompts, config=config.decoding(),
-                                             streams=streams)
-            settings: dict[str, Any] = {"decoding": asdict(config.decoding()),
-                                        "streams": streams}
-        else:
-            def decode() -> list[list[int]]:
-                return greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
-                                            eos_token_id=config.eos_token_id)
-            settings = {"greedy": config.max_new_tokens, "eos": config.eos_token_id}
-        seqs = (decode() if continuations is None else
-                continuations.get(_model_label(model), prompts, settings, decode))
+            prompts = [p for p in prompts for _ in range(config.samples_per_prompt)]
         starts = [len(p) - 1 for p in prompts]
         ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k, to_end=True)
                  if cache is None else heads.rank_requests(cache, seqs, starts,
@@ -309,6 +295,42 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
     return RankTrace(arr, {"top_k": config.top_k, "sequences": len(seqs), "tokens": tokens,
                            "sequence_positions": [len(r) for r in ranks],
                            "prompt_digests": [prompt_digest(p) for p in prompts], **kept}, drafted)
+
+
+def continued(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
+              config: CalibrateConfig, *,
+              store: ContinuationStore | None = None) -> list[list[int]]:
+    """Prompt + continuation of each prompt exactly as :func:`calibrate` decodes them (its
+    chunks of ``config.batch_size`` prompts; each sampled one ``samples_per_prompt`` times),
+    from ``store`` where a calibration kept them: what else the build measures on the same
+    continuations reads them here rather than decoding again."""
+    out: list[list[int]] = []
+    for lo in range(0, len(prompts), config.batch_size):
+        out += _continued(model, prompts[lo: lo + config.batch_size], config, first=lo,
+                          store=store)
+    return out
+
+
+def _continued(model: PreTrainedModel, prompts: Sequence[Sequence[int]],
+               config: CalibrateConfig, *, first: int,
+               store: ContinuationStore | None) -> list[list[int]]:
+    """One chunk's continuations (its first prompt is number ``first`` of the run)."""
+    if config.temperature > 0:
+        S = config.samples_per_prompt
+        prompts = [p for p in prompts for _ in range(S)]
+        streams = [(first + i) * S + s for i in range(len(prompts) // S) for s in range(S)]
+
+        def decode() -> list[list[int]]:
+            return sampled_continuations(model, prompts, config=config.decoding(),
+                                         streams=streams)
+        settings: dict[str, Any] = {"decoding": asdict(config.decoding()), "streams": streams}
+    else:
+        def decode() -> list[list[int]]:
+            return greedy_continuations(model, prompts, max_new_tokens=config.max_new_tokens,
+                                        eos_token_id=config.eos_token_id)
+        settings = {"greedy": config.max_new_tokens, "eos": config.eos_token_id}
+    return decode() if store is None else store.get(_model_label(model), prompts, settings,
+                                                      decode)
 
 
 def _drafted(heads: Drafter, seqs: Sequence[Sequence[int]],

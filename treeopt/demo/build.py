@@ -121,7 +121,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
         stages.recheck_quality(ctx, results)
         _ran_here(ctx)
         recheck.unlink()
-    results["picks"] = measure_picks(ctx)  # every sweep marks (and measured) select's picks
+    results["picks"] = measure_picks(ctx, results)  # every sweep marks (and measured) select's picks
     for name, ship in PRICED_LAST.items():  # from what the demo now holds, every build
         start = time.perf_counter()
         results[name] = {**ship(paths, config.device),

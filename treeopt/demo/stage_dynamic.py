@@ -13,6 +13,7 @@ import numpy as np
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DYNAMIC_KIND
 from treeopt.demo.stage_timing import demo_costs, has_profiler, threads
+from treeopt.demo.stage_traces import trace_config
 from treeopt.files import write_json
 
 
@@ -20,8 +21,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
     """Dynamic trees for the EAGLE drafter: its dynamic traces (calibration and held-out), live
     dynamic decoding of a few settings against both traces' predictions, and ``select
     --dynamic``'s recommendation per batch from the EAGLE step profile."""
+    from treeopt.decoding.calibrate import continued
     from treeopt.decoding.dynamic_rank_pass import simulate_dynamic
-    from treeopt.decoding.rank_pass import greedy_continuations
 
     c = ctx.config
     if DYNAMIC_KIND not in c.kinds:
@@ -33,8 +34,8 @@ def dynamic(ctx: Context) -> dict[str, Any]:
         prompts = ctx.prompt_ids(part)
         prompts = prompts[: c.dynamic_prompts if part == "calibration"
                           else c.dynamic_heldout_prompts]  # (None: every held-out prompt)
-        sequences = greedy_continuations(ctx.model, prompts, max_new_tokens=c.max_new_tokens,
-                                         eos_token_id=ctx.tokenizer.eos_token_id)
+        # the greedy traces' own continuations, decoded once (the same chunks, the same tokens)
+        sequences = continued(ctx.model, prompts, trace_config(ctx), store=ctx.continuations)
         starts = [len(p) - 1 for p in prompts]
         traces[part] = {}
         for k in c.dynamic_topk:

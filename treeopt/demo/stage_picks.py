@@ -12,7 +12,9 @@ This step finds, from the files alone, every sweep whose points, marks or predic
 :func:`~treeopt.decoding.live_sweep.tune` would change with the costs the demo now prices by
 (:func:`~treeopt.decoding.live_sweep.sweep_pending`), and sweeps that drafter again over its
 finished sweeps (:func:`~treeopt.demo.stage_timing.kind_sweep`): every point kept and priced
-anew, the picks marked, and a pick the sweep lacks measured as its other points were. Where no
+anew, the picks marked, and a pick the sweep lacks measured as its other points were; the
+drafter's sweep record in the manifest is the new one, and the step's own record says which
+drafters it swept again and why. Where no
 sweep is stale, nothing is loaded or run; run again after an interruption, it resumes. A sweep
 measured by an earlier treeopt, whose steps counted otherwise, is not added to: the record says
 so (``kept``), and redoing the demo's sweep stage measures it anew.
@@ -24,11 +26,14 @@ import time
 from typing import Any
 
 from treeopt.demo.context import Context
+from treeopt.files import write_json
 
 
-def measure_picks(ctx: Context) -> dict[str, Any]:
-    """Sweep again every drafter whose sweeps are stale against the demo's step costs; return
-    the manifest's record: per drafter swept again, what was stale and its sweep's record."""
+def measure_picks(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
+    """Sweep again every drafter whose sweeps are stale against the demo's step costs, its new
+    sweep record put in place of the old in ``results`` (the sweep stage's for the heads, the
+    drafters stage's for the others) and in that stage's record; return the manifest's record
+    of the step: per drafter swept again or kept, what was stale."""
     from treeopt.decoding.live_sweep import resumable
     from treeopt.demo.stage_timing import kind_sweep, threads
     from treeopt.documents.sweep import Sweep
@@ -44,8 +49,18 @@ def measure_picks(ctx: Context) -> dict[str, Any]:
             record["kept"][kind] = why  # its points are not added to: left as it is
             continue
         with threads(c.live_threads):
-            record["swept_again"][kind] = {"stale": why, "sweep": kind_sweep(ctx, kind)}
+            _replace_sweep(ctx, results, kind, kind_sweep(ctx, kind))
+        record["swept_again"][kind] = why
     return {**record, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _replace_sweep(ctx: Context, results: dict[str, Any], kind: str,
+                   sweep: dict[str, Any]) -> None:
+    """``kind``'s sweep record in ``results`` and in its stage's record on disk: ``sweep``."""
+    stage, holder = (("sweep", results["sweep"]) if kind in results.get("sweep", {})
+                     else ("drafters", results["drafters"][kind]))
+    holder[kind if stage == "sweep" else "sweep"] = sweep
+    write_json(ctx.scratch / f"{stage}.json", results[stage])
 
 
 def stale_sweeps(ctx: Context, kind: str) -> list[str]:
