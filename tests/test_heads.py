@@ -142,12 +142,16 @@ def test_a_rank_below_a_cut_is_the_full_rank_capped(dtype, rows, data):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=4),
-       st.integers(1, 12))
-def test_top_candidates_equal_the_full_stable_sort(dtype, rows, k):
-    """Few distinct values, so ties inside and across the k-th place are common (as in 16-bit
-    logits, where the tie path is the one usually taken)."""
-    logits = torch.tensor(rows, dtype=dtype)
+@given(st.lists(st.lists(st.integers(-3, 3), min_size=12, max_size=12), min_size=1, max_size=8),
+       st.integers(1, 12), st.data())
+def test_top_candidates_equal_the_full_stable_sort(dtype, rows, k, data):
+    """Few distinct values, so ties inside the top k and across the k-th place are common (as
+    in 16-bit logits, where the tie paths are the ones usually taken), in rows beside rows of
+    distinct values (a batch of rows takes each path at once)."""
+    distinct = data.draw(st.lists(st.permutations(range(12)), max_size=4))
+    rows = [*rows, *distinct]
+    order = data.draw(st.permutations(range(len(rows))))
+    logits = torch.tensor([rows[i] for i in order], dtype=dtype)
     want = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]
     assert torch.equal(top_candidates(logits, k), want)
     assert torch.equal(best_token(logits), want[..., 0])

@@ -74,10 +74,11 @@ def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
     """Token ids of the ``k`` best candidates ``[..., k]``, in the order :func:`rank_of` uses.
 
     A top-k, not a sort of the vocabulary (drafting calls this once per tree level). On the CPU:
-    a top-(k+1), whose order is the rank order unless two of its values are equal; only then a
-    top-k of :func:`rank_keys`, which order exactly as the rule does (16-bit logits tie often,
-    and a stable sort of a bfloat16 vocabulary costs milliseconds). Elsewhere (a GPU), without
-    reading anything back to the host, always that top-k of :func:`rank_keys`.
+    a top-(k+1), whose order is the rank order in every row where no two of its values are
+    equal. 16-bit logits tie often (a dynamic trace ranks thousands of rows at once, most with
+    a tie among their best nine), so the rows with a tie are put in order apart
+    (:func:`_untie`). Elsewhere (a GPU), without reading anything back to the host, always a
+    top-k of :func:`rank_keys`, which order the vocabulary exactly as the rule does.
 
     >>> top_candidates(torch.tensor([0.5, 2.0, 0.5, 1.0]), 4).tolist()
     [1, 3, 0, 2]
@@ -90,10 +91,53 @@ def top_candidates(logits: torch.Tensor, k: int) -> torch.Tensor:
         return best_token(logits)[..., None].to(logits.device)
     if logits.device.type == "cpu" and k < vocab:
         top = torch.topk(logits, k + 1, dim=-1)  # values descending
-        values = top.values.float().numpy()  # numpy: a tiny array's checks cost a tenth
-        if not (values[..., 1:] == values[..., :-1]).any():
+        values = top.values.float()
+        v = values.numpy()  # numpy: a tiny array's checks cost a tenth
+        tied = (v[..., 1:] == v[..., :-1]).any(-1)
+        if not tied.any():
             return top.indices[..., :k]
+        at_cut = v[..., k] == v[..., k - 1]
+        return _untie(logits, values, top.indices, k, torch.from_numpy(np.asarray(tied)),
+                      torch.from_numpy(np.asarray(at_cut)))
     return torch.topk(rank_keys(logits), k, dim=-1).indices
+
+
+def _untie(logits: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, k: int,
+           tied: torch.Tensor, at_cut: torch.Tensor) -> torch.Tensor:
+    """The top-k of each row in the rule's order, from its top-(k+1) ``values`` (float32,
+    descending) and their ``indices``, in the rows ``tied``, where two of those values are
+    equal. The tokens above the k-th value are all listed. Where the (k+1)-th value is below
+    the k-th, so are the tokens of the k-th value, and the list sorted by (value, lower id
+    first) is the answer. Where the two are equal (``at_cut``), tokens of the k-th value past
+    the list may have lower ids: those rows take the lowest ids of that value from the whole
+    row, one comparison over the vocabulary rather than a sort of it."""
+    picked = indices[..., :k].clone()
+    inside = tied & ~at_cut
+    if inside.any():
+        ids = indices[inside][..., :k]
+        keys = _keys(values[inside][..., :k], ids, logits.shape[-1])
+        picked[inside] = ids.gather(-1, keys.argsort(dim=-1, descending=True))
+    if at_cut.any():
+        picked[at_cut] = _cut_ties(logits[at_cut], values[at_cut], indices[at_cut], k)
+    return picked
+
+
+def _cut_ties(logits: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
+              k: int) -> torch.Tensor:
+    """:func:`_untie`'s rows ``[m, V]`` whose k-th and (k+1)-th values are equal: the tokens
+    listed above that value, then the lowest ids of it, in the rule's order."""
+    cut = values[:, k - 1]
+    above = (values[:, :k] > cut[:, None]).sum(-1)  # the first `above` listed: over the cut
+    equal = logits == cut[:, None].to(logits.dtype)  # exact: the cut is one of these logits
+    row, token = equal.nonzero(as_tuple=True)  # by row, ids ascending
+    counts = equal.sum(-1)
+    place = torch.arange(len(row)) - (counts.cumsum(0) - counts)[row]  # within its row
+    slot = above[row] + place
+    keep = slot < k
+    out = indices[:, :k].clone()
+    out[row[keep], slot[keep]] = token[keep]
+    keys = _keys(values[:, :k], out, logits.shape[-1])  # the listed values from `above` on:
+    return out.gather(-1, keys.argsort(dim=-1, descending=True))  # the cut's, as the tokens
 
 
 def rank_keys(logits: torch.Tensor) -> torch.Tensor:
@@ -104,7 +148,12 @@ def rank_keys(logits: torch.Tensor) -> torch.Tensor:
     >>> rank_keys(torch.tensor([0.5, 2.0, 0.5, -1.0])).argsort(descending=True).tolist()
     [1, 0, 2, 3]
     """
-    bits = (logits.float() + 0.0).view(torch.int32)  # + 0.0: −0.0 becomes +0.0, equal to it
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negatives: larger magnitude, smaller key
     ids = torch.arange(logits.shape[-1], device=logits.device)
-    return ordered.long() * (1 << 32) + (logits.shape[-1] - 1 - ids)
+    return _keys(logits.float(), ids, logits.shape[-1])
+
+
+def _keys(values: torch.Tensor, ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """:func:`rank_keys` of float32 ``values`` whose token ids are ``ids``."""
+    bits = (values + 0.0).view(torch.int32)  # + 0.0: −0.0 becomes +0.0, equal to it
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negatives: larger magnitude, smaller key
+    return ordered.long() * (1 << 32) + (vocab - 1 - ids)
