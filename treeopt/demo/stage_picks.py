@@ -12,12 +12,12 @@ This step finds, from the files alone, every sweep whose points, marks or predic
 :func:`~treeopt.decoding.live_sweep.tune` would change with the costs the demo now prices by
 (:func:`~treeopt.decoding.live_sweep.sweep_pending`), and sweeps that drafter again over its
 finished sweeps (:func:`~treeopt.demo.stage_timing.kind_sweep`): every point kept and priced
-anew, the picks marked, and a pick the sweep lacks measured as its other points were; the
-drafter's sweep record in the manifest is the new one, and the step's own record says which
-drafters it swept again and why. Where no
-sweep is stale, nothing is loaded or run; run again after an interruption, it resumes. A sweep
-measured by an earlier treeopt, whose steps counted otherwise, is not added to: the record says
-so (``kept``), and redoing the demo's sweep stage measures it anew.
+anew, the picks marked, and a pick the sweep lacks measured as its other points were. The
+drafter's sweep record in the manifest is then the new sweep's; the step's own record says
+which drafters it swept again and why. Where no sweep is stale, nothing is loaded or run; run
+again after an interruption, it resumes. A sweep measured by an earlier treeopt, whose steps
+counted otherwise, is not added to: the record says so (``kept``), and redoing the demo's sweep
+stage measures it anew.
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def measure_picks(ctx: Context, results: dict[str, Any]) -> dict[str, Any]:
 def _replace_sweep(ctx: Context, results: dict[str, Any], kind: str,
                    sweep: dict[str, Any]) -> None:
     """``kind``'s sweep record in ``results`` and in its stage's record on disk: ``sweep``."""
-    stage, holder = (("sweep", results["sweep"]) if kind in results.get("sweep", {})
-                     else ("drafters", results["drafters"][kind]))
-    holder[kind if stage == "sweep" else "sweep"] = sweep
+    if kind in results.get("sweep", {}):  # a head kind's: the sweep stage's
+        stage = "sweep"
+        results[stage][kind] = sweep
+    else:  # the other drafters': each in its record of the drafters stage
+        stage = "drafters"
+        results[stage][kind]["sweep"] = sweep
     write_json(ctx.scratch / f"{stage}.json", results[stage])
 
 
