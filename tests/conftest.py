@@ -238,6 +238,14 @@ def tiny_demos(tmp_path_factory) -> TinyDemos:
                      json.loads((root / "logs.json").read_text()))
 
 
+def unswept_drafters(manifest: dict, swept: dict) -> dict:
+    """A demo manifest's drafters-stage records, less the sweep record of each drafter in
+    ``swept`` (a later build's picks step swept it again, :mod:`treeopt.demo.stage_picks`: its
+    record is the new sweep's): what a build that made other kinds again keeps as it was."""
+    return {kind: {k: v for k, v in record.items() if k != "sweep" or kind not in swept}
+            for kind, record in manifest["drafters"].items() if isinstance(record, dict)}
+
+
 def differences(a, b, *, rel: float = 1e-9, path: str = "") -> list[str]:
     """Where two JSON documents differ: every key, length, string and integer exactly, floats
     within ``rel`` (a least-squares fit's last bits vary with the CPU's BLAS kernels, so a

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import unswept_drafters
 
 from treeopt.assets.registry import ASSET_RECORD, ASSETS, missing_hint
 from treeopt.cli import build_parser, main
@@ -131,7 +132,11 @@ def test_a_finished_demo_gains_the_kinds_asked_and_keeps_the_rest(built):
         assert f"[{name}] medusa added since the demo was built …" in logs
         assert any(re.fullmatch(rf"\[{name}\] medusa: \d+\.\d s", line) for line in logs)
         assert grown["timings_s"][name] > first["timings_s"][name]  # the kept seconds and these
-    assert grown["drafters"] == first["drafters"] and grown["base"] == first["base"]
+    assert grown["base"] == first["base"]
+    # kept, but a sweep the picks step priced again with Medusa's new profile: then the new one
+    assert unswept_drafters(grown, grown["picks"]["swept_again"]) == unswept_drafters(
+        first, grown["picks"]["swept_again"])
+    assert set(grown["picks"]["swept_again"]) <= set(WEIGHTLESS)
     assert set(grown["heads"]) == {"medusa"} and grown["head_data"]["sequences"] > 0
     assert set(grown["quality"]["live"]) == {"medusa"} and grown["quality"]["live"]["medusa"][
         "4"]["lossless"]

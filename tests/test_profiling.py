@@ -186,11 +186,14 @@ def test_an_alongside_profile_records_each_point_once_and_resumes(tmp_path, monk
                                          max_new_tokens=6, measure=Measurement(rounds=1),
                                          sequences=2)
     chain1, chain2 = Tree.chain(1), Tree.chain(2)
-    for b, cap, tree in ((1, None, chain1), (1, 1, chain2), (2, None, chain1), (1, 1, chain2)):
+    fan2 = Tree.from_choices([[0], [1]])  # chain2's size, another shape: a record of its own
+    for b, cap, tree in ((1, None, chain1), (1, 1, chain2), (2, None, chain1), (1, 1, chain2),
+                         (1, 1, fan2), (1, 1, Tree.from_choices([[0], [1]]))):
         profile(b, cap, tree)
     doc = StepProfile.load(out)
-    assert [(r.batch, r.size, r.max_depth) for r in doc.records] == [
-        (1, 0, None), (1, 1, None), (1, 2, 1), (2, 0, None), (2, 1, None)]
+    assert [(r.batch, r.size, r.depth, r.max_depth) for r in doc.records] == [
+        (1, 0, 0, None), (1, 1, 1, None), (1, 2, 2, 1), (2, 0, 0, None), (2, 1, 1, None),
+        (1, 2, 1, 1)]
     assert all(r.ms_verify > 0 for r in doc.records)
     assert all(r.rounds >= 2 // r.batch for r in doc.records)  # both sequences each
     monkeypatch.setattr(alongside, "batch_records", lambda *a, **kw: pytest.fail("measured"))

@@ -14,7 +14,7 @@ A batch size's autoregressive record is the one measured with its first tree; ev
 is rescaled to it (its step over its own reference is what was measured), so the records of a
 batch share one reference and price as one profile: :func:`treeopt.pricing.costs.step_costs` reads
 the file like any other step profile. Written atomically after each record; a tree already recorded
-at a batch is not measured again.
+at a batch (one of the same shape) is not measured again.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from treeopt.documents.measure import Measurement
 from treeopt.errors import TreeoptError
 from treeopt.files import write_json
 from treeopt.model.tree import Tree
-from treeopt.profiling.step import batch_records, resume_document
+from treeopt.profiling.step import batch_records, resume_document, step_shape
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -100,8 +100,13 @@ class AlongsideProfile:
                      if r["batch"] == batch and r["size"] == 0), None)
 
     def recorded(self, batch: int, cap: int | None, tree: Tree) -> bool:
-        return any(r["batch"] == batch and r["max_depth"] == cap and r["size"] == tree.size
-                   and r["q"] == tree.num_tokens for r in self.doc["records"])
+        """Whether a tree of ``tree``'s shape (size, depth, tokens, nodes expanded per depth:
+        what its step is priced by) was profiled at ``batch`` and ``cap``: a per-step greedy
+        tree the size of a growth tree, but shaped otherwise, is a record of its own."""
+        shape = step_shape(tree)
+        return any(r["batch"] == batch and r["max_depth"] == cap
+                   and all(r.get(k) == v for k, v in shape.items())
+                   for r in self.doc["records"])
 
 
 def step_ms(record: dict[str, Any]) -> float:

@@ -108,7 +108,7 @@ def design_dynamic(settings: Sequence[DynamicSettings]) -> list[tuple[int | None
     return [(None, Tree(())), *((None, s) for s in settings)]
 
 
-def _shape(step: Shape) -> dict[str, Any]:
+def step_shape(step: Shape) -> dict[str, Any]:
     """What a record says of the step it profiled: size, depth, tokens q, nodes expanded per
     depth (and, for dynamic drafting, its settings)."""
     if isinstance(step, DynamicSettings):
@@ -196,7 +196,7 @@ def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
     for j, (cap, tree) in enumerate(trees):
         draft, verify, book = kept[j]
         records.append({
-            "batch": b, "max_depth": cap, **_shape(tree),
+            "batch": b, "max_depth": cap, **step_shape(tree),
             "context": round(context, 1), "ms_draft": round(draft * 1e3, 6),
             "ms_verify": round(verify * 1e3, 6), "ms_bookkeeping": round(book * 1e3, 6),
             "rounds": len(phases[j]), "seconds": round(timed[j], 3),
@@ -249,7 +249,7 @@ def _falling(trees: Sequence[tuple[int | None, Shape]], kept: dict[int, Phases])
     >>> _falling(trees, {0: (0, 5.0, 0), 1: (0, 6.0, 0), 2: (0, 5.8, 0)})
     []
     """
-    q_of = [_shape(tree)["q"] for _, tree in trees]
+    q_of = [step_shape(tree)["q"] for _, tree in trees]
     points = [(0, q, kept[j][1]) for j, q in enumerate(q_of)]
     noisy = {q for _, low, high, fall in verify_dips(points) if fall > FALL_LIMIT
              for q in (low, high)}
