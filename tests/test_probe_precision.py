@@ -106,3 +106,21 @@ def test_the_reference_reads_no_full_vocabulary_logits(monkeypatch):
         handle.remove()
     # the tree steps' own logits only (2 rows × 4 tree tokens), never the reference's prefixes
     assert rows and max(rows) <= 8
+
+
+def test_a_model_is_probed_once_while_its_attention_stays(monkeypatch):
+    """Every decoding starts a verifier; the support probe (every weight cast to float32 and
+    back) runs for a model's first, and again only once its attention implementation changed."""
+    import treeopt.decoding.probe as probe_module
+
+    model = _tiny("llama", torch.bfloat16)
+    probed = []
+    real = probe_module.check_tree_support
+    monkeypatch.setattr(probe_module, "check_tree_support",
+                        lambda verify: probed.append(1) or real(verify))
+    first = verifier(model, tree=True).probe
+    assert first is not None and first.exact
+    assert verifier(model, tree=True).probe == first and len(probed) == 1
+    assert verifier(_tiny("llama", torch.bfloat16), tree=True).probe.exact and len(probed) == 2
+    model.config._attn_implementation = "sdpa"
+    assert verifier(model, tree=True).probe.exact and len(probed) == 3

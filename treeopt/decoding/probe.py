@@ -169,6 +169,24 @@ def _ancestry(plan: TreePlan, token: int) -> list[int]:
     return chain[::-1]
 
 
+_CHECKED = "_treeopt_tree_support"  # set on a model: (what its probe saw, the probe)
+
+
+def _checked_once(verify: Verifier) -> SupportProbe:
+    """:func:`check_tree_support`, once per model while its attention implementation and
+    layout stay as they were: the probe casts every weight to float32 and back (about 1.4 s on
+    SmolLM2-135M, the packed weights made again after), and every decoding starts a
+    verifier."""
+    model = verify.model
+    seen = (getattr(model.config, "_attn_implementation", None), repr(verify.layout))
+    kept = vars(model).get(_CHECKED)
+    if kept is not None and kept[0] == seen:
+        return kept[1]
+    probe = check_tree_support(verify)
+    vars(model)[_CHECKED] = (seen, probe)
+    return probe
+
+
 def check_tree_support(verify: Verifier) -> SupportProbe:
     """Raise a TreeoptError naming the architecture unless treeopt's tree step gives the
     model's own logits (:func:`probe_tree_support`); returns the probe."""
@@ -202,7 +220,7 @@ def verifier(model: PreTrainedModel, *, tree: bool = True, compile: bool = False
     plain = Verifier(model, False, mask_dtype(model), layout, cache_shape(model),
                      features=features)  # no BLAS choice inside what torch.compile traces
     if tree:
-        plain = replace(plain, probe=check_tree_support(plain))
+        plain = replace(plain, probe=_checked_once(plain))
     plain = replace(plain, split=not features and _split_is_exact(model))
     blas = blas_choice(model)
     if not compile:

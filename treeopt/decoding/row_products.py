@@ -147,8 +147,8 @@ def pair_lone_rows(*modules: nn.Module | None) -> int:
     for sub, weight in linears:
         rule = RowRule(rules[(weight.shape[0], weight.shape[1], weight.dtype)].pair,
                        least.get(weight.dtype))
+        setattr(sub, _RULE, rule)  # probed: the next call (every decoding's start) skips it
         if rule.needed:
-            setattr(sub, _RULE, rule)
             sub.forward = types.MethodType(_agreeing_forward, sub)  # type: ignore[method-assign]
             changed += 1
     return changed
