@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
     from treeopt.errors import TreeoptError
-    from treeopt.workbench.demo_pricing import demo_pricing
+    from treeopt.workbench.demo_pricing import demo_pricing, swept_picks
     from treeopt.workbench.demos import build_host
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -122,13 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         if pricing is None or pricing.sweep is None or pricing.held_out is None:
             print(f"{kind}: no step profile, sweep or held-out trace; skipped")
             continue
-        first = pricing.selection.contexts[0]
         for sweep, drafted in ((pricing.sweep, False), (pricing.drafted_sweep, True)):
             if sweep is not None:
-                picks = {p.batch: p for p in pricing.selection.points
-                         if p.context == first and p.drafted == drafted}
                 every += report(kind, sweep, pricing.held_out, drafted=drafted,
-                                within=args.within, picks=picks)
+                                within=args.within, picks=swept_picks(pricing, drafted=drafted))
     print(f"all drafters: {tally(every, args.within)}")
     for line in demo.profiled_elsewhere():
         print(line, file=sys.stderr)

@@ -33,7 +33,7 @@ import numpy as np
 from treeopt.decoding.compare import Comparison, check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement, pooled_spread
-from treeopt.documents.sweep import PointKey, Race, Sweep, SweepPoint
+from treeopt.documents.sweep import PointKey, Race, Sweep, SweepPoint, point_key
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_run
@@ -122,7 +122,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     total = len(todo) + (len(batch) if race_best else 0)
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
     for i, ((b, tree), (cap, picked, family)) in enumerate(todo.items()):
-        if not sweep.has(point_key(b, tree, cap, family)):
+        if not sweep.has(tree_key(b, tree, cap, family)):
             if before_point is not None:
                 before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b,
@@ -166,13 +166,13 @@ def sweep_pending(out: str | os.PathLike[str], growth: Growth, *, batch: Sequenc
     if not resumable(sweep):
         return ["measured by an earlier treeopt, whose steps counted otherwise: measured "
                 "again only whole (the demo's sweep stage redone), not point by point"]
-    keys = {point_key(b, tree, cap, family): picked
+    keys = {tree_key(b, tree, cap, family): picked
             for (b, tree), (cap, picked, family) in todo.items()}
     pending = [f"batch {k[0]}: {'select picks' if picked else 'no point of'} the {k[1]}-node "
                "tree" + (f" of the {k[3]} growth" if len(k) == 4 else "")
                + (" (not measured)" if picked else "")
                for k, picked in keys.items() if not sweep.has(k)]
-    picks = {k for k, picked in keys.items() if picked}
+    picks = _pick_keys(todo)
     pending += [f"batch {p.batch}: the {p.size}-node tree is marked select's pick"
                 for p in sweep.points if p.selected and p.batch in batch and p.key not in picks]
     moved = sum(p.predicted_speedup is None or not np.isclose(predict(
@@ -199,9 +199,15 @@ def measured_point(result: Comparison, batch: int, tree: Tree, cap: int | None,
         steady_accept_length=result.tree_stats.decode_accept_length, family=family)
 
 
-def point_key(batch: int, tree: Tree, cap: int | None, family: str | None) -> PointKey:
+def tree_key(batch: int, tree: Tree, cap: int | None, family: str | None) -> PointKey:
     """The key of the sweep point that measures ``tree`` at ``batch``."""
-    return (batch, tree.size, cap) if family is None else (batch, tree.size, cap, family)
+    return point_key(batch, tree.size, cap, family)
+
+
+def _pick_keys(todo: dict[tuple[int, Tree], Planned]) -> set[PointKey]:
+    """The keys of the points select picked."""
+    return {tree_key(b, tree, cap, family)
+            for (b, tree), (cap, picked, family) in todo.items() if picked}
 
 
 def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, Tree], Planned],
@@ -232,9 +238,8 @@ def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, 
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed,
         old=existing)
     if costs is not None and sweep.points:
-        picks = {point_key(b, tree, cap, family)
-                 for (b, tree), (cap, picked, family) in todo.items() if picked}
-        picks |= {p.key for p in sweep.points if p.selected and p.batch not in batch}
+        picks = _pick_keys(todo) | {p.key for p in sweep.points
+                                    if p.selected and p.batch not in batch}
         sweep = sweep.with_predictions(
             {p.key: predict(Tree.from_choices([list(c) for c in p.choices]), growth, costs,
                             trace, p.batch, continuous=continuous, drafted=drafted)

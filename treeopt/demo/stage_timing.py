@@ -126,15 +126,15 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     prompts = ctx.prompt_ids("heldout")[: c.sweep_prompts]
     path = ctx.paths.sweep(kind, c.device)
     plan = sweep_plan(ctx, kind)
-    growth, sizes, own, costs = plan.growth, plan.sizes, plan.own, plan.costs
-    select_trace = plan.select_trace
+    growth, sizes, own = plan.growth, plan.sizes, plan.own
     alongside = alongside_profile(ctx.model, ctx.heads(kind), prompts, config=c,
                                   out=ctx.paths.alongside_profile(kind, c.device))
     start = time.perf_counter()
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
-                  config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,
+                  config=_sweep_decoding(ctx), costs=plan.costs, trace=own,
+                  select_trace=plan.select_trace,
                   meta={"model": "treeopt demo", "device": c.device,
                         "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
                   race_best=c.sweep_race, before_point=alongside,
@@ -149,8 +149,8 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
         record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
     chains = drafted_chain_sizes(growth, sizes, own)
     if chains:
-        record["drafted"] = _drafted_sweep(ctx, kind, prompts, growth, chains, costs, own,
-                                           select_trace)
+        record["drafted"] = _drafted_sweep(ctx, kind, prompts, growth, chains, plan.costs, own,
+                                           plan.select_trace)
     return record
 
 

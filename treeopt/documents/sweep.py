@@ -43,6 +43,12 @@ LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
 PointKey = tuple[int, int, int | None] | tuple[int, int, int | None, str]
 
 
+def point_key(batch: int, size: int, max_depth: int | None, family: str | None = None,
+              ) -> PointKey:
+    """The key of a point: its family after the rest only for a tree of another family."""
+    return (batch, size, max_depth) if family is None else (batch, size, max_depth, family)
+
+
 @dataclass(frozen=True)
 class SweepPoint:
     """One measured (batch, tree) point of a sweep, and its prediction when there is one."""
@@ -71,8 +77,7 @@ class SweepPoint:
 
     @property
     def key(self) -> PointKey:
-        base = (self.batch, self.size, self.max_depth)
-        return base if self.family is None else (*base, self.family)
+        return point_key(self.batch, self.size, self.max_depth, self.family)
 
     def predicted_by(self, prediction: tuple[float, float, float]) -> SweepPoint:
         """The point with a prediction: (tokens/s, speed-up, E[L] it was priced with)."""
@@ -190,9 +195,9 @@ def _key(doc: dict[str, Any], name: str, where: str) -> PointKey:
                            f"size, depth cap, family], got {key!r}")
     part = dict(zip(("batch", "size", "max_depth"), key[:3], strict=True))
     at = f"{where}: '{name}'"
-    base = (integer(part, "batch", at, minimum=1), integer(part, "size", at, minimum=0),
-            optional(integer, part, "max_depth", at, minimum=1))
-    return base if len(key) == 3 else (*base, key[3])
+    return point_key(integer(part, "batch", at, minimum=1), integer(part, "size", at, minimum=0),
+                     optional(integer, part, "max_depth", at, minimum=1),
+                     key[3] if len(key) == 4 else None)
 
 
 @dataclass(frozen=True)
@@ -322,5 +327,5 @@ def _order(p: SweepPoint) -> tuple[int, int, int, str, int]:
             int(p.selected))
 
 
-__all__ = ["BATCHINGS", "SWEEP_FORMAT", "PointKey", "Race", "Sweep", "SweepPoint"]
+__all__ = ["BATCHINGS", "SWEEP_FORMAT", "PointKey", "Race", "Sweep", "SweepPoint", "point_key"]
 

@@ -90,20 +90,24 @@ def measures(point: SweepPoint, pick: Point) -> bool:
     return set(point.choices) == set(pick.tree.paths)
 
 
-def unswept_picks(pricing: DemoPricing, *, drafted: bool) -> list[Point]:
-    """The picks of ``pricing``'s selection (its first context, per batch size) that its sweep
-    does not mark as select's pick, measured: the chains verified as drafted, with ``drafted``,
-    against the drafted sweep, the other picks against the other. A demo build marks and
-    measures every pick (:mod:`treeopt.demo.stage_picks`), except in a sweep measured by an
-    earlier treeopt."""
-    sweep = pricing.drafted_sweep if drafted else pricing.sweep
+def swept_picks(pricing: DemoPricing, *, drafted: bool) -> dict[int, Point]:
+    """Batch → the pick of ``pricing``'s selection (its first context) that a sweep measures:
+    with ``drafted``, the chains verified as drafted (the drafted sweep's), else the others."""
     first = pricing.selection.contexts[0]
+    return {p.batch: p for p in pricing.selection.points
+            if p.context == first and p.drafted == drafted}
+
+
+def unswept_picks(pricing: DemoPricing, *, drafted: bool) -> list[Point]:
+    """The picks of :func:`swept_picks` that their sweep does not mark as select's pick,
+    measured. A demo build marks and measures every pick (:mod:`treeopt.demo.stage_picks`),
+    except in a sweep measured by an earlier treeopt."""
+    sweep = pricing.drafted_sweep if drafted else pricing.sweep
     out = []
-    for p in pricing.selection.points:
-        if p.context == first and p.drafted == drafted:
-            marked = sweep.selected(p.batch) if sweep is not None else None
-            if marked is None or not measures(marked, p):
-                out.append(p)
+    for p in swept_picks(pricing, drafted=drafted).values():
+        marked = sweep.selected(p.batch) if sweep is not None else None
+        if marked is None or not measures(marked, p):
+            out.append(p)
     return out
 
 
@@ -173,4 +177,4 @@ def swept_part(trace: RankTrace, sweep: Sweep, prompts: int) -> RankTrace:
 
 
 __all__ = ["DemoPricing", "HeldOutPricing", "SweptPricing", "demo_pricing", "held_out_pricing",
-           "measures", "swept_part", "swept_pricing", "unswept_picks"]
+           "measures", "swept_part", "swept_picks", "swept_pricing", "unswept_picks"]
