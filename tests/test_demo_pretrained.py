@@ -401,10 +401,12 @@ def test_the_demos_continuations_stop_at_the_tokenizers_end_of_sequence():
     from types import SimpleNamespace
 
     from treeopt.demo.config import DemoConfig
-    from treeopt.demo.stage_traces import trace_config
+    from treeopt.demo.context import Context
+    from treeopt.demo.layout import DemoPaths
 
-    ctx = SimpleNamespace(config=DemoConfig(), tokenizer=SimpleNamespace(eos_token_id=7))
-    greedy, sampled = trace_config(ctx), trace_config(ctx, 0.7)
+    ctx = Context(DemoConfig(), DemoPaths(Path("unused")), Path("unused"), print,
+                  loaded={"tokenizer": SimpleNamespace(eos_token_id=7)})
+    greedy, sampled = ctx.trace_config(), ctx.trace_config(0.7)
     assert (greedy.eos_token_id, greedy.temperature) == (7, 0.0)
     assert (sampled.eos_token_id, sampled.temperature, sampled.seed) == (7, 0.7, ctx.config.seed)
 

@@ -233,6 +233,45 @@ def test_the_live_checks_report_each_decoding_to_their_progress_bar():
     assert len(ticks) == 10 and run["lossless"]
 
 
+def test_the_reference_reads_the_held_out_traces_continuations_and_times_the_rest(
+        tmp_path, monkeypatch):
+    """Where the traces decode in the live checks' batches, the build's autoregressive
+    reference is the held-out traces' own continuations (their store); it decodes only the
+    timed prompts, and equals decoding them all."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from conftest import tiny_llama
+
+    from treeopt.decoding.calibrate import continued
+    from treeopt.decoding.loop import Decoder
+    from treeopt.demo.config import DemoConfig
+    from treeopt.demo.context import Context
+    from treeopt.demo.layout import DemoPaths
+    from treeopt.demo.quality import QUALITY_BATCH, TIMED_PROMPTS, autoregressive_run
+
+    model = tiny_llama(vocab=64, hidden=32, seed=3)
+    config = replace(DemoConfig(), calibration_batch=QUALITY_BATCH, max_new_tokens=4,
+                     live_new_tokens=4)
+    ctx = Context(config, DemoPaths(tmp_path), tmp_path, print,
+                  loaded={"model": model, "tokenizer": SimpleNamespace(eos_token_id=None)})
+    prompts = [[3 + i, 7, 5 + i % 3] for i in range(QUALITY_BATCH + 2)]
+    monkeypatch.setattr(ctx, "prompt_ids", lambda part: prompts)
+    stored = continued(model, prompts, ctx.trace_config(), store=ctx.continuations)
+    decoded: list[int] = []
+    decode = Decoder.decode
+
+    def counted(self, tree, rows, **kwargs):
+        decoded.append(len(rows))
+        return decode(self, tree, rows, **kwargs)
+
+    monkeypatch.setattr(Decoder, "decode", counted)
+    reference, record = ctx.reference()
+    assert decoded == [1] * TIMED_PROMPTS and record["tokens_per_s"] > 0
+    assert reference == [tuple(s[len(p):]) for s, p in zip(stored, prompts, strict=True)]
+    assert reference == autoregressive_run(Decoder(model), prompts, max_new_tokens=4)[0]
+
+
 def test_the_timed_prompts_run_on_the_timings_threads_and_the_rest_on_the_builds():
     import torch
     from conftest import tiny_llama

@@ -19,6 +19,7 @@ from treeopt.files import read_json
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from treeopt.decoding.calibrate import CalibrateConfig
     from treeopt.decoding.continuations import ContinuationStore
     from treeopt.decoding.drafter import Drafter
 
@@ -105,21 +106,43 @@ class Context:
         return self._once("continuations", lambda: ContinuationStore(
             self.scratch / "continuations" / weights_digest(self.model)))
 
+    def trace_config(self, temperature: float = 0.0) -> CalibrateConfig:
+        """The demo's calibration settings: its top-k, continuation length and batch, sampled
+        at ``temperature`` (0: greedy), each continuation stopped at the tokenizer's EOS."""
+        from treeopt.decoding.calibrate import CalibrateConfig
+
+        c = self.config
+        sampled = {"temperature": temperature, "seed": c.seed} if temperature else {}
+        return CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
+                               batch_size=c.calibration_batch,
+                               eos_token_id=self.tokenizer.eos_token_id, **sampled)
+
     def reference(self) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
         """The plain greedy continuations of the held-out prompts, each stopped at the
         tokenizer's EOS as the traces' are, and their record
-        (:func:`~treeopt.demo.quality.autoregressive_run`), decoded once per run."""
+        (:func:`~treeopt.demo.quality.autoregressive_run`), made once per run. Where the traces
+        decode in the live checks' batches, the continuations are the held-out traces' own,
+        read from :attr:`continuations` (decoded there if no trace has); only the timed
+        prompts are decoded again."""
+        from treeopt.decoding.calibrate import continued
         from treeopt.decoding.loop import Decoder
-        from treeopt.demo.quality import autoregressive_run, quality_decodings
+        from treeopt.demo.quality import QUALITY_BATCH, autoregressive_run, quality_decodings
 
         def run() -> tuple[list[tuple[int, ...]], dict[str, Any]]:
             prompts = self.prompt_ids("heldout")
-            with self.bar(quality_decodings(len(prompts)), "autoregressive reference") as bar:
+            outputs = None
+            if self.config.calibration_batch == QUALITY_BATCH:  # the same decodings
+                stored = continued(self.model, prompts, self.trace_config(),
+                                   store=self.continuations)
+                outputs = [tuple(s[len(p):]) for s, p in zip(stored, prompts, strict=True)]
+            total = quality_decodings(len(prompts), batched=outputs is None)
+            with self.bar(total, "autoregressive reference") as bar:
                 return autoregressive_run(Decoder(self.model), prompts,
                                           max_new_tokens=self.config.max_new_tokens,
                                           progress=lambda: bar.update(1),
                                           eos_token_id=self.tokenizer.eos_token_id,
-                                          timed_threads=self.config.live_threads)
+                                          timed_threads=self.config.live_threads,
+                                          outputs=outputs)
 
         return self._once("reference", run)
 

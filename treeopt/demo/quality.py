@@ -121,19 +121,27 @@ def acceptance_run(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]
 def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
                        max_new_tokens: int, progress: Callable[[], None] | None = None,
                        eos_token_id: int | None = None, timed_threads: int | None = None,
+                       outputs: Sequence[Sequence[int]] | None = None,
                        ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """Plain greedy continuations of every prompt (batched), their 8-gram repetition, and the
     seconds of single-prompt decoding; ``progress()`` is called after each decoding (one per
     batch of :data:`QUALITY_BATCH`, then one per timed prompt: :func:`quality_decodings` of
     them); each stops at ``eos_token_id`` where given; the timed prompts run on
-    ``timed_threads`` torch threads where given."""
-    runs, timed = _batched_then_timed(decoder, Tree(()), prompts, max_new_tokens, progress,
-                                      eos_token_id, timed_threads)
-    outputs = [t for r in runs for t in r.tokens]
-    return outputs, {"seconds_median": statistics.median(s.seconds for s in timed),
-                     "tokens_per_s": combine(timed).tokens_per_s,
-                     "repetition_8gram": float(np.mean([repetition_share(list(t))
-                                                        for t in outputs]))}
+    ``timed_threads`` torch threads where given. ``outputs``: the continuations, decoded
+    already in those batches (a calibration's); then only the timed prompts are decoded."""
+    tree = Tree(())
+    if outputs is None:
+        runs, timed = _batched_then_timed(decoder, tree, prompts, max_new_tokens, progress,
+                                          eos_token_id, timed_threads)
+        outputs = [t for r in runs for t in r.tokens]
+    else:
+        timed = _timed(decoder, tree, prompts, max_new_tokens, progress, eos_token_id,
+                       timed_threads)
+    kept = [tuple(t) for t in outputs]
+    return kept, {"seconds_median": statistics.median(s.seconds for s in timed),
+                  "tokens_per_s": combine(timed).tokens_per_s,
+                  "repetition_8gram": float(np.mean([repetition_share(list(t))
+                                                     for t in kept]))}
 
 
 def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
@@ -146,7 +154,7 @@ def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence
     the batches' prompts one after another in one row, as its trace ranks them."""
     config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     tick = progress or (lambda: None)
-    runs, timed = [], []
+    runs = []
     in_order = decoder.heads is not None and decoder.heads.kind.request_cache
     if in_order:
         runs.append(decoder.decode(tree, prompts, config=config, batch=1))
@@ -154,21 +162,34 @@ def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence
         if not in_order:
             runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
         tick()
+    return runs, _timed(decoder, tree, prompts, max_new_tokens, progress, eos_token_id,
+                        timed_threads)
+
+
+def _timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
+           max_new_tokens: int, progress: Callable[[], None] | None,
+           eos_token_id: int | None, timed_threads: int | None) -> list[Any]:
+    """The stats of the first :data:`TIMED_PROMPTS` decoded one at a time on
+    ``timed_threads``; ``progress()`` after each."""
+    config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+    timed = []
     with torch_threads(timed_threads):
         for p in prompts[:TIMED_PROMPTS]:
             timed.append(decoder.decode(tree, [p], config=config).stats)
-            tick()
-    return runs, timed
+            if progress is not None:
+                progress()
+    return timed
 
 
-def quality_decodings(prompt_count: int) -> int:
+def quality_decodings(prompt_count: int, *, batched: bool = True) -> int:
     """How many decodings :func:`autoregressive_run` and :func:`acceptance_run` make for
-    ``prompt_count`` prompts (their progress bar's total).
+    ``prompt_count`` prompts (their progress bar's total); ``batched=False``: the timed ones
+    alone (an autoregressive run given its outputs).
 
-    >>> quality_decodings(64), quality_decodings(3)
-    (12, 4)
+    >>> quality_decodings(64), quality_decodings(3), quality_decodings(64, batched=False)
+    (12, 4, 8)
     """
-    return -(-prompt_count // QUALITY_BATCH) + min(prompt_count, TIMED_PROMPTS)
+    return -(-prompt_count // QUALITY_BATCH) * batched + min(prompt_count, TIMED_PROMPTS)
 
 
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,

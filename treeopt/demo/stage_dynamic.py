@@ -13,7 +13,6 @@ import numpy as np
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DYNAMIC_KIND
 from treeopt.demo.stage_timing import demo_costs, has_profiler, threads
-from treeopt.demo.stage_traces import trace_config
 from treeopt.files import write_json
 
 
@@ -35,7 +34,7 @@ def dynamic(ctx: Context) -> dict[str, Any]:
         prompts = prompts[: c.dynamic_prompts if part == "calibration"
                           else c.dynamic_heldout_prompts]  # (None: every held-out prompt)
         # the greedy traces' own continuations, decoded once (the same chunks, the same tokens)
-        sequences = continued(ctx.model, prompts, trace_config(ctx), store=ctx.continuations)
+        sequences = continued(ctx.model, prompts, ctx.trace_config(), store=ctx.continuations)
         starts = [len(p) - 1 for p in prompts]
         traces[part] = {}
         for k in c.dynamic_topk:

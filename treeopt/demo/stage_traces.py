@@ -12,7 +12,6 @@ from treeopt.demo.context import Context
 
 if TYPE_CHECKING:
 
-    from treeopt.decoding.calibrate import CalibrateConfig
     from treeopt.decoding.drafter import Drafter
     from treeopt.drafters.suffix import SuffixDrafter
     from treeopt.model.trace import RankTrace
@@ -33,18 +32,6 @@ def kind_traces(ctx: Context, kind: str) -> dict[str, Any]:
     return out
 
 
-def trace_config(ctx: Context, temperature: float = 0.0) -> CalibrateConfig:
-    """The demo's calibration settings: its top-k, continuation length and batch, sampled at
-    ``temperature`` (0: greedy), each continuation stopped at the tokenizer's EOS."""
-    from treeopt.decoding.calibrate import CalibrateConfig
-
-    c = ctx.config
-    sampled = {"temperature": temperature, "seed": c.seed} if temperature else {}
-    return CalibrateConfig(top_k=c.top_k, max_new_tokens=c.max_new_tokens,
-                           batch_size=c.calibration_batch,
-                           eos_token_id=ctx.tokenizer.eos_token_id, **sampled)
-
-
 def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
                  heads: Drafter | None = None, responses: Path | None = None) -> RankTrace:
     """The ``kind`` drafter's greedy rank trace on the ``part`` prompts, written to ``out``
@@ -53,7 +40,7 @@ def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
     the responses it served."""
     from treeopt.decoding.calibrate import calibrate
 
-    c, cal = ctx.config, trace_config(ctx)
+    c, cal = ctx.config, ctx.trace_config()
     prompts = ctx.prompt_ids(part)
     bar = ctx.bar(-(-len(prompts) // c.calibration_batch), f"{kind} {part} trace")
     trace, _ = calibrate(ctx.model, heads or ctx.heads(kind), prompts, out,
@@ -120,7 +107,7 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
     from treeopt.decoding.calibrate import calibrate
     from treeopt.model.growth import Growth, grow
 
-    c, cal = ctx.config, trace_config(ctx, t)
+    c, cal = ctx.config, ctx.trace_config(t)
     made = {}
     for part in ("calibration", "heldout"):
         prompts = ctx.prompt_ids(part)
