@@ -189,7 +189,8 @@ def quality_decodings(prompt_count: int, *, batched: bool = True) -> int:
     >>> quality_decodings(64), quality_decodings(3), quality_decodings(64, batched=False)
     (12, 4, 8)
     """
-    return -(-prompt_count // QUALITY_BATCH) * batched + min(prompt_count, TIMED_PROMPTS)
+    batches = -(-prompt_count // QUALITY_BATCH) if batched else 0
+    return batches + min(prompt_count, TIMED_PROMPTS)
 
 
 def greedy_repetition(model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
