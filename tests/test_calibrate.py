@@ -315,6 +315,32 @@ def test_drafters_share_one_decoding_and_get_the_traces_they_would_alone(
         assert alone[k].meta["sequence_positions"] == shared[k].meta["sequence_positions"]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_drafters_that_read_features_share_one_forward_per_batch(
+        model, tmp_path, monkeypatch, temperature):
+    """A feature cache runs the base model's teacher-forced forward once per batch for every
+    drafter that reads its features, and each drafter's trace is the one it gets alone."""
+    from treeopt.decoding import rank_pass
+    from treeopt.decoding.features import FeatureCache
+
+    config = CalibrateConfig(max_new_tokens=12, batch_size=2, temperature=temperature, seed=3)
+    drafters = {k: _heads(model, k) for k in ("medusa", "hydra")}
+    store = ContinuationStore(tmp_path / "store")
+    alone = {k: calibrate(model, d, PROMPTS, tmp_path / f"alone-{k}.npz", config=config,
+                          continuations=store)[0] for k, d in drafters.items()}
+    forwards: list[int] = []
+    real = rank_pass._stream
+    monkeypatch.setattr(rank_pass, "_stream",
+                        lambda *a, **k: forwards.append(1) or real(*a, **k))
+    features = FeatureCache()
+    shared = {k: calibrate(model, d, PROMPTS, tmp_path / f"shared-{k}.npz", config=config,
+                           continuations=store, features=features)[0]
+              for k, d in drafters.items()}
+    assert len(forwards) == len(features) == 3  # 5 prompts in chunks of 2, for both drafters
+    for k in alone:
+        assert np.array_equal(alone[k].ranks, shared[k].ranks)
+
+
 def test_the_weights_digest_tells_models_apart(model):
     assert weights_digest(model) == weights_digest(model)
     assert weights_digest(model) != weights_digest(tiny_llama(vocab=V, hidden=D, seed=2))

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from treeopt.decoding.drafter import Drafter, RequestCache
+    from treeopt.decoding.features import FeatureCache
 
 TARGETS = ("greedy", "texts")
 POSITIONS = "run positions"  # what a chunk records (in the fingerprint: no chunk of another rule)
@@ -169,11 +170,13 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
               meta: dict[str, Any] | None = None,
               progress: Callable[[int, int], None] | None = None,
               continuations: ContinuationStore | None = None,
+              features: FeatureCache | None = None,
               responses: str | os.PathLike[str] | None = None) -> tuple[RankTrace, Path]:
     """Run (or resume) this shard's calibration and write its trace; return it and its path.
     ``continuations``: where the base model's continuations of these prompts are kept for other
     drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
-    once). ``responses``: where to write the requests' responses, in order (a drafter that
+    once). ``features``: where the base model's teacher-forced features of each batch are kept
+    for other drafters that read them (:mod:`~treeopt.decoding.features`). ``responses``: where to write the requests' responses, in order (a drafter that
     reads earlier requests only: :mod:`~treeopt.model.responses`, the history of a warm
     cache)."""
     target = shard_path(out, config.shard, config.num_shards)
@@ -200,7 +203,8 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
             if not part.exists():
                 lo = c * config.batch_size
                 _run_chunk(model, heads, prompts[lo: lo + config.batch_size], config,
-                           first=lo, continuations=continuations, cache=cache).save(part)
+                           first=lo, continuations=continuations, cache=cache,
+                           features=features).save(part)
             elif cache is not None:  # resumed: its requests' outputs into the cache, in order
                 done = RankTrace.load(part).meta
                 heads.remember_requests(cache, done["requests"], done["starts"])
@@ -264,7 +268,8 @@ def _stamp(parts: Path) -> str | None:
 def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence[int]],
                config: CalibrateConfig, *, first: int = 0,
                continuations: ContinuationStore | None = None,
-               cache: RequestCache | None = None) -> RankTrace:
+               cache: RequestCache | None = None,
+               features: FeatureCache | None = None) -> RankTrace:
     """Chunk of ``prompts`` whose first is prompt number ``first`` of the run; ``cache``:
     the requests' outputs so far, for a kind that drafts from them (its trace keeps the
     chunk's requests, which a resumed run puts back into the cache)."""
@@ -279,13 +284,15 @@ def _run_chunk(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequenc
         if config.temperature > 0:
             prompts = [p for p in prompts for _ in range(config.samples_per_prompt)]
         starts = [len(p) - 1 for p in prompts]
-        ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k, to_end=True)
+        ranks = (rank_batch(model, heads, seqs, starts, top_k=config.top_k, to_end=True,
+                            features=features)
                  if cache is None else heads.rank_requests(cache, seqs, starts,
                                                            top_k=config.top_k, drafted=lengths))
     else:
         check_context(model, max(len(p) for p in prompts), what="the longest text")
         seqs, starts = list(prompts), [0] * len(prompts)
-        ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k, targets="argmax")
+        ranks = rank_batch(model, heads, seqs, starts, top_k=config.top_k, targets="argmax",
+                           features=features)
     tokens = sum(len(s) for s in seqs)
     arr = np.concatenate(ranks) if ranks else np.zeros((0, K), np.int16)
     kept = {} if cache is None else {"requests": [list(map(int, q)) for q in seqs],

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.drafter import Drafter
+    from treeopt.decoding.features import FeatureCache
 
 
 def positions_range(length: int, start: int, num_heads: int) -> range:
@@ -88,9 +89,11 @@ def _stream(model: PreTrainedModel, ids: torch.Tensor, targets: str, layers: tup
 
 def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Sequence[int]], starts: Sequence[int],
                *, top_k: int, targets: str = "tokens", to_end: bool = False,
-               ) -> list[npt.NDArray[np.int16]]:
+               features: FeatureCache | None = None) -> list[npt.NDArray[np.int16]]:
     """Ranks ``[positions, K]`` of each sequence, all positions and heads in one batched pass
-    (``to_end``: each a continuation, at the positions a live run visits: :func:`cut_to_run`)."""
+    (``to_end``: each a continuation, at the positions a live run visits: :func:`cut_to_run`);
+    ``features``: where the base model's forward over this batch is kept for other drafters
+    ranked on it (:mod:`~treeopt.decoding.features`)."""
     K, device = heads.config.num_heads, model_device(model)
     T = max(len(s) for s in sequences) + (K if to_end else 0)  # to_end: targets past the end
     ids = torch.zeros(len(sequences), T, dtype=torch.long, device=device)  # right-padded
@@ -100,7 +103,12 @@ def rank_batch(model: PreTrainedModel, heads: Drafter, sequences: Sequence[Seque
         if targets == "tokens" and not heads.kind.reads_features:  # a draft model, a lookup:
             hidden, z = None, ids  # no base forward is needed to rank them
         else:
-            hidden, z = _stream(model, ids, targets, heads.feature_layers)  # [b, T, ·d], [b, T]
+            layers = tuple(heads.feature_layers)
+
+            def forward() -> tuple[torch.Tensor, torch.Tensor]:
+                return _stream(model, ids, targets, layers)  # [b, T, ·d], [b, T]
+            hidden, z = forward() if features is None else features.get(ids, layers, targets,
+                                                                         forward)
         ranks = heads.rank_depths(hidden, z, top_k=top_k)  # [b, T-1-K, K]
     ranks_np = ranks.cpu().numpy()
     if to_end:

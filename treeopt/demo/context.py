@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from treeopt.decoding.calibrate import CalibrateConfig
     from treeopt.decoding.continuations import ContinuationStore
     from treeopt.decoding.drafter import Drafter
+    from treeopt.decoding.features import FeatureCache
 
 
 @dataclass
@@ -47,8 +48,11 @@ class Context:
         return self.loaded[name]
 
     def reload(self, name: str) -> None:
-        """Forget ``name`` (``tokenizer``, ``model``): a stage has just rewritten it on disk."""
+        """Forget ``name`` (``tokenizer``, ``model``): a stage has just rewritten it on disk
+        (the model's features with the model)."""
         self.loaded.pop(name, None)
+        if name == "model":
+            self.loaded.pop("features", None)
 
     @property
     def corpus(self) -> Corpus:
@@ -105,6 +109,15 @@ class Context:
 
         return self._once("continuations", lambda: ContinuationStore(
             self.scratch / "continuations" / weights_digest(self.model)))
+
+    @property
+    def features(self) -> FeatureCache:
+        """The base model's teacher-forced features of each trace batch, computed once for
+        every drafter that reads them (Medusa, Hydra, EAGLE: :mod:`~treeopt.decoding.features`),
+        in memory for this run."""
+        from treeopt.decoding.features import FeatureCache
+
+        return self._once("features", FeatureCache)
 
     def trace_config(self, temperature: float = 0.0) -> CalibrateConfig:
         """The demo's calibration settings: its top-k, continuation length and batch, sampled

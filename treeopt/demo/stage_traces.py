@@ -47,7 +47,8 @@ def greedy_trace(ctx: Context, kind: str, part: str, out: Path, *,
                          config=cal,
                          meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
                          progress=lambda i, n, bar=bar: bar.update(1),
-                         continuations=ctx.continuations, responses=responses)
+                         continuations=ctx.continuations, features=ctx.features,
+                         responses=responses)
     bar.close()
     return trace
 
@@ -116,7 +117,8 @@ def kind_sampled(ctx: Context, kind: str, t: float) -> dict[str, Any]:
             ctx.model, ctx.heads(kind), prompts,
             ctx.paths.trace(kind, heldout=part == "heldout", temperature=t), config=cal,
             meta={"model": "treeopt demo", "prompts": f"prompts/{part}.jsonl"},
-            progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations)
+            progress=lambda i, n, bar=bar: bar.update(1), continuations=ctx.continuations,
+            features=ctx.features)
         bar.close()
     g = grow(made["calibration"], method="empirical", max_nodes=c.max_nodes)
     g.save(ctx.paths.growth(kind, temperature=t))
