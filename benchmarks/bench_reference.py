@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", help="a demo in data/ (smollm2: after `treeopt fetch`) or its "
                                    "directory; default: the shipped data/demo")
@@ -33,12 +33,8 @@ def main() -> None:
     from treeopt.demo.load import load
     from treeopt.demo.quality import autoregressive_run
     from treeopt.documents.prompts import encode, read_texts
-    from treeopt.errors import TreeoptError
 
-    try:
-        demo = load(demo_root(args.demo), threads=1)
-    except TreeoptError as e:
-        raise SystemExit(f"bench_reference: {e}") from None
+    demo = load(demo_root(args.demo), threads=1)
     c = demo.manifest["config"]
     prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts("heldout")]))
     eos = demo.tokenizer.eos_token_id
@@ -68,7 +64,10 @@ def main() -> None:
           f"(filling the store) {filled:.1f} s")
     print(f"autoregressive reference: {read_s:.1f} s read from the store, {whole_s:.1f} s "
           f"decoded whole ({whole_s / read_s:.1f}×); identical: {read == whole}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(main)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 FEATURE_KINDS = ("medusa", "hydra", "eagle")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", help="a demo in data/ (smollm2: after `treeopt fetch`) or its "
                                    "directory; default: the shipped data/demo")
@@ -39,14 +39,11 @@ def main() -> None:
     from treeopt.documents.prompts import encode, read_texts
     from treeopt.errors import TreeoptError
 
-    try:
-        demo = load(demo_root(args.demo), threads=1)
-    except TreeoptError as e:
-        raise SystemExit(f"bench_shared_features: {e}") from None
+    demo = load(demo_root(args.demo), threads=1)
     kinds = [k for k in FEATURE_KINDS if k in demo.kinds]
     if len(kinds) < 2:
-        raise SystemExit(f"bench_shared_features: {demo.paths.root} has {len(kinds)} drafter "
-                         "that reads features; sharing needs two")
+        raise TreeoptError(f"{demo.paths.root}: {len(kinds)} drafter that reads the base "
+                           "model's features; sharing them needs two")
     c = demo.manifest["config"]
     prompts = encode(demo.tokenizer, read_texts([demo.paths.prompts("heldout")]))[: args.prompts]
     config = CalibrateConfig(top_k=c["top_k"], max_new_tokens=c["max_new_tokens"],
@@ -69,7 +66,10 @@ def main() -> None:
           f"prompts × {c['max_new_tokens']} tokens, {next(demo.model.parameters()).dtype}, "
           f"1 thread: {seconds['own']:.1f} s each over its own forward, {seconds['shared']:.1f} s "
           f"sharing one ({seconds['own'] / seconds['shared']:.2f}×); identical: {same}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(main)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from treeopt.pricing.costs import StepCosts
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--demo", default="smollm2", help="a demo in data/ or its directory")
     ap.add_argument("--kinds", required=True, help="comma-separated drafter kinds")
@@ -47,15 +47,12 @@ def main() -> None:
     from treeopt.documents.prompts import encode, read_texts
     from treeopt.errors import TreeoptError
 
-    try:
-        demo = load(demo_root(args.demo), threads=1)
-        measure = Measurement(rounds=2, target_se=args.target_se, max_rounds=args.max_rounds)
-    except TreeoptError as e:
-        raise SystemExit(f"retime_batch: {e}") from None
+    measure = Measurement(rounds=2, target_se=args.target_se, max_rounds=args.max_rounds)
+    demo = load(demo_root(args.demo), threads=1)
     kinds = [k for k in args.kinds.split(",") if k]
     if unknown := [k for k in kinds if k not in demo.kinds]:
-        raise SystemExit(f"retime_batch: --kinds: {', '.join(unknown)} not in the demo "
-                         f"({', '.join(demo.kinds)})")
+        raise TreeoptError(f"--kinds: {', '.join(unknown)} not in the demo "
+                           f"({', '.join(demo.kinds)})")
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = {part: encode(demo.tokenizer, read_texts([demo.paths.prompts(part)]))
                for part in ("calibration", "heldout")}
@@ -69,6 +66,7 @@ def main() -> None:
         said = ("the shipped sweeps, priced with the shipped profiles" if name == "shipped"
                 else "timed again, priced with this run's profiles")
         print(f"batch {args.batch}, {said}: {within} of {of} points within {args.within:.0%}")
+    return 0
 
 
 def _profile(demo: Any, kind: str, calibration: list[list[int]], args: argparse.Namespace,
@@ -162,4 +160,6 @@ def _predicted(demo: Any, kind: str, point: SweepPoint, costs: StepCosts, batch:
 
 
 if __name__ == "__main__":
-    main()
+    from entry import run
+
+    run(main)
