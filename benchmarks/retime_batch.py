@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 if TYPE_CHECKING:
-    from treeopt.documents.sweep import Sweep, SweepPoint
-    from treeopt.pricing.costs import StepCosts
+    from treeopt.documents.sweep import Sweep
 
 
 def main() -> int:
@@ -45,6 +44,7 @@ def main() -> int:
     from treeopt.demo.load import load
     from treeopt.documents.measure import Measurement
     from treeopt.documents.prompts import encode, read_texts
+    from treeopt.documents.sweep import Sweep
     from treeopt.errors import TreeoptError
 
     measure = Measurement(rounds=2, target_se=args.target_se, max_rounds=args.max_rounds)
@@ -59,9 +59,14 @@ def main() -> int:
     counts = {"shipped": [0, 0], "again": [0, 0]}  # within, of
     for kind in kinds:
         profile = _profile(demo, kind, prompts["calibration"], args, measure)
-        for drafted in _sweeps(demo, kind):
-            sweep = _sweep(demo, kind, prompts["heldout"], args, measure, drafted=drafted)
-            _report(demo, kind, sweep, profile, args, drafted=drafted, counts=counts)
+        for drafted in (False, True):
+            path = demo.sweep(kind, drafted=drafted)
+            if path is None:  # a lookup drafter's chains verified as drafted, where shipped
+                continue
+            shipped = Sweep.load(path)
+            again = _sweep(demo, kind, shipped, prompts["heldout"], args, measure,
+                           drafted=drafted)
+            _report(demo, kind, shipped, again, profile, args, drafted=drafted, counts=counts)
     for name, (within, of) in counts.items():
         said = ("the shipped sweeps, priced with the shipped profiles" if name == "shipped"
                 else "timed again, priced with this run's profiles")
@@ -84,27 +89,15 @@ def _profile(demo: Any, kind: str, calibration: list[list[int]], args: argparse.
     return out
 
 
-def _sweeps(demo: Any, kind: str) -> list[bool]:
-    """The demo's sweeps of ``kind``: whole trees and, where it ships one, as drafted."""
-    return [d for d, path in ((False, demo.paths.sweep(kind)),
-                              (True, demo.paths.drafted_sweep(kind))) if path.exists()]
-
-
-def _shipped(demo: Any, kind: str, drafted: bool) -> Sweep:
-    from treeopt.documents.sweep import Sweep
-
-    return Sweep.load(demo.paths.drafted_sweep(kind) if drafted else demo.paths.sweep(kind))
-
-
-def _sweep(demo: Any, kind: str, heldout: list[list[int]], args: argparse.Namespace,
-           measure: Any, *, drafted: bool) -> Sweep:
-    """The shipped sweep's growth-order trees at the batch measured again, as the build sweeps
-    them (its held-out prompts and new tokens, rows stopping at EOS), in ``--out``."""
+def _sweep(demo: Any, kind: str, shipped: Sweep, heldout: list[list[int]],
+           args: argparse.Namespace, measure: Any, *, drafted: bool) -> Sweep:
+    """The ``shipped`` sweep's growth-order trees at the batch measured again, as the build
+    sweeps them (its held-out prompts and new tokens, rows stopping at EOS), in ``--out``."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
 
     config = demo.manifest["config"]
-    sizes = sorted({p.size for p in _shipped(demo, kind, drafted).points
+    sizes = sorted({p.size for p in shipped.points
                     if p.batch == args.batch and p.family is None and p.size > 0})
     name = f"sweep-{kind}{'-drafted' if drafted else ''}.json"
     return tune(demo.model, demo.heads[kind], demo.growths[kind],
@@ -114,49 +107,33 @@ def _sweep(demo: Any, kind: str, heldout: list[list[int]], args: argparse.Namesp
                                     eos_token_id=demo.tokenizer.eos_token_id))
 
 
-def _report(demo: Any, kind: str, sweep: Sweep, profile: Path, args: argparse.Namespace, *,
-            drafted: bool, counts: dict[str, list[int]]) -> None:
-    """One sweep's points: shipped and new speed-ups, each priced both ways."""
+def _report(demo: Any, kind: str, shipped: Sweep, again: Sweep, profile: Path,
+            args: argparse.Namespace, *, drafted: bool, counts: dict[str, list[int]]) -> None:
+    """One sweep's points, shipped and measured again, each priced as the demo prices its
+    sweep (:func:`~treeopt.workbench.demo_pricing.held_out_pricing`): the shipped points with
+    the demo's step costs, the new ones with this run's profile in place of the drafter's."""
     from treeopt.demo.step_costs import demo_step_costs
     from treeopt.documents.step_profile import StepProfile
-    from treeopt.pricing.shared_verify import shared_verify_costs, unlike
+    from treeopt.model.tree import Tree
+    from treeopt.workbench.demo_pricing import held_out_pricing
 
-    shipped_costs = demo_step_costs(demo.paths, kind)
-    new = StepProfile.load(profile)
-    others = [p for p in (StepProfile.load(f) for f in demo.paths.other_step_profiles(kind))
-              if unlike(new, p) is None]
-    new_costs = shared_verify_costs(new, others)
-    old = {p.size: p for p in _shipped(demo, kind, drafted).points
-           if p.batch == args.batch and p.family is None}
+    pricing = {"shipped": held_out_pricing(demo, kind, demo.step_costs(kind), shipped),
+               "again": held_out_pricing(demo, kind, demo_step_costs(
+                   demo.paths, kind, demo.latency.stem, own=StepProfile.load(profile)), shipped)}
+    old = {p.size: p for p in shipped.points if p.batch == args.batch and p.family is None}
     print(f"{kind}{' (verified as drafted)' if drafted else ''}, batch {args.batch}:")
-    for point in sweep.points:
-        before = old.get(point.size)
+    for point in again.points:
         cells = []
-        for label, p, costs, tally in (("shipped", before, shipped_costs, "shipped"),
-                                       ("again", point, new_costs, "again")):
+        for label, p in (("shipped", old.get(point.size)), ("again", point)):
             if p is None:
                 continue
-            error = _predicted(demo, kind, p, costs, args.batch, drafted) / p.speedup - 1
-            counts[tally][0] += abs(error) <= args.within
-            counts[tally][1] += 1
+            tree = Tree.from_choices([list(c) for c in p.choices])
+            error = pricing[label].predict(tree, args.batch, drafted=drafted).speedup \
+                / p.speedup - 1
+            counts[label][0] += abs(error) <= args.within
+            counts[label][1] += 1
             cells.append(f"{label} {p.speedup:.3f} ±{(p.se or 0):.1%} ({error:+.1%})")
         print(f"  {point.size} nodes: " + " · ".join(cells))
-
-
-def _predicted(demo: Any, kind: str, point: SweepPoint, costs: StepCosts, batch: int,
-               drafted: bool) -> float:
-    """The point's speed-up as the demo's sweep prices it: E[L] the swept prompts' held-out
-    trace walked over the new tokens decoded (their steady window at batch > 1)."""
-    from treeopt.model.runs import as_run
-    from treeopt.model.tree import Tree
-    from treeopt.pricing.sweep_prediction import predict
-
-    config = demo.manifest["config"]
-    own = demo.heldout_traces[kind].sequences(config["sweep_prompts"],
-                                              positions=config["live_new_tokens"])
-    tree = Tree.from_choices([list(c) for c in point.choices])
-    return predict(tree, demo.growths[kind], costs, as_run(own, config["live_new_tokens"]),
-                   batch, drafted=drafted).speedup
 
 
 if __name__ == "__main__":

@@ -12,13 +12,14 @@ from treeopt.pricing.shared_verify import shared_verify_costs, unlike
 
 
 def demo_step_costs(paths: DemoPaths, kind: str, device: str = "cpu", *,
-                    source: str | None = None) -> StepCosts:
+                    source: str | None = None, own: StepProfile | None = None) -> StepCosts:
     """``kind``'s step costs on ``device``: the demo's step profile of ``kind`` with the verify
     step shared with the other drafters' profiles of the same setup (one of another setup — a
     drafter re-timed with other threads — is left out); ``source``: how what is priced names
-    the profile (default its path)."""
-    own_path = paths.step_profile(kind, device)
-    own = StepProfile.load(own_path)
+    the profile (default its path); ``own``: a profile of ``kind`` in place of the demo's (one
+    taken again)."""
+    if own is None:
+        own = StepProfile.load(paths.step_profile(kind, device))
     others = [p for p in (StepProfile.load(f) for f in paths.other_step_profiles(kind, device))
               if unlike(own, p) is None]
     return shared_verify_costs(own, others, source=source)
