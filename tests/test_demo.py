@@ -329,6 +329,70 @@ def test_redo_timing_measures_every_speed_figure_again_and_nothing_else(tiny_dem
     assert again["prose_choice"]["points"]
 
 
+def test_redo_timing_of_some_batch_sizes_keeps_the_others_and_records_their_own_settings(
+        tiny_demos, tmp_path):
+    """``--redo timing --batches 2 --sweep-rounds 2 --step-rounds 2``: every step profile and
+    sweep is measured again at batch 2 alone, its records and points timed as those flags say
+    and the others kept as they were; the config records batch 2's own settings, the sweeps
+    theirs, and the manifest's command says how to make it again."""
+    import torch
+
+    from treeopt.demo import build, stages
+    from treeopt.demo.layout import DemoPaths
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.documents.sweep import BY_BATCH, Sweep
+
+    torch.set_num_threads(1)
+    cfg = TINY
+    out, first = demo_copy(tiny_demos.after, tmp_path)
+    paths = DemoPaths(out)
+    kinds = first["config"]["kinds"]
+    profiles = [paths.step_profile(k, "cpu") for k in kinds]
+    sweeps = [p for k in kinds for p in (paths.sweep(k, "cpu"), paths.drafted_sweep(k, "cpu"))
+              if p.is_file()]
+    before = {p: StepProfile.load(p) for p in profiles} | {p: Sweep.load(p) for p in sweeps}
+    apart = replace(cfg, sweep_rounds=2, step_rounds=2)
+    logs: list[str] = []
+    manifest = build.build_demo(out, apart, log=logs.append, redo=(stages.TIMING,),
+                                own_timing={"sweep_rounds", "step_rounds"}, batches=(2,))
+    assert manifest["config"]["batch_timing"] == {"2": {"step_rounds": 2, "sweep_rounds": 2}}
+    assert manifest["config"]["sweep_rounds"] == cfg.sweep_rounds  # the rest: as they were
+    assert "--redo timing --batches 2 --step-rounds 2 --sweep-rounds 2" in manifest["command"]
+    for stage in stages.TIMING_STAGES:  # the time spent on their figures in all
+        assert manifest["timings_s"][stage] > first["timings_s"][stage]
+    for p in profiles:
+        old, new = before[p], StepProfile.load(p)
+        assert [r for r in new.records if r.batch == 1] == [r for r in old.records
+                                                            if r.batch == 1], p
+        assert min(r.rounds for r in new.records if r.batch == 2) >= 2, p
+    for p in sweeps:
+        old, new = before[p], Sweep.load(p)
+        assert [q.key for q in new.points if q.batch == 1] == [q.key for q in old.points
+                                                               if q.batch == 1], p
+        assert ([q.tree_tokens_per_s for q in new.points if q.batch == 1]
+                == [q.tree_tokens_per_s for q in old.points if q.batch == 1]), p
+        assert {q.rounds for q in new.points if q.batch == 2} == {2}, p
+        assert new.meta[BY_BATCH]["2"]["rounds"] == 2 and new.timing(1)["rounds"] == 1
+    digest = {f["path"]: f["sha256"] for f in first["files"]}
+    timed = {p.relative_to(out).as_posix() for p in [*profiles, *sweeps]}
+    for f in manifest["files"]:  # weights, traces, growths, the verify table: untouched
+        if f["path"] not in timed and not f["path"].startswith(
+                ("selections/", "adaptive/", "latency/step-eagle-dynamic",
+                 "dynamic/selection")):
+            assert digest[f["path"]] == f["sha256"], f["path"]
+    with pytest.raises(TreeoptError, match="^batches goes with redo timing alone, not redo "
+                                           "sweep$"):
+        build.build_demo(out, cfg, redo=("sweep",), batches=(2,), own_timing=set())
+    with pytest.raises(TreeoptError, match=r"^batches must be among the batch sizes the demo "
+                                           r"times \(1,2\), got 4$"):
+        build.build_demo(out, cfg, redo=(stages.TIMING,), batches=(4,), own_timing=set())
+    with pytest.raises(TreeoptError, match=r"^batches times a batch size apart by its "
+                                           r"measurement settings alone \(step_rounds, .*\), "
+                                           r"not by sweep_prompts$"):
+        build.build_demo(out, cfg, redo=(stages.TIMING,), batches=(2,),
+                         own_timing={"sweep_prompts"})
+
+
 def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tiny_demos, tmp_path,
                                                                     monkeypatch):
     """The step profile and the sweep are written as they go: a re-measurement stopped inside

@@ -809,3 +809,32 @@ def test_a_point_s_family_and_a_race_of_it_read_back_and_a_bad_family_is_refused
     with pytest.raises(TreeoptError, match=r"bad.json: points\[0\]: 'family' must be a "
                                            "string, got 3"):
         Sweep.load(tmp_path / "bad.json")
+
+
+def test_a_batch_size_timed_apart_is_recorded_and_resumes_only_timed_so(model_and_heads,
+                                                                        tmp_path):
+    """Each batch size is timed one way: a batch the sweep has no points at may be timed
+    otherwise than the rest (its own timing recorded in the meta and on its points), a batch
+    with points resumes only timed as they were, and without that batch the sweep is timed
+    alike again."""
+    from treeopt.documents.sweep import BY_BATCH
+
+    out = tmp_path / "sweep.json"
+    sweep_of(model_and_heads, out, batch=[1], sizes=[1], rounds=2)
+    apart = sweep_of(model_and_heads, out, batch=[1, 2], sizes=[1], rounds=2,
+                     measure_at={2: Measurement(rounds=3)})
+    assert [(p.batch, p.rounds) for p in apart.points] == [(1, 2), (2, 3)]
+    assert apart.meta[BY_BATCH] == {"2": {"rounds": 3, "min_seconds": 0.0, "target_se": 0.0,
+                                          "max_rounds": Measurement().cap}}
+    assert apart.meta["rounds"] == 2 and apart.timing(1)["rounds"] == 2
+    assert Sweep.load(out).timing(2)["rounds"] == 3  # read back
+    with pytest.raises(TreeoptError, match="a sweep measured with other rounds at batch 2; "):
+        sweep_of(model_and_heads, out, batch=[2], sizes=[1, 2], rounds=2)
+    with pytest.raises(TreeoptError, match="other rounds at batch 1; "):
+        sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=3)
+    Sweep.load(out).without_batches([2]).save(out)
+    alike = Sweep.load(out)
+    assert BY_BATCH not in alike.meta and alike.batches == [1]
+    again = sweep_of(model_and_heads, out, batch=[1, 2], sizes=[1], rounds=2)
+    assert [(p.batch, p.rounds) for p in again.points] == [(1, 2), (2, 2)]
+    assert BY_BATCH not in again.meta

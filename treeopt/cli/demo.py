@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from treeopt.cli.common import emit
+from treeopt.cli.common import emit, int_list
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.documents.sweep import BATCHINGS
 
@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "say; 'runs' makes every trace, live check and sweep again, keeping the "
                         "training and the step profiles (after a change in how treeopt records "
                         "a run); run the same command again to resume it (default: none)")
+    b.add_argument("--batches", metavar="B,B", type=int_list("--batches"), default=[],
+                   help="with --redo timing: time only these batch sizes again, keeping the "
+                        "others' timings; the measurement flags given (e.g. --sweep-target-se) "
+                        "become theirs alone (default: every batch size)")
     _add_timing_flags(b)
     b.set_defaults(func=cmd_build, writes_directory=True)
 
@@ -137,7 +141,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     redo = tuple(s.strip() for s in args.redo.split(",") if s.strip())
     manifest = build_demo(args.out, config, show_progress=not args.no_progress
                           and sys.stderr.isatty(), redo=redo,
-                          own_timing={k for k, v in timing.items() if v is not None})
+                          own_timing={k for k, v in timing.items() if v is not None},
+                          batches=tuple(args.batches))
     return emit(summary(manifest), None)
 
 

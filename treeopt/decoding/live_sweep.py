@@ -22,7 +22,7 @@ resumes only alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +33,7 @@ import numpy as np
 from treeopt.decoding.compare import Comparison, check_batch, compare, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement, pooled_spread
-from treeopt.documents.sweep import PointKey, Race, Sweep, SweepPoint, point_key
+from treeopt.documents.sweep import BY_BATCH, PointKey, Race, Sweep, SweepPoint, point_key
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_run
@@ -72,6 +72,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          prompts: Sequence[Sequence[int]], *, batch: Sequence[int], sizes: Sequence[int],
          out: str | os.PathLike[str], depth_caps: Sequence[int | None] = (None,),
          config: DecodeConfig | None = None, measure: Measurement | None = None,
+         measure_at: Mapping[int, Measurement] | None = None,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
          compile: bool = False, race_best: bool = False, continuous: bool = False,
@@ -81,7 +82,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
     points already in ``out`` are kept. Each point is a
     :func:`~treeopt.decoding.compare.compare` timed as ``measure`` says (default: 3 rounds),
-    on its speed-up. ``race_best``: then, per batch where select's pick is not the measured
+    on its speed-up, or as ``measure_at`` says for its batch size (a batch timed otherwise
+    than the rest; the sweep records it, and a batch resumes only timed as its points were). ``race_best``: then, per batch where select's pick is not the measured
     best, the two raced head to head (:func:`~treeopt.decoding.compare.race`, measured alike),
     recorded in the sweep's ``races``. With ``costs``, the points kept from ``out`` are
     predicted again by them and select's pick is marked again, so a finished sweep run again
@@ -112,11 +114,13 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker, drafted=drafted)  # checks every size before anything runs
+    timed = {b: (measure_at or {}).get(b, measure) for b in batch}
+    by_batch = {str(b): _timing(m) for b, m in timed.items() if m != measure}
     sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, "rounds": measure.rounds,
-        "min_seconds": measure.min_seconds, "target_se": measure.target_se,
-        "max_rounds": measure.cap, "compile": compile, "step_tokens": STEP_TOKENS,
+        "max_new_tokens": config.max_new_tokens, **_timing(measure),
+        **({BY_BATCH: by_batch} if by_batch else {}), "compile": compile,
+        "step_tokens": STEP_TOKENS,
         "batching": "continuous" if continuous else "static",
         "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
@@ -126,7 +130,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
             if before_point is not None:
                 before_point(b, cap, tree)
             result = compare(model, heads, tree, prompts, config=config, batch=b,
-                             measure=measure, compile=compile, continuous=continuous,
+                             measure=timed[b], compile=compile, continuous=continuous,
                              spread=pooled_spread(rounds.get(b, [])))
             rounds.setdefault(b, []).append(result.round_speedups())
             point = measured_point(result, b, tree, cap, picked, family)
@@ -142,7 +146,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if pick is not None and pick.key != best.key and sweep.race(b) is None:
             trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
             share = race(model, heads, trees, prompts, config=config, batch=b,
-                         measure=measure, continuous=continuous)[1]
+                         measure=timed[b], continuous=continuous)[1]
             sweep = sweep.with_race(Race(b, best.key, pick.key, share))
             sweep.save(out)
         if progress is not None:
@@ -236,7 +240,7 @@ def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, 
         "selection": ("growth E[L]" if picker is None else "the predictions' trace"
                       if picker is trace else "a trace of its own (calibration)"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}, renewed=renewed,
-        old=existing)
+        old=existing, measured=batch)
     if costs is not None and sweep.points:
         picks = _pick_keys(todo) | {p.key for p in sweep.points
                                     if p.selected and p.batch not in batch}
@@ -245,6 +249,12 @@ def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, 
                             trace, p.batch, continuous=continuous, drafted=drafted)
              for p in sweep.points}, picks)
     return sweep
+
+
+def _timing(measure: Measurement) -> dict[str, Any]:
+    """A measurement as a sweep's meta records it (:data:`~treeopt.documents.sweep.TIMING_KEYS`)."""
+    return {"rounds": measure.rounds, "min_seconds": measure.min_seconds,
+            "target_se": measure.target_se, "max_rounds": measure.cap}
 
 
 def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[int | None],

@@ -34,6 +34,7 @@ from treeopt.demo.config import (
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.prompt_sets import ship_prose_choice
+from treeopt.demo.redo import EARLIER, start_redo, timed_apart
 from treeopt.demo.selections import ship_selections
 from treeopt.demo.stage_picks import measure_picks
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
@@ -55,7 +56,8 @@ PRICED_LAST: dict[str, Callable[[DemoPaths, str], dict[str, Any]]] = {
 
 def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | None = None,
                show_progress: bool = False, redo: tuple[str, ...] = (),
-               own_timing: Collection[str] | None = None) -> dict[str, Any]:
+               own_timing: Collection[str] | None = None,
+               batches: tuple[int, ...] = ()) -> dict[str, Any]:
     """Build the demo described by ``config`` into ``out``; return its manifest. ``own_timing``:
     the timing settings ``config`` sets on purpose (the command line's flags); given, the others
     are those of a finished demo at ``out`` (:func:`with_finished_timing`). ``redo``: stages
@@ -68,10 +70,14 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     or ``runs``: every stage that runs the base model over prompts (traces, live checks, sweeps,
     :data:`~treeopt.demo.stages.RUNS_STAGES`), keeping the training and the step profiles
     (:func:`~treeopt.demo.stages.runs_kept`) — what a change in how a run is recorded needs.
-    The same call again after an interruption resumes the redo where it stopped."""
+    ``batches`` (with ``timing`` alone): only those batch sizes are timed again, the others'
+    timings kept, and the measurement settings ``own_timing`` names become theirs alone
+    (:attr:`~treeopt.demo.config.DemoConfig.batch_timing`). The same call again after an
+    interruption resumes the redo where it stopped."""
     import torch
 
     names = [name for name, _ in stages.PIPELINE]
+    asked = redo
     unknown = [r for r in redo if r not in (*names, stages.TIMING, stages.RUNS)]
     if unknown:
         raise FieldError("redo", f"{','.join(unknown)}: no such stage; the stages are "
@@ -86,6 +92,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     redo = tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,))))
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
+    if batches:
+        config, own_timing = timed_apart(target, config, batches, own_timing, redo=asked)
     if own_timing is not None:
         config = with_finished_timing(target, config, own_timing, log=say)
     config, probe = _resolved_dtype(target, config, retime=retime, log=say)
@@ -103,7 +111,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     if probe is not None:
         write_json(DemoPaths(work).dtype_probe(config.device), probe)
     if redo:
-        _start_redo(work, config, redo, retime=retime, runs=runs, log=say)
+        start_redo(work, config, redo, retime=retime, runs=runs, batches=batches, log=say)
     paths = DemoPaths(work)
     marker = work / ".stages" / "retime.json"  # until the drafters' speed is measured again
     torch.manual_seed(config.seed)
@@ -183,33 +191,6 @@ def _resolved_dtype(target: Path, config: DemoConfig, *, retime: bool, log: Log,
     return replace(config, dtype=probe.dtype), probe.to_dict()
 
 
-def _start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
-                runs: bool, log: Log) -> None:
-    """Remove what the ``redo`` stages (and, when ``retime``, the speed measurements inside the
-    drafters and dynamic stages) made, so they are measured afresh — unless an interrupted run
-    of the same redo already did: then its fresh work is kept and the redo resumes. ``runs``
-    keeps the training and the step profiles of the stages it redoes."""
-    record = work / ".stages" / "redo.json"
-    if record.exists() and read_json(record) == {"redo": list(redo), "timing": retime}:
-        log(f"[redo] resuming {', '.join(redo)} where it stopped")
-        return
-    kept = stages.runs_kept(DemoPaths(work), config) if runs else set()
-    if runs:
-        stages.keep_training(work / ".stages")
-    for name in redo:  # measured afresh: the stage's record and the files it would resume from
-        (work / ".stages" / f"{name}.json").unlink(missing_ok=True)
-        for path in stages.outputs(name, DemoPaths(work), config):
-            if path not in kept:
-                path.unlink(missing_ok=True)
-    if retime:  # and the speed measured inside the drafters and dynamic stages
-        for path in stages.timing_outputs(DemoPaths(work), config):
-            path.unlink(missing_ok=True)
-        write_json(work / ".stages" / "retime.json", {"redo": stages.TIMING})
-    if "quality" in redo and "drafters" not in redo:  # and the drafters' checks, inside it
-        write_json(work / ".stages" / stages.RECHECK_MARKER, {"redo": "quality"})
-    write_json(record, {"redo": list(redo), "timing": retime})
-
-
 def _differ(target: Path, config: DemoConfig, *, retime: bool) -> list[str]:
     """The settings of the finished demo at ``target`` that ``config`` changes, less its timing
     settings when the build measures every speed figure again (``retime``), less the
@@ -234,7 +215,7 @@ def with_finished_timing(target: Path, config: DemoConfig, own_timing: Collectio
     as the demo was measured unless told otherwise. A demo built otherwise: ``config`` as it is."""
     manifest = target / "manifest.json"
     finished = read_json(manifest).get("config", {}) if manifest.exists() else {}
-    kept = {k: finished[k] for k in TIMING_FLAGS
+    kept = {k: finished[k] for k in (*TIMING_FLAGS, "batch_timing")
             if k in finished and k not in own_timing and finished[k] != getattr(config, k)}
     if not kept:
         return config
@@ -382,6 +363,9 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
     result = fn(ctx)
     own = result.pop("seconds", None)  # a stage that times its parts across runs
     seconds = own if own is not None else time.perf_counter() - start
+    earlier = ctx.scratch / f"{name}.{EARLIER}.json"  # run again for some batch sizes
+    if earlier.exists():
+        seconds += read_json(earlier).get("seconds", 0.0)
     if kept is not None:  # the kept kinds' share of the old time, and this run's
         share = 1 - len(ctx.kinds) / len(stages.HEAD_KINDS)
         seconds += kept["record"]["seconds"] * share
@@ -390,6 +374,7 @@ def _stage(ctx: Context, name: str, fn: Callable[[Context], dict[str, Any]],
     write_json(record, result)
     _ran_here(ctx)
     kept_path.unlink(missing_ok=True)
+    earlier.unlink(missing_ok=True)
     ctx.log(f"[{name}] {time.perf_counter() - start:.1f} s")
     return result
 

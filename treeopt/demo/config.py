@@ -96,6 +96,10 @@ class DemoConfig:
     sweep_min_seconds: float = 0.0
     sweep_target_se: float = 0.0
     timing_max_rounds: int = MAX_ROUNDS
+    # a batch size timed otherwise than the rest (``--redo timing --batches``): per batch size,
+    # its own values of some of the settings above (MEASURE_SETTINGS), e.g. {"8": {
+    # "sweep_target_se": 0.025}}; its step-profile records and sweep points say so too
+    batch_timing: dict[str, dict[str, float]] = field(default_factory=dict)
     sweep_race: bool = False  # where select's pick is not the measured best, race the two
     sweep_alongside: bool = False  # profile each sweep point's tree right before the point
     # a batch-b sweep point: its prompts b at a time ("static"), or all in one run of b rows, a
@@ -147,12 +151,16 @@ class DemoConfig:
             raise FieldError("sweep_prompts", f"must be from the largest batch, "
                              f"{max(self.live_batches)}, to the {self.heldout_prompts} held-out "
                              f"prompts, got {self.sweep_prompts}")
+        self._check_batch_timing()
         for part in ("step", "sweep"):  # the measurement rule's own checks, said of our fields
-            try:
-                self.measurement(part)
-            except MeasurementError as exc:
-                name = "timing_max_rounds" if exc.field == "max_rounds" else f"{part}_{exc.field}"
-                raise FieldError(name, exc.rule) from None
+            for batch in (None, *map(int, self.batch_timing)):
+                try:
+                    self.measurement(part, batch)
+                except MeasurementError as exc:
+                    name = ("timing_max_rounds" if exc.field == "max_rounds"
+                            else f"{part}_{exc.field}")
+                    at = "" if batch is None else f"batch_timing[{batch}].{name}"
+                    raise FieldError(at or name, exc.rule) from None
         need = self.prompt_tokens[1] + self.max_new_tokens + max(self.eval_sizes) + 1
         if self.base_model is None and need > self.base.max_positions:
             raise TreeoptError(f"prompts of {self.prompt_tokens[1]} tokens, {self.max_new_tokens} "
@@ -185,18 +193,42 @@ class DemoConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def measurement(self, part: Literal["step", "sweep"]) -> Measurement:
-        """How long a ``step`` profile record or a ``sweep`` point (and a race) is measured.
+    def _check_batch_timing(self) -> None:
+        """``batch_timing`` names batch sizes the build times, and measurement settings."""
+        for batch, settings in self.batch_timing.items():
+            if not str(batch).isdigit() or int(batch) not in self.live_batches:
+                raise FieldError("batch_timing", f"{batch!r}: not one of the batch sizes timed "
+                                 f"({', '.join(map(str, self.live_batches))})")
+            if unknown := [k for k in settings if k not in MEASURE_SETTINGS]:
+                raise FieldError("batch_timing", f"batch {batch}: {', '.join(unknown)} is no "
+                                 f"measurement setting ({', '.join(MEASURE_SETTINGS)})")
 
-        >>> DemoConfig(sweep_target_se=0.015, sweep_min_seconds=36).measurement("sweep")
+    def measurement(self, part: Literal["step", "sweep"], batch: int | None = None,
+                    ) -> Measurement:
+        """How long a ``step`` profile record or a ``sweep`` point (and a race) is measured, at
+        ``batch`` where that batch size is timed otherwise (``batch_timing``).
+
+        >>> c = DemoConfig(sweep_target_se=0.015, sweep_min_seconds=36)
+        >>> c.measurement("sweep")
         Measurement(rounds=3, min_seconds=36, target_se=0.015, max_rounds=64)
+        >>> replace(c, batch_timing={"8": {"sweep_target_se": 0.01}}).measurement("sweep", 8)
+        Measurement(rounds=3, min_seconds=36, target_se=0.01, max_rounds=64)
         """
         if part not in ("step", "sweep"):
             raise ValueError(f"part {part!r}: expected step or sweep")  # a caller's bug
-        return Measurement(rounds=getattr(self, f"{part}_rounds"),
-                           min_seconds=getattr(self, f"{part}_min_seconds"),
-                           target_se=getattr(self, f"{part}_target_se"),
-                           max_rounds=self.timing_max_rounds)
+        own = self.batch_timing.get(str(batch), {})
+
+        def setting(name: str) -> Any:
+            return own.get(name, getattr(self, name))
+
+        return Measurement(rounds=int(setting(f"{part}_rounds")),
+                           min_seconds=setting(f"{part}_min_seconds"),
+                           target_se=setting(f"{part}_target_se"),
+                           max_rounds=int(setting("timing_max_rounds")))
+
+    def measurements(self, part: Literal["step", "sweep"]) -> dict[int, Measurement]:
+        """The batch sizes timed otherwise than the rest, each with its :meth:`measurement`."""
+        return {int(b): self.measurement(part, int(b)) for b in self.batch_timing}
 
     def lr_of(self, kind: str) -> float:
         """The ``kind`` drafter's learning rate: the first of its ``demo_lr`` settings set.
@@ -227,7 +259,7 @@ class DemoConfig:
 # races, the dynamic step profile): a finished demo measured again (``--redo timing``) may
 # change them and keep everything else
 TIMING_SETTINGS = (
-    "latency_context", "latency_tokens", "latency_repeats", "live_batches", "step_sizes",
+    "batch_timing", "latency_context", "latency_tokens", "latency_repeats", "live_batches", "step_sizes",
     "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
     "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
     "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads", "dynamic_profile")
@@ -242,6 +274,10 @@ TRAINING_SETTINGS = (
     "head_layers", "medusa_head_layers", "head_prefix_attention", "head_data_prompts",
     "head_seq_len", "head_steps", "head_batch", "head_lr", "eagle_layers", "eagle_lr",
     "draft_model_layers")
+# how long a step-profile record and a sweep point are measured: what a batch size may set for
+# itself (DemoConfig.batch_timing)
+MEASURE_SETTINGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_rounds",
+                    "sweep_min_seconds", "sweep_target_se", "timing_max_rounds")
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
                 "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
@@ -335,6 +371,8 @@ def command_line(config: DemoConfig) -> str:
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-target-se 0.015 --sweep-race'
     >>> command_line(replace(plan(budget_minutes=60), sweep_batching="continuous"))
     'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-batching continuous'
+    >>> command_line(replace(plan(budget_minutes=60), batch_timing={"8": {"sweep_target_se": 0.02}}))
+    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 && treeopt demo build --budget-minutes 60 --device cpu --seed 0 --redo timing --batches 8 --sweep-target-se 0.02'
     >>> command_line(plan(base_model="smollm2-135m-instruct"))
     'treeopt demo build --base-model smollm2-135m-instruct --device cpu --seed 0'
     >>> command_line(plan(base_model="smollm2-135m-instruct", kinds=KINDS))
@@ -366,7 +404,11 @@ def command_line(config: DemoConfig) -> str:
         if value != getattr(preset, name):
             timing += (f" {flag}" if value is True else f" --no-{flag[2:]}" if value is False
                        else f" {flag} {value}" if isinstance(value, str) else f" {flag} {value:g}")
-    return (f"treeopt demo build{head} --device {config.device} --seed {config.seed}{timing}")
+    command = f"treeopt demo build{head} --device {config.device} --seed {config.seed}"
+    for batch, settings in config.batch_timing.items():  # each batch size timed apart, after
+        flags = "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in settings.items())
+        timing += f" && {command} --redo timing --batches {batch}{flags}"
+    return command + timing
 
 
 def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int = 0,

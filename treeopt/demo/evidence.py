@@ -49,7 +49,10 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
     ({'rounds': 3, 'min_seconds': 0.0, 'target_se': 0.0, 'max_rounds': 64}, 'sweep/eagle-alongside-cpu.json', 'latency/step-eagle-cpu.json')
     """
     return {"prompts": config.sweep_prompts, "max_new_tokens": config.live_new_tokens,
-            "measurement": asdict(config.measurement("sweep")), "race": config.sweep_race,
+            "measurement": asdict(config.measurement("sweep")),
+            **({"measurement_by_batch": {str(b): asdict(m) for b, m in by_batch.items()}}
+               if (by_batch := config.measurements("sweep")) else {}),
+            "race": config.sweep_race,
             "batching": config.sweep_batching,
             "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),

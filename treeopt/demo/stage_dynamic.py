@@ -12,7 +12,7 @@ import numpy as np
 
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DYNAMIC_KIND
-from treeopt.demo.stage_timing import demo_costs, has_profiler, threads
+from treeopt.demo.stage_timing import demo_costs, has_profiler, measured_by_batch, threads
 from treeopt.files import write_json
 
 
@@ -83,10 +83,11 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
         profile = profile_steps(ctx.model, ctx.heads(DYNAMIC_KIND), None, prompts,
                                 batch=list(c.live_batches), out=out,
                                 max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
+                                measure_at=c.measurements("step"),
                                 dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
                                 log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),
-            "measurement": asdict(c.measurement("step"))}
+            "measurement": asdict(c.measurement("step")), **measured_by_batch(c, "step")}
 
 
 def _dynamic_check(ctx: Context, traces: dict[str, dict[int, Any]]) -> dict[str, Any]:

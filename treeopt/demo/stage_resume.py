@@ -44,6 +44,25 @@ def timing_outputs(paths: DemoPaths, config: DemoConfig, *,
             paths.dynamic_step_profile(config.device), paths.dynamic_selection(config.device)]
 
 
+def without_batches(paths: DemoPaths, config: DemoConfig, batches: tuple[int, ...]) -> None:
+    """Remove every speed measurement at ``batches`` from the demo's files (each drafter's step
+    profile and sweeps, the dynamic step profile), keeping the other batch sizes': what timing
+    those batch sizes again (``--redo timing --batches``) starts from. The verify table, timed
+    at batch 1 alone, is kept."""
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.documents.sweep import Sweep
+
+    profiles = [*(paths.step_profile(k, config.device) for k in KINDS),
+                paths.dynamic_step_profile(config.device)]
+    for path in profiles:
+        if path.is_file():
+            StepProfile.load(path).without_batches(batches).save(path)
+    for path in (p for k in KINDS for p in (paths.sweep(k, config.device),
+                                             paths.drafted_sweep(k, config.device))):
+        if path.is_file():
+            Sweep.load(path).without_batches(batches).save(path)
+
+
 def retime(ctx: Context, results: dict[str, Any]) -> None:
     """Measure the drafters' and dynamic drafting's speed again (their files removed first by
     the caller) and update those stages' results and records in place (the choice per prompt

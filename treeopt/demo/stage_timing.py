@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from treeopt.demo.context import Context
 from treeopt.demo.stage_kinds import HEAD_KINDS
 
 if TYPE_CHECKING:
 
+    from treeopt.demo.config import DemoConfig
     from treeopt.documents.sweep import Sweep
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
@@ -64,9 +65,11 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
                                 Growth.load(ctx.paths.growth(kind)), prompts,
                                 batch=list(c.live_batches), sizes=list(c.step_sizes), out=out,
                                 max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
+                                measure_at=c.measurements("step"),
                                 log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),
             "measurement": asdict(c.measurement("step")),
+            **measured_by_batch(c, "step"),
             "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
 
 
@@ -133,6 +136,7 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
     bar = ctx.bar(len(sizes) * len(c.live_batches), f"{kind} sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
+                  measure_at=c.measurements("sweep"),
                   config=_sweep_decoding(ctx), costs=plan.costs, trace=own,
                   select_trace=plan.select_trace,
                   meta={"model": "treeopt demo", "device": c.device,
@@ -178,6 +182,7 @@ def _drafted_sweep(ctx: Context, kind: str, prompts: list[list[int]], growth: Gr
     bar = ctx.bar((len(sizes) + 1) * len(c.live_batches), f"{kind} drafted sweep")
     result = tune(ctx.model, ctx.heads(kind), growth, prompts, batch=list(c.live_batches),
                   sizes=sizes, out=path, measure=c.measurement("sweep"),
+                  measure_at=c.measurements("sweep"),
                   config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,
                   meta={"model": "treeopt demo", "device": c.device},
                   continuous=c.sweep_batching == "continuous", drafted=True,
@@ -213,6 +218,13 @@ def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own
     errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
                               as_run(own, ctx.config.live_new_tokens))
     return {"file": path.name, "errors": errors}
+
+
+def measured_by_batch(config: DemoConfig, part: Literal["step", "sweep"]) -> dict[str, Any]:
+    """A timing record's ``measurement_by_batch``: each batch size timed otherwise than the rest
+    (``batch_timing``) with its measurement; nothing where every batch is timed alike."""
+    by_batch = {str(b): asdict(m) for b, m in config.measurements(part).items()}
+    return {"measurement_by_batch": by_batch} if by_batch else {}
 
 
 def drafter_timing(ctx: Context, kind: str) -> dict[str, Any]:

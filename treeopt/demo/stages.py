@@ -43,6 +43,7 @@ from treeopt.demo.stage_resume import (
     retime,
     runs_kept,
     timing_outputs,
+    without_batches,
 )
 from treeopt.demo.stage_timing import (
     demo_costs,
@@ -80,5 +81,5 @@ __all__ = [
     "kind_sampled", "kind_scope", "kind_step_profile", "kind_sweep", "kind_traces", "lacking",
     "latency", "merge_kinds", "ngram_drafter", "outputs", "prompts", "prose",
     "quality", "read_jsonl", "recheck_quality", "retime", "runs_kept", "sampled", "sweep",
-    "threads", "timing_outputs", "traces", "train_drafter", "trained_kinds",
+    "threads", "timing_outputs", "traces", "train_drafter", "trained_kinds", "without_batches",
 ]

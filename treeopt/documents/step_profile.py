@@ -15,7 +15,7 @@ Absent setup fields are unrecorded (and not compared); an absent ``design`` read
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -151,6 +151,11 @@ class StepProfile:
     def with_records(self, records: Iterable[StepRecord]) -> StepProfile:
         """The profile with ``records`` added after its own."""
         return replace(self, records=(*self.records, *records))
+
+    def without_batches(self, batches: Collection[int]) -> StepProfile:
+        """The profile less its records at ``batches``: what profiling those batch sizes again
+        starts from."""
+        return replace(self, records=tuple(r for r in self.records if r.batch not in batches))
 
     def differences(self, other: StepProfile, keys: Sequence[str]) -> list[str]:
         """The fields of ``keys`` on which the two profiles differ."""

@@ -38,6 +38,10 @@ BATCHINGS = ("static", "continuous")
 # what a sweep written before a setting existed was measured with
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
               "batching": "static"}
+# how a point was timed: the keys of its sweep's meta that say it …
+TIMING_KEYS = ("rounds", "min_seconds", "target_se", "max_rounds")
+# … and, where a batch size was timed otherwise than the rest, that batch's own values of them
+BY_BATCH = "timing_by_batch"
 # a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
 # for a tree of another family (the per-step greedy growth's)
 PointKey = tuple[int, int, int | None] | tuple[int, int, int | None, str]
@@ -295,22 +299,56 @@ class Sweep:
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], meta: dict[str, Any], *,
-               renewed: Collection[str] = (), old: Sweep | None = None) -> Sweep:
+               renewed: Collection[str] = (), old: Sweep | None = None,
+               measured: Collection[int] = ()) -> Sweep:
         """The sweep at ``path`` when it was measured the same way (its points are kept), else
-        a new one; a file from another setup is refused rather than mixed in. The ``renewed``
-        keys of ``meta`` may differ: they describe what the caller makes afresh for every
-        kept point (the predictions), and take the new values. ``old``: the file at ``path``,
-        where the caller has read it already."""
+        a new one; a file from another setup is refused rather than mixed in. Each batch size
+        is timed one way: ``meta``'s timing (:meth:`timing`) must be the file's at every batch
+        it has points at, and a batch it has none at may be timed otherwise (``measured``: the
+        batch sizes the caller measures; their timing is recorded). The ``renewed`` keys of
+        ``meta`` may differ: they describe what the caller makes afresh for every kept point
+        (the predictions), and take the new values. ``old``: the file at ``path``, where the
+        caller has read it already."""
         if old is None:
             if not Path(path).exists():
                 return cls(meta, source=str(path))
             old = cls.load(path)
-        differ = [k for k in meta if k != "created" and k not in renewed
+        new = cls(meta)
+        differ = [k for k in meta if k not in ("created", BY_BATCH, *TIMING_KEYS, *renewed)
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
+        differ += [f"{k} at batch {b}" for b in old.batches
+                   for k, v in old.timing(b).items() if new.timing(b)[k] != v]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
                                f"write to another path")
-        return replace(old, meta={**old.meta, **{k: meta[k] for k in renewed if k in meta}})
+        base = {k: old.meta.get(k, LATER_META.get(k)) for k in TIMING_KEYS}
+        by_batch = {b: timing for b, timing in {
+            **old.meta.get(BY_BATCH, {}),
+            **{str(b): new.timing(b) for b in measured}}.items() if timing != base}
+        kept = {k: v for k, v in old.meta.items() if k != BY_BATCH}
+        return replace(old, meta={**kept, **{k: meta[k] for k in renewed if k in meta},
+                                  **({BY_BATCH: by_batch} if by_batch else {})})
+
+    def timing(self, batch: int) -> dict[str, Any]:
+        """How the sweep times a point at ``batch``: its meta's :data:`TIMING_KEYS`, or that
+        batch's own values (:data:`BY_BATCH`) where it was timed otherwise.
+
+        >>> s = Sweep({"rounds": 2, "target_se": 0.0, BY_BATCH: {"8": {"target_se": 0.025}}})
+        >>> s.timing(1)["target_se"], s.timing(8)["target_se"], s.timing(8)["rounds"]
+        (0.0, 0.025, 2)
+        """
+        base = {k: self.meta.get(k, LATER_META.get(k)) for k in TIMING_KEYS}
+        return {**base, **self.meta.get(BY_BATCH, {}).get(str(batch), {})}
+
+    def without_batches(self, batches: Collection[int]) -> Sweep:
+        """The sweep less its points, races and own timing at ``batches``: what measuring those
+        batch sizes again starts from."""
+        by_batch = {b: t for b, t in self.meta.get(BY_BATCH, {}).items()
+                    if int(b) not in batches}
+        meta = {k: v for k, v in self.meta.items() if k != BY_BATCH}
+        return replace(self, meta={**meta, **({BY_BATCH: by_batch} if by_batch else {})},
+                       points=tuple(p for p in self.points if p.batch not in batches),
+                       races=tuple(r for r in self.races if r.batch not in batches))
 
     def with_predictions(self, predicted: Mapping[PointKey, tuple[float, float, float]],
                          selected: Collection[PointKey]) -> Sweep:
@@ -327,5 +365,5 @@ def _order(p: SweepPoint) -> tuple[int, int, int, str, int]:
             int(p.selected))
 
 
-__all__ = ["BATCHINGS", "SWEEP_FORMAT", "PointKey", "Race", "Sweep", "SweepPoint", "point_key"]
+__all__ = ["BATCHINGS", "BY_BATCH", "SWEEP_FORMAT", "TIMING_KEYS", "PointKey", "Race", "Sweep", "SweepPoint", "point_key"]
 

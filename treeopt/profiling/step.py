@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 from time import perf_counter
@@ -122,13 +122,15 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   prompts: Sequence[Sequence[int]], *, batch: Sequence[int],
                   out: str | os.PathLike[str], sizes: Sequence[int] = SIZES,
                   max_new_tokens: int = 64, measure: Measurement | None = None,
+                  measure_at: Mapping[int, Measurement] | None = None,
                   sequences: int | None = None, compile: bool = False,
                   dynamic: Sequence[DynamicSettings] = (),
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> StepProfile:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
     of every dynamic setting (then ``growth`` is unused) — each record timed as ``measure``
-    says (default: 3 rounds) on its step over its reference's, and write and return the
+    says (default: 3 rounds), or as ``measure_at`` says for its batch size, on its step over
+    its reference's (records say their rounds and standard error), and write and return the
     profile (a finished batch size already in ``out`` is kept, not measured again)."""
     if sequences is not None and sequences < 1:
         raise TreeoptError(f"sequences must be ≥ 1, got {sequences}")
@@ -149,7 +151,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     sequences = max(batch) if sequences is None else sequences
     for i, b in enumerate(todo):
         records = batch_records(decoder, trees, prompts, b, config=config,
-                                measure=measure or Measurement(), sequences=sequences)
+                                measure=(measure_at or {}).get(b, measure or Measurement()),
+                                sequences=sequences)
         profile = profile.with_records(StepRecord.from_json(r, where=f"{out}: batch {b}")
                                        for r in records)
         profile.save(out)
