@@ -36,15 +36,27 @@ if TYPE_CHECKING:
 
 
 def rounds_said(sweep: Sweep) -> str:
-    """How many rounds the points took: the sweep's fixed rounds, or the range its points
+    """How many rounds the points took, per way the sweep timed its batch sizes
+    (:meth:`~treeopt.documents.sweep.Sweep.timing`): its fixed rounds, or the range its points
     measured to a standard-error target, and the target."""
-    timed = sorted({p.rounds for p in sweep.points if p.rounds is not None})
-    target = sweep.meta.get("target_se") or 0.0
+    ways: dict[tuple, list[int]] = {}
+    for b in sweep.batches:
+        ways.setdefault(tuple(sorted(sweep.timing(b).items())), []).append(b)
+    said = [(batches, _rounds(sweep, batches, dict(way))) for way, batches in ways.items()]
+    if len(said) == 1:
+        return said[0][1]
+    return "; ".join(f"batch {', '.join(map(str, batches))}: {text}" for batches, text in said)
+
+
+def _rounds(sweep: Sweep, batches: list[int], timing: dict) -> str:
+    """The rounds the points at ``batches``, timed as ``timing`` says, took."""
+    timed = sorted({p.rounds for p in sweep.points if p.batch in batches and p.rounds})
+    target = timing.get("target_se") or 0.0
     if not timed or (len(timed) == 1 and not target):
-        return f"{timed[0] if timed else sweep.meta.get('rounds')} round(s)"
+        return f"{timed[0] if timed else timing.get('rounds')} round(s)"
     span = f"{timed[0]}–{timed[-1]}" if len(timed) > 1 else f"{timed[0]}"
     return f"{span} rounds per point" + (f" (to a {target:.1%} standard error, at most "
-                                         f"{sweep.meta.get('max_rounds')})" if target else "")
+                                         f"{timing.get('max_rounds')})" if target else "")
 
 
 def report(kind: str, sweep: Sweep, held_out: HeldOutPricing, *, drafted: bool,

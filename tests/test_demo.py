@@ -391,6 +391,10 @@ def test_redo_timing_of_some_batch_sizes_keeps_the_others_and_records_their_own_
                                            r"not by sweep_prompts$"):
         build.build_demo(out, cfg, redo=(stages.TIMING,), batches=(2,),
                          own_timing={"sweep_prompts"})
+    whole = build.build_demo(out, cfg, log=logs.append, redo=(stages.TIMING,),
+                             own_timing=set())  # timed whole again: every batch size alike
+    assert whole["config"]["batch_timing"] == {} and "--batches" not in whole["command"]
+    assert all(BY_BATCH not in Sweep.load(p).meta for p in sweeps)
 
 
 def test_a_stopped_re_measurement_resumes_the_drafter_it_stopped_in(tiny_demos, tmp_path,

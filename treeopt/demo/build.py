@@ -94,6 +94,8 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     target = Path(out)
     if batches:
         config, own_timing = timed_apart(target, config, batches, own_timing, redo=asked)
+    elif retime and own_timing is not None:  # timed whole again: every batch size alike
+        own_timing = {*own_timing, "batch_timing"}
     if own_timing is not None:
         config = with_finished_timing(target, config, own_timing, log=say)
     config, probe = _resolved_dtype(target, config, retime=retime, log=say)

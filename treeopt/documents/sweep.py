@@ -3,7 +3,8 @@ per batch size, beside what the step-cost model predicts for the same points (``
 the Hydra paper's procedure for choosing the tree size, §4 and App. B).
 
 File: ``"format": "treeopt.sweep/1"`` with ``meta`` (model, heads, device, threads, prompts, new
-tokens, rounds and the least time measured per point, what predicted) and ``points``, one per
+tokens, rounds and the least time measured per point — and, for a batch size timed otherwise
+than the rest, its own, ``timing_by_batch`` — what predicted) and ``points``, one per
 (batch, tree): the tree (size, depth cap, depth, choices), ``measured`` (tree and autoregressive
 steady-state tokens/s of the whole batch, the speed-up as the median over rounds and its spread,
 the rounds timed and the relative standard error of their mean speed-up, the mean accepted
@@ -365,5 +366,6 @@ def _order(p: SweepPoint) -> tuple[int, int, int, str, int]:
             int(p.selected))
 
 
-__all__ = ["BATCHINGS", "BY_BATCH", "SWEEP_FORMAT", "TIMING_KEYS", "PointKey", "Race", "Sweep", "SweepPoint", "point_key"]
+__all__ = ["BATCHINGS", "BY_BATCH", "SWEEP_FORMAT", "TIMING_KEYS", "PointKey", "Race", "Sweep",
+           "SweepPoint", "point_key"]
 
