@@ -13,7 +13,8 @@ the prediction as the demo prices it (the drafter's profile, the verify step sha
 demo's other profiles: :func:`treeopt.demo.step_costs.demo_step_costs`) from the shipped
 profile and from this run's, each as predicted over measured, minus one; then the points within
 ``--within`` each way. One torch thread; pin it (``taskset -c 0``) with the other core idle.
-Written under ``--out`` only, and resumed from there; the demo is not changed.
+Written under ``--out`` only, and resumed from there; the demo is not changed (``treeopt demo
+build --redo timing --batches B`` times a batch size of the demo itself again).
 """
 
 from __future__ import annotations
