@@ -109,25 +109,33 @@ def test_select_prices_the_verify_step_with_shared_verify_and_refuses_another_se
 
 
 def test_the_real_models_demo_shares_every_drafters_verify_step():
-    """On SmolLM2 the trie's profile timed its batch-8 autoregressive step 16% above the other
-    drafters' median: shared, its 8-node chain at batch 8 is priced from all of them."""
+    """On SmolLM2 each drafter's verify step is priced from every profile that agrees with its
+    own: at batch 8, each record timed to a 2.5% standard error, the trie's agrees with all five
+    others, and the 8-node chain's verify over the one-token step is priced within the single
+    profiles' range, its own profile alone giving its records' ratio. (Timed in 2 rounds, the
+    trie's batch-8 step had been 16% above the others' median, and was left out.)"""
+    import numpy as np
+
     from treeopt.demo.layout import demo_root
     from treeopt.demo.load import load
 
     demo = load(demo_root("smollm2"), with_model=False)
     costs = demo.step_costs("ngram-trie")
     shared = costs.verify.meta["shared_with"]
-    assert set(shared) == {"1", "2", "4", "8"} and len(shared["8"]) >= 3
-    own = StepProfile.load(demo.step_profile("ngram-trie"))
-    alone = step_costs(own.records, kind="ngram-trie", source="own")
-    import numpy as np
+    assert set(shared) == {"1", "2", "4", "8"}
+    assert len(shared["8"]) == len(demo.kinds) - 1
 
     def ratio(c):  # the 8-node chain's verify over the autoregressive step, at batch 8
         s = c.verify.seconds(8, c.context(), np.array([1, 9]))
         return s[1] / s[0]
 
-    assert ratio(alone) == pytest.approx(198.42 / 70.03, rel=1e-3)
-    assert ratio(costs) > ratio(alone) * 1.05
+    own = StepProfile.load(demo.step_profile("ngram-trie"))
+    at8 = {r.q: r.ms_verify for r in own.records if r.batch == 8}
+    assert ratio(step_costs(own.records, kind="ngram-trie", source="own")) == pytest.approx(
+        at8[9] / at8[1], rel=1e-3)
+    singles = [ratio(step_costs(StepProfile.load(demo.step_profile(k)).records, kind=k,
+                                source=k)) for k in demo.kinds]
+    assert min(singles) <= ratio(costs) <= max(singles)
 
 
 def test_a_demo_shares_the_profiles_of_its_setup_and_leaves_out_the_others(tmp_path):

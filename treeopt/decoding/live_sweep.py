@@ -80,29 +80,28 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
-    points already in ``out`` are kept. Each point is a
-    :func:`~treeopt.decoding.compare.compare` timed as ``measure`` says (default: 3 rounds),
-    on its speed-up, or as ``measure_at`` says for its batch size (a batch timed otherwise
-    than the rest; the sweep records it, and a batch resumes only timed as its points were). ``race_best``: then, per batch where select's pick is not the measured
-    best, the two raced head to head (:func:`~treeopt.decoding.compare.race`, measured alike),
-    recorded in the sweep's ``races``. With ``costs``, the points kept from ``out`` are
-    predicted again by them and select's pick is marked again, so a finished sweep run again
-    with other step profiles is re-priced, measuring nothing but a pick that changed. Without
-    ``costs``, a sweep whose points were predicted is refused (its predictions would no longer
-    say by what). A point's standard error (and its rounds) is floored by the round spread
-    pooled over its batch size's points measured before it: two rounds may agree by chance
-    (SmolLM2's 2-round batch-8 points: 0.8–4.5%). ``before_point(batch, cap, tree)`` is called
-    right before each point is measured (not for points kept from ``out``): a step profile taken
-    at the points' own moments (:class:`treeopt.profiling.alongside.AlongsideProfile`).
-    ``continuous``: each point decodes every prompt in one run of b rows, a finished row taking
-    the next prompt, as a serving engine batches (:func:`~treeopt.decoding.compare.compare`),
-    and is predicted over that run's steady window; the sweep records it (``batching``) and
-    resumes only alike. The steps are still priced by ``costs`` at its profiled context: a
-    batched step attends every row up to the longest one, near prompt + N under continuous
-    batching: its tree steps cost more than that context says, the speed-up predicted high
-    (SmolLM2, fp32, batch 4: 1.5–3%). ``drafted``: the growth's chains verified only as far as
-    they were drafted (a lookup drafter's; with ``costs``, the traces must record drafted
-    lengths), predicted and picked as ``select`` prices such chains."""
+    points already in ``out`` are kept. Each point is a :func:`~treeopt.decoding.compare.compare`
+    timed as ``measure`` (default: 3 rounds), or ``measure_at`` for its batch size, says, on its
+    speed-up (recorded; a batch size resumes only timed as its points were). ``race_best``: then,
+    per batch where select's pick is not the measured best, the two raced head to head
+    (:func:`~treeopt.decoding.compare.race`, measured alike), recorded in the sweep's ``races``.
+    With ``costs``, the points kept from ``out`` are predicted again by them and select's pick is
+    marked again, so a finished sweep run again with other step profiles is re-priced, measuring
+    nothing but a pick that changed. Without ``costs``, a sweep whose points were predicted is
+    refused (its predictions would no longer say by what). A point's standard error (and its
+    rounds) is floored by the round spread pooled over its batch size's points measured before it:
+    two rounds may agree by chance (SmolLM2's 2-round batch-8 points: 0.8–4.5%).
+    ``before_point(batch, cap, tree)`` is called right before each point is measured (not for
+    points kept from ``out``): a step profile taken at the points' own moments
+    (:class:`treeopt.profiling.alongside.AlongsideProfile`). ``continuous``: each point decodes
+    every prompt in one run of b rows, a finished row taking the next prompt, as a serving engine
+    batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over that run's steady
+    window; the sweep records it (``batching``) and resumes only alike. The steps are still priced
+    by ``costs`` at its profiled context: a batched step attends every row up to the longest one,
+    near prompt + N under continuous batching: its tree steps cost more than that context says, the
+    speed-up predicted high (SmolLM2, fp32, batch 4: 1.5–3%). ``drafted``: the growth's chains
+    verified only as far as they were drafted (a lookup drafter's; with ``costs``, the traces must
+    record drafted lengths), predicted and picked as ``select`` prices such chains."""
     config = config or DecodeConfig()
     if drafted:
         _check_drafted(growth, sizes, depth_caps, [trace, select_trace] if costs else [])
@@ -114,14 +113,11 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker, drafted=drafted)  # checks every size before anything runs
-    timed = {b: (measure_at or {}).get(b, measure) for b in batch}
-    by_batch = {str(b): _timing(m) for b, m in timed.items() if m != measure}
+    timed, timing = _timings(batch, measure, measure_at)
     sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
-        "max_new_tokens": config.max_new_tokens, **_timing(measure),
-        **({BY_BATCH: by_batch} if by_batch else {}), "compile": compile,
-        "step_tokens": STEP_TOKENS,
-        "batching": "continuous" if continuous else "static",
+        "max_new_tokens": config.max_new_tokens, **timing, "compile": compile,
+        "step_tokens": STEP_TOKENS, "batching": "continuous" if continuous else "static",
         "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
@@ -249,6 +245,16 @@ def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, 
                             trace, p.batch, continuous=continuous, drafted=drafted)
              for p in sweep.points}, picks)
     return sweep
+
+
+def _timings(batch: Sequence[int], measure: Measurement,
+             measure_at: Mapping[int, Measurement] | None,
+             ) -> tuple[dict[int, Measurement], dict[str, Any]]:
+    """Each batch size's measurement, and the sweep meta that records them: ``measure``'s, and
+    each batch size timed otherwise its own (:data:`~treeopt.documents.sweep.BY_BATCH`)."""
+    timed = {b: (measure_at or {}).get(b, measure) for b in batch}
+    by_batch = {str(b): _timing(m) for b, m in timed.items() if m != measure}
+    return timed, {**_timing(measure), **({BY_BATCH: by_batch} if by_batch else {})}
 
 
 def _timing(measure: Measurement) -> dict[str, Any]:

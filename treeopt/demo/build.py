@@ -34,7 +34,7 @@ from treeopt.demo.config import (
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths
 from treeopt.demo.prompt_sets import ship_prose_choice
-from treeopt.demo.redo import EARLIER, start_redo, timed_apart
+from treeopt.demo.redo import EARLIER, stages_to_redo, start_redo, timed_apart
 from treeopt.demo.selections import ship_selections
 from treeopt.demo.stage_picks import measure_picks
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
@@ -76,20 +76,7 @@ def build_demo(out: str | os.PathLike[str], config: DemoConfig, *, log: Log | No
     interruption resumes the redo where it stopped."""
     import torch
 
-    names = [name for name, _ in stages.PIPELINE]
-    asked = redo
-    unknown = [r for r in redo if r not in (*names, stages.TIMING, stages.RUNS)]
-    if unknown:
-        raise FieldError("redo", f"{','.join(unknown)}: no such stage; the stages are "
-                         f"{', '.join(names)}, {stages.TIMING} (every speed measurement) and "
-                         f"{stages.RUNS} (every trace, live check and sweep)")
-    retime = stages.TIMING in redo
-    if retime and stages.RUNS in redo:
-        raise FieldError("redo", f"{stages.TIMING} and {stages.RUNS}: one at a time (runs keeps "
-                         "the step profiles that timing measures again)")
-    runs = stages.RUNS in redo
-    groups = {stages.TIMING: stages.TIMING_STAGES, stages.RUNS: stages.RUNS_STAGES}
-    redo = tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,))))
+    asked, (redo, retime, runs) = redo, stages_to_redo(redo)
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     target = Path(out)
     if batches:

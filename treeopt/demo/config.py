@@ -159,8 +159,8 @@ class DemoConfig:
                 except MeasurementError as exc:
                     name = ("timing_max_rounds" if exc.field == "max_rounds"
                             else f"{part}_{exc.field}")
-                    at = "" if batch is None else f"batch_timing[{batch}].{name}"
-                    raise FieldError(at or name, exc.rule) from None
+                    at = "" if batch is None else f" (batch {batch}'s own)"
+                    raise FieldError(name, exc.rule + at) from None
         need = self.prompt_tokens[1] + self.max_new_tokens + max(self.eval_sizes) + 1
         if self.base_model is None and need > self.base.max_positions:
             raise TreeoptError(f"prompts of {self.prompt_tokens[1]} tokens, {self.max_new_tokens} "
@@ -194,14 +194,16 @@ class DemoConfig:
         return asdict(self)
 
     def _check_batch_timing(self) -> None:
-        """``batch_timing`` names batch sizes the build times, and measurement settings."""
+        """``batch_timing`` names batch sizes the build times (``--batches``), and measurement
+        settings."""
         for batch, settings in self.batch_timing.items():
             if not str(batch).isdigit() or int(batch) not in self.live_batches:
-                raise FieldError("batch_timing", f"{batch!r}: not one of the batch sizes timed "
-                                 f"({', '.join(map(str, self.live_batches))})")
+                raise FieldError("batches", f"must be among the batch sizes timed "
+                                 f"({', '.join(map(str, self.live_batches))}), got {batch!r}")
             if unknown := [k for k in settings if k not in MEASURE_SETTINGS]:
-                raise FieldError("batch_timing", f"batch {batch}: {', '.join(unknown)} is no "
-                                 f"measurement setting ({', '.join(MEASURE_SETTINGS)})")
+                raise FieldError("batches", f"{batch} is timed apart by the measurement "
+                                 f"settings alone ({', '.join(MEASURE_SETTINGS)}), not by "
+                                 f"{', '.join(unknown)}")
 
     def measurement(self, part: Literal["step", "sweep"], batch: int | None = None,
                     ) -> Measurement:

@@ -20,6 +20,23 @@ Log = Callable[[str], None]
 EARLIER = "earlier"
 
 
+def stages_to_redo(redo: tuple[str, ...]) -> tuple[tuple[str, ...], bool, bool]:
+    """The stages ``redo`` names, its groups (``timing``, ``runs``) spelt out, and whether it
+    names each of those two; a stage that does not exist, or both groups, refused."""
+    names = [name for name, _ in stages.PIPELINE]
+    unknown = [r for r in redo if r not in (*names, stages.TIMING, stages.RUNS)]
+    if unknown:
+        raise FieldError("redo", f"{','.join(unknown)}: no such stage; the stages are "
+                         f"{', '.join(names)}, {stages.TIMING} (every speed measurement) and "
+                         f"{stages.RUNS} (every trace, live check and sweep)")
+    retime, runs = stages.TIMING in redo, stages.RUNS in redo
+    if retime and runs:
+        raise FieldError("redo", f"{stages.TIMING} and {stages.RUNS}: one at a time (runs keeps "
+                         "the step profiles that timing measures again)")
+    groups = {stages.TIMING: stages.TIMING_STAGES, stages.RUNS: stages.RUNS_STAGES}
+    return tuple(dict.fromkeys(s for r in redo for s in groups.get(r, (r,)))), retime, runs
+
+
 def start_redo(work: Path, config: DemoConfig, redo: tuple[str, ...], *, retime: bool,
                runs: bool, log: Log, batches: tuple[int, ...] = ()) -> None:
     """Remove what the ``redo`` stages (and, when ``retime``, the speed measurements inside the
@@ -87,4 +104,4 @@ def timed_apart(target: Path, config: DemoConfig, batches: tuple[int, ...],
     return replace(config, batch_timing=timing), {"batch_timing"}
 
 
-__all__ = ["EARLIER", "start_redo", "timed_apart"]
+__all__ = ["EARLIER", "stages_to_redo", "start_redo", "timed_apart"]
