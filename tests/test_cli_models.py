@@ -13,6 +13,7 @@ from in_process import treeopt
 pytest.importorskip("torch")
 
 from treeopt.documents.step_profile import StepProfile  # noqa: E402
+from treeopt.documents.sweep import Sweep  # noqa: E402
 from treeopt.documents.verify_report import VerifyReport  # noqa: E402
 from treeopt.model.trace import RankTrace  # noqa: E402
 
@@ -312,6 +313,30 @@ def test_tune_refuses_bad_input_before_loading_a_model(workdir, tiny_model_dir, 
     assert_user_error(run(*base, "--trace", sampled), "calibrated on sampled continuations "
                       "(temperature 1.0); tune decodes greedily and needs a greedy trace")
     assert not (workdir / "x.json").exists()
+
+
+def test_tune_retime_measures_a_batch_size_again_timed_its_own_way(workdir, tiny_model_dir,
+                                                                   prompts_file, profiled):
+    """``--retime``: the --batch sizes' points are measured again, timed as this run's flags
+    say and recorded so, the others kept; without it, another timing of a batch size that has
+    points is refused in one line."""
+    out = workdir / "retimed.json"
+    base = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
+            workdir / "growth.json", "--prompts", prompts_file, "--sizes", "1",
+            "--prompt-count", "2", "--max-new-tokens", "4", "--out", out]
+    assert run(*base, "--batch", "1,2", "--rounds", "1").returncode == 0
+    first = Sweep.load(out)
+    assert_user_error(run(*base, "--batch", "2", "--rounds", "3"),
+                      f"{out}: a sweep measured with other rounds at batch 2; write to another "
+                      "path")
+    assert_user_error(run(*base, "--batch", "2", "--retime", "--profile-alongside",
+                          workdir / "along.json"), "--retime measures points again beside")
+    assert Sweep.load(out) == first  # nothing lost
+    assert run(*base, "--batch", "2", "--rounds", "3", "--retime").returncode == 0
+    again = Sweep.load(out)
+    assert [p for p in again.points if p.batch == 1] == [p for p in first.points if p.batch == 1]
+    assert [p.rounds for p in again.points if p.batch == 2] == [3]
+    assert again.timing(1)["rounds"] == 1 and again.timing(2)["rounds"] == 3
 
 
 def test_tune_refuses_a_step_profile_of_another_device_or_dtype(workdir, tiny_model_dir,

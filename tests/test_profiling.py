@@ -485,8 +485,8 @@ def test_profile_on_cuda(tmp_path, method):
 
 
 def test_a_batch_size_timed_apart_and_profiled_again_alone(tmp_path):
-    """``measure_at`` times one batch size's records otherwise than the rest; a profile less
-    that batch size's records is profiled again at it alone, the others kept as they were."""
+    """``measure_at`` times one batch size's records otherwise than the rest; ``retime``
+    profiles a batch size again, its records replaced, the others kept as they were."""
     from treeopt.drafters.heads import build_heads
     from treeopt.model.growth import Growth
     from treeopt.profiling.step import profile_steps
@@ -499,16 +499,17 @@ def test_a_batch_size_timed_apart_and_profiled_again_alone(tmp_path):
     growth = Growth("empirical", "none", ((0,), (0, 0)), np.array([1.0, 1.8, 2.4]), {})
     out, prompts = tmp_path / "step.json", [[5, 6, 7, 8], [9, 10, 11]]
 
-    def profiled(**kw):
-        return profile_steps(model, heads, growth, prompts, batch=[1, 2], sizes=[1, 2],
+    def profiled(batch=(1, 2), **kw):
+        return profile_steps(model, heads, growth, prompts, batch=list(batch), sizes=[1, 2],
                              out=out, max_new_tokens=6, measure=Measurement(rounds=2),
                              log=lambda _: None, **kw)
 
     first = profiled(measure_at={2: Measurement(rounds=6)})
     rounds = {b: [r.rounds for r in first.records if r.batch == b] for b in (1, 2)}
     assert min(rounds[2]) >= 6 > max(rounds[1])  # (a falling verify time adds a round or two)
-    first.without_batches([2]).save(out)
-    again = profiled()
+    again = profiled(retime=False)  # resumed: nothing measured again
+    assert again.records == first.records
+    again = profiled(batch=[2], retime=True)  # batch 2 profiled again, timed alike
     assert [r for r in again.records if r.batch == 1] == [r for r in first.records
                                                           if r.batch == 1]
     assert max(r.rounds for r in again.records if r.batch == 2) < 6

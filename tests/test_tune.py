@@ -23,7 +23,7 @@ from treeopt.documents.measure import (  # noqa: E402
 )
 from treeopt.documents.sweep import Sweep  # noqa: E402
 from treeopt.drafters.heads import build_heads  # noqa: E402
-from treeopt.errors import TreeoptError  # noqa: E402
+from treeopt.errors import FieldError, TreeoptError  # noqa: E402
 from treeopt.model.growth import Growth  # noqa: E402
 from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
@@ -832,9 +832,11 @@ def test_a_batch_size_timed_apart_is_recorded_and_resumes_only_timed_so(model_an
         sweep_of(model_and_heads, out, batch=[2], sizes=[1, 2], rounds=2)
     with pytest.raises(TreeoptError, match="other rounds at batch 1; "):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=3)
-    Sweep.load(out).without_batches([2]).save(out)
-    alike = Sweep.load(out)
+    with pytest.raises(FieldError):  # refused before anything runs: the file loses nothing
+        sweep_of(model_and_heads, out, batch=[2], sizes=[99], rounds=2, retime=True)
+    assert Sweep.load(out) == apart
+    alike = Sweep.load(out).without_batches([2])
     assert BY_BATCH not in alike.meta and alike.batches == [1]
-    again = sweep_of(model_and_heads, out, batch=[1, 2], sizes=[1], rounds=2)
+    again = sweep_of(model_and_heads, out, batch=[2], sizes=[1], rounds=2, retime=True)
     assert [(p.batch, p.rounds) for p in again.points] == [(1, 2), (2, 2)]
     assert BY_BATCH not in again.meta

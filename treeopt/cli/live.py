@@ -202,6 +202,10 @@ def _register_tune(sub: argparse._SubParsersAction) -> None:
                         "predicted and picked as select --drafted-only prices them (--trace "
                         "must record drafted lengths); eager steps only")
     _add_compile(p)
+    p.add_argument("--retime", action="store_true",
+                   help="measure the --batch sizes again: their points in --out are replaced by "
+                        "this run's, timed as its flags say and recorded so; the other batch "
+                        "sizes' points are kept, each batch size timed one way")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="the sweep (JSON); an existing one is resumed (required)")
     p.set_defaults(func=cmd_tune)
@@ -321,6 +325,9 @@ def _check_tune_flags(args: argparse.Namespace, *, profiled: bool, prompts: int)
         "name a file of its own")
     require(prompts >= args.prompt_count, f"--prompts: {prompts} prompts, fewer than "
             f"--prompt-count {args.prompt_count}")
+    require(not args.retime or not args.profile_alongside,
+            "--retime measures points again beside an alongside profile that keeps its "
+            "records; leave out --profile-alongside, or write both anew")
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -379,7 +386,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        "threads": args.threads},
                  compile=args.compile, race_best=args.race_best, before_point=alongside,
                  continuous=args.batching == "continuous", drafted=args.drafted_only,
-                 progress=report)
+                 retime=args.retime, progress=report)
     bar.close()
     for row in sweep.summary():
         raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"

@@ -90,6 +90,9 @@ def _register_step(forms: argparse._SubParsersAction) -> None:
     d.add_argument("--dynamic", type=_dynamic_list, metavar="K:S:N,…",
                    help="profile dynamic drafting instead of the growth's trees: settings as "
                         "topk:steps:draft-tokens, comma-separated (an EAGLE drafter)")
+    d.add_argument("--retime", action="store_true",
+                   help="profile the --batch sizes again: their records in --out are replaced "
+                        "by this run's (timed as its flags say), the other batch sizes' kept")
     d.add_argument("--out", metavar="FILE", required=True,
                    help="the step profile (JSON); an existing one is resumed (required)")
     d.set_defaults(func=cmd_profile_step)
@@ -167,7 +170,7 @@ def cmd_profile_step(args: argparse.Namespace) -> int:
                             batch=args.batch, sizes=args.sizes or SIZES, out=args.out,
                             max_new_tokens=args.max_new_tokens, measure=measure,
                             sequences=args.sequences, compile=args.compile,
-                            dynamic=args.dynamic or (),
+                            dynamic=args.dynamic or (), retime=args.retime,
                             log=lambda _: None, progress=report)
     bar.close()
     print(f"wrote {args.out}: {len(profile.records)} records", file=sys.stderr)

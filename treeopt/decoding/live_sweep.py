@@ -76,14 +76,15 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
          compile: bool = False, race_best: bool = False, continuous: bool = False,
-         drafted: bool = False, before_point: Callable[[int, int | None, Tree], None] | None = None,
+         drafted: bool = False, retime: bool = False, before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;
     points already in ``out`` are kept. Each point is a :func:`~treeopt.decoding.compare.compare`
     timed as ``measure`` (default: 3 rounds), or ``measure_at`` for its batch size, says, on its
-    speed-up (recorded; a batch size resumes only timed as its points were). ``race_best``: then,
-    per batch where select's pick is not the measured best, the two raced head to head
+    speed-up (recorded; a batch size resumes only timed as its points were; ``retime``: the points
+    of ``batch`` in ``out`` are measured again, timed so). ``race_best``: then, per batch where
+    select's pick is not the measured best, the two raced head to head
     (:func:`~treeopt.decoding.compare.race`, measured alike), recorded in the sweep's ``races``.
     With ``costs``, the points kept from ``out`` are predicted again by them and select's pick is
     marked again, so a finished sweep run again with other step profiles is re-priced, measuring
@@ -114,7 +115,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker, drafted=drafted)  # checks every size before anything runs
     timed, timing = _timings(batch, measure, measure_at)
-    sweep = _resumed(out, growth, todo, costs, trace, picker, batch, {
+    sweep = _resumed(out, growth, todo, costs, trace, picker, batch, retime, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, **timing, "compile": compile,
         "step_tokens": STEP_TOKENS, "batching": "continuous" if continuous else "static",
@@ -138,15 +139,25 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         if progress is not None:
             progress(i + 1, total)
     for i, b in enumerate(batch if race_best else ()):
-        best, pick = sweep.best(b), sweep.selected(b)
-        if pick is not None and pick.key != best.key and sweep.race(b) is None:
-            trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
-            share = race(model, heads, trees, prompts, config=config, batch=b,
-                         measure=timed[b], continuous=continuous)[1]
-            sweep = sweep.with_race(Race(b, best.key, pick.key, share))
-            sweep.save(out)
+        sweep = _raced(model, heads, sweep, prompts, b, config, timed[b], continuous, out)
         if progress is not None:
             progress(len(todo) + i + 1, total)
+    return sweep
+
+
+def _raced(model: PreTrainedModel, heads: Drafter, sweep: Sweep, prompts: Sequence[Sequence[int]],
+           b: int, config: DecodeConfig, measure: Measurement, continuous: bool,
+           out: str | os.PathLike[str]) -> Sweep:
+    """``sweep`` with select's pick at batch ``b`` raced head to head against the measured best
+    (written to ``out``), where the two differ and are not raced yet."""
+    best, pick = sweep.best(b), sweep.selected(b)
+    if pick is None or pick.key == best.key or sweep.race(b) is not None:
+        return sweep
+    trees = [Tree.from_choices([list(c) for c in p.choices]) for p in (best, pick)]
+    share = race(model, heads, trees, prompts, config=config, batch=b, measure=measure,
+                 continuous=continuous)[1]
+    sweep = sweep.with_race(Race(b, best.key, pick.key, share))
+    sweep.save(out)
     return sweep
 
 
@@ -213,13 +224,16 @@ def _pick_keys(todo: dict[tuple[int, Tree], Planned]) -> set[PointKey]:
 def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, Tree], Planned],
              costs: StepCosts | None,
              trace: RankTrace | None, picker: RankTrace | None, batch: Sequence[int],
-             meta: dict[str, Any]) -> Sweep:
-    """The sweep at ``out`` (or a new one) with ``meta`` and, with a step-cost model, every kept
-    point priced again by the one given now (profiles taken after the points, pooled with those
-    before, describe them better than either) and select's picks marked again."""
+             retime: bool, meta: dict[str, Any]) -> Sweep:
+    """The sweep at ``out`` (or a new one) with ``meta`` — less its points at ``batch`` when
+    ``retime`` — and, with a step-cost model, every kept point priced again by the one given
+    now (profiles taken after the points, pooled with those before, describe them better than
+    either) and select's picks marked again."""
     renewed = ("predicted", "acceptance", "selection") if costs is not None else ()
     continuous, drafted = meta["batching"] == "continuous", meta["verified"] == "as drafted"
     existing = Sweep.load(out) if Path(out).exists() else None
+    if existing is not None and retime:  # measured again: the file keeps them until then
+        existing = existing.without_batches(batch)
     if existing is not None and (was := existing.meta.get("verified", "whole")) != (
             meta["verified"]):
         raise TreeoptError(f"{out}: a sweep of trees verified {was}, not {meta['verified']}; "

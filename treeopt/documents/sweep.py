@@ -304,9 +304,9 @@ class Sweep:
                measured: Collection[int] = ()) -> Sweep:
         """The sweep at ``path`` when it was measured the same way (its points are kept), else
         a new one; a file from another setup is refused rather than mixed in. Each batch size
-        is timed one way: ``meta``'s timing (:meth:`timing`) must be the file's at every batch
-        it has points at, and a batch it has none at may be timed otherwise (``measured``: the
-        batch sizes the caller measures; their timing is recorded). The ``renewed`` keys of
+        is timed one way: at each of ``measured`` (the batch sizes the caller measures) where
+        the file has points, ``meta``'s timing (:meth:`timing`) must be theirs; where it has
+        none, it may be another, and is recorded. The ``renewed`` keys of
         ``meta`` may differ: they describe what the caller makes afresh for every kept point
         (the predictions), and take the new values. ``old``: the file at ``path``, where the
         caller has read it already."""
@@ -317,7 +317,7 @@ class Sweep:
         new = cls(meta)
         differ = [k for k in meta if k not in ("created", BY_BATCH, *TIMING_KEYS, *renewed)
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
-        differ += [f"{k} at batch {b}" for b in old.batches
+        differ += [f"{k} at batch {b}" for b in old.batches if b in measured
                    for k, v in old.timing(b).items() if new.timing(b)[k] != v]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "

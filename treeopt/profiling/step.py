@@ -124,14 +124,15 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   max_new_tokens: int = 64, measure: Measurement | None = None,
                   measure_at: Mapping[int, Measurement] | None = None,
                   sequences: int | None = None, compile: bool = False,
-                  dynamic: Sequence[DynamicSettings] = (),
+                  dynamic: Sequence[DynamicSettings] = (), retime: bool = False,
                   log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> StepProfile:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
     of every dynamic setting (then ``growth`` is unused) — each record timed as ``measure``
     says (default: 3 rounds), or as ``measure_at`` says for its batch size, on its step over
     its reference's (records say their rounds and standard error), and write and return the
-    profile (a finished batch size already in ``out`` is kept, not measured again)."""
+    profile (a finished batch size already in ``out`` is kept, not measured again; ``retime``:
+    the batch sizes given are profiled again, their records in ``out`` replaced)."""
     if sequences is not None and sequences < 1:
         raise TreeoptError(f"sequences must be ≥ 1, got {sequences}")
     check_batch(max(batch), len(prompts))
@@ -144,6 +145,8 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
         trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
     profile = resume_document(out, model, heads, prompts, max_new_tokens, compile,
                               design="dynamic" if dynamic else "trees")
+    if retime:  # profiled again: the file keeps them until then
+        profile = profile.without_batches(batch)
     done = set(profile.batches)
     decoder = Decoder(model, heads, compile=compile)
     config = DecodeConfig(max_new_tokens=max_new_tokens)
