@@ -76,7 +76,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
          compile: bool = False, race_best: bool = False, continuous: bool = False,
-         drafted: bool = False, retime: bool = False, before_point: Callable[[int, int | None, Tree], None] | None = None,
+         drafted: bool = False, retime: bool = False,
+         before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
     given, picked with ``select_trace`` (default ``trace``) — writing ``out`` after each point;

@@ -261,10 +261,11 @@ class DemoConfig:
 # races, the dynamic step profile): a finished demo measured again (``--redo timing``) may
 # change them and keep everything else
 TIMING_SETTINGS = (
-    "batch_timing", "latency_context", "latency_tokens", "latency_repeats", "live_batches", "step_sizes",
-    "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes", "sweep_prompts",
-    "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds", "sweep_race",
-    "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads", "dynamic_profile")
+    "batch_timing", "latency_context", "latency_tokens", "latency_repeats", "live_batches",
+    "step_sizes", "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes",
+    "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
+    "sweep_race", "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads",
+    "dynamic_profile")
 # settings that only the dynamic stage reads (the EAGLE drafter's dynamic trees): a finished demo
 # without an EAGLE drafter never used them, so a build adding one may change them
 DYNAMIC_SETTINGS = ("dynamic_topk", "dynamic_steps", "dynamic_prompts", "dynamic_heldout_prompts",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.layout import DemoPaths
@@ -40,6 +40,19 @@ def alongside_profile(model: PreTrainedModel, heads: Drafter, prompts: Sequence[
                                       batches=config.live_batches)
 
 
+def measured_by_batch(config: DemoConfig, part: Literal["step", "sweep"]) -> dict[str, Any]:
+    """A timing record's ``measurement_by_batch``: each batch size timed otherwise than the rest
+    (``batch_timing``) with its measurement; nothing where every batch is timed alike.
+
+    >>> measured_by_batch(DemoConfig(batch_timing={"8": {"step_rounds": 5}}), "step")
+    {'measurement_by_batch': {'8': {'rounds': 5, 'min_seconds': 0.0, 'target_se': 0.0, 'max_rounds': 64}}}
+    >>> measured_by_batch(DemoConfig(), "sweep")
+    {}
+    """
+    by_batch = {str(b): asdict(m) for b, m in config.measurements(part).items()}
+    return {"measurement_by_batch": by_batch} if by_batch else {}
+
+
 def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, Any]:
     """How the ``kind`` drafter's sweep is measured and what its pick and predictions come
     from, with file paths inside the demo (the manifest's record).
@@ -50,9 +63,7 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
     """
     return {"prompts": config.sweep_prompts, "max_new_tokens": config.live_new_tokens,
             "measurement": asdict(config.measurement("sweep")),
-            **({"measurement_by_batch": {str(b): asdict(m) for b, m in by_batch.items()}}
-               if (by_batch := config.measurements("sweep")) else {}),
-            "race": config.sweep_race,
+            **measured_by_batch(config, "sweep"), "race": config.sweep_race,
             "batching": config.sweep_batching,
             "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),

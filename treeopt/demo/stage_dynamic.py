@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from treeopt.demo.context import Context
+from treeopt.demo.evidence import measured_by_batch
 from treeopt.demo.layout import DYNAMIC_KIND
-from treeopt.demo.stage_timing import demo_costs, has_profiler, measured_by_batch, threads
+from treeopt.demo.stage_timing import demo_costs, has_profiler, threads
 from treeopt.files import write_json
 
 

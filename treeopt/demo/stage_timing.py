@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from treeopt.demo.context import Context
+from treeopt.demo.evidence import measured_by_batch
 from treeopt.demo.stage_kinds import HEAD_KINDS
 
 if TYPE_CHECKING:
 
-    from treeopt.demo.config import DemoConfig
     from treeopt.documents.sweep import Sweep
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
@@ -218,13 +218,6 @@ def _alongside_errors(ctx: Context, kind: str, sweep: Sweep, growth: Growth, own
     errors = alongside_errors(sweep, growth, demo_costs(ctx, path),
                               as_run(own, ctx.config.live_new_tokens))
     return {"file": path.name, "errors": errors}
-
-
-def measured_by_batch(config: DemoConfig, part: Literal["step", "sweep"]) -> dict[str, Any]:
-    """A timing record's ``measurement_by_batch``: each batch size timed otherwise than the rest
-    (``batch_timing``) with its measurement; nothing where every batch is timed alike."""
-    by_batch = {str(b): asdict(m) for b, m in config.measurements(part).items()}
-    return {"measurement_by_batch": by_batch} if by_batch else {}
 
 
 def drafter_timing(ctx: Context, kind: str) -> dict[str, Any]:
