@@ -176,9 +176,9 @@ def calibrate(model: PreTrainedModel, heads: Drafter, prompts: Sequence[Sequence
     ``continuations``: where the base model's continuations of these prompts are kept for other
     drafters calibrated on them (:mod:`~treeopt.decoding.continuations`; the same tokens, decoded
     once). ``features``: where the base model's teacher-forced features of each batch are kept
-    for other drafters that read them (:mod:`~treeopt.decoding.features`). ``responses``: where to write the requests' responses, in order (a drafter that
-    reads earlier requests only: :mod:`~treeopt.model.responses`, the history of a warm
-    cache)."""
+    for other drafters that read them (:mod:`~treeopt.decoding.features`). ``responses``: where
+    to write the requests' responses, in order (a drafter that reads earlier requests only:
+    :mod:`~treeopt.model.responses`, the history of a warm cache)."""
     target = shard_path(out, config.shard, config.num_shards)
     _check_order(heads, config)
     if responses is not None and not heads.kind.request_cache:

@@ -135,8 +135,8 @@ def autoregressive_run(decoder: Decoder, prompts: Sequence[Sequence[int]], *,
                                           eos_token_id, timed_threads)
         outputs = [t for r in runs for t in r.tokens]
     else:
-        timed = _timed(decoder, tree, prompts, max_new_tokens, progress, eos_token_id,
-                       timed_threads)
+        config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        timed = _timed(decoder, tree, prompts, config, progress, timed_threads)
     kept = [tuple(t) for t in outputs]
     return kept, {"seconds_median": statistics.median(s.seconds for s in timed),
                   "tokens_per_s": combine(timed).tokens_per_s,
@@ -162,16 +162,14 @@ def _batched_then_timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence
         if not in_order:
             runs.append(decoder.decode(tree, prompts[i: i + QUALITY_BATCH], config=config))
         tick()
-    return runs, _timed(decoder, tree, prompts, max_new_tokens, progress, eos_token_id,
-                        timed_threads)
+    return runs, _timed(decoder, tree, prompts, config, progress, timed_threads)
 
 
 def _timed(decoder: Decoder, tree: Tree, prompts: Sequence[Sequence[int]],
-           max_new_tokens: int, progress: Callable[[], None] | None,
-           eos_token_id: int | None, timed_threads: int | None) -> list[Any]:
+           config: DecodeConfig, progress: Callable[[], None] | None,
+           timed_threads: int | None) -> list[Any]:
     """The stats of the first :data:`TIMED_PROMPTS` decoded one at a time on
     ``timed_threads``; ``progress()`` after each."""
-    config = DecodeConfig(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     timed = []
     with torch_threads(timed_threads):
         for p in prompts[:TIMED_PROMPTS]:
