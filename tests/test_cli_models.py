@@ -327,8 +327,8 @@ def test_tune_retime_measures_a_batch_size_again_timed_its_own_way(workdir, tiny
     assert run(*base, "--batch", "1,2", "--rounds", "1").returncode == 0
     first = Sweep.load(out)
     assert_user_error(run(*base, "--batch", "2", "--rounds", "3"),
-                      f"{out}: a sweep measured with other rounds at batch 2; write to another "
-                      "path")
+                      f"{out}: a sweep measured with other rounds at batch 2 (1, not 3); write to "
+                      "another path")
     assert_user_error(run(*base, "--batch", "2", "--retime", "--profile-alongside",
                           workdir / "along.json"), "--retime measures points again beside")
     assert Sweep.load(out) == first  # nothing lost

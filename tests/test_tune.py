@@ -825,12 +825,13 @@ def test_a_batch_size_timed_apart_is_recorded_and_resumes_only_timed_so(model_an
                      measure_at={2: Measurement(rounds=3)})
     assert [(p.batch, p.rounds) for p in apart.points] == [(1, 2), (2, 3)]
     assert apart.meta[BY_BATCH] == {"2": {"rounds": 3, "min_seconds": 0.0, "target_se": 0.0,
-                                          "max_rounds": Measurement().cap}}
+                                          "max_rounds": Measurement().cap,
+                                          "points_timed": "apart"}}
     assert apart.meta["rounds"] == 2 and apart.timing(1)["rounds"] == 2
     assert Sweep.load(out).timing(2)["rounds"] == 3  # read back
-    with pytest.raises(TreeoptError, match="a sweep measured with other rounds at batch 2; "):
+    with pytest.raises(TreeoptError, match=r"a sweep measured with other rounds at batch 2 \(3, not 2\); "):
         sweep_of(model_and_heads, out, batch=[2], sizes=[1, 2], rounds=2)
-    with pytest.raises(TreeoptError, match="other rounds at batch 1; "):
+    with pytest.raises(TreeoptError, match=r"other rounds at batch 1 \(2, not 3\); "):
         sweep_of(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=3)
     with pytest.raises(FieldError):  # refused before anything runs: the file loses nothing
         sweep_of(model_and_heads, out, batch=[2], sizes=[99], rounds=2, retime=True)

@@ -115,6 +115,10 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep-batching", choices=BATCHINGS,
                    help="a batch-b sweep point decodes its prompts b at a time, or all in one "
                         "run of b rows, a finished row taking the next (tune --batching)")
+    g.add_argument("--sweep-together", action=argparse.BooleanOptionalAction, default=None,
+                   help="time a batch size's sweep points together, against one "
+                        "autoregressive decoding a round, not each against its own (tune "
+                        "--together; the presets' way)")
     g.add_argument("--sweep-alongside", action=argparse.BooleanOptionalAction, default=None,
                    help="profile each sweep point's tree right before the point, into "
                         "sweep/KIND-alongside-DEVICE.json (tune --profile-alongside)")

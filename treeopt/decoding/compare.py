@@ -41,7 +41,7 @@ from treeopt.decoding.config import DecodeConfig
 from treeopt.decoding.drafter import Drafter
 from treeopt.decoding.loop import BatchResult, Decoder
 from treeopt.decoding.stats import DecodeStats, combine
-from treeopt.documents.measure import ONCE, Measurement, floored_se
+from treeopt.documents.measure import ONCE, Measurement, floored_se, pooled_spread
 from treeopt.errors import TreeoptError
 from treeopt.model.dynamic_settings import DynamicSettings
 from treeopt.model.tree import Tree
@@ -285,6 +285,32 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
                       spread=spread)
 
 
+def compare_together(model: PreTrainedModel, heads: Drafter | None, trees: Sequence[Tree],
+                     prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
+                     batch: int = 1, measure: Measurement = ONCE, warmup_tokens: int = 8,
+                     compile: bool = False, continuous: bool = False,
+                     spread: float = 0.0) -> list[Comparison]:
+    """Every one of ``trees`` against one autoregressive decoding: each batch of prompts decoded
+    once autoregressively and once with each tree, all their steps interleaved, in rounds for
+    as long as ``measure`` says on every tree's speed-up (each one's standard error floored by
+    the round spread pooled over the trees, and by ``spread``); one :class:`Comparison` per
+    tree, as :func:`compare` of it alone would report, its autoregressive rounds the shared
+    ones. A sweep's points at one batch size measured so cost one autoregressive decoding a
+    round instead of one per point, and meet the same moments of the machine."""
+    config = config or DecodeConfig()
+    groups = prompt_groups(prompts, batch, continuous=continuous)
+    drafts = any(tree.size > 0 for tree in trees)
+    decoder = Decoder(model, heads if drafts else None, compile=compile)
+    timed = timed_rounds(decoder, (Tree(()), *trees), groups, config=config, measure=measure,
+                         warmup_tokens=warmup_tokens, rows=batch if continuous else None,
+                         spread=spread, pooled=True)
+    pooled = max(spread, pooled_spread(ratio_columns(timed)))
+    ar = tuple(tuple(rnd[0] for rnd in t) for t in timed)
+    return [Comparison(tree, config, batch, tuple(tuple(rnd[k] for rnd in t) for t in timed), ar,
+                       probe=decoder.verify.probe, continuous=continuous, spread=pooled)
+            for k, tree in enumerate(trees, start=1)]
+
+
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
          Sequence[Sequence[int]], *, config: DecodeConfig | None = None, batch: int = 1,
          measure: Measurement | None = None, continuous: bool = False) -> list[float]:
@@ -326,13 +352,14 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
                  measure: Measurement, sampled: bool = False, warmup_tokens: int = 8,
                  on_batch: Callable[[int], None] | None = None, rows: int | None = None,
-                 spread: float = 0.0) -> list[list[list[BatchResult]]]:
+                 spread: float = 0.0, pooled: bool = False) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
     after a warm-up, in rounds for as long as ``measure`` says on each shape's throughput over
     the first's (:func:`round_ratios`); ``[round][batch][shape]``. ``sampled``: a round is the
     next batch alone, each batch decoded once. ``rows``: each group decoded by continuous
-    batching in that many rows; ``spread``: as :func:`compare`'s. A prompt's sampling stream is
-    its index; ``on_batch(rounds planned)`` after each batch."""
+    batching in that many rows; ``spread``: as :func:`compare`'s, ``pooled``: at least the round
+    spread pooled over the shapes' ratios so far. A prompt's sampling stream is its index;
+    ``on_batch(rounds planned)`` after each batch."""
     if sampled:
         measure = measure.capped(len(groups))
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
@@ -340,8 +367,9 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
     decoder.decode_alongside(shapes, groups[0], config=warm, batch=rows)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
-    while (planned := measure.planned(len(out), timed, ratio_columns(out), spread=spread)
-           ) > len(out):
+    while (planned := measure.planned(len(out), timed, columns := ratio_columns(out),
+                                      spread=max(spread, pooled_spread(columns))
+                                      if pooled else spread)) > len(out):
         rnd = []
         for i in [len(out)] if sampled else range(len(groups)):
             size = len(groups[i])

@@ -18,6 +18,12 @@ A lookup drafter's chains may be swept ``drafted``: every step verifies only the
 prices such chains from the trace's drafted lengths (:mod:`treeopt.pricing.drafted`), and the
 pick measured is the best drafted chain. The sweep records it (``verified``: "as drafted") and
 resumes only alike.
+
+A sweep's points are timed apart, each against an autoregressive decoding of its own, or
+``together``: every pending point of a batch size at once against one autoregressive decoding
+(:func:`~treeopt.decoding.compare.compare_together`), so each round decodes the prompts
+autoregressively once instead of once per point. The sweep records which (``points_timed``,
+per batch size where they differ) and a batch size with points resumes only timed alike.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from treeopt.decoding.compare import Comparison, check_batch, compare, race
+from treeopt.decoding.compare import Comparison, check_batch, compare, compare_together, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement, pooled_spread
 from treeopt.documents.sweep import BY_BATCH, PointKey, Race, Sweep, SweepPoint, point_key
@@ -76,7 +82,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
          costs: StepCosts | None = None, trace: RankTrace | None = None,
          select_trace: RankTrace | None = None, meta: dict[str, Any] | None = None,
          compile: bool = False, race_best: bool = False, continuous: bool = False,
-         drafted: bool = False, retime: bool = False,
+         drafted: bool = False, retime: bool = False, together: bool = False,
          before_point: Callable[[int, int | None, Tree], None] | None = None,
          progress: Callable[[int, int], None] | None = None) -> Sweep:
     """Measure every (batch, size, cap) point — and select's pick per batch when ``costs`` are
@@ -98,12 +104,11 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     (:class:`treeopt.profiling.alongside.AlongsideProfile`). ``continuous``: each point decodes
     every prompt in one run of b rows, a finished row taking the next prompt, as a serving engine
     batches (:func:`~treeopt.decoding.compare.compare`), and is predicted over that run's steady
-    window; the sweep records it (``batching``) and resumes only alike. The steps are still priced
-    by ``costs`` at its profiled context: a batched step attends every row up to the longest one,
-    near prompt + N under continuous batching: its tree steps cost more than that context says, the
-    speed-up predicted high (SmolLM2, fp32, batch 4: 1.5–3%). ``drafted``: the growth's chains
-    verified only as far as they were drafted (a lookup drafter's; with ``costs``, the traces must
-    record drafted lengths), predicted and picked as ``select`` prices such chains."""
+    window; the sweep records it (``batching``) and resumes only alike (its steps priced at the
+    profiled context, though the longest row sets a batched step's: SmolLM2, fp32, batch 4,
+    predicted 1.5–3% high). ``drafted``: the growth's chains verified only as far as they were
+    drafted (a lookup drafter's; with ``costs``, the traces must record drafted lengths),
+    predicted and picked as ``select`` prices them. ``together``: as the module says."""
     config = config or DecodeConfig()
     if drafted:
         _check_drafted(growth, sizes, depth_caps, [trace, select_trace] if costs else [])
@@ -115,7 +120,7 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     picker = select_trace if select_trace is not None else trace  # read as select reads it
     todo = _points(growth, batch=batch, sizes=sizes, depth_caps=depth_caps, costs=costs,
                    trace=picker, drafted=drafted)  # checks every size before anything runs
-    timed, timing = _timings(batch, measure, measure_at)
+    timed, timing = _timings(batch, measure, measure_at, together)
     sweep = _resumed(out, growth, todo, costs, trace, picker, batch, retime, {
         **(meta or {}), "heads": heads.config.to_dict(), "prompts": len(prompts),
         "max_new_tokens": config.max_new_tokens, **timing, "compile": compile,
@@ -123,27 +128,53 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
         "verified": "as drafted" if drafted else "whole"})
     total = len(todo) + (len(batch) if race_best else 0)
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
-    for i, ((b, tree), (cap, picked, family)) in enumerate(todo.items()):
-        if not sweep.has(tree_key(b, tree, cap, family)):
-            if before_point is not None:
+    done = 0
+    for group in _groups(todo, together):
+        pending = [(b, tree, plan) for (b, tree), plan in group
+                   if not sweep.has(tree_key(b, tree, plan[0], plan[2]))]
+        if pending:
+            b = pending[0][0]
+            for _, tree, (cap, _, _) in pending if before_point is not None else ():
                 before_point(b, cap, tree)
-            result = compare(model, heads, tree, prompts, config=config, batch=b,
-                             measure=timed[b], compile=compile, continuous=continuous,
-                             spread=pooled_spread(rounds.get(b, [])))
-            rounds.setdefault(b, []).append(result.round_speedups())
-            point = measured_point(result, b, tree, cap, picked, family)
-            if costs is not None:
-                point = point.predicted_by(predict(tree, growth, costs, trace, b,
-                                                   continuous=continuous, drafted=drafted))
-            sweep = sweep.with_point(point)
+            results = _measured(model, heads, [tree for _, tree, _ in pending], prompts,
+                                config=config, batch=b, measure=timed[b], compile=compile,
+                                continuous=continuous, spread=pooled_spread(rounds.get(b, [])))
+            rounds.setdefault(b, []).extend(r.round_speedups() for r in results)
+            for (_, tree, (cap, picked, family)), result in zip(pending, results, strict=True):
+                point = measured_point(result, b, tree, cap, picked, family)
+                sweep = sweep.with_point(point if costs is None else point.predicted_by(
+                    predict(tree, growth, costs, trace, b, continuous=continuous,
+                            drafted=drafted)))
         sweep.save(out)
+        done += len(group)
         if progress is not None:
-            progress(i + 1, total)
+            progress(done, total)
     for i, b in enumerate(batch if race_best else ()):
         sweep = _raced(model, heads, sweep, prompts, b, config, timed[b], continuous, out)
         if progress is not None:
             progress(len(todo) + i + 1, total)
     return sweep
+
+
+def _groups(todo: dict[tuple[int, Tree], Planned], together: bool,
+            ) -> list[list[tuple[tuple[int, Tree], Planned]]]:
+    """The points measured at once: each alone, or ``together`` every point of a batch size."""
+    if not together:
+        return [[item] for item in todo.items()]
+    by_batch: dict[int, list[tuple[tuple[int, Tree], Planned]]] = {}
+    for item in todo.items():
+        by_batch.setdefault(item[0][0], []).append(item)
+    return list(by_batch.values())
+
+
+def _measured(model: PreTrainedModel, heads: Drafter, trees: list[Tree],
+              prompts: Sequence[Sequence[int]], **how: Any) -> list[Comparison]:
+    """Each of ``trees`` against autoregressive decoding: one tree alone
+    (:func:`~treeopt.decoding.compare.compare`), several against one autoregressive decoding
+    (:func:`~treeopt.decoding.compare.compare_together`)."""
+    if len(trees) == 1:
+        return [compare(model, heads, trees[0], prompts, **how)]
+    return compare_together(model, heads, trees, prompts, **how)
 
 
 def _raced(model: PreTrainedModel, heads: Drafter, sweep: Sweep, prompts: Sequence[Sequence[int]],
@@ -263,19 +294,20 @@ def _resumed(out: str | os.PathLike[str], growth: Growth, todo: dict[tuple[int, 
 
 
 def _timings(batch: Sequence[int], measure: Measurement,
-             measure_at: Mapping[int, Measurement] | None,
+             measure_at: Mapping[int, Measurement] | None, together: bool,
              ) -> tuple[dict[int, Measurement], dict[str, Any]]:
     """Each batch size's measurement, and the sweep meta that records them: ``measure``'s, and
     each batch size timed otherwise its own (:data:`~treeopt.documents.sweep.BY_BATCH`)."""
     timed = {b: (measure_at or {}).get(b, measure) for b in batch}
-    by_batch = {str(b): _timing(m) for b, m in timed.items() if m != measure}
-    return timed, {**_timing(measure), **({BY_BATCH: by_batch} if by_batch else {})}
+    by_batch = {str(b): _timing(m, together) for b, m in timed.items() if m != measure}
+    return timed, {**_timing(measure, together), **({BY_BATCH: by_batch} if by_batch else {})}
 
 
-def _timing(measure: Measurement) -> dict[str, Any]:
+def _timing(measure: Measurement, together: bool) -> dict[str, Any]:
     """A measurement as a sweep's meta records it (:data:`~treeopt.documents.sweep.TIMING_KEYS`)."""
     return {"rounds": measure.rounds, "min_seconds": measure.min_seconds,
-            "target_se": measure.target_se, "max_rounds": measure.cap}
+            "target_se": measure.target_se, "max_rounds": measure.cap,
+            "points_timed": "together" if together else "apart"}
 
 
 def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[int | None],

@@ -102,6 +102,10 @@ class DemoConfig:
     batch_timing: dict[str, dict[str, float]] = field(default_factory=dict)
     sweep_race: bool = False  # where select's pick is not the measured best, race the two
     sweep_alongside: bool = False  # profile each sweep point's tree right before the point
+    # a batch size's sweep points timed together against one autoregressive decoding a round
+    # (tune(together=True)), not each against its own: False, what a demo recording no such
+    # setting was timed with; the presets time them together
+    sweep_together: bool = False
     # a batch-b sweep point: its prompts b at a time ("static"), or all in one run of b rows, a
     # finished row taking the next prompt, as a serving engine batches ("continuous")
     sweep_batching: str = "static"
@@ -264,8 +268,8 @@ TIMING_SETTINGS = (
     "batch_timing", "latency_context", "latency_tokens", "latency_repeats", "live_batches",
     "step_sizes", "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes",
     "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-    "sweep_race", "sweep_alongside", "sweep_batching", "live_new_tokens", "live_threads",
-    "dynamic_profile")
+    "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching", "live_new_tokens",
+    "live_threads", "dynamic_profile")
 # settings that only the dynamic stage reads (the EAGLE drafter's dynamic trees): a finished demo
 # without an EAGLE drafter never used them, so a build adding one may change them
 DYNAMIC_SETTINGS = ("dynamic_topk", "dynamic_steps", "dynamic_prompts", "dynamic_heldout_prompts",
@@ -284,7 +288,8 @@ MEASURE_SETTINGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
                 "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-                "sweep_race", "sweep_alongside", "sweep_batching", "live_new_tokens")
+                "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching",
+                "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
@@ -298,7 +303,7 @@ TINY = DemoConfig(
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4,
-    trie_depth=3)
+    trie_depth=3, sweep_together=True)
 
 
 # the prompt set a pretrained base's preset takes unless told otherwise
@@ -350,6 +355,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # figure 2-4% noisy on a shared 2-core host, so every one is timed to a 2% standard
         # error (8 rounds at most; docs/demo.md, "Timed to a target")
         step_target_se=0.02, sweep_target_se=0.02, timing_max_rounds=8,
+        # a batch size's points against one autoregressive decoding a round: 1.9-2.0× less
+        # sweeping, the same speed-ups within their noise (docs/demo.md, "Points timed together")
+        sweep_together=True,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
         # the dynamic traces: a dynamic pass over the 49,152-token vocabulary took 2–4 min per
@@ -475,4 +483,5 @@ def _planned(budget_minutes: float, device: str, base_layers: int | None) -> Dem
     steps = max(20, int(_BASE_SHARE * seconds * rate / base.tokens_per_step))
     base = replace(base, steps=steps, warmup=max(5, steps // 20))
     head_steps = max(20, int(_HEAD_SHARE * seconds * rate / _HEAD_COST / _HEAD_TOKENS))
-    return DemoConfig(budget_minutes=budget_minutes, base=base, head_steps=head_steps)
+    return DemoConfig(budget_minutes=budget_minutes, base=base, head_steps=head_steps,
+                      sweep_together=True)

@@ -65,6 +65,7 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
             "measurement": asdict(config.measurement("sweep")),
             **measured_by_batch(config, "sweep"), "race": config.sweep_race,
             "batching": config.sweep_batching,
+            "points_timed": "together" if config.sweep_together else "apart",
             "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),
             "step_profile": paths.inside(paths.step_profile(kind, config.device)),

@@ -142,7 +142,7 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
                   meta={"model": "treeopt demo", "device": c.device,
                         "alongside": sweep_method(c, ctx.paths, kind)["alongside"]},
                   race_best=c.sweep_race, before_point=alongside,
-                  continuous=c.sweep_batching == "continuous",
+                  continuous=c.sweep_batching == "continuous", together=c.sweep_together,
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     _log_summary(ctx, kind, result)
@@ -186,6 +186,7 @@ def _drafted_sweep(ctx: Context, kind: str, prompts: list[list[int]], growth: Gr
                   config=_sweep_decoding(ctx), costs=costs, trace=own, select_trace=select_trace,
                   meta={"model": "treeopt demo", "device": c.device},
                   continuous=c.sweep_batching == "continuous", drafted=True,
+                  together=c.sweep_together,
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     _log_summary(ctx, f"{kind} (verified as drafted)", result)

@@ -38,9 +38,11 @@ BATCHINGS = ("static", "continuous")
 # meta a file may leave out, and what its absence means
 # what a sweep written before a setting existed was measured with
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
-              "batching": "static"}
-# how a point was timed: the keys of its sweep's meta that say it …
-TIMING_KEYS = ("rounds", "min_seconds", "target_se", "max_rounds")
+              "batching": "static", "points_timed": "apart"}
+# how a point was timed: the keys of its sweep's meta that say it (points_timed: each point
+# against its own autoregressive decoding, "apart", or a batch size's points "together" against
+# one) …
+TIMING_KEYS = ("rounds", "min_seconds", "target_se", "max_rounds", "points_timed")
 # … and, where a batch size was timed otherwise than the rest, that batch's own values of them
 BY_BATCH = "timing_by_batch"
 # a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
@@ -317,8 +319,8 @@ class Sweep:
         new = cls(meta)
         differ = [k for k in meta if k not in ("created", BY_BATCH, *TIMING_KEYS, *renewed)
                   and old.meta.get(k, LATER_META.get(k)) != meta[k]]
-        differ += [f"{k} at batch {b}" for b in old.batches if b in measured
-                   for k, v in old.timing(b).items() if new.timing(b)[k] != v]
+        differ += [f"{k} at batch {b} ({v}, not {new.timing(b)[k]})" for b in old.batches
+                   if b in measured for k, v in old.timing(b).items() if new.timing(b)[k] != v]
         if differ:
             raise TreeoptError(f"{path}: a sweep measured with other {', '.join(differ)}; "
                                f"write to another path")

@@ -1,0 +1,130 @@
+"""A sweep's points timed together: every point of a batch size measured against one
+autoregressive decoding a round (``tune(together=True)``,
+:func:`~treeopt.decoding.compare.compare_together`), recorded so, resumed only so, and decoding
+what each tree alone decodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import tiny_llama  # noqa: E402
+
+from treeopt.decoding.compare import compare, compare_together  # noqa: E402
+from treeopt.decoding.config import DecodeConfig  # noqa: E402
+from treeopt.decoding.live_sweep import tune  # noqa: E402
+from treeopt.documents.measure import Measurement, pooled_spread  # noqa: E402
+from treeopt.documents.sweep import BY_BATCH, Sweep  # noqa: E402
+from treeopt.drafters.heads import build_heads  # noqa: E402
+from treeopt.errors import TreeoptError  # noqa: E402
+from treeopt.model.growth import Growth  # noqa: E402
+from treeopt.model.tree import Tree  # noqa: E402
+from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
+
+GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11]]
+CONFIG = DecodeConfig(max_new_tokens=6)
+
+
+class Stop(Exception):
+    """Stands for Ctrl-C in the middle of a sweep."""
+
+
+@pytest.fixture(scope="module")
+def model_and_heads():
+    model = tiny_llama(vocab=64, hidden=32, layers=1)
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),
+                        lm_head=model.lm_head).eval()
+    return model, heads
+
+
+def swept(model_and_heads, out, *, together=True, rounds=2, **kw):
+    model, heads = model_and_heads
+    args = {"batch": [1, 2], "sizes": [1, 2, 3], "config": CONFIG,
+            "measure": Measurement(rounds)} | kw
+    return tune(model, heads, GROWTH, PROMPTS, out=out, together=together, **args)
+
+
+def test_points_timed_together_share_one_autoregressive_decoding(model_and_heads, tmp_path):
+    """Each batch size's points meet one autoregressive decoding: the same autoregressive
+    tokens/s and rounds at every point of a batch size, each point's speed-up its tree's rounds
+    over those, every output equal to autoregressive decoding's, the meta saying how."""
+    sweep = swept(model_and_heads, tmp_path / "s.json", rounds=3)
+    assert sweep.meta["points_timed"] == "together" and sweep.timing(2)["points_timed"] == (
+        "together")
+    assert [p.key for p in sweep.points] == [(b, n, None) for b in (1, 2) for n in (1, 2, 3)]
+    for b in (1, 2):
+        points = [p for p in sweep.points if p.batch == b]
+        assert len({p.autoregressive_tokens_per_s for p in points}) == 1
+        assert {p.rounds for p in points} == {3}
+        assert all(p.lossless for p in points)
+        for p in points:
+            assert p.tree_tokens_per_s == pytest.approx(p.autoregressive_tokens_per_s
+                                                        * p.speedup, rel=1e-12)
+    apart = swept(model_and_heads, tmp_path / "apart.json", together=False, rounds=1)
+    assert apart.meta["points_timed"] == "apart"
+    assert [p.mean_accept_length for p in apart.points] == [
+        p.mean_accept_length for p in sweep.points]  # the same decodings, timed otherwise
+
+
+def test_compare_together_decodes_what_each_tree_decodes_alone(model_and_heads):
+    """One comparison per tree, each with the tree's own outputs and steps and the shared
+    autoregressive rounds; the standard error floored by the trees' pooled round spread."""
+    model, heads = model_and_heads
+    trees = [Tree.chain(1), Tree.chain(2), Tree.from_choices([[0], [1]])]
+    together = compare_together(model, heads, trees, PROMPTS, config=CONFIG, batch=1,
+                                measure=Measurement(2))
+    assert len(together) == 3
+    spread = pooled_spread([c.round_speedups() for c in together])
+    for tree, both in zip(trees, together, strict=True):
+        alone = compare(model, heads, tree, PROMPTS, config=CONFIG, batch=1)
+        assert both.tree is tree and both.tree_outputs == alone.tree_outputs
+        assert both.tree_stats.accept_lengths == alone.tree_stats.accept_lengths
+        assert both.autoregressive_rounds is together[0].autoregressive_rounds
+        assert both.lossless and len(both.tree_rounds) == 2
+        assert both.spread == pytest.approx(spread, rel=1e-12)
+
+
+def test_an_interrupted_together_sweep_resumes_after_its_last_batch_size(model_and_heads,
+                                                                          tmp_path):
+    """A batch size's points are written together, after its one measurement: stopped after
+    the first, the file holds that batch size whole and the run again measures only the next."""
+    out = tmp_path / "s.json"
+    seen: list[tuple[int, int]] = []
+
+    def stop_after_first(done: int, total: int) -> None:
+        seen.append((done, total))
+        if done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        swept(model_and_heads, out, progress=stop_after_first)
+    assert seen == [(3, 6)]
+    kept = Sweep.load(out)
+    assert [p.key for p in kept.points] == [(1, 1, None), (1, 2, None), (1, 3, None)]
+    done = swept(model_and_heads, out)
+    assert done.points[:3] == kept.points and len(done.points) == 6
+
+
+def test_a_batch_size_resumes_only_timed_as_its_points_were(model_and_heads, tmp_path):
+    """Points timed apart are not mixed with points timed together at one batch size: refused
+    in one line that names the setting and both values; a batch size without points may be
+    timed together, and the sweep records it as that batch size's own timing."""
+    out = tmp_path / "s.json"
+    swept(model_and_heads, out, together=False, batch=[1], sizes=[1], rounds=1)
+    with pytest.raises(TreeoptError, match=r"s.json: a sweep measured with other points_timed "
+                                           r"at batch 1 \(apart, not together\); write to "
+                                           "another path"):
+        swept(model_and_heads, out, batch=[1], sizes=[1, 2], rounds=1)
+    mixed = swept(model_and_heads, out, together=False, batch=[1, 2], sizes=[1, 2], rounds=1,
+                  measure_at={2: Measurement(1)})
+    assert mixed.meta["points_timed"] == "apart"
+    grown = swept(model_and_heads, tmp_path / "t.json", batch=[1], sizes=[1], rounds=1)
+    assert grown.meta["points_timed"] == "together"
+    both = swept(model_and_heads, tmp_path / "t.json", together=False, batch=[2], sizes=[1],
+                 rounds=1)
+    assert both.meta[BY_BATCH]["2"]["points_timed"] == "apart"
+    assert both.timing(1)["points_timed"] == "together"
+    assert Sweep.load(tmp_path / "t.json").timing(2)["points_timed"] == "apart"
