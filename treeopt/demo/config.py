@@ -355,8 +355,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # figure 2-4% noisy on a shared 2-core host, so every one is timed to a 2% standard
         # error (8 rounds at most; docs/demo.md, "Timed to a target")
         step_target_se=0.02, sweep_target_se=0.02, timing_max_rounds=8,
-        # a batch size's points against one autoregressive decoding a round: 1.9-2.0× less
-        # sweeping, the same speed-ups within their noise (docs/demo.md, "Points timed together")
+        # a batch size's points against one autoregressive decoding a round: SmolLM2's sweeps
+        # took 1.4-2.0× less time, the same speed-ups within their noise (docs/demo.md, "Points
+        # timed together")
         sweep_together=True,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
