@@ -120,6 +120,19 @@ def prompts_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def model_and_heads():
+    """A tiny Llama (vocabulary 64, one layer) and two untrained Medusa heads on it: what a live
+    sweep decodes in the tests of ``tune``."""
+    from treeopt.drafters.heads import build_heads
+    from treeopt.registry.drafter_configs import HeadsConfig
+
+    model = tiny_llama(vocab=64, hidden=32, layers=1)
+    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),
+                        lm_head=model.lm_head).eval()
+    return model, heads
+
+
+@pytest.fixture(scope="module")
 def peaked():
     """A tiny Llama with a sharpened LM head, so that greedy text is predictable and heads learn;
     its greedy continuations of 16 random prompts, and the prompts."""

@@ -5,39 +5,21 @@ what each tree alone decodes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import tiny_llama  # noqa: E402
+from test_tune import GROWTH, PROMPTS, Stop  # noqa: E402
 
 from treeopt.decoding.compare import compare, compare_together  # noqa: E402
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.live_sweep import tune  # noqa: E402
 from treeopt.documents.measure import Measurement, pooled_spread  # noqa: E402
 from treeopt.documents.sweep import BY_BATCH, Sweep  # noqa: E402
-from treeopt.drafters.heads import build_heads  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
-from treeopt.model.growth import Growth  # noqa: E402
 from treeopt.model.tree import Tree  # noqa: E402
-from treeopt.registry.drafter_configs import HeadsConfig  # noqa: E402
 
-GROWTH = Growth("empirical", "none", ((0,), (0, 0), (1,)), np.array([1.0, 1.8, 2.4, 2.5]), {})
-PROMPTS = [[5, 6, 7], [8, 9, 10, 11]]
 CONFIG = DecodeConfig(max_new_tokens=6)
-
-
-class Stop(Exception):
-    """Stands for Ctrl-C in the middle of a sweep."""
-
-
-@pytest.fixture(scope="module")
-def model_and_heads():
-    model = tiny_llama(vocab=64, hidden=32, layers=1)
-    heads = build_heads(HeadsConfig(kind="medusa", num_heads=2, hidden_size=32, vocab_size=64),
-                        lm_head=model.lm_head).eval()
-    return model, heads
 
 
 def swept(model_and_heads, out, *, together=True, rounds=2, **kw):
