@@ -205,7 +205,7 @@ def _register_tune(sub: argparse._SubParsersAction) -> None:
                    help="time each batch size's points together: every round decodes the "
                         "prompts once autoregressively and once with each tree, all their "
                         "steps interleaved, instead of one autoregressive decoding per point "
-                        "(about half the time for four points); recorded, and resumed only so")
+                        "(SmolLM2's sweeps: 1.4-2x less time); recorded, and resumed only so")
     _add_compile(p)
     p.add_argument("--retime", action="store_true",
                    help="measure the --batch sizes again: their points in --out are replaced by "
