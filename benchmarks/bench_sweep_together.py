@@ -124,16 +124,12 @@ def _measured(demo: Any, kind: str, shipped: Sweep, heldout: list[list[int]], ba
     (its prompts and new tokens, rows stopping at EOS, its timing there), into ``out``."""
     from treeopt.decoding.config import DecodeConfig
     from treeopt.decoding.live_sweep import tune
-    from treeopt.documents.measure import Measurement
-
     config = demo.manifest["config"]
-    timing = shipped.timing(batch)
     sizes = sorted({p.size for p in shipped.points
                     if p.batch == batch and p.family is None and p.size > 0})
     return tune(demo.model, demo.heads[kind], demo.growths[kind],
                 heldout[: config["sweep_prompts"]], batch=[batch], sizes=sizes, out=out,
-                measure=Measurement(timing["rounds"], timing["min_seconds"],
-                                    timing["target_se"], timing["max_rounds"]),
+                measure=shipped.measurement(batch),
                 drafted=drafted, together=together,
                 config=DecodeConfig(max_new_tokens=config["live_new_tokens"],
                                     eos_token_id=demo.tokenizer.eos_token_id))

@@ -2,8 +2,8 @@
 
 A drafter that reads the base model's hidden states (Medusa and Hydra heads, EAGLE) is ranked
 over the features of one teacher-forced forward of the sequences
-(:mod:`~treeopt.decoding.rank_pass`). That forward does not depend on the drafter: the same model, token batch, feature
-layers and target stream give the same tensors. On SmolLM2 it costs more than the ranking (16
+(:mod:`~treeopt.decoding.rank_pass`). That forward does not depend on the drafter: the same
+model, token batch, feature layers and target stream give the same tensors. On SmolLM2 it costs more than the ranking (16
 continuations of 302 tokens, bf16, one thread: 12.7 s against 7.5 s), and a demo build ranks
 three such drafters over the same continuations. A :class:`FeatureCache` keeps each batch's
 features in memory under a key of exactly those inputs, so the forward runs once.

@@ -39,7 +39,15 @@ import numpy as np
 from treeopt.decoding.compare import Comparison, check_batch, compare, compare_together, race
 from treeopt.decoding.config import DecodeConfig
 from treeopt.documents.measure import Measurement, pooled_spread
-from treeopt.documents.sweep import BY_BATCH, PointKey, Race, Sweep, SweepPoint, point_key
+from treeopt.documents.sweep import (
+    BY_BATCH,
+    PointKey,
+    Race,
+    Sweep,
+    SweepPoint,
+    point_key,
+    points_timed,
+)
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.model.growth import Growth
 from treeopt.model.runs import as_run
@@ -130,8 +138,9 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
     done = 0
     for group in _groups(todo, together):
-        pending = [(b, tree, plan) for (b, tree), plan in group
-                   if not sweep.has(tree_key(b, tree, plan[0], plan[2]))]
+        pending = [(b, tree, (cap, picked, family))
+                   for (b, tree), (cap, picked, family) in group
+                   if not sweep.has(tree_key(b, tree, cap, family))]
         if pending:
             b = pending[0][0]
             for _, tree, (cap, _, _) in pending if before_point is not None else ():
@@ -307,7 +316,7 @@ def _timing(measure: Measurement, together: bool) -> dict[str, Any]:
     """A measurement as a sweep's meta records it (:data:`~treeopt.documents.sweep.TIMING_KEYS`)."""
     return {"rounds": measure.rounds, "min_seconds": measure.min_seconds,
             "target_se": measure.target_se, "max_rounds": measure.cap,
-            "points_timed": "together" if together else "apart"}
+            "points_timed": points_timed(together)}
 
 
 def _check_drafted(growth: Growth, sizes: Sequence[int], depth_caps: Sequence[int | None],

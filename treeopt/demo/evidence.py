@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from treeopt.demo.config import DemoConfig
 from treeopt.demo.layout import DemoPaths
+from treeopt.documents.sweep import points_timed
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -65,7 +66,7 @@ def sweep_method(config: DemoConfig, paths: DemoPaths, kind: str) -> dict[str, A
             "measurement": asdict(config.measurement("sweep")),
             **measured_by_batch(config, "sweep"), "race": config.sweep_race,
             "batching": config.sweep_batching,
-            "points_timed": "together" if config.sweep_together else "apart",
+            "points_timed": points_timed(config.sweep_together),
             "alongside": (paths.inside(paths.alongside_profile(kind, config.device))
                           if config.sweep_alongside else None),
             "step_profile": paths.inside(paths.step_profile(kind, config.device)),

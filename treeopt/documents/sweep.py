@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from treeopt.documents.fields import flag, integer, integers, listed, mapping, number, optional
-from treeopt.documents.measure import MAX_ROUNDS
+from treeopt.documents.measure import MAX_ROUNDS, Measurement
 from treeopt.errors import TreeoptError
 from treeopt.files import read_tagged_json, write_json
 
@@ -45,6 +45,15 @@ LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
 TIMING_KEYS = ("rounds", "min_seconds", "target_se", "max_rounds", "points_timed")
 # … and, where a batch size was timed otherwise than the rest, that batch's own values of them
 BY_BATCH = "timing_by_batch"
+
+
+def points_timed(together: bool) -> str:
+    """How a sweep records its points' timing (:data:`TIMING_KEYS`' ``points_timed``).
+
+    >>> points_timed(True), points_timed(False)
+    ('together', 'apart')
+    """
+    return "together" if together else "apart"
 # a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
 # for a tree of another family (the per-step greedy growth's)
 PointKey = tuple[int, int, int | None] | tuple[int, int, int | None, str]
@@ -343,6 +352,17 @@ class Sweep:
         base = {k: self.meta.get(k, LATER_META.get(k)) for k in TIMING_KEYS}
         return {**base, **self.meta.get(BY_BATCH, {}).get(str(batch), {})}
 
+    def measurement(self, batch: int) -> Measurement:
+        """How long a point at ``batch`` was timed (:meth:`timing`), as a measurement to time
+        another alike.
+
+        >>> Sweep({"rounds": 2, "target_se": 0.02}).measurement(8).target_se
+        0.02
+        """
+        timing = self.timing(batch)
+        return Measurement(timing["rounds"], timing["min_seconds"], timing["target_se"],
+                           timing["max_rounds"])
+
     def without_batches(self, batches: Collection[int]) -> Sweep:
         """The sweep less its points, races and own timing at ``batches``: what measuring those
         batch sizes again starts from."""
@@ -369,5 +389,5 @@ def _order(p: SweepPoint) -> tuple[int, int, int, str, int]:
 
 
 __all__ = ["BATCHINGS", "BY_BATCH", "SWEEP_FORMAT", "TIMING_KEYS", "PointKey", "Race", "Sweep",
-           "SweepPoint", "point_key"]
+           "SweepPoint", "point_key", "points_timed"]
 
