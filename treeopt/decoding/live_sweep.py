@@ -138,9 +138,8 @@ def tune(model: PreTrainedModel, heads: Drafter, growth: Growth,
     rounds: dict[int, list[list[float]]] = {}  # each batch size's points' round speed-ups
     done = 0
     for group in _groups(todo, together):
-        pending = [(b, tree, (cap, picked, family))
-                   for (b, tree), (cap, picked, family) in group
-                   if not sweep.has(tree_key(b, tree, cap, family))]
+        pending = [(b, tree, (cap, pick, fam)) for (b, tree), (cap, pick, fam) in group
+                   if not sweep.has(tree_key(b, tree, cap, fam))]
         if pending:
             b = pending[0][0]
             for _, tree, (cap, _, _) in pending if before_point is not None else ():
