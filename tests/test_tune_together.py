@@ -11,9 +11,11 @@ torch = pytest.importorskip("torch")
 
 from test_tune import GROWTH, PROMPTS, Stop  # noqa: E402
 
-from treeopt.decoding.compare import compare, compare_together  # noqa: E402
+from treeopt.decoding.batch_run import BatchResult  # noqa: E402
+from treeopt.decoding.compare import compare, compare_together, rounds_each  # noqa: E402
 from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.live_sweep import tune  # noqa: E402
+from treeopt.decoding.stats import DecodeStats  # noqa: E402
 from treeopt.documents.measure import Measurement, pooled_spread  # noqa: E402
 from treeopt.documents.sweep import BY_BATCH, Sweep  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
@@ -64,9 +66,68 @@ def test_compare_together_decodes_what_each_tree_decodes_alone(model_and_heads):
         alone = compare(model, heads, tree, PROMPTS, config=CONFIG, batch=1)
         assert both.tree is tree and both.tree_outputs == alone.tree_outputs
         assert both.tree_stats.accept_lengths == alone.tree_stats.accept_lengths
-        assert both.autoregressive_rounds is together[0].autoregressive_rounds
+        assert both.autoregressive_rounds == together[0].autoregressive_rounds
         assert both.lossless and len(both.tree_rounds) == 2
         assert both.spread == pytest.approx(spread, rel=1e-12)
+
+
+class ScriptedDecoder:
+    """Decodes nothing: each shape's run of a round takes the seconds its script gives for that
+    round (the autoregressive run 1 s; the warm-up as round 0), 10 steady tokens, so a tree's
+    speed-up is 1 / its seconds; records which shapes each call ran."""
+
+    def __init__(self, scripts: dict[Tree, list[float]]):
+        self.scripts, self.calls = scripts, []
+
+    def decode_alongside(self, shapes, group, *, config, batch=None, streams=None):
+        self.calls.append(tuple(shapes))
+        timed = max(len(self.calls) - 2, 0)  # round 0 after the warm-up, as round 0 is
+        return [BatchResult(((1,),), DecodeStats(10, (1,), s, 10, s))
+                for s in (1.0 if shape.size == 0 else self.scripts[shape][timed % 8]
+                          for shape in shapes)]
+
+
+STEADY = [Tree.chain(1), Tree.chain(2), Tree.chain(3)]
+NOISY = Tree.chain(4)
+TO_2_PERCENT = Measurement(rounds=2, target_se=0.02, max_rounds=8)
+
+
+def scripted(noisy: list[float]) -> ScriptedDecoder:
+    """Three trees steady to 0.5% and one whose seconds, round by round, are ``noisy``."""
+    return ScriptedDecoder({STEADY[0]: [0.5, 0.502] * 4, STEADY[1]: [0.4, 0.401] * 4,
+                            STEADY[2]: [0.6, 0.603] * 4, NOISY: noisy})
+
+
+def test_a_tree_measured_sits_out_the_rounds_the_others_need():
+    """Timed together to a target, trees whose speed-ups met it (each floored by the spread
+    pooled over all four) stop decoding while a noisy one goes on; each gets the
+    autoregressive rounds it ran beside, and its speed-up is the median of those."""
+    decoder = scripted([0.5, 0.52, 0.485, 0.515, 0.49, 0.51, 0.5, 0.5])
+    ar, own = rounds_each(decoder, [*STEADY, NOISY], [[[1, 2]]], config=CONFIG,
+                          measure=TO_2_PERCENT)
+    assert decoder.calls[0] == (Tree(()), *STEADY, NOISY)  # the warm-up: every tree
+    assert [[i for i, _ in rounds] for rounds in own] == [[0, 1]] * 3 + [[0, 1, 2, 3]]
+    assert decoder.calls[3:] == [(Tree(()), NOISY)] * 2  # rounds 2 and 3: the noisy tree alone
+    assert len(ar) == 4
+    assert [runs[0].stats.seconds for _, runs in own[3]] == [0.5, 0.52, 0.485, 0.515]
+    assert [runs[0].stats.seconds for _, runs in own[1]] == [0.4, 0.401]
+
+
+def test_a_tree_rejoins_when_the_pooled_spread_grows_past_it():
+    """Three rounds that agreed stop the steady trees; when the noisy tree's later rounds swing
+    widely, the pooled spread floors the steady trees' standard errors above the target again,
+    and they decode beside it until they meet it or reach the rounds' cap."""
+    decoder = scripted([0.5, 0.52, 0.485, 0.6, 0.4, 0.6, 0.4, 0.5])
+    ar, own = rounds_each(decoder, [*STEADY, NOISY], [[[1, 2]]], config=CONFIG,
+                          measure=TO_2_PERCENT)
+    assert [[i for i, _ in rounds] for rounds in own] == [[0, 1, 4, 5, 6, 7, 8, 9]] * 3 + [
+        list(range(8))]  # out for rounds 2 and 3; the noisy tree at the cap after round 7
+    assert decoder.calls[3:5] == [(Tree(()), NOISY)] * 2 and len(ar) == 10
+    lockstep = scripted([0.5, 0.52, 0.485, 0.6, 0.4, 0.6, 0.4, 0.5])
+    ar, own = rounds_each(lockstep, [*STEADY, NOISY], [[[1, 2]]], config=CONFIG,
+                          measure=TO_2_PERCENT, ragged=False)  # the reference: every round
+    assert [[i for i, _ in rounds] for rounds in own] == [list(range(8))] * 4
+    assert set(lockstep.calls) == {(Tree(()), *STEADY, NOISY)}
 
 
 def test_an_interrupted_together_sweep_resumes_after_its_last_batch_size(model_and_heads,

@@ -288,27 +288,82 @@ def compare(model: PreTrainedModel, heads: Drafter | None, tree: Tree | DynamicS
 def compare_together(model: PreTrainedModel, heads: Drafter | None, trees: Sequence[Tree],
                      prompts: Sequence[Sequence[int]], *, config: DecodeConfig | None = None,
                      batch: int = 1, measure: Measurement = ONCE, warmup_tokens: int = 8,
-                     compile: bool = False, continuous: bool = False,
-                     spread: float = 0.0) -> list[Comparison]:
+                     compile: bool = False, continuous: bool = False, spread: float = 0.0,
+                     ragged: bool = True) -> list[Comparison]:
     """Every one of ``trees`` against one autoregressive decoding: each batch of prompts decoded
-    once autoregressively and once with each tree, all their steps interleaved, in rounds for
-    as long as ``measure`` says on every tree's speed-up (each one's standard error floored by
-    the round spread pooled over the trees, and by ``spread``); one :class:`Comparison` per
-    tree, as :func:`compare` of it alone would report, its autoregressive rounds the shared
-    ones. A sweep's points at one batch size measured so cost one autoregressive decoding a
-    round instead of one per point, and meet the same moments of the machine."""
+    once autoregressively and once with each tree still measuring, all their steps interleaved,
+    each tree for as long as ``measure`` says on its own speed-up (:func:`rounds_each`); one
+    :class:`Comparison` per tree, as :func:`compare` of it alone would report, its
+    autoregressive rounds the ones it was decoded beside. A sweep's points at one batch size
+    measured so cost one autoregressive decoding a round instead of one per point, meet the same
+    moments of the machine, and a point already measured sits out the rounds the others need
+    (``ragged=False``: every tree decodes every round until all are measured)."""
     config = config or DecodeConfig()
     groups = prompt_groups(prompts, batch, continuous=continuous)
     drafts = any(tree.size > 0 for tree in trees)
     decoder = Decoder(model, heads if drafts else None, compile=compile)
-    timed = timed_rounds(decoder, (Tree(()), *trees), groups, config=config, measure=measure,
-                         warmup_tokens=warmup_tokens, rows=batch if continuous else None,
-                         spread=spread, pooled=True)
-    pooled = max(spread, pooled_spread(ratio_columns(timed)))
-    ar = tuple(tuple(rnd[0] for rnd in t) for t in timed)
-    return [Comparison(tree, config, batch, tuple(tuple(rnd[k] for rnd in t) for t in timed), ar,
-                       probe=decoder.verify.probe, continuous=continuous, spread=pooled)
-            for k, tree in enumerate(trees, start=1)]
+    ar, own = rounds_each(decoder, trees, groups, config=config, measure=measure,
+                          warmup_tokens=warmup_tokens, rows=batch if continuous else None,
+                          spread=spread, ragged=ragged)
+    pooled = max(spread, pooled_spread(paired_ratios(ar, rounds) for rounds in own))
+    return [Comparison(tree, config, batch, tuple(runs for _, runs in rounds),
+                       tuple(ar[i] for i, _ in rounds), probe=decoder.verify.probe,
+                       continuous=continuous, spread=pooled)
+            for tree, rounds in zip(trees, own, strict=True)]
+
+
+TreeRounds = list[tuple[int, tuple[BatchResult, ...]]]  # (round, [batch of prompts]) a tree ran
+
+
+def rounds_each(decoder: Decoder, trees: Sequence[Tree],
+                groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
+                measure: Measurement, warmup_tokens: int = 8, rows: int | None = None,
+                spread: float = 0.0, ragged: bool = True,
+                ) -> tuple[list[tuple[BatchResult, ...]], list[TreeRounds]]:
+    """Every tree against autoregressive decoding, each for as long as ``measure`` says on its
+    own speed-up, after a warm-up of all: a round decodes every batch of prompts (``groups``)
+    autoregressively and with each tree still measuring, their steps interleaved. A tree's
+    standard error is floored by the round spread pooled over all trees so far (and by
+    ``spread``); a tree that met the measurement sits out later rounds, and rejoins should the
+    pooled spread grow past it. Returns the autoregressive rounds (``[round][batch]``) and, per
+    tree, the rounds it ran (:data:`TreeRounds`). ``rows``: as :func:`timed_rounds`'; a
+    prompt's sampling stream is its index; ``ragged=False``: every tree decodes every round
+    while any wants one (the reference the ragged rounds are measured against)."""
+    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
+    decoder.decode_alongside((Tree(()), *trees), groups[0], config=warm, batch=rows)
+    ar: list[tuple[BatchResult, ...]] = []
+    own: list[TreeRounds] = [[] for _ in trees]
+    seconds = 0.0
+    while measuring := still_measuring(measure, ar, own, seconds, spread, ragged=ragged):
+        shapes = (Tree(()), *(trees[k] for k in measuring))
+        runs = [decoder.decode_alongside(shapes, g, config=config, batch=rows,
+                                         streams=range(i * len(g), (i + 1) * len(g)))
+                for i, g in enumerate(groups)]
+        seconds += sum(r.stats.seconds for batch_runs in runs for r in batch_runs)
+        for j, k in enumerate(measuring, start=1):
+            own[k].append((len(ar), tuple(batch_runs[j] for batch_runs in runs)))
+        ar.append(tuple(batch_runs[0] for batch_runs in runs))
+    return ar, own
+
+
+def still_measuring(measure: Measurement, ar: Sequence[Sequence[BatchResult]],
+                    own: Sequence[TreeRounds], seconds: float, spread: float, *,
+                    ragged: bool = True) -> list[int]:
+    """The trees (indices) that want another round of :func:`rounds_each` after ``ar``'s rounds,
+    which took ``seconds`` in all: each read on its own paired speed-ups, floored by the spread
+    pooled over all trees' (and ``spread``); all of them while any does, unless ``ragged``."""
+    columns = [paired_ratios(ar, rounds) for rounds in own]
+    pooled = max(spread, pooled_spread(columns))
+    wanted = [k for k, column in enumerate(columns)
+              if measure.wants(len(column), seconds, [column], spread=pooled)]
+    return wanted if ragged or not wanted else list(range(len(own)))
+
+
+def paired_ratios(ar: Sequence[Sequence[BatchResult]], rounds: TreeRounds) -> list[float]:
+    """A tree's steady tokens/s over autoregressive decoding's, round by round: each of its
+    rounds (all batches pooled) over the autoregressive round it ran beside."""
+    return [combine([r.stats for r in runs]).decode_tokens_per_s
+            / combine([r.stats for r in ar[i]]).decode_tokens_per_s for i, runs in rounds]
 
 
 def race(model: PreTrainedModel, heads: Drafter, trees: Sequence[Tree], prompts:
@@ -352,14 +407,13 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                  groups: Sequence[Sequence[Sequence[int]]], *, config: DecodeConfig,
                  measure: Measurement, sampled: bool = False, warmup_tokens: int = 8,
                  on_batch: Callable[[int], None] | None = None, rows: int | None = None,
-                 spread: float = 0.0, pooled: bool = False) -> list[list[list[BatchResult]]]:
+                 spread: float = 0.0) -> list[list[list[BatchResult]]]:
     """Every batch of prompts (``groups``) decoded with every shape, their steps interleaved,
     after a warm-up, in rounds for as long as ``measure`` says on each shape's throughput over
     the first's (:func:`round_ratios`); ``[round][batch][shape]``. ``sampled``: a round is the
     next batch alone, each batch decoded once. ``rows``: each group decoded by continuous
-    batching in that many rows; ``spread``: as :func:`compare`'s, ``pooled``: at least the round
-    spread pooled over the shapes' ratios so far. A prompt's sampling stream is its index;
-    ``on_batch(rounds planned)`` after each batch."""
+    batching in that many rows; ``spread``: as :func:`compare`'s. A prompt's sampling stream is
+    its index; ``on_batch(rounds planned)`` after each batch."""
     if sampled:
         measure = measure.capped(len(groups))
     warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
@@ -367,9 +421,8 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
     decoder.decode_alongside(shapes, groups[0], config=warm, batch=rows)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
-    while (planned := measure.planned(len(out), timed, columns := ratio_columns(out),
-                                      spread=max(spread, pooled_spread(columns))
-                                      if pooled else spread)) > len(out):
+    while (planned := measure.planned(len(out), timed, ratio_columns(out),
+                                      spread=spread)) > len(out):
         rnd = []
         for i in [len(out)] if sampled else range(len(groups)):
             size = len(groups[i])
