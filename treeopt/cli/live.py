@@ -203,9 +203,11 @@ def _register_tune(sub: argparse._SubParsersAction) -> None:
                         "must record drafted lengths); eager steps only")
     p.add_argument("--together", action="store_true",
                    help="time each batch size's points together: every round decodes the "
-                        "prompts once autoregressively and once with each tree, all their "
-                        "steps interleaved, instead of one autoregressive decoding per point "
-                        "(SmolLM2's sweeps: 1.4-2x less time); recorded, and resumed only so")
+                        "prompts once autoregressively and once with each tree still measuring "
+                        "(with --target-se, a point that met it sits out the others' rounds), "
+                        "all their steps interleaved, instead of one autoregressive decoding "
+                        "per point (SmolLM2's sweeps: 1.4-2x less time); recorded, and resumed "
+                        "only so")
     _add_compile(p)
     p.add_argument("--retime", action="store_true",
                    help="measure the --batch sizes again: their points in --out are replaced by "

@@ -22,8 +22,9 @@ resumes only alike.
 A sweep's points are timed apart, each against an autoregressive decoding of its own, or
 ``together``: every pending point of a batch size at once against one autoregressive decoding
 (:func:`~treeopt.decoding.compare.compare_together`), so each round decodes the prompts
-autoregressively once instead of once per point. The sweep records which (``points_timed``,
-per batch size where they differ) and a batch size with points resumes only timed alike.
+autoregressively once instead of once per point, and a point whose speed-up met the measurement
+sits out the rounds the others still need. The sweep records which (``points_timed``, per batch
+size where they differ) and a batch size with points resumes only timed alike.
 """
 
 from __future__ import annotations
