@@ -246,6 +246,7 @@ def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir
     assert doc["format"] == "treeopt.sweep/1"
     assert doc["meta"]["rounds"] == 2 and doc["meta"]["min_seconds"] == 0.05
     assert doc["meta"]["target_se"] == 0.2
+    assert doc["meta"]["points_timed"] == "together"  # the default for a new sweep
     assert all(2 <= p["measured"]["rounds"] <= 64 for p in doc["points"])
     assert all(p["measured"]["speedup_se"] <= 0.2 or p["measured"]["rounds"] == 64
                for p in doc["points"])
@@ -319,12 +320,12 @@ def test_tune_retime_measures_a_batch_size_again_timed_its_own_way(workdir, tiny
                                                                    prompts_file, profiled):
     """``--retime``: the --batch sizes' points are measured again, timed as this run's flags
     say and recorded so, the others kept; without it, another timing of a batch size that has
-    points is refused in one line."""
+    points is refused in one line. A sweep timed ``--apart`` goes on apart without the flag."""
     out = workdir / "retimed.json"
     base = ["tune", "--model", tiny_model_dir, "--heads", workdir / "heads", "--growth",
             workdir / "growth.json", "--prompts", prompts_file, "--sizes", "1",
             "--prompt-count", "2", "--max-new-tokens", "4", "--out", out]
-    assert run(*base, "--batch", "1,2", "--rounds", "1").returncode == 0
+    assert run(*base, "--batch", "1,2", "--rounds", "1", "--apart").returncode == 0
     first = Sweep.load(out)
     assert_user_error(run(*base, "--batch", "2", "--rounds", "3"),
                       f"{out}: a sweep measured with other rounds at batch 2 (1, not 3); write to "
@@ -337,6 +338,10 @@ def test_tune_retime_measures_a_batch_size_again_timed_its_own_way(workdir, tiny
     assert [p for p in again.points if p.batch == 1] == [p for p in first.points if p.batch == 1]
     assert [p.rounds for p in again.points if p.batch == 2] == [3]
     assert again.timing(1)["rounds"] == 1 and again.timing(2)["rounds"] == 3
+    assert again.timing(2)["points_timed"] == again.meta["points_timed"] == "apart"
+    assert_user_error(run(*base, "--batch", "2", "--rounds", "3", "--together"),
+                      f"{out}: a sweep measured with other points_timed at batch 2 (apart, not "
+                      "together); write to another path")
 
 
 def test_tune_refuses_a_step_profile_of_another_device_or_dtype(workdir, tiny_model_dir,

@@ -5,6 +5,8 @@ what each tree alone decodes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,7 +19,7 @@ from treeopt.decoding.config import DecodeConfig  # noqa: E402
 from treeopt.decoding.live_sweep import tune  # noqa: E402
 from treeopt.decoding.stats import DecodeStats  # noqa: E402
 from treeopt.documents.measure import Measurement, pooled_spread  # noqa: E402
-from treeopt.documents.sweep import BY_BATCH, Sweep  # noqa: E402
+from treeopt.documents.sweep import BY_BATCH, Sweep, timed_together  # noqa: E402
 from treeopt.errors import TreeoptError  # noqa: E402
 from treeopt.model.tree import Tree  # noqa: E402
 
@@ -171,3 +173,20 @@ def test_a_batch_size_resumes_only_timed_as_its_points_were(model_and_heads, tmp
     assert both.meta[BY_BATCH]["2"]["points_timed"] == "apart"
     assert both.timing(1)["points_timed"] == "together"
     assert Sweep.load(tmp_path / "t.json").timing(2)["points_timed"] == "apart"
+
+
+def test_a_command_times_as_its_sweep_file_was_timed(model_and_heads, tmp_path):
+    """What ``treeopt tune`` does without --together or --apart: together for a new file, and
+    as the file says for one that exists (apart where it says nothing); a file that cannot be
+    read is left to the resume's own refusal."""
+    assert timed_together(tmp_path / "new.json") is None
+    swept(model_and_heads, tmp_path / "t.json", batch=[1], sizes=[1], rounds=1)
+    swept(model_and_heads, tmp_path / "a.json", together=False, batch=[1], sizes=[1], rounds=1)
+    assert timed_together(tmp_path / "t.json") is True
+    assert timed_together(tmp_path / "a.json") is False
+    doc = json.loads((tmp_path / "a.json").read_text())
+    del doc["meta"]["points_timed"]  # written before points could be timed together
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    assert timed_together(tmp_path / "old.json") is False
+    (tmp_path / "bad.json").write_text("{")
+    assert timed_together(tmp_path / "bad.json") is None

@@ -201,13 +201,17 @@ def _register_tune(sub: argparse._SubParsersAction) -> None:
                    help="a lookup drafter's chains, each step verifying only what was drafted, "
                         "predicted and picked as select --drafted-only prices them (--trace "
                         "must record drafted lengths); eager steps only")
-    p.add_argument("--together", action="store_true",
-                   help="time each batch size's points together: every round decodes the "
-                        "prompts once autoregressively and once with each tree still measuring "
-                        "(with --target-se, a point that met it sits out the others' rounds), "
-                        "all their steps interleaved, instead of one autoregressive decoding "
-                        "per point (SmolLM2's sweeps: 1.4-2x less time); recorded, and resumed "
-                        "only so")
+    way = p.add_mutually_exclusive_group()
+    way.add_argument("--together", dest="together", action="store_const", const=True,
+                     help="time each batch size's points together (the default; an --out "
+                          "sweep timed apart resumes apart): every round decodes the prompts "
+                          "once autoregressively and once with each tree still measuring (with "
+                          "--target-se, a point that met it sits out the others' rounds), all "
+                          "their steps interleaved (SmolLM2's sweeps: 1.4-2x less time than "
+                          "apart, the same speed-ups); recorded, and resumed only so")
+    way.add_argument("--apart", dest="together", action="store_const", const=False,
+                     help="time each point against an autoregressive decoding of its own "
+                          "(the default where --out was timed so)")
     _add_compile(p)
     p.add_argument("--retime", action="store_true",
                    help="measure the --batch sizes again: their points in --out are replaced by "
@@ -344,6 +348,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from treeopt.decoding.models import attention_of
     from treeopt.documents.prompts import read_texts
     from treeopt.documents.step_profile import StepProfile
+    from treeopt.documents.sweep import timed_together
     from treeopt.model.growth import Growth
     from treeopt.model.trace import RankTrace
 
@@ -393,7 +398,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        "threads": args.threads},
                  compile=args.compile, race_best=args.race_best, before_point=alongside,
                  continuous=args.batching == "continuous", drafted=args.drafted_only,
-                 retime=args.retime, together=args.together, progress=report)
+                 retime=args.retime, progress=report,
+                 together=args.together if args.together is not None
+                 else timed_together(args.out) is not False)
     bar.close()
     for row in sweep.summary():
         raced = (f"; {row['selected_share_of_best_raced']:.1%} raced head to head"

@@ -54,6 +54,21 @@ def points_timed(together: bool) -> str:
     ('together', 'apart')
     """
     return "together" if together else "apart"
+
+
+def timed_together(path: str | os.PathLike[str]) -> bool | None:
+    """Whether the sweep at ``path`` timed its points together (its meta's ``points_timed``;
+    a sweep without one was timed apart), or None where no sweep can be read there: how a
+    command that resumes it times by default."""
+    if not Path(path).is_file():
+        return None
+    try:
+        meta = Sweep.load(path).meta
+    except TreeoptError:  # resuming refuses it in its own words
+        return None
+    return meta.get("points_timed", LATER_META["points_timed"]) == "together"
+
+
 # a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
 # for a tree of another family (the per-step greedy growth's)
 PointKey = tuple[int, int, int | None] | tuple[int, int, int | None, str]
