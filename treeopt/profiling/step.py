@@ -28,7 +28,10 @@ whole batch size, also the autoregressive record — the median round's, by scal
 disturbed decode among three moves no record; of an even count, the mean of the middle two: the
 lower one alone would favour the tree, a round being disturbed on either side of the ratio). A
 verify time that falls as q grows is measured again (:data:`REMEASURES` rounds at most), and the
-measurement's rule applied again after.
+measurement's rule applied again after. With ``shared`` references, the records a round
+measures — every one at first, then those still short or remeasured — decode together beside one
+autoregressive decode, all their steps interleaved, which serves as each one's reference (and
+as the autoregressive record's round): one autoregressive decode a round, not one per record.
 :func:`treeopt.pricing.costs.step_costs` turns the records into the step-cost model ``select`` uses.
 
 The file is a :class:`~treeopt.documents.step_profile.StepProfile` (``steps`` ``"steady"``), written
@@ -125,14 +128,16 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
                   measure_at: Mapping[int, Measurement] | None = None,
                   sequences: int | None = None, compile: bool = False,
                   dynamic: Sequence[DynamicSettings] = (), retime: bool = False,
-                  log: Callable[[str], None] | None = None,
+                  shared: bool = False, log: Callable[[str], None] | None = None,
                   progress: Callable[[int, int], None] | None = None) -> StepProfile:
     """Profile the live step of every design tree at every batch size — or, with ``dynamic``,
     of every dynamic setting (then ``growth`` is unused) — each record timed as ``measure``
     says (default: 3 rounds), or as ``measure_at`` says for its batch size, on its step over
     its reference's (records say their rounds and standard error), and write and return the
     profile (a finished batch size already in ``out`` is kept, not measured again; ``retime``:
-    the batch sizes given are profiled again, their records in ``out`` replaced)."""
+    the batch sizes given are profiled again, their records in ``out`` replaced; ``shared``:
+    a round's records share one autoregressive reference, :func:`batch_records`, recorded in
+    the profile's meta as ``references`` and resumed only alike)."""
     if sequences is not None and sequences < 1:
         raise TreeoptError(f"sequences must be ≥ 1, got {sequences}")
     check_batch(max(batch), len(prompts))
@@ -144,7 +149,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     else:
         trees = list(design_trees(growth, sizes=sizes, per_depth=heads.kind.per_depth))
     profile = resume_document(out, model, heads, prompts, max_new_tokens, compile,
-                              design="dynamic" if dynamic else "trees")
+                              design="dynamic" if dynamic else "trees", shared=shared)
     if retime:  # profiled again: the file keeps them until then
         profile = profile.without_batches(batch)
     done = set(profile.batches)
@@ -155,7 +160,7 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
     for i, b in enumerate(todo):
         records = batch_records(decoder, trees, prompts, b, config=config,
                                 measure=(measure_at or {}).get(b, measure or Measurement()),
-                                sequences=sequences)
+                                sequences=sequences, shared=shared)
         profile = profile.with_records(StepRecord.from_json(r, where=f"{out}: batch {b}")
                                        for r in records)
         profile.save(out)
@@ -167,11 +172,14 @@ def profile_steps(model: PreTrainedModel, heads: Drafter, growth: Growth | None,
 
 def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
                   prompts: Sequence[Sequence[int]], b: int, *, config: DecodeConfig,
-                  measure: Measurement, sequences: int) -> list[dict[str, Any]]:
+                  measure: Measurement, sequences: int,
+                  shared: bool = False) -> list[dict[str, Any]]:
     """The records of ``trees`` (the first: the empty tree, their reference) at batch ``b``:
     each tree's steps interleaved with an autoregressive decode of the same prompts, in rounds
     over at least ``sequences`` sequences, more as ``measure`` says, scaled to the fastest
-    autoregressive step (the module's docstring)."""
+    autoregressive step (the module's docstring). ``shared``: the records a round measures at
+    once — every one at first, then those still short — decoded together beside one
+    autoregressive decode (:func:`_measure_shared`), not each beside its own."""
     cycle = -(-sequences // b)  # rounds that decode every sequence once
     count = max(measure.rounds, cycle)  # rounds at this batch size
     used = [p for r in range(count) for p in rotating_group(prompts, b, r)]
@@ -183,19 +191,27 @@ def batch_records(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
     timed = dict.fromkeys(range(len(trees)), 0.0)  # seconds each record's decodes took
     state = (phases, reference, timed)
 
+    def rounds(js: Sequence[int]) -> None:  # a round more of each of js, in turn or shared
+        if shared:
+            _measure_shared(decoder, trees, js, prompts, b, config, *state)
+        else:
+            for j in js:
+                _measure(decoder, trees, j, prompts, b, config, *state)
+
     def top_up() -> None:  # a cycle more of every record still short of time or precision
         while short := _short(*state, measure=measure):
-            for j in short:
-                for _ in range(min(cycle, measure.cap - len(phases[j]))):
-                    _measure(decoder, trees, j, prompts, b, config, *state)
+            if shared:
+                for _ in range(cycle):
+                    rounds([j for j in short if len(phases[j]) < measure.cap])
+            else:
+                for j in short:
+                    rounds([j] * min(cycle, measure.cap - len(phases[j])))
 
     for _ in range(count):
-        for j in range(len(trees)):
-            _measure(decoder, trees, j, prompts, b, config, *state)
+        rounds(range(len(trees)))
     top_up()
     for _ in range(REMEASURES):  # a verify time that falls as q grows is a busy moment
-        for j in _falling(trees, _scaled(phases, reference)):
-            _measure(decoder, trees, j, prompts, b, config, *state)
+        rounds(_falling(trees, _scaled(phases, reference)))
         top_up()
     kept, spread = _scaled(phases, reference), _spread(phases, reference)
     records = []
@@ -227,6 +243,32 @@ def _measure(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]], j: int
         reference[j].append(ref)
         phases[j].append(run)
     timed[j] += perf_counter() - started
+
+
+def _measure_shared(decoder: Decoder, trees: Sequence[tuple[int | None, Shape]],
+                    js: Sequence[int], prompts: Sequence[Sequence[int]], batch: int,
+                    config: DecodeConfig, phases: dict[int, list[Phases]],
+                    reference: dict[int, list[Phases]], timed: dict[int, float]) -> None:
+    """The next round of each entry of ``js``, the entries at the same round decoded together
+    on its group of prompts beside one autoregressive decode, all their steps interleaved (the
+    autoregressive entry, where one of them, is that decode); each entry's ``timed`` gains the
+    seconds of the decode it was in."""
+    at: dict[int, list[int]] = {}
+    for j in js:
+        at.setdefault(len(phases[j]), []).append(j)
+    for r, members in at.items():
+        drafted = [j for j in members if j]
+        started = perf_counter()
+        ref, *runs = _phases(decoder, [trees[0][1], *(trees[j][1] for j in drafted)],
+                             rotating_group(prompts, batch, r), config)
+        seconds = perf_counter() - started
+        if 0 in members:
+            phases[0].append(ref)
+        for j, run in zip(drafted, runs, strict=True):
+            reference[j].append(ref)
+            phases[j].append(run)
+        for j in members:
+            timed[j] += seconds
 
 
 def rotating_group(prompts: Sequence[Sequence[int]], batch: int, r: int) -> list[list[int]]:
@@ -375,20 +417,24 @@ def host_meta(model: PreTrainedModel) -> dict[str, Any]:
     return {"cpu": cpu_identity()} if on_cpu else {}
 
 
+REFERENCES = {False: "own", True: "shared"}  # each record beside its own reference, or not
 RESUMED_ALIKE = ("device", "dtype", "attention", "threads", "model", "heads", "max_new_tokens",
                  "compile", "design", "steps")  # a profile extended must agree on all of it
 
 
 def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: Drafter,
                     prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                    compile: bool, *, design: str = "trees") -> StepProfile:
+                    compile: bool, *, design: str = "trees", shared: bool = False,
+                    ) -> StepProfile:
     """The profile to extend: the one at ``out`` when it was measured the same way (a profile
-    that does not record its attention was measured with ``sdpa``), else a new one."""
+    that does not record its attention was measured with ``sdpa``, one without ``references``
+    each record beside its own), else a new one."""
     fresh = StepProfile(
         heads.config.to_dict(), (), **setup_of(model), threads=torch.get_num_threads(),
         prompts=len(prompts), max_new_tokens=max_new_tokens, compile=compile, design=design,
         steps=STEPS, meta={"torch": torch.__version__,
                            "timing": "each step interleaved with an autoregressive reference",
+                           "references": REFERENCES[shared],
                            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            **host_meta(model)},
         sources=(str(out),))
@@ -398,6 +444,9 @@ def resume_document(out: str | os.PathLike[str], model: PreTrainedModel, heads: 
     if old.attention is None:
         old = replace(old, attention="sdpa")
     differ = old.differences(fresh, RESUMED_ALIKE)
+    if (was := old.meta.get("references", REFERENCES[False])) != REFERENCES[shared]:
+        raise TreeoptError(f"{out}: profiled with other references ({was}, not "
+                           f"{REFERENCES[shared]}); write to another path")
     if not differ and old.cpu_matmul and fresh.cpu_matmul and old.cpu_matmul != fresh.cpu_matmul:
         raise TreeoptError(f"{out}: profiled on a CPU with {old.cpu_matmul}, this one has "
                            f"{fresh.cpu_matmul}; write to another path")

@@ -1,0 +1,127 @@
+"""A demo drafter's step profile taken two ways in one run: each record beside its own
+autoregressive reference (the way every shipped profile was taken) and the records of a round
+sharing one (``profile_steps(shared=True)``, ``treeopt profile step --shared-reference``): the
+seconds each way, each record's step both ways, and the shipped sweep priced with each.
+
+    python benchmarks/bench_profile_shared.py --demo smollm2 [--kinds K,K] [--batches 1,8]
+        [--target-se 0.02] [--rounds 2] [--max-rounds 8] [--within 0.05]
+
+Each profile is taken as the build takes it (the calibration prompts, new tokens and tree sizes
+of the demo's config), timed to ``--target-se`` in ``--rounds`` to ``--max-rounds`` rounds, the
+two ways in turn, alternating which goes first. The shipped sweep's whole trees at those batch
+sizes are priced with each (its other drafters' profiles sharing the verify step, as the demo
+prices: :func:`~treeopt.demo.step_costs.demo_step_costs`) against their shipped speed-ups.
+One torch thread; pin it (``taskset -c 0``) with the other core idle. Writes under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WAYS = ("shared", "own")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--demo", default="smollm2", help="a demo in data/ or its directory")
+    ap.add_argument("--kinds", help="comma-separated drafter kinds (default: the demo's)")
+    ap.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    ap.add_argument("--target-se", type=float, default=0.02)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-rounds", type=int, default=8)
+    ap.add_argument("--within", type=float, default=0.05)
+    ap.add_argument("--out", type=Path, required=True, help="where the profiles go")
+    args = ap.parse_args()
+
+    from treeopt.demo.layout import demo_root
+    from treeopt.demo.load import load
+    from treeopt.documents.measure import Measurement
+    from treeopt.documents.prompts import encode, read_texts
+    from treeopt.errors import TreeoptError
+
+    demo = load(demo_root(args.demo), threads=1)
+    kinds = [k for k in (args.kinds or ",".join(demo.kinds)).split(",") if k]
+    if unknown := [k for k in kinds if k not in demo.kinds]:
+        raise TreeoptError(f"--kinds: {', '.join(unknown)} not in the demo "
+                           f"({', '.join(demo.kinds)})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    calibration = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
+    measure = Measurement(rounds=args.rounds, target_se=args.target_se,
+                          max_rounds=args.max_rounds)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    totals = {way: [0.0, 0, 0] for way in WAYS}  # seconds, within, points
+    for i, kind in enumerate(kinds):
+        for way, row in _kind(demo, kind, calibration, batches, measure, args,
+                              first=WAYS[i % 2]).items():
+            totals[way] = [t + r for t, r in zip(totals[way], row, strict=True)]
+    for way, (seconds, within, points) in totals.items():
+        print(f"{way} references: {seconds:.0f} s, the shipped sweep priced with them: "
+              f"{within} of {points} points within {args.within:.0%}")
+    if totals["shared"][0]:
+        print(f"own over shared: {totals['own'][0] / totals['shared'][0]:.2f}× the seconds")
+    return 0
+
+
+def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int], measure: Any,
+          args: argparse.Namespace, *, first: str) -> dict[str, list[float]]:
+    """One drafter profiled both ways (``first`` first), printed; per way [seconds, points
+    within, points]."""
+    from treeopt.demo.step_costs import demo_step_costs
+    from treeopt.documents.step_profile import StepProfile
+    from treeopt.documents.sweep import Sweep
+    from treeopt.model.tree import Tree
+    from treeopt.profiling.step import profile_steps
+    from treeopt.workbench.demo_pricing import held_out_pricing
+
+    config = demo.manifest["config"]
+    shipped = Sweep.load(demo.sweep(kind, drafted=False))
+    out: dict[str, list[float]] = {}
+    profiles: dict[str, StepProfile] = {}
+    for way in (first, *(w for w in WAYS if w != first)):
+        path = args.out / f"step-{kind}-{way}.json"
+        path.unlink(missing_ok=True)
+        begin = time.perf_counter()
+        profiles[way] = profile_steps(
+            demo.model, demo.heads[kind], demo.growths[kind],
+            calibration[: max(config["live_batches"])], batch=batches,
+            sizes=config["step_sizes"], out=path, max_new_tokens=config["live_new_tokens"],
+            measure=measure, shared=way == "shared", log=lambda line: None)
+        out[way] = [time.perf_counter() - begin, 0, 0]
+    print(f"{kind}: " + ", ".join(f"{w} {out[w][0]:.0f} s" for w in WAYS))
+    steps = {w: {(r.batch, r.size, r.max_depth): r for r in p.records}
+             for w, p in profiles.items()}
+    for key, record in steps["own"].items():
+        other = steps["shared"].get(key)
+        if other is not None:
+            print(f"  batch {key[0]}, {key[1]} nodes: step {_ms(other):.2f} ms shared, "
+                  f"{_ms(record):.2f} own ({_ms(other) / _ms(record) - 1:+.1%}); "
+                  f"rounds {other.rounds} and {record.rounds}")
+    for way, profile in profiles.items():
+        pricing = held_out_pricing(demo, kind, demo_step_costs(
+            demo.paths, kind, demo.latency.stem, own=profile), shipped)
+        for p in (p for p in shipped.points if p.batch in batches and p.family is None
+                  and p.size > 0):
+            tree = Tree.from_choices([list(c) for c in p.choices])
+            error = pricing.predict(tree, p.batch).speedup / p.speedup - 1
+            out[way][1] += abs(error) <= args.within
+            out[way][2] += 1
+            print(f"  {way}: batch {p.batch}, {p.size} nodes: shipped {p.speedup:.3f}, "
+                  f"predicted {error:+.1%}")
+    return out
+
+
+def _ms(record: Any) -> float:
+    """A record's whole step, milliseconds."""
+    return record.ms_draft + record.ms_verify + record.ms_bookkeeping
+
+
+if __name__ == "__main__":
+    from entry import run
+
+    run(main)
