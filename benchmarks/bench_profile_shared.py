@@ -99,7 +99,8 @@ def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int]
     for key, record in steps["own"].items():
         other = steps["shared"].get(key)
         if other is not None:
-            print(f"  batch {key[0]}, {key[1]} nodes: step {_ms(other):.2f} ms shared, "
+            cap = f", depth cap {key[2]}" if key[2] is not None else ""
+            print(f"  batch {key[0]}, {key[1]} nodes{cap}: step {_ms(other):.2f} ms shared, "
                   f"{_ms(record):.2f} own ({_ms(other) / _ms(record) - 1:+.1%}); "
                   f"rounds {other.rounds} and {record.rounds}")
     for way, profile in profiles.items():
@@ -111,7 +112,8 @@ def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int]
             error = pricing.predict(tree, p.batch).speedup / p.speedup - 1
             out[way][1] += abs(error) <= args.within
             out[way][2] += 1
-            print(f"  {way}: batch {p.batch}, {p.size} nodes: shipped {p.speedup:.3f}, "
+            cap = f", depth cap {p.max_depth}" if p.max_depth is not None else ""
+            print(f"  {way}: batch {p.batch}, {p.size} nodes{cap}: shipped {p.speedup:.3f}, "
                   f"predicted {error:+.1%}")
     return out
 
