@@ -24,36 +24,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing_ways import add_flags, demo_and_kinds  # noqa: E402
+
 WAYS = ("shared", "own")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--demo", default="smollm2", help="a demo in data/ or its directory")
-    ap.add_argument("--kinds", help="comma-separated drafter kinds (default: the demo's)")
-    ap.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    ap.add_argument("--target-se", type=float, default=0.02)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--max-rounds", type=int, default=8)
-    ap.add_argument("--within", type=float, default=0.05)
+    add_flags(ap, batches="1,8")
     ap.add_argument("--out", type=Path, required=True, help="where the profiles go")
     args = ap.parse_args()
 
-    from treeopt.demo.layout import demo_root
-    from treeopt.demo.load import load
-    from treeopt.documents.measure import Measurement
     from treeopt.documents.prompts import encode, read_texts
-    from treeopt.errors import TreeoptError
 
-    demo = load(demo_root(args.demo), threads=1)
-    kinds = [k for k in (args.kinds or ",".join(demo.kinds)).split(",") if k]
-    if unknown := [k for k in kinds if k not in demo.kinds]:
-        raise TreeoptError(f"--kinds: {', '.join(unknown)} not in the demo "
-                           f"({', '.join(demo.kinds)})")
+    demo, kinds, measure = demo_and_kinds(args)
     args.out.mkdir(parents=True, exist_ok=True)
     calibration = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
-    measure = Measurement(rounds=args.rounds, target_se=args.target_se,
-                          max_rounds=args.max_rounds)
     batches = [int(b) for b in args.batches.split(",") if b]
     totals = {way: [0.0, 0, 0] for way in WAYS}  # seconds, within, points
     for i, kind in enumerate(kinds):
