@@ -232,6 +232,24 @@ def test_profile_step_refuses_bad_input_before_loading_a_model(workdir, tiny_mod
     assert not (workdir / "other-step.json").exists()
 
 
+def test_profile_step_with_one_shared_reference(workdir, tiny_model_dir, prompts_file, profiled):
+    """``--shared-reference``: recorded in the profile, and a resume without it refused in one
+    line naming both ways, the file kept."""
+    out = workdir / "shared-step.json"
+    base = ["profile", "step", "--model", tiny_model_dir, "--heads", workdir / "heads",
+            "--growth", workdir / "growth.json", "--prompts", prompts_file, "--sizes", "1,2",
+            "--max-new-tokens", "8", "--rounds", "1", "--out", out]
+    proc = run(*base, "--batch", "1", "--shared-reference")
+    assert proc.returncode == 0, proc.stderr
+    first = out.read_text()
+    assert StepProfile.load(out).meta["references"] == "shared"
+    assert StepProfile.load(profiled).meta["references"] == "own"
+    assert_user_error(run(*base, "--batch", "1,2"),
+                      f"{out}: profiled with other references (shared, not own); write to "
+                      "another path")
+    assert out.read_text() == first
+
+
 def test_tune_measures_every_point_beside_its_prediction(workdir, tiny_model_dir, prompts_file,
                                                          profiled):
     out = workdir / "sweep.json"
