@@ -329,8 +329,7 @@ def rounds_each(decoder: Decoder, trees: Sequence[Tree],
     tree, the rounds it ran (:data:`TreeRounds`). ``rows``: as :func:`timed_rounds`'; a
     prompt's sampling stream is its index; ``ragged=False``: every tree decodes every round
     while any wants one (the reference the ragged rounds are measured against)."""
-    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
-    decoder.decode_alongside((Tree(()), *trees), groups[0], config=warm, batch=rows)
+    warm_up(decoder, (Tree(()), *trees), groups[0], config, warmup_tokens, rows)
     ar: list[tuple[BatchResult, ...]] = []
     own: list[TreeRounds] = [[] for _ in trees]
     seconds = 0.0
@@ -416,9 +415,7 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
     its index; ``on_batch(rounds planned)`` after each batch."""
     if sampled:
         measure = measure.capped(len(groups))
-    warm = replace(config, max_new_tokens=min(warmup_tokens, config.max_new_tokens))
-    # warmed up as timed: alongside, each run in its own cache (compiled: its own static buffer)
-    decoder.decode_alongside(shapes, groups[0], config=warm, batch=rows)
+    warm_up(decoder, shapes, groups[0], config, warmup_tokens, rows)
     out: list[list[list[BatchResult]]] = []
     timed = 0.0
     while (planned := measure.planned(len(out), timed, ratio_columns(out),
@@ -434,6 +431,15 @@ def timed_rounds(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
                 on_batch(planned)
         out.append(rnd)
     return out
+
+
+def warm_up(decoder: Decoder, shapes: Sequence[Tree | DynamicSettings],
+            group: Sequence[Sequence[int]], config: DecodeConfig, tokens: int,
+            rows: int | None) -> None:
+    """Decode ``group`` with every shape for ``tokens`` new tokens at most, as the rounds will
+    time them: alongside, each run in its own cache (compiled: its own static buffer)."""
+    warm = replace(config, max_new_tokens=min(tokens, config.max_new_tokens))
+    decoder.decode_alongside(shapes, group, config=warm, batch=rows)
 
 
 def ratio_columns(timed: Sequence[Sequence[Sequence[BatchResult]]]) -> list[list[float]]:

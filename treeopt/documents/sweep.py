@@ -66,7 +66,7 @@ def timed_together(path: str | os.PathLike[str]) -> bool | None:
         meta = Sweep.load(path).meta
     except TreeoptError:  # resuming refuses it in its own words
         return None
-    return meta.get("points_timed", LATER_META["points_timed"]) == "together"
+    return meta.get("points_timed", LATER_META["points_timed"]) == points_timed(True)
 
 
 # a point's key: (batch, size, depth cap) for a growth-order tree, with its family after them
