@@ -4,11 +4,12 @@ sharing one (``profile_steps(shared=True)``, ``treeopt profile step --shared-ref
 seconds each way, each record's step both ways, and the shipped sweep priced with each.
 
     python benchmarks/bench_profile_shared.py --demo smollm2 [--kinds K,K] [--batches 1,8]
-        [--target-se 0.02] [--rounds 2] [--max-rounds 8] [--within 0.05]
+        [--target-se 0.02] [--rounds 2] [--max-rounds 8] [--within 0.05] [--ways shared,own]
 
 Each profile is taken as the build takes it (the calibration prompts, new tokens and tree sizes
 of the demo's config), timed to ``--target-se`` in ``--rounds`` to ``--max-rounds`` rounds, the
-two ways in turn, alternating which goes first. The shipped sweep's whole trees at those batch
+two ways in turn, alternating which goes first (``--ways shared`` takes only the shared way:
+the shipped sweep priced with it, for a whole demo in half the time). The shipped sweep's whole trees at those batch
 sizes are priced with each (its other drafters' profiles sharing the verify step, as the demo
 prices: :func:`~treeopt.demo.step_costs.demo_step_costs`) against their shipped speed-ups.
 One torch thread; pin it (``taskset -c 0``) with the other core idle. Writes under ``--out``.
@@ -33,7 +34,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_flags(ap, batches="1,8")
     ap.add_argument("--out", type=Path, required=True, help="where the profiles go")
+    ap.add_argument("--ways", default=",".join(WAYS),
+                    help="comma-separated: shared, own or both (default both)")
     args = ap.parse_args()
+    ways = tuple(w for w in args.ways.split(",") if w)
+    if not ways or set(ways) - set(WAYS):
+        ap.error(f"--ways: {args.ways!r}: name shared, own or both")
 
     from treeopt.documents.prompts import encode, read_texts
 
@@ -41,22 +47,23 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     calibration = encode(demo.tokenizer, read_texts([demo.paths.prompts("calibration")]))
     batches = [int(b) for b in args.batches.split(",") if b]
-    totals = {way: [0.0, 0, 0] for way in WAYS}  # seconds, within, points
+    totals = {way: [0.0, 0, 0] for way in ways}  # seconds, within, points
     for i, kind in enumerate(kinds):
+        order = ways if i % 2 == 0 else ways[::-1]
         for way, row in _kind(demo, kind, calibration, batches, measure, args,
-                              first=WAYS[i % 2]).items():
+                              order=order).items():
             totals[way] = [t + r for t, r in zip(totals[way], row, strict=True)]
     for way, (seconds, within, points) in totals.items():
         print(f"{way} references: {seconds:.0f} s, the shipped sweep priced with them: "
               f"{within} of {points} points within {args.within:.0%}")
-    if totals["shared"][0]:
+    if len(totals) == 2 and totals["shared"][0]:
         print(f"own over shared: {totals['own'][0] / totals['shared'][0]:.2f}× the seconds")
     return 0
 
 
 def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int], measure: Any,
-          args: argparse.Namespace, *, first: str) -> dict[str, list[float]]:
-    """One drafter profiled both ways (``first`` first), printed; per way [seconds, points
+          args: argparse.Namespace, *, order: tuple[str, ...]) -> dict[str, list[float]]:
+    """One drafter profiled each way of ``order`` in turn, printed; per way [seconds, points
     within, points]."""
     from treeopt.demo.step_costs import demo_step_costs
     from treeopt.documents.step_profile import StepProfile
@@ -69,7 +76,7 @@ def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int]
     shipped = Sweep.load(demo.sweep(kind, drafted=False))
     out: dict[str, list[float]] = {}
     profiles: dict[str, StepProfile] = {}
-    for way in (first, *(w for w in WAYS if w != first)):
+    for way in order:
         path = args.out / f"step-{kind}-{way}.json"
         path.unlink(missing_ok=True)
         begin = time.perf_counter()
@@ -79,11 +86,11 @@ def _kind(demo: Any, kind: str, calibration: list[list[int]], batches: list[int]
             sizes=config["step_sizes"], out=path, max_new_tokens=config["live_new_tokens"],
             measure=measure, shared=way == "shared", log=lambda line: None)
         out[way] = [time.perf_counter() - begin, 0, 0]
-    print(f"{kind}: " + ", ".join(f"{w} {out[w][0]:.0f} s" for w in WAYS))
+    print(f"{kind}: " + ", ".join(f"{w} {out[w][0]:.0f} s" for w in order))
     steps = {w: {(r.batch, r.size, r.max_depth): r for r in p.records}
              for w, p in profiles.items()}
-    for key, record in steps["own"].items():
-        other = steps["shared"].get(key)
+    for key, record in steps.get("own", {}).items():
+        other = steps.get("shared", {}).get(key)
         if other is not None:
             cap = f", depth cap {key[2]}" if key[2] is not None else ""
             print(f"  batch {key[0]}, {key[1]} nodes{cap}: step {_ms(other):.2f} ms shared, "

@@ -14,7 +14,7 @@ import pytest
 from conftest import demo_copy
 
 from treeopt.demo import KINDS
-from treeopt.demo.config import TIMING_FLAGS, TINY, command_line, plan
+from treeopt.demo.config import TIMING_FLAGS, TINY, DemoConfig, command_line, plan
 from treeopt.demo.stages import NEW_KINDS
 from treeopt.errors import TreeoptError
 from treeopt.model.runs import as_run
@@ -319,6 +319,25 @@ def test_a_build_over_a_finished_demo_measures_as_the_demo_was_measured(tmp_path
     assert with_finished_timing(tmp_path / "none", TINY, set()) == TINY
 
 
+def test_a_timing_setting_the_finished_demo_does_not_record_is_its_default(tmp_path):
+    """A setting added since (``step_shared_reference``, ``sweep_together``) that the finished
+    demo's manifest lacks was measured the default way: a build adding drafters to it keeps that
+    way, not the preset's, unless told."""
+    from treeopt.demo.build import _jsonable, with_finished_timing
+
+    recorded = _jsonable(replace(TINY, dtype="fp32"))
+    del recorded["step_shared_reference"], recorded["sweep_together"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"config": recorded}))
+    preset = replace(TINY, dtype="fp32", step_shared_reference=True)  # TINY times together
+    said: list[str] = []
+    kept = with_finished_timing(tmp_path, preset, set(), log=said.append)
+    assert (kept.step_shared_reference, kept.sweep_together) == (False, False)
+    assert said == ["[timing] as the finished demo was measured: step_shared_reference False, "
+                    "sweep_together False"]
+    told = with_finished_timing(tmp_path, preset, {"step_shared_reference"})
+    assert (told.step_shared_reference, told.sweep_together) == (True, False)
+
+
 def test_the_command_line_names_the_timing_flags_it_was_given(tmp_path, monkeypatch):
     from treeopt.cli import main
     from treeopt.demo import build
@@ -330,3 +349,23 @@ def test_the_command_line_names_the_timing_flags_it_was_given(tmp_path, monkeypa
     assert main(["demo", "build", "--out", str(tmp_path / "d"), "--budget-minutes", "0.5",
                  "--sweep-rounds", "2", "--no-sweep-race"]) == 0
     assert seen["own_timing"] == {"sweep_rounds", "sweep_race"}
+
+
+def test_the_presets_profile_steps_beside_a_shared_reference_unless_told(tmp_path, monkeypatch):
+    """The pretrained preset measures a round's step-profile records beside one shared
+    reference; ``--no-step-shared-reference`` measures each beside its own, and the manifest's
+    command says so."""
+    from treeopt.cli import main
+    from treeopt.demo import build
+    from treeopt.demo.config import pretrained
+
+    assert pretrained().step_shared_reference and not DemoConfig().step_shared_reference
+    seen = {}
+    monkeypatch.setattr(build, "build_demo", lambda out, config, **kw: seen.update(
+        kw, config=config) or {"config": {}})
+    monkeypatch.setattr(build, "summary", lambda manifest: {})
+    assert main(["demo", "build", "--out", str(tmp_path / "d"), "--base-model",
+                 "smollm2-135m-instruct", "--no-step-shared-reference"]) == 0
+    assert seen["own_timing"] == {"step_shared_reference"}
+    assert seen["config"].step_shared_reference is False
+    assert command_line(seen["config"]).endswith("--no-step-shared-reference")

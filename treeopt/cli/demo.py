@@ -115,6 +115,11 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep-batching", choices=BATCHINGS,
                    help="a batch-b sweep point decodes its prompts b at a time, or all in one "
                         "run of b rows, a finished row taking the next (tune --batching)")
+    g.add_argument("--step-shared-reference", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="measure a round's step-profile records beside one shared "
+                        "autoregressive decode, not each beside its own (profile step "
+                        "--shared-reference)")
     g.add_argument("--sweep-together", action=argparse.BooleanOptionalAction, default=None,
                    help="time a batch size's sweep points together, against one "
                         "autoregressive decoding a round, not each against its own (tune "

@@ -204,9 +204,10 @@ def with_finished_timing(target: Path, config: DemoConfig, own_timing: Collectio
     as the demo was measured unless told otherwise. A demo built otherwise: ``config`` as it is."""
     manifest = target / "manifest.json"
     finished = read_json(manifest).get("config", {}) if manifest.exists() else {}
-    kept = {k: finished[k] for k in (*TIMING_FLAGS, "batch_timing")
-            if k in finished and k not in own_timing and finished[k] != getattr(config, k)}
-    if not kept:
+    default = DemoConfig()  # what a setting the demo does not record (added since) meant
+    was = {k: finished.get(k, getattr(default, k)) for k in (*TIMING_FLAGS, "batch_timing")}
+    kept = {k: v for k, v in was.items() if k not in own_timing and v != getattr(config, k)}
+    if not finished or not kept:
         return config
     inherited = replace(config, **kept)
     alike = (replace(inherited, dtype=finished["dtype"])

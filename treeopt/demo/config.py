@@ -106,6 +106,10 @@ class DemoConfig:
     # (tune(together=True)), not each against its own: False, what a demo recording no such
     # setting was timed with; the presets time them together
     sweep_together: bool = False
+    # a round's step-profile records measured beside one shared autoregressive decode
+    # (profile_steps(shared=True)), not each beside its own: False, what a demo recording no
+    # such setting was profiled with
+    step_shared_reference: bool = False
     # a batch-b sweep point: its prompts b at a time ("static"), or all in one run of b rows, a
     # finished row taking the next prompt, as a serving engine batches ("continuous")
     sweep_batching: str = "static"
@@ -266,10 +270,10 @@ class DemoConfig:
 # change them and keep everything else
 TIMING_SETTINGS = (
     "batch_timing", "latency_context", "latency_tokens", "latency_repeats", "live_batches",
-    "step_sizes", "step_rounds", "step_min_seconds", "step_target_se", "sweep_sizes",
-    "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-    "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching", "live_new_tokens",
-    "live_threads", "dynamic_profile")
+    "step_sizes", "step_rounds", "step_min_seconds", "step_target_se", "step_shared_reference",
+    "sweep_sizes", "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se",
+    "timing_max_rounds", "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching",
+    "live_new_tokens", "live_threads", "dynamic_profile")
 # settings that only the dynamic stage reads (the EAGLE drafter's dynamic trees): a finished demo
 # without an EAGLE drafter never used them, so a build adding one may change them
 DYNAMIC_SETTINGS = ("dynamic_topk", "dynamic_steps", "dynamic_prompts", "dynamic_heldout_prompts",
@@ -286,10 +290,10 @@ TRAINING_SETTINGS = (
 MEASURE_SETTINGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_rounds",
                     "sweep_min_seconds", "sweep_target_se", "timing_max_rounds")
 # the timing settings `treeopt demo build` takes as flags, one each (--sweep-target-se …)
-TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_prompts",
-                "sweep_rounds", "sweep_min_seconds", "sweep_target_se", "timing_max_rounds",
-                "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching",
-                "live_new_tokens")
+TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "step_shared_reference",
+                "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se",
+                "timing_max_rounds", "sweep_race", "sweep_alongside", "sweep_together",
+                "sweep_batching", "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
@@ -303,7 +307,7 @@ TINY = DemoConfig(
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4,
-    trie_depth=3, sweep_together=True)
+    trie_depth=3, sweep_together=True, step_shared_reference=True)
 
 
 # the prompt set a pretrained base's preset takes unless told otherwise
@@ -327,7 +331,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     ShareGPT's, in the model's chat template; else the corpus's docstrings and comments), the
     live check on the 8-node tree; step profiles and sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and
     8-node trees, 8 held-out prompts × 32 tokens, every record and point timed to a 2% standard
-    error (2 to 8 rounds).
+    error (2 to 8 rounds), a round's records beside one shared reference, a batch size's points
+    together.
 
     Time, measured (docs/demo.md) on a 2-core AVX2 CPU in fp32, the untimed work on both cores:
     67.6 minutes from scratch with fixed rounds (one per sweep point), of which the timing took
@@ -359,6 +364,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # took 1.4-2.0× less time, the same speed-ups within their noise (docs/demo.md, "Points
         # timed together")
         sweep_together=True,
+        # a round's step-profile records beside one shared autoregressive decode: 1.3-2.0× less
+        # time (docs/demo.md, "Step profiles with one shared reference")
+        step_shared_reference=True,
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
         # the dynamic traces: a dynamic pass over the 49,152-token vocabulary took 2–4 min per

@@ -85,6 +85,7 @@ def _dynamic_step_profile(ctx: Context) -> dict[str, Any]:
                                 batch=list(c.live_batches), out=out,
                                 max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
                                 measure_at=c.measurements("step"),
+                                shared=c.step_shared_reference,
                                 dynamic=[DynamicSettings(*s) for s in c.dynamic_profile],
                                 log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),

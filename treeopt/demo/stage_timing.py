@@ -66,6 +66,7 @@ def kind_step_profile(ctx: Context, kind: str) -> dict[str, Any]:
                                 batch=list(c.live_batches), sizes=list(c.step_sizes), out=out,
                                 max_new_tokens=c.live_new_tokens, measure=c.measurement("step"),
                                 measure_at=c.measurements("step"),
+                                shared=c.step_shared_reference,
                                 log=lambda line: ctx.log(f"  {line}"))
     return {"file": out.name, "records": len(profile.records),
             "measurement": asdict(c.measurement("step")),
