@@ -351,21 +351,21 @@ def test_the_command_line_names_the_timing_flags_it_was_given(tmp_path, monkeypa
     assert seen["own_timing"] == {"sweep_rounds", "sweep_race"}
 
 
-def test_the_presets_profile_steps_beside_a_shared_reference_unless_told(tmp_path, monkeypatch):
-    """The pretrained preset measures a round's step-profile records beside one shared
-    reference; ``--no-step-shared-reference`` measures each beside its own, and the manifest's
-    command says so."""
+def test_the_step_shared_reference_flag_reaches_the_config_and_the_command(tmp_path, monkeypatch):
+    """The pretrained preset measures each step-profile record beside its own reference;
+    ``--step-shared-reference`` has a round's records share one, and the manifest's command says
+    so."""
     from treeopt.cli import main
     from treeopt.demo import build
     from treeopt.demo.config import pretrained
 
-    assert pretrained().step_shared_reference and not DemoConfig().step_shared_reference
+    assert not pretrained().step_shared_reference and not DemoConfig().step_shared_reference
     seen = {}
     monkeypatch.setattr(build, "build_demo", lambda out, config, **kw: seen.update(
         kw, config=config) or {"config": {}})
     monkeypatch.setattr(build, "summary", lambda manifest: {})
     assert main(["demo", "build", "--out", str(tmp_path / "d"), "--base-model",
-                 "smollm2-135m-instruct", "--no-step-shared-reference"]) == 0
+                 "smollm2-135m-instruct", "--step-shared-reference"]) == 0
     assert seen["own_timing"] == {"step_shared_reference"}
-    assert seen["config"].step_shared_reference is False
-    assert command_line(seen["config"]).endswith("--no-step-shared-reference")
+    assert seen["config"].step_shared_reference is True
+    assert command_line(seen["config"]).endswith("--step-shared-reference")

@@ -307,7 +307,7 @@ TINY = DemoConfig(
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4,
-    trie_depth=3, sweep_together=True, step_shared_reference=True)
+    trie_depth=3, sweep_together=True, step_shared_reference=True)  # the build's shared path
 
 
 # the prompt set a pretrained base's preset takes unless told otherwise
@@ -331,8 +331,7 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     ShareGPT's, in the model's chat template; else the corpus's docstrings and comments), the
     live check on the 8-node tree; step profiles and sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and
     8-node trees, 8 held-out prompts × 32 tokens, every record and point timed to a 2% standard
-    error (2 to 8 rounds), a round's records beside one shared reference, a batch size's points
-    together.
+    error (2 to 8 rounds), a batch size's points together.
 
     Time, measured (docs/demo.md) on a 2-core AVX2 CPU in fp32, the untimed work on both cores:
     67.6 minutes from scratch with fixed rounds (one per sweep point), of which the timing took
@@ -340,7 +339,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     weightless drafter: greedy traces (100 + 64 prompts), the live check and T = 0.7 traces
     5–20 minutes, step profile and sweep 37–39; once: the autoregressive reference of the checks
     3, prose traces 1, the rest under a minute. A trained drafter added later (``--kinds``) is
-    not in it.
+    not in it. On the AMD host (AVX512-BF16, bf16) with suffix decoding and
+    ``--step-shared-reference``: 1:59:45 from scratch.
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds
@@ -364,9 +364,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # took 1.4-2.0× less time, the same speed-ups within their noise (docs/demo.md, "Points
         # timed together")
         sweep_together=True,
-        # a round's step-profile records beside one shared autoregressive decode: 1.3-2.0× less
-        # time (docs/demo.md, "Step profiles with one shared reference")
-        step_shared_reference=True,
+        # each step-profile record beside its own reference: shared ones took 1.3-2.0× less time,
+        # but the preset built so priced its batch-8 points 0-13% high (docs/demo.md, "Step
+        # profiles with one shared reference")
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
         # the dynamic traces: a dynamic pass over the 49,152-token vocabulary took 2–4 min per
