@@ -8,9 +8,9 @@ seconds each way, each record's step both ways, and the shipped sweep priced wit
 
 Each profile is taken as the build takes it (the calibration prompts, new tokens and tree sizes
 of the demo's config), timed to ``--target-se`` in ``--rounds`` to ``--max-rounds`` rounds, the
-two ways in turn, alternating which goes first (``--ways shared`` takes only the shared way:
-the shipped sweep priced with it, for a whole demo in half the time). The shipped sweep's whole trees at those batch
-sizes are priced with each (its other drafters' profiles sharing the verify step, as the demo
+two ways in turn, alternating which goes first (``--ways shared``: only the shared way, for a
+whole demo in about half the time). The shipped sweep's whole trees at those batch sizes are
+priced with each (its other drafters' profiles sharing the verify step, as the demo
 prices: :func:`~treeopt.demo.step_costs.demo_step_costs`) against their shipped speed-ups.
 One torch thread; pin it (``taskset -c 0``) with the other core idle. Writes under ``--out``.
 """
