@@ -365,7 +365,7 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # timed together")
         sweep_together=True,
         # each step-profile record beside its own reference: shared ones took 1.3-2.0× less time,
-        # but the preset built so priced its batch-8 points 0-13% high (docs/demo.md, "Step
+        # but the preset built so priced its batch-8 points up to 13% high (docs/demo.md, "Step
         # profiles with one shared reference")
         # the trained drafters, when added (--kinds): head data and dynamic traces sized down
         head_data_prompts=256, head_seq_len=256, head_steps=300, eagle_lr=1e-3,
