@@ -92,8 +92,9 @@ def _register_step(forms: argparse._SubParsersAction) -> None:
                         "topk:steps:draft-tokens, comma-separated (an EAGLE drafter)")
     d.add_argument("--shared-reference", action="store_true",
                    help="the records a round measures decode together beside one "
-                        "autoregressive reference, not each beside its own (SmolLM2: 1.5x "
-                        "less time, the same prices); recorded, and resumed only so")
+                        "autoregressive reference, not each beside its own (SmolLM2: 1.3-2x "
+                        "less time; a fresh build's batch-8 points then priced up to 13%% high, "
+                        "docs/demo.md); recorded, and resumed only so")
     d.add_argument("--retime", action="store_true",
                    help="profile the --batch sizes again: their records in --out are replaced "
                         "by this run's (timed as its flags say), the other batch sizes' kept")
