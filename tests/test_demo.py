@@ -12,7 +12,8 @@ import pytest
 from conftest import demo_copy, unswept_drafters
 
 from treeopt.demo import DEMO_FORMAT, KINDS, demo_paths
-from treeopt.demo.config import TINY, command_line, plan
+from treeopt.demo.command import command_line
+from treeopt.demo.config import TINY, plan
 from treeopt.demo.corpus import load_corpus, part_of
 from treeopt.errors import TreeoptError
 
@@ -172,6 +173,9 @@ def test_load_returns_everything(tiny_demo):
             assert {k: drafted.meta[k] for k in ("prompts", "max_new_tokens", "batching")} == {
                 k: sweep.meta[k] for k in ("prompts", "max_new_tokens", "batching")}
             assert all(p.lossless for p in drafted.points)
+            # TINY sweeps them as the presets do: select's pick alone per batch size
+            assert drafted.batches == list(TINY.live_batches)
+            assert len(drafted.points) == len(drafted.batches)
             assert all(drafted.selected(b) is not None for b in drafted.batches)
             assert priced.drafted_sweep is not None
             assert priced.drafted_sweep.points == drafted.points

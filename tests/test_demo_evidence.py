@@ -14,7 +14,8 @@ import pytest
 from conftest import demo_copy
 
 from treeopt.demo import KINDS
-from treeopt.demo.config import TIMING_FLAGS, TINY, DemoConfig, command_line, plan
+from treeopt.demo.command import command_line
+from treeopt.demo.config import TIMING_FLAGS, TINY, DemoConfig, plan
 from treeopt.demo.stages import NEW_KINDS
 from treeopt.errors import TreeoptError
 from treeopt.model.runs import as_run
@@ -22,9 +23,10 @@ from treeopt.model.runs import as_run
 TARGET, CAP = 0.05, 4  # loose enough for the tiny demo's millisecond steps, a cap to hit
 FLAGS = ["--step-target-se", str(TARGET), "--sweep-target-se", str(TARGET),
          "--timing-max-rounds", str(CAP), "--sweep-race", "--sweep-alongside",
-         "--sweep-batching", "continuous"]
+         "--sweep-batching", "continuous", "--drafted-sweep", "sizes"]
 TODAY = replace(TINY, step_target_se=TARGET, sweep_target_se=TARGET, timing_max_rounds=CAP,
-                sweep_race=True, sweep_alongside=True, sweep_batching="continuous")
+                sweep_race=True, sweep_alongside=True, sweep_batching="continuous",
+                drafted_sweep="sizes")
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,25 @@ def test_every_drafter_is_swept_to_the_target_or_the_cap(remeasured):
             assert pick is not None
             if pick.key != sweep.best(b).key:
                 assert sweep.race(b) is not None, (kind, b)
+
+
+def test_drafted_chains_are_swept_at_every_chain_size_and_the_pick(remeasured):
+    """Re-measured with ``--drafted-sweep sizes``, a lookup drafter's chains verified as drafted
+    are swept at every swept size (TINY's are chains) besides select's pick; the first build,
+    TINY's "pick", swept the pick alone."""
+    from treeopt.demo.layout import DemoPaths
+    from treeopt.documents.sweep import Sweep
+    from treeopt.registry.kinds import drafter_kind
+
+    out, first, again = remeasured
+    assert (first["config"]["drafted_sweep"], again["config"]["drafted_sweep"]) == (
+        "pick", "sizes")
+    for kind in (k for k in KINDS if drafter_kind(k).lookup):
+        sweep = Sweep.load(DemoPaths(out).drafted_sweep(kind))
+        assert again["drafters"][kind]["sweep"]["drafted"]["swept"] == "sizes"
+        for b in TINY.live_batches:
+            sizes = {p.size for p in sweep.points if p.batch == b}
+            assert set(TINY.sweep_sizes) <= sizes <= {*TINY.sweep_sizes, sweep.selected(b).size}
 
 
 def test_step_profiles_are_fresh_and_measured_to_the_target_or_the_cap(remeasured):
@@ -351,21 +372,32 @@ def test_the_command_line_names_the_timing_flags_it_was_given(tmp_path, monkeypa
     assert seen["own_timing"] == {"sweep_rounds", "sweep_race"}
 
 
-def test_the_step_shared_reference_flag_reaches_the_config_and_the_command(tmp_path, monkeypatch):
-    """The pretrained preset measures each step-profile record beside its own reference;
-    ``--step-shared-reference`` has a round's records share one, and the manifest's command says
-    so."""
+@pytest.mark.parametrize(("flags", "name", "preset", "default", "value"), [
+    (["--step-shared-reference"], "step_shared_reference", False, False, True),
+    (["--drafted-sweep", "sizes"], "drafted_sweep", "pick", "sizes", "sizes"),
+])
+def test_a_timing_flag_reaches_the_config_and_the_command(tmp_path, monkeypatch, flags, name,
+                                                           preset, default, value):
+    """The pretrained preset measures each step-profile record beside its own reference and
+    sweeps a lookup drafter's chains verified as drafted at select's picks alone;
+    ``--step-shared-reference`` has a round's records share one, ``--drafted-sweep sizes`` sweeps
+    every chain size so too, and the manifest's command says so."""
     from treeopt.cli import main
     from treeopt.demo import build
     from treeopt.demo.config import pretrained
 
-    assert not pretrained().step_shared_reference and not DemoConfig().step_shared_reference
+    assert getattr(pretrained(), name) == preset and getattr(DemoConfig(), name) == default
     seen = {}
     monkeypatch.setattr(build, "build_demo", lambda out, config, **kw: seen.update(
         kw, config=config) or {"config": {}})
     monkeypatch.setattr(build, "summary", lambda manifest: {})
     assert main(["demo", "build", "--out", str(tmp_path / "d"), "--base-model",
-                 "smollm2-135m-instruct", "--step-shared-reference"]) == 0
-    assert seen["own_timing"] == {"step_shared_reference"}
-    assert seen["config"].step_shared_reference is True
-    assert command_line(seen["config"]).endswith("--step-shared-reference")
+                 "smollm2-135m-instruct", *flags]) == 0
+    assert seen["own_timing"] == {name}
+    assert getattr(seen["config"], name) == value
+    assert command_line(seen["config"]).endswith(" ".join(flags))
+
+
+def test_a_drafted_sweep_other_than_sizes_or_pick_is_refused():
+    with pytest.raises(TreeoptError, match="drafted_sweep.*'all': expected sizes or pick"):
+        replace(TINY, drafted_sweep="all")

@@ -14,7 +14,8 @@ from conftest import unswept_drafters
 from treeopt.assets.registry import ASSET_RECORD, ASSETS, missing_hint
 from treeopt.cli import build_parser, main
 from treeopt.cli.demo_flags import expand_demo
-from treeopt.demo.config import command_line, plan, pretrained
+from treeopt.demo.command import command_line
+from treeopt.demo.config import plan, pretrained
 from treeopt.errors import TreeoptError
 
 MODEL, PROMPTS = "smollm2-135m-instruct", "humaneval"

@@ -6,7 +6,7 @@ import argparse
 
 from treeopt.cli.common import emit, int_list
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
-from treeopt.documents.sweep import BATCHINGS
+from treeopt.documents.sweep import BATCHINGS, DRAFTED_SWEEPS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -115,6 +115,9 @@ def _add_timing_flags(b: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep-batching", choices=BATCHINGS,
                    help="a batch-b sweep point decodes its prompts b at a time, or all in one "
                         "run of b rows, a finished row taking the next (tune --batching)")
+    g.add_argument("--drafted-sweep", choices=DRAFTED_SWEEPS,
+                   help="a lookup drafter's chains swept verified as drafted: at every sweep "
+                        "size and select's pick, or select's pick alone (the presets' way)")
     g.add_argument("--step-shared-reference", action=argparse.BooleanOptionalAction,
                    default=None,
                    help="measure a round's step-profile records beside one shared "

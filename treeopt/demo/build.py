@@ -23,13 +23,13 @@ from typing import Any
 
 from treeopt.demo import stages
 from treeopt.demo.adaptive_configs import ship_adaptive_configs
+from treeopt.demo.command import command_line
 from treeopt.demo.config import (
     DYNAMIC_SETTINGS,
     TIMING_FLAGS,
     TIMING_SETTINGS,
     TRAINING_SETTINGS,
     DemoConfig,
-    command_line,
 )
 from treeopt.demo.context import Context
 from treeopt.demo.layout import DEMO_FORMAT, DYNAMIC_KIND, KINDS, DemoPaths

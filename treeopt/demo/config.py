@@ -14,7 +14,7 @@ from treeopt.demo.base_model import BaseConfig
 from treeopt.demo.layout import KINDS
 from treeopt.documents.dtypes import AUTO_DTYPE, DTYPES
 from treeopt.documents.measure import MAX_ROUNDS, Measurement, MeasurementError
-from treeopt.documents.sweep import BATCHINGS
+from treeopt.documents.sweep import BATCHINGS, DRAFTED_SWEEPS
 from treeopt.errors import FieldError, TreeoptError
 from treeopt.registry.kinds import drafter_kind
 
@@ -110,6 +110,10 @@ class DemoConfig:
     # (profile_steps(shared=True)), not each beside its own: False, what a demo recording no
     # such setting was profiled with
     step_shared_reference: bool = False
+    # a lookup drafter's chains swept verified as drafted: at every swept chain size and
+    # select's pick ("sizes": what a demo recording no such setting was swept with), or select's
+    # pick alone per batch size ("pick": the presets')
+    drafted_sweep: str = "sizes"
     # a batch-b sweep point: its prompts b at a time ("static"), or all in one run of b rows, a
     # finished row taking the next prompt, as a serving engine batches ("continuous")
     sweep_batching: str = "static"
@@ -144,6 +148,8 @@ class DemoConfig:
                 raise TreeoptError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
+        if self.drafted_sweep not in DRAFTED_SWEEPS:
+            raise FieldError("drafted_sweep", f"{self.drafted_sweep!r}: expected sizes or pick")
         if self.sweep_batching not in BATCHINGS:
             raise FieldError("sweep_batching",
                              f"{self.sweep_batching!r}: expected static or continuous")
@@ -273,7 +279,7 @@ TIMING_SETTINGS = (
     "step_sizes", "step_rounds", "step_min_seconds", "step_target_se", "step_shared_reference",
     "sweep_sizes", "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se",
     "timing_max_rounds", "sweep_race", "sweep_alongside", "sweep_together", "sweep_batching",
-    "live_new_tokens", "live_threads", "dynamic_profile")
+    "drafted_sweep", "live_new_tokens", "live_threads", "dynamic_profile")
 # settings that only the dynamic stage reads (the EAGLE drafter's dynamic trees): a finished demo
 # without an EAGLE drafter never used them, so a build adding one may change them
 DYNAMIC_SETTINGS = ("dynamic_topk", "dynamic_steps", "dynamic_prompts", "dynamic_heldout_prompts",
@@ -293,7 +299,7 @@ MEASURE_SETTINGS = ("step_rounds", "step_min_seconds", "step_target_se", "sweep_
 TIMING_FLAGS = ("step_rounds", "step_min_seconds", "step_target_se", "step_shared_reference",
                 "sweep_prompts", "sweep_rounds", "sweep_min_seconds", "sweep_target_se",
                 "timing_max_rounds", "sweep_race", "sweep_alongside", "sweep_together",
-                "sweep_batching", "live_new_tokens")
+                "sweep_batching", "drafted_sweep", "live_new_tokens")
 
 TINY = DemoConfig(
     budget_minutes=0.1, max_files=40, vocab_size=320,
@@ -307,7 +313,8 @@ TINY = DemoConfig(
     step_rounds=1, sweep_sizes=(1, 2), sweep_prompts=2, sweep_rounds=1, live_new_tokens=8,
     dynamic_topk=(1, 2), dynamic_steps=2, dynamic_prompts=2, dynamic_check=((2, 2, 4),),
     dynamic_check_prompts=2, dynamic_profile=((1, 2, 3), (2, 2, 4)), lookup_depth=4,
-    trie_depth=3, sweep_together=True, step_shared_reference=True)  # the build's shared path
+    trie_depth=3, sweep_together=True, step_shared_reference=True,  # the build's shared path
+    drafted_sweep="pick")
 
 
 # the prompt set a pretrained base's preset takes unless told otherwise
@@ -364,6 +371,9 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
         # took 1.4-2.0× less time, the same speed-ups within their noise (docs/demo.md, "Points
         # timed together")
         sweep_together=True,
+        # a lookup drafter's chains verified as drafted: select's pick per batch size, beside the
+        # whole chains of every size (docs/demo.md, "Drafted chains: the picks alone")
+        drafted_sweep="pick",
         # each step-profile record beside its own reference: shared ones took 1.3-2.0× less time,
         # but the preset built so priced its batch-8 points up to 13% high (docs/demo.md, "Step
         # profiles with one shared reference")
@@ -376,59 +386,6 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
 
 
 PRETRAINED_BUDGET = 120.0  # minutes: what :func:`pretrained` is sized for (the budget sizes nothing)
-
-
-def command_line(config: DemoConfig) -> str:
-    """The ``treeopt demo build`` command that plans ``config`` (recorded in the manifest).
-
-    >>> command_line(plan(budget_minutes=60))
-    'treeopt demo build --budget-minutes 60 --device cpu --seed 0'
-    >>> command_line(plan(budget_minutes=120, base_layers=16))
-    'treeopt demo build --budget-minutes 120 --base-layers 16 --device cpu --seed 0'
-    >>> command_line(plan(budget_minutes=120, base_layers=16, medusa_head_layers=8))
-    'treeopt demo build --budget-minutes 120 --base-layers 16 --medusa-head-layers 8 --device cpu --seed 0'
-    >>> command_line(replace(plan(budget_minutes=60), sweep_target_se=0.015, sweep_race=True))
-    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-target-se 0.015 --sweep-race'
-    >>> command_line(replace(plan(budget_minutes=60), sweep_batching="continuous"))
-    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 --sweep-batching continuous'
-    >>> command_line(replace(plan(budget_minutes=60), batch_timing={"8": {"sweep_target_se": 0.02}}))
-    'treeopt demo build --budget-minutes 60 --device cpu --seed 0 && treeopt demo build --budget-minutes 60 --device cpu --seed 0 --redo timing --batches 8 --sweep-target-se 0.02'
-    >>> command_line(plan(base_model="smollm2-135m-instruct"))
-    'treeopt demo build --base-model smollm2-135m-instruct --device cpu --seed 0'
-    >>> command_line(plan(base_model="smollm2-135m-instruct", kinds=KINDS))
-    'treeopt demo build --base-model smollm2-135m-instruct --kinds all --device cpu --seed 0'
-    >>> command_line(plan(budget_minutes=0.5, base_model="/m", prompt_set="/p", kinds=("ngram-trie",)))
-    'treeopt demo build --budget-minutes 0.5 --base-model /m --prompt-set /p --kinds ngram-trie --device cpu --seed 0'
-    """
-    preset = plan(budget_minutes=config.budget_minutes, device=config.device, seed=config.seed,
-                  base_model=config.base_model)
-    head = ("" if config.base_model is not None and config.budget_minutes == PRETRAINED_BUDGET
-            else f" --budget-minutes {config.budget_minutes:g}")
-    if config.base_model is not None:
-        head += f" --base-model {config.base_model}"
-    if config.base.num_layers != preset.base.num_layers:
-        head += f" --base-layers {config.base.num_layers}"
-    if config.medusa_head_layers is not None:
-        head += f" --medusa-head-layers {config.medusa_head_layers}"
-    if config.prompt_set != preset.prompt_set:
-        head += f" --prompt-set {config.prompt_set}"
-    if config.prose_set != preset.prose_set:
-        head += f" --prose-set {config.prose_set}"
-    if config.dtype != preset.dtype:
-        head += f" --dtype {config.dtype}"
-    if config.kinds != preset.kinds:
-        head += f" --kinds {'all' if config.kinds == KINDS else ','.join(config.kinds)}"
-    timing = ""
-    for name in TIMING_FLAGS:  # the timing flags that change the preset's settings
-        value, flag = getattr(config, name), "--" + name.replace("_", "-")
-        if value != getattr(preset, name):
-            timing += (f" {flag}" if value is True else f" --no-{flag[2:]}" if value is False
-                       else f" {flag} {value}" if isinstance(value, str) else f" {flag} {value:g}")
-    command = f"treeopt demo build{head} --device {config.device} --seed {config.seed}"
-    for batch, settings in config.batch_timing.items():  # each batch size timed apart, after
-        flags = "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in settings.items())
-        timing += f" && {command} --redo timing --batches {batch}{flags}"
-    return command + timing
 
 
 def plan(*, budget_minutes: float | None = None, device: str = "cpu", seed: int = 0,

@@ -80,8 +80,9 @@ def stale_sweeps(ctx: Context, kind: str) -> list[str]:
     said = []
     for path, sizes, as_drafted in (
             (whole, plan.sizes, False),
-            (drafted, drafted_chain_sizes(plan.growth, plan.sizes, plan.own), True)):
-        if path.is_file() and sizes:
+            (drafted, drafted_chain_sizes(plan.growth, plan.sizes, plan.own, c.drafted_sweep),
+             True)):
+        if path.is_file() and sizes is not None:
             pending = sweep_pending(path, plan.growth, batch=list(c.live_batches), sizes=sizes,
                                     costs=plan.costs, trace=plan.own,
                                     select_trace=plan.select_trace,

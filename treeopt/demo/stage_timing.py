@@ -152,19 +152,24 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
               "seconds": round(time.perf_counter() - start, 1)}  # this run's (a resumed one's part)
     if alongside is not None:
         record["alongside"] = _alongside_errors(ctx, kind, result, growth, own)
-    chains = drafted_chain_sizes(growth, sizes, own)
-    if chains:
+    chains = drafted_chain_sizes(growth, sizes, own, ctx.config.drafted_sweep)
+    if chains is not None:
         record["drafted"] = _drafted_sweep(ctx, kind, prompts, growth, chains, plan.costs, own,
                                            plan.select_trace)
     return record
 
 
-def drafted_chain_sizes(growth: Growth, sizes: list[int], trace: RankTrace) -> list[int]:
-    """The swept sizes whose trees are chains a lookup drafter verifies as far as it drafted
-    (none where the trace records no drafted lengths: no lookup drafter, or an older trace)."""
+def drafted_chain_sizes(growth: Growth, sizes: list[int], trace: RankTrace,
+                        how: str = "sizes") -> list[int] | None:
+    """The swept sizes whose trees are chains a lookup drafter verifies as far as it drafted,
+    swept so beside select's pick (``how``, :attr:`~treeopt.demo.config.DemoConfig.drafted_sweep`:
+    "pick", none but the pick); None where the trace records no drafted lengths (no lookup
+    drafter, or an older trace): no such sweep."""
     from treeopt.decoding.live_sweep import family_tree
 
     if trace.drafted is None:
+        return None
+    if how == "pick":
         return []
     return [n for n in sizes if family_tree(growth, n, None).is_chain]
 
@@ -172,9 +177,9 @@ def drafted_chain_sizes(growth: Growth, sizes: list[int], trace: RankTrace) -> l
 def _drafted_sweep(ctx: Context, kind: str, prompts: list[list[int]], growth: Growth,
                    sizes: list[int], costs: StepCosts, own: RankTrace,
                    select_trace: RankTrace) -> dict[str, Any]:
-    """The lookup drafter's chains swept verified only as far as they were drafted, as its
-    selection's picks decode (``tune --drafted-only``): the same prompts, tokens and timing as
-    the whole trees' sweep, and select's drafted pick per batch."""
+    """The lookup drafter's chains of ``sizes`` swept verified only as far as they were drafted,
+    as its selection's picks decode (``tune --drafted-only``), and select's drafted pick per
+    batch: the same prompts, tokens and timing as the whole trees' sweep."""
     from treeopt.decoding.live_sweep import tune
 
     c = ctx.config
@@ -191,7 +196,7 @@ def _drafted_sweep(ctx: Context, kind: str, prompts: list[list[int]], growth: Gr
                   progress=lambda i, n, bar=bar: bar.update(i - bar.n))
     bar.close()
     _log_summary(ctx, f"{kind} (verified as drafted)", result)
-    return {"file": path.name, "summary": result.summary(),
+    return {"file": path.name, "swept": c.drafted_sweep, "summary": result.summary(),
             "seconds": round(time.perf_counter() - start, 1)}
 
 

@@ -35,6 +35,9 @@ SWEEP_FORMAT = "treeopt.sweep/1"
 # how a batch-b measurement batches its prompts: b at a time, or all in one run of b rows where
 # a finished row takes the next prompt (continuous batching, as a serving engine does)
 BATCHINGS = ("static", "continuous")
+# which of a lookup drafter's chains verified as drafted a demo sweeps: every swept chain size
+# and select's pick, or select's pick alone (treeopt.demo.config.DemoConfig.drafted_sweep)
+DRAFTED_SWEEPS = ("sizes", "pick")
 # meta a file may leave out, and what its absence means
 # what a sweep written before a setting existed was measured with
 LATER_META = {"min_seconds": 0.0, "target_se": 0.0, "max_rounds": MAX_ROUNDS,
