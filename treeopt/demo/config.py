@@ -338,7 +338,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     ShareGPT's, in the model's chat template; else the corpus's docstrings and comments), the
     live check on the 8-node tree; step profiles and sweeps at batch 1, 2, 4, 8 of 1-, 2-, 4- and
     8-node trees, 8 held-out prompts × 32 tokens, every record and point timed to a 2% standard
-    error (2 to 8 rounds), a batch size's points together.
+    error (2 to 8 rounds), a batch size's points together; a lookup drafter's chains verified as
+    drafted at select's picks alone.
 
     Time, measured (docs/demo.md) on a 2-core AVX2 CPU in fp32, the untimed work on both cores:
     67.6 minutes from scratch with fixed rounds (one per sweep point), of which the timing took
@@ -346,8 +347,8 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     weightless drafter: greedy traces (100 + 64 prompts), the live check and T = 0.7 traces
     5–20 minutes, step profile and sweep 37–39; once: the autoregressive reference of the checks
     3, prose traces 1, the rest under a minute. A trained drafter added later (``--kinds``) is
-    not in it. On the AMD host (AVX512-BF16, bf16) with suffix decoding and
-    ``--step-shared-reference``: 1:59:45 from scratch.
+    not in it. On the AMD host (AVX512-BF16, bf16) with suffix decoding: 1:58:52 from scratch
+    (1:59:45 with ``--step-shared-reference`` and every drafted chain size swept).
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds
