@@ -149,7 +149,8 @@ class DemoConfig:
         if self.device not in ("cpu", "cuda"):
             raise FieldError("device", f"{self.device!r}: expected cpu or cuda")
         if self.drafted_sweep not in DRAFTED_SWEEPS:
-            raise FieldError("drafted_sweep", f"{self.drafted_sweep!r}: expected sizes or pick")
+            raise FieldError("drafted_sweep", f"{self.drafted_sweep!r}: expected "
+                             f"{' or '.join(DRAFTED_SWEEPS)}")
         if self.sweep_batching not in BATCHINGS:
             raise FieldError("sweep_batching",
                              f"{self.sweep_batching!r}: expected static or continuous")
@@ -347,8 +348,7 @@ def pretrained(base_model: str = "smollm2-135m-instruct", *, prompt_set: str | N
     weightless drafter: greedy traces (100 + 64 prompts), the live check and T = 0.7 traces
     5–20 minutes, step profile and sweep 37–39; once: the autoregressive reference of the checks
     3, prose traces 1, the rest under a minute. A trained drafter added later (``--kinds``) is
-    not in it. On the AMD host (AVX512-BF16, bf16) with suffix decoding: 1:58:52 from scratch
-    (1:59:45 with ``--step-shared-reference`` and every drafted chain size swept).
+    not in it. On the AMD host (AVX512-BF16, bf16) with suffix decoding: 1:58:52 from scratch.
 
     >>> c = pretrained()
     >>> c.base_model, c.prompt_set, c.prose_set, c.dtype, c.kinds

@@ -160,7 +160,7 @@ def _kind_sweep(ctx: Context, kind: str) -> dict[str, Any]:
 
 
 def drafted_chain_sizes(growth: Growth, sizes: list[int], trace: RankTrace,
-                        how: str = "sizes") -> list[int] | None:
+                        how: str) -> list[int] | None:
     """The swept sizes whose trees are chains a lookup drafter verifies as far as it drafted,
     swept so beside select's pick (``how``, :attr:`~treeopt.demo.config.DemoConfig.drafted_sweep`:
     "pick", none but the pick); None where the trace records no drafted lengths (no lookup
